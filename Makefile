@@ -1,0 +1,120 @@
+# Nebula — one entry point: deps, all, check, demo, bench.
+#
+#   make deps      install every missing Debian package (as root), or say what is missing
+#   make           build libcore, kernels and every executable into build/
+#   make check     build and run all tests; last line "N passed, N failed"
+#   make demo      run the main job on an embedded default
+#   make bench     the communication benchmark table of the README
+#
+# USE_CUDA=auto|0|1 (auto: build kernels/cuda when nvcc is present), VERBOSE=1 for full commands.
+
+USE_CUDA ?= auto
+VERBOSE  ?= 0
+NP       ?= 4
+
+CC      := mpicc
+NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -fopenmp -MMD -MP -Ilibcore -Ikernels
+LDLIBS  := -linih -ljansson -lhwloc -lm
+LDFLAGS += -fopenmp
+
+ifeq ($(USE_CUDA),auto)
+  ifneq ($(NVCC),)
+    CUDA_ON := 1
+  endif
+else ifeq ($(USE_CUDA),1)
+  ifeq ($(NVCC),)
+    $(error USE_CUDA=1 but nvcc was not found; install the CUDA toolkit or use USE_CUDA=auto)
+  endif
+  CUDA_ON := 1
+endif
+
+ifeq ($(VERBOSE),1)
+  Q :=
+else
+  Q := @
+endif
+
+B := build
+LIBCORE_SRC := $(wildcard libcore/*.c)
+KCPU_SRC    := $(wildcard kernels/cpu/*.c)
+KCUDA_SRC   := $(wildcard kernels/cuda/*.cu)
+APPS        := $(patsubst apps/%/,%,$(sort $(dir $(wildcard apps/*/*.c))))
+BINS        := $(addprefix $(B)/bin/nebula-,$(APPS))
+TEST_SRC    := $(wildcard validation/unit/test_*.c validation/mpi/test_*.c)
+TESTS       := $(patsubst validation/%.c,$(B)/test/%,$(TEST_SRC))
+
+LIBS := $(B)/lib/libcore.a $(B)/lib/libkernels.a
+ifdef CUDA_ON
+  LIBS   += $(B)/lib/libkernels_cuda.a
+  LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lstdc++
+  CFLAGS += -DNEBULA_CUDA=1
+  NVFLAGS := -O2 -std=c++17 -Ikernels -gencode arch=compute_90,code=sm_90 \
+             -gencode arch=compute_90,code=compute_90 -Xcompiler -Wall,-Wextra,-Werror
+endif
+
+DEPS_STAMP := $(B)/.deps-ok
+
+.PHONY: all deps deps-report check demo bench clean
+.DEFAULT_GOAL := all
+
+all: $(DEPS_STAMP) $(BINS) $(TESTS)
+
+# Dependencies are checked once per build tree (and again after `make clean`);
+# tools/deps.sh installs what is missing when run as root.
+$(DEPS_STAMP): tools/deps.sh
+	$(Q)tools/deps.sh ensure
+	$(Q)mkdir -p $(B) && touch $@
+
+deps:
+	$(Q)tools/deps.sh install
+
+deps-report:
+	$(Q)tools/deps.sh report
+
+$(B)/obj/%.o: %.c | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	@$(if $(filter 1,$(VERBOSE)),,echo "  CC      $<")
+	$(Q)$(CC) $(CFLAGS) -c $< -o $@
+
+$(B)/obj/%.o: %.cu | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	@$(if $(filter 1,$(VERBOSE)),,echo "  NVCC    $<")
+	$(Q)$(NVCC) $(NVFLAGS) -c $< -o $@
+
+$(B)/lib/libcore.a: $(patsubst %.c,$(B)/obj/%.o,$(LIBCORE_SRC))
+$(B)/lib/libkernels.a: $(patsubst %.c,$(B)/obj/%.o,$(KCPU_SRC))
+$(B)/lib/libkernels_cuda.a: $(patsubst %.cu,$(B)/obj/%.o,$(KCUDA_SRC))
+$(B)/lib/%.a:
+	@mkdir -p $(dir $@)
+	@$(if $(filter 1,$(VERBOSE)),,echo "  AR      $@")
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+.SECONDEXPANSION:
+$(B)/bin/nebula-%: $$(patsubst %.c,$(B)/obj/%.o,$$(wildcard apps/$$*/*.c)) $(LIBS)
+	@mkdir -p $(dir $@)
+	@$(if $(filter 1,$(VERBOSE)),,echo "  LINK    $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIBS) $(LDLIBS)
+
+$(B)/test/%: $(B)/obj/validation/%.o $(LIBS)
+	@mkdir -p $(dir $@)
+	@$(if $(filter 1,$(VERBOSE)),,echo "  LINK    $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
+
+check: all
+	$(Q)tools/run-tests.sh validation/tests.list
+
+demo: all
+	$(Q)tools/demo.sh
+
+bench: all
+	$(Q)tools/bench-comm.sh
+
+clean:
+	rm -rf $(B)
+
+-include $(shell find $(B)/obj -name '*.d' 2>/dev/null)
+.SECONDARY:

@@ -1,0 +1,64 @@
+/* reduce — see reduce.h. One macro expands the (dtype, op) matrix so the fast
+ * and reference paths cannot drift apart in which combinations they support. */
+#include "reduce.h"
+
+#include <stdint.h>
+
+size_t reduce_dtype_size(reduce_dtype dt)
+{
+    switch (dt) {
+    case REDUCE_DTYPE_F32: return sizeof(float);
+    case REDUCE_DTYPE_F64: return sizeof(double);
+    case REDUCE_DTYPE_I32: return sizeof(int32_t);
+    case REDUCE_DTYPE_I64: return sizeof(int64_t);
+    }
+    return 0;
+}
+
+#define REDUCE_LOOPS(T, d, s, n)                                                         \
+    do {                                                                                 \
+        T *restrict d_ = (T *)(d);                                                       \
+        const T *restrict s_ = (const T *)(s);                                           \
+        switch (op) {                                                                    \
+        case REDUCE_OP_SUM:                                                              \
+            _Pragma("omp simd") for (size_t i = 0; i < (n); i++) d_[i] += s_[i];        \
+            break;                                                                       \
+        case REDUCE_OP_MAX:                                                              \
+            _Pragma("omp simd") for (size_t i = 0; i < (n); i++) d_[i] = s_[i] > d_[i] ? s_[i] : d_[i]; \
+            break;                                                                       \
+        case REDUCE_OP_MIN:                                                              \
+            _Pragma("omp simd") for (size_t i = 0; i < (n); i++) d_[i] = s_[i] < d_[i] ? s_[i] : d_[i]; \
+            break;                                                                       \
+        }                                                                                \
+    } while (0)
+
+void reduce_apply(void *dst, const void *src, size_t n, reduce_dtype dt, reduce_op op)
+{
+    switch (dt) {
+    case REDUCE_DTYPE_F32: REDUCE_LOOPS(float, dst, src, n); break;
+    case REDUCE_DTYPE_F64: REDUCE_LOOPS(double, dst, src, n); break;
+    case REDUCE_DTYPE_I32: REDUCE_LOOPS(int32_t, dst, src, n); break;
+    case REDUCE_DTYPE_I64: REDUCE_LOOPS(int64_t, dst, src, n); break;
+    }
+}
+
+#define REDUCE_REF(T)                                                           \
+    do {                                                                        \
+        T *d_ = (T *)dst;                                                       \
+        const T *s_ = (const T *)src;                                           \
+        for (size_t i = 0; i < n; i++) {                                        \
+            if (op == REDUCE_OP_SUM) d_[i] = d_[i] + s_[i];                     \
+            else if (op == REDUCE_OP_MAX) { if (s_[i] > d_[i]) d_[i] = s_[i]; } \
+            else if (s_[i] < d_[i]) d_[i] = s_[i];                              \
+        }                                                                       \
+    } while (0)
+
+void reduce_apply_ref(void *dst, const void *src, size_t n, reduce_dtype dt, reduce_op op)
+{
+    switch (dt) {
+    case REDUCE_DTYPE_F32: REDUCE_REF(float); break;
+    case REDUCE_DTYPE_F64: REDUCE_REF(double); break;
+    case REDUCE_DTYPE_I32: REDUCE_REF(int32_t); break;
+    case REDUCE_DTYPE_I64: REDUCE_REF(int64_t); break;
+    }
+}

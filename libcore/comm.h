@@ -1,0 +1,99 @@
+/* comm — collectives for gradient exchange: flat, hierarchical and OpenMPI's own,
+ * blocking and non-blocking, every wait bounded by a deadline.
+ *
+ * Algorithms (all in-place on `buf`, deterministic reduction order per world layout):
+ *   mpi   OpenMPI's MPI_Iallreduce on a duplicate of the world communicator
+ *   flat  ring allreduce (reduce-scatter ring, then allgather ring) over all ranks
+ *   hier  intra-node reduce-scatter -> inter-node allreduce among the ranks that own
+ *         the same chunk on every node -> intra-node allgather
+ *   auto  per message size, the algorithm a measured table chose (comm_tune)
+ * The algorithms are written once against a small backend interface (comm_impl.h);
+ * MPI is the backend today, NCCL and direct UCX come later.
+ *
+ * A wait that passes the deadline probes every rank and names the ranks that did
+ * not arrive, then returns STATUS_TIMEOUT. */
+#ifndef NEBULA_COMM_H
+#define NEBULA_COMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cpu/reduce.h"
+#include "log.h"
+#include "runtime.h"
+
+typedef enum comm_algo {
+    COMM_ALGO_AUTO = 0,
+    COMM_ALGO_MPI,
+    COMM_ALGO_FLAT,
+    COMM_ALGO_HIER,
+    COMM_ALGO_COUNT,
+} comm_algo;
+
+typedef struct comm comm; /* opaque: backend and communicators live in comm_impl.h */
+
+typedef struct comm_options {
+    comm_algo algo;        /* algorithm of comm_allreduce when the caller passes AUTO */
+    double timeout_s;      /* deadline of every wait in seconds; 0 disables it */
+    const char *tune_file; /* JSON table of auto choices to load; NULL or "" for none */
+} comm_options;
+
+#define COMM_OP_MAXREQ 64
+
+/* One in-flight allreduce. Embed it where it is used (a bucket owns one); its
+ * scratch is sized at first use and reused, so steady-state steps allocate nothing. */
+typedef struct comm_op {
+    int active;            /* started and not yet completed */
+    comm_algo algo;        /* resolved algorithm (never AUTO) */
+    uint64_t seq;          /* collective sequence number, equal on every rank */
+    void *buf;             /* the data, reduced in place */
+    size_t count;          /* elements */
+    reduce_dtype dtype;    /* element type */
+    reduce_op op;          /* reduction */
+    int phase;             /* algorithm phase (hier: 0 rs, 1 inter, 2 ag; flat: 0 rs, 1 ag) */
+    int step;              /* step within the phase (ring steps) */
+    int phase_started;     /* the current phase's requests were posted */
+    uint64_t ticket[3];    /* per phase: position in its ordering class */
+    int nreq;              /* requests in flight */
+    uint64_t req[COMM_OP_MAXREQ]; /* backend request handles (MPI_Request for MPI) */
+    void *scratch;         /* algorithm scratch (ring chunk, owned hier slice) */
+    size_t scratch_bytes;  /* capacity of scratch */
+    double t_start;        /* MPI_Wtime at start */
+    double deadline;       /* absolute MPI_Wtime deadline, 0 = none */
+} comm_op;
+
+status comm_init(comm **out, const runtime *rt, const comm_options *opt);
+void comm_free(comm *c);
+
+/* "mpi (Open MPI v4.1.4, pml ob1)" — what the backend runs on. */
+const char *comm_describe(const comm *c);
+
+const char *comm_algo_name(comm_algo algo);
+/* "auto|mpi|flat|hier" -> algo; false when the name is unknown. */
+bool comm_algo_parse(const char *name, comm_algo *algo);
+
+/* Blocking allreduce with the deadline of the options. */
+status comm_allreduce(comm *c, void *buf, size_t count, reduce_dtype dt, reduce_op op, comm_algo algo);
+
+/* Non-blocking: start, then test (progress) or wait. Ops must be started in the
+ * same order on every rank; they may complete in any order. */
+status comm_allreduce_start(comm *c, comm_op *o, void *buf, size_t count, reduce_dtype dt,
+                            reduce_op op, comm_algo algo);
+status comm_test(comm *c, comm_op *o, bool *done);
+status comm_wait(comm *c, comm_op *o);
+/* Releases an op's scratch; the op must not be active. */
+void comm_op_free(comm_op *o);
+
+/* The algorithm AUTO resolves to for a message of `bytes`. */
+comm_algo comm_auto_choice(const comm *c, size_t bytes);
+
+/* Measures mpi, flat and hier at each size (median of `reps` interleaved runs, the
+ * slowest rank's time) and records the fastest in the auto table. A Nebula
+ * algorithm replaces OpenMPI's only when it is at least 5% faster. Collective. */
+status comm_tune(comm *c, const size_t *bytes, int nsizes, int reps);
+/* The auto table as JSON, written atomically by rank 0 / read by every rank. */
+status comm_tune_save(const comm *c, const char *path);
+status comm_tune_load(comm *c, const char *path);
+
+#endif

@@ -1,0 +1,195 @@
+/* comm_mpi — the MPI backend of comm: every group is its own duplicate
+ * communicator, every primitive is non-blocking so comm.c can bound its waits.
+ * Request handles are MPI_Request values stored in a uint64_t. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm_impl.h"
+
+#define NGROUPS (COMM_GROUP_CHUNK0 + COMM_OP_MAXREQ)
+
+typedef struct comm_mpi {
+    MPI_Comm group[NGROUPS];   /* MPI_COMM_NULL where this rank is not a member */
+} comm_mpi;
+
+_Static_assert(sizeof(MPI_Request) <= sizeof(uint64_t), "an MPI_Request must fit a request handle");
+
+static MPI_Datatype mpi_dtype(reduce_dtype dt)
+{
+    switch (dt) {
+    case REDUCE_DTYPE_F32: return MPI_FLOAT;
+    case REDUCE_DTYPE_F64: return MPI_DOUBLE;
+    case REDUCE_DTYPE_I32: return MPI_INT32_T;
+    case REDUCE_DTYPE_I64: return MPI_INT64_T;
+    }
+    return MPI_DATATYPE_NULL;
+}
+
+static MPI_Op mpi_op(reduce_op op)
+{
+    return op == REDUCE_OP_SUM ? MPI_SUM : op == REDUCE_OP_MAX ? MPI_MAX : MPI_MIN;
+}
+
+static MPI_Comm group_comm(comm_backend *be, int group)
+{
+    MPI_Comm c = ((comm_mpi *)be->impl)->group[group];
+    CHECK(c != MPI_COMM_NULL, "an algorithm used a group this rank is not a member of");
+    return c;
+}
+
+static MPI_Request *as_req(uint64_t *req)
+{
+    return (MPI_Request *)(void *)req;
+}
+
+static status mpi_iallreduce(comm_backend *be, int group, void *buf, size_t count, reduce_dtype dt,
+                             reduce_op op, uint64_t *req)
+{
+    CHECK(count <= (size_t)INT32_MAX, "split messages above 2^31 elements");
+    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, mpi_dtype(dt), mpi_op(op),
+                             group_comm(be, group), as_req(req)));
+    return STATUS_OK;
+}
+
+static status mpi_ireduce_scatter(comm_backend *be, int group, const void *send, void *recv,
+                                  const int *counts, reduce_dtype dt, reduce_op op, uint64_t *req)
+{
+    MPI_CHECK(MPI_Ireduce_scatter(send, recv, counts, mpi_dtype(dt), mpi_op(op), group_comm(be, group),
+                                  as_req(req)));
+    return STATUS_OK;
+}
+
+static status mpi_iallgatherv(comm_backend *be, int group, const void *send, int sendcount, void *recv,
+                              const int *counts, const int *displs, reduce_dtype dt, uint64_t *req)
+{
+    MPI_CHECK(MPI_Iallgatherv(send, sendcount, mpi_dtype(dt), recv, counts, displs, mpi_dtype(dt),
+                              group_comm(be, group), as_req(req)));
+    return STATUS_OK;
+}
+
+static status mpi_isend(comm_backend *be, int group, const void *buf, size_t bytes, int peer, int tag,
+                        uint64_t *req)
+{
+    CHECK(bytes <= (size_t)INT32_MAX, "split messages above 2 GiB");
+    MPI_CHECK(MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, group_comm(be, group), as_req(req)));
+    return STATUS_OK;
+}
+
+static status mpi_irecv(comm_backend *be, int group, void *buf, size_t bytes, int peer, int tag,
+                        uint64_t *req)
+{
+    CHECK(bytes <= (size_t)INT32_MAX, "split messages above 2 GiB");
+    MPI_CHECK(MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, group_comm(be, group), as_req(req)));
+    return STATUS_OK;
+}
+
+static status mpi_test(comm_backend *be, uint64_t *req, bool *done)
+{
+    (void)be;
+    int flag = 0;
+    MPI_CHECK(MPI_Test(as_req(req), &flag, MPI_STATUS_IGNORE));
+    *done = flag != 0;
+    return STATUS_OK;
+}
+
+static void mpi_free(comm_backend *be)
+{
+    comm_mpi *m = be->impl;
+    for (int g = 0; g < NGROUPS; g++)
+        if (m->group[g] != MPI_COMM_NULL) MPI_Comm_free(&m->group[g]);
+    free(m);
+    be->impl = NULL;
+}
+
+static const comm_backend_ops comm_mpi_ops = {
+    .name = "mpi",
+    .iallreduce = mpi_iallreduce,
+    .ireduce_scatter = mpi_ireduce_scatter,
+    .iallgatherv = mpi_iallgatherv,
+    .isend = mpi_isend,
+    .irecv = mpi_irecv,
+    .test = mpi_test,
+    .free = mpi_free,
+};
+
+/* OpenMPI 4 records the PML it selected in mca_pml_base_selected_component, whose
+ * layout begins with mca_base_component_t (opal/mca/mca.h): three ints, then the
+ * project, type and component names, each of the first two followed by three ints. A weak reference keeps other MPIs linking;
+ * the "pml" control variable is only the user's request (Debian sets "^ucx"). */
+typedef struct ompi_component_prefix {
+    int mca_major, mca_minor, mca_release;
+    char project_name[16];
+    int project_major, project_minor, project_release;
+    char type_name[32];
+    int type_major, type_minor, type_release;
+    char component_name[64];
+} ompi_component_prefix;
+extern ompi_component_prefix mca_pml_base_selected_component __attribute__((weak));
+
+static void mpi_pml_name(char *out, size_t len)
+{
+    snprintf(out, len, "unknown");
+    if (&mca_pml_base_selected_component && !strcmp(mca_pml_base_selected_component.type_name, "pml") &&
+        mca_pml_base_selected_component.component_name[0]) {
+        snprintf(out, len, "%.63s", mca_pml_base_selected_component.component_name);
+        return;
+    }
+    int provided, ncvar = 0;
+    if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return;
+    MPI_T_cvar_get_num(&ncvar);
+    for (int i = 0; i < ncvar; i++) {
+        char name[256], desc[1024];
+        int nlen = sizeof name, dlen = sizeof desc, verb, bind, scope;
+        MPI_Datatype dt;
+        MPI_T_enum en;
+        if (MPI_T_cvar_get_info(i, name, &nlen, &verb, &dt, &en, desc, &dlen, &bind, &scope) != MPI_SUCCESS)
+            continue;
+        if (strcmp(name, "pml") != 0 || dt != MPI_CHAR) continue;
+        MPI_T_cvar_handle h;
+        int n;
+        char val[256] = "";
+        if (MPI_T_cvar_handle_alloc(i, NULL, &h, &n) == MPI_SUCCESS) {
+            if (MPI_T_cvar_read(h, val) == MPI_SUCCESS && val[0]) snprintf(out, len, "%s", val);
+            MPI_T_cvar_handle_free(&h);
+        }
+    }
+    MPI_T_finalize();
+}
+
+status comm_mpi_backend_init(comm_backend *be, const runtime *rt)
+{
+    comm_mpi *m = calloc(1, sizeof *m);
+    if (!m) return STATUS_NOMEM;
+    for (int g = 0; g < NGROUPS; g++) m->group[g] = MPI_COMM_NULL;
+    MPI_CHECK(MPI_Comm_dup(rt->world, &m->group[COMM_GROUP_WORLD_COLL]));
+    MPI_CHECK(MPI_Comm_dup(rt->world, &m->group[COMM_GROUP_WORLD_P2P]));
+    MPI_CHECK(MPI_Comm_dup(rt->node, &m->group[COMM_GROUP_NODE_RS]));
+    MPI_CHECK(MPI_Comm_dup(rt->node, &m->group[COMM_GROUP_NODE_AG]));
+    /* Chunk j of the hierarchical split is owned on each node by local rank
+     * floor(j * local_size / max_local_size); its owners form group CHUNK0 + j. */
+    CHECK(rt->max_local_size <= COMM_OP_MAXREQ, "more ranks per node than COMM_OP_MAXREQ supports");
+    for (int j = 0; j < rt->max_local_size; j++) {
+        int owner = (int)((long)j * rt->local_size / rt->max_local_size);
+        MPI_CHECK(MPI_Comm_split(rt->world, owner == rt->local_rank ? 0 : MPI_UNDEFINED, rt->node_id,
+                                 &m->group[COMM_GROUP_CHUNK0 + j]));
+    }
+    for (int g = 0; g < NGROUPS; g++) {
+        be->group_rank[g] = -1;
+        be->group_size[g] = 0;
+        if (m->group[g] != MPI_COMM_NULL) {
+            MPI_Comm_rank(m->group[g], &be->group_rank[g]);
+            MPI_Comm_size(m->group[g], &be->group_size[g]);
+        }
+    }
+    be->ops = &comm_mpi_ops;
+    be->impl = m;
+
+    char version[MPI_MAX_LIBRARY_VERSION_STRING], pml[64];
+    int vlen;
+    MPI_Get_library_version(version, &vlen);
+    char *nl = strpbrk(version, ",\n");
+    if (nl) *nl = '\0';
+    mpi_pml_name(pml, sizeof pml);
+    snprintf(be->describe, sizeof be->describe, "mpi (%.100s, pml %.40s)", version, pml);
+    return STATUS_OK;
+}

@@ -1,0 +1,158 @@
+/* comm_tune — the measured table behind COMM_ALGO_AUTO.
+ *
+ * Each size is timed for every algorithm in interleaved rounds (so drift on a
+ * shared machine hits all algorithms alike); a round's time is the slowest rank's,
+ * the table keeps the median. Every rank computes the choice from the same
+ * all-reduced numbers, so the choice is identical everywhere without a broadcast.
+ * OpenMPI's own allreduce is kept unless a Nebula algorithm beats it by 5%: noise
+ * must not flip a choice, and a tie is better served by the vendor's code.
+ *
+ * A timing-based choice can differ between runs and so change rounding; runs that
+ * must be bit-identical load a saved table (comm.tune_file) or fix comm.algo. */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm_impl.h"
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void tune_insert(comm *c, const comm_tune_entry *e)
+{
+    int i = 0;
+    while (i < c->ntune && c->tune[i].bytes < e->bytes) i++;
+    if (i < c->ntune && c->tune[i].bytes == e->bytes) { c->tune[i] = *e; return; }
+    if (c->ntune == COMM_TUNE_MAX) return;
+    memmove(&c->tune[i + 1], &c->tune[i], (size_t)(c->ntune - i) * sizeof c->tune[0]);
+    c->tune[i] = *e;
+    c->ntune++;
+}
+
+static status tune_one(comm *c, void *buf, size_t bytes, int reps, comm_op *op, double *t)
+{
+    size_t count = bytes / sizeof(float);
+    for (int a = COMM_ALGO_MPI; a < COMM_ALGO_COUNT; a++) {  /* warm-up: connections, scratch */
+        TRY(comm_allreduce_start(c, op, buf, count, REDUCE_DTYPE_F32, REDUCE_OP_SUM, (comm_algo)a));
+        TRY(comm_wait(c, op));
+    }
+    for (int rep = 0; rep < reps; rep++) {
+        for (int a = COMM_ALGO_MPI; a < COMM_ALGO_COUNT; a++) {
+            MPI_CHECK(MPI_Barrier(c->rt->world));
+            double t0 = MPI_Wtime();
+            TRY(comm_allreduce_start(c, op, buf, count, REDUCE_DTYPE_F32, REDUCE_OP_SUM, (comm_algo)a));
+            TRY(comm_wait(c, op));
+            t[a * reps + rep] = MPI_Wtime() - t0;
+        }
+    }
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t, COMM_ALGO_COUNT * reps, MPI_DOUBLE, MPI_MAX, c->rt->world));
+    return STATUS_OK;
+}
+
+status comm_tune(comm *c, const size_t *bytes, int nsizes, int reps)
+{
+    size_t max = 0;
+    for (int i = 0; i < nsizes; i++) max = bytes[i] > max ? bytes[i] : max;
+    float *buf = calloc(max / sizeof(float) + 1, sizeof(float));
+    double *t = calloc((size_t)(COMM_ALGO_COUNT * reps), sizeof *t);
+    comm_op op = { 0 };
+    status st = buf && t ? STATUS_OK : STATUS_NOMEM;
+    for (int i = 0; i < nsizes && st == STATUS_OK; i++) {
+        if (bytes[i] < sizeof(float)) continue;
+        st = tune_one(c, buf, bytes[i], reps, &op, t);
+        if (st != STATUS_OK) break;
+        comm_tune_entry e = { .bytes = bytes[i], .algo = COMM_ALGO_MPI };
+        for (int a = COMM_ALGO_MPI; a < COMM_ALGO_COUNT; a++) {
+            qsort(t + a * reps, (size_t)reps, sizeof *t, cmp_double);
+            e.us[a] = t[a * reps + reps / 2] * 1e6;
+        }
+        for (int a = COMM_ALGO_FLAT; a < COMM_ALGO_COUNT; a++)
+            if (e.us[a] < 0.95 * e.us[COMM_ALGO_MPI] && e.us[a] < e.us[e.algo]) e.algo = (comm_algo)a;
+        tune_insert(c, &e);
+    }
+    comm_op_free(&op);
+    free(buf);
+    free(t);
+    return st;
+}
+
+status comm_tune_save(const comm *c, const char *path)
+{
+    if (c->rt->rank != 0) return STATUS_OK;
+    json_t *root = json_object(), *entries = json_array();
+    json_object_set_new(root, "format", json_string("nebula-comm-tune"));
+    json_object_set_new(root, "version", json_integer(1));
+    json_object_set_new(root, "world_size", json_integer(c->rt->size));
+    json_object_set_new(root, "nnodes", json_integer(c->rt->nnodes));
+    json_object_set_new(root, "max_local_size", json_integer(c->rt->max_local_size));
+    json_object_set_new(root, "backend", json_string(c->be.describe));
+    for (int i = 0; i < c->ntune; i++) {
+        json_t *e = json_object(), *us = json_object();
+        json_object_set_new(e, "bytes", json_integer((json_int_t)c->tune[i].bytes));
+        json_object_set_new(e, "algo", json_string(comm_algo_name(c->tune[i].algo)));
+        for (int a = COMM_ALGO_MPI; a < COMM_ALGO_COUNT; a++)
+            json_object_set_new(us, comm_algo_name((comm_algo)a), json_real(c->tune[i].us[a]));
+        json_object_set_new(e, "us", us);
+        json_array_append_new(entries, e);
+    }
+    json_object_set_new(root, "entries", entries);
+    /* Atomic: a reader sees the old table or the new one, never half of one. */
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    int rc = json_dump_file(root, tmp, JSON_INDENT(1));
+    json_decref(root);
+    if (rc != 0 || rename(tmp, path) != 0) {
+        log_error("cannot write the tuning table %s: %s", path, log_errno_str());
+        unlink(tmp);
+        return STATUS_IO;
+    }
+    return STATUS_OK;
+}
+
+status comm_tune_load(comm *c, const char *path)
+{
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    if (!root) {
+        log_error0("%s:%d: cannot read the tuning table: %s", path, err.line, err.text);
+        return STATUS_INPUT;
+    }
+    status st = STATUS_OK;
+    json_t *entries = json_object_get(root, "entries");
+    const char *fmt = json_string_value(json_object_get(root, "format"));
+    if (!fmt || strcmp(fmt, "nebula-comm-tune") || !json_is_array(entries)) {
+        log_error0("%s: not a Nebula tuning table (expected \"format\": \"nebula-comm-tune\" and \"entries\")", path);
+        st = STATUS_INPUT;
+        goto free_root;
+    }
+    int ws = (int)json_integer_value(json_object_get(root, "world_size"));
+    int nn = (int)json_integer_value(json_object_get(root, "nnodes"));
+    if (ws != c->rt->size || nn != c->rt->nnodes) {
+        log_warn0("%s was measured on %d ranks / %d nodes, this job has %d / %d: ignoring it (auto uses mpi)",
+                  path, ws, nn, c->rt->size, c->rt->nnodes);
+        goto free_root;
+    }
+    size_t i;
+    json_t *e;
+    json_array_foreach(entries, i, e) {
+        comm_tune_entry t = { 0 };
+        const char *name = json_string_value(json_object_get(e, "algo"));
+        json_int_t b = json_integer_value(json_object_get(e, "bytes"));
+        if (!name || !comm_algo_parse(name, &t.algo) || t.algo == COMM_ALGO_AUTO || b <= 0) {
+            log_error0("%s: entry %zu: needs \"bytes\" > 0 and \"algo\" one of mpi|flat|hier", path, i);
+            st = STATUS_INPUT;
+            goto free_root;
+        }
+        t.bytes = (size_t)b;
+        for (int a = COMM_ALGO_MPI; a < COMM_ALGO_COUNT; a++)
+            t.us[a] = json_real_value(json_object_get(json_object_get(e, "us"), comm_algo_name((comm_algo)a)));
+        tune_insert(c, &t);
+    }
+free_root:
+    json_decref(root);
+    return st;
+}

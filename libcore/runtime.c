@@ -1,0 +1,196 @@
+/* runtime — see runtime.h.
+ *
+ * Design decision: node membership is decided once, here, and every other module
+ * reads it from `runtime`. Virtual nodes split the real shared-memory node, so a
+ * virtual node is always inside one host and shared-memory paths stay valid. */
+#include "runtime.h"
+
+#include <hwloc.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifdef NEBULA_CUDA
+#include "cuda/device.h"
+#endif
+
+static int env_int(const char *name, int def)
+{
+    const char *v = getenv(name);
+    if (!v || !*v) return def;
+    char *end;
+    long x = strtol(v, &end, 10);
+    return (*end || x < 0 || x > 1 << 20) ? -1 : (int)x;
+}
+
+void runtime_preinit(const char *prog)
+{
+    static const char *rank_vars[] = { "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID" };
+    int rank = -1;
+    for (size_t i = 0; i < sizeof rank_vars / sizeof rank_vars[0] && rank < 0; i++)
+        rank = env_int(rank_vars[i], -1);
+    char host[64] = "";
+    gethostname(host, sizeof host - 1);
+    char *dot = strchr(host, '.');
+    if (dot) *dot = '\0';
+    /* Size 2 makes messages carry the rank prefix; rank > 0 stays quiet in log_msg0. */
+    log_set_identity(prog, host, rank, rank >= 0 ? 2 : 1);
+}
+
+/* A process is "unbound" when its CPU set covers every PU of the machine. */
+static bool runtime_bind_core(runtime *rt, hwloc_topology_t topo, runtime_bind policy)
+{
+    hwloc_bitmap_t set = hwloc_bitmap_alloc();
+    bool bound = false;
+    if (hwloc_get_cpubind(topo, set, HWLOC_CPUBIND_PROCESS) == 0) {
+        hwloc_const_bitmap_t all = hwloc_topology_get_complete_cpuset(topo);
+        bool launcher_bound = !hwloc_bitmap_isincluded(all, set);
+        int ncores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
+        if (ncores > 0 && (policy == RUNTIME_BIND_CORE || (policy == RUNTIME_BIND_AUTO && !launcher_bound))) {
+            hwloc_obj_t core = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE,
+                                                     (unsigned)(rt->host_local_rank % ncores));
+            if (core && hwloc_set_cpubind(topo, core->cpuset, HWLOC_CPUBIND_PROCESS) == 0) bound = true;
+            else log_warn("could not bind to core %d: %s", rt->host_local_rank % ncores, log_errno_str());
+        }
+        hwloc_get_cpubind(topo, set, HWLOC_CPUBIND_PROCESS);
+        hwloc_bitmap_list_snprintf(rt->cpus, sizeof rt->cpus, set);
+    } else {
+        snprintf(rt->cpus, sizeof rt->cpus, "?");
+    }
+    hwloc_bitmap_free(set);
+    return bound;
+}
+
+/* Under a bare `srun` without PMIx, OpenMPI starts every task as a singleton of
+ * size 1; the job would then train N independent models. mpirun sets
+ * OMPI_COMM_WORLD_SIZE and knows its size, so only direct launches are checked. */
+static status runtime_check_slurm(const runtime *rt)
+{
+    int ntasks = env_int("SLURM_NTASKS", 0);
+    if (getenv("OMPI_COMM_WORLD_SIZE") || ntasks <= 0 || ntasks == rt->size) return STATUS_OK;
+    log_error0("world size is %d but SLURM_NTASKS=%d: the ranks did not find each other", rt->size, ntasks);
+    log_msg0(LOG_LEVEL_ERROR, "HINT: launch with `srun --mpi=pmix` (Debian's OpenMPI supports only the "
+             "PMIx plugin) or with `mpirun` inside the allocation; a bare srun starts singletons");
+    return STATUS_USAGE;
+}
+
+static void runtime_split(runtime *rt, MPI_Comm host_comm)
+{
+    int host_rank, host_size;
+    MPI_CHECK(MPI_Comm_rank(host_comm, &host_rank));
+    MPI_CHECK(MPI_Comm_size(host_comm, &host_size));
+    rt->host_local_rank = host_rank;
+    if (rt->ranks_per_node > 0) {
+        MPI_CHECK(MPI_Comm_split(host_comm, host_rank / rt->ranks_per_node, host_rank, &rt->node));
+    } else {
+        MPI_CHECK(MPI_Comm_dup(host_comm, &rt->node));
+    }
+    MPI_CHECK(MPI_Comm_rank(rt->node, &rt->local_rank));
+    MPI_CHECK(MPI_Comm_size(rt->node, &rt->local_size));
+
+    /* Node ids: leaders ordered by world rank; every rank learns its node's id. */
+    MPI_CHECK(MPI_Comm_split(rt->world, rt->local_rank == 0 ? 0 : MPI_UNDEFINED, rt->rank, &rt->leaders));
+    int ids[2] = { 0, 0 };
+    if (rt->leaders != MPI_COMM_NULL) {
+        MPI_CHECK(MPI_Comm_rank(rt->leaders, &ids[0]));
+        MPI_CHECK(MPI_Comm_size(rt->leaders, &ids[1]));
+    }
+    MPI_CHECK(MPI_Bcast(ids, 2, MPI_INT, 0, rt->node));
+    rt->node_id = ids[0];
+    rt->nnodes = ids[1];
+    MPI_CHECK(MPI_Comm_split(rt->world, rt->local_rank, rt->node_id, &rt->peers));
+    MPI_CHECK(MPI_Allreduce(&rt->local_size, &rt->max_local_size, 1, MPI_INT, MPI_MAX, rt->world));
+}
+
+status runtime_init(runtime *rt, int *argc, char ***argv, const runtime_options *opt)
+{
+    memset(rt, 0, sizeof *rt);
+    rt->gpu = -1;
+    int provided = 0;
+    MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+    rt->t_start = MPI_Wtime();
+    MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &rt->world));
+    MPI_CHECK(MPI_Comm_rank(rt->world, &rt->rank));
+    MPI_CHECK(MPI_Comm_size(rt->world, &rt->size));
+    gethostname(rt->host, sizeof rt->host - 1);
+    char *dot = strchr(rt->host, '.');
+    if (dot) *dot = '\0';
+    log_set_identity((*argv)[0], rt->host, rt->rank, rt->size);
+
+    rt->ranks_per_node = opt->ranks_per_node;
+    if (rt->ranks_per_node == 0) rt->ranks_per_node = env_int("NEBULA_RANKS_PER_NODE", 0);
+    if (rt->ranks_per_node < 0) {
+        log_error0("NEBULA_RANKS_PER_NODE='%s' is not a non-negative integer", getenv("NEBULA_RANKS_PER_NODE"));
+        return STATUS_INPUT;
+    }
+    TRY(runtime_check_slurm(rt));
+
+    MPI_Comm host_comm;
+    MPI_CHECK(MPI_Comm_split_type(rt->world, MPI_COMM_TYPE_SHARED, rt->rank, MPI_INFO_NULL, &host_comm));
+    runtime_split(rt, host_comm);
+    MPI_CHECK(MPI_Comm_free(&host_comm));
+
+    hwloc_topology_t topo;
+    if (hwloc_topology_init(&topo) == 0 && hwloc_topology_load(topo) == 0) {
+        rt->bound_by_us = runtime_bind_core(rt, topo, opt->bind);
+        hwloc_topology_destroy(topo);
+    }
+#ifdef NEBULA_CUDA
+    int ngpu = cuda_device_count();
+    if (ngpu > 0) rt->gpu = rt->host_local_rank % ngpu;
+#endif
+    return STATUS_OK;
+}
+
+typedef struct placement_row {
+    char host[64];
+    char cpus[64];
+    int node_id, local_rank, gpu, bound_by_us;
+} placement_row;
+
+void runtime_print_placement(const runtime *rt, FILE *f)
+{
+    placement_row me = { .node_id = rt->node_id, .local_rank = rt->local_rank, .gpu = rt->gpu,
+                         .bound_by_us = rt->bound_by_us };
+    memcpy(me.host, rt->host, sizeof me.host);
+    memcpy(me.cpus, rt->cpus, sizeof me.cpus);
+    placement_row *all = rt->rank == 0 ? calloc((size_t)rt->size, sizeof *all) : NULL;
+    CHECK(rt->rank != 0 || all, "out of memory for the placement table");
+    MPI_CHECK(MPI_Gather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, 0, rt->world));
+    if (rt->rank == 0) {
+        fprintf(f, "placement: %d ranks on %d %snode%s\n", rt->size, rt->nnodes,
+                rt->ranks_per_node ? "virtual " : "", rt->nnodes == 1 ? "" : "s");
+        fprintf(f, "  %5s  %-16s %5s %6s  %-10s %4s\n", "rank", "host", "node", "local", "cpus", "gpu");
+        for (int r = 0; r < rt->size; r++) {
+            char gpu[16];
+            if (all[r].gpu >= 0) snprintf(gpu, sizeof gpu, "%d", all[r].gpu);
+            else snprintf(gpu, sizeof gpu, "-");
+            fprintf(f, "  %5d  %-16s %5d %6d  %-10s %4s%s\n", r, all[r].host, all[r].node_id,
+                    all[r].local_rank, all[r].cpus, gpu, all[r].bound_by_us ? "  (bound by nebula)" : "");
+        }
+        fflush(f);
+        free(all);
+    }
+}
+
+void runtime_free(runtime *rt)
+{
+    if (rt->leaders != MPI_COMM_NULL) MPI_Comm_free(&rt->leaders);
+    if (rt->peers != MPI_COMM_NULL) MPI_Comm_free(&rt->peers);
+    if (rt->node != MPI_COMM_NULL) MPI_Comm_free(&rt->node);
+    if (rt->world != MPI_COMM_NULL) MPI_Comm_free(&rt->world);
+    MPI_Finalize();
+}
+
+_Noreturn void runtime_exit(runtime *rt, status st)
+{
+    fflush(stdout);
+    fflush(stderr);
+    if (st == STATUS_OK || st == STATUS_USAGE || st == STATUS_INPUT) {
+        runtime_free(rt);
+        exit(status_exit_code(st));
+    }
+    MPI_Abort(MPI_COMM_WORLD, status_exit_code(st));
+    exit(status_exit_code(st));
+}

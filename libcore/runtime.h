@@ -1,0 +1,67 @@
+/* runtime — MPI start-up, rank placement and the communicators every module shares.
+ *
+ * MPI_COMM_WORLD is split into a node communicator (MPI_COMM_TYPE_SHARED, or a
+ * virtual node of `ranks_per_node` ranks so one host can test every hierarchical
+ * path), a leaders communicator (local rank 0 of each node) and a peers
+ * communicator (same local rank on every node). Ranks are bound to cores with
+ * hwloc when the launcher left them unbound. Rank 0 prints the placement table. */
+#ifndef NEBULA_RUNTIME_H
+#define NEBULA_RUNTIME_H
+
+#include <mpi.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "log.h"
+
+typedef enum runtime_bind {
+    RUNTIME_BIND_AUTO = 0, /* bind to a core only if the launcher did not bind */
+    RUNTIME_BIND_CORE,     /* always bind to one core (by local rank on the host) */
+    RUNTIME_BIND_NONE,     /* leave affinity as the launcher set it */
+} runtime_bind;
+
+typedef struct runtime_options {
+    int ranks_per_node;    /* >0: virtual nodes of this many ranks; 0: NEBULA_RANKS_PER_NODE or real nodes */
+    runtime_bind bind;     /* core binding policy */
+} runtime_options;
+
+typedef struct runtime {
+    MPI_Comm world;        /* duplicate of MPI_COMM_WORLD */
+    MPI_Comm node;         /* ranks of my (virtual) node */
+    MPI_Comm leaders;      /* local rank 0 of each node; MPI_COMM_NULL on other ranks */
+    MPI_Comm peers;        /* ranks with my local rank, one per node, ordered by node id */
+    int rank;              /* world rank */
+    int size;              /* world size */
+    int node_id;           /* index of my (virtual) node, 0..nnodes-1 */
+    int nnodes;            /* number of (virtual) nodes */
+    int local_rank;        /* rank within my node */
+    int local_size;        /* ranks on my node */
+    int max_local_size;    /* largest node (nodes may differ in size) */
+    int ranks_per_node;    /* virtual node size, 0 when nodes are real hosts */
+    int host_local_rank;   /* rank among the processes on this physical host */
+    int gpu;               /* CUDA device index, -1 when none */
+    bool bound_by_us;      /* this process was bound by runtime_init */
+    char host[64];         /* short host name */
+    char cpus[64];         /* CPU list this rank is bound to, e.g. "0-1" */
+    double t_start;        /* MPI_Wtime at init */
+} runtime;
+
+/* Before MPI_Init: guess the rank from the launcher's environment so that usage
+ * errors are printed once, not once per rank. */
+void runtime_preinit(const char *prog);
+
+/* MPI_Init_thread (FUNNELED), communicators, binding, launch checks.
+ * STATUS_PEER when the launch is inconsistent (for example singletons under srun). */
+status runtime_init(runtime *rt, int *argc, char ***argv, const runtime_options *opt);
+
+/* Rank 0 prints host, node id, local rank, bound cores and GPU of every rank. */
+void runtime_print_placement(const runtime *rt, FILE *f);
+
+/* Frees the communicators and finalizes MPI. */
+void runtime_free(runtime *rt);
+
+/* Ends the job after expected trouble: a timeout or lost peer aborts the whole job
+ * (other ranks may be stuck in communication); input errors finalize and exit 2. */
+_Noreturn void runtime_exit(runtime *rt, status st);
+
+#endif

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# deps.sh — detect, report and install Nebula's dependencies (Debian 12 package names).
+#
+#   tools/deps.sh report    print ✓/✗ per dependency (MPI and its PMLs, parallel HDF5, BLAS, ...)
+#   tools/deps.sh install   apt-get install every missing package (root), else print how
+#   tools/deps.sh ensure    install when something required is missing, then report
+#
+# Required packages are what the CPU build and `make check` need; CUDA, NCCL and cuDNN are
+# optional and only reported.
+set -euo pipefail
+
+REQUIRED_PKGS=(
+    build-essential pkg-config
+    openmpi-bin libopenmpi-dev            # MPI (OpenMPI 4.1)
+    libhdf5-openmpi-dev hdf5-tools        # parallel HDF5 and h5dump
+    libopenblas-dev                       # BLAS for GEMM
+    libucx-dev libpmix-dev                # UCX transport, PMIx for srun --mpi=pmix
+    libpapi-dev libhwloc-dev              # hardware counters, topology and binding
+    libinih-dev libjansson-dev            # INI config parser, JSON
+    python3-torch python3-h5py python3-numpy   # reference-vs-PyTorch validation
+)
+
+missing_pkgs() {
+    local p
+    for p in "${REQUIRED_PKGS[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || echo "$p"
+    done
+}
+
+mark() { if "$@" >/dev/null 2>&1; then printf '✓'; else printf '✗'; fi; }
+
+report() {
+    local nvcc pmls
+    nvcc=$(command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
+    pmls=$(ompi_info --parsable 2>/dev/null | sed -n 's/^mca:pml:\([a-z0-9]*\):version:"mca.*/\1/p' | sort -u | tr '\n' ' ')
+    echo "nebula: dependencies"
+    printf '  %s MPI        %s (PMLs: %s)\n' "$(mark command -v mpicc)" \
+        "$(mpirun --version 2>/dev/null | head -1 || echo 'not found')" "${pmls:-none}"
+    printf '  %s HDF5       parallel=%s (h5dump: %s)\n' \
+        "$(mark grep -q 'define H5_HAVE_PARALLEL 1' /usr/include/hdf5/openmpi/H5pubconf.h)" \
+        "$(grep -q 'define H5_HAVE_PARALLEL 1' /usr/include/hdf5/openmpi/H5pubconf.h 2>/dev/null && echo yes || echo no)" \
+        "$(command -v h5dump || echo no)"
+    printf '  %s BLAS       %s\n' "$(mark pkg-config --exists openblas)" "$(pkg-config --modversion openblas 2>/dev/null || echo 'openblas not found')"
+    printf '  %s UCX        %s\n' "$(mark pkg-config --exists ucx)" "$(pkg-config --modversion ucx 2>/dev/null || echo 'not found')"
+    printf '  %s PMIx       %s\n' "$(mark pkg-config --exists pmix)" "$(pkg-config --modversion pmix 2>/dev/null || echo 'not found')"
+    printf '  %s PAPI       %s\n' "$(mark pkg-config --exists papi)" "$(pkg-config --modversion papi 2>/dev/null || echo 'not found')"
+    printf '  %s hwloc      %s\n' "$(mark pkg-config --exists hwloc)" "$(pkg-config --modversion hwloc 2>/dev/null || echo 'not found')"
+    printf '  %s inih       %s\n' "$(mark pkg-config --exists inih)" "$(pkg-config --modversion inih 2>/dev/null || echo 'not found')"
+    printf '  %s jansson    %s\n' "$(mark pkg-config --exists jansson)" "$(pkg-config --modversion jansson 2>/dev/null || echo 'not found')"
+    printf '  %s PyTorch    %s\n' "$(mark /usr/bin/python3 -c 'import torch')" \
+        "$(/usr/bin/python3 -c 'import torch, h5py, numpy; print("torch", torch.__version__, "h5py", h5py.__version__, "numpy", numpy.__version__)' 2>/dev/null || echo 'not found')"
+    if [ -n "$nvcc" ]; then
+        local cinc; cinc="$(dirname "$(dirname "$nvcc")")/include"
+        printf '  ✓ CUDA       %s\n' "$("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
+        printf '  %s NCCL\n' "$(mark test -f "$cinc/nccl.h")"
+        printf '  %s cuDNN\n' "$(mark test -f "$cinc/cudnn.h")"
+    else
+        printf '  ✗ CUDA       nvcc not found (CPU build only)\n  ✗ NCCL\n  ✗ cuDNN\n'
+    fi
+}
+
+install() {
+    local missing
+    mapfile -t missing < <(missing_pkgs)
+    if [ ${#missing[@]} -eq 0 ]; then
+        echo "nebula: all required packages are installed"
+        return 0
+    fi
+    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+        echo "nebula: installing ${missing[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -q
+        apt-get install -y -q --no-install-recommends "${missing[@]}"
+    else
+        echo "nebula: missing packages: ${missing[*]}" >&2
+        echo "  on Debian/Ubuntu: sudo apt-get install ${missing[*]}" >&2
+        echo "  on a cluster with modules, typically: module load openmpi hdf5/parallel openblas hwloc" >&2
+        echo "  (inih and jansson are small: build them from source into \$HOME/.local if no module exists)" >&2
+        return 2
+    fi
+}
+
+case "${1:-report}" in
+    report)  report ;;
+    install) install; report ;;
+    ensure)  if [ -n "$(missing_pkgs)" ]; then install; fi; report ;;
+    *) echo "usage: tools/deps.sh report|install|ensure" >&2; exit 2 ;;
+esac

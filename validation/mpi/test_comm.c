@@ -1,0 +1,172 @@
+/* test_comm — every allreduce algorithm against the exact answer, at 1-4 ranks.
+ *
+ * Inputs are small integers (also in float), so every partial sum is exactly
+ * representable and any reduction order gives the same bits: the check is exact.
+ * Usage: test_comm [--ranks-per-node N] [--timeout-test]
+ *   --timeout-test: the last rank sleeps past the deadline; the others must
+ *   report it by name and the job must end with exit code 1 (checked by the caller). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "runtime.h"
+
+static int failures;
+
+static void check(const runtime *rt, bool ok, const char *what)
+{
+    int all_ok = ok;
+    MPI_Allreduce(MPI_IN_PLACE, &all_ok, 1, MPI_INT, MPI_LAND, rt->world);
+    if (rt->rank == 0) printf("%s - %s\n", all_ok ? "ok" : "FAIL", what);
+    if (!all_ok) failures++;
+}
+
+static double input(int rank, size_t i)
+{
+    return (double)((int)((i * 7 + (size_t)rank * 3) % 23) - 11);
+}
+
+static double expect(int size, size_t i, reduce_op op)
+{
+    double acc = input(0, i);
+    for (int r = 1; r < size; r++) {
+        double v = input(r, i);
+        acc = op == REDUCE_OP_SUM ? acc + v : op == REDUCE_OP_MAX ? (v > acc ? v : acc) : (v < acc ? v : acc);
+    }
+    return acc;
+}
+
+static void fill(void *buf, size_t n, reduce_dtype dt, int rank)
+{
+    for (size_t i = 0; i < n; i++) {
+        double v = input(rank, i);
+        switch (dt) {
+        case REDUCE_DTYPE_F32: ((float *)buf)[i] = (float)v; break;
+        case REDUCE_DTYPE_F64: ((double *)buf)[i] = v; break;
+        case REDUCE_DTYPE_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
+        case REDUCE_DTYPE_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
+        }
+    }
+}
+
+static size_t count_wrong(const void *buf, size_t n, reduce_dtype dt, int size, reduce_op op)
+{
+    size_t wrong = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = expect(size, i, op), g = 0;
+        switch (dt) {
+        case REDUCE_DTYPE_F32: g = ((const float *)buf)[i]; break;
+        case REDUCE_DTYPE_F64: g = ((const double *)buf)[i]; break;
+        case REDUCE_DTYPE_I32: g = ((const int32_t *)buf)[i]; break;
+        case REDUCE_DTYPE_I64: g = (double)((const int64_t *)buf)[i]; break;
+        }
+        wrong += g != e;
+    }
+    return wrong;
+}
+
+static void test_blocking(runtime *rt, comm *c)
+{
+    static const size_t counts[] = { 1, 2, 3, 5, 8, 63, 1000, 4097, 262147 };
+    static const char *dt_names[] = { "f32", "f64", "i32", "i64" };
+    static const char *op_names[] = { "sum", "max", "min" };
+    void *buf = malloc(262147 * sizeof(double));
+    for (int a = COMM_ALGO_AUTO; a < COMM_ALGO_COUNT; a++)
+        for (int dt = 0; dt < 4; dt++)
+            for (int op = 0; op < 3; op++) {
+                size_t wrong = 0;
+                status st = STATUS_OK;
+                for (size_t k = 0; k < sizeof counts / sizeof counts[0] && st == STATUS_OK; k++) {
+                    fill(buf, counts[k], (reduce_dtype)dt, rt->rank);
+                    st = comm_allreduce(c, buf, counts[k], (reduce_dtype)dt, (reduce_op)op, (comm_algo)a);
+                    wrong += count_wrong(buf, counts[k], (reduce_dtype)dt, rt->size, (reduce_op)op);
+                }
+                char what[128];
+                snprintf(what, sizeof what, "%s allreduce %s %s exact at 9 sizes", comm_algo_name((comm_algo)a),
+                         dt_names[dt], op_names[op]);
+                check(rt, st == STATUS_OK && wrong == 0, what);
+            }
+    free(buf);
+}
+
+/* Many ops in flight at once, of mixed algorithms, waited in reverse order:
+ * the phase-ordering rules must keep every rank's collectives matched. */
+static void test_concurrent(runtime *rt, comm *c)
+{
+    enum { NOPS = 12, N = 5003 };
+    float *bufs = malloc(sizeof(float) * NOPS * N);
+    comm_op ops[NOPS];
+    memset(ops, 0, sizeof ops);
+    status st = STATUS_OK;
+    for (int k = 0; k < NOPS && st == STATUS_OK; k++) {
+        fill(bufs + k * N, N, REDUCE_DTYPE_F32, rt->rank);
+        comm_algo a = (comm_algo)(COMM_ALGO_MPI + (k + rt->rank * 0) % 3);
+        st = comm_allreduce_start(c, &ops[k], bufs + k * N, N - (size_t)k, REDUCE_DTYPE_F32, REDUCE_OP_SUM, a);
+    }
+    for (int k = NOPS - 1; k >= 0 && st == STATUS_OK; k--) st = comm_wait(c, &ops[k]);
+    size_t wrong = 0;
+    for (int k = 0; k < NOPS; k++) {
+        wrong += count_wrong(bufs + k * N, N - (size_t)k, REDUCE_DTYPE_F32, rt->size, REDUCE_OP_SUM);
+        comm_op_free(&ops[k]);
+    }
+    check(rt, st == STATUS_OK && wrong == 0, "12 concurrent mixed-algorithm ops waited in reverse order exact");
+    free(bufs);
+}
+
+static void test_tune(runtime *rt, comm *c)
+{
+    size_t sizes[] = { 64, 65536 };
+    status st = comm_tune(c, sizes, 2, 3);
+    comm_algo a = comm_auto_choice(c, 64), b = comm_auto_choice(c, 60000);
+    int agree[2] = { (int)a, (int)b }, mx[2];
+    MPI_Allreduce(agree, mx, 2, MPI_INT, MPI_MAX, rt->world);
+    check(rt, st == STATUS_OK && mx[0] == (int)a && mx[1] == (int)b && a != COMM_ALGO_AUTO,
+          "tuning picks the same algorithm on every rank");
+    char path[] = "/tmp/nebula-tune-XXXXXX";
+    if (rt->rank == 0) { int fd = mkstemp(path); close(fd); }
+    MPI_Bcast(path, sizeof path, MPI_CHAR, 0, rt->world);
+    st = comm_tune_save(c, path);
+    MPI_Barrier(rt->world);
+    comm_options opt = { .algo = COMM_ALGO_AUTO, .timeout_s = 30, .tune_file = path };
+    comm *c2 = NULL;
+    status st2 = comm_init(&c2, rt, &opt);
+    check(rt, st == STATUS_OK && st2 == STATUS_OK && comm_auto_choice(c2, 64) == a && comm_auto_choice(c2, 60000) == b,
+          "tuning table saved and loaded gives the same choices");
+    comm_free(c2);
+    MPI_Barrier(rt->world);
+    if (rt->rank == 0) unlink(path);
+}
+
+int main(int argc, char **argv)
+{
+    runtime_options ro = { .ranks_per_node = 0, .bind = RUNTIME_BIND_NONE };
+    int timeout_test = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--ranks-per-node") && i + 1 < argc) ro.ranks_per_node = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--timeout-test")) timeout_test = 1;
+    }
+    runtime rt;
+    status st = runtime_init(&rt, &argc, &argv, &ro);
+    if (st != STATUS_OK) runtime_exit(&rt, st);
+    comm_options opt = { .algo = COMM_ALGO_AUTO, .timeout_s = timeout_test ? 1.0 : 60.0, .tune_file = NULL };
+    comm *c;
+    st = comm_init(&c, &rt, &opt);
+    if (st != STATUS_OK) runtime_exit(&rt, st);
+    if (rt.rank == 0)
+        printf("# %d ranks, %d nodes (%d per node max), %s\n", rt.size, rt.nnodes, rt.max_local_size, comm_describe(c));
+    if (timeout_test) {
+        float x = 1;
+        if (rt.rank == rt.size - 1) sleep(4);
+        st = comm_allreduce(c, &x, 1, REDUCE_DTYPE_F32, REDUCE_OP_SUM, COMM_ALGO_MPI);
+        runtime_exit(&rt, st);
+    }
+    test_blocking(&rt, c);
+    test_concurrent(&rt, c);
+    test_tune(&rt, c);
+    comm_free(c);
+    int f = failures;
+    runtime_free(&rt);
+    return f ? 1 : 0;
+}
