@@ -17,6 +17,8 @@ NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 
 CFLAGS  ?= -O2 -g
+NEBULA_VERSION := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
+CFLAGS  += -DNEBULA_VERSION=\"git-$(NEBULA_VERSION)\"
 CFLAGS  += -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -fopenmp -MMD -MP -Ilibcore -Ikernels
 LDLIBS  := -linih -ljansson -lhwloc -lm
 LDFLAGS += -fopenmp
@@ -93,11 +95,13 @@ $(B)/lib/%.a:
 	@$(if $(filter 1,$(VERBOSE)),,echo "  AR      $@")
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-.SECONDEXPANSION:
-$(B)/bin/nebula-%: $$(patsubst %.c,$(B)/obj/%.o,$$(wildcard apps/$$*/*.c)) $(LIBS)
-	@mkdir -p $(dir $@)
-	@$(if $(filter 1,$(VERBOSE)),,echo "  LINK    $@")
-	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIBS) $(LDLIBS)
+define APP_RULE
+$(B)/bin/nebula-$(1): $(patsubst %.c,$(B)/obj/%.o,$(wildcard apps/$(1)/*.c)) $(LIBS)
+	@mkdir -p $$(dir $$@)
+	@$$(if $$(filter 1,$$(VERBOSE)),,echo "  LINK    $$@")
+	$$(Q)$$(CC) $$(LDFLAGS) -o $$@ $$(filter %.o,$$^) $$(LIBS) $$(LDLIBS)
+endef
+$(foreach a,$(APPS),$(eval $(call APP_RULE,$(a))))
 
 $(B)/test/%: $(B)/obj/validation/%.o $(LIBS)
 	@mkdir -p $(dir $@)

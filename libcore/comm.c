@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "comm_impl.h"
+#include "config.h"
 
 static const char *algo_names[COMM_ALGO_COUNT] = { "auto", "mpi", "flat", "hier" };
 
@@ -29,7 +30,23 @@ const char *comm_describe(const comm *c)
     return c->be.describe;
 }
 
+enum { FLAT_RING = 0, FLAT_RD, FLAT_RAB };  /* comm_op.sub for COMM_ALGO_FLAT */
+
 static int phase_class(comm_algo algo, int phase);
+
+static int pow2_floor(int n)
+{
+    int p = 1;
+    while (p * 2 <= n) p *= 2;
+    return p;
+}
+
+static int log2_int(int p)
+{
+    int l = 0;
+    while ((1 << l) < p) l++;
+    return l;
+}
 static int algo_phases(comm_algo algo);
 
 status comm_init(comm **out, const runtime *rt, const comm_options *opt)
@@ -132,10 +149,14 @@ status comm_allreduce_start(comm *c, comm_op *o, void *buf, size_t count, reduce
     o->nreq = 0;
     o->t_start = MPI_Wtime();
     o->deadline = c->opt.timeout_s > 0 ? o->t_start + c->opt.timeout_s : 0;
+    o->sub = FLAT_RING;
+    if (algo == COMM_ALGO_FLAT && count * esz <= COMM_FLAT_RD_MAX_BYTES) o->sub = FLAT_RD;
+    else if (algo == COMM_ALGO_FLAT && pow2_floor(c->rt->size) == c->rt->size && count >= (size_t)c->rt->size)
+        o->sub = FLAT_RAB;
     if (algo == COMM_ALGO_FLAT) {
         size_t off, len;
         split_even(count, c->rt->size, 0, &off, &len);
-        TRY(op_scratch(o, len * esz));
+        TRY(op_scratch(o, (o->sub != FLAT_RING ? count : len) * esz));
     } else if (algo == COMM_ALGO_HIER) {
         int j0, j1;
         size_t off0, len0, off1, len1;
@@ -152,6 +173,93 @@ status comm_allreduce_start(comm *c, comm_op *o, void *buf, size_t count, reduce
     c->inflight[c->ninflight++] = o;
     o->active = 1;
     return STATUS_OK;
+}
+
+/* Recursive doubling for small messages (latency: log2 n steps). With n not a
+ * power of two, the p2 = 2^floor(log2 n) lowest ranks first fold in rank r + p2
+ * (phase 0) and hand it the result at the end (phase 2). Partners combine
+ * x + y and y + x, which IEEE addition makes bit-identical, so every rank ends
+ * with the same bits. */
+static status rd_post(comm *c, comm_op *o)
+{
+    int n = c->rt->size, r = c->rt->rank, p2 = pow2_floor(n), tag = (int)(o->seq % 32768);
+    size_t bytes = o->count * reduce_dtype_size(o->dtype);
+    const comm_backend_ops *be = c->be.ops;
+    o->nreq = 0;
+    if (o->phase == 0) {
+        if (r >= p2) TRY(be->isend(&c->be, COMM_GROUP_WORLD_P2P, o->buf, bytes, r - p2, tag, &o->req[o->nreq++]));
+        else if (r + p2 < n) TRY(be->irecv(&c->be, COMM_GROUP_WORLD_P2P, o->scratch, bytes, r + p2, tag, &o->req[o->nreq++]));
+    } else if (o->phase == 1) {
+        if (r >= p2) return STATUS_OK;
+        int peer = r ^ (1 << o->step);
+        TRY(be->irecv(&c->be, COMM_GROUP_WORLD_P2P, o->scratch, bytes, peer, tag, &o->req[o->nreq++]));
+        TRY(be->isend(&c->be, COMM_GROUP_WORLD_P2P, o->buf, bytes, peer, tag, &o->req[o->nreq++]));
+    } else {
+        if (r >= p2) TRY(be->irecv(&c->be, COMM_GROUP_WORLD_P2P, o->buf, bytes, r - p2, tag, &o->req[o->nreq++]));
+        else if (r + p2 < n) TRY(be->isend(&c->be, COMM_GROUP_WORLD_P2P, o->buf, bytes, r + p2, tag, &o->req[o->nreq++]));
+    }
+    return STATUS_OK;
+}
+
+static void rd_complete_step(comm *c, comm_op *o)
+{
+    int n = c->rt->size, r = c->rt->rank, p2 = pow2_floor(n), steps = 0;
+    while ((1 << steps) < p2) steps++;
+    bool received = (o->phase == 0 && r < p2 && r + p2 < n) || (o->phase == 1 && r < p2);
+    if (received) reduce_apply(o->buf, o->scratch, o->count, o->dtype, o->op);
+    if (o->phase == 1 && r < p2 && ++o->step < steps) return;
+    o->step = 0;
+    o->phase++;
+}
+
+/* Rabenseifner's allreduce for a power-of-two world (mid and large messages):
+ * reduce-scatter by recursive halving, then allgather by recursive doubling;
+ * 2 log2 n steps moving 2(n-1)/n of the buffer, like the ring in fewer steps.
+ * The segment a rank holds at level l follows from the first l bits of its rank. */
+static void rab_segment(size_t count, int r, int p2, int level, size_t *lo, size_t *hi)
+{
+    *lo = 0;
+    *hi = count;
+    for (int k = 0; k < level; k++) {
+        size_t mid = *lo + (*hi - *lo) / 2;
+        if (r & (p2 >> (k + 1))) *lo = mid;
+        else *hi = mid;
+    }
+}
+
+static status rab_post(comm *c, comm_op *o)
+{
+    int r = c->rt->rank, p2 = c->rt->size, L = log2_int(p2), tag = (int)(o->seq % 32768);
+    int level = o->phase == 0 ? o->step : L - o->step;
+    int peer = r ^ (o->phase == 0 ? p2 >> (level + 1) : p2 >> level);
+    size_t esz = reduce_dtype_size(o->dtype), lo, hi, plo, phi;
+    char *base = o->buf;
+    const comm_backend_ops *be = c->be.ops;
+    if (o->phase == 0) {  /* send the half the partner keeps, receive its copy of mine */
+        rab_segment(o->count, r, p2, level + 1, &lo, &hi);
+        rab_segment(o->count, peer, p2, level + 1, &plo, &phi);
+        TRY(be->irecv(&c->be, COMM_GROUP_WORLD_P2P, o->scratch, (hi - lo) * esz, peer, tag, &o->req[0]));
+    } else {              /* send my reduced segment, receive the partner's into place */
+        rab_segment(o->count, r, p2, level, &lo, &hi);
+        rab_segment(o->count, peer, p2, level, &plo, &phi);
+        TRY(be->irecv(&c->be, COMM_GROUP_WORLD_P2P, base + plo * esz, (phi - plo) * esz, peer, tag, &o->req[0]));
+        plo = lo;
+        phi = hi;
+    }
+    TRY(be->isend(&c->be, COMM_GROUP_WORLD_P2P, base + plo * esz, (phi - plo) * esz, peer, tag, &o->req[1]));
+    o->nreq = 2;
+    return STATUS_OK;
+}
+
+static void rab_complete_step(comm *c, comm_op *o)
+{
+    int r = c->rt->rank, p2 = c->rt->size, L = log2_int(p2);
+    if (o->phase == 0) {
+        size_t lo, hi;
+        rab_segment(o->count, r, p2, o->step + 1, &lo, &hi);
+        reduce_apply((char *)o->buf + lo * reduce_dtype_size(o->dtype), o->scratch, hi - lo, o->dtype, o->op);
+    }
+    if (++o->step == L) { o->step = 0; o->phase++; }
 }
 
 /* Ring allreduce over the world: n-1 reduce-scatter steps, n-1 allgather steps.
@@ -234,11 +342,16 @@ static int algo_phases(comm_algo algo)
     return algo == COMM_ALGO_HIER ? 3 : algo == COMM_ALGO_FLAT ? 2 : 1;
 }
 
+static int op_phases(const comm_op *o)
+{
+    return o->algo == COMM_ALGO_FLAT && o->sub == FLAT_RD ? 3 : algo_phases(o->algo);
+}
+
 /* Posts the current phase/step if allowed, and tests what is in flight. */
 static status op_progress(comm *c, comm_op *o, bool *done)
 {
     for (;;) {
-        if (o->phase >= algo_phases(o->algo)) { *done = true; return STATUS_OK; }
+        if (o->phase >= op_phases(o)) { *done = true; return STATUS_OK; }
         if (!o->phase_started) {
             /* Ops enter a collective phase in start order (ring steps use tags instead). */
             int cls = phase_class(o->algo, o->phase);
@@ -251,7 +364,9 @@ static status op_progress(comm *c, comm_op *o, bool *done)
                 TRY(c->be.ops->iallreduce(&c->be, COMM_GROUP_WORLD_COLL, o->buf, o->count, o->dtype, o->op,
                                           &o->req[0]));
                 o->nreq = 1;
-            } else if (o->algo == COMM_ALGO_FLAT) TRY(flat_post(c, o));
+            } else if (o->algo == COMM_ALGO_FLAT) {
+                TRY(o->sub == FLAT_RD ? rd_post(c, o) : o->sub == FLAT_RAB ? rab_post(c, o) : flat_post(c, o));
+            }
             else TRY(hier_post(c, o));
             if (cls >= 0) c->ticket_next[cls]++;
             o->phase_started = 1;
@@ -263,7 +378,9 @@ static status op_progress(comm *c, comm_op *o, bool *done)
             o->nreq--;
         }
         o->phase_started = 0;
-        if (o->algo == COMM_ALGO_FLAT) flat_complete_step(c, o);
+        if (o->algo == COMM_ALGO_FLAT && o->sub == FLAT_RD) rd_complete_step(c, o);
+        else if (o->algo == COMM_ALGO_FLAT && o->sub == FLAT_RAB) rab_complete_step(c, o);
+        else if (o->algo == COMM_ALGO_FLAT) flat_complete_step(c, o);
         else o->phase++;
     }
 }
@@ -308,4 +425,11 @@ status comm_allreduce(comm *c, void *buf, size_t count, reduce_dtype dt, reduce_
 {
     TRY(comm_allreduce_start(c, &c->blocking, buf, count, dt, op, algo));
     return comm_wait(c, &c->blocking);
+}
+
+void comm_options_from_config(const config *cfg, comm_options *opt)
+{
+    comm_algo_parse(config_str(cfg, "comm.algo"), &opt->algo);
+    opt->timeout_s = config_float(cfg, "comm.timeout");
+    opt->tune_file = config_str(cfg, "comm.tune_file");
 }

@@ -3,7 +3,9 @@
  *
  * Algorithms (all in-place on `buf`, deterministic reduction order per world layout):
  *   mpi   OpenMPI's MPI_Iallreduce on a duplicate of the world communicator
- *   flat  ring allreduce (reduce-scatter ring, then allgather ring) over all ranks
+ *   flat  over all ranks: recursive doubling up to COMM_FLAT_RD_MAX_BYTES (latency);
+ *         above it Rabenseifner (halving reduce-scatter, doubling allgather) on a
+ *         power-of-two world, else a ring (reduce-scatter ring, allgather ring)
  *   hier  intra-node reduce-scatter -> inter-node allreduce among the ranks that own
  *         the same chunk on every node -> intra-node allgather
  *   auto  per message size, the algorithm a measured table chose (comm_tune)
@@ -40,6 +42,7 @@ typedef struct comm_options {
 } comm_options;
 
 #define COMM_OP_MAXREQ 64
+#define COMM_FLAT_RD_MAX_BYTES (64 * 1024)
 
 /* One in-flight allreduce. Embed it where it is used (a bucket owns one); its
  * scratch is sized at first use and reused, so steady-state steps allocate nothing. */
@@ -51,6 +54,7 @@ typedef struct comm_op {
     size_t count;          /* elements */
     reduce_dtype dtype;    /* element type */
     reduce_op op;          /* reduction */
+    int sub;               /* flat: ring, recursive doubling or Rabenseifner (comm.c) */
     int phase;             /* algorithm phase (hier: 0 rs, 1 inter, 2 ag; flat: 0 rs, 1 ag) */
     int step;              /* step within the phase (ring steps) */
     int phase_started;     /* the current phase's requests were posted */
@@ -62,6 +66,19 @@ typedef struct comm_op {
     double t_start;        /* MPI_Wtime at start */
     double deadline;       /* absolute MPI_Wtime deadline, 0 = none */
 } comm_op;
+
+/* Config keys of [comm], for an app's schema. */
+#define COMM_CONFIG_KEYS                                                                             \
+    { "comm", "algo", CONFIG_TYPE_ENUM, "auto", .choices = "auto|mpi|flat|hier",                  \
+      .help = "allreduce algorithm; auto picks per message size from the tuning table" },          \
+    { "comm", "timeout", CONFIG_TYPE_FLOAT, "300", .min = 0, .max = 1e6,                            \
+      .help = "seconds any collective may wait before naming the ranks that did not arrive (0: never)" }, \
+    { "comm", "tune_file", CONFIG_TYPE_STRING, "",                                                  \
+      .help = "JSON tuning table for auto (written by nebula-bench comm --save-tune)" }
+
+struct config;
+/* Fills options from the [comm] keys of cfg (tune_file points into cfg). */
+void comm_options_from_config(const struct config *cfg, comm_options *opt);
 
 status comm_init(comm **out, const runtime *rt, const comm_options *opt);
 void comm_free(comm *c);

@@ -5,6 +5,8 @@
  * virtual node is always inside one host and shared-memory paths stay valid. */
 #include "runtime.h"
 
+#include "config.h"
+
 #include <hwloc.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -187,10 +189,18 @@ _Noreturn void runtime_exit(runtime *rt, status st)
 {
     fflush(stdout);
     fflush(stderr);
-    if (st == STATUS_OK || st == STATUS_USAGE || st == STATUS_INPUT) {
+    if (st != STATUS_TIMEOUT && st != STATUS_PEER && st != STATUS_IO && st != STATUS_NOMEM) {
         runtime_free(rt);
         exit(status_exit_code(st));
     }
     MPI_Abort(MPI_COMM_WORLD, status_exit_code(st));
     exit(status_exit_code(st));
+}
+
+void runtime_options_from_config(const config *cfg, runtime_options *opt)
+{
+    const char *bind = config_str(cfg, "runtime.bind");
+    opt->ranks_per_node = (int)config_int(cfg, "runtime.ranks_per_node");
+    opt->bind = !strcmp(bind, "core") ? RUNTIME_BIND_CORE : !strcmp(bind, "none") ? RUNTIME_BIND_NONE
+                                                                                 : RUNTIME_BIND_AUTO;
 }

@@ -46,6 +46,17 @@ typedef struct runtime {
     double t_start;        /* MPI_Wtime at init */
 } runtime;
 
+/* Config keys of [runtime], for an app's schema (needs <math.h> for INFINITY). */
+#define RUNTIME_CONFIG_KEYS                                                                          \
+    { "runtime", "ranks_per_node", CONFIG_TYPE_INT, "0", .min = 0, .max = 1 << 20,                  \
+      .help = "virtual nodes of N ranks for one-host testing (0: real nodes; env NEBULA_RANKS_PER_NODE)" }, \
+    { "runtime", "bind", CONFIG_TYPE_ENUM, "auto", .choices = "auto|core|none",                    \
+      .help = "core binding: auto binds only when the launcher did not" }
+
+struct config;
+/* Fills options from the [runtime] keys of cfg. */
+void runtime_options_from_config(const struct config *cfg, runtime_options *opt);
+
 /* Before MPI_Init: guess the rank from the launcher's environment so that usage
  * errors are printed once, not once per rank. */
 void runtime_preinit(const char *prog);
@@ -60,8 +71,9 @@ void runtime_print_placement(const runtime *rt, FILE *f);
 /* Frees the communicators and finalizes MPI. */
 void runtime_free(runtime *rt);
 
-/* Ends the job after expected trouble: a timeout or lost peer aborts the whole job
- * (other ranks may be stuck in communication); input errors finalize and exit 2. */
+/* Ends the job with the status's exit code. A timeout, lost peer, I/O or memory
+ * failure aborts the whole job (other ranks may be stuck in communication); other
+ * statuses are reached by every rank alike, which finalize and exit. */
 _Noreturn void runtime_exit(runtime *rt, status st);
 
 #endif

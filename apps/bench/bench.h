@@ -1,0 +1,12 @@
+/* bench — nebula-bench subcommands. */
+#ifndef NEBULA_APPS_BENCH_H
+#define NEBULA_APPS_BENCH_H
+
+#include "comm.h"
+#include "config.h"
+#include "runtime.h"
+
+/* The allreduce sweep in the style of nccl-tests; returns STATUS_CORRUPT on any wrong element. */
+status bench_comm_run(const config *cfg, runtime *rt, comm *c);
+
+#endif

@@ -1,0 +1,97 @@
+/* nebula-bench — throughput and communication benchmarks.
+ *
+ *   mpirun -np 4 nebula-bench comm --ranks-per-node 2 --algo all
+ *
+ * main() reads like a script: parse -> runtime -> comm -> benchmark -> free. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "bench.h"
+#include "cli.h"
+
+static const config_key bench_schema[] = {
+    RUNTIME_CONFIG_KEYS,
+    COMM_CONFIG_KEYS,
+    { "bench", "min_bytes", CONFIG_TYPE_SIZE, "8", .min = 4, .max = 1ull << 34, .help = "smallest message" },
+    { "bench", "max_bytes", CONFIG_TYPE_SIZE, "256M", .min = 4, .max = 1ull << 34, .help = "largest message" },
+    { "bench", "factor", CONFIG_TYPE_INT, "2", .min = 2, .max = 1024, .help = "size multiplier between rows" },
+    { "bench", "iters", CONFIG_TYPE_INT, "0", .min = 0, .max = 1000000,
+      .help = "timed iterations per round (0: enough for ~0.1 s, at least 3)" },
+    { "bench", "warmup", CONFIG_TYPE_INT, "3", .min = 0, .max = 100000, .help = "untimed iterations per size" },
+    { "bench", "rounds", CONFIG_TYPE_INT, "5", .min = 1, .max = 1000,
+      .help = "interleaved rounds per size; the table shows the median" },
+    { "bench", "algo", CONFIG_TYPE_ENUM, "all", .choices = "all|auto|mpi|flat|hier|ompi",
+      .help = "rows to run: ompi is the peer (blocking MPI_Allreduce); all = ompi,mpi,flat,hier,auto" },
+    { "bench", "dtype", CONFIG_TYPE_ENUM, "float", .choices = "float|double|int32|int64", .help = "element type" },
+    { "bench", "format", CONFIG_TYPE_ENUM, "table", .choices = "table|csv", .help = "stdout format" },
+    { "bench", "json", CONFIG_TYPE_STRING, "", .help = "also write every row to this JSON file" },
+    { "bench", "save_tune", CONFIG_TYPE_STRING, "", .help = "write the auto tuning table measured here to this file" },
+    { "bench", "check", CONFIG_TYPE_BOOL, "true", .help = "check every algorithm bit-exact outside the timed loop" },
+};
+
+static const cli_option bench_options[] = {
+    { "ranks-per-node", "runtime.ranks_per_node", NULL },
+    { "timeout", "comm.timeout", NULL },
+    { "tune-file", "comm.tune_file", NULL },
+    { "min-bytes", "bench.min_bytes", NULL },
+    { "max-bytes", "bench.max_bytes", NULL },
+    { "factor", "bench.factor", NULL },
+    { "iters", "bench.iters", NULL },
+    { "warmup", "bench.warmup", NULL },
+    { "rounds", "bench.rounds", NULL },
+    { "algo", "bench.algo", NULL },
+    { "dtype", "bench.dtype", NULL },
+    { "csv", "bench.format", "csv" },
+    { "json", "bench.json", NULL },
+    { "save-tune", "bench.save_tune", NULL },
+    { "no-check", "bench.check", "false" },
+};
+
+static const char usage[] =
+    "usage: nebula-bench comm [options]   allreduce sweep (nccl-tests style), Nebula vs OpenMPI\n"
+    "       launch with mpirun -np N (add --ranks-per-node K for virtual nodes on one host)";
+
+int main(int argc, char **argv)
+{
+    runtime_preinit(argv[0]);
+    config cfg;
+    config_init(&cfg, bench_schema, (int)(sizeof bench_schema / sizeof bench_schema[0]));
+    if (argc < 2 || strncmp(argv[1], "--", 2) == 0) {
+        cli_action action;
+        status st = cli_parse(&cfg, bench_options, (int)(sizeof bench_options / sizeof bench_options[0]), argc,
+                              argv, 1, usage, &action);
+        if (st == STATUS_OK && action == CLI_ACTION_EXIT) return 0;
+        if (st == STATUS_OK) log_error0("missing subcommand; expected 'comm' (--help for usage)");
+        return 2;
+    }
+    if (strcmp(argv[1], "comm") != 0) {
+        log_error0("unknown subcommand '%s'; expected 'comm' (model throughput arrives with nebula-train)", argv[1]);
+        return 2;
+    }
+    cli_action action;
+    status st = cli_parse(&cfg, bench_options, (int)(sizeof bench_options / sizeof bench_options[0]), argc, argv,
+                          2, usage, &action);
+    if (st != STATUS_OK) return status_exit_code(st);
+    if (action == CLI_ACTION_EXIT) return 0;
+
+    runtime_options ro;
+    runtime_options_from_config(&cfg, &ro);
+    runtime rt;
+    st = runtime_init(&rt, &argc, &argv, &ro);
+    if (st != STATUS_OK) runtime_exit(&rt, st);
+    if (rt.rank == 0) {
+        cli_print_version(argv[0]);
+        config_print(&cfg, stdout);
+    }
+    runtime_print_placement(&rt, stdout);
+
+    comm_options co;
+    comm_options_from_config(&cfg, &co);
+    comm *c = NULL;
+    st = comm_init(&c, &rt, &co);
+    if (st != STATUS_OK) runtime_exit(&rt, st);
+    st = bench_comm_run(&cfg, &rt, c);
+    comm_free(c);
+    runtime_exit(&rt, st);
+}
