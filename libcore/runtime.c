@@ -108,6 +108,7 @@ static void runtime_split(runtime *rt, MPI_Comm host_comm)
 status runtime_init(runtime *rt, int *argc, char ***argv, const runtime_options *opt)
 {
     memset(rt, 0, sizeof *rt);
+    rt->world = rt->node = rt->leaders = rt->peers = MPI_COMM_NULL;
     rt->gpu = -1;
     int provided = 0;
     MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));

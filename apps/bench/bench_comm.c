@@ -3,7 +3,8 @@
  * `size count type algo time algbw busbw #wrong`, non-zero exit on any wrong element.
  *
  * Fairness on a shared, noisy machine: every algorithm of a size runs in each of
- * `rounds` interleaved rounds (so drift hits all alike); a round's time is the
+ * `rounds` interleaved rounds, in an order rotated every round (so drift and
+ * position effects hit all alike); a round's time is the
  * slowest rank's; the row shows the median round. The peer, `ompi`, is OpenMPI's
  * blocking MPI_Allreduce on the same communicator layout and buffer.
  *
@@ -122,7 +123,8 @@ static status bench_size(const config *cfg, runtime *rt, comm *c, const int *kin
     double *t = calloc((size_t)(nkinds * rounds), sizeof *t);
     CHECK(t, "out of memory for timings");
     for (int r = 0; r < rounds; r++)
-        for (int k = 0; k < nkinds; k++) {
+        for (int kk = 0; kk < nkinds; kk++) {  /* rotate the order each round: no kind always runs first */
+            int k = (kk + r) % nkinds;
             MPI_CHECK(MPI_Barrier(rt->world));
             double t0 = MPI_Wtime();
             for (int i = 0; i < iters; i++) TRY(run_once(rt, c, kinds[k], buf, count, dt));

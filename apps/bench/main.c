@@ -19,7 +19,7 @@ static const config_key bench_schema[] = {
     { "bench", "iters", CONFIG_TYPE_INT, "0", .min = 0, .max = 1000000,
       .help = "timed iterations per round (0: enough for ~0.1 s, at least 3)" },
     { "bench", "warmup", CONFIG_TYPE_INT, "3", .min = 0, .max = 100000, .help = "untimed iterations per size" },
-    { "bench", "rounds", CONFIG_TYPE_INT, "5", .min = 1, .max = 1000,
+    { "bench", "rounds", CONFIG_TYPE_INT, "7", .min = 1, .max = 1000,
       .help = "interleaved rounds per size; the table shows the median" },
     { "bench", "algo", CONFIG_TYPE_ENUM, "all", .choices = "all|auto|mpi|flat|hier|ompi",
       .help = "rows to run: ompi is the peer (blocking MPI_Allreduce); all = ompi,mpi,flat,hier,auto" },
