@@ -7,4 +7,4 @@ NP=${NP:-4}
 mkdir -p build/bench
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 mpirun --oversubscribe -np "$NP" build/bin/nebula-bench comm --config configs/bench-comm.ini \
-    --json "build/bench/comm-np$NP.json" --save-tune "build/bench/tune-np$NP.json" "$@" | tee "build/bench/comm-np$NP.txt"
+    --out "build/bench/comm-np$NP.json" --save-tune "build/bench/tune-np$NP.json" "$@" | tee "build/bench/comm-np$NP.txt"

@@ -158,8 +158,7 @@ static void print_row(const runtime *rt, const bench_row *row, double ompi_us, c
                algbw, busbw, row->wrong, ratio);
 }
 
-static status write_json(const char *path, const runtime *rt, const comm *c, const bench_row *rows, int nrows,
-                         const char *type)
+static json_t *rows_json(const runtime *rt, const comm *c, const bench_row *rows, int nrows, const char *type)
 {
     json_t *root = json_object(), *arr = json_array();
     json_object_set_new(root, "world_size", json_integer(rt->size));
@@ -180,10 +179,18 @@ static status write_json(const char *path, const runtime *rt, const comm *c, con
         json_array_append_new(arr, o);
     }
     json_object_set_new(root, "rows", arr);
-    int rc = json_dump_file(root, path, JSON_INDENT(1));
+    return root;
+}
+
+static status write_json(const char *path, const runtime *rt, const comm *c, const bench_row *rows, int nrows,
+                         const char *type)
+{
+    json_t *root = rows_json(rt, c, rows, nrows, type);
+    int rc = path ? json_dump_file(root, path, JSON_INDENT(1)) : json_dumpf(root, stdout, JSON_INDENT(1));
     json_decref(root);
+    if (!path) putchar('\n');
     if (rc != 0) {
-        log_error("cannot write %s: %s", path, log_errno_str());
+        log_error("cannot write %s: %s", path ? path : "stdout", log_errno_str());
         return STATUS_IO;
     }
     return STATUS_OK;
@@ -213,7 +220,9 @@ status bench_comm_run(const config *cfg, runtime *rt, comm *c)
         kinds[nkinds++] = one;
     }
     bool tune = config_str(cfg, "comm.tune_file")[0] == '\0';
-    bool csv = !strcmp(config_str(cfg, "bench.format"), "csv");
+    const char *format = config_str(cfg, "bench.format");
+    bool csv = !strcmp(format, "csv"), json = !strcmp(format, "json");
+    FILE *info = csv || json ? stderr : stdout;
     void *buf = calloc(hi / esz + 1, esz);
     int maxrows = 64 * NROWKINDS;
     bench_row *rows = calloc((size_t)maxrows, sizeof *rows);
@@ -223,11 +232,12 @@ status bench_comm_run(const config *cfg, runtime *rt, comm *c)
         return STATUS_NOMEM;
     }
     if (rt->rank == 0) {
-        printf("# nebula-bench comm: %d ranks on %d %snodes, %s\n", rt->size, rt->nnodes,
-               rt->ranks_per_node ? "virtual " : "", comm_describe(c));
-        printf("# median of %d interleaved rounds; time = slowest rank; busbw = algbw * 2(n-1)/n; "
-               "vs_ompi = time / MPI_Allreduce time\n", (int)config_int(cfg, "bench.rounds"));
-        if (csv) printf("size,count,type,algo,time_us,algbw_GBps,busbw_GBps,wrong,vs_ompi\n");
+        fprintf(info, "# nebula-bench comm: %d ranks on %d %snodes, %s\n", rt->size, rt->nnodes,
+                rt->ranks_per_node ? "virtual " : "", comm_describe(c));
+        fprintf(info, "# median of %d rotated rounds; time = slowest rank; busbw = algbw * 2(n-1)/n; "
+                "vs_ompi = time / MPI_Allreduce time\n", (int)config_int(cfg, "bench.rounds"));
+        if (json) ;
+        else if (csv) printf("size,count,type,algo,time_us,algbw_GBps,busbw_GBps,wrong,vs_ompi\n");
         else printf("#%11s %12s %6s %10s %11s %10s %10s %7s %8s\n", "size", "count", "type", "algo", "time_us",
                     "algbw_GB/s", "busbw_GB/s", "#wrong", "vs_ompi");
     }
@@ -242,19 +252,20 @@ status bench_comm_run(const config *cfg, runtime *rt, comm *c)
         if (st != STATUS_OK) break;
         for (int k = 0; k < nkinds; k++) {
             total_wrong += rows[nrows + k].wrong;
-            if (rt->rank == 0) print_row(rt, &rows[nrows + k], rows[nrows].us, type, csv);
+            if (rt->rank == 0 && !json) print_row(rt, &rows[nrows + k], rows[nrows].us, type, csv);
         }
         if (rt->rank == 0) fflush(stdout);
         nrows += nkinds;
     }
-    if (st == STATUS_OK && rt->rank == 0 && config_str(cfg, "bench.json")[0])
-        st = write_json(config_str(cfg, "bench.json"), rt, c, rows, nrows, type);
+    if (st == STATUS_OK && rt->rank == 0 && json) st = write_json(NULL, rt, c, rows, nrows, type);
+    if (st == STATUS_OK && rt->rank == 0 && config_str(cfg, "bench.out")[0])
+        st = write_json(config_str(cfg, "bench.out"), rt, c, rows, nrows, type);
     if (st == STATUS_OK && config_str(cfg, "bench.save_tune")[0]) st = comm_tune_save(c, config_str(cfg, "bench.save_tune"));
     if (st == STATUS_OK && total_wrong) {
         log_error0("%zu wrong elements (see the #wrong column)", total_wrong);
         st = STATUS_CORRUPT;
     }
-    if (rt->rank == 0 && st == STATUS_OK) printf("# 0 wrong elements in %d rows\n", nrows);
+    if (rt->rank == 0 && st == STATUS_OK) fprintf(info, "# 0 wrong elements in %d rows\n", nrows);
     free(buf);
     free(rows);
     return st;

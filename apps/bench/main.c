@@ -10,6 +10,10 @@
 #include "bench.h"
 #include "cli.h"
 
+#ifndef NEBULA_VERSION
+#define NEBULA_VERSION "unknown"
+#endif
+
 static const config_key bench_schema[] = {
     RUNTIME_CONFIG_KEYS,
     COMM_CONFIG_KEYS,
@@ -24,8 +28,9 @@ static const config_key bench_schema[] = {
     { "bench", "algo", CONFIG_TYPE_ENUM, "all", .choices = "all|auto|mpi|flat|hier|ompi",
       .help = "rows to run: ompi is the peer (blocking MPI_Allreduce); all = ompi,mpi,flat,hier,auto" },
     { "bench", "dtype", CONFIG_TYPE_ENUM, "float", .choices = "float|double|int32|int64", .help = "element type" },
-    { "bench", "format", CONFIG_TYPE_ENUM, "table", .choices = "table|csv", .help = "stdout format" },
-    { "bench", "json", CONFIG_TYPE_STRING, "", .help = "also write every row to this JSON file" },
+    { "bench", "format", CONFIG_TYPE_ENUM, "table", .choices = "table|csv|json",
+      .help = "stdout format; with csv and json the preamble goes to stderr" },
+    { "bench", "out", CONFIG_TYPE_STRING, "", .help = "also write every row to this JSON file" },
     { "bench", "save_tune", CONFIG_TYPE_STRING, "", .help = "write the auto tuning table measured here to this file" },
     { "bench", "check", CONFIG_TYPE_BOOL, "true", .help = "check every algorithm bit-exact outside the timed loop" },
 };
@@ -43,7 +48,8 @@ static const cli_option bench_options[] = {
     { "algo", "bench.algo", NULL },
     { "dtype", "bench.dtype", NULL },
     { "csv", "bench.format", "csv" },
-    { "json", "bench.json", NULL },
+    { "json", "bench.format", "json" },
+    { "out", "bench.out", NULL },
     { "save-tune", "bench.save_tune", NULL },
     { "no-check", "bench.check", "false" },
 };
@@ -80,11 +86,13 @@ int main(int argc, char **argv)
     runtime rt;
     st = runtime_init(&rt, &argc, &argv, &ro);
     if (st != STATUS_OK) runtime_exit(&rt, st);
+    /* Machine-readable stdout (csv, json) keeps the human preamble on stderr. */
+    FILE *info = strcmp(config_str(&cfg, "bench.format"), "table") ? stderr : stdout;
     if (rt.rank == 0) {
-        cli_print_version(argv[0]);
-        config_print(&cfg, stdout);
+        fprintf(info, "%s 0.1.0 (%s)\n", "nebula-bench", NEBULA_VERSION);
+        config_print(&cfg, info);
     }
-    runtime_print_placement(&rt, stdout);
+    runtime_print_placement(&rt, info);
 
     comm_options co;
     comm_options_from_config(&cfg, &co);

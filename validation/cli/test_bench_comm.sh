@@ -6,7 +6,7 @@
 np=${1:?NP}
 rpn=${2:-0}
 args=(comm --ranks-per-node "$rpn" --algo all --min-bytes 8 --max-bytes 4M --factor 4 --rounds 1 --iters 2
-      --warmup 1 --json "$tmp/out.json" --save-tune "$tmp/tune.json")
+      --warmup 1 --out "$tmp/out.json" --save-tune "$tmp/tune.json")
 expect "bench comm at $np ranks reports 0 wrong" 0 "# 0 wrong elements in 50 rows" -- $MPIRUN -np "$np" $BENCH "${args[@]}"
 rows=$(/usr/bin/python3 -c "import json,sys; d=json.load(open('$tmp/out.json')); print(len(d['rows']), sum(r['wrong'] for r in d['rows']), d['world_size'])")
 if [ "$rows" = "50 0 $np" ]; then echo "ok - JSON has 50 rows, 0 wrong, world $np"; else echo "FAIL - JSON: $rows"; fails=$((fails+1)); fi
@@ -14,6 +14,9 @@ expect "tuning table reloads" 0 "# 0 wrong elements" -- \
     $MPIRUN -np "$np" $BENCH comm --ranks-per-node "$rpn" --algo auto --max-bytes 64K --factor 8 --rounds 1 --iters 1 --tune-file "$tmp/tune.json"
 expect "csv output has a header" 0 "size,count,type,algo,time_us" -- \
     $MPIRUN -np "$np" $BENCH comm --ranks-per-node "$rpn" --algo flat --max-bytes 1K --rounds 1 --iters 1 --csv
+json_ok=$($MPIRUN -np "$np" $BENCH comm --ranks-per-node "$rpn" --algo hier --max-bytes 1K --factor 8 --rounds 1 --iters 1 --json 2>/dev/null |
+    /usr/bin/python3 -c "import json,sys; d=json.load(sys.stdin); print(len(d['rows']))")
+if [ "$json_ok" = "6" ]; then echo "ok - --json prints parseable JSON alone on stdout"; else echo "FAIL - --json: '$json_ok'"; fails=$((fails+1)); fi
 for dt in double int32 int64; do
     expect "dtype $dt exact" 0 "# 0 wrong elements" -- \
         $MPIRUN -np "$np" $BENCH comm --ranks-per-node "$rpn" --dtype $dt --max-bytes 1M --factor 32 --rounds 1 --iters 1
