@@ -165,8 +165,8 @@ static void bucket_finish(bucket_manager *bm, bucket *k)
 /* Starts complete buckets in index order; stops at the first that is not complete. */
 static status launch_ready(bucket_manager *bm)
 {
-    for (int b = 0; b < bm->nbuckets; b++) {
-        if (bm->buckets[b].state != BUCKET_STATE_COMPLETE) continue;
+    while (bm->next_launch < bm->nbuckets && bm->buckets[bm->next_launch].state == BUCKET_STATE_COMPLETE) {
+        int b = bm->next_launch;
         bucket *k = &bm->buckets[b];
         TRY(comm_allreduce_start(bm->c, &k->op, (char *)bm->grads + k->offset * bm->esz, k->count, bm->dtype,
                                  REDUCE_OP_SUM, bm->algo));
