@@ -6,8 +6,9 @@
  *   flat  over all ranks: recursive doubling up to COMM_FLAT_RD_MAX_BYTES (latency);
  *         above it Rabenseifner (halving reduce-scatter, doubling allgather) on a
  *         power-of-two world, else a ring (reduce-scatter ring, allgather ring)
- *   hier  intra-node reduce-scatter -> inter-node allreduce among the ranks that own
- *         the same chunk on every node -> intra-node allgather
+ *   hier  intra-node reduce-scatter through node shared memory -> inter-node flat
+ *         allreduce among the ranks that own the same part on every node ->
+ *         intra-node allgather through shared memory; pipelined in chunks
  *   auto  per message size, the algorithm a measured table chose (comm_tune)
  * The algorithms are written once against a small backend interface (comm_impl.h);
  * MPI is the backend today, NCCL and direct UCX come later.
@@ -41,8 +42,25 @@ typedef struct comm_options {
     const char *tune_file; /* JSON table of auto choices to load; NULL or "" for none */
 } comm_options;
 
-#define COMM_OP_MAXREQ 64
-#define COMM_FLAT_RD_MAX_BYTES (64 * 1024)
+#define COMM_OP_MAXREQ 2                     /* requests one step keeps in flight */
+#define COMM_FLAT_RD_MAX_BYTES (64 * 1024)   /* flat: recursive doubling up to here */
+#define COMM_SHM_SLOT_BYTES (4u << 20)       /* hier: pipeline chunk per rank in node shared memory */
+
+/* The flat engine's state: an allreduce among the ranks of one backend group, by
+ * recursive doubling (small), Rabenseifner (power-of-two groups) or a ring. It runs
+ * the flat algorithm over the world, and hier's inter-node step over a chunk group. */
+typedef struct comm_flat {
+    int group;             /* backend group (comm_impl.h) */
+    int rank;              /* my rank in the group */
+    int size;              /* ranks in the group */
+    int sub;               /* COMM_FLAT_RD, COMM_FLAT_RAB or COMM_FLAT_RING */
+    int phase;             /* rd: 0 fold-in, 1 doubling, 2 fold-out; rab: 0 halving, 1 doubling; ring: 0 rs, 1 ag */
+    int step;              /* step within the phase */
+    void *buf;             /* data, reduced in place */
+    size_t count;          /* elements */
+    void *scratch;         /* receive buffer: count elements (rd, rab) or one ring chunk */
+    int tag;               /* message tag: the op's sequence number modulo 2^15 */
+} comm_flat;
 
 /* One in-flight allreduce. Embed it where it is used (a bucket owns one); its
  * scratch is sized at first use and reused, so steady-state steps allocate nothing. */
@@ -54,14 +72,17 @@ typedef struct comm_op {
     size_t count;          /* elements */
     reduce_dtype dtype;    /* element type */
     reduce_op op;          /* reduction */
-    int sub;               /* flat: ring, recursive doubling or Rabenseifner (comm.c) */
-    int phase;             /* algorithm phase (hier: 0 rs, 1 inter, 2 ag; flat: 0 rs, 1 ag) */
-    int step;              /* step within the phase (ring steps) */
-    int phase_started;     /* the current phase's requests were posted */
-    uint64_t ticket[3];    /* per phase: position in its ordering class */
+    int phase;             /* mpi: 0 post, 1 wait; hier: comm_hier.c's phases */
+    int posted;            /* the current step's requests are in flight */
+    uint64_t ticket;       /* mpi, hier: position in the algorithm's ordering class */
+    size_t chunk_off;      /* hier: first element of the pipeline chunk in progress */
+    size_t chunk_len;      /* hier: elements in that chunk */
+    int part;              /* hier: the owned part whose inter-node allreduce runs */
+    uint64_t barrier_gen;  /* hier: node barrier generation being waited for */
+    comm_flat flat;        /* flat, and hier's inter-node step */
     int nreq;              /* requests in flight */
     uint64_t req[COMM_OP_MAXREQ]; /* backend request handles (MPI_Request for MPI) */
-    void *scratch;         /* algorithm scratch (ring chunk, owned hier slice) */
+    void *scratch;         /* algorithm scratch */
     size_t scratch_bytes;  /* capacity of scratch */
     double t_start;        /* MPI_Wtime at start */
     double deadline;       /* absolute MPI_Wtime deadline, 0 = none */

@@ -10,11 +10,15 @@
  * that phases of concurrent ops never interleave on one communicator. */
 enum comm_group {
     COMM_GROUP_WORLD_COLL = 0, /* mpi: OpenMPI's own allreduce */
-    COMM_GROUP_WORLD_P2P,      /* flat: ring point-to-point */
-    COMM_GROUP_NODE_RS,        /* hier phase 0: intra-node reduce-scatter */
-    COMM_GROUP_NODE_AG,        /* hier phase 2: intra-node allgather */
-    COMM_GROUP_CHUNK0,         /* hier phase 1: chunk j's owners on every node, j < max_local_size */
+    COMM_GROUP_WORLD_P2P,      /* flat: point-to-point over all ranks */
+    COMM_GROUP_CHUNK0,         /* hier: part j's owners on every node, j < max_local_size */
 };
+
+#define COMM_MAX_LOCAL 64      /* ranks per node the hierarchical split supports */
+#define COMM_NGROUPS (COMM_GROUP_CHUNK0 + COMM_MAX_LOCAL)
+
+enum { COMM_FLAT_RING = 0, COMM_FLAT_RD, COMM_FLAT_RAB };  /* comm_flat.sub */
+enum { COMM_CLASS_MPI = 0, COMM_CLASS_HIER, COMM_NCLASSES }; /* ordering classes */
 
 typedef struct comm_backend comm_backend;
 
@@ -40,8 +44,8 @@ typedef struct comm_backend_ops {
 struct comm_backend {
     const comm_backend_ops *ops;  /* the vtable */
     void *impl;                   /* backend state */
-    int group_rank[COMM_GROUP_CHUNK0 + COMM_OP_MAXREQ]; /* my rank in each group, -1 when not a member */
-    int group_size[COMM_GROUP_CHUNK0 + COMM_OP_MAXREQ]; /* size of each group */
+    int group_rank[COMM_NGROUPS]; /* my rank in each group, -1 when not a member */
+    int group_size[COMM_NGROUPS]; /* size of each group */
     char describe[160];           /* backend, library version, transport */
 };
 
@@ -49,6 +53,30 @@ struct comm_backend {
  * on a missed deadline, probe everyone and name the ranks that did not arrive. */
 void comm_diag_service(comm *c, uint64_t waiting_seq, bool force);
 status comm_diag_timeout(comm *c, const comm_op *o);
+
+/* Helpers shared by the algorithm files. */
+void comm_split_even(size_t count, int n, int i, size_t *off, size_t *len);
+status comm_op_scratch(comm_op *o, size_t bytes);
+
+/* Flat engine (comm_flat.c): set up, post the current step, complete it;
+ * comm_flat_done tells when every phase is over. Scratch bytes it needs: */
+size_t comm_flat_scratch_bytes(const comm *c, int group, size_t count, reduce_dtype dt);
+void comm_flat_begin(comm *c, comm_flat *f, int group, void *buf, size_t count, reduce_dtype dt, void *scratch,
+                     uint64_t seq);
+status comm_flat_post(comm *c, comm_op *o, comm_flat *f);
+void comm_flat_complete(comm *c, comm_op *o, comm_flat *f);
+bool comm_flat_done(const comm_flat *f);
+/* Posts and tests steps until one is still in flight (*done false) or all are over. */
+status comm_flat_progress(comm *c, comm_op *o, comm_flat *f, bool *done);
+/* Tests o's requests; *done when none is left in flight. */
+status comm_op_test_reqs(comm *c, comm_op *o, bool *done);
+
+/* Hierarchical algorithm (comm_hier.c). */
+status comm_hier_init(comm *c);
+void comm_hier_free(comm *c);
+size_t comm_hier_scratch_bytes(const comm *c, size_t count, reduce_dtype dt);
+/* Advances a hier op as far as it can without blocking; *done when complete. */
+status comm_hier_progress(comm *c, comm_op *o, bool *done);
 
 /* Backends. */
 status comm_mpi_backend_init(comm_backend *be, const runtime *rt);
@@ -67,8 +95,13 @@ struct comm {
     const runtime *rt;             /* placement (world, node ids, local ranks) */
     comm_options opt;              /* algorithm default, deadline */
     uint64_t seq;                  /* sequence number of the last started op */
-    uint64_t ticket_issued[4];     /* per ordering class: tickets handed out at op start */
-    uint64_t ticket_next[4];       /* per ordering class: the ticket allowed to post next */
+    uint64_t ticket_issued[COMM_NCLASSES]; /* per ordering class: tickets handed out at op start */
+    uint64_t ticket_next[COMM_NCLASSES];   /* per ordering class: the ticket allowed to run next */
+    MPI_Win shm_win;               /* node shared memory of hier */
+    size_t shm_slot_bytes;         /* bytes of one slot = one pipeline chunk */
+    char *shm_base;                /* header (barrier counter), then local_size slots, then 2 results */
+    uint64_t shm_gen;              /* node barriers this rank has arrived at */
+    uint64_t shm_chunks;           /* hier chunks completed (selects the result buffer) */
     int ninflight;                 /* ops started and not completed */
     comm_op *inflight[COMM_MAX_INFLIGHT]; /* in start order */
     comm_op blocking;              /* the op behind comm_allreduce */

@@ -6,7 +6,7 @@
 
 #include "comm_impl.h"
 
-#define NGROUPS (COMM_GROUP_CHUNK0 + COMM_OP_MAXREQ)
+#define NGROUPS COMM_NGROUPS
 
 typedef struct comm_mpi {
     MPI_Comm group[NGROUPS];   /* MPI_COMM_NULL where this rank is not a member */
@@ -163,11 +163,9 @@ status comm_mpi_backend_init(comm_backend *be, const runtime *rt)
     for (int g = 0; g < NGROUPS; g++) m->group[g] = MPI_COMM_NULL;
     MPI_CHECK(MPI_Comm_dup(rt->world, &m->group[COMM_GROUP_WORLD_COLL]));
     MPI_CHECK(MPI_Comm_dup(rt->world, &m->group[COMM_GROUP_WORLD_P2P]));
-    MPI_CHECK(MPI_Comm_dup(rt->node, &m->group[COMM_GROUP_NODE_RS]));
-    MPI_CHECK(MPI_Comm_dup(rt->node, &m->group[COMM_GROUP_NODE_AG]));
-    /* Chunk j of the hierarchical split is owned on each node by local rank
+    /* Part j of the hierarchical split is owned on each node by local rank
      * floor(j * local_size / max_local_size); its owners form group CHUNK0 + j. */
-    CHECK(rt->max_local_size <= COMM_OP_MAXREQ, "more ranks per node than COMM_OP_MAXREQ supports");
+    CHECK(rt->max_local_size <= COMM_MAX_LOCAL, "more ranks per node than COMM_MAX_LOCAL supports");
     for (int j = 0; j < rt->max_local_size; j++) {
         int owner = (int)((long)j * rt->local_size / rt->max_local_size);
         MPI_CHECK(MPI_Comm_split(rt->world, owner == rt->local_rank ? 0 : MPI_UNDEFINED, rt->node_id,

@@ -115,6 +115,38 @@ static void test_concurrent(runtime *rt, comm *c)
     free(bufs);
 }
 
+/* Larger than one hier pipeline chunk (4 MiB of shared memory per rank): the
+ * chunking, the alternating result buffers and the ring/Rabenseifner paths. */
+static void test_large(runtime *rt, comm *c)
+{
+    const size_t n = (10u << 20) / sizeof(float) + 7;
+    float *buf = malloc(n * sizeof(float));
+    for (int a = COMM_ALGO_MPI; a < COMM_ALGO_COUNT; a++) {
+        fill(buf, n, REDUCE_DTYPE_F32, rt->rank);
+        status st = comm_allreduce(c, buf, n, REDUCE_DTYPE_F32, REDUCE_OP_SUM, (comm_algo)a);
+        size_t wrong = count_wrong(buf, n, REDUCE_DTYPE_F32, rt->size, REDUCE_OP_SUM);
+        char what[128];
+        snprintf(what, sizeof what, "%s allreduce of 10 MiB (3 pipeline chunks) exact", comm_algo_name((comm_algo)a));
+        check(rt, st == STATUS_OK && wrong == 0, what);
+    }
+    /* Two multi-chunk hier ops in flight at once share the node segment in turn. */
+    float *buf2 = malloc(n * sizeof(float));
+    comm_op o1 = { 0 }, o2 = { 0 };
+    fill(buf, n, REDUCE_DTYPE_F32, rt->rank);
+    fill(buf2, n, REDUCE_DTYPE_F32, rt->rank);
+    status st = comm_allreduce_start(c, &o1, buf, n, REDUCE_DTYPE_F32, REDUCE_OP_SUM, COMM_ALGO_HIER);
+    if (st == STATUS_OK) st = comm_allreduce_start(c, &o2, buf2, n - 3, REDUCE_DTYPE_F32, REDUCE_OP_MAX, COMM_ALGO_HIER);
+    if (st == STATUS_OK) st = comm_wait(c, &o2);
+    if (st == STATUS_OK) st = comm_wait(c, &o1);
+    size_t wrong = count_wrong(buf, n, REDUCE_DTYPE_F32, rt->size, REDUCE_OP_SUM) +
+                   count_wrong(buf2, n - 3, REDUCE_DTYPE_F32, rt->size, REDUCE_OP_MAX);
+    check(rt, st == STATUS_OK && wrong == 0, "two overlapping multi-chunk hier ops exact");
+    comm_op_free(&o1);
+    comm_op_free(&o2);
+    free(buf2);
+    free(buf);
+}
+
 static void test_tune(runtime *rt, comm *c)
 {
     size_t sizes[] = { 64, 65536 };
@@ -164,6 +196,7 @@ int main(int argc, char **argv)
     }
     test_blocking(&rt, c);
     test_concurrent(&rt, c);
+    test_large(&rt, c);
     test_tune(&rt, c);
     comm_free(c);
     int f = failures;
