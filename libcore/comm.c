@@ -137,13 +137,10 @@ status comm_allreduce_start(comm *c, comm_op *o, void *buf, size_t count, reduce
 
 status comm_op_test_reqs(comm *c, comm_op *o, bool *done)
 {
-    while (o->nreq > 0) {
-        bool fin = false;
-        TRY(c->be.ops->test(&c->be, &o->req[o->nreq - 1], &fin));
-        if (!fin) { *done = false; return STATUS_OK; }
-        o->nreq--;
-    }
     *done = true;
+    if (o->nreq == 0) return STATUS_OK;
+    TRY(c->be.ops->testall(&c->be, o->req, o->nreq, done));
+    if (*done) o->nreq = 0;
     return STATUS_OK;
 }
 

@@ -79,6 +79,7 @@ typedef struct comm_op {
     size_t chunk_len;      /* hier: elements in that chunk */
     int part;              /* hier: the owned part whose inter-node allreduce runs */
     uint64_t barrier_gen;  /* hier: node barrier generation being waited for */
+    double spin_since;     /* hier: when the current barrier wait started spinning, 0 = not yet */
     comm_flat flat;        /* flat, and hier's inter-node step */
     int nreq;              /* requests in flight */
     uint64_t req[COMM_OP_MAXREQ]; /* backend request handles (MPI_Request for MPI) */

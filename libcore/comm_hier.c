@@ -17,6 +17,7 @@
  * after copying chunk k out, so chunk k's buffer is never overwritten while read.
  * Hier ops run one at a time per rank (ordering class HIER); the node barrier is a
  * counter that only grows, so a rank racing ahead cannot confuse a slower one. */
+#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -58,7 +59,10 @@ status comm_hier_init(comm *c)
     MPI_Aint size;
     int disp;
     MPI_CHECK(MPI_Win_shared_query(c->shm_win, 0, &size, &disp, &c->shm_base));
-    if (rt->local_rank == 0) atomic_init(shm_counter(c), 0);
+    if (rt->local_rank == 0) {
+        memset(c->shm_base, 0, total);  /* first touch now, not in the first timed call */
+        atomic_init(shm_counter(c), 0);
+    }
     MPI_CHECK(MPI_Barrier(rt->node));
     return STATUS_OK;
 }
@@ -78,12 +82,25 @@ size_t comm_hier_scratch_bytes(const comm *c, size_t count, reduce_dtype dt)
 static void barrier_arrive(comm *c, comm_op *o)
 {
     o->barrier_gen = ++c->shm_gen;
+    o->spin_since = 0;
     atomic_fetch_add_explicit(shm_counter(c), 1, memory_order_acq_rel);
 }
 
-static bool barrier_passed(const comm *c, const comm_op *o)
+/* Spin, then yield: a barrier usually completes within microseconds, but with more
+ * ranks than cores the rank we wait for may need this very core, so after
+ * SPIN_SECONDS of polling the wait gives the core away on every poll (as OpenMPI
+ * does when oversubscribed). */
+#define SPIN_SECONDS 20e-6
+
+static bool barrier_passed(const comm *c, comm_op *o)
 {
-    return atomic_load_explicit(shm_counter(c), memory_order_acquire) >= o->barrier_gen * (uint64_t)c->rt->local_size;
+    bool passed = atomic_load_explicit(shm_counter(c), memory_order_acquire) >=
+                  o->barrier_gen * (uint64_t)c->rt->local_size;
+    if (passed || !c->rt->oversubscribed) return passed;
+    double now = MPI_Wtime();
+    if (o->spin_since == 0) o->spin_since = now;
+    else if (now - o->spin_since > SPIN_SECONDS) sched_yield();
+    return false;
 }
 
 /* My parts [j0, j1) of the chunk, and their element range [*a, *b). */

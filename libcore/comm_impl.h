@@ -36,8 +36,8 @@ typedef struct comm_backend_ops {
                     uint64_t *req);
     status (*irecv)(comm_backend *be, int group, void *buf, size_t bytes, int peer, int tag,
                     uint64_t *req);
-    /* *done = true when the request completed (the handle is then released). */
-    status (*test)(comm_backend *be, uint64_t *req, bool *done);
+    /* *done = true when all n requests completed (their handles are then released). */
+    status (*testall)(comm_backend *be, uint64_t *reqs, int n, bool *done);
     void (*free)(comm_backend *be);
 } comm_backend_ops;
 

@@ -33,20 +33,33 @@ static void tune_insert(comm *c, const comm_tune_entry *e)
     c->ntune++;
 }
 
+/* Times each algorithm over enough calls for about 2 ms per sample, in
+ * rounds whose order rotates, so no algorithm always follows the barrier. */
 static status tune_one(comm *c, void *buf, size_t bytes, int reps, comm_op *op, double *t)
 {
     size_t count = bytes / sizeof(float);
-    for (int a = COMM_ALGO_MPI; a < COMM_ALGO_COUNT; a++) {  /* warm-up: connections, scratch */
-        TRY(comm_allreduce_start(c, op, buf, count, REDUCE_DTYPE_F32, REDUCE_OP_SUM, (comm_algo)a));
-        TRY(comm_wait(c, op));
-    }
-    for (int rep = 0; rep < reps; rep++) {
+    double t1 = 0;
+    for (int w = 0; w < 3; w++)  /* warm-up: connections, scratch, first touch of pages */
         for (int a = COMM_ALGO_MPI; a < COMM_ALGO_COUNT; a++) {
-            MPI_CHECK(MPI_Barrier(c->rt->world));
             double t0 = MPI_Wtime();
             TRY(comm_allreduce_start(c, op, buf, count, REDUCE_DTYPE_F32, REDUCE_OP_SUM, (comm_algo)a));
             TRY(comm_wait(c, op));
-            t[a * reps + rep] = MPI_Wtime() - t0;
+            t1 = a == COMM_ALGO_MPI ? MPI_Wtime() - t0 : t1;
+        }
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &t1, 1, MPI_DOUBLE, MPI_MAX, c->rt->world));
+    int iters = t1 > 0 ? (int)(2e-3 / t1) : 200;
+    iters = iters < 1 ? 1 : iters > 200 ? 200 : iters;
+    const int nalg = COMM_ALGO_COUNT - COMM_ALGO_MPI;
+    for (int rep = 0; rep < reps; rep++) {
+        for (int k = 0; k < nalg; k++) {
+            int a = COMM_ALGO_MPI + (k + rep) % nalg;
+            MPI_CHECK(MPI_Barrier(c->rt->world));
+            double t0 = MPI_Wtime();
+            for (int i = 0; i < iters; i++) {
+                TRY(comm_allreduce_start(c, op, buf, count, REDUCE_DTYPE_F32, REDUCE_OP_SUM, (comm_algo)a));
+                TRY(comm_wait(c, op));
+            }
+            t[a * reps + rep] = (MPI_Wtime() - t0) / iters;
         }
     }
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t, COMM_ALGO_COUNT * reps, MPI_DOUBLE, MPI_MAX, c->rt->world));

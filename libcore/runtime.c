@@ -83,6 +83,7 @@ static void runtime_split(runtime *rt, MPI_Comm host_comm)
     MPI_CHECK(MPI_Comm_rank(host_comm, &host_rank));
     MPI_CHECK(MPI_Comm_size(host_comm, &host_size));
     rt->host_local_rank = host_rank;
+    rt->host_size = host_size;
     if (rt->ranks_per_node > 0) {
         MPI_CHECK(MPI_Comm_split(host_comm, host_rank / rt->ranks_per_node, host_rank, &rt->node));
     } else {
@@ -137,6 +138,8 @@ status runtime_init(runtime *rt, int *argc, char ***argv, const runtime_options 
     hwloc_topology_t topo;
     if (hwloc_topology_init(&topo) == 0 && hwloc_topology_load(topo) == 0) {
         rt->bound_by_us = runtime_bind_core(rt, topo, opt->bind);
+        int npus = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU);
+        rt->oversubscribed = npus > 0 && rt->host_size > npus;
         hwloc_topology_destroy(topo);
     }
 #ifdef NEBULA_CUDA
