@@ -64,6 +64,8 @@ DEPS_STAMP := $(B)/.deps-ok
 .DEFAULT_GOAL := all
 
 all: $(DEPS_STAMP) $(BINS) $(TESTS)
+	@tools/deps.sh report
+	@echo "nebula: built $(words $(BINS)) executable(s), $(words $(TESTS)) test programs; CUDA kernels: $(if $(CUDA_ON),built with $(NVCC),not built)"
 
 # Dependencies are checked once per build tree (and again after `make clean`);
 # tools/deps.sh installs what is missing when run as root.

@@ -3,7 +3,7 @@
 #
 #   tools/deps.sh report    print ✓/✗ per dependency (MPI and its PMLs, parallel HDF5, BLAS, ...)
 #   tools/deps.sh install   apt-get install every missing package (root), else print how
-#   tools/deps.sh ensure    install when something required is missing, then report
+#   tools/deps.sh ensure    install only when something required is missing
 #
 # Required packages are what the CPU build and `make check` need; CUDA, NCCL and cuDNN are
 # optional and only reported.
@@ -47,8 +47,10 @@ report() {
     printf '  %s hwloc      %s\n' "$(mark pkg-config --exists hwloc)" "$(pkg-config --modversion hwloc 2>/dev/null || echo 'not found')"
     printf '  %s inih       %s\n' "$(mark pkg-config --exists inih)" "$(pkg-config --modversion inih 2>/dev/null || echo 'not found')"
     printf '  %s jansson    %s\n' "$(mark pkg-config --exists jansson)" "$(pkg-config --modversion jansson 2>/dev/null || echo 'not found')"
-    printf '  %s PyTorch    %s\n' "$(mark /usr/bin/python3 -c 'import torch')" \
-        "$(/usr/bin/python3 -c 'import torch, h5py, numpy; print("torch", torch.__version__, "h5py", h5py.__version__, "numpy", numpy.__version__)' 2>/dev/null || echo 'not found')"
+    # Package versions, not imports: importing torch takes seconds.
+    local pyv
+    pyv=$(dpkg-query -W -f='${Package} ${Version}\n' python3-torch python3-h5py python3-numpy 2>/dev/null | tr '\n' ' ')
+    printf '  %s Python     %s\n' "$(mark dpkg-query -W -f='${Status}' python3-torch)" "${pyv:-python3-torch/h5py/numpy not found}"
     if [ -n "$nvcc" ]; then
         local cinc; cinc="$(dirname "$(dirname "$nvcc")")/include"
         printf '  ✓ CUDA       %s\n' "$("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
@@ -83,6 +85,6 @@ install() {
 case "${1:-report}" in
     report)  report ;;
     install) install; report ;;
-    ensure)  if [ -n "$(missing_pkgs)" ]; then install; fi; report ;;
+    ensure)  if [ -n "$(missing_pkgs)" ]; then install; fi ;;
     *) echo "usage: tools/deps.sh report|install|ensure" >&2; exit 2 ;;
 esac
