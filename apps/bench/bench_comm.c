@@ -60,36 +60,15 @@ static double exact_input(int rank, size_t i)
     return (double)((int)((i * 5 + (size_t)rank * 7) % 17) - 8);
 }
 
-static void set_elem(void *buf, size_t i, reduce_dtype dt, double v)
-{
-    switch (dt) {
-    case REDUCE_DTYPE_F32: ((float *)buf)[i] = (float)v; break;
-    case REDUCE_DTYPE_F64: ((double *)buf)[i] = v; break;
-    case REDUCE_DTYPE_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
-    case REDUCE_DTYPE_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
-    }
-}
-
-static double get_elem(const void *buf, size_t i, reduce_dtype dt)
-{
-    switch (dt) {
-    case REDUCE_DTYPE_F32: return ((const float *)buf)[i];
-    case REDUCE_DTYPE_F64: return ((const double *)buf)[i];
-    case REDUCE_DTYPE_I32: return ((const int32_t *)buf)[i];
-    case REDUCE_DTYPE_I64: return (double)((const int64_t *)buf)[i];
-    }
-    return 0;
-}
-
 static status check_kind(runtime *rt, comm *c, int kind, void *buf, size_t count, reduce_dtype dt, size_t *wrong)
 {
-    for (size_t i = 0; i < count; i++) set_elem(buf, i, dt, exact_input(rt->rank, i));
+    for (size_t i = 0; i < count; i++) reduce_set(buf, i, dt, exact_input(rt->rank, i));
     TRY(run_once(rt, c, kind, buf, count, dt));
     unsigned long long w = 0;
     for (size_t i = 0; i < count; i++) {
         double e = 0;
         for (int r = 0; r < rt->size; r++) e += exact_input(r, i);
-        w += get_elem(buf, i, dt) != e;
+        w += reduce_get(buf, i, dt) != e;
     }
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &w, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, rt->world));
     *wrong = (size_t)w;

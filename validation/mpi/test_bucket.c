@@ -124,26 +124,12 @@ static double input(int rank, size_t i, int step)
 
 static void fill(void *buf, size_t n, reduce_dtype dt, int rank, int step)
 {
-    for (size_t i = 0; i < n; i++) {
-        double v = input(rank, i, step);
-        switch (dt) {
-        case REDUCE_DTYPE_F32: ((float *)buf)[i] = (float)v; break;
-        case REDUCE_DTYPE_F64: ((double *)buf)[i] = v; break;
-        case REDUCE_DTYPE_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
-        case REDUCE_DTYPE_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
-        }
-    }
+    for (size_t i = 0; i < n; i++) reduce_set(buf, i, dt, input(rank, i, step));
 }
 
 static double get(const void *buf, size_t i, reduce_dtype dt)
 {
-    switch (dt) {
-    case REDUCE_DTYPE_F32: return ((const float *)buf)[i];
-    case REDUCE_DTYPE_F64: return ((const double *)buf)[i];
-    case REDUCE_DTYPE_I32: return ((const int32_t *)buf)[i];
-    case REDUCE_DTYPE_I64: return (double)((const int64_t *)buf)[i];
-    }
-    return NAN;
+    return reduce_get(buf, i, dt);
 }
 
 /* Elements inside a bucket hold sum*scale (bit-exact when `exact`, else within

@@ -40,29 +40,14 @@ static double expect(int size, size_t i, reduce_op op)
 
 static void fill(void *buf, size_t n, reduce_dtype dt, int rank)
 {
-    for (size_t i = 0; i < n; i++) {
-        double v = input(rank, i);
-        switch (dt) {
-        case REDUCE_DTYPE_F32: ((float *)buf)[i] = (float)v; break;
-        case REDUCE_DTYPE_F64: ((double *)buf)[i] = v; break;
-        case REDUCE_DTYPE_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
-        case REDUCE_DTYPE_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
-        }
-    }
+    for (size_t i = 0; i < n; i++) reduce_set(buf, i, dt, input(rank, i));
 }
 
 static size_t count_wrong(const void *buf, size_t n, reduce_dtype dt, int size, reduce_op op)
 {
     size_t wrong = 0;
     for (size_t i = 0; i < n; i++) {
-        double e = expect(size, i, op), g = 0;
-        switch (dt) {
-        case REDUCE_DTYPE_F32: g = ((const float *)buf)[i]; break;
-        case REDUCE_DTYPE_F64: g = ((const double *)buf)[i]; break;
-        case REDUCE_DTYPE_I32: g = ((const int32_t *)buf)[i]; break;
-        case REDUCE_DTYPE_I64: g = (double)((const int64_t *)buf)[i]; break;
-        }
-        wrong += g != e;
+        wrong += reduce_get(buf, i, dt) != expect(size, i, op);
     }
     return wrong;
 }
