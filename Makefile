@@ -17,9 +17,7 @@ NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 
 CFLAGS  ?= -O2 -g
-NEBULA_VERSION := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
-CFLAGS  += -DNEBULA_VERSION=\"git-$(NEBULA_VERSION)\"
-CFLAGS  += -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -fopenmp -MMD -MP -Ilibcore -Ikernels
+CFLAGS  += -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -fopenmp -MMD -MP -Ilibcore -Ikernels -I$(B)
 LDLIBS  := -linih -ljansson -lhwloc -lm
 LDFLAGS += -fopenmp
 
@@ -60,7 +58,7 @@ endif
 
 DEPS_STAMP := $(B)/.deps-ok
 
-.PHONY: all deps deps-report check demo bench clean
+.PHONY: all deps deps-report check demo bench clean FORCE
 .DEFAULT_GOAL := all
 
 all: $(DEPS_STAMP) $(BINS) $(TESTS)
@@ -88,6 +86,15 @@ $(B)/obj/%.o: %.cu | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(filter 1,$(VERBOSE)),,echo "  NVCC    $<")
 	$(Q)$(NVCC) $(NVFLAGS) -c $< -o $@
+
+# The version string: regenerated on every make, rewritten only when it changes, so
+# a commit rebuilds the one object that prints it and nothing else.
+$(B)/version.h: FORCE | $(DEPS_STAMP)
+	@v="git-$$(git describe --always --dirty 2>/dev/null || echo unknown)"; \
+	 line="#define NEBULA_VERSION \"$$v\""; \
+	 if [ "$$(cat $@ 2>/dev/null)" != "$$line" ]; then echo "$$line" > $@; fi
+$(B)/obj/libcore/cli.o: $(B)/version.h
+FORCE:
 
 $(B)/lib/libcore.a: $(patsubst %.c,$(B)/obj/%.o,$(LIBCORE_SRC))
 $(B)/lib/libkernels.a: $(patsubst %.c,$(B)/obj/%.o,$(KCPU_SRC))

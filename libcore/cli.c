@@ -4,14 +4,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifndef NEBULA_VERSION
-#define NEBULA_VERSION "unknown"
-#endif
+#include "version.h" /* generated in build/: NEBULA_VERSION, rewritten only when it changes */
+
+const char *cli_version(void)
+{
+    return "0.1.0 (" NEBULA_VERSION ")";
+}
 
 void cli_print_version(const char *prog)
 {
     const char *base = strrchr(prog, '/');
-    printf("%s 0.1.0 (%s)\n", base ? base + 1 : prog, NEBULA_VERSION);
+    printf("%s %s\n", base ? base + 1 : prog, cli_version());
 }
 
 static int edit_distance(const char *a, const char *b)

@@ -26,7 +26,9 @@ typedef enum cli_action {
 status cli_parse(config *cfg, const cli_option *opts, int nopts, int argc, char **argv, int first,
                  const char *usage, cli_action *action);
 
-/* "nebula-bench 0.1.0 (git 1a2b3c4)" */
+/* "nebula-bench 0.1.0 (git-1a2b3c4)" */
 void cli_print_version(const char *prog);
+/* "0.1.0 (git-1a2b3c4)" */
+const char *cli_version(void);
 
 #endif

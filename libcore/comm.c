@@ -5,7 +5,8 @@
  * Ops may overlap. Two rules keep every rank's messages matched: point-to-point
  * steps carry the op's sequence number as tag, and algorithms that use a
  * collective or a shared resource (mpi: a collective on one communicator; hier:
- * the node segment) run in start order within their ordering class (tickets). */
+ * the node segment) run in start order within their ordering class (tickets).
+ * Ops in flight form a list in start order; there is no limit on their number. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,6 +37,7 @@ void comm_options_from_config(const config *cfg, comm_options *opt)
     comm_algo_parse(config_str(cfg, "comm.algo"), &opt->algo);
     opt->timeout_s = config_float(cfg, "comm.timeout");
     opt->tune_file = config_str(cfg, "comm.tune_file");
+    opt->segment_bytes = config_size(cfg, "comm.segment_bytes");
 }
 
 status comm_init(comm **out, const runtime *rt, const comm_options *opt)
@@ -45,6 +47,7 @@ status comm_init(comm **out, const runtime *rt, const comm_options *opt)
     c->rt = rt;
     c->opt = *opt;
     c->opt.tune_file = NULL;
+    if (c->opt.segment_bytes == 0 || c->opt.segment_bytes > COMM_SEGMENT_BYTES) c->opt.segment_bytes = COMM_SEGMENT_BYTES;
     c->shm_win = MPI_WIN_NULL;
     c->diag = MPI_COMM_NULL;
     status st = comm_mpi_backend_init(&c->be, rt);
@@ -61,6 +64,10 @@ void comm_free(comm *c)
 {
     if (!c) return;
     comm_op_free(&c->blocking);
+    if (c->failed || c->head) {  /* peers may never arrive: skip every collective free */
+        free(c);
+        return;
+    }
     comm_hier_free(c);
     c->be.ops->free(&c->be);
     if (c->diag != MPI_COMM_NULL) MPI_Comm_free(&c->diag);
@@ -69,7 +76,7 @@ void comm_free(comm *c)
 
 void comm_op_free(comm_op *o)
 {
-    CHECK(!o->active, "freeing a comm_op that is still in flight");
+    if (o->active) return;  /* after a failed wait MPI may still write into the scratch */
     free(o->scratch);
     o->scratch = NULL;
     o->scratch_bytes = 0;
@@ -108,6 +115,14 @@ void comm_split_even(size_t count, int n, int i, size_t *off, size_t *len)
     *len = base + (ui < rem ? 1 : 0);
 }
 
+/* mpi and flat split messages above segment_bytes (MPI counts are int). */
+static void op_segment(const comm *c, comm_op *o)
+{
+    size_t max = c->opt.segment_bytes / reduce_dtype_size(o->dtype);
+    max = max ? max : 1;
+    o->seg_len = o->count - o->seg_off < max ? o->count - o->seg_off : max;
+}
+
 status comm_allreduce_start(comm *c, comm_op *o, void *buf, size_t count, reduce_dtype dt,
                             reduce_op op, comm_algo algo)
 {
@@ -120,17 +135,19 @@ status comm_allreduce_start(comm *c, comm_op *o, void *buf, size_t count, reduce
                     .scratch = o->scratch, .scratch_bytes = o->scratch_bytes, .t_start = MPI_Wtime() };
     o->deadline = c->opt.timeout_s > 0 ? o->t_start + c->opt.timeout_s : 0;
     if (count == 0) return STATUS_OK;  /* nothing to exchange; the op is complete */
+    op_segment(c, o);
     if (algo == COMM_ALGO_FLAT) {
-        TRY(comm_op_scratch(o, comm_flat_scratch_bytes(c, COMM_GROUP_WORLD_P2P, count, dt)));
-        comm_flat_begin(c, &o->flat, COMM_GROUP_WORLD_P2P, buf, count, dt, o->scratch, o->seq);
+        TRY(comm_op_scratch(o, comm_flat_scratch_bytes(c, COMM_GROUP_WORLD_P2P, o->seg_len, dt)));
+        comm_flat_begin(c, &o->flat, COMM_GROUP_WORLD_P2P, buf, o->seg_len, dt, o->scratch, o->seq);
     } else if (algo == COMM_ALGO_HIER) {
         TRY(comm_op_scratch(o, comm_hier_scratch_bytes(c, count, dt)));
         o->ticket = c->ticket_issued[COMM_CLASS_HIER]++;
     } else {
         o->ticket = c->ticket_issued[COMM_CLASS_MPI]++;
     }
-    CHECK(c->ninflight < COMM_MAX_INFLIGHT, "too many comm_ops in flight");
-    c->inflight[c->ninflight++] = o;
+    if (c->tail) c->tail->next = o;
+    else c->head = o;
+    c->tail = o;
     o->active = 1;
     return STATUS_OK;
 }
@@ -144,45 +161,102 @@ status comm_op_test_reqs(comm *c, comm_op *o, bool *done)
     return STATUS_OK;
 }
 
-static status op_progress(comm *c, comm_op *o, bool *done)
+/* mpi: one MPI_Iallreduce per segment. The op keeps its place in the MPI class
+ * until its last segment is posted, so segments of overlapping ops never interleave. */
+static status mpi_progress(comm *c, comm_op *o, bool *done)
 {
-    if (o->algo == COMM_ALGO_FLAT) return comm_flat_progress(c, o, &o->flat, done);
-    if (o->algo == COMM_ALGO_HIER) return comm_hier_progress(c, o, done);
-    if (!o->posted) {
-        *done = false;
-        if (c->ticket_next[COMM_CLASS_MPI] != o->ticket) return STATUS_OK;
-        o->nreq = 1;
-        TRY(c->be.ops->iallreduce(&c->be, COMM_GROUP_WORLD_COLL, o->buf, o->count, o->dtype, o->op, &o->req[0]));
-        c->ticket_next[COMM_CLASS_MPI]++;
-        o->posted = 1;
+    size_t esz = reduce_dtype_size(o->dtype);
+    for (;;) {
+        if (!o->posted) {
+            *done = false;
+            if (c->ticket_next[COMM_CLASS_MPI] != o->ticket) return STATUS_OK;
+            o->nreq = 1;
+            TRY(c->be.ops->iallreduce(&c->be, COMM_GROUP_WORLD_COLL, (char *)o->buf + o->seg_off * esz, o->seg_len,
+                                      o->dtype, o->op, &o->req[0]));
+            if (o->seg_off + o->seg_len == o->count) c->ticket_next[COMM_CLASS_MPI]++;
+            o->posted = 1;
+        }
+        TRY(comm_op_test_reqs(c, o, done));
+        if (!*done) return STATUS_OK;
+        o->seg_off += o->seg_len;
+        if (o->seg_off == o->count) return STATUS_OK;
+        op_segment(c, o);
+        o->posted = 0;
     }
-    return comm_op_test_reqs(c, o, done);
 }
 
-/* Progresses every op in flight up to `o` in start order: a later op may wait for
- * an earlier one's ticket, so testing only `o` could stall. An op may also have
- * completed already while a later op was being tested. */
+static status flat_segments_progress(comm *c, comm_op *o, bool *done)
+{
+    for (;;) {
+        TRY(comm_flat_progress(c, o, &o->flat, done));
+        if (!*done) return STATUS_OK;
+        o->seg_off += o->seg_len;
+        if (o->seg_off == o->count) return STATUS_OK;
+        op_segment(c, o);
+        comm_flat_begin(c, &o->flat, COMM_GROUP_WORLD_P2P, (char *)o->buf + o->seg_off * reduce_dtype_size(o->dtype),
+                        o->seg_len, o->dtype, o->scratch, o->seq);
+    }
+}
+
+static status op_progress(comm *c, comm_op *o, bool *done)
+{
+    if (o->algo == COMM_ALGO_FLAT) return flat_segments_progress(c, o, done);
+    if (o->algo == COMM_ALGO_HIER) return comm_hier_progress(c, o, done);
+    return mpi_progress(c, o, done);
+}
+
+/* One pass over the ops in flight, oldest first, up to `last` (NULL: all). A later
+ * op may wait for an earlier one's ticket, so every earlier op is advanced too. */
+static status progress_until(comm *c, const comm_op *last)
+{
+    comm_op *prev = NULL, *p = c->head;
+    while (p) {
+        comm_op *next = p->next;
+        bool fin = false;
+        status st = op_progress(c, p, &fin);
+        if (st != STATUS_OK) {
+            c->failed = true;
+            return st;
+        }
+        if (fin) {  /* unlink */
+            p->active = 0;
+            p->next = NULL;
+            if (prev) prev->next = next;
+            else c->head = next;
+            if (c->tail == p) c->tail = prev;
+        } else {
+            prev = p;
+        }
+        if (p == last) break;
+        p = next;
+    }
+    return STATUS_OK;
+}
+
+static status check_deadline(comm *c, const comm_op *o)
+{
+    if (o->deadline <= 0) return STATUS_OK;
+    comm_diag_service(c, o->seq, false);
+    if (MPI_Wtime() <= o->deadline) return STATUS_OK;
+    c->failed = true;
+    return comm_diag_timeout(c, o);
+}
+
+/* An op may already have completed while another op was being tested. */
 status comm_test(comm *c, comm_op *o, bool *done)
 {
     CHECK(o->seq != 0, "testing a comm_op that was never started");
-    for (int i = 0; i < c->ninflight;) {
-        comm_op *p = c->inflight[i];
-        if (p->seq > o->seq) break;
-        bool fin = false;
-        TRY(op_progress(c, p, &fin));
-        if (fin) {
-            p->active = 0;
-            memmove(&c->inflight[i], &c->inflight[i + 1], (size_t)(c->ninflight - i - 1) * sizeof c->inflight[0]);
-            c->ninflight--;
-        } else {
-            i++;
-        }
-    }
     *done = !o->active;
-    if (*done || o->deadline <= 0) return STATUS_OK;
-    comm_diag_service(c, o->seq, false);
-    if (MPI_Wtime() > o->deadline) return comm_diag_timeout(c, o);
-    return STATUS_OK;
+    if (*done) return STATUS_OK;
+    TRY(progress_until(c, o));
+    *done = !o->active;
+    return *done ? STATUS_OK : check_deadline(c, o);
+}
+
+status comm_progress(comm *c)
+{
+    TRY(progress_until(c, NULL));
+    return c->head ? check_deadline(c, c->head) : STATUS_OK;
 }
 
 status comm_wait(comm *c, comm_op *o)

@@ -40,11 +40,13 @@ typedef struct comm_options {
     comm_algo algo;        /* algorithm of comm_allreduce when the caller passes AUTO */
     double timeout_s;      /* deadline of every wait in seconds; 0 disables it */
     const char *tune_file; /* JSON table of auto choices to load; NULL or "" for none */
+    size_t segment_bytes;  /* mpi and flat run larger messages in segments of this size; 0 = COMM_SEGMENT_BYTES */
 } comm_options;
 
 #define COMM_OP_MAXREQ 2                     /* requests one step keeps in flight */
 #define COMM_FLAT_RD_MAX_BYTES (64 * 1024)   /* flat: recursive doubling up to here */
 #define COMM_SHM_SLOT_BYTES (4u << 20)       /* hier: pipeline chunk per rank in node shared memory */
+#define COMM_SEGMENT_BYTES (1u << 30)        /* mpi, flat: default and largest segment (MPI counts are int) */
 
 /* The flat engine's state: an allreduce among the ranks of one backend group, by
  * recursive doubling (small), Rabenseifner (power-of-two groups) or a ring. It runs
@@ -66,6 +68,7 @@ typedef struct comm_flat {
  * scratch is sized at first use and reused, so steady-state steps allocate nothing. */
 typedef struct comm_op {
     int active;            /* started and not yet completed */
+    struct comm_op *next;  /* next op in flight, in start order (comm's list) */
     comm_algo algo;        /* resolved algorithm (never AUTO) */
     uint64_t seq;          /* collective sequence number, equal on every rank */
     void *buf;             /* the data, reduced in place */
@@ -75,6 +78,8 @@ typedef struct comm_op {
     int phase;             /* mpi: 0 post, 1 wait; hier: comm_hier.c's phases */
     int posted;            /* the current step's requests are in flight */
     uint64_t ticket;       /* mpi, hier: position in the algorithm's ordering class */
+    size_t seg_off;        /* mpi, flat: first element of the segment in progress */
+    size_t seg_len;        /* mpi, flat: elements in that segment */
     size_t chunk_off;      /* hier: first element of the pipeline chunk in progress */
     size_t chunk_len;      /* hier: elements in that chunk */
     int part;              /* hier: the owned part whose inter-node allreduce runs */
@@ -96,13 +101,17 @@ typedef struct comm_op {
     { "comm", "timeout", CONFIG_TYPE_FLOAT, "300", .min = 0, .max = 1e6,                            \
       .help = "seconds any collective may wait before naming the ranks that did not arrive (0: never)" }, \
     { "comm", "tune_file", CONFIG_TYPE_STRING, "",                                                  \
-      .help = "JSON tuning table for auto (written by nebula-bench comm --save-tune)" }
+      .help = "JSON tuning table for auto (written by nebula-bench comm --save-tune)" },             \
+    { "comm", "segment_bytes", CONFIG_TYPE_SIZE, "1G", .min = 64, .max = 1 << 30,                   \
+      .help = "mpi and flat allreduce larger messages in segments of this size" }
 
 struct config;
 /* Fills options from the [comm] keys of cfg (tune_file points into cfg). */
 void comm_options_from_config(const struct config *cfg, comm_options *opt);
 
 status comm_init(comm **out, const runtime *rt, const comm_options *opt);
+/* After a failed wait (timeout), frees only local resources: collective frees
+ * would wait for the very ranks that did not arrive. */
 void comm_free(comm *c);
 
 /* "mpi (Open MPI v4.1.4, pml ob1)" — what the backend runs on. */
@@ -121,7 +130,11 @@ status comm_allreduce_start(comm *c, comm_op *o, void *buf, size_t count, reduce
                             reduce_op op, comm_algo algo);
 status comm_test(comm *c, comm_op *o, bool *done);
 status comm_wait(comm *c, comm_op *o);
-/* Releases an op's scratch; the op must not be active. */
+/* Advances every op in flight without blocking (one pass); an op is complete when
+ * its `active` is 0. Checks the deadline of the oldest op. */
+status comm_progress(comm *c);
+/* Releases an op's scratch. An op still in flight (after a failed wait) keeps it:
+ * MPI may still write there, and the job is ending anyway. */
 void comm_op_free(comm_op *o);
 
 /* The algorithm AUTO resolves to for a message of `bytes`. */

@@ -24,10 +24,11 @@ void comm_diag_service(comm *c, uint64_t waiting_seq, bool force)
         MPI_Status st;
         MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, DIAG_TAG_PROBE, c->diag, &flag, &st));
         if (!flag) return;
-        uint64_t probe, reply[2] = { waiting_seq, c->seq };
+        uint64_t probe, reply[3] = { 0, waiting_seq, c->seq };
         MPI_CHECK(MPI_Recv(&probe, 1, MPI_UINT64_T, st.MPI_SOURCE, DIAG_TAG_PROBE, c->diag, MPI_STATUS_IGNORE));
-        /* 16 bytes go eagerly: the send completes without the prober's progress. */
-        MPI_CHECK(MPI_Send(reply, 2, MPI_UINT64_T, st.MPI_SOURCE, DIAG_TAG_REPLY, c->diag));
+        reply[0] = probe;  /* echoed, so a late reply to an older probe is not miscounted */
+        /* 24 bytes go eagerly: the send completes without the prober's progress. */
+        MPI_CHECK(MPI_Send(reply, 3, MPI_UINT64_T, st.MPI_SOURCE, DIAG_TAG_REPLY, c->diag));
     }
 }
 
@@ -49,14 +50,14 @@ static void rank_list(char *out, size_t len, const char *mark, int n)
 status comm_diag_timeout(comm *c, const comm_op *o)
 {
     int n = c->rt->size, me = c->rt->rank;
-    uint64_t (*reply)[2] = calloc((size_t)n, sizeof *reply);
+    uint64_t (*reply)[3] = calloc((size_t)n, sizeof *reply);
     char *got = calloc((size_t)n, 1), *late = calloc((size_t)n, 1), *waiting = calloc((size_t)n, 1);
     MPI_Request *req = calloc((size_t)n, sizeof *req);
     CHECK(reply && got && late && waiting && req, "out of memory while diagnosing a timeout");
-    uint64_t probe = o->seq;
+    c->diag_probe = o->seq;  /* lives in comm: an unfinished send may read it after we return */
     for (int r = 0; r < n; r++) {
         req[r] = MPI_REQUEST_NULL;
-        if (r != me) MPI_CHECK(MPI_Isend(&probe, 1, MPI_UINT64_T, r, DIAG_TAG_PROBE, c->diag, &req[r]));
+        if (r != me) MPI_CHECK(MPI_Isend(&c->diag_probe, 1, MPI_UINT64_T, r, DIAG_TAG_PROBE, c->diag, &req[r]));
     }
     double grace = c->opt.timeout_s / 2;
     grace = grace < 0.2 ? 0.2 : grace > 2.0 ? 2.0 : grace;
@@ -68,8 +69,10 @@ status comm_diag_timeout(comm *c, const comm_op *o)
         MPI_Status st;
         MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, DIAG_TAG_REPLY, c->diag, &flag, &st));
         if (!flag) continue;
-        MPI_CHECK(MPI_Recv(reply[st.MPI_SOURCE], 2, MPI_UINT64_T, st.MPI_SOURCE, DIAG_TAG_REPLY, c->diag,
-                           MPI_STATUS_IGNORE));
+        uint64_t r3[3];
+        MPI_CHECK(MPI_Recv(r3, 3, MPI_UINT64_T, st.MPI_SOURCE, DIAG_TAG_REPLY, c->diag, MPI_STATUS_IGNORE));
+        if (r3[0] != o->seq) continue;  /* answer to an older probe */
+        memcpy(reply[st.MPI_SOURCE], r3, sizeof r3);
         if (!got[st.MPI_SOURCE]) nreply++;
         got[st.MPI_SOURCE] = 1;
     }
@@ -78,11 +81,11 @@ status comm_diag_timeout(comm *c, const comm_op *o)
     waiting[me] = 1;
     for (int r = 0; r < n; r++) {
         if (r == me) continue;
-        if (got[r] && reply[r][1] >= o->seq) { waiting[r] = 1; continue; }
+        if (got[r] && reply[r][2] >= o->seq) { waiting[r] = 1; continue; }
         late[r] = 1;
         if (dl + 96 < sizeof detail)
             dl += (size_t)(got[r] ? snprintf(detail + dl, sizeof detail - dl, "; rank %d waits at collective #%llu",
-                                             r, (unsigned long long)reply[r][0])
+                                             r, (unsigned long long)reply[r][1])
                                   : snprintf(detail + dl, sizeof detail - dl,
                                              "; rank %d did not answer (computing, hung or dead)", r));
     }
@@ -90,10 +93,14 @@ status comm_diag_timeout(comm *c, const comm_op *o)
     rank_list(late_list, sizeof late_list, late, n);
     rank_list(wait_list, sizeof wait_list, waiting, n);
     size_t bytes = o->count * reduce_dtype_size(o->dtype);
-    log_error("allreduce #%llu (%s, %zu bytes) timed out after %.1f s: rank%s %s did not arrive%s; waiting: %s",
-              (unsigned long long)o->seq, comm_algo_name(o->algo), bytes, MPI_Wtime() - o->t_start,
-              strchr(late_list, ',') || strchr(late_list, '-') ? "s" : "", late_list[0] ? late_list : "(none)",
-              detail, wait_list);
+    if (late_list[0])
+        log_error("allreduce #%llu (%s, %zu bytes) timed out after %.1f s: rank%s %s did not arrive%s; waiting: %s",
+                  (unsigned long long)o->seq, comm_algo_name(o->algo), bytes, MPI_Wtime() - o->t_start,
+                  strchr(late_list, ',') || strchr(late_list, '-') ? "s" : "", late_list, detail, wait_list);
+    else
+        log_error("allreduce #%llu (%s, %zu bytes) timed out after %.1f s although every rank arrived "
+                  "(%s): the transport is not delivering", (unsigned long long)o->seq, comm_algo_name(o->algo),
+                  bytes, MPI_Wtime() - o->t_start, wait_list);
     log_error("HINT: raise comm.timeout if the slow rank is legitimately busy; otherwise check the "
               "named ranks' logs and nodes");
     for (int r = 0; r < n; r++) {

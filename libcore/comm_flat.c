@@ -8,9 +8,9 @@
  *         2(n-1)/n of the buffer per rank (Thakur, Rabenseifner & Gropp, 2005).
  *   ring  otherwise: n-1 reduce-scatter steps, n-1 allgather steps.
  *
- * Every element is combined in an order fixed by the group size, and partners
- * combine x + y and y + x, which IEEE addition makes bit-identical, so every rank
- * ends with the same bits. Steps of one op share a tag; MPI's non-overtaking rule
+ * Every element is combined in an order fixed by the group size; where two
+ * partners both keep a result, the lower rank's data is the left operand on both,
+ * so every rank ends with the same bits (NaN and signed zeros included). Steps of one op share a tag; MPI's non-overtaking rule
  * keeps consecutive steps between the same pair in order. */
 #include <string.h>
 
@@ -90,8 +90,13 @@ static status rd_post(comm *c, comm_op *o, comm_flat *f)
 static void rd_complete(comm_op *o, comm_flat *f)
 {
     int n = f->size, r = f->rank, p2 = pow2_floor(n), steps = log2_int(p2);
-    bool received = (f->phase == 0 && r < p2 && r + p2 < n) || (f->phase == 1 && r < p2);
-    if (received) reduce_apply(f->buf, f->scratch, f->count, o->dtype, o->op);
+    /* Both partners of a doubling step keep the result: the lower rank's data is
+     * always the left operand, so they compute the same bits (NaN, signed zero). */
+    if (f->phase == 0 && r < p2 && r + p2 < n) reduce_apply(f->buf, f->scratch, f->count, o->dtype, o->op);
+    if (f->phase == 1 && r < p2) {
+        if (r < (r ^ (1 << f->step))) reduce_apply(f->buf, f->scratch, f->count, o->dtype, o->op);
+        else reduce_apply_rev(f->buf, f->scratch, f->count, o->dtype, o->op);
+    }
     if (f->phase == 1 && r < p2 && ++f->step < steps) return;
     f->step = 0;
     f->phase++;

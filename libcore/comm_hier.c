@@ -3,8 +3,9 @@
  * Per pipeline chunk of at most `slot` bytes:
  *   copy-in   every local rank copies its chunk into its slot of a node-shared
  *             segment (MPI_Win_allocate_shared on the node communicator), barrier;
- *   reduce    the chunk is cut into max_local_size parts; local rank lr owns the
- *             parts j with floor(j * local_size / max_local_size) == lr and sums
+ *   reduce    the chunk is cut into L parts (the largest node's size, at most
+ *             COMM_MAX_LOCAL); local rank lr owns the parts j with
+ *             floor(j * local_size / L) == lr (none when lr is past L) and sums
  *             them over all slots, in local-rank order, into a result buffer;
  *   inter     each owned part is allreduced with the owners of the same part on
  *             the other nodes (the flat engine on group CHUNK0 + j), barrier;
@@ -29,6 +30,11 @@ enum { HIER_ENTER = 0, HIER_COPYIN, HIER_REDUCE, HIER_INTER, HIER_COPYOUT, HIER_
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "the node barrier needs lock-free 64-bit atomics");
 
+int comm_hier_nparts(const runtime *rt)
+{
+    return rt->max_local_size < COMM_MAX_LOCAL ? rt->max_local_size : COMM_MAX_LOCAL;
+}
+
 static _Atomic unsigned long long *shm_counter(const comm *c)
 {
     return (_Atomic unsigned long long *)(void *)c->shm_base;
@@ -52,7 +58,8 @@ status comm_hier_init(comm *c)
     size_t slot = (32u << 20) / (size_t)rt->max_local_size;
     slot = slot < (256u << 10) ? (256u << 10) : slot > COMM_SHM_SLOT_BYTES ? COMM_SHM_SLOT_BYTES : slot;
     c->shm_slot_bytes = slot / 64 * 64;
-    size_t total = SHM_HEADER_BYTES + (size_t)(rt->local_size + 2) * c->shm_slot_bytes;
+    /* A node of one works in place and needs no slots. */
+    size_t total = SHM_HEADER_BYTES + (rt->local_size > 1 ? (size_t)(rt->local_size + 2) * c->shm_slot_bytes : 0);
     char *mine;
     MPI_CHECK(MPI_Win_allocate_shared(rt->local_rank == 0 ? (MPI_Aint)total : 0, 1, MPI_INFO_NULL, rt->node,
                                       &mine, &c->shm_win));
@@ -75,7 +82,7 @@ void comm_hier_free(comm *c)
 size_t comm_hier_scratch_bytes(const comm *c, size_t count, reduce_dtype dt)
 {
     size_t esz = reduce_dtype_size(dt), cap = c->shm_slot_bytes / esz;
-    size_t part = (count < cap ? count : cap) / (size_t)c->rt->max_local_size + 1;
+    size_t part = (count < cap ? count : cap) / (size_t)comm_hier_nparts(c->rt) + 1;
     return part * esz;
 }
 
@@ -106,7 +113,7 @@ static bool barrier_passed(const comm *c, comm_op *o)
 /* My parts [j0, j1) of the chunk, and their element range [*a, *b). */
 static void owned_parts(const comm *c, size_t mk, int *j0, int *j1, size_t *a, size_t *b)
 {
-    int L = c->rt->max_local_size, Ls = c->rt->local_size, lr = c->rt->local_rank;
+    int L = comm_hier_nparts(c->rt), Ls = c->rt->local_size, lr = c->rt->local_rank;
     size_t off, len;
     *j0 = (lr * L + Ls - 1) / Ls;
     *j1 = ((lr + 1) * L + Ls - 1) / Ls;
@@ -128,7 +135,7 @@ static void start_part(comm *c, comm_op *o, int j1)
 {
     size_t esz = reduce_dtype_size(o->dtype), off, len;
     for (; o->part < j1; o->part++) {
-        comm_split_even(o->chunk_len, c->rt->max_local_size, o->part, &off, &len);
+        comm_split_even(o->chunk_len, comm_hier_nparts(c->rt), o->part, &off, &len);
         if (len == 0) continue;
         comm_flat_begin(c, &o->flat, COMM_GROUP_CHUNK0 + o->part, chunk_result(c, o) + off * esz, len, o->dtype,
                         o->scratch, o->seq);

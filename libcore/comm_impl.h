@@ -71,7 +71,9 @@ status comm_flat_progress(comm *c, comm_op *o, comm_flat *f, bool *done);
 /* Tests o's requests; *done when none is left in flight. */
 status comm_op_test_reqs(comm *c, comm_op *o, bool *done);
 
-/* Hierarchical algorithm (comm_hier.c). */
+/* Hierarchical algorithm (comm_hier.c). Parts per chunk: the largest node's
+ * size, capped at COMM_MAX_LOCAL (ranks beyond it own no part). */
+int comm_hier_nparts(const runtime *rt);
 status comm_hier_init(comm *c);
 void comm_hier_free(comm *c);
 size_t comm_hier_scratch_bytes(const comm *c, size_t count, reduce_dtype dt);
@@ -88,7 +90,6 @@ typedef struct comm_tune_entry {
 } comm_tune_entry;
 
 #define COMM_TUNE_MAX 64
-#define COMM_MAX_INFLIGHT 1024
 
 struct comm {
     comm_backend be;               /* the backend in use */
@@ -102,8 +103,10 @@ struct comm {
     char *shm_base;                /* header (barrier counter), then local_size slots, then 2 results */
     uint64_t shm_gen;              /* node barriers this rank has arrived at */
     uint64_t shm_chunks;           /* hier chunks completed (selects the result buffer) */
-    int ninflight;                 /* ops started and not completed */
-    comm_op *inflight[COMM_MAX_INFLIGHT]; /* in start order */
+    comm_op *head;                 /* ops in flight, oldest first (linked by comm_op.next) */
+    comm_op *tail;                 /* newest op in flight */
+    bool failed;                   /* a wait failed: ops may be stuck, collectives unsafe */
+    uint64_t diag_probe;           /* send buffer of timeout probes (outlives the call) */
     comm_op blocking;              /* the op behind comm_allreduce */
     MPI_Comm diag;                 /* probe/reply channel for timeout diagnosis */
     double diag_last;              /* MPI_Wtime of the last probe service */

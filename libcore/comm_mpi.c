@@ -167,10 +167,10 @@ status comm_mpi_backend_init(comm_backend *be, const runtime *rt)
     MPI_CHECK(MPI_Comm_dup(rt->world, &m->group[COMM_GROUP_WORLD_COLL]));
     MPI_CHECK(MPI_Comm_dup(rt->world, &m->group[COMM_GROUP_WORLD_P2P]));
     /* Part j of the hierarchical split is owned on each node by local rank
-     * floor(j * local_size / max_local_size); its owners form group CHUNK0 + j. */
-    CHECK(rt->max_local_size <= COMM_MAX_LOCAL, "more ranks per node than COMM_MAX_LOCAL supports");
-    for (int j = 0; j < rt->max_local_size; j++) {
-        int owner = (int)((long)j * rt->local_size / rt->max_local_size);
+     * floor(j * local_size / nparts); its owners form group CHUNK0 + j. */
+    int nparts = comm_hier_nparts(rt);
+    for (int j = 0; j < nparts; j++) {
+        int owner = (int)((long)j * rt->local_size / nparts);
         MPI_CHECK(MPI_Comm_split(rt->world, owner == rt->local_rank ? 0 : MPI_UNDEFINED, rt->node_id,
                                  &m->group[COMM_GROUP_CHUNK0 + j]));
     }

@@ -33,6 +33,13 @@ static void tune_insert(comm *c, const comm_tune_entry *e)
     c->ntune++;
 }
 
+/* A barrier with the comm deadline (MPI_Barrier could wait forever). */
+static status tune_sync(comm *c)
+{
+    int32_t x = 0;
+    return comm_allreduce(c, &x, 1, REDUCE_DTYPE_I32, REDUCE_OP_SUM, COMM_ALGO_MPI);
+}
+
 /* Times each algorithm over enough calls for about 2 ms per sample, in
  * rounds whose order rotates, so no algorithm always follows the barrier. */
 static status tune_one(comm *c, void *buf, size_t bytes, int reps, comm_op *op, double *t)
@@ -46,14 +53,14 @@ static status tune_one(comm *c, void *buf, size_t bytes, int reps, comm_op *op, 
             TRY(comm_wait(c, op));
             t1 = a == COMM_ALGO_MPI ? MPI_Wtime() - t0 : t1;
         }
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &t1, 1, MPI_DOUBLE, MPI_MAX, c->rt->world));
+    TRY(comm_allreduce(c, &t1, 1, REDUCE_DTYPE_F64, REDUCE_OP_MAX, COMM_ALGO_MPI));
     int iters = t1 > 0 ? (int)(2e-3 / t1) : 200;
     iters = iters < 1 ? 1 : iters > 200 ? 200 : iters;
     const int nalg = COMM_ALGO_COUNT - COMM_ALGO_MPI;
     for (int rep = 0; rep < reps; rep++) {
         for (int k = 0; k < nalg; k++) {
             int a = COMM_ALGO_MPI + (k + rep) % nalg;
-            MPI_CHECK(MPI_Barrier(c->rt->world));
+            TRY(tune_sync(c));
             double t0 = MPI_Wtime();
             for (int i = 0; i < iters; i++) {
                 TRY(comm_allreduce_start(c, op, buf, count, REDUCE_DTYPE_F32, REDUCE_OP_SUM, (comm_algo)a));
@@ -62,12 +69,13 @@ static status tune_one(comm *c, void *buf, size_t bytes, int reps, comm_op *op, 
             t[a * reps + rep] = (MPI_Wtime() - t0) / iters;
         }
     }
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t, COMM_ALGO_COUNT * reps, MPI_DOUBLE, MPI_MAX, c->rt->world));
+    TRY(comm_allreduce(c, t, (size_t)(COMM_ALGO_COUNT * reps), REDUCE_DTYPE_F64, REDUCE_OP_MAX, COMM_ALGO_MPI));
     return STATUS_OK;
 }
 
 status comm_tune(comm *c, const size_t *bytes, int nsizes, int reps)
 {
+    CHECK(c->head == NULL, "comm_tune needs every rank idle: wait for the ops in flight first");
     size_t max = 0;
     for (int i = 0; i < nsizes; i++) max = bytes[i] > max ? bytes[i] : max;
     float *buf = calloc(max / sizeof(float) + 1, sizeof(float));
@@ -126,12 +134,42 @@ status comm_tune_save(const comm *c, const char *path)
     return STATUS_OK;
 }
 
+/* Rank 0 reads the file and broadcasts its text, so every rank parses the same
+ * table (a node-local path missing on one node cannot split the job). */
+static status tune_read_bcast(comm *c, const char *path, char **text)
+{
+    long len = -1;
+    char *buf = NULL;
+    if (c->rt->rank == 0) {
+        FILE *f = fopen(path, "rb");
+        if (f && fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) {
+            buf = malloc((size_t)len + 1);
+            if (!buf || fread(buf, 1, (size_t)len, f) != (size_t)len) len = -1;
+        } else {
+            len = -1;
+        }
+        if (len < 0) log_error("cannot read the tuning table %s: %s", path, log_errno_str());
+        if (f) fclose(f);
+    }
+    MPI_CHECK(MPI_Bcast(&len, 1, MPI_LONG, 0, c->rt->world));
+    if (len < 0) { free(buf); return STATUS_INPUT; }
+    if (c->rt->rank != 0) buf = malloc((size_t)len + 1);
+    CHECK(buf, "out of memory for the tuning table");
+    MPI_CHECK(MPI_Bcast(buf, (int)len, MPI_CHAR, 0, c->rt->world));
+    buf[len] = '\0';
+    *text = buf;
+    return STATUS_OK;
+}
+
 status comm_tune_load(comm *c, const char *path)
 {
+    char *text;
+    TRY(tune_read_bcast(c, path, &text));
     json_error_t err;
-    json_t *root = json_load_file(path, 0, &err);
+    json_t *root = json_loads(text, 0, &err);
+    free(text);
     if (!root) {
-        log_error0("%s:%d: cannot read the tuning table: %s", path, err.line, err.text);
+        log_error0("%s:%d: cannot parse the tuning table: %s", path, err.line, err.text);
         return STATUS_INPUT;
     }
     status st = STATUS_OK;

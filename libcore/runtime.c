@@ -189,11 +189,16 @@ void runtime_free(runtime *rt)
     MPI_Finalize();
 }
 
+bool runtime_must_abort(status st)
+{
+    return st == STATUS_TIMEOUT || st == STATUS_PEER || st == STATUS_IO || st == STATUS_NOMEM;
+}
+
 _Noreturn void runtime_exit(runtime *rt, status st)
 {
     fflush(stdout);
     fflush(stderr);
-    if (st != STATUS_TIMEOUT && st != STATUS_PEER && st != STATUS_IO && st != STATUS_NOMEM) {
+    if (!runtime_must_abort(st)) {
         runtime_free(rt);
         exit(status_exit_code(st));
     }

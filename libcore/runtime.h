@@ -77,5 +77,8 @@ void runtime_free(runtime *rt);
  * failure aborts the whole job (other ranks may be stuck in communication); other
  * statuses are reached by every rank alike, which finalize and exit. */
 _Noreturn void runtime_exit(runtime *rt, status st);
+/* True for the statuses runtime_exit ends with MPI_Abort: call runtime_exit before
+ * freeing communicators, whose collective frees could wait for a stuck rank. */
+bool runtime_must_abort(status st);
 
 #endif

@@ -10,15 +10,12 @@
 #include "bench.h"
 #include "cli.h"
 
-#ifndef NEBULA_VERSION
-#define NEBULA_VERSION "unknown"
-#endif
-
 static const config_key bench_schema[] = {
     RUNTIME_CONFIG_KEYS,
     COMM_CONFIG_KEYS,
-    { "bench", "min_bytes", CONFIG_TYPE_SIZE, "8", .min = 4, .max = 1ull << 34, .help = "smallest message" },
-    { "bench", "max_bytes", CONFIG_TYPE_SIZE, "256M", .min = 4, .max = 1ull << 34, .help = "largest message" },
+    { "bench", "min_bytes", CONFIG_TYPE_SIZE, "8", .min = 4, .max = 1ull << 31, .help = "smallest message" },
+    { "bench", "max_bytes", CONFIG_TYPE_SIZE, "256M", .min = 4, .max = 1ull << 31,
+      .help = "largest message (2G at most: the MPI_Allreduce peer takes an int count)" },
     { "bench", "factor", CONFIG_TYPE_INT, "2", .min = 2, .max = 1024, .help = "size multiplier between rows" },
     { "bench", "iters", CONFIG_TYPE_INT, "0", .min = 0, .max = 1000000,
       .help = "timed iterations per round (0: enough for ~0.1 s, at least 3)" },
@@ -89,7 +86,7 @@ int main(int argc, char **argv)
     /* Machine-readable stdout (csv, json) keeps the human preamble on stderr. */
     FILE *info = strcmp(config_str(&cfg, "bench.format"), "table") ? stderr : stdout;
     if (rt.rank == 0) {
-        fprintf(info, "%s 0.1.0 (%s)\n", "nebula-bench", NEBULA_VERSION);
+        fprintf(info, "nebula-bench %s\n", cli_version());
         config_print(&cfg, info);
     }
     runtime_print_placement(&rt, info);
@@ -98,8 +95,9 @@ int main(int argc, char **argv)
     comm_options_from_config(&cfg, &co);
     comm *c = NULL;
     st = comm_init(&c, &rt, &co);
-    if (st != STATUS_OK) runtime_exit(&rt, st);
+    if (st != STATUS_OK) runtime_exit(&rt, st);  /* every rank fails alike: the table is broadcast */
     st = bench_comm_run(&cfg, &rt, c);
+    if (runtime_must_abort(st)) runtime_exit(&rt, st);
     comm_free(c);
     runtime_exit(&rt, st);
 }

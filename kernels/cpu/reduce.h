@@ -26,6 +26,11 @@ size_t reduce_dtype_size(reduce_dtype dt);
 /* dst[i] = dst[i] op src[i] for i < n; dst and src must not overlap. */
 void reduce_apply(void *dst, const void *src, size_t n, reduce_dtype dt, reduce_op op);
 
+/* dst[i] = src[i] op dst[i]: the same combination with the operands swapped, so two
+ * ranks that exchange their data and each keep the result compute bit-identical
+ * values even for NaN payloads, NaN in max/min and signed zeros. */
+void reduce_apply_rev(void *dst, const void *src, size_t n, reduce_dtype dt, reduce_op op);
+
 /* Element i of a typed buffer as a double, and back (exact for the small integers
  * tests and benchmarks use to check reductions bit for bit). */
 double reduce_get(const void *buf, size_t i, reduce_dtype dt);
@@ -33,5 +38,6 @@ void reduce_set(void *buf, size_t i, reduce_dtype dt, double v);
 
 /* The specification: a scalar loop with no vectorisation hints, used by the tests. */
 void reduce_apply_ref(void *dst, const void *src, size_t n, reduce_dtype dt, reduce_op op);
+void reduce_apply_rev_ref(void *dst, const void *src, size_t n, reduce_dtype dt, reduce_op op);
 
 #endif

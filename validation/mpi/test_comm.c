@@ -2,9 +2,11 @@
  *
  * Inputs are small integers (also in float), so every partial sum is exactly
  * representable and any reduction order gives the same bits: the check is exact.
- * Usage: test_comm [--ranks-per-node N] [--timeout-test]
- *   --timeout-test: the last rank sleeps past the deadline; the others must
- *   report it by name and the job must end with exit code 1 (checked by the caller). */
+ * Usage: test_comm [--ranks-per-node N] [--timeout-test ALGO]
+ *   --timeout-test: the last rank sleeps 60 s, far past the 1 s deadline; the others
+ *   must report it by name, free the comm without waiting for it, and end the job
+ *   with exit code 1 long before it wakes (checked by the caller). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,6 +134,86 @@ static void test_large(runtime *rt, comm *c)
     free(buf);
 }
 
+/* NaN, NaN payloads and signed zeros: every rank must hold the same bits after the
+ * allreduce (a found-inf flag or a norm that differs across ranks makes ranks take
+ * different branches). Checked by gathering every rank's result. */
+static void test_same_bits(runtime *rt, comm *c)
+{
+    enum { N = 8 };
+    static const char *op_names[] = { "sum", "max", "min" };
+    for (int a = COMM_ALGO_MPI; a < COMM_ALGO_COUNT; a++)
+        for (int op = 0; op < 3; op++) {
+            float x[N];
+            for (int i = 0; i < N; i++) {
+                int k = (i + rt->rank) % 4;
+                x[i] = k == 0 ? NAN : k == 1 ? -NAN : k == 2 ? 0.0f : -0.0f;
+                if (i == 7) x[i] = (float)rt->rank;
+            }
+            status st = comm_allreduce(c, x, N, REDUCE_DTYPE_F32, (reduce_op)op, (comm_algo)a);
+            float *all = malloc(sizeof x * (size_t)rt->size);
+            MPI_Allgather(x, (int)sizeof x, MPI_BYTE, all, (int)sizeof x, MPI_BYTE, rt->world);
+            bool same = true;
+            for (int r = 1; r < rt->size; r++) same = same && memcmp(all, all + r * N, sizeof x) == 0;
+            free(all);
+            char what[128];
+            snprintf(what, sizeof what, "%s %s with NaN and signed zeros: identical bits on every rank",
+                     comm_algo_name((comm_algo)a), op_names[op]);
+            check(rt, st == STATUS_OK && same, what);
+        }
+}
+
+/* Thousands of ops in flight at once (a model with many small buckets). */
+static void test_many_inflight(runtime *rt, comm *c)
+{
+    enum { NOPS = 3000, N = 3 };
+    comm_op *ops = calloc(NOPS, sizeof *ops);
+    float *bufs = malloc(sizeof(float) * NOPS * N);
+    status st = STATUS_OK;
+    for (int k = 0; k < NOPS && st == STATUS_OK; k++) {
+        fill(bufs + k * N, N, REDUCE_DTYPE_F32, rt->rank);
+        st = comm_allreduce_start(c, &ops[k], bufs + k * N, N, REDUCE_DTYPE_F32, REDUCE_OP_SUM,
+                                  (comm_algo)(COMM_ALGO_MPI + k % 3));
+    }
+    for (int k = NOPS - 1; k >= 0 && st == STATUS_OK; k--) st = comm_wait(c, &ops[k]);
+    size_t wrong = 0;
+    for (int k = 0; k < NOPS; k++) {
+        wrong += count_wrong(bufs + k * N, N, REDUCE_DTYPE_F32, rt->size, REDUCE_OP_SUM);
+        comm_op_free(&ops[k]);
+    }
+    check(rt, st == STATUS_OK && wrong == 0, "3000 ops in flight at once, waited in reverse order, exact");
+    free(ops);
+    free(bufs);
+}
+
+/* Messages split into segments (here of 4000 bytes, the default is 1 GiB): mpi and
+ * flat run each segment in turn, overlapping ops keep their segments in order. */
+static void test_segments(runtime *rt)
+{
+    comm_options opt = { .algo = COMM_ALGO_AUTO, .timeout_s = 60, .segment_bytes = 4000 };
+    comm *c;
+    status st = comm_init(&c, rt, &opt);
+    enum { N = 50001 };
+    float *a = malloc(N * sizeof(float)), *b = malloc(N * sizeof(float));
+    size_t wrong = 0;
+    for (int alg = COMM_ALGO_MPI; alg <= COMM_ALGO_FLAT && st == STATUS_OK; alg++) {
+        comm_op o1 = { 0 }, o2 = { 0 };
+        fill(a, N, REDUCE_DTYPE_F32, rt->rank);
+        fill(b, N, REDUCE_DTYPE_F32, rt->rank);
+        st = comm_allreduce_start(c, &o1, a, N, REDUCE_DTYPE_F32, REDUCE_OP_SUM, (comm_algo)alg);
+        if (st == STATUS_OK) st = comm_allreduce_start(c, &o2, b, N - 11, REDUCE_DTYPE_F32, REDUCE_OP_MAX, (comm_algo)alg);
+        if (st == STATUS_OK) st = comm_wait(c, &o2);
+        if (st == STATUS_OK) st = comm_wait(c, &o1);
+        wrong += count_wrong(a, N, REDUCE_DTYPE_F32, rt->size, REDUCE_OP_SUM) +
+                 count_wrong(b, N - 11, REDUCE_DTYPE_F32, rt->size, REDUCE_OP_MAX);
+        comm_op_free(&o1);
+        comm_op_free(&o2);
+    }
+    check(rt, st == STATUS_OK && wrong == 0, "mpi and flat in 4000-byte segments, two ops overlapping, exact");
+    comm_free(c);
+    free(a);
+    free(b);
+}
+
 static void test_tune(runtime *rt, comm *c)
 {
     size_t sizes[] = { 64, 65536 };
@@ -160,9 +242,13 @@ int main(int argc, char **argv)
 {
     runtime_options ro = { .ranks_per_node = 0, .bind = RUNTIME_BIND_NONE };
     int timeout_test = 0;
+    comm_algo timeout_algo = COMM_ALGO_MPI;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--ranks-per-node") && i + 1 < argc) ro.ranks_per_node = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--timeout-test")) timeout_test = 1;
+        else if (!strcmp(argv[i], "--timeout-test") && i + 1 < argc && comm_algo_parse(argv[i + 1], &timeout_algo)) {
+            timeout_test = 1;
+            i++;
+        }
     }
     runtime rt;
     status st = runtime_init(&rt, &argc, &argv, &ro);
@@ -174,14 +260,18 @@ int main(int argc, char **argv)
     if (rt.rank == 0)
         printf("# %d ranks, %d nodes (%d per node max), %s\n", rt.size, rt.nnodes, rt.max_local_size, comm_describe(c));
     if (timeout_test) {
-        float x = 1;
-        if (rt.rank == rt.size - 1) sleep(4);
-        st = comm_allreduce(c, &x, 1, REDUCE_DTYPE_F32, REDUCE_OP_SUM, COMM_ALGO_MPI);
+        float x[1000] = { 0 };
+        if (rt.rank == rt.size - 1) sleep(60);
+        st = comm_allreduce(c, x, 1000, REDUCE_DTYPE_F32, REDUCE_OP_SUM, timeout_algo);
+        comm_free(c);  /* must not wait for the sleeping rank */
         runtime_exit(&rt, st);
     }
     test_blocking(&rt, c);
     test_concurrent(&rt, c);
     test_large(&rt, c);
+    test_same_bits(&rt, c);
+    test_many_inflight(&rt, c);
+    test_segments(&rt);
     test_tune(&rt, c);
     comm_free(c);
     int f = failures;
