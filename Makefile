@@ -18,7 +18,7 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -fopenmp -MMD -MP -Ilibcore -Ikernels -I$(B)
-LDLIBS  := -linih -ljansson -lhwloc -lm
+LDLIBS  := -linih -ljansson -lhwloc -lopenblas -lm
 LDFLAGS += -fopenmp
 
 ifeq ($(USE_CUDA),auto)
