@@ -1,0 +1,801 @@
+/* test_kernels_cnn — the CNN kernels (conv2d, batchnorm, maxpool, global avgpool,
+ * relu) against their double-precision specifications (STYLE.md kernel triad).
+ *
+ * For each kernel and shape (odd ones on purpose: 9x9 images, 3 channels, 5
+ * filters, strides that do not divide, rectangular kernels and images):
+ *   (a) fast float forward vs the double reference, canaries around every output;
+ *   (b) reference backward vs central differences of L = sum(out * R), rtol 1e-6;
+ *   (c) fast backward vs reference backward;
+ *   (d) backward adds into gradients that already hold values;
+ *   (e) batchnorm running statistics after two training steps, and eval mode;
+ *   (f) bit-identical results with 1 and 2 OpenMP threads, at sizes above every
+ *       kernel's OpenMP threshold.
+ *
+ * Tolerances are derived, not tuned: a float sum of k terms is within
+ * kc_rtol_f32(k) * sum|terms| of the exact one, and sum|terms| is obtained by
+ * running the reference on absolute values. One line per check; exit 1 on any
+ * failure. */
+#include <float.h>
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/batchnorm.h"
+#include "cpu/conv2d.h"
+#include "cpu/pool.h"
+#include "cpu/relu.h"
+#include "kernel_check.h"
+
+/* ---- buffers ------------------------------------------------------------------ */
+
+static float *frand(kc *k, size_t n, float lo, float hi)
+{
+    float *p = malloc((n ? n : 1) * sizeof *p);
+    kc_uniform(k, p, n, lo, hi);
+    return p;
+}
+
+static float *gzero(size_t n) /* guarded, zeroed */
+{
+    float *p = kc_guarded(n);
+    memset(p, 0, n * sizeof *p);
+    return p;
+}
+
+static float *gcopy(const float *src, size_t n) /* guarded copy */
+{
+    float *p = kc_guarded(n);
+    memcpy(p, src, n * sizeof *p);
+    return p;
+}
+
+static double *dzero(size_t n)
+{
+    return calloc(n ? n : 1, sizeof(double));
+}
+
+static double *dfrom(const float *src, size_t n)
+{
+    double *p = dzero(n);
+    kc_to_double(p, src, n);
+    return p;
+}
+
+static double *dabs_of(const double *x, size_t n)
+{
+    double *p = dzero(n);
+    for (size_t i = 0; i < n; i++) p[i] = fabs(x[i]);
+    return p;
+}
+
+static double dmaxabs(const double *x, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
+    return m;
+}
+
+static double fmaxabs(const float *x, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)x[i]));
+    return m;
+}
+
+static double ddot(const double *a, const double *b, size_t n)
+{
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* int32 buffers with canaries, for argmax */
+#define IGUARD 0x5eadbeef
+static int32_t *iguarded(size_t n)
+{
+    int32_t *p = malloc((n + 2 * KC_GUARD) * sizeof *p);
+    for (size_t i = 0; i < n + 2 * KC_GUARD; i++) p[i] = IGUARD;
+    return p + KC_GUARD;
+}
+
+static bool iguards_intact(const int32_t *p, size_t n)
+{
+    for (size_t i = 1; i <= KC_GUARD; i++)
+        if (p[-(long)i] != IGUARD || p[n + i - 1] != IGUARD) return false;
+    return true;
+}
+
+/* The check line, formatted into the caller's `what` buffer. */
+#define LABEL(...) (snprintf(what, sizeof what, __VA_ARGS__), what)
+
+/* ---- shared checks -------------------------------------------------------------- */
+
+/* Central differences of L = sum(out*R) with h = 1e-5. Each evaluation of L is off
+ * by at most n*eps*S (S = sum|out*R|, n terms), so the quotient by n*eps*S/h; the
+ * truncation error h^2/6 |L'''| is zero for the piecewise linear layers and below
+ * 1e-9 for batchnorm at these sizes. */
+static double fd_atol(size_t n, double S)
+{
+    return (double)n * DBL_EPSILON * S / 1e-5 + 1e-9;
+}
+
+static double abs_dot(const double *a, const double *b, size_t n)
+{
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += fabs(a[i] * b[i]);
+    return s;
+}
+
+/* Checks a reference gradient against central differences of f over x. */
+static void check_fd(kc *k, double *x, size_t n, kc_scalar_fn f, void *ctx, const double *grad, double atol,
+                     const char *what)
+{
+    double *g = dzero(n);
+    kc_numeric_grad(x, n, f, ctx, g);
+    kc_close_d(k, grad, g, n, atol, 1e-6, what);
+    free(g);
+}
+
+/* (d): `got` started as g0 and had a gradient `ref` added: compare with g0 + ref;
+ * the extra addition costs one rounding of |g0| + |ref|. */
+static void check_adds(kc *k, const float *got, const float *g0, const double *ref, size_t n, double atol,
+                       double rtol, const char *what)
+{
+    double *want = dzero(n);
+    for (size_t i = 0; i < n; i++) want[i] = (double)g0[i] + ref[i];
+    kc_close(k, got, want, n, atol + kc_rtol_f32(1) * (fmaxabs(g0, n) + dmaxabs(ref, n)), rtol, what);
+    free(want);
+}
+
+/* The same for the reference backward, in double. */
+static void check_adds_d(kc *k, const double *got, const float *g0, const double *ref, size_t n, const char *what)
+{
+    double *want = dzero(n);
+    for (size_t i = 0; i < n; i++) want[i] = (double)g0[i] + ref[i];
+    kc_close_d(k, got, want, n, 1e-12, 1e-12, what);
+    free(want);
+}
+
+/* ---- conv2d ------------------------------------------------------------------- */
+
+typedef struct conv_shape {
+    const char *name;                     /* shown in check lines */
+    int N, C, H, W, OC, KH, KW, stride, pad;
+    int bias;                             /* 0: forward without bias */
+} conv_shape;
+
+typedef struct conv_ctx {
+    const conv_shape *s;     /* the shape */
+    int OH, OW;              /* output size */
+    const double *x, *w, *b; /* (N,C,H,W), (OC,C,KH,KW), (OC) or NULL */
+    const double *R;         /* (N,OC,OH,OW) loss weights */
+    double *out;             /* (N,OC,OH,OW) scratch */
+    size_t no;               /* output elements */
+} conv_ctx;
+
+static double conv_loss(void *p)
+{
+    const conv_ctx *c = p;
+    const conv_shape *s = c->s;
+    conv2d_forward_ref(c->out, c->x, c->w, c->b, s->N, s->C, s->H, s->W, s->OC, s->KH, s->KW, s->stride, s->pad,
+                       c->OH, c->OW);
+    return ddot(c->out, c->R, c->no);
+}
+
+#define CONV_ARGS(s, OH, OW) (s)->N, (s)->C, (s)->H, (s)->W, (s)->OC, (s)->KH, (s)->KW, (s)->stride, (s)->pad, OH, OW
+
+static void test_conv(kc *k, const conv_shape *s)
+{
+    const int OH = (s->H + 2 * s->pad - s->KH) / s->stride + 1, OW = (s->W + 2 * s->pad - s->KW) / s->stride + 1;
+    const size_t ni = (size_t)s->N * s->C * s->H * s->W, nw = (size_t)s->OC * s->C * s->KH * s->KW,
+                 no = (size_t)s->N * s->OC * OH * OW, nb = (size_t)s->OC,
+                 nwork = conv2d_workspace_floats(s->C, s->KH, s->KW, OH, OW);
+    const size_t K = (size_t)s->C * s->KH * s->KW, Kdx = (size_t)s->OC * s->KH * s->KW,
+                 Kdw = (size_t)s->N * OH * OW;
+    char what[200];
+
+    float *x = frand(k, ni, -1, 1), *w = frand(k, nw, -1, 1), *b = frand(k, nb, -1, 1), *R = frand(k, no, -1, 1);
+    const float *bias = s->bias ? b : NULL;
+    double *xd = dfrom(x, ni), *wd = dfrom(w, nw), *bd = s->bias ? dfrom(b, nb) : NULL, *Rd = dfrom(R, no);
+
+    /* (a) forward; the magnitude bound is the convolution of the absolute values */
+    float *out = kc_guarded(no), *work = kc_guarded(nwork);
+    conv2d_forward(out, x, w, bias, work, CONV_ARGS(s, OH, OW));
+    double *outd = dzero(no), *xa = dabs_of(xd, ni), *wa = dabs_of(wd, nw), *ba = bd ? dabs_of(bd, nb) : NULL,
+           *Ra = dabs_of(Rd, no), *outa = dzero(no);
+    conv2d_forward_ref(outd, xd, wd, bd, CONV_ARGS(s, OH, OW));
+    conv2d_forward_ref(outa, xa, wa, ba, CONV_ARGS(s, OH, OW));
+    snprintf(what, sizeof what, "conv2d %s: forward fast vs reference (%zu-term sums)", s->name, K + 1);
+    kc_close(k, out, outd, no, kc_rtol_f32(K + 1) * dmaxabs(outa, no), kc_rtol_f32(K + 1), what);
+    snprintf(what, sizeof what, "conv2d %s: forward canaries intact (output, workspace)", s->name);
+    kc_report(k, kc_guards_intact(out, no) && kc_guards_intact(work, nwork), what, 0);
+
+    /* (b) reference backward vs central differences */
+    double *dxd = dzero(ni), *dwd = dzero(nw), *dbd = dzero(nb);
+    conv2d_backward_ref(dxd, dwd, dbd, Rd, xd, wd, CONV_ARGS(s, OH, OW));
+    conv_ctx ctx = { s, OH, OW, xd, wd, bd, Rd, dzero(no), no };
+    double fa = fd_atol(no, abs_dot(outd, Rd, no));
+    snprintf(what, sizeof what, "conv2d %s: reference dinp vs central differences", s->name);
+    check_fd(k, xd, ni, conv_loss, &ctx, dxd, fa, what);
+    snprintf(what, sizeof what, "conv2d %s: reference dweight vs central differences", s->name);
+    check_fd(k, wd, nw, conv_loss, &ctx, dwd, fa, what);
+    if (bd) {
+        snprintf(what, sizeof what, "conv2d %s: reference dbias vs central differences", s->name);
+        check_fd(k, bd, nb, conv_loss, &ctx, dbd, fa, what);
+    }
+
+    /* (c) fast backward vs reference; bounds from the backward of absolute values */
+    double *dxa = dzero(ni), *dwa = dzero(nw), *dba = dzero(nb);
+    conv2d_backward_ref(dxa, dwa, dba, Ra, xa, wa, CONV_ARGS(s, OH, OW));
+    const double tx = kc_rtol_f32(Kdx), tw = kc_rtol_f32(Kdw);
+    const double ax = tx * dmaxabs(dxa, ni), aw = tw * dmaxabs(dwa, nw), ab = tw * dmaxabs(dba, nb);
+    float *dx = gzero(ni), *dw = gzero(nw), *db = gzero(nb);
+    conv2d_backward(dx, dw, db, R, x, w, work, CONV_ARGS(s, OH, OW));
+    snprintf(what, sizeof what, "conv2d %s: backward dinp fast vs reference (%zu-term sums)", s->name, Kdx);
+    kc_close(k, dx, dxd, ni, ax, tx, what);
+    snprintf(what, sizeof what, "conv2d %s: backward dweight fast vs reference (%zu-term sums)", s->name, Kdw);
+    kc_close(k, dw, dwd, nw, aw, tw, what);
+    snprintf(what, sizeof what, "conv2d %s: backward dbias fast vs reference", s->name);
+    kc_close(k, db, dbd, nb, ab, tw, what);
+    snprintf(what, sizeof what, "conv2d %s: backward canaries intact (dinp, dweight, dbias, workspace)", s->name);
+    kc_report(k, kc_guards_intact(dx, ni) && kc_guards_intact(dw, nw) && kc_guards_intact(db, nb) &&
+                     kc_guards_intact(work, nwork), what, 0);
+
+    /* NULL gradients are skipped and do not change the others */
+    float *dx2 = gzero(ni), *dw2 = gzero(nw);
+    conv2d_backward(dx2, NULL, NULL, R, x, w, work, CONV_ARGS(s, OH, OW));
+    conv2d_backward(NULL, dw2, NULL, R, x, w, work, CONV_ARGS(s, OH, OW));
+    snprintf(what, sizeof what, "conv2d %s: NULL gradients skipped, others bit-identical", s->name);
+    kc_report(k, !memcmp(dx2, dx, ni * sizeof *dx) && !memcmp(dw2, dw, nw * sizeof *dw), what, 0);
+
+    /* (d) backward adds, fast and reference */
+    float *g0x = frand(k, ni, -1, 1), *g0w = frand(k, nw, -1, 1), *g0b = frand(k, nb, -1, 1);
+    float *dx3 = gcopy(g0x, ni), *dw3 = gcopy(g0w, nw), *db3 = gcopy(g0b, nb);
+    conv2d_backward(dx3, dw3, db3, R, x, w, work, CONV_ARGS(s, OH, OW));
+    snprintf(what, sizeof what, "conv2d %s: backward adds into dinp", s->name);
+    check_adds(k, dx3, g0x, dxd, ni, ax, tx, what);
+    snprintf(what, sizeof what, "conv2d %s: backward adds into dweight", s->name);
+    check_adds(k, dw3, g0w, dwd, nw, aw, tw, what);
+    snprintf(what, sizeof what, "conv2d %s: backward adds into dbias", s->name);
+    check_adds(k, db3, g0b, dbd, nb, ab, tw, what);
+    double *rx = dfrom(g0x, ni), *rw = dfrom(g0w, nw), *rb = dfrom(g0b, nb);
+    conv2d_backward_ref(rx, rw, rb, Rd, xd, wd, CONV_ARGS(s, OH, OW));
+    check_adds_d(k, rx, g0x, dxd, ni, LABEL("conv2d %s: reference backward adds into dinp", s->name));
+    check_adds_d(k, rw, g0w, dwd, nw, LABEL("conv2d %s: reference backward adds into dweight", s->name));
+    check_adds_d(k, rb, g0b, dbd, nb, LABEL("conv2d %s: reference backward adds into dbias", s->name));
+
+    free(x), free(w), free(b), free(R), free(xd), free(wd), free(bd), free(Rd);
+    free(outd), free(xa), free(wa), free(ba), free(Ra), free(outa), free(ctx.out);
+    free(dxd), free(dwd), free(dbd), free(dxa), free(dwa), free(dba), free(g0x), free(g0w), free(g0b);
+    free(rx), free(rw), free(rb);
+    kc_guarded_free(out), kc_guarded_free(work), kc_guarded_free(dx), kc_guarded_free(dw), kc_guarded_free(db);
+    kc_guarded_free(dx2), kc_guarded_free(dw2), kc_guarded_free(dx3), kc_guarded_free(dw3), kc_guarded_free(db3);
+}
+
+/* ---- batchnorm ---------------------------------------------------------------- */
+
+typedef struct bn_ctx {
+    int N, C, HW;
+    const double *x, *w, *b, *R; /* (N,C,HW), (C), (C), (N,C,HW) */
+    double *out, *mean, *rstd;   /* scratch */
+    double eps;
+} bn_ctx;
+
+static double bn_loss(void *p)
+{
+    const bn_ctx *c = p;
+    batchnorm_forward_ref(c->out, c->mean, c->rstd, NULL, NULL, c->x, c->w, c->b, c->N, c->C, c->HW, c->eps, 0.1,
+                          1);
+    return ddot(c->out, c->R, (size_t)c->N * c->C * c->HW);
+}
+
+/* Channel c's values of x (N, C, HW) get offset `off * (c + 1)`: a large mean tests
+ * the two-pass variance. */
+static float *bn_input(kc *k, int N, int C, int HW, float off)
+{
+    float *x = frand(k, (size_t)N * C * HW, -1, 1);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++)
+            for (int i = 0; i < HW; i++) x[((size_t)n * C + c) * HW + i] += off * (float)(c + 1);
+    return x;
+}
+
+static void test_batchnorm(kc *k, int N, int C, int HW, float off, float eps)
+{
+    const size_t n = (size_t)N * C * HW, M = (size_t)N * HW;
+    const float momentum = 0.1f;
+    char what[200], name[80];
+    snprintf(name, sizeof name, "N=%d C=%d HW=%d mean~%g eps=%g", N, C, HW, (double)off, (double)eps);
+
+    float *x = bn_input(k, N, C, HW, off), *w = frand(k, (size_t)C, 0.5f, 1.5f), *b = frand(k, (size_t)C, -1, 1);
+    float *R = frand(k, n, -1, 1);
+    double *xd = dfrom(x, n), *wd = dfrom(w, (size_t)C), *bd = dfrom(b, (size_t)C), *Rd = dfrom(R, n);
+
+    /* (a) training forward */
+    float *out = kc_guarded(n), *mean = kc_guarded((size_t)C), *rstd = kc_guarded((size_t)C);
+    float *rm = kc_guarded((size_t)C), *rv = kc_guarded((size_t)C);
+    for (int c = 0; c < C; c++) rm[c] = 0.0f, rv[c] = 1.0f;
+    batchnorm_forward(out, mean, rstd, rm, rv, x, w, b, N, C, HW, eps, momentum, 1);
+    double *outd = dzero(n), *meand = dzero((size_t)C), *rstdd = dzero((size_t)C), *rmd = dzero((size_t)C),
+           *rvd = dzero((size_t)C);
+    for (int c = 0; c < C; c++) rvd[c] = 1.0;
+    batchnorm_forward_ref(outd, meand, rstdd, rmd, rvd, xd, wd, bd, N, C, HW, eps, momentum, 1);
+    /* out = x*scale + shift: a few roundings of terms up to |x|*|w|*rstd each */
+    const double xm = fmaxabs(x, n), rsm = dmaxabs(rstdd, (size_t)C), wm = fmaxabs(w, (size_t)C);
+    const double ay = kc_rtol_f32(4) * (2 * xm * wm * rsm + fmaxabs(b, (size_t)C));
+    snprintf(what, sizeof what, "batchnorm %s: training forward out fast vs reference", name);
+    kc_close(k, out, outd, n, ay, kc_rtol_f32(4), what);
+    kc_close(k, mean, meand, (size_t)C, kc_rtol_f32(1) * xm, kc_rtol_f32(1),
+             LABEL("batchnorm %s: saved mean fast vs reference", name));
+    kc_close(k, rstd, rstdd, (size_t)C, 0, kc_rtol_f32(2), LABEL("batchnorm %s: saved rstd fast vs reference", name));
+    kc_close(k, rm, rmd, (size_t)C, kc_rtol_f32(4) * xm, kc_rtol_f32(4),
+             LABEL("batchnorm %s: running mean after one step fast vs reference", name));
+    kc_close(k, rv, rvd, (size_t)C, kc_rtol_f32(4) * xm * xm, kc_rtol_f32(4),
+             LABEL("batchnorm %s: running var after one step fast vs reference", name));
+    snprintf(what, sizeof what, "batchnorm %s: forward canaries intact (out, mean, rstd, running)", name);
+    kc_report(k, kc_guards_intact(out, n) && kc_guards_intact(mean, (size_t)C) && kc_guards_intact(rstd, (size_t)C) &&
+                     kc_guards_intact(rm, (size_t)C) && kc_guards_intact(rv, (size_t)C), what, 0);
+
+    /* (b) reference backward vs central differences */
+    double *dxd = dzero(n), *dwd = dzero((size_t)C), *dbd = dzero((size_t)C);
+    batchnorm_backward_ref(dxd, dwd, dbd, Rd, xd, wd, meand, rstdd, N, C, HW);
+    bn_ctx ctx = { N, C, HW, xd, wd, bd, Rd, dzero(n), dzero((size_t)C), dzero((size_t)C), eps };
+    double fa = fd_atol(n, abs_dot(outd, Rd, n));
+    snprintf(what, sizeof what, "batchnorm %s: reference dinp vs central differences", name);
+    check_fd(k, xd, n, bn_loss, &ctx, dxd, fa, what);
+    snprintf(what, sizeof what, "batchnorm %s: reference dweight vs central differences", name);
+    check_fd(k, wd, (size_t)C, bn_loss, &ctx, dwd, fa, what);
+    snprintf(what, sizeof what, "batchnorm %s: reference dbias vs central differences", name);
+    check_fd(k, bd, (size_t)C, bn_loss, &ctx, dbd, fa, what);
+
+    /* (c) fast backward vs reference. xhat = (x - mean)*rstd carries the rounding of
+     * x - mean (|x| up to xm) times rstd: X = xm*rsm bounds both |xhat| and that
+     * error's scale. dinp = w*rstd*(dy - mean dy - xhat*mean(dy*xhat)) <= wm*rsm*(2 + X^2). */
+    const double X = xm * rsm;
+    const double ax = kc_rtol_f32(8) * wm * rsm * (2 + 2 * X * X), aw = kc_rtol_f32(M) * X,
+                 ab = kc_rtol_f32(1) * (double)M;
+    float *dx = gzero(n), *dw = gzero((size_t)C), *db = gzero((size_t)C);
+    batchnorm_backward(dx, dw, db, R, x, w, mean, rstd, N, C, HW);
+    snprintf(what, sizeof what, "batchnorm %s: backward dinp fast vs reference", name);
+    kc_close(k, dx, dxd, n, ax, kc_rtol_f32(8), what);
+    snprintf(what, sizeof what, "batchnorm %s: backward dweight fast vs reference", name);
+    kc_close(k, dw, dwd, (size_t)C, aw, kc_rtol_f32(8), what);
+    snprintf(what, sizeof what, "batchnorm %s: backward dbias fast vs reference", name);
+    kc_close(k, db, dbd, (size_t)C, ab, kc_rtol_f32(1), what);
+    snprintf(what, sizeof what, "batchnorm %s: backward canaries intact", name);
+    kc_report(k, kc_guards_intact(dx, n) && kc_guards_intact(dw, (size_t)C) && kc_guards_intact(db, (size_t)C),
+              what, 0);
+
+    /* (d) adds */
+    float *g0x = frand(k, n, -1, 1), *g0w = frand(k, (size_t)C, -1, 1), *g0b = frand(k, (size_t)C, -1, 1);
+    float *dx3 = gcopy(g0x, n), *dw3 = gcopy(g0w, (size_t)C), *db3 = gcopy(g0b, (size_t)C);
+    batchnorm_backward(dx3, dw3, db3, R, x, w, mean, rstd, N, C, HW);
+    check_adds(k, dx3, g0x, dxd, n, ax, kc_rtol_f32(8), LABEL("batchnorm %s: backward adds into dinp", name));
+    check_adds(k, dw3, g0w, dwd, (size_t)C, aw, kc_rtol_f32(8), LABEL("batchnorm %s: backward adds into dweight", name));
+    check_adds(k, db3, g0b, dbd, (size_t)C, ab, kc_rtol_f32(1), LABEL("batchnorm %s: backward adds into dbias", name));
+    double *rx = dfrom(g0x, n), *rw = dfrom(g0w, (size_t)C), *rb = dfrom(g0b, (size_t)C);
+    batchnorm_backward_ref(rx, rw, rb, Rd, xd, wd, meand, rstdd, N, C, HW);
+    check_adds_d(k, rx, g0x, dxd, n, LABEL("batchnorm %s: reference backward adds into dinp", name));
+    check_adds_d(k, rw, g0w, dwd, (size_t)C, LABEL("batchnorm %s: reference backward adds into dweight", name));
+    check_adds_d(k, rb, g0b, dbd, (size_t)C, LABEL("batchnorm %s: reference backward adds into dbias", name));
+
+    /* (e) a second training step on new data, then eval. Expected values come from
+     * the formula written out here, not from the reference implementation. */
+    float *x2 = bn_input(k, N, C, HW, off);
+    batchnorm_forward(out, mean, rstd, rm, rv, x2, w, b, N, C, HW, eps, momentum, 1);
+    double *wantm = dzero((size_t)C), *wantv = dzero((size_t)C);
+    for (int c = 0; c < C; c++) {
+        double em = 0.0, ev = 1.0; /* PyTorch's initial running stats */
+        for (int step = 0; step < 2; step++) {
+            const float *xs = step ? x2 : x;
+            double s = 0, q = 0;
+            for (int i = 0; i < N; i++)
+                for (int j = 0; j < HW; j++) s += xs[((size_t)i * C + c) * HW + j];
+            double mu = s / (double)M;
+            for (int i = 0; i < N; i++)
+                for (int j = 0; j < HW; j++) q += pow(xs[((size_t)i * C + c) * HW + j] - mu, 2);
+            em = (1 - (double)momentum) * em + (double)momentum * mu;
+            ev = (1 - (double)momentum) * ev + (double)momentum * q / (double)(M - 1); /* unbiased */
+        }
+        wantm[c] = em, wantv[c] = ev;
+    }
+    snprintf(what, sizeof what, "batchnorm %s: running mean after 2 steps = (1-m)^2*0 + (1-m)*m*mu1 + m*mu2", name);
+    kc_close(k, rm, wantm, (size_t)C, kc_rtol_f32(8) * xm, kc_rtol_f32(8), what);
+    snprintf(what, sizeof what, "batchnorm %s: running var after 2 steps uses the unbiased variance", name);
+    kc_close(k, rv, wantv, (size_t)C, kc_rtol_f32(8) * xm * xm, kc_rtol_f32(8), what);
+
+    float rm_keep[64], rv_keep[64];
+    memcpy(rm_keep, rm, (size_t)C * sizeof *rm);
+    memcpy(rv_keep, rv, (size_t)C * sizeof *rv);
+    float *x3 = bn_input(k, N, C, HW, off);
+    batchnorm_forward(out, mean, rstd, rm, rv, x3, w, b, N, C, HW, eps, momentum, 0);
+    double *wanty = dzero(n);
+    for (int i = 0; i < N; i++)
+        for (int c = 0; c < C; c++)
+            for (int j = 0; j < HW; j++) {
+                size_t at = ((size_t)i * C + c) * HW + j;
+                wanty[at] = (x3[at] - (double)rm[c]) / sqrt((double)rv[c] + eps) * w[c] + b[c];
+            }
+    snprintf(what, sizeof what, "batchnorm %s: eval normalises with the running statistics", name);
+    kc_close(k, out, wanty, n, ay, kc_rtol_f32(4), what);
+    snprintf(what, sizeof what, "batchnorm %s: eval leaves running statistics untouched", name);
+    kc_report(k, !memcmp(rm_keep, rm, (size_t)C * sizeof *rm) && !memcmp(rv_keep, rv, (size_t)C * sizeof *rv),
+              what, 0);
+    double *evd = dzero(n), *evm = dzero((size_t)C), *evs = dzero((size_t)C), *rmd2 = dfrom(rm, (size_t)C),
+           *rvd2 = dfrom(rv, (size_t)C), *x3d = dfrom(x3, n);
+    batchnorm_forward_ref(evd, evm, evs, rmd2, rvd2, x3d, wd, bd, N, C, HW, eps, momentum, 0);
+    snprintf(what, sizeof what, "batchnorm %s: eval fast vs reference", name);
+    kc_close(k, out, evd, n, ay, kc_rtol_f32(4), what);
+
+    free(x), free(w), free(b), free(R), free(xd), free(wd), free(bd), free(Rd), free(outd), free(meand);
+    free(rstdd), free(rmd), free(rvd), free(dxd), free(dwd), free(dbd), free(ctx.out), free(ctx.mean);
+    free(ctx.rstd), free(g0x), free(g0w), free(g0b), free(rx), free(rw), free(rb), free(x2), free(wantm);
+    free(wantv), free(x3), free(wanty), free(evd), free(evm), free(evs), free(rmd2), free(rvd2), free(x3d);
+    kc_guarded_free(out), kc_guarded_free(mean), kc_guarded_free(rstd), kc_guarded_free(rm), kc_guarded_free(rv);
+    kc_guarded_free(dx), kc_guarded_free(dw), kc_guarded_free(db), kc_guarded_free(dx3), kc_guarded_free(dw3);
+    kc_guarded_free(db3);
+}
+
+/* ---- maxpool ------------------------------------------------------------------ */
+
+typedef struct pool_shape {
+    const char *name;
+    int N, C, H, W, K, stride, pad;
+} pool_shape;
+
+typedef struct pool_ctx {
+    const pool_shape *s;
+    int OH, OW;
+    const double *x, *R;
+    double *out;
+    int32_t *arg;
+    size_t no;
+} pool_ctx;
+
+static double pool_loss(void *p)
+{
+    const pool_ctx *c = p;
+    const pool_shape *s = c->s;
+    maxpool2d_forward_ref(c->out, c->arg, c->x, s->N, s->C, s->H, s->W, s->K, s->stride, s->pad, c->OH, c->OW);
+    return ddot(c->out, c->R, c->no);
+}
+
+#define POOL_ARGS(s, OH, OW) (s)->N, (s)->C, (s)->H, (s)->W, (s)->K, (s)->stride, (s)->pad, OH, OW
+
+/* Distinct values 0.01 apart in random order: no ties, and h = 1e-5 never flips a max. */
+static float *distinct(kc *k, size_t n)
+{
+    float *x = malloc(n * sizeof *x);
+    for (size_t i = 0; i < n; i++) x[i] = 0.01f * (float)((long)i - (long)n / 2);
+    for (size_t i = n; i > 1; i--) {
+        size_t j = rng_below(&k->r, (uint32_t)i);
+        float t = x[i - 1];
+        x[i - 1] = x[j], x[j] = t;
+    }
+    return x;
+}
+
+static void test_maxpool(kc *k, const pool_shape *s)
+{
+    const int OH = (s->H + 2 * s->pad - s->K) / s->stride + 1, OW = (s->W + 2 * s->pad - s->K) / s->stride + 1;
+    const size_t ni = (size_t)s->N * s->C * s->H * s->W, no = (size_t)s->N * s->C * OH * OW;
+    /* an input gets at most ceil(K/stride)^2 output gradients */
+    const size_t per = (size_t)((s->K + s->stride - 1) / s->stride) * (size_t)((s->K + s->stride - 1) / s->stride);
+    char what[200];
+
+    float *x = distinct(k, ni), *R = frand(k, no, -1, 1);
+    double *xd = dfrom(x, ni), *Rd = dfrom(R, no);
+
+    /* (a) forward: a max is one of the inputs, so fast and reference agree exactly */
+    float *out = kc_guarded(no);
+    int32_t *arg = iguarded(no), *argd = iguarded(no);
+    double *outd = dzero(no);
+    maxpool2d_forward(out, arg, x, POOL_ARGS(s, OH, OW));
+    maxpool2d_forward_ref(outd, argd, xd, POOL_ARGS(s, OH, OW));
+    bool same = !memcmp(arg, argd, no * sizeof *arg);
+    for (size_t j = 0; j < no; j++) same &= (double)out[j] == outd[j];
+    snprintf(what, sizeof what, "maxpool %s: forward fast vs reference (values exact, argmax equal)", s->name);
+    kc_report(k, same, what, 0);
+    snprintf(what, sizeof what, "maxpool %s: forward canaries intact (out, argmax)", s->name);
+    kc_report(k, kc_guards_intact(out, no) && iguards_intact(arg, no), what, 0);
+
+    /* (b) */
+    double *dxd = dzero(ni);
+    maxpool2d_backward_ref(dxd, Rd, argd, POOL_ARGS(s, OH, OW));
+    pool_ctx ctx = { s, OH, OW, xd, Rd, dzero(no), iguarded(no), no };
+    snprintf(what, sizeof what, "maxpool %s: reference dinp vs central differences", s->name);
+    check_fd(k, xd, ni, pool_loss, &ctx, dxd, fd_atol(no, abs_dot(outd, Rd, no)), what);
+
+    /* (c), (d) */
+    float *dx = gzero(ni);
+    maxpool2d_backward(dx, R, arg, POOL_ARGS(s, OH, OW));
+    snprintf(what, sizeof what, "maxpool %s: backward fast vs reference", s->name);
+    kc_close(k, dx, dxd, ni, kc_rtol_f32(per) * (double)per, kc_rtol_f32(per), what);
+    float *g0 = frand(k, ni, -1, 1), *dx3 = gcopy(g0, ni);
+    maxpool2d_backward(dx3, R, arg, POOL_ARGS(s, OH, OW));
+    check_adds(k, dx3, g0, dxd, ni, kc_rtol_f32(per) * (double)per, kc_rtol_f32(per),
+               LABEL("maxpool %s: backward adds", s->name));
+    kc_report(k, kc_guards_intact(dx, ni) && kc_guards_intact(dx3, ni),
+              LABEL("maxpool %s: backward canaries intact", s->name), 0);
+    double *rx = dfrom(g0, ni);
+    maxpool2d_backward_ref(rx, Rd, argd, POOL_ARGS(s, OH, OW));
+    snprintf(what, sizeof what, "maxpool %s: reference backward adds", s->name);
+    check_adds_d(k, rx, g0, dxd, ni, what);
+
+    /* Semantics. Ties: a constant image makes every window a tie; the winner is the
+     * window's first in-image position. Padding is -inf, not 0: an all-negative
+     * image pools to its own value. NaN propagates. */
+    for (size_t i = 0; i < ni; i++) x[i] = -5.0f, xd[i] = -5.0;
+    maxpool2d_forward(out, arg, x, POOL_ARGS(s, OH, OW));
+    maxpool2d_forward_ref(outd, argd, xd, POOL_ARGS(s, OH, OW));
+    bool ties = true, negs = true;
+    for (size_t j = 0; j < no; j++) {
+        int oh = (int)(j / OW % OH), ow = (int)(j % OW);
+        int ih0 = oh * s->stride - s->pad, iw0 = ow * s->stride - s->pad;
+        int32_t first = (ih0 < 0 ? 0 : ih0) * s->W + (iw0 < 0 ? 0 : iw0);
+        ties &= arg[j] == first && argd[j] == first;
+        negs &= out[j] == -5.0f && outd[j] == -5.0;
+    }
+    snprintf(what, sizeof what, "maxpool %s: ties go to the first maximum in scan order (fast, reference)", s->name);
+    kc_report(k, ties, what, 0);
+    snprintf(what, sizeof what, "maxpool %s: padding is -inf (all -5 image pools to -5)", s->name);
+    kc_report(k, negs, what, 0);
+    x[s->W + 1] = NAN; /* plane 0, row 1, column 1 */
+    maxpool2d_forward(out, arg, x, POOL_ARGS(s, OH, OW));
+    bool nan_ok = isnan(out[0]) && arg[0] == s->W + 1;
+    snprintf(what, sizeof what, "maxpool %s: NaN propagates to its window with its index", s->name);
+    kc_report(k, nan_ok, what, 0);
+
+    free(x), free(R), free(xd), free(Rd), free(outd), free(dxd), free(ctx.out), free(g0), free(rx);
+    free(ctx.arg - KC_GUARD), free(arg - KC_GUARD), free(argd - KC_GUARD);
+    kc_guarded_free(out), kc_guarded_free(dx), kc_guarded_free(dx3);
+}
+
+/* ---- global average pool ------------------------------------------------------ */
+
+typedef struct avg_ctx {
+    int N, C, HW;
+    const double *x, *R;
+    double *out;
+} avg_ctx;
+
+static double avg_loss(void *p)
+{
+    const avg_ctx *c = p;
+    avgpool_global_forward_ref(c->out, c->x, c->N, c->C, c->HW);
+    return ddot(c->out, c->R, (size_t)c->N * c->C);
+}
+
+static void test_avgpool(kc *k, int N, int C, int HW)
+{
+    const size_t ni = (size_t)N * C * HW, no = (size_t)N * C;
+    char what[200], name[64];
+    snprintf(name, sizeof name, "N=%d C=%d HW=%d", N, C, HW);
+    float *x = frand(k, ni, -1, 1), *R = frand(k, no, -1, 1);
+    double *xd = dfrom(x, ni), *Rd = dfrom(R, no), *outd = dzero(no), *dxd = dzero(ni);
+    float *out = kc_guarded(no);
+    avgpool_global_forward(out, x, N, C, HW);
+    avgpool_global_forward_ref(outd, xd, N, C, HW);
+    kc_close(k, out, outd, no, kc_rtol_f32((size_t)HW + 1), kc_rtol_f32((size_t)HW + 1),
+             LABEL("avgpool_global %s: forward fast vs reference", name));
+    kc_report(k, kc_guards_intact(out, no), LABEL("avgpool_global %s: forward canaries intact", name), 0);
+
+    avgpool_global_backward_ref(dxd, Rd, N, C, HW);
+    avg_ctx ctx = { N, C, HW, xd, Rd, dzero(no) };
+    snprintf(what, sizeof what, "avgpool_global %s: reference dinp vs central differences", name);
+    check_fd(k, xd, ni, avg_loss, &ctx, dxd, fd_atol(no * (size_t)HW, abs_dot(outd, Rd, no)), what);
+
+    float *dx = gzero(ni), *g0 = frand(k, ni, -1, 1), *dx3 = gcopy(g0, ni);
+    avgpool_global_backward(dx, R, N, C, HW);
+    avgpool_global_backward(dx3, R, N, C, HW);
+    snprintf(what, sizeof what, "avgpool_global %s: backward fast vs reference", name);
+    kc_close(k, dx, dxd, ni, 0, kc_rtol_f32(2), what);
+    check_adds(k, dx3, g0, dxd, ni, 0, kc_rtol_f32(2), LABEL("avgpool_global %s: backward adds", name));
+    kc_report(k, kc_guards_intact(dx, ni) && kc_guards_intact(dx3, ni),
+              LABEL("avgpool_global %s: backward canaries intact", name), 0);
+    double *rx = dfrom(g0, ni);
+    avgpool_global_backward_ref(rx, Rd, N, C, HW);
+    snprintf(what, sizeof what, "avgpool_global %s: reference backward adds", name);
+    check_adds_d(k, rx, g0, dxd, ni, what);
+
+    free(x), free(R), free(xd), free(Rd), free(outd), free(dxd), free(ctx.out), free(g0), free(rx);
+    kc_guarded_free(out), kc_guarded_free(dx), kc_guarded_free(dx3);
+}
+
+/* ---- relu --------------------------------------------------------------------- */
+
+typedef struct relu_ctx {
+    const double *x, *R;
+    double *out;
+    size_t n;
+} relu_ctx;
+
+static double relu_loss(void *p)
+{
+    const relu_ctx *c = p;
+    relu_forward_ref(c->out, c->x, c->n);
+    return ddot(c->out, c->R, c->n);
+}
+
+static void test_relu(kc *k, size_t n)
+{
+    char what[200];
+    float *x = frand(k, n, -1, 1), *R = frand(k, n, -1, 1);
+    for (size_t i = 0; i < n; i++) /* keep clear of the kink for central differences */
+        if (fabsf(x[i]) < 1e-3f) x[i] = x[i] < 0 ? -1e-3f : 1e-3f;
+    double *xd = dfrom(x, n), *Rd = dfrom(R, n), *outd = dzero(n), *dxd = dzero(n);
+
+    float *out = kc_guarded(n), *inplace = gcopy(x, n);
+    relu_forward(out, x, n);
+    relu_forward(inplace, inplace, n);
+    relu_forward_ref(outd, xd, n);
+    kc_close(k, out, outd, n, 0, 0, LABEL("relu n=%zu: forward fast vs reference (exact)", n));
+    kc_report(k, !memcmp(out, inplace, n * sizeof *out) && kc_guards_intact(out, n) && kc_guards_intact(inplace, n),
+              LABEL("relu n=%zu: in-place forward bit-identical, canaries intact", n), 0);
+
+    relu_backward_ref(dxd, outd, Rd, n);
+    relu_ctx ctx = { xd, Rd, dzero(n), n };
+    snprintf(what, sizeof what, "relu n=%zu: reference dinp vs central differences", n);
+    check_fd(k, xd, n, relu_loss, &ctx, dxd, fd_atol(n, abs_dot(outd, Rd, n)), what);
+
+    float *dxo = gzero(n), *dxi = gzero(n), *g0 = frand(k, n, -1, 1), *dx3 = gcopy(g0, n);
+    relu_backward(dxo, out, R, n);
+    relu_backward(dxi, x, R, n);
+    relu_backward(dx3, out, R, n);
+    kc_close(k, dxo, dxd, n, 0, 0, LABEL("relu n=%zu: backward from the output vs reference (exact)", n));
+    kc_report(k, !memcmp(dxo, dxi, n * sizeof *dxo), LABEL("relu n=%zu: backward from the input is bit-identical", n),
+              0);
+    check_adds(k, dx3, g0, dxd, n, 0, 0, LABEL("relu n=%zu: backward adds", n));
+    kc_report(k, kc_guards_intact(dxo, n) && kc_guards_intact(dxi, n) && kc_guards_intact(dx3, n),
+              LABEL("relu n=%zu: backward canaries intact", n), 0);
+    double *rx = dfrom(g0, n);
+    relu_backward_ref(rx, outd, Rd, n);
+    snprintf(what, sizeof what, "relu n=%zu: reference backward adds", n);
+    check_adds_d(k, rx, g0, dxd, n, what);
+
+    free(x), free(R), free(xd), free(Rd), free(outd), free(dxd), free(ctx.out), free(g0), free(rx);
+    kc_guarded_free(out), kc_guarded_free(inplace), kc_guarded_free(dxo), kc_guarded_free(dxi);
+    kc_guarded_free(dx3);
+}
+
+/* Edge values as PyTorch 1.13 gives them (torch.relu and its backward): the
+ * derivative at exactly 0 (either sign) is 0; NaN passes forward with its
+ * gradient; -0 stays -0. */
+static void test_relu_edges(kc *k)
+{
+    const float x[5] = { -1.0f, 0.0f, -0.0f, 2.0f, NAN }, g[5] = { 1, 1, 1, 1, 1 };
+    float y[5], dx[5] = { 0 }, dxi[5] = { 0 };
+    relu_forward(y, x, 5);
+    relu_backward(dx, y, g, 5);
+    relu_backward(dxi, x, g, 5);
+    bool fwd = y[0] == 0 && y[1] == 0 && y[2] == 0 && signbit(y[2]) && y[3] == 2 && isnan(y[4]);
+    bool bwd = dx[0] == 0 && dx[1] == 0 && dx[2] == 0 && dx[3] == 1 && dx[4] == 1 && !memcmp(dx, dxi, sizeof dx);
+    double yd[5], dd[5] = { 0 }, xd[5], gd[5] = { 1, 1, 1, 1, 1 };
+    for (int i = 0; i < 5; i++) xd[i] = x[i];
+    relu_forward_ref(yd, xd, 5);
+    relu_backward_ref(dd, yd, gd, 5);
+    fwd &= yd[0] == 0 && yd[1] == 0 && signbit(yd[2]) && yd[3] == 2 && isnan(yd[4]);
+    bwd &= dd[0] == 0 && dd[1] == 0 && dd[2] == 0 && dd[3] == 1 && dd[4] == 1;
+    kc_report(k, fwd, "relu edges: forward of -1, 0, -0, 2, NaN is 0, 0, -0, 2, NaN as PyTorch (fast, reference)", 0);
+    kc_report(k, bwd, "relu edges: gradient 0, 0, 0, 1, 1 as PyTorch (0 at exactly 0; fast from output and input, reference)", 0);
+}
+
+/* ---- (f) thread-count independence -------------------------------------------- */
+
+/* Runs every fast kernel, forward and backward, at sizes above each kernel's
+ * OpenMP threshold and appends all outputs to `res` (bytes). */
+static size_t run_all(float *res, const float *src)
+{
+    size_t at = 0;
+    /* conv 3x3 pad 1: im2col/col2im rows*OHW = 144*576, bias rows OC*OHW = 128*576 */
+    const int N = 2, C = 16, H = 24, W = 24, OC = 128;
+    const size_t ni = (size_t)N * C * H * W, no = (size_t)N * OC * H * W;
+    float *work = malloc(conv2d_workspace_floats(C, 3, 3, H, W) * sizeof *work);
+    const float *x = src, *w = src + ni, *b = src + 2 * ni, *g = src + 3 * ni; /* src holds >= 3*ni + no */
+    conv2d_forward(res + at, x, w, b, work, N, C, H, W, OC, 3, 3, 1, 1, H, W);
+    at += no;
+    memset(res + at, 0, (ni + (size_t)OC * C * 9 + OC) * sizeof *res);
+    conv2d_backward(res + at, res + at + ni, res + at + ni + (size_t)OC * C * 9, g, x, w, work, N, C, H, W, OC, 3, 3,
+                    1, 1, H, W);
+    at += ni + (size_t)OC * C * 9 + OC;
+    /* the same image through a 1x1 (direct GEMM) and a 1x1 stride 2 convolution */
+    conv2d_forward(res + at, x, w, b, work, N, C, H, W, OC, 1, 1, 1, 0, H, W);
+    at += no;
+    memset(res + at, 0, (ni + (size_t)OC * C + OC) * sizeof *res);
+    conv2d_backward(res + at, res + at + ni, res + at + ni + (size_t)OC * C, g, x, w, work, N, C, H, W, OC, 1, 1, 1, 0,
+                    H, W);
+    at += ni + (size_t)OC * C + OC;
+    conv2d_forward(res + at, x, w, b, work, N, C, H, W, OC, 1, 1, 2, 0, H / 2, W / 2);
+    at += no / 4;
+    free(work);
+
+    /* batchnorm (N, C, HW) = (4, 16, 1024), maxpool on the same planes as 32x32 */
+    const int BN = 4, BC = 16, BHW = 1024;
+    const size_t nb = (size_t)BN * BC * BHW;
+    float *mean = res + at + nb, *rstd = mean + BC, *rm = rstd + BC, *rv = rm + BC;
+    for (int c = 0; c < BC; c++) rm[c] = 0, rv[c] = 1;
+    batchnorm_forward(res + at, mean, rstd, rm, rv, src, src + nb, src + nb + BC, BN, BC, BHW, 1e-5f, 0.1f, 1);
+    at += nb + 4 * BC;
+    memset(res + at, 0, (nb + 2 * BC) * sizeof *res);
+    batchnorm_backward(res + at, res + at + nb, res + at + nb + BC, src + 2 * nb, src, src + nb, mean, rstd, BN, BC,
+                       BHW);
+    at += nb + 2 * BC;
+    const size_t npo = (size_t)BN * BC * 16 * 16;
+    int32_t *arg = malloc(npo * sizeof *arg);
+    maxpool2d_forward(res + at, arg, src, BN, BC, 32, 32, 3, 2, 1, 16, 16);
+    at += npo;
+    memcpy(res + at, arg, npo * sizeof *arg);
+    at += npo;
+    memset(res + at, 0, nb * sizeof *res);
+    maxpool2d_backward(res + at, src + nb, arg, BN, BC, 32, 32, 3, 2, 1, 16, 16);
+    at += nb;
+    free(arg);
+    avgpool_global_forward(res + at, src, BN * 4, BC, BHW / 4);
+    at += (size_t)BN * 4 * BC;
+    memset(res + at, 0, nb * sizeof *res);
+    avgpool_global_backward(res + at, src, BN * 4, BC, BHW / 4);
+    at += nb;
+
+    /* relu, 2^17 elements, forward and backward */
+    const size_t nr = (size_t)1 << 17;
+    relu_forward(res + at, src, nr);
+    memset(res + at + nr, 0, nr * sizeof *res);
+    relu_backward(res + at + nr, res + at, src + nr, nr);
+    at += 2 * nr;
+    return at;
+}
+
+static void test_threads(kc *k)
+{
+    const size_t nsrc = (size_t)1 << 20, nres = (size_t)1 << 21;
+    float *src = frand(k, nsrc, -1, 1), *r1 = calloc(nres, sizeof *r1), *r2 = calloc(nres, sizeof *r2);
+    omp_set_num_threads(1);
+    size_t n1 = run_all(r1, src);
+    omp_set_num_threads(2);
+    size_t n2 = run_all(r2, src);
+    bool same = n1 == n2 && n1 <= nres && !memcmp(r1, r2, n1 * sizeof *r1);
+    kc_report(k, same, "all kernels, forward and backward: bit-identical with 1 and 2 OpenMP threads", (double)n1);
+    free(src), free(r1), free(r2);
+}
+
+int main(void)
+{
+    kc k;
+    kc_init(&k, 20240611);
+
+    static const conv_shape convs[] = {
+        { "N=2 C=3 9x9 OC=5 3x3 s2 p1", 2, 3, 9, 9, 5, 3, 3, 2, 1, 1 },
+        { "N=2 C=3 9x9 OC=5 3x3 s1 p1 (ResNet body)", 2, 3, 9, 9, 5, 3, 3, 1, 1, 1 },
+        { "N=2 C=3 9x9 OC=5 1x1 s1 (direct GEMM)", 2, 3, 9, 9, 5, 1, 1, 1, 0, 1 },
+        { "N=2 C=3 15x15 OC=4 7x7 s2 p3 (stem)", 2, 3, 15, 15, 4, 7, 7, 2, 3, 0 },
+        { "N=2 C=4 9x9 OC=6 1x1 s2 (downsample)", 2, 4, 9, 9, 6, 1, 1, 2, 0, 0 },
+        { "N=1 C=2 7x6 OC=3 3x2 s1 p1 (rectangular)", 1, 2, 7, 6, 3, 3, 2, 1, 1, 1 },
+        { "N=2 C=2 5x8 OC=3 2x4 s3 p2 (rectangular, wide pad)", 2, 2, 5, 8, 3, 2, 4, 3, 2, 1 },
+    };
+    for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) test_conv(&k, &convs[i]);
+
+    /* a large eps makes a misplaced eps visible above float rounding */
+    test_batchnorm(&k, 2, 3, 81, 0.0f, 1e-5f);
+    test_batchnorm(&k, 3, 5, 7, 3.0f, 0.1f);
+    test_batchnorm(&k, 4, 2, 1, 1.0f, 1e-3f);
+
+    static const pool_shape pools[] = {
+        { "N=2 C=3 9x9 K=3 s2 p1", 2, 3, 9, 9, 3, 2, 1 },
+        { "N=2 C=3 15x15 K=3 s2 p1 (stem)", 2, 3, 15, 15, 3, 2, 1 },
+        { "N=1 C=2 8x7 K=2 s2 p0 (floor drops a column)", 1, 2, 8, 7, 2, 2, 0 },
+        { "N=2 C=2 6x5 K=3 s1 p1 (overlapping)", 2, 2, 6, 5, 3, 1, 1 },
+    };
+    for (size_t i = 0; i < sizeof pools / sizeof pools[0]; i++) test_maxpool(&k, &pools[i]);
+
+    test_avgpool(&k, 2, 3, 49);
+    test_avgpool(&k, 2, 5, 1);
+    test_relu(&k, 1037);
+    test_relu_edges(&k);
+    test_threads(&k);
+
+    printf("%s: %d failure(s)\n", k.failures ? "FAIL" : "ok", k.failures);
+    return k.failures ? 1 : 0;
+}
