@@ -44,7 +44,7 @@ KCPU_SRC    := $(wildcard kernels/cpu/*.c)
 KCUDA_SRC   := $(wildcard kernels/cuda/*.cu)
 APPS        := $(patsubst apps/%/,%,$(sort $(dir $(wildcard apps/*/*.c))))
 BINS        := $(addprefix $(B)/bin/nebula-,$(APPS))
-TEST_SRC    := $(wildcard validation/unit/test_*.c validation/mpi/test_*.c)
+TEST_SRC    := $(wildcard validation/unit/test_*.c validation/mpi/test_*.c validation/reference/test_*.c)
 TESTS       := $(patsubst validation/%.c,$(B)/test/%,$(TEST_SRC))
 
 LIBS := $(B)/lib/libcore.a $(B)/lib/libkernels.a

@@ -1,0 +1,352 @@
+/* gpt2 — see gpt2.h. The forward and backward are flat lists of layer calls, in
+ * the order of the paper's equations; every buffer is sized in gpt2_init. */
+#include "gpt2.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/attention.h"
+#include "cpu/embed.h"
+#include "cpu/gelu.h"
+#include "cpu/layernorm.h"
+#include "cpu/matmul.h"
+#include "cpu/residual.h"
+#include "cpu/xent.h"
+#include "rng.h"
+
+#define GPT2_LN_EPS 1e-5f
+
+typedef struct gpt2_named {
+    const char *name;
+    gpt2_config cfg;
+} gpt2_named;
+
+/* HF's GPT-2 checkpoints: 1024 positions, vocabulary 50257 padded to 50304 (a
+ * multiple of 128, as llm.c); gpt2-tiny is a byte-level model for tests. */
+static const gpt2_named gpt2_configs[] = {
+    { "gpt2-tiny", { 64, 256, 256, 2, 4, 64 } },
+    { "gpt2", { 1024, 50257, 50304, 12, 12, 768 } },
+    { "gpt2-medium", { 1024, 50257, 50304, 24, 16, 1024 } },
+    { "gpt2-large", { 1024, 50257, 50304, 36, 20, 1280 } },
+    { "gpt2-xl", { 1024, 50257, 50304, 48, 25, 1600 } },
+};
+
+status gpt2_config_named(gpt2_config *cfg, const char *name)
+{
+    for (size_t i = 0; i < sizeof gpt2_configs / sizeof gpt2_configs[0]; i++)
+        if (!strcmp(name, gpt2_configs[i].name)) { *cfg = gpt2_configs[i].cfg; return STATUS_OK; }
+    log_error0("unknown model '%s'; GPT-2 models: gpt2-tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl", name);
+    return STATUS_INPUT;
+}
+
+status gpt2_config_check(const gpt2_config *c)
+{
+    if (c->num_layers < 1 || c->num_heads < 1 || c->channels < 1 || c->vocab_size < 1 || c->max_seq_len < 1) {
+        log_error0("model: layers, heads, channels, vocab_size and max_seq_len must be positive");
+        return STATUS_INPUT;
+    }
+    if (c->channels % c->num_heads != 0) {
+        log_error0("model.heads = %d does not divide model.channels = %d", c->num_heads, c->channels);
+        return STATUS_INPUT;
+    }
+    if (c->padded_vocab_size < c->vocab_size) {
+        log_error0("model.padded_vocab_size = %d is smaller than model.vocab_size = %d", c->padded_vocab_size,
+                   c->vocab_size);
+        return STATUS_INPUT;
+    }
+    return STATUS_OK;
+}
+
+/* Parameter table in forward order, with HF GPT-2 names. */
+static void gpt2_build_table(gpt2 *m)
+{
+    const gpt2_config *c = &m->cfg;
+    int C = c->channels;
+    char n[96];
+    param_table_init(&m->pt);
+    param_add(&m->pt, "wte.weight", 0, true, 2, c->padded_vocab_size, C, 0, 0);
+    param_add(&m->pt, "wpe.weight", 0, true, 2, c->max_seq_len, C, 0, 0);
+    for (int l = 0; l < c->num_layers; l++) {
+#define P(suffix, decay, nd, a, b)                                    \
+    snprintf(n, sizeof n, "h.%d.%s", l, suffix);                      \
+    param_add(&m->pt, n, l + 1, decay, nd, a, b, 0, 0)
+        P("ln_1.weight", false, 1, C, 0);
+        P("ln_1.bias", false, 1, C, 0);
+        P("attn.c_attn.weight", true, 2, C, 3 * C);
+        P("attn.c_attn.bias", false, 1, 3 * C, 0);
+        P("attn.c_proj.weight", true, 2, C, C);
+        P("attn.c_proj.bias", false, 1, C, 0);
+        P("ln_2.weight", false, 1, C, 0);
+        P("ln_2.bias", false, 1, C, 0);
+        P("mlp.c_fc.weight", true, 2, C, 4 * C);
+        P("mlp.c_fc.bias", false, 1, 4 * C, 0);
+        P("mlp.c_proj.weight", true, 2, 4 * C, C);
+        P("mlp.c_proj.bias", false, 1, C, 0);
+#undef P
+    }
+    param_add(&m->pt, "ln_f.weight", c->num_layers + 1, false, 1, C, 0, 0, 0);
+    param_add(&m->pt, "ln_f.bias", c->num_layers + 1, false, 1, C, 0, 0, 0);
+}
+
+/* Pointer to a named tensor in a flat buffer (params or grads). */
+static float *gpt2_at(const gpt2 *m, float *base, const char *fmt, int l)
+{
+    char n[96];
+    snprintf(n, sizeof n, fmt, l);
+    int i = param_find(&m->pt, n);
+    CHECK(i >= 0, "gpt2 looked up a tensor missing from its own table");
+    return base + m->pt.entries[i].offset;
+}
+
+static void gpt2_init_weights(gpt2 *m, uint64_t seed)
+{
+    float *p = m->pb.params;
+    double proj_std = 0.02 / sqrt(2.0 * m->cfg.num_layers);
+    for (int i = 0; i < m->pt.count; i++) {
+        const param_entry *e = &m->pt.entries[i];
+        float *w = p + e->offset;
+        bool is_norm = strstr(e->name, "ln_") != NULL, is_bias = strstr(e->name, ".bias") != NULL;
+        if (is_bias) { memset(w, 0, e->count * sizeof *w); continue; }
+        if (is_norm) { for (size_t k = 0; k < e->count; k++) w[k] = 1.0f; continue; }
+        double std = strstr(e->name, "c_proj.weight") ? proj_std : 0.02;
+        rng r;  /* one stream per tensor: the init does not depend on table order */
+        rng_init(&r, seed, 0, RNG_PURPOSE_INIT, (uint64_t)i);
+        for (size_t k = 0; k < e->count; k++) w[k] = (float)(std * rng_normal(&r));
+    }
+    /* Padded vocabulary rows never receive gradient; keep them zero. */
+    const gpt2_config *c = &m->cfg;
+    memset(p + (size_t)c->vocab_size * (size_t)c->channels, 0,
+           (size_t)(c->padded_vocab_size - c->vocab_size) * (size_t)c->channels * sizeof(float));
+}
+
+/* Lays out `n` views of the given sizes in one allocation. */
+static float *carve(float *base, size_t *used, size_t count)
+{
+    float *p = base ? base + *used : NULL;
+    *used += (count + 15) / 16 * 16;  /* 64-byte alignment of every view */
+    return p;
+}
+
+static void gpt2_layout_acts(gpt2 *m, float *base, size_t *used)
+{
+    size_t L = (size_t)m->cfg.num_layers, BT = (size_t)m->B * (size_t)m->T, C = (size_t)m->cfg.channels;
+    size_t NH = (size_t)m->cfg.num_heads, Vp = (size_t)m->cfg.padded_vocab_size;
+    gpt2_acts *a = &m->acts;
+    a->encoded = carve(base, used, BT * C);
+    a->ln1 = carve(base, used, L * BT * C);
+    a->ln1_mean = carve(base, used, L * BT);
+    a->ln1_rstd = carve(base, used, L * BT);
+    a->qkv = carve(base, used, L * BT * 3 * C);
+    a->atty = carve(base, used, L * BT * C);
+    a->att_lse = carve(base, used, L * BT * NH);
+    a->attproj = carve(base, used, L * BT * C);
+    a->residual2 = carve(base, used, L * BT * C);
+    a->ln2 = carve(base, used, L * BT * C);
+    a->ln2_mean = carve(base, used, L * BT);
+    a->ln2_rstd = carve(base, used, L * BT);
+    a->fch = carve(base, used, L * BT * 4 * C);
+    a->fch_gelu = carve(base, used, L * BT * 4 * C);
+    a->fcproj = carve(base, used, L * BT * C);
+    a->residual3 = carve(base, used, L * BT * C);
+    a->lnf = carve(base, used, BT * C);
+    a->lnf_mean = carve(base, used, BT);
+    a->lnf_rstd = carve(base, used, BT);
+    a->logits = carve(base, used, BT * Vp);
+    a->losses = carve(base, used, BT);
+    a->xent_lse = carve(base, used, BT);
+}
+
+static void gpt2_layout_grads(gpt2 *m, float *base, size_t *used)
+{
+    size_t BT = (size_t)m->B * (size_t)m->T, C = (size_t)m->cfg.channels, Vp = (size_t)m->cfg.padded_vocab_size;
+    gpt2_grad_scratch *g = &m->gs;
+    g->dresidual = carve(base, used, BT * C);
+    g->dbt4c = carve(base, used, BT * 4 * C);
+    g->dbt4c2 = carve(base, used, BT * 4 * C);
+    g->dbt3c = carve(base, used, BT * 3 * C);
+    g->dbtc = carve(base, used, BT * C);
+    g->dbtc2 = carve(base, used, BT * C);
+    g->dlogits = carve(base, used, BT * Vp);
+    g->dlosses = carve(base, used, BT);
+}
+
+static float *alloc_floats(size_t n, const char *what)
+{
+    float *p = NULL;
+    if (posix_memalign((void **)&p, 64, n * sizeof(float)) != 0) {
+        log_error("cannot allocate %.1f MiB for %s", (double)n * 4 / (1 << 20), what);
+        return NULL;
+    }
+    return p;
+}
+
+status gpt2_init(gpt2 *m, const gpt2_config *cfg, int B, int T, uint64_t seed, bool train)
+{
+    memset(m, 0, sizeof *m);
+    TRY(gpt2_config_check(cfg));
+    if (T > cfg->max_seq_len || B < 1 || T < 1) {
+        log_error0("sequence length %d is outside 1..%d (the model's context) or batch %d < 1", T, cfg->max_seq_len, B);
+        return STATUS_INPUT;
+    }
+    m->cfg = *cfg;
+    m->B = B;
+    m->T = T;
+    gpt2_build_table(m);
+    TRY(param_buffers_init(&m->pb, &m->pt, train));
+    gpt2_init_weights(m, seed);
+    size_t used = 0;
+    gpt2_layout_acts(m, NULL, &used);
+    m->act_floats = used;
+    if (!(m->act_memory = alloc_floats(used, "activations"))) return STATUS_NOMEM;
+    used = 0;
+    gpt2_layout_acts(m, m->act_memory, &used);
+    if (train) {
+        used = 0;
+        gpt2_layout_grads(m, NULL, &used);
+        m->grad_floats = used;
+        if (!(m->grad_memory = alloc_floats(used, "activation gradients"))) return STATUS_NOMEM;
+        used = 0;
+        gpt2_layout_grads(m, m->grad_memory, &used);
+    }
+    m->pos_ids = malloc((size_t)B * (size_t)T * sizeof *m->pos_ids);
+    m->targets = malloc((size_t)B * (size_t)T * sizeof *m->targets);
+    if (!m->pos_ids || !m->targets) return STATUS_NOMEM;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) m->pos_ids[b * T + t] = t;
+    m->mean_loss = -1;
+    return STATUS_OK;
+}
+
+void gpt2_free(gpt2 *m)
+{
+    free(m->act_memory);
+    free(m->grad_memory);
+    free(m->pos_ids);
+    free(m->targets);
+    param_buffers_free(&m->pb);
+    param_table_free(&m->pt);
+    memset(m, 0, sizeof *m);
+}
+
+status gpt2_forward(gpt2 *m, const int32_t *tokens, const int32_t *targets)
+{
+    const gpt2_config *c = &m->cfg;
+    int B = m->B, T = m->T, C = c->channels, NH = c->num_heads, Vp = c->padded_vocab_size, BT = B * T;
+    size_t btc = (size_t)BT * (size_t)C;
+    for (int i = 0; i < BT; i++)
+        if (tokens[i] < 0 || tokens[i] >= c->vocab_size || (targets && (targets[i] < -1 || targets[i] >= c->vocab_size))) {
+            log_error("batch position %d (sequence %d, token %d): id %d outside the vocabulary 0..%d", i, i / T,
+                      i % T, tokens[i] < 0 || tokens[i] >= c->vocab_size ? tokens[i] : targets[i], c->vocab_size - 1);
+            return STATUS_INPUT;
+        }
+    float *p = m->pb.params;
+    gpt2_acts *a = &m->acts;
+    embedding_forward(a->encoded, tokens, gpt2_at(m, p, "wte.weight", 0), BT, C, 0);
+    embedding_forward(a->encoded, m->pos_ids, gpt2_at(m, p, "wpe.weight", 0), BT, C, 1);
+    for (int l = 0; l < c->num_layers; l++) {
+        const float *residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * btc;
+        float *ln1 = a->ln1 + l * btc, *qkv = a->qkv + l * btc * 3, *atty = a->atty + l * btc;
+        float *attproj = a->attproj + l * btc, *res2 = a->residual2 + l * btc, *ln2 = a->ln2 + l * btc;
+        float *fch = a->fch + l * btc * 4, *fchg = a->fch_gelu + l * btc * 4, *fcproj = a->fcproj + l * btc;
+        float *res3 = a->residual3 + l * btc;
+        layernorm_forward(ln1, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, residual, gpt2_at(m, p, "h.%d.ln_1.weight", l),
+                          gpt2_at(m, p, "h.%d.ln_1.bias", l), BT, C, GPT2_LN_EPS);
+        matmul_forward(qkv, ln1, gpt2_at(m, p, "h.%d.attn.c_attn.weight", l), gpt2_at(m, p, "h.%d.attn.c_attn.bias", l),
+                       BT, C, 3 * C, MATMUL_LAYOUT_IN_OUT);
+        attention_forward(atty, a->att_lse + (size_t)l * BT * NH, qkv, qkv + C, qkv + 2 * C, 3 * C, NULL, B, T, C, NH, 1);
+        matmul_forward(attproj, atty, gpt2_at(m, p, "h.%d.attn.c_proj.weight", l),
+                       gpt2_at(m, p, "h.%d.attn.c_proj.bias", l), BT, C, C, MATMUL_LAYOUT_IN_OUT);
+        residual_forward(res2, residual, attproj, btc);
+        layernorm_forward(ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, res2, gpt2_at(m, p, "h.%d.ln_2.weight", l),
+                          gpt2_at(m, p, "h.%d.ln_2.bias", l), BT, C, GPT2_LN_EPS);
+        matmul_forward(fch, ln2, gpt2_at(m, p, "h.%d.mlp.c_fc.weight", l), gpt2_at(m, p, "h.%d.mlp.c_fc.bias", l), BT,
+                       C, 4 * C, MATMUL_LAYOUT_IN_OUT);
+        gelu_tanh_forward(fchg, fch, btc * 4);
+        matmul_forward(fcproj, fchg, gpt2_at(m, p, "h.%d.mlp.c_proj.weight", l),
+                       gpt2_at(m, p, "h.%d.mlp.c_proj.bias", l), BT, 4 * C, C, MATMUL_LAYOUT_IN_OUT);
+        residual_forward(res3, res2, fcproj, btc);
+    }
+    const float *last = a->residual3 + (size_t)(c->num_layers - 1) * btc;
+    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, gpt2_at(m, p, "ln_f.weight", 0),
+                      gpt2_at(m, p, "ln_f.bias", 0), BT, C, GPT2_LN_EPS);
+    /* Tied head: wte (Vp, C) is an nn.Linear-layout weight of the logits. */
+    matmul_forward(a->logits, a->lnf, gpt2_at(m, p, "wte.weight", 0), NULL, BT, C, Vp, MATMUL_LAYOUT_OUT_IN);
+    m->mean_loss = -1;
+    if (!targets) return STATUS_OK;
+    memcpy(m->targets, targets, (size_t)BT * sizeof *targets);
+    xent_forward(a->losses, a->xent_lse, a->logits, targets, BT, c->vocab_size, Vp);
+    double sum = 0;
+    int counted = 0;
+    for (int i = 0; i < BT; i++)
+        if (targets[i] >= 0) { sum += a->losses[i]; counted++; }
+    m->mean_loss = counted ? (float)(sum / counted) : 0.0f;
+    return STATUS_OK;
+}
+
+void gpt2_backward(gpt2 *m, const int32_t *tokens)
+{
+    CHECK(m->grad_memory && m->mean_loss >= 0, "gpt2_backward needs train=true and a forward with targets");
+    const gpt2_config *c = &m->cfg;
+    int B = m->B, T = m->T, C = c->channels, NH = c->num_heads, Vp = c->padded_vocab_size, BT = B * T;
+    size_t btc = (size_t)BT * (size_t)C;
+    float *p = m->pb.params, *g = m->pb.grads;
+    gpt2_acts *a = &m->acts;
+    gpt2_grad_scratch *s = &m->gs;
+    int counted = 0;
+    for (int i = 0; i < BT; i++) counted += m->targets[i] >= 0;
+    for (int i = 0; i < BT; i++) s->dlosses[i] = counted ? 1.0f / (float)counted : 0.0f;
+    memset(s->dlogits, 0, (size_t)BT * (size_t)Vp * sizeof(float));
+    xent_backward(s->dlogits, a->logits, a->xent_lse, m->targets, s->dlosses, BT, c->vocab_size, Vp);
+    memset(s->dbtc, 0, btc * sizeof(float));
+    matmul_backward(s->dbtc, gpt2_at(m, g, "wte.weight", 0), NULL, s->dlogits, a->lnf, gpt2_at(m, p, "wte.weight", 0),
+                    BT, C, Vp, MATMUL_LAYOUT_OUT_IN);
+    memset(s->dresidual, 0, btc * sizeof(float));
+    const float *last = a->residual3 + (size_t)(c->num_layers - 1) * btc;
+    layernorm_backward(s->dresidual, gpt2_at(m, g, "ln_f.weight", 0), gpt2_at(m, g, "ln_f.bias", 0), s->dbtc, last,
+                       gpt2_at(m, p, "ln_f.weight", 0), a->lnf_mean, a->lnf_rstd, BT, C);
+    for (int l = c->num_layers - 1; l >= 0; l--) {
+        const float *residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * btc;
+        const float *ln1 = a->ln1 + l * btc, *qkv = a->qkv + l * btc * 3, *atty = a->atty + l * btc;
+        const float *res2 = a->residual2 + l * btc, *ln2 = a->ln2 + l * btc;
+        const float *fch = a->fch + l * btc * 4, *fchg = a->fch_gelu + l * btc * 4;
+        /* dresidual holds d(residual3); residual3 = residual2 + fcproj. */
+        memset(s->dbt4c, 0, btc * 4 * sizeof(float));
+        matmul_backward(s->dbt4c, gpt2_at(m, g, "h.%d.mlp.c_proj.weight", l), gpt2_at(m, g, "h.%d.mlp.c_proj.bias", l),
+                        s->dresidual, fchg, gpt2_at(m, p, "h.%d.mlp.c_proj.weight", l), BT, 4 * C, C,
+                        MATMUL_LAYOUT_IN_OUT);
+        memset(s->dbt4c2, 0, btc * 4 * sizeof(float));
+        gelu_tanh_backward(s->dbt4c2, fch, s->dbt4c, btc * 4);
+        memset(s->dbtc, 0, btc * sizeof(float));
+        matmul_backward(s->dbtc, gpt2_at(m, g, "h.%d.mlp.c_fc.weight", l), gpt2_at(m, g, "h.%d.mlp.c_fc.bias", l),
+                        s->dbt4c2, ln2, gpt2_at(m, p, "h.%d.mlp.c_fc.weight", l), BT, C, 4 * C, MATMUL_LAYOUT_IN_OUT);
+        /* d(residual2) = dresidual (the skip) + layernorm_2's input gradient, added in place. */
+        layernorm_backward(s->dresidual, gpt2_at(m, g, "h.%d.ln_2.weight", l), gpt2_at(m, g, "h.%d.ln_2.bias", l),
+                           s->dbtc, res2, gpt2_at(m, p, "h.%d.ln_2.weight", l), a->ln2_mean + l * BT,
+                           a->ln2_rstd + l * BT, BT, C);
+        memset(s->dbtc, 0, btc * sizeof(float));
+        matmul_backward(s->dbtc, gpt2_at(m, g, "h.%d.attn.c_proj.weight", l),
+                        gpt2_at(m, g, "h.%d.attn.c_proj.bias", l), s->dresidual, atty,
+                        gpt2_at(m, p, "h.%d.attn.c_proj.weight", l), BT, C, C, MATMUL_LAYOUT_IN_OUT);
+        memset(s->dbt3c, 0, btc * 3 * sizeof(float));
+        attention_backward(s->dbt3c, s->dbt3c + C, s->dbt3c + 2 * C, s->dbtc, qkv, qkv + C, qkv + 2 * C, 3 * C, atty,
+                           a->att_lse + (size_t)l * BT * NH, NULL, B, T, C, NH, 1);
+        memset(s->dbtc2, 0, btc * sizeof(float));
+        matmul_backward(s->dbtc2, gpt2_at(m, g, "h.%d.attn.c_attn.weight", l),
+                        gpt2_at(m, g, "h.%d.attn.c_attn.bias", l), s->dbt3c, ln1,
+                        gpt2_at(m, p, "h.%d.attn.c_attn.weight", l), BT, C, 3 * C, MATMUL_LAYOUT_IN_OUT);
+        /* d(residual) = d(residual2) (the skip) + layernorm_1's input gradient. */
+        layernorm_backward(s->dresidual, gpt2_at(m, g, "h.%d.ln_1.weight", l), gpt2_at(m, g, "h.%d.ln_1.bias", l),
+                           s->dbtc2, residual, gpt2_at(m, p, "h.%d.ln_1.weight", l), a->ln1_mean + l * BT,
+                           a->ln1_rstd + l * BT, BT, C);
+    }
+    embedding_backward(gpt2_at(m, g, "wte.weight", 0), s->dresidual, tokens, BT, C);
+    embedding_backward(gpt2_at(m, g, "wpe.weight", 0), s->dresidual, m->pos_ids, BT, C);
+}
+
+/* 6 FLOPs per parameter per token (2 forward, 4 backward), the convention of the
+ * benchmark tables; attention's own T-dependent FLOPs are not counted. */
+double gpt2_flops_per_token(const gpt2 *m)
+{
+    return 6.0 * (double)m->pt.total;
+}

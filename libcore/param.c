@@ -1,0 +1,195 @@
+/* param — the parameter table and the flat buffers (see param.h).
+ *
+ * Layout: offset(i) = align16(offset(i-1) + count(i-1)), total = align16(end of
+ * the last tensor). Buffers are zero-filled in parallel, each thread a
+ * contiguous run of whole cache lines. */
+#include "param.h"
+
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MIB (1024.0 * 1024.0)
+
+static size_t align_up(size_t n)
+{
+    return (n + PARAM_ALIGN_FLOATS - 1) / PARAM_ALIGN_FLOATS * PARAM_ALIGN_FLOATS;
+}
+
+void param_table_init(param_table *pt)
+{
+    pt->entries = NULL;
+    pt->count = 0;
+    pt->capacity = 0;
+    pt->total = 0;
+}
+
+bool param_decay_default(int ndim)
+{
+    return ndim >= 2;
+}
+
+int param_find(const param_table *pt, const char *name)
+{
+    for (int i = 0; i < pt->count; i++)
+        if (strcmp(pt->entries[i].name, name) == 0) return i;
+    return -1;
+}
+
+int param_add(param_table *pt, const char *name, int layer, bool decay, int ndim, size_t d0, size_t d1,
+              size_t d2, size_t d3)
+{
+    CHECK(name != NULL && name[0] != '\0', "every parameter needs a (Hugging Face / torchvision) name");
+    if (strlen(name) >= PARAM_NAME_MAX)
+        die(name, "parameter name too long", "names are at most 95 characters (PARAM_NAME_MAX - 1)");
+    if (param_find(pt, name) >= 0)
+        die(name, "duplicate parameter name", "each tensor is added once; check the model's param_add calls");
+    CHECK(ndim >= 0 && ndim <= PARAM_MAX_DIMS, "ndim is 0 (scalar) to PARAM_MAX_DIMS");
+
+    const size_t dims[PARAM_MAX_DIMS] = { d0, d1, d2, d3 };
+    param_entry e = { .ndim = ndim, .layer = layer, .decay = decay, .count = 1 };
+    snprintf(e.name, sizeof e.name, "%s", name);
+    for (int k = 0; k < PARAM_MAX_DIMS; k++) {
+        e.shape[k] = k < ndim ? dims[k] : 1;
+        if (k >= ndim) continue;
+        if (dims[k] == 0) die(name, "a dimension is zero", "empty tensors do not belong in the table");
+        if (e.count > SIZE_MAX / 4 / dims[k]) die(name, "tensor size overflows", "check the shape");
+        e.count *= dims[k];
+    }
+    e.offset = pt->total;
+    if (e.offset > SIZE_MAX / 4 - e.count - PARAM_ALIGN_FLOATS)
+        die(name, "flat buffer size overflows", "check the model's shapes");
+
+    if (pt->count == pt->capacity) {
+        int cap = pt->capacity ? 2 * pt->capacity : 64;
+        param_entry *grown = realloc(pt->entries, (size_t)cap * sizeof *grown);
+        if (!grown) die("realloc(param table)", log_errno_str(), "the host is out of memory at init");
+        pt->entries = grown;
+        pt->capacity = cap;
+    }
+    pt->entries[pt->count] = e;
+    pt->total = align_up(e.offset + e.count);
+    return pt->count++;
+}
+
+size_t param_numel(const param_table *pt)
+{
+    size_t n = 0;
+    for (int i = 0; i < pt->count; i++) n += pt->entries[i].count;
+    return n;
+}
+
+void param_table_slices(const param_table *pt, size_t *offsets, size_t *counts)
+{
+    for (int i = 0; i < pt->count; i++) {
+        offsets[i] = pt->entries[i].offset;
+        counts[i] = pt->entries[i].count;
+    }
+}
+
+#define FNV_OFFSET UINT64_C(0xcbf29ce484222325)
+#define FNV_PRIME  UINT64_C(0x100000001b3)
+
+static uint64_t fnv_bytes(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * FNV_PRIME;
+    return h;
+}
+
+/* 8 bytes, little-endian whatever the host order. */
+static uint64_t fnv_u64(uint64_t h, uint64_t x)
+{
+    unsigned char b[8];
+    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(x >> (8 * i));
+    return fnv_bytes(h, b, sizeof b);
+}
+
+uint64_t param_table_hash(const param_table *pt)
+{
+    uint64_t h = FNV_OFFSET;
+    for (int i = 0; i < pt->count; i++) {
+        const param_entry *e = &pt->entries[i];
+        h = fnv_bytes(h, e->name, strlen(e->name) + 1);
+        h = fnv_u64(h, (uint64_t)e->ndim);
+        for (int k = 0; k < e->ndim; k++) h = fnv_u64(h, e->shape[k]);
+        h = fnv_u64(h, e->offset);
+        h = fnv_u64(h, e->count);
+    }
+    return fnv_u64(h, pt->total);
+}
+
+void param_table_free(param_table *pt)
+{
+    free(pt->entries);
+    param_table_init(pt);
+}
+
+/* Zero-fills x[0, n) with the static OpenMP split (first touch). */
+static void zero_parallel(float *x, size_t n)
+{
+#pragma omp parallel
+    {
+        size_t nth = (size_t)omp_get_num_threads(), tid = (size_t)omp_get_thread_num();
+        size_t lo = align_up(n / nth * tid), hi = tid + 1 == nth ? n : align_up(n / nth * (tid + 1));
+        if (lo > n) lo = n;
+        if (hi > n) hi = n;
+        if (hi > lo) memset(x + lo, 0, (hi - lo) * sizeof *x);
+    }
+}
+
+static status alloc_buffer(float **out, size_t total, const char *what)
+{
+    size_t bytes = total * sizeof(float);  /* a multiple of 64: total is a multiple of 16 */
+    *out = aligned_alloc(PARAM_ALIGN_BYTES, bytes);
+    if (!*out) {
+        log_error("param_buffers_init: cannot allocate %zu bytes (%.1f MiB) for the %s buffer: %s", bytes,
+                  bytes / MIB, what, log_errno_str());
+        return STATUS_NOMEM;
+    }
+    zero_parallel(*out, total);
+    return STATUS_OK;
+}
+
+status param_buffers_init(param_buffers *pb, const param_table *pt, bool with_moments)
+{
+    *pb = (param_buffers){ .total = pt->total };
+    CHECK(pt->count > 0 && pt->total > 0, "add the model's tensors (param_add) before allocating buffers");
+    status st = alloc_buffer(&pb->params, pt->total, "parameter");
+    if (st == STATUS_OK) st = alloc_buffer(&pb->grads, pt->total, "gradient");
+    if (st == STATUS_OK && with_moments) st = alloc_buffer(&pb->m, pt->total, "optimizer first-moment");
+    if (st == STATUS_OK && with_moments) st = alloc_buffer(&pb->v, pt->total, "optimizer second-moment");
+    if (st != STATUS_OK) param_buffers_free(pb);
+    return st;
+}
+
+void param_zero_grads(param_buffers *pb, const param_table *pt)
+{
+    CHECK(pb->grads && pb->total == pt->total, "the buffers must come from param_buffers_init with this table");
+    zero_parallel(pb->grads, pb->total);
+}
+
+void param_buffers_free(param_buffers *pb)
+{
+    free(pb->params);
+    free(pb->grads);
+    free(pb->m);
+    free(pb->v);
+    *pb = (param_buffers){ 0 };
+}
+
+void param_print_memory(const param_table *pt, size_t activation_bytes, size_t comm_bytes, FILE *f)
+{
+    double buf = (double)pt->total * sizeof(float);
+    size_t numel = param_numel(pt);
+    double pad = pt->total ? 100.0 * (double)(pt->total - numel) / (double)pt->total : 0.0;
+    double total = 4.0 * buf + (double)activation_bytes + (double)comm_bytes;
+    fprintf(f, "memory per rank                MiB\n");
+    fprintf(f, "  params            %12.1f   (%zu floats in %d tensors, %.2f%% alignment padding)\n",
+            buf / MIB, numel, pt->count, pad);
+    fprintf(f, "  grads             %12.1f\n", buf / MIB);
+    fprintf(f, "  optimizer (m, v)  %12.1f\n", 2.0 * buf / MIB);
+    fprintf(f, "  activations       %12.1f\n", activation_bytes / MIB);
+    fprintf(f, "  comm buffers      %12.1f\n", comm_bytes / MIB);
+    fprintf(f, "  total             %12.1f\n", total / MIB);
+}
