@@ -17,7 +17,7 @@ REQUIRED_PKGS=(
     libucx-dev libpmix-dev                # UCX transport, PMIx for srun --mpi=pmix
     libpapi-dev libhwloc-dev              # hardware counters, topology and binding
     libinih-dev libjansson-dev            # INI config parser, JSON
-    python3-torch python3-h5py python3-numpy   # reference-vs-PyTorch validation
+    python3-torch python3-torchvision python3-h5py python3-numpy   # reference-vs-PyTorch validation
 )
 
 missing_pkgs() {

@@ -9,4 +9,7 @@
 /* The allreduce sweep in the style of nccl-tests; returns STATUS_CORRUPT on any wrong element. */
 status bench_comm_run(const config *cfg, runtime *rt, comm *c);
 
+/* Training-step throughput of a model (single process). */
+status bench_model_run(const config *cfg);
+
 #endif

@@ -30,6 +30,13 @@ static const config_key bench_schema[] = {
     { "bench", "out", CONFIG_TYPE_STRING, "", .help = "also write every row to this JSON file" },
     { "bench", "save_tune", CONFIG_TYPE_STRING, "", .help = "write the auto tuning table measured here to this file" },
     { "bench", "check", CONFIG_TYPE_BOOL, "true", .help = "check every algorithm bit-exact outside the timed loop" },
+    { "bench", "model", CONFIG_TYPE_STRING, "gpt2", .help = "model: gpt2-tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl" },
+    { "bench", "batch", CONFIG_TYPE_INT, "4", .min = 1, .max = 65536, .help = "model: micro-batch B" },
+    { "bench", "seq", CONFIG_TYPE_INT, "64", .min = 1, .max = 65536, .help = "model: sequence length T" },
+    { "bench", "steps", CONFIG_TYPE_INT, "5", .min = 1, .max = 100000, .help = "model: timed training steps" },
+    { "bench", "model_warmup", CONFIG_TYPE_INT, "1", .min = 0, .max = 1000, .help = "model: untimed steps first" },
+    { "bench", "threads", CONFIG_TYPE_INT, "0", .min = 0, .max = 4096,
+      .help = "model: OpenMP and OpenBLAS threads (0: OMP_NUM_THREADS or all cores)" },
 };
 
 static const cli_option bench_options[] = {
@@ -49,11 +56,17 @@ static const cli_option bench_options[] = {
     { "out", "bench.out", NULL },
     { "save-tune", "bench.save_tune", NULL },
     { "no-check", "bench.check", "false" },
+    { "model", "bench.model", NULL },
+    { "batch", "bench.batch", NULL },
+    { "seq", "bench.seq", NULL },
+    { "steps", "bench.steps", NULL },
+    { "threads", "bench.threads", NULL },
 };
 
 static const char usage[] =
     "usage: nebula-bench comm [options]   allreduce sweep (nccl-tests style), Nebula vs OpenMPI\n"
-    "       launch with mpirun -np N (add --ranks-per-node K for virtual nodes on one host)";
+    "                                     launch with mpirun -np N (--ranks-per-node K: virtual nodes)\n"
+    "       nebula-bench model [options]  training-step throughput: --model NAME --batch B --seq T --steps N --threads N";
 
 int main(int argc, char **argv)
 {
@@ -65,11 +78,12 @@ int main(int argc, char **argv)
         status st = cli_parse(&cfg, bench_options, (int)(sizeof bench_options / sizeof bench_options[0]), argc,
                               argv, 1, usage, &action);
         if (st == STATUS_OK && action == CLI_ACTION_EXIT) return 0;
-        if (st == STATUS_OK) log_error0("missing subcommand; expected 'comm' (--help for usage)");
+        if (st == STATUS_OK) log_error0("missing subcommand; expected 'comm' or 'model' (--help for usage)");
         return 2;
     }
-    if (strcmp(argv[1], "comm") != 0) {
-        log_error0("unknown subcommand '%s'; expected 'comm' (model throughput arrives with nebula-train)", argv[1]);
+    bool model = !strcmp(argv[1], "model");
+    if (strcmp(argv[1], "comm") != 0 && !model) {
+        log_error0("unknown subcommand '%s'; expected 'comm' or 'model'", argv[1]);
         return 2;
     }
     cli_action action;
@@ -78,6 +92,10 @@ int main(int argc, char **argv)
     if (st != STATUS_OK) return status_exit_code(st);
     if (action == CLI_ACTION_EXIT) return 0;
 
+    if (model) {  /* one process: no MPI needed */
+        st = bench_model_run(&cfg);
+        return status_exit_code(st);
+    }
     runtime_options ro;
     runtime_options_from_config(&cfg, &ro);
     runtime rt;

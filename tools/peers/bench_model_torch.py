@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""bench_model_torch — the PyTorch peer of `nebula-bench model`: the same GPT-2
+configuration, batch, sequence length, thread count and optimizer (AdamW 0.9/0.95,
+weight decay 0.1 on matrices), timed the same way (median training step after
+warm-up), fp32 on the CPU.
+
+    bench_model_torch.py --model gpt2 --batch 4 --seq 64 --steps 5 --threads 2
+
+Run it as installed, and with OMP_WAIT_POLICY=PASSIVE in the environment (PyTorch's
+OpenMP threads otherwise spin between ops and steal the cores from OpenBLAS)."""
+import argparse
+import math
+import resource
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+CONFIGS = {  # name: (n_positions, vocab, padded vocab, layers, heads, channels) as Nebula's gpt2.c
+    "gpt2-tiny": (64, 256, 256, 2, 4, 64),
+    "gpt2": (1024, 50257, 50304, 12, 12, 768),
+    "gpt2-medium": (1024, 50257, 50304, 24, 16, 1024),
+}
+
+
+class Block(nn.Module):
+    def __init__(self, C, NH):
+        super().__init__()
+        self.ln_1, self.ln_2 = nn.LayerNorm(C), nn.LayerNorm(C)
+        self.c_attn, self.c_proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+        self.c_fc, self.mlp_proj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+        self.NH = NH
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.NH, C // self.NH).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(C // self.NH)
+        att = att.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
+        x = x + self.c_proj((att @ v).transpose(1, 2).reshape(B, T, C))
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT2(nn.Module):
+    def __init__(self, npos, V, Vp, L, NH, C):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(Vp, C), nn.Embedding(npos, C)
+        self.h = nn.ModuleList(Block(C, NH) for _ in range(L))
+        self.ln_f = nn.LayerNorm(C)
+        self.V = V
+
+    def forward(self, idx, targets):
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        for b in self.h:
+            x = b(x)
+        logits = self.ln_f(x) @ self.wte.weight.T
+        return F.cross_entropy(logits[..., : self.V].reshape(-1, self.V), targets.reshape(-1))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="gpt2")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=64)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=2)
+    a = ap.parse_args()
+    torch.manual_seed(1)
+    torch.set_num_threads(a.threads)
+    npos, V, Vp, L, NH, C = CONFIGS[a.model]
+    m = GPT2(npos, V, Vp, L, NH, C)
+    params = list(m.parameters())
+    nparams = sum(p.numel() for p in params)
+    opt = torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+                             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
+                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8, foreach=False)
+    idx = torch.randint(0, V, (a.batch, a.seq))
+    tgt = torch.randint(0, V, (a.batch, a.seq))
+    times = []
+    for s in range(a.warmup + a.steps):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=False)
+        loss = m(idx, tgt)
+        loss.backward()
+        opt.step()
+        t = time.perf_counter() - t0
+        if s >= a.warmup:
+            times.append(t)
+    med = statistics.median(times)
+    tps = a.batch * a.seq / med
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"# pytorch {torch.__version__} {a.model} ({nparams / 1e6:.1f}M parameters), B={a.batch} T={a.seq}, "
+          f"{a.threads} threads: median step {med * 1e3:.2f} ms, {tps:.1f} tok/s, "
+          f"{6 * nparams * a.batch * a.seq / med / 1e9:.2f} GFLOP/s, peak RSS {rss:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
