@@ -18,7 +18,12 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -fopenmp -MMD -MP -Ilibcore -Ikernels -I$(B)
-LDLIBS  := -linih -ljansson -lhwloc -lopenblas -lm
+# OpenBLAS's OpenMP build shares the kernels' OpenMP thread pool; the default
+# pthreads build would run its own threads beside OpenMP threads that are still
+# spinning after each parallel region, and the two fight for the cores.
+OPENBLAS_DIR := /usr/lib/x86_64-linux-gnu/openblas-openmp
+CFLAGS  += -I/usr/include/x86_64-linux-gnu/openblas-openmp
+LDLIBS  := -linih -ljansson -lhwloc -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas -lm
 LDFLAGS += -fopenmp
 
 ifeq ($(USE_CUDA),auto)

@@ -13,7 +13,7 @@ REQUIRED_PKGS=(
     build-essential pkg-config
     openmpi-bin libopenmpi-dev            # MPI (OpenMPI 4.1)
     libhdf5-openmpi-dev hdf5-tools        # parallel HDF5 and h5dump
-    libopenblas-dev                       # BLAS for GEMM
+    libopenblas-dev libopenblas-openmp-dev   # BLAS for GEMM (the OpenMP build is linked)
     libucx-dev libpmix-dev                # UCX transport, PMIx for srun --mpi=pmix
     libpapi-dev libhwloc-dev              # hardware counters, topology and binding
     libinih-dev libjansson-dev            # INI config parser, JSON

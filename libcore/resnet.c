@@ -1,0 +1,534 @@
+/* resnet — see resnet.h. Init walks torchvision's module order once, appending each
+ * tensor to its table and recording its offset and shapes in a resnet_unit; forward
+ * and backward are then flat lists of layer calls over those units, in the order of
+ * torchvision's BasicBlock/Bottleneck.forward. Every buffer is sized in resnet_init. */
+#include "resnet.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/batchnorm.h"
+#include "cpu/conv2d.h"
+#include "cpu/matmul.h"
+#include "cpu/pool.h"
+#include "cpu/relu.h"
+#include "cpu/residual.h"
+#include "cpu/xent.h"
+#include "rng.h"
+
+#define RESNET_BN_EPS      1e-5f  /* nn.BatchNorm2d defaults */
+#define RESNET_BN_MOMENTUM 0.1f
+#define RESNET_STEM_C      64     /* conv1's output channels */
+
+typedef struct resnet_named {
+    const char *name;
+    resnet_block_kind block;
+    int layers[4];
+} resnet_named;
+
+/* torchvision.models.resnet: _resnet(BasicBlock | Bottleneck, layers). */
+static const resnet_named resnet_archs[] = {
+    { "resnet18", RESNET_BLOCK_KIND_BASIC, { 2, 2, 2, 2 } },
+    { "resnet34", RESNET_BLOCK_KIND_BASIC, { 3, 4, 6, 3 } },
+    { "resnet50", RESNET_BLOCK_KIND_BOTTLENECK, { 3, 4, 6, 3 } },
+    { "resnet101", RESNET_BLOCK_KIND_BOTTLENECK, { 3, 4, 23, 3 } },
+    { "resnet152", RESNET_BLOCK_KIND_BOTTLENECK, { 3, 8, 36, 3 } },
+};
+
+status resnet_config_named(resnet_config *cfg, const char *name)
+{
+    static const char cifar[] = "-cifar";
+    size_t len = strlen(name), cl = sizeof cifar - 1;
+    bool is_cifar = len > cl && !strcmp(name + len - cl, cifar);
+    size_t base = is_cifar ? len - cl : len;
+    for (size_t i = 0; i < sizeof resnet_archs / sizeof resnet_archs[0]; i++) {
+        const resnet_named *a = &resnet_archs[i];
+        if (strlen(a->name) != base || strncmp(name, a->name, base) != 0) continue;
+        cfg->block = a->block;
+        memcpy(cfg->layers, a->layers, sizeof cfg->layers);
+        cfg->stem = is_cifar ? RESNET_STEM_CIFAR : RESNET_STEM_IMAGENET;
+        cfg->num_classes = is_cifar ? 10 : 1000;
+        return STATUS_OK;
+    }
+    log_error0("unknown model '%s'; ResNet models: resnet18, resnet34, resnet50, resnet101, resnet152, each "
+               "optionally with -cifar for the CIFAR stem (e.g. resnet18-cifar)", name);
+    return STATUS_INPUT;
+}
+
+status resnet_config_check(const resnet_config *c)
+{
+    if (c->block != RESNET_BLOCK_KIND_BASIC && c->block != RESNET_BLOCK_KIND_BOTTLENECK) {
+        log_error0("model.block = %d is neither BasicBlock (%d) nor Bottleneck (%d)", (int)c->block,
+                   RESNET_BLOCK_KIND_BASIC, RESNET_BLOCK_KIND_BOTTLENECK);
+        return STATUS_INPUT;
+    }
+    if (c->stem != RESNET_STEM_IMAGENET && c->stem != RESNET_STEM_CIFAR) {
+        log_error0("model.stem = %d is not a stem; valid: imagenet, cifar", (int)c->stem);
+        return STATUS_INPUT;
+    }
+    for (int k = 0; k < 4; k++)
+        if (c->layers[k] < 1) {
+            log_error0("model.layers[%d] = %d: every stage needs at least one block", k, c->layers[k]);
+            return STATUS_INPUT;
+        }
+    if (c->num_classes < 1) {
+        log_error0("model.num_classes = %d must be positive", c->num_classes);
+        return STATUS_INPUT;
+    }
+    return STATUS_OK;
+}
+
+const char *resnet_stem_name(resnet_stem s)
+{
+    return s == RESNET_STEM_CIFAR ? "cifar" : "imagenet";
+}
+
+bool resnet_stem_parse(const char *s, resnet_stem *out)
+{
+    if (!strcmp(s, "imagenet")) { *out = RESNET_STEM_IMAGENET; return true; }
+    if (!strcmp(s, "cifar")) { *out = RESNET_STEM_CIFAR; return true; }
+    return false;
+}
+
+static int resnet_expansion(const resnet_config *c)
+{
+    return c->block == RESNET_BLOCK_KIND_BOTTLENECK ? 4 : 1;
+}
+
+/* Appends "<prefix>.<suffix>" to a table; returns its offset. */
+static size_t resnet_add(param_table *t, const char *prefix, const char *suffix, int layer, bool decay, int ndim,
+                         int d0, int d1, int d2, int d3)
+{
+    char n[PARAM_NAME_MAX];
+    snprintf(n, sizeof n, "%s.%s", prefix, suffix);
+    int i = param_add(t, n, layer, decay, ndim, (size_t)d0, (size_t)d1, (size_t)d2, (size_t)d3);
+    return t->entries[i].offset;
+}
+
+/* Appends conv `cname` (OC, C, K, K) and BN `bname` (weight, bias; running stats in
+ * bt) to the tables and fills the unit's shapes and offsets. */
+static void resnet_add_unit(resnet *m, resnet_unit *u, const char *cname, const char *bname, int layer, int C,
+                            int H, int W, int OC, int K, int stride, int pad, bool relu)
+{
+    *u = (resnet_unit){ .C = C, .H = H, .W = W, .OC = OC, .K = K, .stride = stride, .pad = pad, .relu = relu };
+    u->OH = (H + 2 * pad - K) / stride + 1;
+    u->OW = (W + 2 * pad - K) / stride + 1;
+    u->w = resnet_add(&m->pt, cname, "weight", layer, true, 4, OC, C, K, K);
+    u->bn_w = resnet_add(&m->pt, bname, "weight", layer, false, 1, OC, 0, 0, 0);
+    u->bn_b = resnet_add(&m->pt, bname, "bias", layer, false, 1, OC, 0, 0, 0);
+    u->rmean = resnet_add(&m->bt, bname, "running_mean", layer, false, 1, OC, 0, 0, 0);
+    u->rvar = resnet_add(&m->bt, bname, "running_var", layer, false, 1, OC, 0, 0, 0);
+    u->nbt = resnet_add(&m->bt, bname, "num_batches_tracked", layer, false, 0, 0, 0, 0, 0);
+}
+
+/* Both tables in torchvision's module order; param layer = stage (stem 0, layerK K,
+ * fc 5). Block shapes follow torchvision's _make_layer: stride 2 on the first block of
+ * layer2..4, a downsample branch when the stride or the channel count changes. */
+static void resnet_build(resnet *m)
+{
+    const resnet_config *c = &m->cfg;
+    resnet_acts *a = &m->acts;
+    int exp = resnet_expansion(c);
+    param_table_init(&m->pt);
+    param_table_init(&m->bt);
+    if (c->stem == RESNET_STEM_IMAGENET)
+        resnet_add_unit(m, &a->stem, "conv1", "bn1", 0, 3, m->H, m->W, RESNET_STEM_C, 7, 2, 3, true);
+    else
+        resnet_add_unit(m, &a->stem, "conv1", "bn1", 0, 3, m->H, m->W, RESNET_STEM_C, 3, 1, 1, true);
+    int C = RESNET_STEM_C, H = a->stem.OH, W = a->stem.OW;
+    if (c->stem == RESNET_STEM_IMAGENET) {
+        a->PH = (H + 2 - 3) / 2 + 1;
+        a->PW = (W + 2 - 3) / 2 + 1;
+        H = a->PH;
+        W = a->PW;
+    }
+    char cn[PARAM_NAME_MAX], bn[PARAM_NAME_MAX];
+    int bi = 0;
+    for (int k = 0; k < 4; k++) {
+        int planes = 64 << k;
+        for (int j = 0; j < c->layers[k]; j++, bi++) {
+            resnet_block *b = &a->blocks[bi];
+            int stride = (k > 0 && j == 0) ? 2 : 1, OC = planes * exp;
+#define UNIT(i, Cin, Hin, Win, Cout, K, s, pad, relu)                              \
+    snprintf(cn, sizeof cn, "layer%d.%d.conv%d", k + 1, j, i + 1);               \
+    snprintf(bn, sizeof bn, "layer%d.%d.bn%d", k + 1, j, i + 1);                 \
+    resnet_add_unit(m, &b->unit[i], cn, bn, k + 1, Cin, Hin, Win, Cout, K, s, pad, relu)
+            if (c->block == RESNET_BLOCK_KIND_BASIC) {
+                b->nunits = 2;
+                UNIT(0, C, H, W, planes, 3, stride, 1, true);
+                UNIT(1, planes, b->unit[0].OH, b->unit[0].OW, planes, 3, 1, 1, false);
+            } else {  /* v1.5: the stride is on the 3x3 conv2 */
+                b->nunits = 3;
+                UNIT(0, C, H, W, planes, 1, 1, 0, true);
+                UNIT(1, planes, H, W, planes, 3, stride, 1, true);
+                UNIT(2, planes, b->unit[1].OH, b->unit[1].OW, OC, 1, 1, 0, false);
+            }
+#undef UNIT
+            b->has_down = stride != 1 || C != OC;
+            if (b->has_down) {
+                snprintf(cn, sizeof cn, "layer%d.%d.downsample.0", k + 1, j);
+                snprintf(bn, sizeof bn, "layer%d.%d.downsample.1", k + 1, j);
+                resnet_add_unit(m, &b->down, cn, bn, k + 1, C, H, W, OC, 1, stride, 0, false);
+            }
+            C = OC;
+            H = b->unit[b->nunits - 1].OH;
+            W = b->unit[b->nunits - 1].OW;
+        }
+    }
+    a->feat_C = C;
+    a->feat_HW = H * W;
+    m->fc_w = resnet_add(&m->pt, "fc", "weight", 5, true, 2, c->num_classes, C, 0, 0);
+    m->fc_b = resnet_add(&m->pt, "fc", "bias", 5, false, 1, c->num_classes, 0, 0, 0);
+}
+
+/* torchvision's ResNet.__init__ init: kaiming_normal_(fan_out, relu) for every conv,
+ * BN weight 1 bias 0; fc keeps nn.Linear.reset_parameters (kaiming_uniform_ with
+ * a = sqrt(5), i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in)), and the same bound for the bias). */
+static void resnet_init_weights(resnet *m, uint64_t seed)
+{
+    double fc_bound = 1.0 / sqrt((double)m->acts.feat_C);
+    for (int i = 0; i < m->pt.count; i++) {
+        const param_entry *e = &m->pt.entries[i];
+        float *w = m->pb.params + e->offset;
+        rng r;  /* one stream per tensor: the init does not depend on table order */
+        rng_init(&r, seed, 0, RNG_PURPOSE_INIT, (uint64_t)i);
+        if (!strncmp(e->name, "fc.", 3)) {
+            for (size_t k = 0; k < e->count; k++) w[k] = (float)(fc_bound * (2.0 * rng_uniform_double(&r) - 1.0));
+        } else if (e->ndim == 4) {
+            double std = sqrt(2.0 / (double)(e->shape[0] * e->shape[2] * e->shape[3]));
+            for (size_t k = 0; k < e->count; k++) w[k] = (float)(std * rng_normal(&r));
+        } else {
+            float v = strstr(e->name, ".weight") ? 1.0f : 0.0f;
+            for (size_t k = 0; k < e->count; k++) w[k] = v;
+        }
+    }
+    for (int i = 0; i < m->bt.count; i++) {
+        const param_entry *e = &m->bt.entries[i];
+        float v = strstr(e->name, "running_var") ? 1.0f : 0.0f;
+        for (size_t k = 0; k < e->count; k++) m->stats[e->offset + k] = v;
+    }
+}
+
+static float *carve(float *base, size_t *used, size_t count)
+{
+    float *p = base ? base + *used : NULL;
+    *used += (count + 15) / 16 * 16;  /* 64-byte alignment of every view */
+    return p;
+}
+
+static void resnet_layout_unit(resnet *m, resnet_unit *u, float *base, size_t *used, bool own_out)
+{
+    size_t n = (size_t)m->N * (size_t)u->OC * (size_t)u->OH * (size_t)u->OW;
+    u->conv = carve(base, used, n);
+    if (own_out) u->out = carve(base, used, n);
+    u->mean = carve(base, used, (size_t)u->OC);
+    u->rstd = carve(base, used, (size_t)u->OC);
+}
+
+static void resnet_layout_acts(resnet *m, float *base, size_t *used)
+{
+    resnet_acts *a = &m->acts;
+    size_t N = (size_t)m->N;
+    a->images = carve(base, used, N * 3 * (size_t)m->H * (size_t)m->W);
+    resnet_layout_unit(m, &a->stem, base, used, true);
+    const float *x = a->stem.out;
+    if (m->cfg.stem == RESNET_STEM_IMAGENET) {
+        a->pool = carve(base, used, N * RESNET_STEM_C * (size_t)a->PH * (size_t)a->PW);
+        x = a->pool;
+    }
+    for (int i = 0; i < a->nblocks; i++) {
+        resnet_block *b = &a->blocks[i];
+        resnet_unit *last = &b->unit[b->nunits - 1];
+        b->inp = x;
+        for (int k = 0; k < b->nunits - 1; k++) resnet_layout_unit(m, &b->unit[k], base, used, true);
+        resnet_layout_unit(m, last, base, used, false);
+        b->out = last->out = carve(base, used, N * (size_t)last->OC * (size_t)last->OH * (size_t)last->OW);
+        if (b->has_down) resnet_layout_unit(m, &b->down, base, used, true);
+        x = b->out;
+    }
+    a->pooled = carve(base, used, N * (size_t)a->feat_C);
+    a->logits = carve(base, used, N * (size_t)m->cfg.num_classes);
+    a->losses = carve(base, used, N);
+    a->xent_lse = carve(base, used, N);
+}
+
+/* Largest per-image activation (C*H*W) of any unit output or block input. */
+static size_t resnet_max_chw(const resnet *m)
+{
+    const resnet_acts *a = &m->acts;
+    size_t mx = (size_t)a->stem.OC * (size_t)a->stem.OH * (size_t)a->stem.OW;
+    for (int i = 0; i < a->nblocks; i++) {
+        const resnet_block *b = &a->blocks[i];
+        for (int k = 0; k < b->nunits; k++) {
+            const resnet_unit *u = &b->unit[k];
+            size_t in = (size_t)u->C * (size_t)u->H * (size_t)u->W, out = (size_t)u->OC * (size_t)u->OH * (size_t)u->OW;
+            mx = in > mx ? in : mx;
+            mx = out > mx ? out : mx;
+        }
+    }
+    return mx;
+}
+
+static void resnet_layout_grads(resnet *m, float *base, size_t *used)
+{
+    size_t big = (size_t)m->N * resnet_max_chw(m), N = (size_t)m->N;
+    resnet_grad_scratch *g = &m->gs;
+    g->dblock = carve(base, used, big);
+    g->dsum = carve(base, used, big);
+    g->dmain = carve(base, used, big);
+    g->drelu = carve(base, used, big);
+    g->dbn = carve(base, used, big);
+    g->dpooled = carve(base, used, N * (size_t)m->acts.feat_C);
+    g->dlogits = carve(base, used, N * (size_t)m->cfg.num_classes);
+    g->dlosses = carve(base, used, N);
+}
+
+static float *alloc_floats(size_t n, const char *what)
+{
+    float *p = NULL;
+    if (posix_memalign((void **)&p, PARAM_ALIGN_BYTES, n * sizeof(float)) != 0) {
+        log_error("cannot allocate %.1f MiB for %s", (double)n * 4 / (1 << 20), what);
+        return NULL;
+    }
+    return p;
+}
+
+/* Largest conv2d column workspace over all units (one image). */
+static size_t resnet_work_floats(const resnet *m)
+{
+    const resnet_acts *a = &m->acts;
+    const resnet_unit *u = &a->stem;
+    size_t mx = conv2d_workspace_floats(u->C, u->K, u->K, u->OH, u->OW);
+    for (int i = 0; i < a->nblocks; i++) {
+        const resnet_block *b = &a->blocks[i];
+        for (int k = 0; k <= b->nunits; k++) {
+            if (k == b->nunits && !b->has_down) break;
+            u = k < b->nunits ? &b->unit[k] : &b->down;
+            size_t w = conv2d_workspace_floats(u->C, u->K, u->K, u->OH, u->OW);
+            mx = w > mx ? w : mx;
+        }
+    }
+    return mx;
+}
+
+status resnet_init(resnet *m, const resnet_config *cfg, int N, int H, int W, uint64_t seed, bool train)
+{
+    memset(m, 0, sizeof *m);
+    TRY(resnet_config_check(cfg));
+    int total_stride = cfg->stem == RESNET_STEM_IMAGENET ? 32 : 8;
+    if (N < 1) {
+        log_error0("batch size %d must be at least 1", N);
+        return STATUS_INPUT;
+    }
+    if (H < total_stride || W < total_stride) {
+        log_error0("image size %dx%d (HxW) is too small for the %s stem: height and width must be at least %d, the "
+                   "network's total stride (224x224 is the imagenet stem's size, 32x32 the cifar stem's)",
+                   H, W, resnet_stem_name(cfg->stem), total_stride);
+        return STATUS_INPUT;
+    }
+    m->cfg = *cfg;
+    m->N = N;
+    m->H = H;
+    m->W = W;
+    m->acts.nblocks = cfg->layers[0] + cfg->layers[1] + cfg->layers[2] + cfg->layers[3];
+    if (!(m->acts.blocks = calloc((size_t)m->acts.nblocks, sizeof *m->acts.blocks))) return STATUS_NOMEM;
+    resnet_build(m);
+    TRY(param_buffers_init(&m->pb, &m->pt, train));
+    if (!(m->stats = alloc_floats(m->bt.total, "batch-norm running statistics"))) return STATUS_NOMEM;
+    memset(m->stats, 0, m->bt.total * sizeof(float));
+    resnet_init_weights(m, seed);
+    size_t used = 0;
+    resnet_layout_acts(m, NULL, &used);
+    m->act_floats = used;
+    if (!(m->act_memory = alloc_floats(used, "activations"))) return STATUS_NOMEM;
+    used = 0;
+    resnet_layout_acts(m, m->act_memory, &used);
+    m->work_floats = resnet_work_floats(m);
+    if (!(m->work = alloc_floats(m->work_floats, "convolution workspace"))) return STATUS_NOMEM;
+    if (m->cfg.stem == RESNET_STEM_IMAGENET &&
+        !(m->acts.pool_argmax = malloc((size_t)N * RESNET_STEM_C * (size_t)m->acts.PH * (size_t)m->acts.PW *
+                                       sizeof *m->acts.pool_argmax)))
+        return STATUS_NOMEM;
+    if (train) {
+        used = 0;
+        resnet_layout_grads(m, NULL, &used);
+        m->grad_floats = used;
+        if (!(m->grad_memory = alloc_floats(used, "activation gradients"))) return STATUS_NOMEM;
+        used = 0;
+        resnet_layout_grads(m, m->grad_memory, &used);
+    }
+    if (!(m->labels = malloc((size_t)N * sizeof *m->labels))) return STATUS_NOMEM;
+    m->mean_loss = -1;
+    return STATUS_OK;
+}
+
+void resnet_free(resnet *m)
+{
+    free(m->act_memory);
+    free(m->grad_memory);
+    free(m->work);
+    free(m->stats);
+    free(m->labels);
+    free(m->acts.pool_argmax);
+    free(m->acts.blocks);
+    param_buffers_free(&m->pb);
+    param_table_free(&m->pt);
+    param_table_free(&m->bt);
+    memset(m, 0, sizeof *m);
+}
+
+static size_t unit_out_size(const resnet *m, const resnet_unit *u)
+{
+    return (size_t)m->N * (size_t)u->OC * (size_t)u->OH * (size_t)u->OW;
+}
+
+/* out = [relu](bn(conv(inp))); in training the running statistics move toward the batch's. */
+static void unit_forward(resnet *m, resnet_unit *u, const float *inp, bool training)
+{
+    const float *p = m->pb.params;
+    float *s = m->stats;
+    conv2d_forward(u->conv, inp, p + u->w, NULL, m->work, m->N, u->C, u->H, u->W, u->OC, u->K, u->K, u->stride,
+                   u->pad, u->OH, u->OW);
+    batchnorm_forward(u->out, u->mean, u->rstd, s + u->rmean, s + u->rvar, u->conv, p + u->bn_w, p + u->bn_b, m->N,
+                      u->OC, u->OH * u->OW, RESNET_BN_EPS, RESNET_BN_MOMENTUM, training);
+    if (training) s[u->nbt] += 1.0f;
+    if (u->relu) relu_forward(u->out, u->out, unit_out_size(m, u));
+}
+
+status resnet_forward(resnet *m, const float *images, const int32_t *labels, bool training)
+{
+    resnet_acts *a = &m->acts;
+    int N = m->N, V = m->cfg.num_classes;
+    m->can_backward = false;
+    m->mean_loss = -1;
+    for (int i = 0; labels && i < N; i++)
+        if (labels[i] < -1 || labels[i] >= V) {
+            log_error("image %d of the batch: label %d outside 0..%d (or -1 to ignore)", i, labels[i], V - 1);
+            return STATUS_INPUT;
+        }
+    if (training && N * a->feat_HW < 2) {
+        log_error("a training batch of %d image(s) leaves layer4's batch norm %d value(s) per channel; it needs at "
+                  "least 2 (use a larger batch or larger images)", N, N * a->feat_HW);
+        return STATUS_INPUT;
+    }
+    memcpy(a->images, images, (size_t)N * 3 * (size_t)m->H * (size_t)m->W * sizeof *images);
+    unit_forward(m, &a->stem, a->images, training);                       /* conv1, bn1, relu */
+    if (m->cfg.stem == RESNET_STEM_IMAGENET)
+        maxpool2d_forward(a->pool, a->pool_argmax, a->stem.out, N, RESNET_STEM_C, a->stem.OH, a->stem.OW, 3, 2, 1,
+                          a->PH, a->PW);
+    for (int i = 0; i < a->nblocks; i++) {
+        resnet_block *b = &a->blocks[i];
+        size_t n = unit_out_size(m, &b->unit[b->nunits - 1]);
+        for (int k = 0; k < b->nunits; k++)                                /* convK, bnK, relu but the last */
+            unit_forward(m, &b->unit[k], k ? b->unit[k - 1].out : b->inp, training);
+        const float *identity = b->inp;
+        if (b->has_down) {                                                 /* downsample(x) */
+            unit_forward(m, &b->down, b->inp, training);
+            identity = b->down.out;
+        }
+        residual_forward(b->out, b->out, identity, n);                     /* out += identity */
+        relu_forward(b->out, b->out, n);                                   /* relu(out) */
+    }
+    const resnet_block *last = &a->blocks[a->nblocks - 1];
+    avgpool_global_forward(a->pooled, last->out, N, a->feat_C, a->feat_HW);     /* avgpool, flatten */
+    matmul_forward(a->logits, a->pooled, m->pb.params + m->fc_w, m->pb.params + m->fc_b, N, a->feat_C, V,
+                   MATMUL_LAYOUT_OUT_IN);                                  /* fc */
+    if (!labels) return STATUS_OK;
+    memcpy(m->labels, labels, (size_t)N * sizeof *labels);
+    xent_forward(a->losses, a->xent_lse, a->logits, labels, N, V, V);
+    double sum = 0;
+    int counted = 0;
+    for (int i = 0; i < N; i++)
+        if (labels[i] >= 0) { sum += a->losses[i]; counted++; }
+    m->mean_loss = counted ? (float)(sum / counted) : 0.0f;
+    m->can_backward = training;
+    return STATUS_OK;
+}
+
+/* dout is the gradient of u->out. Adds the input gradient into dinp (skipped when
+ * NULL), zeroing dinp first when `zero_dinp`; dinp may be dout itself when the unit
+ * has a ReLU (dout is consumed before dinp is written). Uses gs.drelu and gs.dbn. */
+static void unit_backward(resnet *m, const resnet_unit *u, const float *inp, float *dinp, bool zero_dinp,
+                          const float *dout)
+{
+    const float *p = m->pb.params;
+    float *g = m->pb.grads;
+    size_t n = unit_out_size(m, u);
+    if (u->relu) {
+        memset(m->gs.drelu, 0, n * sizeof(float));
+        relu_backward(m->gs.drelu, u->out, dout, n);
+        dout = m->gs.drelu;
+    }
+    memset(m->gs.dbn, 0, n * sizeof(float));
+    batchnorm_backward(m->gs.dbn, g + u->bn_w, g + u->bn_b, dout, u->conv, p + u->bn_w, u->mean, u->rstd, m->N, u->OC,
+                       u->OH * u->OW);
+    if (dinp && zero_dinp) memset(dinp, 0, (size_t)m->N * (size_t)u->C * (size_t)u->H * (size_t)u->W * sizeof(float));
+    conv2d_backward(dinp, g + u->w, NULL, m->gs.dbn, inp, p + u->w, m->work, m->N, u->C, u->H, u->W, u->OC, u->K,
+                    u->K, u->stride, u->pad, u->OH, u->OW);
+}
+
+/* gs.dblock holds d(b->out) on entry and d(b->inp) on return. */
+static void block_backward(resnet *m, const resnet_block *b)
+{
+    resnet_grad_scratch *s = &m->gs;
+    const resnet_unit *first = &b->unit[0], *last = &b->unit[b->nunits - 1];
+    size_t n_out = unit_out_size(m, last);
+    size_t n_in = (size_t)m->N * (size_t)first->C * (size_t)first->H * (size_t)first->W;
+    memset(s->dsum, 0, n_out * sizeof(float));
+    relu_backward(s->dsum, b->out, s->dblock, n_out);                      /* through relu(out) */
+    memset(s->dblock, 0, n_in * sizeof(float));                            /* now d(b->inp) */
+    if (b->has_down) unit_backward(m, &b->down, b->inp, s->dblock, false, s->dsum);
+    else residual_backward(s->dblock, NULL, s->dsum, n_in);                /* identity branch */
+    const float *dout = s->dsum;
+    for (int k = b->nunits - 1; k > 0; k--) {                              /* main branch, last unit first */
+        unit_backward(m, &b->unit[k], b->unit[k - 1].out, s->dmain, true, dout);
+        dout = s->dmain;
+    }
+    unit_backward(m, first, b->inp, s->dblock, false, dout);
+}
+
+void resnet_backward(resnet *m)
+{
+    CHECK(m->grad_memory && m->can_backward, "resnet_backward needs train=true and a training forward with labels");
+    resnet_acts *a = &m->acts;
+    resnet_grad_scratch *s = &m->gs;
+    int N = m->N, V = m->cfg.num_classes;
+    int counted = 0;
+    for (int i = 0; i < N; i++) counted += m->labels[i] >= 0;
+    for (int i = 0; i < N; i++) s->dlosses[i] = counted ? 1.0f / (float)counted : 0.0f;
+    memset(s->dlogits, 0, (size_t)N * (size_t)V * sizeof(float));
+    xent_backward(s->dlogits, a->logits, a->xent_lse, m->labels, s->dlosses, N, V, V);
+    memset(s->dpooled, 0, (size_t)N * (size_t)a->feat_C * sizeof(float));
+    matmul_backward(s->dpooled, m->pb.grads + m->fc_w, m->pb.grads + m->fc_b, s->dlogits, a->pooled,
+                    m->pb.params + m->fc_w, N, a->feat_C, V, MATMUL_LAYOUT_OUT_IN);
+    memset(s->dblock, 0, (size_t)N * (size_t)a->feat_C * (size_t)a->feat_HW * sizeof(float));
+    avgpool_global_backward(s->dblock, s->dpooled, N, a->feat_C, a->feat_HW);
+    for (int i = a->nblocks - 1; i >= 0; i--) block_backward(m, &a->blocks[i]);
+    const float *dstem = s->dblock;                                        /* d(layer1's input) */
+    if (m->cfg.stem == RESNET_STEM_IMAGENET) {
+        memset(s->dmain, 0, unit_out_size(m, &a->stem) * sizeof(float));
+        maxpool2d_backward(s->dmain, s->dblock, a->pool_argmax, N, RESNET_STEM_C, a->stem.OH, a->stem.OW, 3, 2, 1,
+                           a->PH, a->PW);
+        dstem = s->dmain;
+    }
+    unit_backward(m, &a->stem, a->images, NULL, false, dstem);
+}
+
+static double unit_flops(const resnet_unit *u)
+{
+    return 2.0 * u->OC * u->OH * u->OW * (double)u->C * u->K * u->K;
+}
+
+double resnet_flops_per_image(const resnet *m)
+{
+    const resnet_acts *a = &m->acts;
+    double f = unit_flops(&a->stem) + 2.0 * a->feat_C * m->cfg.num_classes;
+    for (int i = 0; i < a->nblocks; i++) {
+        const resnet_block *b = &a->blocks[i];
+        for (int k = 0; k < b->nunits; k++) f += unit_flops(&b->unit[k]);
+        if (b->has_down) f += unit_flops(&b->down);
+    }
+    return 3.0 * f;
+}
