@@ -80,7 +80,7 @@ int bert_mask_tokens(int32_t *masked_ids, int32_t *targets, const int32_t *input
         rng r;  /* block n of the step's stream: outputs 4n (select), 4n+1 (action), 4n+2.. (id) */
         rng_init(&r, seed, rank, RNG_PURPOSE_MASK, step);
         rng_skip(&r, 4 * (uint64_t)n);
-        if (rng_uniform_double(&r) >= BERT_MASK_PROB) continue;
+        if (rng_uniform(&r) >= BERT_MASK_PROB) continue;
         float action = rng_uniform(&r);
         targets[n] = id;
         selected++;

@@ -187,6 +187,9 @@ int main(void)
                    : 104 + (int32_t)rng_below(&r, V - 104);
         }
     }
+    /* One [PAD] id that the mask keeps: HF's padding_idx gives its row no gradient from
+     * the lookup (tail padding alone never would: masked keys pass no gradient). */
+    ids[5] = sp.pad;
     int ntgt = 0;  /* the first step whose draw predicts at least 4 tokens (deterministic) */
     for (uint64_t step = 0; ntgt < 4; step++) ntgt = bert_mask_tokens(inputs, targets, ids, am, B, T, V, &sp, 7, 0, step);
 
