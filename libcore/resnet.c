@@ -192,13 +192,18 @@ static void resnet_init_weights(resnet *m, uint64_t seed)
     for (int i = 0; i < m->pt.count; i++) {
         const param_entry *e = &m->pt.entries[i];
         float *w = m->pb.params + e->offset;
-        rng r;  /* one stream per tensor: the init does not depend on table order */
+        rng r;  /* one stream per tensor (step = its table index): no tensor shifts another's draws */
         rng_init(&r, seed, 0, RNG_PURPOSE_INIT, (uint64_t)i);
         if (!strncmp(e->name, "fc.", 3)) {
             for (size_t k = 0; k < e->count; k++) w[k] = (float)(fc_bound * (2.0 * rng_uniform_double(&r) - 1.0));
-        } else if (e->ndim == 4) {
+        } else if (e->ndim == 4) {  /* both Box-Muller branches: half the draws */
             double std = sqrt(2.0 / (double)(e->shape[0] * e->shape[2] * e->shape[3]));
-            for (size_t k = 0; k < e->count; k++) w[k] = (float)(std * rng_normal(&r));
+            for (size_t k = 0; k < e->count; k += 2) {
+                float z0, z1;
+                rng_normal2(&r, &z0, &z1);
+                w[k] = (float)(std * z0);
+                if (k + 1 < e->count) w[k + 1] = (float)(std * z1);
+            }
         } else {
             float v = strstr(e->name, ".weight") ? 1.0f : 0.0f;
             for (size_t k = 0; k < e->count; k++) w[k] = v;
@@ -209,6 +214,11 @@ static void resnet_init_weights(resnet *m, uint64_t seed)
         float v = strstr(e->name, "running_var") ? 1.0f : 0.0f;
         for (size_t k = 0; k < e->count; k++) m->stats[e->offset + k] = v;
     }
+}
+
+static size_t zmax(size_t a, size_t b)
+{
+    return a > b ? a : b;
 }
 
 static float *carve(float *base, size_t *used, size_t count)
@@ -263,9 +273,8 @@ static size_t resnet_max_chw(const resnet *m)
         const resnet_block *b = &a->blocks[i];
         for (int k = 0; k < b->nunits; k++) {
             const resnet_unit *u = &b->unit[k];
-            size_t in = (size_t)u->C * (size_t)u->H * (size_t)u->W, out = (size_t)u->OC * (size_t)u->OH * (size_t)u->OW;
-            mx = in > mx ? in : mx;
-            mx = out > mx ? out : mx;
+            mx = zmax(mx, (size_t)u->C * (size_t)u->H * (size_t)u->W);
+            mx = zmax(mx, (size_t)u->OC * (size_t)u->OH * (size_t)u->OW);
         }
     }
     return mx;
@@ -295,20 +304,20 @@ static float *alloc_floats(size_t n, const char *what)
     return p;
 }
 
+static size_t unit_work_floats(const resnet_unit *u)
+{
+    return conv2d_workspace_floats(u->C, u->K, u->K, u->OH, u->OW);
+}
+
 /* Largest conv2d column workspace over all units (one image). */
 static size_t resnet_work_floats(const resnet *m)
 {
     const resnet_acts *a = &m->acts;
-    const resnet_unit *u = &a->stem;
-    size_t mx = conv2d_workspace_floats(u->C, u->K, u->K, u->OH, u->OW);
+    size_t mx = unit_work_floats(&a->stem);
     for (int i = 0; i < a->nblocks; i++) {
         const resnet_block *b = &a->blocks[i];
-        for (int k = 0; k <= b->nunits; k++) {
-            if (k == b->nunits && !b->has_down) break;
-            u = k < b->nunits ? &b->unit[k] : &b->down;
-            size_t w = conv2d_workspace_floats(u->C, u->K, u->K, u->OH, u->OW);
-            mx = w > mx ? w : mx;
-        }
+        for (int k = 0; k < b->nunits; k++) mx = zmax(mx, unit_work_floats(&b->unit[k]));
+        if (b->has_down) mx = zmax(mx, unit_work_floats(&b->down));
     }
     return mx;
 }

@@ -102,7 +102,7 @@ typedef struct resnet_acts {
 } resnet_acts;
 
 typedef struct resnet_grad_scratch {
-    float *dblock;         /* (N, maxCHW) gradient of a block's output, then of its input */
+    float *dblock;         /* (N, maxCHW: largest C*H*W of any activation) d(block output), then d(block input) */
     float *dsum;           /* (N, maxCHW) gradient of the pre-ReLU residual sum */
     float *dmain;          /* (N, maxCHW) gradient flowing down a block's main branch */
     float *drelu;          /* (N, maxCHW) gradient of a BN output through its ReLU */
@@ -126,7 +126,7 @@ typedef struct resnet {
     size_t work_floats;    /* its size */
     float *grad_memory;    /* one allocation behind gs */
     size_t grad_floats;    /* its size */
-    resnet_grad_scratch gs;/* views into grad_memory */
+    resnet_grad_scratch gs; /* views into grad_memory */
     size_t fc_w, fc_b;     /* offsets of fc.weight (num_classes, feat_C) and fc.bias */
     int32_t *labels;       /* (N) copy of the last forward's labels */
     float mean_loss;       /* mean over counted labels of the last forward, -1 without labels */
