@@ -160,77 +160,61 @@ static void bert_init_weights(bert *m, uint64_t seed)
            (size_t)m->cfg.channels * sizeof(float));
 }
 
-/* Advances *used by one 64-byte-aligned view of `count` floats; returns it when base is set. */
-static float *carve(float *base, size_t *used, size_t count)
+static void bert_layout_acts(void *owner, float *base, size_t *used)
 {
-    float *p = base ? base + *used : NULL;
-    *used += (count + 15) / 16 * 16;
-    return p;
-}
-
-static void bert_layout_acts(bert *m, float *base, size_t *used)
-{
+    bert *m = owner;
     size_t L = (size_t)m->cfg.num_layers, BT = (size_t)m->B * (size_t)m->T, C = (size_t)m->cfg.channels;
     size_t NH = (size_t)m->cfg.num_heads, V = (size_t)m->cfg.vocab_size, IC = (size_t)m->cfg.intermediate;
     bert_acts *a = &m->acts;
-    a->emb = carve(base, used, BT * C);
-    a->emb_ln = carve(base, used, BT * C);
-    a->emb_mean = carve(base, used, BT);
-    a->emb_rstd = carve(base, used, BT);
-    a->q = carve(base, used, L * BT * C);
-    a->k = carve(base, used, L * BT * C);
-    a->v = carve(base, used, L * BT * C);
-    a->atty = carve(base, used, L * BT * C);
-    a->att_lse = carve(base, used, L * BT * NH);
-    a->attproj = carve(base, used, L * BT * C);
-    a->res1 = carve(base, used, L * BT * C);
-    a->ln1 = carve(base, used, L * BT * C);
-    a->ln1_mean = carve(base, used, L * BT);
-    a->ln1_rstd = carve(base, used, L * BT);
-    a->fch = carve(base, used, L * BT * IC);
-    a->fch_gelu = carve(base, used, L * BT * IC);
-    a->fcproj = carve(base, used, L * BT * C);
-    a->res2 = carve(base, used, L * BT * C);
-    a->ln2 = carve(base, used, L * BT * C);
-    a->ln2_mean = carve(base, used, L * BT);
-    a->ln2_rstd = carve(base, used, L * BT);
-    a->tr = carve(base, used, BT * C);
-    a->tr_gelu = carve(base, used, BT * C);
-    a->tr_ln = carve(base, used, BT * C);
-    a->tr_mean = carve(base, used, BT);
-    a->tr_rstd = carve(base, used, BT);
-    a->logits = carve(base, used, BT * V);
-    a->losses = carve(base, used, BT);
-    a->xent_lse = carve(base, used, BT);
-    a->key_mask = carve(base, used, BT);
+    a->emb = param_carve(base, used, BT * C);
+    a->emb_ln = param_carve(base, used, BT * C);
+    a->emb_mean = param_carve(base, used, BT);
+    a->emb_rstd = param_carve(base, used, BT);
+    a->q = param_carve(base, used, L * BT * C);
+    a->k = param_carve(base, used, L * BT * C);
+    a->v = param_carve(base, used, L * BT * C);
+    a->atty = param_carve(base, used, L * BT * C);
+    a->att_lse = param_carve(base, used, L * BT * NH);
+    a->attproj = param_carve(base, used, L * BT * C);
+    a->res1 = param_carve(base, used, L * BT * C);
+    a->ln1 = param_carve(base, used, L * BT * C);
+    a->ln1_mean = param_carve(base, used, L * BT);
+    a->ln1_rstd = param_carve(base, used, L * BT);
+    a->fch = param_carve(base, used, L * BT * IC);
+    a->fch_gelu = param_carve(base, used, L * BT * IC);
+    a->fcproj = param_carve(base, used, L * BT * C);
+    a->res2 = param_carve(base, used, L * BT * C);
+    a->ln2 = param_carve(base, used, L * BT * C);
+    a->ln2_mean = param_carve(base, used, L * BT);
+    a->ln2_rstd = param_carve(base, used, L * BT);
+    a->tr = param_carve(base, used, BT * C);
+    a->tr_gelu = param_carve(base, used, BT * C);
+    a->tr_ln = param_carve(base, used, BT * C);
+    a->tr_mean = param_carve(base, used, BT);
+    a->tr_rstd = param_carve(base, used, BT);
+    a->logits = param_carve(base, used, BT * V);
+    a->losses = param_carve(base, used, BT);
+    a->xent_lse = param_carve(base, used, BT);
+    a->key_mask = param_carve(base, used, BT);
 }
 
-static void bert_layout_grads(bert *m, float *base, size_t *used)
+static void bert_layout_grads(void *owner, float *base, size_t *used)
 {
+    bert *m = owner;
     size_t BT = (size_t)m->B * (size_t)m->T, C = (size_t)m->cfg.channels, V = (size_t)m->cfg.vocab_size;
     size_t IC = (size_t)m->cfg.intermediate;
     bert_grad_scratch *g = &m->gs;
-    g->dresidual = carve(base, used, BT * C);
-    g->dbtc = carve(base, used, BT * C);
-    g->dbtc2 = carve(base, used, BT * C);
-    g->dq = carve(base, used, BT * C);
-    g->dk = carve(base, used, BT * C);
-    g->dv = carve(base, used, BT * C);
-    g->dbti = carve(base, used, BT * IC);
-    g->dbti2 = carve(base, used, BT * IC);
-    g->dlogits = carve(base, used, BT * V);
-    g->dlosses = carve(base, used, BT);
-    g->pad_row = carve(base, used, C);
-}
-
-static float *alloc_floats(size_t n, const char *what)
-{
-    float *p = NULL;
-    if (posix_memalign((void **)&p, 64, n * sizeof(float)) != 0) {
-        log_error("cannot allocate %.1f MiB for %s", (double)n * 4 / (1 << 20), what);
-        return NULL;
-    }
-    return p;
+    g->dresidual = param_carve(base, used, BT * C);
+    g->dbtc = param_carve(base, used, BT * C);
+    g->dbtc2 = param_carve(base, used, BT * C);
+    g->dq = param_carve(base, used, BT * C);
+    g->dk = param_carve(base, used, BT * C);
+    g->dv = param_carve(base, used, BT * C);
+    g->dbti = param_carve(base, used, BT * IC);
+    g->dbti2 = param_carve(base, used, BT * IC);
+    g->dlogits = param_carve(base, used, BT * V);
+    g->dlosses = param_carve(base, used, BT);
+    g->pad_row = param_carve(base, used, C);
 }
 
 status bert_init(bert *m, const bert_config *cfg, int B, int T, uint64_t seed, bool train)
@@ -251,20 +235,8 @@ status bert_init(bert *m, const bert_config *cfg, int B, int T, uint64_t seed, b
     bert_build_table(m);
     TRY(param_buffers_init(&m->pb, &m->pt, train));
     bert_init_weights(m, seed);
-    size_t used = 0;
-    bert_layout_acts(m, NULL, &used);
-    m->act_floats = used;
-    if (!(m->act_memory = alloc_floats(used, "activations"))) return STATUS_NOMEM;
-    used = 0;
-    bert_layout_acts(m, m->act_memory, &used);
-    if (train) {
-        used = 0;
-        bert_layout_grads(m, NULL, &used);
-        m->grad_floats = used;
-        if (!(m->grad_memory = alloc_floats(used, "activation gradients"))) return STATUS_NOMEM;
-        used = 0;
-        bert_layout_grads(m, m->grad_memory, &used);
-    }
+    TRY(param_arena_alloc(bert_layout_acts, m, &m->act_memory, &m->act_floats, "activations"));
+    if (train) TRY(param_arena_alloc(bert_layout_grads, m, &m->grad_memory, &m->grad_floats, "activation gradients"));
     size_t bt = (size_t)B * (size_t)T;
     m->pos_ids = malloc(bt * sizeof *m->pos_ids);
     m->input_ids = malloc(bt * sizeof *m->input_ids);

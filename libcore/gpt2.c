@@ -120,65 +120,49 @@ static void gpt2_init_weights(gpt2 *m, uint64_t seed)
            (size_t)(c->padded_vocab_size - c->vocab_size) * (size_t)c->channels * sizeof(float));
 }
 
-/* Lays out `n` views of the given sizes in one allocation. */
-static float *carve(float *base, size_t *used, size_t count)
+static void gpt2_layout_acts(void *owner, float *base, size_t *used)
 {
-    float *p = base ? base + *used : NULL;
-    *used += (count + 15) / 16 * 16;  /* 64-byte alignment of every view */
-    return p;
-}
-
-static void gpt2_layout_acts(gpt2 *m, float *base, size_t *used)
-{
+    gpt2 *m = owner;
     size_t L = (size_t)m->cfg.num_layers, BT = (size_t)m->B * (size_t)m->T, C = (size_t)m->cfg.channels;
     size_t NH = (size_t)m->cfg.num_heads, Vp = (size_t)m->cfg.padded_vocab_size;
     gpt2_acts *a = &m->acts;
-    a->encoded = carve(base, used, BT * C);
-    a->ln1 = carve(base, used, L * BT * C);
-    a->ln1_mean = carve(base, used, L * BT);
-    a->ln1_rstd = carve(base, used, L * BT);
-    a->qkv = carve(base, used, L * BT * 3 * C);
-    a->atty = carve(base, used, L * BT * C);
-    a->att_lse = carve(base, used, L * BT * NH);
-    a->attproj = carve(base, used, L * BT * C);
-    a->residual2 = carve(base, used, L * BT * C);
-    a->ln2 = carve(base, used, L * BT * C);
-    a->ln2_mean = carve(base, used, L * BT);
-    a->ln2_rstd = carve(base, used, L * BT);
-    a->fch = carve(base, used, L * BT * 4 * C);
-    a->fch_gelu = carve(base, used, L * BT * 4 * C);
-    a->fcproj = carve(base, used, L * BT * C);
-    a->residual3 = carve(base, used, L * BT * C);
-    a->lnf = carve(base, used, BT * C);
-    a->lnf_mean = carve(base, used, BT);
-    a->lnf_rstd = carve(base, used, BT);
-    a->logits = carve(base, used, BT * Vp);
-    a->losses = carve(base, used, BT);
-    a->xent_lse = carve(base, used, BT);
+    a->encoded = param_carve(base, used, BT * C);
+    a->ln1 = param_carve(base, used, L * BT * C);
+    a->ln1_mean = param_carve(base, used, L * BT);
+    a->ln1_rstd = param_carve(base, used, L * BT);
+    a->qkv = param_carve(base, used, L * BT * 3 * C);
+    a->atty = param_carve(base, used, L * BT * C);
+    a->att_lse = param_carve(base, used, L * BT * NH);
+    a->attproj = param_carve(base, used, L * BT * C);
+    a->residual2 = param_carve(base, used, L * BT * C);
+    a->ln2 = param_carve(base, used, L * BT * C);
+    a->ln2_mean = param_carve(base, used, L * BT);
+    a->ln2_rstd = param_carve(base, used, L * BT);
+    a->fch = param_carve(base, used, L * BT * 4 * C);
+    a->fch_gelu = param_carve(base, used, L * BT * 4 * C);
+    a->fcproj = param_carve(base, used, L * BT * C);
+    a->residual3 = param_carve(base, used, L * BT * C);
+    a->lnf = param_carve(base, used, BT * C);
+    a->lnf_mean = param_carve(base, used, BT);
+    a->lnf_rstd = param_carve(base, used, BT);
+    a->logits = param_carve(base, used, BT * Vp);
+    a->losses = param_carve(base, used, BT);
+    a->xent_lse = param_carve(base, used, BT);
 }
 
-static void gpt2_layout_grads(gpt2 *m, float *base, size_t *used)
+static void gpt2_layout_grads(void *owner, float *base, size_t *used)
 {
+    gpt2 *m = owner;
     size_t BT = (size_t)m->B * (size_t)m->T, C = (size_t)m->cfg.channels, Vp = (size_t)m->cfg.padded_vocab_size;
     gpt2_grad_scratch *g = &m->gs;
-    g->dresidual = carve(base, used, BT * C);
-    g->dbt4c = carve(base, used, BT * 4 * C);
-    g->dbt4c2 = carve(base, used, BT * 4 * C);
-    g->dbt3c = carve(base, used, BT * 3 * C);
-    g->dbtc = carve(base, used, BT * C);
-    g->dbtc2 = carve(base, used, BT * C);
-    g->dlogits = carve(base, used, BT * Vp);
-    g->dlosses = carve(base, used, BT);
-}
-
-static float *alloc_floats(size_t n, const char *what)
-{
-    float *p = NULL;
-    if (posix_memalign((void **)&p, 64, n * sizeof(float)) != 0) {
-        log_error("cannot allocate %.1f MiB for %s", (double)n * 4 / (1 << 20), what);
-        return NULL;
-    }
-    return p;
+    g->dresidual = param_carve(base, used, BT * C);
+    g->dbt4c = param_carve(base, used, BT * 4 * C);
+    g->dbt4c2 = param_carve(base, used, BT * 4 * C);
+    g->dbt3c = param_carve(base, used, BT * 3 * C);
+    g->dbtc = param_carve(base, used, BT * C);
+    g->dbtc2 = param_carve(base, used, BT * C);
+    g->dlogits = param_carve(base, used, BT * Vp);
+    g->dlosses = param_carve(base, used, BT);
 }
 
 status gpt2_init(gpt2 *m, const gpt2_config *cfg, int B, int T, uint64_t seed, bool train)
@@ -195,20 +179,8 @@ status gpt2_init(gpt2 *m, const gpt2_config *cfg, int B, int T, uint64_t seed, b
     gpt2_build_table(m);
     TRY(param_buffers_init(&m->pb, &m->pt, train));
     gpt2_init_weights(m, seed);
-    size_t used = 0;
-    gpt2_layout_acts(m, NULL, &used);
-    m->act_floats = used;
-    if (!(m->act_memory = alloc_floats(used, "activations"))) return STATUS_NOMEM;
-    used = 0;
-    gpt2_layout_acts(m, m->act_memory, &used);
-    if (train) {
-        used = 0;
-        gpt2_layout_grads(m, NULL, &used);
-        m->grad_floats = used;
-        if (!(m->grad_memory = alloc_floats(used, "activation gradients"))) return STATUS_NOMEM;
-        used = 0;
-        gpt2_layout_grads(m, m->grad_memory, &used);
-    }
+    TRY(param_arena_alloc(gpt2_layout_acts, m, &m->act_memory, &m->act_floats, "activations"));
+    if (train) TRY(param_arena_alloc(gpt2_layout_grads, m, &m->grad_memory, &m->grad_floats, "activation gradients"));
     m->pos_ids = malloc((size_t)B * (size_t)T * sizeof *m->pos_ids);
     m->targets = malloc((size_t)B * (size_t)T * sizeof *m->targets);
     if (!m->pos_ids || !m->targets) return STATUS_NOMEM;

@@ -193,3 +193,26 @@ void param_print_memory(const param_table *pt, size_t activation_bytes, size_t c
     fprintf(f, "  comm buffers      %12.1f\n", comm_bytes / MIB);
     fprintf(f, "  total             %12.1f\n", total / MIB);
 }
+
+float *param_carve(float *base, size_t *used, size_t count)
+{
+    float *p = base ? base + *used : NULL;
+    *used += (count + 15) / 16 * 16;  /* every view starts on a 64-byte boundary */
+    return p;
+}
+
+status param_arena_alloc(param_layout_fn layout, void *owner, float **memory, size_t *floats, const char *what)
+{
+    size_t used = 0;
+    layout(owner, NULL, &used);
+    *floats = used;
+    *memory = NULL;
+    if (posix_memalign((void **)memory, 64, (used ? used : 1) * sizeof(float)) != 0) {
+        *memory = NULL;
+        log_error("cannot allocate %.1f MiB for %s", (double)used * 4 / (1 << 20), what);
+        return STATUS_NOMEM;
+    }
+    used = 0;
+    layout(owner, *memory, &used);
+    return STATUS_OK;
+}

@@ -109,4 +109,12 @@ void param_buffers_free(param_buffers *pb);
  * activations, comm buffers and total. The caller prints it on rank 0 only. */
 void param_print_memory(const param_table *pt, size_t activation_bytes, size_t comm_bytes, FILE *f);
 
+/* Many views in one 64-byte-aligned allocation (activations, scratch), laid out in
+ * two passes by one layout function: with base NULL, param_carve only advances
+ * *used; param_arena_alloc sizes, allocates (STATUS_NOMEM naming `what`) and lays
+ * out for real, so the views and the allocation cannot disagree. */
+typedef void (*param_layout_fn)(void *owner, float *base, size_t *used);
+float *param_carve(float *base, size_t *used, size_t count);
+status param_arena_alloc(param_layout_fn layout, void *owner, float **memory, size_t *floats, const char *what);
+
 #endif
