@@ -30,7 +30,7 @@ static const config_key bench_schema[] = {
     { "bench", "out", CONFIG_TYPE_STRING, "", .help = "also write every row to this JSON file" },
     { "bench", "save_tune", CONFIG_TYPE_STRING, "", .help = "write the auto tuning table measured here to this file" },
     { "bench", "check", CONFIG_TYPE_BOOL, "true", .help = "check every algorithm bit-exact outside the timed loop" },
-    { "bench", "model", CONFIG_TYPE_STRING, "gpt2", .help = "model: gpt2-tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl" },
+    { "bench", "model", CONFIG_TYPE_STRING, "gpt2", .help = "model: gpt2-tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl, bert-tiny, bert-base, bert-large, resnet18..152 (-cifar: 32x32 stem)" },
     { "bench", "batch", CONFIG_TYPE_INT, "4", .min = 1, .max = 65536, .help = "model: micro-batch B" },
     { "bench", "seq", CONFIG_TYPE_INT, "64", .min = 1, .max = 65536, .help = "model: sequence length T" },
     { "bench", "steps", CONFIG_TYPE_INT, "5", .min = 1, .max = 100000, .help = "model: timed training steps" },
