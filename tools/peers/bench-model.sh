@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 model=${1:?model} batch=${2:?batch} seq=${3:?seq} threads=${4:-2} steps=${5:-5}
 reps=${REPS:-3}
-tps() { sed -n 's/.* \([0-9.]*\) tok\/s.*/\1/p' | tail -1; }
+tps() { sed -n 's/.* \([0-9.]*\) \(tok\|seq\|img\)\/s.*/\1/p' | tail -1; }
 neb=() pt=() ptp=()
 for r in $(seq 1 "$reps"); do
     neb+=("$(build/bin/nebula-bench model --model "$model" --batch "$batch" --seq "$seq" --threads "$threads" \
@@ -23,5 +23,5 @@ import statistics, sys
 model, b, t, th = sys.argv[1:5]
 neb, pt, ptp = ([float(x) for x in s.split()] for s in sys.argv[5:8])
 n, p, q = statistics.median(neb), statistics.median(pt), statistics.median(ptp)
-print(f"| {model} B={b} T={t}, {th} threads | {n:.1f} tok/s | {p:.1f} tok/s | {q:.1f} tok/s | {n/p:.2f}x | {n/q:.2f}x |")
+print(f"| {model} B={b} T={t}, {th} threads | {n:.2f} | {p:.2f} | {q:.2f} | {n/p:.2f}x | {n/q:.2f}x |")
 PY

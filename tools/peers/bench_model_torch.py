@@ -10,8 +10,10 @@ Run it as installed, and with OMP_WAIT_POLICY=PASSIVE in the environment (PyTorc
 OpenMP threads otherwise spin between ops and steal the cores from OpenBLAS)."""
 import argparse
 import math
+import os
 import resource
 import statistics
+import sys
 import time
 
 import torch
@@ -59,6 +61,53 @@ class GPT2(nn.Module):
         return F.cross_entropy(logits[..., : self.V].reshape(-1, self.V), targets.reshape(-1))
 
 
+BERT = {"bert-tiny": (2, 2, 128, 512), "bert-base": (12, 12, 768, 3072), "bert-large": (24, 16, 1024, 4096)}
+
+
+def bert_setup(name, B, T):
+    """BERT MLM as validation/reference/bert_ref.py writes it (HF modeling_bert maths),
+    with HF's init; 15% of positions are MLM targets, as Nebula's benchmark."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "validation", "reference"))
+    import bert_ref
+    L, NH, C, I = BERT[name]
+    V = 30522
+    shapes = {"embeddings.word_embeddings.weight": (V, C), "embeddings.position_embeddings.weight": (512, C),
+              "embeddings.token_type_embeddings.weight": (2, C), "embeddings.LayerNorm.weight": (C,),
+              "embeddings.LayerNorm.bias": (C,), "cls.predictions.transform.dense.weight": (C, C),
+              "cls.predictions.transform.dense.bias": (C,), "cls.predictions.transform.LayerNorm.weight": (C,),
+              "cls.predictions.transform.LayerNorm.bias": (C,), "cls.predictions.bias": (V,)}
+    for l in range(L):
+        pre = f"encoder.layer.{l}."
+        for n, (o, i) in {"attention.self.query": (C, C), "attention.self.key": (C, C), "attention.self.value": (C, C),
+                          "attention.output.dense": (C, C), "intermediate.dense": (I, C), "output.dense": (C, I)}.items():
+            shapes[pre + n + ".weight"], shapes[pre + n + ".bias"] = (o, i), (o,)
+        for n in ("attention.output.LayerNorm", "output.LayerNorm"):
+            shapes[pre + n + ".weight"], shapes[pre + n + ".bias"] = (C,), (C,)
+    P = {n: (torch.ones(s) if n.endswith("LayerNorm.weight") else torch.zeros(s) if len(s) == 1
+             else torch.randn(s) * 0.02).requires_grad_(True) for n, s in shapes.items()}
+    ids = torch.randint(104, V, (B, T))
+    types = torch.zeros(B, T, dtype=torch.long)
+    mask = torch.ones(B, T)
+    targets = torch.where(torch.rand(B, T) < 0.15, ids, torch.full_like(ids, -1))
+    loss_fn = lambda: bert_ref.forward(P, ids, types, mask, targets, L, NH, 0)[1]
+    return list(P.values()), loss_fn, B, "seq"
+
+
+def resnet_setup(name, B):
+    import torchvision
+    base = name.replace("-cifar", "")
+    m = getattr(torchvision.models, base)(num_classes=10 if name.endswith("-cifar") else 1000)
+    hw = 224
+    if name.endswith("-cifar"):  # Nebula's CIFAR stem: 3x3/1 conv, no max-pool
+        m.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)
+        m.maxpool = nn.Identity()
+        hw = 32
+    m.train()
+    x = torch.rand(B, 3, hw, hw) - 0.5
+    y = torch.randint(0, m.fc.out_features, (B,))
+    return list(m.parameters()), lambda: F.cross_entropy(m(x), y), B, "img"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="gpt2")
@@ -70,31 +119,40 @@ def main():
     a = ap.parse_args()
     torch.manual_seed(1)
     torch.set_num_threads(a.threads)
-    npos, V, Vp, L, NH, C = CONFIGS[a.model]
-    m = GPT2(npos, V, Vp, L, NH, C)
-    params = list(m.parameters())
+    if a.model.startswith("bert"):
+        params, loss_fn, units, unit = bert_setup(a.model, a.batch, a.seq)
+    elif a.model.startswith("resnet"):
+        params, loss_fn, units, unit = resnet_setup(a.model, a.batch)
+    else:
+        npos, V, Vp, L, NH, C = CONFIGS[a.model]
+        m = GPT2(npos, V, Vp, L, NH, C)
+        params = list(m.parameters())
+        idx = torch.randint(0, V, (a.batch, a.seq))
+        tgt = torch.randint(0, V, (a.batch, a.seq))
+        loss_fn, units, unit = (lambda: m(idx, tgt)), a.batch * a.seq, "tok"
     nparams = sum(p.numel() for p in params)
-    opt = torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
-                             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
-                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8, foreach=False)
-    idx = torch.randint(0, V, (a.batch, a.seq))
-    tgt = torch.randint(0, V, (a.batch, a.seq))
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    if a.model.startswith("resnet"):  # as nebula-bench model: SGD momentum for ResNets
+        opt = torch.optim.SGD([{"params": decay, "weight_decay": 1e-4}, {"params": no_decay, "weight_decay": 0.0}],
+                              lr=0.01, momentum=0.9, foreach=False)
+    else:
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                                lr=3e-4, betas=(0.9, 0.95), eps=1e-8, foreach=False)
     times = []
     for s in range(a.warmup + a.steps):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=False)
-        loss = m(idx, tgt)
+        loss = loss_fn()
         loss.backward()
         opt.step()
         t = time.perf_counter() - t0
         if s >= a.warmup:
             times.append(t)
     med = statistics.median(times)
-    tps = a.batch * a.seq / med
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"# pytorch {torch.__version__} {a.model} ({nparams / 1e6:.1f}M parameters), B={a.batch} T={a.seq}, "
-          f"{a.threads} threads: median step {med * 1e3:.2f} ms, {tps:.1f} tok/s, "
-          f"{6 * nparams * a.batch * a.seq / med / 1e9:.2f} GFLOP/s, peak RSS {rss:.0f} MiB")
+          f"{a.threads} threads: median step {med * 1e3:.2f} ms, {units / med:.2f} {unit}/s, peak RSS {rss:.0f} MiB")
 
 
 if __name__ == "__main__":
