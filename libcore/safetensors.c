@@ -98,3 +98,14 @@ status st_write(const char *path, const st_tensor *tensors, int n, const char *m
     free(header);
     return st;
 }
+
+int st_add_table(st_tensor *t, int nt, st_name *names, const param_table *pt, const char *prefix, const float *base)
+{
+    for (int i = 0; i < pt->count; i++, nt++) {
+        const param_entry *e = &pt->entries[i];
+        snprintf(names[nt], sizeof names[nt], "%s%s", prefix, e->name);
+        t[nt] = (st_tensor){ .name = names[nt], .ndim = e->ndim, .data = base + e->offset };
+        for (int d = 0; d < e->ndim; d++) t[nt].shape[d] = (int64_t)e->shape[d];
+    }
+    return nt;
+}

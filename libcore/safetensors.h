@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "log.h"
+#include "param.h"
 
 typedef struct st_tensor {
     const char *name;      /* e.g. "h.0.attn.c_attn.weight" */
@@ -19,6 +20,12 @@ typedef struct st_tensor {
     int64_t shape[4];      /* dimensions */
     const float *data;     /* prod(shape) floats */
 } st_tensor;
+
+typedef char st_name[128];  /* storage for a generated tensor name */
+
+/* Appends one entry per table tensor at t[nt..], named prefix + name (kept in
+ * names[nt..]), data from the flat buffer `base`; returns the new count. */
+int st_add_table(st_tensor *t, int nt, st_name *names, const param_table *pt, const char *prefix, const float *base);
 
 /* `metadata` is a flat JSON object of string values ("{}" or NULL for none). */
 status st_write(const char *path, const st_tensor *tensors, int n, const char *metadata_json);

@@ -239,14 +239,8 @@ int main(void)
 
     int n = m.pt.count, nt = 2 * n + 7;
     st_tensor *t = calloc((size_t)nt, sizeof *t);
-    char (*gname)[112] = calloc((size_t)n, sizeof *gname);
-    for (int i = 0; i < n; i++) {
-        const param_entry *e = &m.pt.entries[i];
-        t[i] = (st_tensor){ .name = e->name, .ndim = e->ndim, .data = init + e->offset };
-        snprintf(gname[i], sizeof gname[i], "grad.%s", e->name);
-        t[n + i] = (st_tensor){ .name = gname[i], .ndim = e->ndim, .data = grads + e->offset };
-        for (int d = 0; d < e->ndim; d++) t[i].shape[d] = t[n + i].shape[d] = e->shape[d];
-    }
+    st_name *names = calloc((size_t)nt, sizeof *names);
+    st_add_table(t, st_add_table(t, 0, names, &m.pt, "", init), names, &m.pt, "grad.", grads); /* params, then grad.* */
     float fin[B * T], ftype[B * T], fam[B * T], ftgt[B * T];
     for (int i = 0; i < B * T; i++) fin[i] = inputs[i], ftype[i] = types[i], fam[i] = am[i], ftgt[i] = targets[i];
     t[2 * n] = (st_tensor){ "in.input_ids", 2, { B, T }, fin };
@@ -272,7 +266,7 @@ int main(void)
     int rc = system(cmd);
     unlink(path);
     rmdir(dir);
-    free(t); free(gname); free(init); free(logits); free(grads);
+    free(t); free(names); free(init); free(logits); free(grads);
     bert_free(&m);
     if (rc != 0) failures++;
     printf("%s - test_bert_ref: %d failure(s)\n", failures ? "FAIL" : "ok", failures);

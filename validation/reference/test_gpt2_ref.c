@@ -79,14 +79,8 @@ int main(void)
 
     int n = m.pt.count, nt = 2 * n + 5;
     st_tensor *t = calloc((size_t)nt, sizeof *t);
-    char (*gname)[112] = calloc((size_t)n, sizeof *gname);
-    for (int i = 0; i < n; i++) {
-        const param_entry *e = &m.pt.entries[i];
-        t[i] = (st_tensor){ .name = e->name, .ndim = e->ndim, .data = init + e->offset };
-        snprintf(gname[i], sizeof gname[i], "grad.%s", e->name);
-        t[n + i] = (st_tensor){ .name = gname[i], .ndim = e->ndim, .data = grads + e->offset };
-        for (int d = 0; d < e->ndim; d++) t[i].shape[d] = t[n + i].shape[d] = e->shape[d];
-    }
+    st_name *names = calloc((size_t)nt, sizeof *names);
+    st_add_table(t, st_add_table(t, 0, names, &m.pt, "", init), names, &m.pt, "grad.", grads); /* params, then grad.* */
     t[2 * n] = (st_tensor){ "in.tokens", 2, { B, T }, ftok };
     t[2 * n + 1] = (st_tensor){ "in.targets", 2, { B, T }, ftgt };
     t[2 * n + 2] = (st_tensor){ "out.logits", 3, { B, T, cfg.padded_vocab_size }, logits };
@@ -107,7 +101,7 @@ int main(void)
     int rc = system(cmd);
     unlink(path);
     rmdir(dir);
-    free(t); free(gname); free(init); free(logits); free(grads);
+    free(t); free(names); free(init); free(logits); free(grads);
     gpt2_free(&m);
     return rc == 0 ? 0 : 1;
 }

@@ -102,20 +102,6 @@ static void pack_branches(const resnet *m, float *dst)
     if (bit % MASK_BITS) dst[bit / MASK_BITS] = (float)word;
 }
 
-/* Adds one safetensors entry per table tensor, named prefix + name, data from base. */
-static int add_table(st_tensor *t, int nt, char (*names)[128], const param_table *pt, const char *prefix,
-                     const float *base)
-{
-    for (int i = 0; i < pt->count; i++) {
-        const param_entry *e = &pt->entries[i];
-        snprintf(names[nt], sizeof names[nt], "%s%s", prefix, e->name);
-        t[nt] = (st_tensor){ .name = names[nt], .ndim = e->ndim, .data = base + e->offset };
-        for (int d = 0; d < e->ndim; d++) t[nt].shape[d] = (int64_t)e->shape[d];
-        nt++;
-    }
-    return nt;
-}
-
 /* BN affine terms and running statistics away from their defaults; the last BN of
  * each residual branch gets a gain in [0.2, 0.5] (see the top of the file). */
 static void perturb_bn(resnet *m)
@@ -201,12 +187,12 @@ static int run_case(const ref_case *rc, const char *path)
 
     int nt_max = 2 * m.pt.count + 3 * m.bt.count + 2 * STEPS + 6, nt = 0;
     st_tensor *t = calloc((size_t)nt_max, sizeof *t);
-    char (*names)[128] = calloc((size_t)nt_max, sizeof *names);
-    nt = add_table(t, nt, names, &m.pt, "", init);
-    nt = add_table(t, nt, names, &m.bt, "", init_stats);
-    nt = add_table(t, nt, names, &m.pt, "grad.", grads);
-    nt = add_table(t, nt, names, &m.bt, "after.", stats1);
-    nt = add_table(t, nt, names, &m.bt, "final.", m.stats);
+    st_name *names = calloc((size_t)nt_max, sizeof *names);
+    nt = st_add_table(t, nt, names, &m.pt, "", init);
+    nt = st_add_table(t, nt, names, &m.bt, "", init_stats);
+    nt = st_add_table(t, nt, names, &m.pt, "grad.", grads);
+    nt = st_add_table(t, nt, names, &m.bt, "after.", stats1);
+    nt = st_add_table(t, nt, names, &m.bt, "final.", m.stats);
     for (int s = 0; s < STEPS; s++) {
         snprintf(names[nt], sizeof names[nt], "branch.relu.%d", s);
         t[nt] = (st_tensor){ names[nt], 1, { (int64_t)nwords }, branches + s * nwords };
