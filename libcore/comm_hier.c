@@ -13,9 +13,9 @@
  * Only 1/local_size of the data crosses the node boundary per rank, and inside
  * the node every byte is copied in once, read once and copied out once.
  *
- * The two result buffers alternate per chunk: a rank can only reduce chunk k+1
- * after every local rank passed chunk k+1's first barrier, which each reaches only
- * after copying chunk k out, so chunk k's buffer is never overwritten while read.
+ * One result buffer serves every chunk: a rank can only reduce chunk k+1 after
+ * every local rank passed chunk k+1's first barrier, which each reaches only after
+ * copying chunk k out, so the buffer is never overwritten while it is read.
  * Hier ops run one at a time per rank (ordering class HIER); the node barrier is a
  * counter that only grows, so a rank racing ahead cannot confuse a slower one. */
 #include <sched.h>
@@ -45,9 +45,9 @@ static char *shm_slot(const comm *c, int lr)
     return c->shm_base + SHM_HEADER_BYTES + (size_t)lr * c->shm_slot_bytes;
 }
 
-static char *shm_result(const comm *c, uint64_t chunk)
+static char *shm_result(const comm *c)
 {
-    return shm_slot(c, c->rt->local_size + (int)(chunk % 2));
+    return shm_slot(c, c->rt->local_size);  /* after the local_size input slots */
 }
 
 status comm_hier_init(comm *c)
@@ -59,7 +59,7 @@ status comm_hier_init(comm *c)
     slot = slot < (256u << 10) ? (256u << 10) : slot > COMM_SHM_SLOT_BYTES ? COMM_SHM_SLOT_BYTES : slot;
     c->shm_slot_bytes = slot / 64 * 64;
     /* A node of one works in place and needs no slots. */
-    size_t total = SHM_HEADER_BYTES + (rt->local_size > 1 ? (size_t)(rt->local_size + 2) * c->shm_slot_bytes : 0);
+    size_t total = SHM_HEADER_BYTES + (rt->local_size > 1 ? (size_t)(rt->local_size + 1) * c->shm_slot_bytes : 0);
     char *mine;
     MPI_CHECK(MPI_Win_allocate_shared(rt->local_rank == 0 ? (MPI_Aint)total : 0, 1, MPI_INFO_NULL, rt->node,
                                       &mine, &c->shm_win));
@@ -127,7 +127,7 @@ static void owned_parts(const comm *c, size_t mk, int *j0, int *j1, size_t *a, s
 static char *chunk_result(const comm *c, const comm_op *o)
 {
     if (c->rt->local_size == 1) return (char *)o->buf + o->chunk_off * reduce_dtype_size(o->dtype);
-    return shm_result(c, c->shm_chunks);
+    return shm_result(c);
 }
 
 /* Starts the inter-node allreduce of part o->part, skipping empty parts. */
@@ -195,7 +195,6 @@ status comm_hier_progress(comm *c, comm_op *o, bool *done)
         case HIER_COPYOUT:
             if (shared && !barrier_passed(c, o)) return STATUS_OK;
             if (shared) memcpy((char *)o->buf + o->chunk_off * esz, chunk_result(c, o), o->chunk_len * esz);
-            c->shm_chunks++;
             o->chunk_off += o->chunk_len;
             o->phase = o->chunk_off < o->count ? HIER_COPYIN : HIER_DONE;
             break;

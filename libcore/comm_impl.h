@@ -100,9 +100,8 @@ struct comm {
     uint64_t ticket_next[COMM_NCLASSES];   /* per ordering class: the ticket allowed to run next */
     MPI_Win shm_win;               /* node shared memory of hier */
     size_t shm_slot_bytes;         /* bytes of one slot = one pipeline chunk */
-    char *shm_base;                /* header (barrier counter), then local_size slots, then 2 results */
+    char *shm_base;                /* header (barrier counter), then local_size slots, then the result */
     uint64_t shm_gen;              /* node barriers this rank has arrived at */
-    uint64_t shm_chunks;           /* hier chunks completed (selects the result buffer) */
     comm_op *head;                 /* ops in flight, oldest first (linked by comm_op.next) */
     comm_op *tail;                 /* newest op in flight */
     bool failed;                   /* a wait failed: ops may be stuck, collectives unsafe */
