@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # deps.sh — detect, report and install Nebula's dependencies (Debian 12 package names).
 #
-#   tools/deps.sh report    print ✓/✗ per dependency (MPI and its PMLs, parallel HDF5, BLAS, ...)
+#   tools/deps.sh report    print ✓/✗ per dependency (MPI and its PMLs, parallel HDF5, BLAS, ...);
+#                           exit 1 when a required package is missing
 #   tools/deps.sh install   apt-get install every missing package (root), else print how
 #   tools/deps.sh ensure    install only when something required is missing
 #
@@ -58,6 +59,13 @@ report() {
         printf '  %s cuDNN\n' "$(mark test -f "$cinc/cudnn.h")"
     else
         printf '  ✗ CUDA       nvcc not found (CPU build only)\n  ✗ NCCL\n  ✗ cuDNN\n'
+    fi
+    # Optional parts (CUDA) only report; a missing required package fails.
+    local missing
+    missing=$(missing_pkgs | tr '\n' ' ')
+    if [ -n "$missing" ]; then
+        echo "nebula: required packages missing: $missing(make deps installs them)" >&2
+        return 1
     fi
 }
 
