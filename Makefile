@@ -23,7 +23,7 @@ CFLAGS  += -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -fopenmp -MMD -MP -Ilibc
 # spinning after each parallel region, and the two fight for the cores.
 OPENBLAS_DIR := /usr/lib/x86_64-linux-gnu/openblas-openmp
 CFLAGS  += -I/usr/include/x86_64-linux-gnu/openblas-openmp
-LDLIBS  := -linih -ljansson -lhwloc -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas -lm
+LDLIBS  := -linih -ljansson -lhwloc -ldnnl -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas -lm
 LDFLAGS += -fopenmp
 
 ifeq ($(USE_CUDA),auto)

@@ -9,8 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/batchnorm.h"
-#include "cpu/conv2d.h"
+#include "cpu/dnn.h"
 #include "cpu/matmul.h"
 #include "cpu/pool.h"
 #include "cpu/relu.h"
@@ -228,13 +227,25 @@ static float *carve(float *base, size_t *used, size_t count)
     return p;
 }
 
+static size_t unit_out_size(const resnet *m, const resnet_unit *u)
+{
+    return (size_t)m->N * (size_t)u->OC * (size_t)u->OH * (size_t)u->OW;
+}
+
 static void resnet_layout_unit(resnet *m, resnet_unit *u, float *base, size_t *used, bool own_out)
 {
-    size_t n = (size_t)m->N * (size_t)u->OC * (size_t)u->OH * (size_t)u->OW;
-    u->conv = carve(base, used, n);
-    if (own_out) u->out = carve(base, used, n);
-    u->mean = carve(base, used, (size_t)u->OC);
-    u->rstd = carve(base, used, (size_t)u->OC);
+    u->conv = carve(base, used, unit_out_size(m, u));
+    if (own_out) u->out = carve(base, used, unit_out_size(m, u));
+}
+
+/* NCHW scratch: the head's input, or (imagenet) the stem output plus the maxpool output. */
+static size_t resnet_nchw_floats(const resnet *m)
+{
+    const resnet_acts *a = &m->acts;
+    size_t n = (size_t)m->N * (size_t)a->feat_C * (size_t)a->feat_HW;
+    if (m->cfg.stem == RESNET_STEM_IMAGENET)
+        n = zmax(n, unit_out_size(m, &a->stem) + (size_t)m->N * RESNET_STEM_C * (size_t)a->PH * (size_t)a->PW + 16);
+    return n;
 }
 
 static void resnet_layout_acts(resnet *m, float *base, size_t *used)
@@ -254,10 +265,11 @@ static void resnet_layout_acts(resnet *m, float *base, size_t *used)
         b->inp = x;
         for (int k = 0; k < b->nunits - 1; k++) resnet_layout_unit(m, &b->unit[k], base, used, true);
         resnet_layout_unit(m, last, base, used, false);
-        b->out = last->out = carve(base, used, N * (size_t)last->OC * (size_t)last->OH * (size_t)last->OW);
+        b->out = last->out = carve(base, used, unit_out_size(m, last));
         if (b->has_down) resnet_layout_unit(m, &b->down, base, used, true);
         x = b->out;
     }
+    a->nchw = carve(base, used, resnet_nchw_floats(m));
     a->pooled = carve(base, used, N * (size_t)a->feat_C);
     a->logits = carve(base, used, N * (size_t)m->cfg.num_classes);
     a->losses = carve(base, used, N);
@@ -287,7 +299,6 @@ static void resnet_layout_grads(resnet *m, float *base, size_t *used)
     g->dblock = carve(base, used, big);
     g->dsum = carve(base, used, big);
     g->dmain = carve(base, used, big);
-    g->drelu = carve(base, used, big);
     g->dbn = carve(base, used, big);
     g->dpooled = carve(base, used, N * (size_t)m->acts.feat_C);
     g->dlogits = carve(base, used, N * (size_t)m->cfg.num_classes);
@@ -304,22 +315,25 @@ static float *alloc_floats(size_t n, const char *what)
     return p;
 }
 
-static size_t unit_work_floats(const resnet_unit *u)
+/* conv1 reads the NCHW images and takes no input gradient; every other convolution
+ * is nChw8c to nChw8c. */
+static void resnet_plan_unit(resnet *m, resnet_unit *u, bool first)
 {
-    return conv2d_workspace_floats(u->C, u->K, u->K, u->OH, u->OW);
+    conv2d_shape s = { m->N, u->C, u->H, u->W, u->OC, u->K, u->K, u->stride, u->pad, u->OH, u->OW };
+    conv2d_plan_init(&u->cp, &s, first ? DNN_NCHW : DNN_NCHW8C, DNN_NCHW8C, false, !first);
+    batchnorm_plan_init(&u->bp, m->N, u->OC, u->OH, u->OW, DNN_NCHW8C, RESNET_BN_EPS, u->relu);
+    m->plan_bytes += u->cp.bytes + u->bp.bytes;
 }
 
-/* Largest conv2d column workspace over all units (one image). */
-static size_t resnet_work_floats(const resnet *m)
+static void resnet_plan(resnet *m)
 {
-    const resnet_acts *a = &m->acts;
-    size_t mx = unit_work_floats(&a->stem);
+    resnet_acts *a = &m->acts;
+    resnet_plan_unit(m, &a->stem, true);
     for (int i = 0; i < a->nblocks; i++) {
-        const resnet_block *b = &a->blocks[i];
-        for (int k = 0; k < b->nunits; k++) mx = zmax(mx, unit_work_floats(&b->unit[k]));
-        if (b->has_down) mx = zmax(mx, unit_work_floats(&b->down));
+        resnet_block *b = &a->blocks[i];
+        for (int k = 0; k < b->nunits; k++) resnet_plan_unit(m, &b->unit[k], false);
+        if (b->has_down) resnet_plan_unit(m, &b->down, false);
     }
-    return mx;
 }
 
 status resnet_init(resnet *m, const resnet_config *cfg, int N, int H, int W, uint64_t seed, bool train)
@@ -354,8 +368,6 @@ status resnet_init(resnet *m, const resnet_config *cfg, int N, int H, int W, uin
     if (!(m->act_memory = alloc_floats(used, "activations"))) return STATUS_NOMEM;
     used = 0;
     resnet_layout_acts(m, m->act_memory, &used);
-    m->work_floats = resnet_work_floats(m);
-    if (!(m->work = alloc_floats(m->work_floats, "convolution workspace"))) return STATUS_NOMEM;
     if (m->cfg.stem == RESNET_STEM_IMAGENET &&
         !(m->acts.pool_argmax = malloc((size_t)N * RESNET_STEM_C * (size_t)m->acts.PH * (size_t)m->acts.PW *
                                        sizeof *m->acts.pool_argmax)))
@@ -368,29 +380,39 @@ status resnet_init(resnet *m, const resnet_config *cfg, int N, int H, int W, uin
         used = 0;
         resnet_layout_grads(m, m->grad_memory, &used);
     }
+    resnet_plan(m);
     if (!(m->labels = malloc((size_t)N * sizeof *m->labels))) return STATUS_NOMEM;
     m->mean_loss = -1;
     return STATUS_OK;
 }
 
+static void resnet_free_unit(resnet_unit *u)
+{
+    conv2d_plan_free(&u->cp);
+    batchnorm_plan_free(&u->bp);
+}
+
 void resnet_free(resnet *m)
 {
+    resnet_acts *a = &m->acts;
+    if (a->blocks) {
+        resnet_free_unit(&a->stem);
+        for (int i = 0; i < a->nblocks; i++) {
+            resnet_block *b = &a->blocks[i];
+            for (int k = 0; k < b->nunits; k++) resnet_free_unit(&b->unit[k]);
+            if (b->has_down) resnet_free_unit(&b->down);
+        }
+    }
     free(m->act_memory);
     free(m->grad_memory);
-    free(m->work);
     free(m->stats);
     free(m->labels);
-    free(m->acts.pool_argmax);
-    free(m->acts.blocks);
+    free(a->pool_argmax);
+    free(a->blocks);
     param_buffers_free(&m->pb);
     param_table_free(&m->pt);
     param_table_free(&m->bt);
     memset(m, 0, sizeof *m);
-}
-
-static size_t unit_out_size(const resnet *m, const resnet_unit *u)
-{
-    return (size_t)m->N * (size_t)u->OC * (size_t)u->OH * (size_t)u->OW;
 }
 
 /* out = [relu](bn(conv(inp))); in training the running statistics move toward the batch's. */
@@ -398,12 +420,10 @@ static void unit_forward(resnet *m, resnet_unit *u, const float *inp, bool train
 {
     const float *p = m->pb.params;
     float *s = m->stats;
-    conv2d_forward(u->conv, inp, p + u->w, NULL, m->work, m->N, u->C, u->H, u->W, u->OC, u->K, u->K, u->stride,
-                   u->pad, u->OH, u->OW);
-    batchnorm_forward(u->out, u->mean, u->rstd, s + u->rmean, s + u->rvar, u->conv, p + u->bn_w, p + u->bn_b, m->N,
-                      u->OC, u->OH * u->OW, RESNET_BN_EPS, RESNET_BN_MOMENTUM, training);
+    conv2d_plan_forward(&u->cp, u->conv, inp, p + u->w, NULL);
+    batchnorm_plan_forward(&u->bp, u->out, u->conv, p + u->bn_w, p + u->bn_b, s + u->rmean, s + u->rvar,
+                           RESNET_BN_MOMENTUM, training);
     if (training) s[u->nbt] += 1.0f;
-    if (u->relu) relu_forward(u->out, u->out, unit_out_size(m, u));
 }
 
 status resnet_forward(resnet *m, const float *images, const int32_t *labels, bool training)
@@ -424,9 +444,13 @@ status resnet_forward(resnet *m, const float *images, const int32_t *labels, boo
     }
     memcpy(a->images, images, (size_t)N * 3 * (size_t)m->H * (size_t)m->W * sizeof *images);
     unit_forward(m, &a->stem, a->images, training);                       /* conv1, bn1, relu */
-    if (m->cfg.stem == RESNET_STEM_IMAGENET)
-        maxpool2d_forward(a->pool, a->pool_argmax, a->stem.out, N, RESNET_STEM_C, a->stem.OH, a->stem.OW, 3, 2, 1,
-                          a->PH, a->PW);
+    if (m->cfg.stem == RESNET_STEM_IMAGENET) {                            /* maxpool, in NCHW */
+        const resnet_unit *st = &a->stem;
+        float *x = a->nchw, *y = a->nchw + (unit_out_size(m, st) + 15) / 16 * 16;
+        dnn_blocked_to_nchw(x, st->out, N, RESNET_STEM_C, st->OH * st->OW);
+        maxpool2d_forward(y, a->pool_argmax, x, N, RESNET_STEM_C, st->OH, st->OW, 3, 2, 1, a->PH, a->PW);
+        dnn_nchw_to_blocked(a->pool, y, N, RESNET_STEM_C, a->PH * a->PW);
+    }
     for (int i = 0; i < a->nblocks; i++) {
         resnet_block *b = &a->blocks[i];
         size_t n = unit_out_size(m, &b->unit[b->nunits - 1]);
@@ -441,7 +465,8 @@ status resnet_forward(resnet *m, const float *images, const int32_t *labels, boo
         relu_forward(b->out, b->out, n);                                   /* relu(out) */
     }
     const resnet_block *last = &a->blocks[a->nblocks - 1];
-    avgpool_global_forward(a->pooled, last->out, N, a->feat_C, a->feat_HW);     /* avgpool, flatten */
+    dnn_blocked_to_nchw(a->nchw, last->out, N, a->feat_C, a->feat_HW);
+    avgpool_global_forward(a->pooled, a->nchw, N, a->feat_C, a->feat_HW);  /* avgpool, flatten */
     matmul_forward(a->logits, a->pooled, m->pb.params + m->fc_w, m->pb.params + m->fc_b, N, a->feat_C, V,
                    MATMUL_LAYOUT_OUT_IN);                                  /* fc */
     if (!labels) return STATUS_OK;
@@ -456,46 +481,35 @@ status resnet_forward(resnet *m, const float *images, const int32_t *labels, boo
     return STATUS_OK;
 }
 
-/* dout is the gradient of u->out. Adds the input gradient into dinp (skipped when
- * NULL), zeroing dinp first when `zero_dinp`; dinp may be dout itself when the unit
- * has a ReLU (dout is consumed before dinp is written). Uses gs.drelu and gs.dbn. */
-static void unit_backward(resnet *m, const resnet_unit *u, const float *inp, float *dinp, bool zero_dinp,
-                          const float *dout)
+/* dout is the gradient of u->out (after its ReLU when it has one). WRITES the input
+ * gradient into dinp (skipped when NULL); dinp may be dout itself (dout is consumed
+ * into gs.dbn before dinp is written). Adds the parameter gradients. */
+static void unit_backward(resnet *m, resnet_unit *u, const float *inp, float *dinp, const float *dout)
 {
     const float *p = m->pb.params;
     float *g = m->pb.grads;
-    size_t n = unit_out_size(m, u);
-    if (u->relu) {
-        memset(m->gs.drelu, 0, n * sizeof(float));
-        relu_backward(m->gs.drelu, u->out, dout, n);
-        dout = m->gs.drelu;
-    }
-    memset(m->gs.dbn, 0, n * sizeof(float));
-    batchnorm_backward(m->gs.dbn, g + u->bn_w, g + u->bn_b, dout, u->conv, p + u->bn_w, u->mean, u->rstd, m->N, u->OC,
-                       u->OH * u->OW);
-    if (dinp && zero_dinp) memset(dinp, 0, (size_t)m->N * (size_t)u->C * (size_t)u->H * (size_t)u->W * sizeof(float));
-    conv2d_backward(dinp, g + u->w, NULL, m->gs.dbn, inp, p + u->w, m->work, m->N, u->C, u->H, u->W, u->OC, u->K,
-                    u->K, u->stride, u->pad, u->OH, u->OW);
+    batchnorm_plan_backward(&u->bp, m->gs.dbn, g + u->bn_w, g + u->bn_b, dout, u->conv, p + u->bn_w, p + u->bn_b);
+    conv2d_plan_backward(&u->cp, dinp, g + u->w, NULL, m->gs.dbn, inp);
 }
 
 /* gs.dblock holds d(b->out) on entry and d(b->inp) on return. */
-static void block_backward(resnet *m, const resnet_block *b)
+static void block_backward(resnet *m, resnet_block *b)
 {
     resnet_grad_scratch *s = &m->gs;
-    const resnet_unit *first = &b->unit[0], *last = &b->unit[b->nunits - 1];
+    resnet_unit *first = &b->unit[0], *last = &b->unit[b->nunits - 1];
     size_t n_out = unit_out_size(m, last);
     size_t n_in = (size_t)m->N * (size_t)first->C * (size_t)first->H * (size_t)first->W;
     memset(s->dsum, 0, n_out * sizeof(float));
     relu_backward(s->dsum, b->out, s->dblock, n_out);                      /* through relu(out) */
-    memset(s->dblock, 0, n_in * sizeof(float));                            /* now d(b->inp) */
-    if (b->has_down) unit_backward(m, &b->down, b->inp, s->dblock, false, s->dsum);
-    else residual_backward(s->dblock, NULL, s->dsum, n_in);                /* identity branch */
+    if (b->has_down) unit_backward(m, &b->down, b->inp, s->dblock, s->dsum); /* dblock = d(b->inp) via downsample */
+    else memcpy(s->dblock, s->dsum, n_in * sizeof(float));                 /* identity branch */
     const float *dout = s->dsum;
     for (int k = b->nunits - 1; k > 0; k--) {                              /* main branch, last unit first */
-        unit_backward(m, &b->unit[k], b->unit[k - 1].out, s->dmain, true, dout);
+        unit_backward(m, &b->unit[k], b->unit[k - 1].out, s->dmain, dout);
         dout = s->dmain;
     }
-    unit_backward(m, first, b->inp, s->dblock, false, dout);
+    unit_backward(m, first, b->inp, s->dmain, dout);
+    residual_backward(s->dblock, NULL, s->dmain, n_in);                    /* both branches meet at b->inp */
 }
 
 void resnet_backward(resnet *m)
@@ -512,17 +526,23 @@ void resnet_backward(resnet *m)
     memset(s->dpooled, 0, (size_t)N * (size_t)a->feat_C * sizeof(float));
     matmul_backward(s->dpooled, m->pb.grads + m->fc_w, m->pb.grads + m->fc_b, s->dlogits, a->pooled,
                     m->pb.params + m->fc_w, N, a->feat_C, V, MATMUL_LAYOUT_OUT_IN);
-    memset(s->dblock, 0, (size_t)N * (size_t)a->feat_C * (size_t)a->feat_HW * sizeof(float));
-    avgpool_global_backward(s->dblock, s->dpooled, N, a->feat_C, a->feat_HW);
+    size_t nfeat = (size_t)N * (size_t)a->feat_C * (size_t)a->feat_HW;
+    memset(a->nchw, 0, nfeat * sizeof(float));
+    avgpool_global_backward(a->nchw, s->dpooled, N, a->feat_C, a->feat_HW);
+    dnn_nchw_to_blocked(s->dblock, a->nchw, N, a->feat_C, a->feat_HW);
     for (int i = a->nblocks - 1; i >= 0; i--) block_backward(m, &a->blocks[i]);
     const float *dstem = s->dblock;                                        /* d(layer1's input) */
-    if (m->cfg.stem == RESNET_STEM_IMAGENET) {
-        memset(s->dmain, 0, unit_out_size(m, &a->stem) * sizeof(float));
-        maxpool2d_backward(s->dmain, s->dblock, a->pool_argmax, N, RESNET_STEM_C, a->stem.OH, a->stem.OW, 3, 2, 1,
-                           a->PH, a->PW);
+    if (m->cfg.stem == RESNET_STEM_IMAGENET) {                             /* maxpool backward, in NCHW */
+        const resnet_unit *st = &a->stem;
+        size_t n_stem = unit_out_size(m, st);
+        float *dx = a->nchw, *dy = a->nchw + (n_stem + 15) / 16 * 16;
+        dnn_blocked_to_nchw(dy, s->dblock, N, RESNET_STEM_C, a->PH * a->PW);
+        memset(dx, 0, n_stem * sizeof(float));
+        maxpool2d_backward(dx, dy, a->pool_argmax, N, RESNET_STEM_C, st->OH, st->OW, 3, 2, 1, a->PH, a->PW);
+        dnn_nchw_to_blocked(s->dmain, dx, N, RESNET_STEM_C, st->OH * st->OW);
         dstem = s->dmain;
     }
-    unit_backward(m, &a->stem, a->images, NULL, false, dstem);
+    unit_backward(m, &a->stem, a->images, NULL, dstem);
 }
 
 static double unit_flops(const resnet_unit *u)

@@ -1,9 +1,12 @@
 /* resnet — the ResNet family on the CPU (He, Zhang, Ren, Sun, "Deep Residual Learning
  * for Image Recognition", CVPR 2016), laid out exactly as torchvision.models.resnet
  * (v1.5: a Bottleneck strides on its 3x3 conv2, not on conv1): parameters in one flat
- * buffer with torchvision's names and shapes, activations and the convolution
- * workspace sized once for (N, 3, H, W), a forward with fused cross-entropy, and a
- * backward that fills the flat gradient buffer.
+ * buffer with torchvision's names and shapes, activations and the oneDNN
+ * convolution and batch-norm plans built once for (N, 3, H, W), a forward with
+ * fused cross-entropy, and a backward that fills the flat gradient buffer.
+ * Activations stay in oneDNN's blocked nChw8c layout from conv1's output to the
+ * head (kernels/cpu/dnn.h says why); only the images (NCHW in), the maxpool and
+ * the global average pool see NCHW.
  *
  * The one design decision: batch norm's running statistics (running_mean,
  * running_var, num_batches_tracked) are state, not parameters. They live in a second
@@ -30,6 +33,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cpu/batchnorm.h"
+#include "cpu/conv2d.h"
 #include "log.h"
 #include "param.h"
 
@@ -71,10 +76,10 @@ typedef struct resnet_unit {
     size_t bn_w, bn_b;     /* offsets of the BN weight and bias (OC) */
     size_t rmean, rvar;    /* offsets of running_mean, running_var (OC) in the statistics buffer */
     size_t nbt;            /* offset of num_batches_tracked (scalar) in the statistics buffer */
-    float *conv;           /* (N, OC, OH, OW) convolution output = BN input */
-    float *out;            /* (N, OC, OH, OW) BN output, after the ReLU when relu */
-    float *mean;           /* (OC) batch mean saved for backward */
-    float *rstd;           /* (OC) batch 1/sqrt(var + eps) saved for backward */
+    float *conv;           /* (N, OC, OH, OW) convolution output = BN input, nChw8c */
+    float *out;            /* (N, OC, OH, OW) BN output, after the ReLU when relu, nChw8c */
+    conv2d_plan cp;        /* the convolution (input NCHW for conv1, nChw8c elsewhere) */
+    batchnorm_plan bp;     /* the BN, with the ReLU fused when relu; keeps the batch statistics */
 } resnet_unit;
 
 typedef struct resnet_block {
@@ -82,19 +87,21 @@ typedef struct resnet_block {
     int nunits;            /* 2 or 3 */
     bool has_down;         /* a downsample branch (stride != 1 or channels change) */
     resnet_unit down;      /* downsample.0 (1x1 strided conv) and downsample.1 (BN), no ReLU */
-    const float *inp;      /* (N, C, H, W) block input: the stem's output or the previous block's */
-    float *out;            /* (N, OC, OH, OW) relu(last unit + identity); the last unit's out */
+    const float *inp;      /* (N, C, H, W) block input: the stem's output or the previous block's (nChw8c) */
+    float *out;            /* (N, OC, OH, OW) relu(last unit + identity); the last unit's out (nChw8c) */
 } resnet_block;
 
 typedef struct resnet_acts {
     float *images;         /* (N, 3, H, W) copy of the last forward's input (conv1's backward reads it) */
     resnet_unit stem;      /* conv1, bn1, ReLU */
-    float *pool;           /* (N, 64, PH, PW) maxpool output (imagenet stem); NULL for cifar */
+    float *pool;           /* (N, 64, PH, PW) maxpool output, nChw8c (imagenet stem); NULL for cifar */
     int32_t *pool_argmax;  /* (N, 64, PH, PW) winning index per window; NULL for cifar */
     int PH, PW;            /* maxpool output size */
     resnet_block *blocks;  /* [nblocks] layer1.0, layer1.1, ..., layer4.(n-1) */
     int nblocks;           /* sum of cfg.layers */
     int feat_C, feat_HW;   /* head input: 512*expansion channels on a feat_HW-pixel map */
+    float *nchw;           /* NCHW scratch for the kernels that want it: the head's input, and the
+                              stem output and maxpool output around the maxpool (imagenet) */
     float *pooled;         /* (N, feat_C) global average pool */
     float *logits;         /* (N, num_classes) */
     float *losses;         /* (N) per-image cross-entropy */
@@ -105,8 +112,7 @@ typedef struct resnet_grad_scratch {
     float *dblock;         /* (N, maxCHW: largest C*H*W of any activation) d(block output), then d(block input) */
     float *dsum;           /* (N, maxCHW) gradient of the pre-ReLU residual sum */
     float *dmain;          /* (N, maxCHW) gradient flowing down a block's main branch */
-    float *drelu;          /* (N, maxCHW) gradient of a BN output through its ReLU */
-    float *dbn;            /* (N, maxCHW) gradient of a convolution output through its BN */
+    float *dbn;            /* (N, maxCHW) gradient of a convolution output through its BN (and ReLU) */
     float *dpooled;        /* (N, feat_C) */
     float *dlogits;        /* (N, num_classes) */
     float *dlosses;        /* (N) */
@@ -122,8 +128,7 @@ typedef struct resnet {
     float *act_memory;     /* one allocation behind acts */
     size_t act_floats;     /* its size */
     resnet_acts acts;      /* views into act_memory */
-    float *work;           /* conv2d column workspace for one image, shared by all convs */
-    size_t work_floats;    /* its size */
+    size_t plan_bytes;     /* memory of the convolution and BN plans (blocked weights, masks) */
     float *grad_memory;    /* one allocation behind gs */
     size_t grad_floats;    /* its size */
     resnet_grad_scratch gs; /* views into grad_memory */
@@ -134,7 +139,7 @@ typedef struct resnet {
 } resnet;
 
 /* Builds both tables, allocates params (+ grads and moments when `train`), the
- * statistics, the activations and the workspace for (N, 3, H, W); initialises like
+ * statistics, the activations and the plans for (N, 3, H, W); initialises like
  * torchvision: convs kaiming_normal_(mode='fan_out', nonlinearity='relu'), BN weight 1
  * bias 0, running mean 0 var 1, fc as nn.Linear (U(+-1/sqrt(fan_in)) for weight and
  * bias), one counter-RNG stream per tensor. Conv and fc weights carry the decay flag;

@@ -15,6 +15,7 @@ REQUIRED_PKGS=(
     openmpi-bin libopenmpi-dev            # MPI (OpenMPI 4.1)
     libhdf5-openmpi-dev hdf5-tools        # parallel HDF5 and h5dump
     libopenblas-dev libopenblas-openmp-dev   # BLAS for GEMM (the OpenMP build is linked)
+    libdnnl-dev                              # oneDNN: direct convolutions and batch norm for CNNs
     libucx-dev libpmix-dev                # UCX transport, PMIx for srun --mpi=pmix
     libpapi-dev libhwloc-dev              # hardware counters, topology and binding
     libinih-dev libjansson-dev            # INI config parser, JSON
@@ -42,6 +43,7 @@ report() {
         "$(grep -q 'define H5_HAVE_PARALLEL 1' /usr/include/hdf5/openmpi/H5pubconf.h 2>/dev/null && echo yes || echo no)" \
         "$(command -v h5dump || echo no)"
     printf '  %s BLAS       %s\n' "$(mark pkg-config --exists openblas)" "$(pkg-config --modversion openblas 2>/dev/null || echo 'openblas not found')"
+    printf '  %s oneDNN     %s\n' "$(mark test -f /usr/include/oneapi/dnnl/dnnl.h)" "$(dpkg-query -W -f='${Version}' libdnnl-dev 2>/dev/null || echo 'not found')"
     printf '  %s UCX        %s\n' "$(mark pkg-config --exists ucx)" "$(pkg-config --modversion ucx 2>/dev/null || echo 'not found')"
     printf '  %s PMIx       %s\n' "$(mark pkg-config --exists pmix)" "$(pkg-config --modversion pmix 2>/dev/null || echo 'not found')"
     printf '  %s PAPI       %s\n' "$(mark pkg-config --exists papi)" "$(pkg-config --modversion papi 2>/dev/null || echo 'not found')"

@@ -11,45 +11,59 @@
  * As in PyTorch, normalisation uses the biased variance while running_var
  * tracks the UNBIASED one. Training needs M >= 2 (PyTorch refuses M = 1).
  *
- * The one design decision: statistics are accumulated in double by two passes
- * (mean, then sum of squared deviations), one channel per thread. Two passes cost
- * one more read of the input but avoid the cancellation of E[x^2] - E[x]^2 on
- * activations with a large mean; double accumulators keep the float path within
- * a few ulps of the reference for any batch size, and the fixed per-channel order
- * makes results independent of the thread count. */
+ * The one design decision: the fast path is a plan over oneDNN's batch
+ * normalisation, in the layout of the convolutions around it (dnn.h), with the
+ * ReLU that follows most ResNet batch norms fused into it (one pass over the
+ * activations instead of two, forward and backward; the backward reads oneDNN's
+ * ReLU mask instead of the output). oneDNN reports the biased batch variance;
+ * the plan turns it into the unbiased running update itself, as PyTorch does.
+ * oneDNN accumulates the statistics in float, so the fast path's mean and
+ * variance carry float rounding over the M values of a channel; the tests bound
+ * it accordingly. The reference below is the plain two-pass specification in
+ * double, on NCHW. */
 #ifndef NEBULA_KERNELS_BATCHNORM_H
 #define NEBULA_KERNELS_BATCHNORM_H
 
-/* training != 0: batch statistics, writes mean and rstd (the backward's saved
- * state) and updates running_mean/running_var unless they are NULL (as
- * track_running_stats=False). training == 0: uses running_mean/running_var (which
- * must be given); mean and rstd, if non-NULL, receive the statistics used.
- * weight/bias NULL means 1/0 (affine=False). */
-void batchnorm_forward(float *out,          /* (N, C, HW) */
-                       float *mean,         /* (C) saved batch mean */
-                       float *rstd,         /* (C) saved 1/sqrt(var + eps) */
-                       float *running_mean, /* (C) updated in training, read in eval */
-                       float *running_var,  /* (C) updated in training, read in eval */
-                       const float *inp,    /* (N, C, HW) */
-                       const float *weight, /* (C) or NULL */
-                       const float *bias,   /* (C) or NULL */
-                       int N, int C, int HW, float eps, float momentum, int training);
+#include <stdbool.h>
+#include <stddef.h>
 
-/* Training-mode backward (through the batch statistics); ADDS into each non-NULL
- * gradient. mean and rstd are what the training forward saved.
- *   xhat = (x - mean)*rstd,  dbias += sum dy,  dweight += sum dy*xhat,
- *   dinp += weight*rstd*(dy - mean(dy) - xhat*mean(dy*xhat)). */
-void batchnorm_backward(float *dinp,         /* (N, C, HW) or NULL */
-                        float *dweight,      /* (C) or NULL */
-                        float *dbias,        /* (C) or NULL */
-                        const float *dout,   /* (N, C, HW) */
-                        const float *inp,    /* (N, C, HW) */
-                        const float *weight, /* (C) or NULL (= 1) */
-                        const float *mean,   /* (C) */
-                        const float *rstd,   /* (C) */
-                        int N, int C, int HW);
+#include "dnn.h"
 
-/* The specification in double, plain loops, same contract. */
+typedef struct batchnorm_plan {
+    int N, C, H, W;
+    dnn_layout layout;          /* of input and output */
+    bool relu;                  /* a ReLU fused after the normalisation */
+    float eps;
+    dnnl_primitive_t fwd_train, fwd_eval, bwd;
+    dnnl_memory_t x, y, dx, scale, shift, mean_m, var_m, dscale, dshift, ws_m;
+    float *mean, *var;          /* (C) the last training forward's batch mean and biased variance */
+    float *dscale_tmp, *dshift_tmp; /* (C) */
+    void *ws;                   /* ReLU mask of the last training forward (oneDNN's format) */
+    size_t bytes;               /* memory the plan owns */
+} batchnorm_plan;
+
+/* Primitives for (N, C, H, W) in `layout`, epsilon `eps`, with a fused ReLU
+ * (out = max(bn(x), 0)) or not. */
+void batchnorm_plan_init(batchnorm_plan *p, int N, int C, int H, int W, dnn_layout layout, float eps, bool relu);
+void batchnorm_plan_free(batchnorm_plan *p);
+
+/* training: normalises with the batch statistics (kept in p->mean, p->var for
+ * backward) and moves running_mean / running_var toward them unless NULL
+ * (track_running_stats=False); eval: normalises with running_mean / running_var,
+ * which are read only. weight and bias (C) are required (affine=True). out may
+ * equal inp only in eval. */
+void batchnorm_plan_forward(batchnorm_plan *p, float *out, const float *inp, const float *weight, const float *bias,
+                            float *running_mean, float *running_var, float momentum, bool training);
+/* Training-mode backward of the last training forward (through the fused ReLU when
+ * the plan has one: dout is the gradient of the ReLU's output). dinp WRITTEN;
+ * dweight and dbias ADDED; NULL skips dinp only when the others are wanted. */
+void batchnorm_plan_backward(batchnorm_plan *p, float *dinp, float *dweight, float *dbias, const float *dout,
+                             const float *inp, const float *weight, const float *bias);
+
+/* The specification in double, plain loops on NCHW (N, C, HW). training != 0:
+ * batch statistics into mean and rstd (1/sqrt(var + eps)) and running stats
+ * updated unless NULL; 0: running stats used. Backward ADDS into every non-NULL
+ * gradient; weight NULL means 1, bias NULL means 0. */
 void batchnorm_forward_ref(double *out, double *mean, double *rstd, double *running_mean, double *running_var,
                            const double *inp, const double *weight, const double *bias, int N, int C, int HW,
                            double eps, double momentum, int training);

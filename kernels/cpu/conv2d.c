@@ -1,184 +1,138 @@
-/* conv2d — see conv2d.h. Column matrix layout: row r = (c*KH + kh)*KW + kw, column
- * oh*OW + ow, so weight (OC, C, KH, KW) read row-major is already the GEMM's
- * (OC, C*KH*KW) left operand and no weight transposition is ever made. */
+/* conv2d — see conv2d.h. */
 #include "conv2d.h"
 
 #include <assert.h>
-#include <cblas.h>
+#include <stdlib.h>
 #include <string.h>
 
-/* Below this many elements moved, im2col/col2im/bias loops stay on one thread
- * (thread start-up costs microseconds; a 64K-float copy takes about as long). */
-#define CONV2D_OMP_MIN (1 << 16)
-
-size_t conv2d_workspace_floats(int C, int KH, int KW, int OH, int OW)
+static float *conv2d_alloc(conv2d_plan *p, const dnnl_memory_desc_t *md)
 {
-    return (size_t)C * (size_t)KH * (size_t)KW * (size_t)OH * (size_t)OW;
+    size_t bytes = dnnl_memory_desc_get_size(md);
+    float *b = NULL;
+    if (posix_memalign((void **)&b, 64, bytes ? bytes : 64) != 0) dnn_check(dnnl_out_of_memory, "conv2d buffer", __FILE__, __LINE__);
+    p->bytes += bytes;
+    return b;
 }
 
-/* Output positions o in [*o0, *o1) whose input index o*stride - pad + k lies in
- * [0, len): everything outside reads padding. */
-static void conv2d_valid(int k, int pad, int stride, int len, int olen, int *o0, int *o1)
+/* A reorder from `from` to `to`; with `sum`, dst = dst + reorder(src). */
+static dnnl_primitive_t conv2d_reorder(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to, bool sum)
 {
-    int lo = pad - k;            /* need o*stride >= lo */
-    int hi = len - 1 + pad - k;  /* need o*stride <= hi */
-    int a = lo > 0 ? (lo + stride - 1) / stride : 0;
-    int b = hi < 0 ? 0 : hi / stride + 1;
-    if (b > olen) b = olen;
-    if (a > b) a = b;
-    *o0 = a;
-    *o1 = b;
-}
-
-static void conv2d_check_shape(int H, int W, int KH, int KW, int stride, int pad, int OH, int OW)
-{
-    (void)H, (void)W, (void)KH, (void)KW, (void)stride, (void)pad, (void)OH, (void)OW;
-    assert(stride >= 1 && pad >= 0 && KH >= 1 && KW >= 1);
-    assert(OH == (H + 2 * pad - KH) / stride + 1 && OW == (W + 2 * pad - KW) / stride + 1);
-}
-
-/* col (C*KH*KW, OH*OW) <- img (C, H, W); padding becomes 0. One thread per row. */
-static void im2col(float *col, const float *img, int C, int H, int W, int KH, int KW, int stride, int pad,
-                   int OH, int OW)
-{
-    const int rows = C * KH * KW;
-    const size_t OHW = (size_t)OH * OW;
-#pragma omp parallel for schedule(static) if ((size_t)rows * OHW >= CONV2D_OMP_MIN)
-    for (int r = 0; r < rows; r++) {
-        const int kw = r % KW, kh = (r / KW) % KH, c = r / (KW * KH);
-        const float *plane = img + (size_t)c * H * W;
-        float *dst = col + (size_t)r * OHW;
-        int oh0, oh1, ow0, ow1;
-        conv2d_valid(kh, pad, stride, H, OH, &oh0, &oh1);
-        conv2d_valid(kw, pad, stride, W, OW, &ow0, &ow1);
-        memset(dst, 0, (size_t)oh0 * OW * sizeof(float));
-        for (int oh = oh0; oh < oh1; oh++) {
-            float *d = dst + (size_t)oh * OW;
-            const float *src = plane + (size_t)(oh * stride - pad + kh) * W;
-            memset(d, 0, (size_t)ow0 * sizeof(float));
-            if (stride == 1 && ow1 > ow0) {
-                memcpy(d + ow0, src + (ow0 - pad + kw), (size_t)(ow1 - ow0) * sizeof(float));
-            } else {
-                for (int ow = ow0; ow < ow1; ow++) d[ow] = src[ow * stride - pad + kw];
-            }
-            memset(d + ow1, 0, (size_t)(OW - ow1) * sizeof(float));
-        }
-        memset(dst + (size_t)oh1 * OW, 0, (size_t)(OH - oh1) * OW * sizeof(float));
+    dnnl_primitive_attr_t attr = NULL;
+    if (sum) {
+        dnnl_post_ops_t po;
+        DNN_CHECK(dnnl_post_ops_create(&po));
+        DNN_CHECK(dnnl_post_ops_append_sum(po, 1.0f));
+        DNN_CHECK(dnnl_primitive_attr_create(&attr));
+        DNN_CHECK(dnnl_primitive_attr_set_post_ops(attr, po));
+        DNN_CHECK(dnnl_post_ops_destroy(po));
     }
+    dnnl_primitive_desc_t pd;
+    DNN_CHECK(dnnl_reorder_primitive_desc_create(&pd, from, dnn_engine(), to, dnn_engine(), attr));
+    if (attr) DNN_CHECK(dnnl_primitive_attr_destroy(attr));
+    return dnn_primitive(pd);
 }
 
-/* img (C, H, W) += col2im(col): the adjoint of im2col. One thread per channel, which
- * owns its plane and adds its KH*KW rows in a fixed order: deterministic. */
-static void col2im_add(float *img, const float *col, int C, int H, int W, int KH, int KW, int stride, int pad,
-                       int OH, int OW)
+void conv2d_plan_init(conv2d_plan *p, const conv2d_shape *s, dnn_layout in, dnn_layout out, bool bias, bool dinp)
 {
-    const size_t OHW = (size_t)OH * OW;
-#pragma omp parallel for schedule(static) if ((size_t)C * KH * KW * OHW >= CONV2D_OMP_MIN)
-    for (int c = 0; c < C; c++) {
-        float *plane = img + (size_t)c * H * W;
-        for (int kh = 0; kh < KH; kh++)
-            for (int kw = 0; kw < KW; kw++) {
-                const float *src = col + ((size_t)(c * KH + kh) * KW + kw) * OHW;
-                int oh0, oh1, ow0, ow1;
-                conv2d_valid(kh, pad, stride, H, OH, &oh0, &oh1);
-                conv2d_valid(kw, pad, stride, W, OW, &ow0, &ow1);
-                for (int oh = oh0; oh < oh1; oh++) {
-                    float *d = plane + (size_t)(oh * stride - pad + kh) * W;
-                    const float *s = src + (size_t)oh * OW;
-                    if (stride == 1 && ow1 > ow0) {
-                        float *restrict dd = d + (ow0 - pad + kw);
-                        const float *restrict ss = s + ow0;
-#pragma omp simd
-                        for (int j = 0; j < ow1 - ow0; j++) dd[j] += ss[j];
-                    } else {
-                        for (int ow = ow0; ow < ow1; ow++) d[ow * stride - pad + kw] += s[ow];
-                    }
-                }
-            }
-    }
-}
+    assert(s->stride >= 1 && s->pad >= 0 && s->KH >= 1 && s->KW >= 1);
+    assert(s->OH == (s->H + 2 * s->pad - s->KH) / s->stride + 1 && s->OW == (s->W + 2 * s->pad - s->KW) / s->stride + 1);
+    memset(p, 0, sizeof *p);
+    p->s = *s, p->in = in, p->out = out, p->bias = bias, p->dinp = dinp;
+    dnnl_memory_desc_t src, dst, w_any, w_user, b_md;
+    dnn_md(&src, s->N, s->C, s->H, s->W, in);
+    dnn_md(&dst, s->N, s->OC, s->OH, s->OW, out);
+    dnnl_dims_t wd = { s->OC, s->C, s->KH, s->KW }, bd = { s->OC };
+    DNN_CHECK(dnnl_memory_desc_init_by_tag(&w_any, 4, wd, dnnl_f32, dnnl_format_tag_any));
+    DNN_CHECK(dnnl_memory_desc_init_by_tag(&w_user, 4, wd, dnnl_f32, dnnl_oihw));
+    DNN_CHECK(dnnl_memory_desc_init_by_tag(&b_md, 1, bd, dnnl_f32, dnnl_x));
+    dnnl_dims_t strides = { s->stride, s->stride }, pad_l = { s->pad, s->pad };
+    /* right padding so that the last window ends where the output size says */
+    dnnl_dims_t pad_r = { (s->OH - 1) * s->stride + s->KH - s->H - s->pad, (s->OW - 1) * s->stride + s->KW - s->W - s->pad };
 
-void conv2d_forward(float *out, const float *inp, const float *weight, const float *bias, float *work, int N,
-                    int C, int H, int W, int OC, int KH, int KW, int stride, int pad, int OH, int OW)
-{
-    conv2d_check_shape(H, W, KH, KW, stride, pad, OH, OW);
-    const int K = C * KH * KW, OHW = OH * OW;
-    const int pointwise = KH == 1 && KW == 1 && stride == 1 && pad == 0;
-    for (int n = 0; n < N; n++) {
-        float *o = out + (size_t)n * OC * OHW;          /* (OC, OH*OW) */
-        const float *x = inp + (size_t)n * C * H * W;   /* (C, H, W) */
-        const float *cols = x;                          /* (K, OH*OW) */
-        if (!pointwise) {
-            im2col(work, x, C, H, W, KH, KW, stride, pad, OH, OW);
-            cols = work;
+    dnnl_convolution_desc_t d;
+    dnnl_primitive_desc_t fpd, pd;
+    DNN_CHECK(dnnl_convolution_forward_desc_init(&d, dnnl_forward_training, dnnl_convolution_direct, &src, &w_any,
+                                                 bias ? &b_md : NULL, &dst, strides, pad_l, pad_r));
+    DNN_CHECK(dnnl_primitive_desc_create(&fpd, &d, NULL, dnn_engine(), NULL));
+    const dnnl_memory_desc_t *w_fwd = dnnl_primitive_desc_query_md(fpd, dnnl_query_weights_md, 0);
+    p->src = dnn_mem(&src), p->dst = dnn_mem(&dst), p->w_user = dnn_mem(&w_user), p->w = dnn_mem(w_fwd);
+    if (bias) p->bias_m = dnn_mem(&b_md), p->dbias_m = dnn_mem(&b_md);
+    p->wbuf = conv2d_alloc(p, w_fwd);
+    p->w_to_fwd = conv2d_reorder(&w_user, w_fwd, false);
+
+    if (dinp) {
+        DNN_CHECK(dnnl_convolution_backward_data_desc_init(&d, dnnl_convolution_direct, &src, &w_any, &dst, strides,
+                                                           pad_l, pad_r));
+        DNN_CHECK(dnnl_primitive_desc_create(&pd, &d, NULL, dnn_engine(), fpd));
+        const dnnl_memory_desc_t *w_bwd = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+        if (!dnnl_memory_desc_equal(w_bwd, w_fwd)) {
+            p->w_bwd = dnn_mem(w_bwd);
+            p->wbuf_bwd = conv2d_alloc(p, w_bwd);
+            p->w_to_bwd = conv2d_reorder(&w_user, w_bwd, false);
         }
-        float beta = 0.0f;
-        if (bias) {
-#pragma omp parallel for schedule(static) if ((size_t)OC * OHW >= CONV2D_OMP_MIN)
-            for (int oc = 0; oc < OC; oc++) {
-                float *row = o + (size_t)oc * OHW;
-                const float b = bias[oc];
-#pragma omp simd
-                for (int j = 0; j < OHW; j++) row[j] = b;
-            }
-            beta = 1.0f;
-        }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, OC, OHW, K, 1.0f, weight, K, cols, OHW, beta, o,
-                    OHW);
+        p->bwd_data = dnn_primitive(pd);
     }
+    DNN_CHECK(dnnl_convolution_backward_weights_desc_init(&d, dnnl_convolution_direct, &src, &w_any,
+                                                          bias ? &b_md : NULL, &dst, strides, pad_l, pad_r));
+    DNN_CHECK(dnnl_primitive_desc_create(&pd, &d, NULL, dnn_engine(), fpd));
+    const dnnl_memory_desc_t *dw = dnnl_primitive_desc_query_md(pd, dnnl_query_diff_weights_md, 0);
+    p->dw = dnn_mem(dw);
+    p->dwbuf = conv2d_alloc(p, dw);
+    p->dw_to_user = conv2d_reorder(dw, &w_user, true);
+    if (bias) p->dbias_tmp = conv2d_alloc(p, &b_md);
+    p->bwd_weights = dnn_primitive(pd);
+    p->fwd = dnn_primitive(fpd);
 }
 
-/* dbias[oc] += sum over n, oh, ow of dout: one thread per output channel, double
- * accumulator, images in order. */
-static void conv2d_bias_grad(float *dbias, const float *dout, int N, int OC, int OHW)
+void conv2d_plan_free(conv2d_plan *p)
 {
-#pragma omp parallel for schedule(static) if ((size_t)N * OC * OHW >= CONV2D_OMP_MIN)
-    for (int oc = 0; oc < OC; oc++) {
-        double acc = 0.0;
-        for (int n = 0; n < N; n++) {
-            const float *g = dout + ((size_t)n * OC + oc) * OHW;
-            double s = 0.0;
-#pragma omp simd reduction(+ : s)
-            for (int j = 0; j < OHW; j++) s += g[j];
-            acc += s;
-        }
-        dbias[oc] += (float)acc;
-    }
+    dnnl_primitive_t prims[] = { p->fwd, p->bwd_data, p->bwd_weights, p->w_to_fwd, p->w_to_bwd, p->dw_to_user };
+    for (size_t i = 0; i < sizeof prims / sizeof prims[0]; i++)
+        if (prims[i]) dnnl_primitive_destroy(prims[i]);
+    dnnl_memory_t mems[] = { p->src, p->dst, p->w_user, p->w, p->w_bwd, p->dw, p->bias_m, p->dbias_m };
+    for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++)
+        if (mems[i]) dnnl_memory_destroy(mems[i]);
+    free(p->wbuf), free(p->wbuf_bwd), free(p->dwbuf), free(p->dbias_tmp);
+    memset(p, 0, sizeof *p);
 }
 
-void conv2d_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                     const float *weight, float *work, int N, int C, int H, int W, int OC, int KH, int KW,
-                     int stride, int pad, int OH, int OW)
+void conv2d_plan_forward(conv2d_plan *p, float *out, const float *inp, const float *weight, const float *bias)
 {
-    conv2d_check_shape(H, W, KH, KW, stride, pad, OH, OW);
-    const int K = C * KH * KW, OHW = OH * OW;
-    const int pointwise = KH == 1 && KW == 1 && stride == 1 && pad == 0;
-    if (dbias) conv2d_bias_grad(dbias, dout, N, OC, OHW);
-    for (int n = 0; n < N; n++) {
-        const float *g = dout + (size_t)n * OC * OHW;   /* (OC, OH*OW) */
-        const float *x = inp + (size_t)n * C * H * W;   /* (C, H, W) */
+    assert(!bias == !p->bias);
+    dnn_arg r[] = { { DNNL_ARG_FROM, p->w_user, weight }, { DNNL_ARG_TO, p->w, p->wbuf } };
+    dnn_run(p->w_to_fwd, r, 2);
+    dnn_arg a[] = { { DNNL_ARG_SRC, p->src, inp }, { DNNL_ARG_WEIGHTS, p->w, p->wbuf },
+                    { DNNL_ARG_DST, p->dst, out }, { DNNL_ARG_BIAS, p->bias_m, bias } };
+    dnn_run(p->fwd, a, p->bias ? 4 : 3);
+    p->weight = weight;
+}
+
+void conv2d_plan_backward(conv2d_plan *p, float *dinp, float *dweight, float *dbias, const float *dout,
+                          const float *inp)
+{
+    assert(!dinp || p->dinp);
+    if (dinp) {
+        dnnl_memory_t wm = p->w;
+        const float *wb = p->wbuf;
+        if (p->w_to_bwd) {
+            dnn_arg r[] = { { DNNL_ARG_FROM, p->w_user, p->weight }, { DNNL_ARG_TO, p->w_bwd, p->wbuf_bwd } };
+            dnn_run(p->w_to_bwd, r, 2);
+            wm = p->w_bwd, wb = p->wbuf_bwd;
+        }
+        dnn_arg a[] = { { DNNL_ARG_DIFF_SRC, p->src, dinp }, { DNNL_ARG_WEIGHTS, wm, wb },
+                        { DNNL_ARG_DIFF_DST, p->dst, dout } };
+        dnn_run(p->bwd_data, a, 3);
+    }
+    if (dweight || dbias) {
+        dnn_arg a[] = { { DNNL_ARG_SRC, p->src, inp }, { DNNL_ARG_DIFF_DST, p->dst, dout },
+                        { DNNL_ARG_DIFF_WEIGHTS, p->dw, p->dwbuf }, { DNNL_ARG_DIFF_BIAS, p->dbias_m, p->dbias_tmp } };
+        dnn_run(p->bwd_weights, a, p->bias ? 4 : 3);
         if (dweight) {
-            /* dweight (OC, K) += g (OC, OHW) . cols^T (OHW, K) */
-            const float *cols = x;
-            if (!pointwise) {
-                im2col(work, x, C, H, W, KH, KW, stride, pad, OH, OW);
-                cols = work;
-            }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, OC, K, OHW, 1.0f, g, OHW, cols, OHW, 1.0f,
-                        dweight, K);
+            dnn_arg r[] = { { DNNL_ARG_FROM, p->dw, p->dwbuf }, { DNNL_ARG_TO, p->w_user, dweight } };
+            dnn_run(p->dw_to_user, r, 2);
         }
-        if (dinp) {
-            /* dcols (K, OHW) = weight^T (K, OC) . g (OC, OHW); dinp += col2im(dcols) */
-            float *dx = dinp + (size_t)n * C * H * W;
-            if (pointwise) {
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, OHW, OC, 1.0f, weight, K, g, OHW, 1.0f,
-                            dx, OHW);
-            } else {
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, OHW, OC, 1.0f, weight, K, g, OHW, 0.0f,
-                            work, OHW);
-                col2im_add(dx, work, C, H, W, KH, KW, stride, pad, OH, OW);
-            }
-        }
+        if (dbias)
+            for (int oc = 0; oc < p->s.OC; oc++) dbias[oc] += p->dbias_tmp[oc];
     }
 }
 

@@ -58,20 +58,21 @@ static float *copy_of(const float *p, size_t n)
 }
 
 /* The ReLU outputs of the last forward in the order torchvision calls its ReLU
- * modules (stem; per block the inner units, then the block output), as views. */
-static int relu_outputs(const resnet *m, const float **out, size_t *count)
+ * modules (stem; per block the inner units, then the block output), as views of
+ * nChw8c activations with their channels and pixels per image. */
+static int relu_outputs(const resnet *m, const float **out, int *C, int *HW)
 {
     const resnet_acts *a = &m->acts;
     int k = 0;
     out[k] = a->stem.out;
-    count[k++] = (size_t)m->N * a->stem.OC * a->stem.OH * a->stem.OW;
+    C[k] = a->stem.OC, HW[k++] = a->stem.OH * a->stem.OW;
     for (int i = 0; i < a->nblocks; i++) {
         const resnet_block *b = &a->blocks[i];
         for (int u = 0; u < b->nunits; u++) {
             const resnet_unit *un = &b->unit[u];
             CHECK(k < MAX_RELU, "test_resnet_ref: raise MAX_RELU");
             out[k] = u < b->nunits - 1 ? un->out : b->out;
-            count[k++] = (size_t)m->N * un->OC * un->OH * un->OW;
+            C[k] = un->OC, HW[k++] = un->OH * un->OW;
         }
     }
     return k;
@@ -80,25 +81,34 @@ static int relu_outputs(const resnet *m, const float **out, size_t *count)
 static size_t relu_bits(const resnet *m)
 {
     const float *v[MAX_RELU];
-    size_t c[MAX_RELU], n = 0;
-    int k = relu_outputs(m, v, c);
-    for (int i = 0; i < k; i++) n += c[i];
+    int C[MAX_RELU], HW[MAX_RELU];
+    size_t n = 0;
+    int k = relu_outputs(m, v, C, HW);
+    for (int i = 0; i < k; i++) n += (size_t)m->N * C[i] * HW[i];
     return n;
 }
 
-/* Each ReLU element's branch (output > 0) as one bit, MASK_BITS bits per float
- * (integers below 2^24 are exact in fp32; safetensors here is F32 only). */
+/* Each ReLU element's branch (output > 0) as one bit in torch's NCHW order,
+ * MASK_BITS bits per float (integers below 2^24 are exact in fp32; safetensors
+ * here is F32 only). */
 static void pack_branches(const resnet *m, float *dst)
 {
     const float *v[MAX_RELU];
-    size_t c[MAX_RELU], bit = 0;
+    int C[MAX_RELU], HW[MAX_RELU];
+    size_t bit = 0;
     uint32_t word = 0;
-    int k = relu_outputs(m, v, c);
-    for (int i = 0; i < k; i++)
-        for (size_t j = 0; j < c[i]; j++) {
-            word |= (uint32_t)(v[i][j] > 0) << (bit % MASK_BITS);
+    int k = relu_outputs(m, v, C, HW);
+    for (int i = 0; i < k; i++) {
+        size_t cnt = (size_t)m->N * C[i] * HW[i];
+        float *nchw = malloc(cnt * sizeof *nchw);
+        CHECK(nchw, "test_resnet_ref: out of memory");
+        dnn_blocked_to_nchw(nchw, v[i], m->N, C[i], HW[i]);
+        for (size_t j = 0; j < cnt; j++) {
+            word |= (uint32_t)(nchw[j] > 0) << (bit % MASK_BITS);
             if (++bit % MASK_BITS == 0) { dst[bit / MASK_BITS - 1] = (float)word; word = 0; }
         }
+        free(nchw);
+    }
     if (bit % MASK_BITS) dst[bit / MASK_BITS] = (float)word;
 }
 

@@ -187,92 +187,130 @@ static double conv_loss(void *p)
 
 #define CONV_ARGS(s, OH, OW) (s)->N, (s)->C, (s)->H, (s)->W, (s)->OC, (s)->KH, (s)->KW, (s)->stride, (s)->pad, OH, OW
 
-static void test_conv(kc *k, const conv_shape *s)
+/* The tests keep every tensor in NCHW; the fast paths run in the layout under test
+ * through these converters (guarded copies: the canaries watch the kernels' writes). */
+static float *to_layout(const float *x, dnn_layout l, int N, int C, int HW)
+{
+    size_t n = (size_t)N * C * HW;
+    float *y = kc_guarded(n);
+    if (l == DNN_NCHW8C) dnn_nchw_to_blocked(y, x, N, C, HW);
+    else memcpy(y, x, n * sizeof *y);
+    return y;
+}
+
+static void from_layout(float *x, const float *y, dnn_layout l, int N, int C, int HW)
+{
+    if (l == DNN_NCHW8C) dnn_blocked_to_nchw(x, y, N, C, HW);
+    else memcpy(x, y, (size_t)N * C * HW * sizeof *x);
+}
+
+static const char *layout_name(dnn_layout l)
+{
+    return l == DNN_NCHW8C ? "nChw8c" : "nchw";
+}
+
+static void test_conv(kc *k, const conv_shape *s, dnn_layout lin, dnn_layout lout)
 {
     const int OH = (s->H + 2 * s->pad - s->KH) / s->stride + 1, OW = (s->W + 2 * s->pad - s->KW) / s->stride + 1;
     const size_t ni = (size_t)s->N * s->C * s->H * s->W, nw = (size_t)s->OC * s->C * s->KH * s->KW,
-                 no = (size_t)s->N * s->OC * OH * OW, nb = (size_t)s->OC,
-                 nwork = conv2d_workspace_floats(s->C, s->KH, s->KW, OH, OW);
+                 no = (size_t)s->N * s->OC * OH * OW, nb = (size_t)s->OC;
     const size_t K = (size_t)s->C * s->KH * s->KW, Kdx = (size_t)s->OC * s->KH * s->KW,
                  Kdw = (size_t)s->N * OH * OW;
-    char what[200];
+    const int HWi = s->H * s->W, HWo = OH * OW;
+    char what[400], name[120];
+    snprintf(name, sizeof name, "%s %s->%s", s->name, layout_name(lin), layout_name(lout));
 
     float *x = frand(k, ni, -1, 1), *w = frand(k, nw, -1, 1), *b = frand(k, nb, -1, 1), *R = frand(k, no, -1, 1);
     const float *bias = s->bias ? b : NULL;
     double *xd = dfrom(x, ni), *wd = dfrom(w, nw), *bd = s->bias ? dfrom(b, nb) : NULL, *Rd = dfrom(R, no);
+    conv2d_plan p;
+    conv2d_shape cs = { s->N, s->C, s->H, s->W, s->OC, s->KH, s->KW, s->stride, s->pad, OH, OW };
+    conv2d_plan_init(&p, &cs, lin, lout, s->bias, true);
+    float *xl = to_layout(x, lin, s->N, s->C, HWi), *Rl = to_layout(R, lout, s->N, s->OC, HWo);
 
     /* (a) forward; the magnitude bound is the convolution of the absolute values */
-    float *out = kc_guarded(no), *work = kc_guarded(nwork);
-    conv2d_forward(out, x, w, bias, work, CONV_ARGS(s, OH, OW));
+    float *outl = kc_guarded(no), *out = gzero(no);
+    conv2d_plan_forward(&p, outl, xl, w, bias);
+    from_layout(out, outl, lout, s->N, s->OC, HWo);
     double *outd = dzero(no), *xa = dabs_of(xd, ni), *wa = dabs_of(wd, nw), *ba = bd ? dabs_of(bd, nb) : NULL,
            *Ra = dabs_of(Rd, no), *outa = dzero(no);
     conv2d_forward_ref(outd, xd, wd, bd, CONV_ARGS(s, OH, OW));
     conv2d_forward_ref(outa, xa, wa, ba, CONV_ARGS(s, OH, OW));
-    snprintf(what, sizeof what, "conv2d %s: forward fast vs reference (%zu-term sums)", s->name, K + 1);
+    snprintf(what, sizeof what, "conv2d %s: forward fast vs reference (%zu-term sums)", name, K + 1);
     kc_close(k, out, outd, no, kc_rtol_f32(K + 1) * dmaxabs(outa, no), kc_rtol_f32(K + 1), what);
-    snprintf(what, sizeof what, "conv2d %s: forward canaries intact (output, workspace)", s->name);
-    kc_report(k, kc_guards_intact(out, no) && kc_guards_intact(work, nwork), what, 0);
+    snprintf(what, sizeof what, "conv2d %s: forward canaries intact", name);
+    kc_report(k, kc_guards_intact(outl, no), what, 0);
 
     /* (b) reference backward vs central differences */
     double *dxd = dzero(ni), *dwd = dzero(nw), *dbd = dzero(nb);
     conv2d_backward_ref(dxd, dwd, dbd, Rd, xd, wd, CONV_ARGS(s, OH, OW));
     conv_ctx ctx = { s, OH, OW, xd, wd, bd, Rd, dzero(no), no };
     double fa = fd_atol(no, abs_dot(outd, Rd, no));
-    snprintf(what, sizeof what, "conv2d %s: reference dinp vs central differences", s->name);
-    check_fd(k, xd, ni, conv_loss, &ctx, dxd, fa, what);
-    snprintf(what, sizeof what, "conv2d %s: reference dweight vs central differences", s->name);
-    check_fd(k, wd, nw, conv_loss, &ctx, dwd, fa, what);
-    if (bd) {
-        snprintf(what, sizeof what, "conv2d %s: reference dbias vs central differences", s->name);
-        check_fd(k, bd, nb, conv_loss, &ctx, dbd, fa, what);
+    if (lin == DNN_NCHW && lout == DNN_NCHW) {  /* the reference does not depend on the layout */
+        snprintf(what, sizeof what, "conv2d %s: reference dinp vs central differences", s->name);
+        check_fd(k, xd, ni, conv_loss, &ctx, dxd, fa, what);
+        snprintf(what, sizeof what, "conv2d %s: reference dweight vs central differences", s->name);
+        check_fd(k, wd, nw, conv_loss, &ctx, dwd, fa, what);
+        if (bd) {
+            snprintf(what, sizeof what, "conv2d %s: reference dbias vs central differences", s->name);
+            check_fd(k, bd, nb, conv_loss, &ctx, dbd, fa, what);
+        }
     }
 
-    /* (c) fast backward vs reference; bounds from the backward of absolute values */
+    /* (c) fast backward vs reference; bounds from the backward of absolute values.
+     * dinp starts as garbage: it must be overwritten, not added to. */
     double *dxa = dzero(ni), *dwa = dzero(nw), *dba = dzero(nb);
     conv2d_backward_ref(dxa, dwa, dba, Ra, xa, wa, CONV_ARGS(s, OH, OW));
     const double tx = kc_rtol_f32(Kdx), tw = kc_rtol_f32(Kdw);
     const double ax = tx * dmaxabs(dxa, ni), aw = tw * dmaxabs(dwa, nw), ab = tw * dmaxabs(dba, nb);
-    float *dx = gzero(ni), *dw = gzero(nw), *db = gzero(nb);
-    conv2d_backward(dx, dw, db, R, x, w, work, CONV_ARGS(s, OH, OW));
-    snprintf(what, sizeof what, "conv2d %s: backward dinp fast vs reference (%zu-term sums)", s->name, Kdx);
+    float *garbage = frand(k, ni, 100, 200);
+    float *dxl = to_layout(garbage, lin, s->N, s->C, HWi), *dx = gzero(ni), *dw = gzero(nw), *db = gzero(nb);
+    conv2d_plan_backward(&p, dxl, dw, s->bias ? db : NULL, Rl, xl);
+    from_layout(dx, dxl, lin, s->N, s->C, HWi);
+    snprintf(what, sizeof what, "conv2d %s: backward dinp fast vs reference, overwritten (%zu-term sums)", name, Kdx);
     kc_close(k, dx, dxd, ni, ax, tx, what);
-    snprintf(what, sizeof what, "conv2d %s: backward dweight fast vs reference (%zu-term sums)", s->name, Kdw);
+    snprintf(what, sizeof what, "conv2d %s: backward dweight fast vs reference (%zu-term sums)", name, Kdw);
     kc_close(k, dw, dwd, nw, aw, tw, what);
-    snprintf(what, sizeof what, "conv2d %s: backward dbias fast vs reference", s->name);
-    kc_close(k, db, dbd, nb, ab, tw, what);
-    snprintf(what, sizeof what, "conv2d %s: backward canaries intact (dinp, dweight, dbias, workspace)", s->name);
-    kc_report(k, kc_guards_intact(dx, ni) && kc_guards_intact(dw, nw) && kc_guards_intact(db, nb) &&
-                     kc_guards_intact(work, nwork), what, 0);
+    if (s->bias) {
+        snprintf(what, sizeof what, "conv2d %s: backward dbias fast vs reference", name);
+        kc_close(k, db, dbd, nb, ab, tw, what);
+    }
+    snprintf(what, sizeof what, "conv2d %s: backward canaries intact (dinp, dweight, dbias)", name);
+    kc_report(k, kc_guards_intact(dxl, ni) && kc_guards_intact(dw, nw) && kc_guards_intact(db, nb), what, 0);
 
     /* NULL gradients are skipped and do not change the others */
-    float *dx2 = gzero(ni), *dw2 = gzero(nw);
-    conv2d_backward(dx2, NULL, NULL, R, x, w, work, CONV_ARGS(s, OH, OW));
-    conv2d_backward(NULL, dw2, NULL, R, x, w, work, CONV_ARGS(s, OH, OW));
-    snprintf(what, sizeof what, "conv2d %s: NULL gradients skipped, others bit-identical", s->name);
-    kc_report(k, !memcmp(dx2, dx, ni * sizeof *dx) && !memcmp(dw2, dw, nw * sizeof *dw), what, 0);
+    float *dxl2 = to_layout(garbage, lin, s->N, s->C, HWi), *dw2 = gzero(nw);
+    conv2d_plan_backward(&p, dxl2, NULL, NULL, Rl, xl);
+    conv2d_plan_backward(&p, NULL, dw2, NULL, Rl, xl);
+    snprintf(what, sizeof what, "conv2d %s: NULL gradients skipped, others bit-identical", name);
+    kc_report(k, !memcmp(dxl2, dxl, ni * sizeof *dx) && !memcmp(dw2, dw, nw * sizeof *dw), what, 0);
 
-    /* (d) backward adds, fast and reference */
+    /* (d) dweight and dbias accumulate, fast and reference; the reference adds into dinp too */
     float *g0x = frand(k, ni, -1, 1), *g0w = frand(k, nw, -1, 1), *g0b = frand(k, nb, -1, 1);
-    float *dx3 = gcopy(g0x, ni), *dw3 = gcopy(g0w, nw), *db3 = gcopy(g0b, nb);
-    conv2d_backward(dx3, dw3, db3, R, x, w, work, CONV_ARGS(s, OH, OW));
-    snprintf(what, sizeof what, "conv2d %s: backward adds into dinp", s->name);
-    check_adds(k, dx3, g0x, dxd, ni, ax, tx, what);
-    snprintf(what, sizeof what, "conv2d %s: backward adds into dweight", s->name);
+    float *dw3 = gcopy(g0w, nw), *db3 = gcopy(g0b, nb);
+    conv2d_plan_backward(&p, NULL, dw3, s->bias ? db3 : NULL, Rl, xl);
+    snprintf(what, sizeof what, "conv2d %s: backward adds into dweight", name);
     check_adds(k, dw3, g0w, dwd, nw, aw, tw, what);
-    snprintf(what, sizeof what, "conv2d %s: backward adds into dbias", s->name);
-    check_adds(k, db3, g0b, dbd, nb, ab, tw, what);
+    if (s->bias) {
+        snprintf(what, sizeof what, "conv2d %s: backward adds into dbias", name);
+        check_adds(k, db3, g0b, dbd, nb, ab, tw, what);
+    }
     double *rx = dfrom(g0x, ni), *rw = dfrom(g0w, nw), *rb = dfrom(g0b, nb);
     conv2d_backward_ref(rx, rw, rb, Rd, xd, wd, CONV_ARGS(s, OH, OW));
-    check_adds_d(k, rx, g0x, dxd, ni, LABEL("conv2d %s: reference backward adds into dinp", s->name));
-    check_adds_d(k, rw, g0w, dwd, nw, LABEL("conv2d %s: reference backward adds into dweight", s->name));
-    check_adds_d(k, rb, g0b, dbd, nb, LABEL("conv2d %s: reference backward adds into dbias", s->name));
+    if (lin == DNN_NCHW && lout == DNN_NCHW) {
+        check_adds_d(k, rx, g0x, dxd, ni, LABEL("conv2d %s: reference backward adds into dinp", s->name));
+        check_adds_d(k, rw, g0w, dwd, nw, LABEL("conv2d %s: reference backward adds into dweight", s->name));
+        check_adds_d(k, rb, g0b, dbd, nb, LABEL("conv2d %s: reference backward adds into dbias", s->name));
+    }
 
-    free(x), free(w), free(b), free(R), free(xd), free(wd), free(bd), free(Rd);
+    conv2d_plan_free(&p);
+    free(x), free(w), free(b), free(R), free(xd), free(wd), free(bd), free(Rd), free(garbage);
     free(outd), free(xa), free(wa), free(ba), free(Ra), free(outa), free(ctx.out);
     free(dxd), free(dwd), free(dbd), free(dxa), free(dwa), free(dba), free(g0x), free(g0w), free(g0b);
     free(rx), free(rw), free(rb);
-    kc_guarded_free(out), kc_guarded_free(work), kc_guarded_free(dx), kc_guarded_free(dw), kc_guarded_free(db);
-    kc_guarded_free(dx2), kc_guarded_free(dw2), kc_guarded_free(dx3), kc_guarded_free(dw3), kc_guarded_free(db3);
+    kc_guarded_free(xl), kc_guarded_free(Rl), kc_guarded_free(outl), kc_guarded_free(out), kc_guarded_free(dxl);
+    kc_guarded_free(dx), kc_guarded_free(dw), kc_guarded_free(db), kc_guarded_free(dxl2), kc_guarded_free(dw2);
+    kc_guarded_free(dw3), kc_guarded_free(db3);
 }
 
 /* ---- batchnorm ---------------------------------------------------------------- */
@@ -303,140 +341,165 @@ static float *bn_input(kc *k, int N, int C, int HW, float off)
     return x;
 }
 
-static void test_batchnorm(kc *k, int N, int C, int HW, float off, float eps)
+/* The fast path accumulates a channel's M = N*HW values in float (batchnorm.h), so
+ * its statistics carry up to kc_rtol_f32(M) relative rounding of the terms summed
+ * (|x| <= xm for the mean; (x - mean)^2 <= (2 xm)^2 for the variance); everything
+ * downstream is a few more roundings. With `relu` the plan fuses a ReLU: the
+ * reference is BN then relu_forward_ref, and backward masks dout by out > 0 first. */
+static void test_batchnorm(kc *k, int N, int C, int H, int W, float off, float eps, dnn_layout l, bool relu)
 {
+    const int HW = H * W;
     const size_t n = (size_t)N * C * HW, M = (size_t)N * HW;
     const float momentum = 0.1f;
-    char what[200], name[80];
-    snprintf(name, sizeof name, "N=%d C=%d HW=%d mean~%g eps=%g", N, C, HW, (double)off, (double)eps);
+    char what[400], name[120];
+    snprintf(name, sizeof name, "N=%d C=%d HW=%d mean~%g eps=%g %s%s", N, C, HW, (double)off, (double)eps,
+             layout_name(l), relu ? " +relu" : "");
 
     float *x = bn_input(k, N, C, HW, off), *w = frand(k, (size_t)C, 0.5f, 1.5f), *b = frand(k, (size_t)C, -1, 1);
     float *R = frand(k, n, -1, 1);
     double *xd = dfrom(x, n), *wd = dfrom(w, (size_t)C), *bd = dfrom(b, (size_t)C), *Rd = dfrom(R, n);
+    batchnorm_plan p;
+    batchnorm_plan_init(&p, N, C, H, W, l, eps, relu);
+    float *xl = to_layout(x, l, N, C, HW);
 
     /* (a) training forward */
-    float *out = kc_guarded(n), *mean = kc_guarded((size_t)C), *rstd = kc_guarded((size_t)C);
-    float *rm = kc_guarded((size_t)C), *rv = kc_guarded((size_t)C);
+    float *outl = kc_guarded(n), *out = gzero(n), *rm = kc_guarded((size_t)C), *rv = kc_guarded((size_t)C);
     for (int c = 0; c < C; c++) rm[c] = 0.0f, rv[c] = 1.0f;
-    batchnorm_forward(out, mean, rstd, rm, rv, x, w, b, N, C, HW, eps, momentum, 1);
+    batchnorm_plan_forward(&p, outl, xl, w, b, rm, rv, momentum, true);
+    from_layout(out, outl, l, N, C, HW);
     double *outd = dzero(n), *meand = dzero((size_t)C), *rstdd = dzero((size_t)C), *rmd = dzero((size_t)C),
            *rvd = dzero((size_t)C);
     for (int c = 0; c < C; c++) rvd[c] = 1.0;
     batchnorm_forward_ref(outd, meand, rstdd, rmd, rvd, xd, wd, bd, N, C, HW, eps, momentum, 1);
-    /* out = x*scale + shift: a few roundings of terms up to |x|*|w|*rstd each */
+    if (relu) relu_forward_ref(outd, outd, n);
     const double xm = fmaxabs(x, n), rsm = dmaxabs(rstdd, (size_t)C), wm = fmaxabs(w, (size_t)C);
-    const double ay = kc_rtol_f32(4) * (2 * xm * wm * rsm + fmaxabs(b, (size_t)C));
+    const double tM = kc_rtol_f32(M), em = tM * xm, ev = tM * 4 * xm * xm;
+    double rel_rstd = 0; /* worst relative error of rstd implied by ev */
+    for (int c = 0; c < C; c++) {
+        double var = 1.0 / (rstdd[c] * rstdd[c]);  /* var + eps */
+        rel_rstd = fmax(rel_rstd, 0.5 * ev / var + kc_rtol_f32(2));
+    }
+    const double X = 2 * xm * rsm; /* bounds |xhat| */
+    const double ay = wm * (em * rsm + X * rel_rstd) + kc_rtol_f32(4) * (X * wm + fmaxabs(b, (size_t)C));
     snprintf(what, sizeof what, "batchnorm %s: training forward out fast vs reference", name);
     kc_close(k, out, outd, n, ay, kc_rtol_f32(4), what);
-    kc_close(k, mean, meand, (size_t)C, kc_rtol_f32(1) * xm, kc_rtol_f32(1),
-             LABEL("batchnorm %s: saved mean fast vs reference", name));
-    kc_close(k, rstd, rstdd, (size_t)C, 0, kc_rtol_f32(2), LABEL("batchnorm %s: saved rstd fast vs reference", name));
-    kc_close(k, rm, rmd, (size_t)C, kc_rtol_f32(4) * xm, kc_rtol_f32(4),
-             LABEL("batchnorm %s: running mean after one step fast vs reference", name));
-    kc_close(k, rv, rvd, (size_t)C, kc_rtol_f32(4) * xm * xm, kc_rtol_f32(4),
-             LABEL("batchnorm %s: running var after one step fast vs reference", name));
-    snprintf(what, sizeof what, "batchnorm %s: forward canaries intact (out, mean, rstd, running)", name);
-    kc_report(k, kc_guards_intact(out, n) && kc_guards_intact(mean, (size_t)C) && kc_guards_intact(rstd, (size_t)C) &&
-                     kc_guards_intact(rm, (size_t)C) && kc_guards_intact(rv, (size_t)C), what, 0);
+    double *rstdf = dzero((size_t)C);
+    for (int c = 0; c < C; c++) rstdf[c] = 1.0 / sqrt((double)p.var[c] + eps);
+    kc_close(k, p.mean, meand, (size_t)C, em, kc_rtol_f32(1), LABEL("batchnorm %s: saved mean fast vs reference", name));
+    kc_close_d(k, rstdf, rstdd, (size_t)C, 0, rel_rstd, LABEL("batchnorm %s: saved variance fast vs reference", name));
+    kc_close(k, rm, rmd, (size_t)C, em, kc_rtol_f32(4), LABEL("batchnorm %s: running mean after one step", name));
+    kc_close(k, rv, rvd, (size_t)C, ev, kc_rtol_f32(4), LABEL("batchnorm %s: running var after one step", name));
+    snprintf(what, sizeof what, "batchnorm %s: forward canaries intact (out, running)", name);
+    kc_report(k, kc_guards_intact(outl, n) && kc_guards_intact(rm, (size_t)C) && kc_guards_intact(rv, (size_t)C),
+              what, 0);
 
-    /* (b) reference backward vs central differences */
+    /* (b) reference backward vs central differences (once per shape: NCHW, no relu) */
+    double *Rm = dfrom(R, n); /* dout masked by the ReLU, as the fused backward sees it */
+    if (relu)
+        for (size_t i = 0; i < n; i++) Rm[i] = outd[i] > 0 ? Rm[i] : 0.0;
     double *dxd = dzero(n), *dwd = dzero((size_t)C), *dbd = dzero((size_t)C);
-    batchnorm_backward_ref(dxd, dwd, dbd, Rd, xd, wd, meand, rstdd, N, C, HW);
+    batchnorm_backward_ref(dxd, dwd, dbd, Rm, xd, wd, meand, rstdd, N, C, HW);
     bn_ctx ctx = { N, C, HW, xd, wd, bd, Rd, dzero(n), dzero((size_t)C), dzero((size_t)C), eps };
-    double fa = fd_atol(n, abs_dot(outd, Rd, n));
-    snprintf(what, sizeof what, "batchnorm %s: reference dinp vs central differences", name);
-    check_fd(k, xd, n, bn_loss, &ctx, dxd, fa, what);
-    snprintf(what, sizeof what, "batchnorm %s: reference dweight vs central differences", name);
-    check_fd(k, wd, (size_t)C, bn_loss, &ctx, dwd, fa, what);
-    snprintf(what, sizeof what, "batchnorm %s: reference dbias vs central differences", name);
-    check_fd(k, bd, (size_t)C, bn_loss, &ctx, dbd, fa, what);
+    if (l == DNN_NCHW && !relu) {
+        double fa = fd_atol(n, abs_dot(outd, Rd, n));
+        snprintf(what, sizeof what, "batchnorm %s: reference dinp vs central differences", name);
+        check_fd(k, xd, n, bn_loss, &ctx, dxd, fa, what);
+        snprintf(what, sizeof what, "batchnorm %s: reference dweight vs central differences", name);
+        check_fd(k, wd, (size_t)C, bn_loss, &ctx, dwd, fa, what);
+        snprintf(what, sizeof what, "batchnorm %s: reference dbias vs central differences", name);
+        check_fd(k, bd, (size_t)C, bn_loss, &ctx, dbd, fa, what);
+    }
 
-    /* (c) fast backward vs reference. xhat = (x - mean)*rstd carries the rounding of
-     * x - mean (|x| up to xm) times rstd: X = xm*rsm bounds both |xhat| and that
-     * error's scale. dinp = w*rstd*(dy - mean dy - xhat*mean(dy*xhat)) <= wm*rsm*(2 + X^2). */
-    const double X = xm * rsm;
-    const double ax = kc_rtol_f32(8) * wm * rsm * (2 + 2 * X * X), aw = kc_rtol_f32(M) * X,
-                 ab = kc_rtol_f32(1) * (double)M;
+    /* (c) fast backward vs reference: dinp = w*rstd*(dy - mean dy - xhat*mean(dy*xhat))
+     * with float sums of M terms (|dy| <= 1, |dy*xhat| <= X) and xhat off by the
+     * statistics' errors; dinp starts as garbage and must be overwritten. */
+    const double exh = em * rsm + X * rel_rstd; /* error of xhat */
+    const double ax = wm * rsm * ((tM + kc_rtol_f32(8)) * (2 + 2 * X * X) + exh * (1 + 2 * X) + rel_rstd * (2 + X * X));
+    const double aw = tM * X * (double)M + exh * (double)M, ab = tM * (double)M;
+    float *Rl = to_layout(R, l, N, C, HW), *garbage = frand(k, n, 100, 200), *dxl = to_layout(garbage, l, N, C, HW);
     float *dx = gzero(n), *dw = gzero((size_t)C), *db = gzero((size_t)C);
-    batchnorm_backward(dx, dw, db, R, x, w, mean, rstd, N, C, HW);
-    snprintf(what, sizeof what, "batchnorm %s: backward dinp fast vs reference", name);
+    batchnorm_plan_backward(&p, dxl, dw, db, Rl, xl, w, b);
+    from_layout(dx, dxl, l, N, C, HW);
+    snprintf(what, sizeof what, "batchnorm %s: backward dinp fast vs reference, overwritten", name);
     kc_close(k, dx, dxd, n, ax, kc_rtol_f32(8), what);
     snprintf(what, sizeof what, "batchnorm %s: backward dweight fast vs reference", name);
     kc_close(k, dw, dwd, (size_t)C, aw, kc_rtol_f32(8), what);
     snprintf(what, sizeof what, "batchnorm %s: backward dbias fast vs reference", name);
     kc_close(k, db, dbd, (size_t)C, ab, kc_rtol_f32(1), what);
     snprintf(what, sizeof what, "batchnorm %s: backward canaries intact", name);
-    kc_report(k, kc_guards_intact(dx, n) && kc_guards_intact(dw, (size_t)C) && kc_guards_intact(db, (size_t)C),
+    kc_report(k, kc_guards_intact(dxl, n) && kc_guards_intact(dw, (size_t)C) && kc_guards_intact(db, (size_t)C),
               what, 0);
 
-    /* (d) adds */
+    /* (d) dweight and dbias accumulate; the reference adds into dinp too */
     float *g0x = frand(k, n, -1, 1), *g0w = frand(k, (size_t)C, -1, 1), *g0b = frand(k, (size_t)C, -1, 1);
-    float *dx3 = gcopy(g0x, n), *dw3 = gcopy(g0w, (size_t)C), *db3 = gcopy(g0b, (size_t)C);
-    batchnorm_backward(dx3, dw3, db3, R, x, w, mean, rstd, N, C, HW);
-    check_adds(k, dx3, g0x, dxd, n, ax, kc_rtol_f32(8), LABEL("batchnorm %s: backward adds into dinp", name));
+    float *dw3 = gcopy(g0w, (size_t)C), *db3 = gcopy(g0b, (size_t)C);
+    batchnorm_plan_backward(&p, dxl, dw3, db3, Rl, xl, w, b);
     check_adds(k, dw3, g0w, dwd, (size_t)C, aw, kc_rtol_f32(8), LABEL("batchnorm %s: backward adds into dweight", name));
     check_adds(k, db3, g0b, dbd, (size_t)C, ab, kc_rtol_f32(1), LABEL("batchnorm %s: backward adds into dbias", name));
     double *rx = dfrom(g0x, n), *rw = dfrom(g0w, (size_t)C), *rb = dfrom(g0b, (size_t)C);
-    batchnorm_backward_ref(rx, rw, rb, Rd, xd, wd, meand, rstdd, N, C, HW);
-    check_adds_d(k, rx, g0x, dxd, n, LABEL("batchnorm %s: reference backward adds into dinp", name));
-    check_adds_d(k, rw, g0w, dwd, (size_t)C, LABEL("batchnorm %s: reference backward adds into dweight", name));
-    check_adds_d(k, rb, g0b, dbd, (size_t)C, LABEL("batchnorm %s: reference backward adds into dbias", name));
+    if (l == DNN_NCHW && !relu) {
+        batchnorm_backward_ref(rx, rw, rb, Rd, xd, wd, meand, rstdd, N, C, HW);
+        check_adds_d(k, rx, g0x, dxd, n, LABEL("batchnorm %s: reference backward adds into dinp", name));
+        check_adds_d(k, rw, g0w, dwd, (size_t)C, LABEL("batchnorm %s: reference backward adds into dweight", name));
+        check_adds_d(k, rb, g0b, dbd, (size_t)C, LABEL("batchnorm %s: reference backward adds into dbias", name));
+    }
 
     /* (e) a second training step on new data, then eval. Expected values come from
      * the formula written out here, not from the reference implementation. */
-    float *x2 = bn_input(k, N, C, HW, off);
-    batchnorm_forward(out, mean, rstd, rm, rv, x2, w, b, N, C, HW, eps, momentum, 1);
+    float *x2 = bn_input(k, N, C, HW, off), *x2l = to_layout(x2, l, N, C, HW);
+    batchnorm_plan_forward(&p, outl, x2l, w, b, rm, rv, momentum, true);
     double *wantm = dzero((size_t)C), *wantv = dzero((size_t)C);
     for (int c = 0; c < C; c++) {
-        double em = 0.0, ev = 1.0; /* PyTorch's initial running stats */
+        double e_m = 0.0, e_v = 1.0; /* PyTorch's initial running stats */
         for (int step = 0; step < 2; step++) {
             const float *xs = step ? x2 : x;
-            double s = 0, q = 0;
+            double sum = 0, q = 0;
             for (int i = 0; i < N; i++)
-                for (int j = 0; j < HW; j++) s += xs[((size_t)i * C + c) * HW + j];
-            double mu = s / (double)M;
+                for (int j = 0; j < HW; j++) sum += xs[((size_t)i * C + c) * HW + j];
+            double mu = sum / (double)M;
             for (int i = 0; i < N; i++)
                 for (int j = 0; j < HW; j++) q += pow(xs[((size_t)i * C + c) * HW + j] - mu, 2);
-            em = (1 - (double)momentum) * em + (double)momentum * mu;
-            ev = (1 - (double)momentum) * ev + (double)momentum * q / (double)(M - 1); /* unbiased */
+            e_m = (1 - (double)momentum) * e_m + (double)momentum * mu;
+            e_v = (1 - (double)momentum) * e_v + (double)momentum * q / (double)(M - 1); /* unbiased */
         }
-        wantm[c] = em, wantv[c] = ev;
+        wantm[c] = e_m, wantv[c] = e_v;
     }
     snprintf(what, sizeof what, "batchnorm %s: running mean after 2 steps = (1-m)^2*0 + (1-m)*m*mu1 + m*mu2", name);
-    kc_close(k, rm, wantm, (size_t)C, kc_rtol_f32(8) * xm, kc_rtol_f32(8), what);
+    kc_close(k, rm, wantm, (size_t)C, em, kc_rtol_f32(8), what);
     snprintf(what, sizeof what, "batchnorm %s: running var after 2 steps uses the unbiased variance", name);
-    kc_close(k, rv, wantv, (size_t)C, kc_rtol_f32(8) * xm * xm, kc_rtol_f32(8), what);
+    kc_close(k, rv, wantv, (size_t)C, ev, kc_rtol_f32(8), what);
 
     float rm_keep[64], rv_keep[64];
     memcpy(rm_keep, rm, (size_t)C * sizeof *rm);
     memcpy(rv_keep, rv, (size_t)C * sizeof *rv);
-    float *x3 = bn_input(k, N, C, HW, off);
-    batchnorm_forward(out, mean, rstd, rm, rv, x3, w, b, N, C, HW, eps, momentum, 0);
+    float *x3 = bn_input(k, N, C, HW, off), *x3l = to_layout(x3, l, N, C, HW);
+    batchnorm_plan_forward(&p, outl, x3l, w, b, rm, rv, momentum, false);
+    from_layout(out, outl, l, N, C, HW);
     double *wanty = dzero(n);
     for (int i = 0; i < N; i++)
         for (int c = 0; c < C; c++)
             for (int j = 0; j < HW; j++) {
                 size_t at = ((size_t)i * C + c) * HW + j;
                 wanty[at] = (x3[at] - (double)rm[c]) / sqrt((double)rv[c] + eps) * w[c] + b[c];
+                if (relu && !(wanty[at] > 0)) wanty[at] = 0;
             }
+    double rs_eval = 0;
+    for (int c = 0; c < C; c++) rs_eval = fmax(rs_eval, 1.0 / sqrt((double)rv[c] + eps));
+    const double ay_eval = kc_rtol_f32(4) * ((xm + fmaxabs(rm, (size_t)C)) * rs_eval * wm + fmaxabs(b, (size_t)C));
     snprintf(what, sizeof what, "batchnorm %s: eval normalises with the running statistics", name);
-    kc_close(k, out, wanty, n, ay, kc_rtol_f32(4), what);
+    kc_close(k, out, wanty, n, ay_eval, kc_rtol_f32(4), what);
     snprintf(what, sizeof what, "batchnorm %s: eval leaves running statistics untouched", name);
     kc_report(k, !memcmp(rm_keep, rm, (size_t)C * sizeof *rm) && !memcmp(rv_keep, rv, (size_t)C * sizeof *rv),
               what, 0);
-    double *evd = dzero(n), *evm = dzero((size_t)C), *evs = dzero((size_t)C), *rmd2 = dfrom(rm, (size_t)C),
-           *rvd2 = dfrom(rv, (size_t)C), *x3d = dfrom(x3, n);
-    batchnorm_forward_ref(evd, evm, evs, rmd2, rvd2, x3d, wd, bd, N, C, HW, eps, momentum, 0);
-    snprintf(what, sizeof what, "batchnorm %s: eval fast vs reference", name);
-    kc_close(k, out, evd, n, ay, kc_rtol_f32(4), what);
 
-    free(x), free(w), free(b), free(R), free(xd), free(wd), free(bd), free(Rd), free(outd), free(meand);
-    free(rstdd), free(rmd), free(rvd), free(dxd), free(dwd), free(dbd), free(ctx.out), free(ctx.mean);
+    batchnorm_plan_free(&p);
+    free(x), free(w), free(b), free(R), free(xd), free(wd), free(bd), free(Rd), free(outd), free(meand), free(Rm);
+    free(rstdd), free(rmd), free(rvd), free(dxd), free(dwd), free(dbd), free(ctx.out), free(ctx.mean), free(rstdf);
     free(ctx.rstd), free(g0x), free(g0w), free(g0b), free(rx), free(rw), free(rb), free(x2), free(wantm);
-    free(wantv), free(x3), free(wanty), free(evd), free(evm), free(evs), free(rmd2), free(rvd2), free(x3d);
-    kc_guarded_free(out), kc_guarded_free(mean), kc_guarded_free(rstd), kc_guarded_free(rm), kc_guarded_free(rv);
-    kc_guarded_free(dx), kc_guarded_free(dw), kc_guarded_free(db), kc_guarded_free(dx3), kc_guarded_free(dw3);
-    kc_guarded_free(db3);
+    free(wantv), free(x3), free(wanty), free(garbage);
+    kc_guarded_free(xl), kc_guarded_free(outl), kc_guarded_free(out), kc_guarded_free(rm), kc_guarded_free(rv);
+    kc_guarded_free(Rl), kc_guarded_free(dxl), kc_guarded_free(dx), kc_guarded_free(dw), kc_guarded_free(db);
+    kc_guarded_free(dw3), kc_guarded_free(db3), kc_guarded_free(x2l), kc_guarded_free(x3l);
 }
 
 /* ---- maxpool ------------------------------------------------------------------ */
@@ -694,41 +757,40 @@ static size_t run_all(float *res, const float *src, bool conv)
 {
     size_t at = 0;
     if (conv) {
-    /* conv 3x3 pad 1: im2col/col2im rows*OHW = 144*576, bias rows OC*OHW = 128*576 */
+    /* conv 3x3 pad 1, 1x1, 1x1 stride 2 on nChw8c, then a batch norm with ReLU */
     const int N = 2, C = 16, H = 24, W = 24, OC = 128;
     const size_t ni = (size_t)N * C * H * W, no = (size_t)N * OC * H * W;
-    float *work = malloc(conv2d_workspace_floats(C, 3, 3, H, W) * sizeof *work);
-    const float *x = src, *w = src + ni, *b = src + 2 * ni, *g = src + 3 * ni; /* src holds >= 3*ni + no */
-    conv2d_forward(res + at, x, w, b, work, N, C, H, W, OC, 3, 3, 1, 1, H, W);
-    at += no;
-    memset(res + at, 0, (ni + (size_t)OC * C * 9 + OC) * sizeof *res);
-    conv2d_backward(res + at, res + at + ni, res + at + ni + (size_t)OC * C * 9, g, x, w, work, N, C, H, W, OC, 3, 3,
-                    1, 1, H, W);
-    at += ni + (size_t)OC * C * 9 + OC;
-    /* the same image through a 1x1 (direct GEMM) and a 1x1 stride 2 convolution */
-    conv2d_forward(res + at, x, w, b, work, N, C, H, W, OC, 1, 1, 1, 0, H, W);
-    at += no;
-    memset(res + at, 0, (ni + (size_t)OC * C + OC) * sizeof *res);
-    conv2d_backward(res + at, res + at + ni, res + at + ni + (size_t)OC * C, g, x, w, work, N, C, H, W, OC, 1, 1, 1, 0,
-                    H, W);
-    at += ni + (size_t)OC * C + OC;
-    conv2d_forward(res + at, x, w, b, work, N, C, H, W, OC, 1, 1, 2, 0, H / 2, W / 2);
-    at += no / 4;
-    free(work);
+    const float *x = src, *w = src + ni, *g = src + 3 * ni; /* src holds >= 3*ni + no */
+    static const int ks[3][3] = { { 3, 1, 1 }, { 1, 1, 0 }, { 1, 2, 0 } }; /* K, stride, pad */
+    for (int v = 0; v < 3; v++) {
+        int K = ks[v][0], st = ks[v][1], pad = ks[v][2], OH = (H + 2 * pad - K) / st + 1;
+        conv2d_shape cs = { N, C, H, W, OC, K, K, st, pad, OH, OH };
+        conv2d_plan p;
+        conv2d_plan_init(&p, &cs, DNN_NCHW8C, DNN_NCHW8C, false, true);
+        size_t nout = (size_t)N * OC * OH * OH, nw = (size_t)OC * C * K * K;
+        conv2d_plan_forward(&p, res + at, x, w, NULL);
+        at += nout;
+        memset(res + at + ni, 0, nw * sizeof *res);
+        conv2d_plan_backward(&p, res + at, res + at + ni, NULL, g, x);
+        at += ni + nw;
+        conv2d_plan_free(&p);
+    }
+    batchnorm_plan bp;
+    batchnorm_plan_init(&bp, N, OC, H, W, DNN_NCHW8C, 1e-5f, true);
+    float *rm = res + at + no, *rv = rm + OC;
+    for (int c = 0; c < OC; c++) rm[c] = 0, rv[c] = 1;
+    batchnorm_plan_forward(&bp, res + at, g, w, w + OC, rm, rv, 0.1f, true);
+    at += no + 2 * OC;
+    memset(res + at + no, 0, 2 * OC * sizeof *res);
+    batchnorm_plan_backward(&bp, res + at, res + at + no, res + at + no + OC, x, g, w, w + OC);
+    at += no + 2 * OC;
+    batchnorm_plan_free(&bp);
     return at;
     }
 
-    /* batchnorm (N, C, HW) = (4, 16, 1024), maxpool on the same planes as 32x32 */
+    /* maxpool on (4, 16) planes of 32x32 */
     const int BN = 4, BC = 16, BHW = 1024;
     const size_t nb = (size_t)BN * BC * BHW;
-    float *mean = res + at + nb, *rstd = mean + BC, *rm = rstd + BC, *rv = rm + BC;
-    for (int c = 0; c < BC; c++) rm[c] = 0, rv[c] = 1;
-    batchnorm_forward(res + at, mean, rstd, rm, rv, src, src + nb, src + nb + BC, BN, BC, BHW, 1e-5f, 0.1f, 1);
-    at += nb + 4 * BC;
-    memset(res + at, 0, (nb + 2 * BC) * sizeof *res);
-    batchnorm_backward(res + at, res + at + nb, res + at + nb + BC, src + 2 * nb, src, src + nb, mean, rstd, BN, BC,
-                       BHW);
-    at += nb + 2 * BC;
     const size_t npo = (size_t)BN * BC * 16 * 16;
     int32_t *arg = malloc(npo * sizeof *arg);
     maxpool2d_forward(res + at, arg, src, BN, BC, 32, 32, 3, 2, 1, 16, 16);
@@ -763,12 +825,12 @@ static void test_threads(kc *k)
     omp_set_num_threads(2);
     size_t n2 = run_all(r2, src, false);
     bool same = n1 == n2 && n1 <= nres && !memcmp(r1, r2, n1 * sizeof *r1);
-    kc_report(k, same, "batchnorm, pooling, relu, forward and backward: bit-identical with 1 and 2 OpenMP threads",
+    kc_report(k, same, "pooling, relu, forward and backward: bit-identical with 1 and 2 OpenMP threads",
               (double)n1);
     n1 = run_all(r1, src, true);
     n2 = run_all(r2, src, true);
     same = n1 == n2 && n1 <= nres && !memcmp(r1, r2, n1 * sizeof *r1);
-    kc_report(k, same, "conv2d forward and backward: bit-identical when repeated at the same thread count", (double)n1);
+    kc_report(k, same, "conv2d and batchnorm (oneDNN) forward and backward: bit-identical when repeated at the same thread count", (double)n1);
     free(src), free(r1), free(r2);
 }
 
@@ -786,12 +848,28 @@ int main(void)
         { "N=1 C=2 7x6 OC=3 3x2 s1 p1 (rectangular)", 1, 2, 7, 6, 3, 3, 2, 1, 1, 1 },
         { "N=2 C=2 5x8 OC=3 2x4 s3 p2 (rectangular, wide pad)", 2, 2, 5, 8, 3, 2, 4, 3, 2, 1 },
     };
-    for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) test_conv(&k, &convs[i]);
+    for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) test_conv(&k, &convs[i], DNN_NCHW, DNN_NCHW);
+    /* the layouts a CNN runs in: channels in blocks of 8, and NCHW images into conv1 */
+    static const conv_shape blocked[] = {
+        { "N=2 C=8 9x9 OC=16 3x3 s1 p1", 2, 8, 9, 9, 16, 3, 3, 1, 1, 0 },
+        { "N=2 C=16 9x9 OC=8 3x3 s2 p1", 2, 16, 9, 9, 8, 3, 3, 2, 1, 0 },
+        { "N=2 C=16 7x7 OC=24 1x1 s1", 2, 16, 7, 7, 24, 1, 1, 1, 0, 0 },
+        { "N=2 C=8 9x9 OC=16 1x1 s2 (downsample)", 2, 8, 9, 9, 16, 1, 1, 2, 0, 0 },
+    };
+    for (size_t i = 0; i < sizeof blocked / sizeof blocked[0]; i++) test_conv(&k, &blocked[i], DNN_NCHW8C, DNN_NCHW8C);
+    static const conv_shape stems[] = {
+        { "N=2 C=3 15x15 OC=8 7x7 s2 p3 (imagenet stem)", 2, 3, 15, 15, 8, 7, 7, 2, 3, 0 },
+        { "N=2 C=3 8x8 OC=16 3x3 s1 p1 (cifar stem)", 2, 3, 8, 8, 16, 3, 3, 1, 1, 0 },
+    };
+    for (size_t i = 0; i < sizeof stems / sizeof stems[0]; i++) test_conv(&k, &stems[i], DNN_NCHW, DNN_NCHW8C);
 
     /* a large eps makes a misplaced eps visible above float rounding */
-    test_batchnorm(&k, 2, 3, 81, 0.0f, 1e-5f);
-    test_batchnorm(&k, 3, 5, 7, 3.0f, 0.1f);
-    test_batchnorm(&k, 4, 2, 1, 1.0f, 1e-3f);
+    test_batchnorm(&k, 2, 3, 9, 9, 0.0f, 1e-5f, DNN_NCHW, false);
+    test_batchnorm(&k, 3, 5, 7, 1, 3.0f, 0.1f, DNN_NCHW, false);
+    test_batchnorm(&k, 4, 2, 1, 1, 1.0f, 1e-3f, DNN_NCHW, false);
+    test_batchnorm(&k, 2, 3, 9, 9, 0.0f, 1e-5f, DNN_NCHW, true);
+    test_batchnorm(&k, 2, 16, 9, 9, 0.0f, 1e-5f, DNN_NCHW8C, false);
+    test_batchnorm(&k, 3, 8, 5, 3, 2.0f, 1e-5f, DNN_NCHW8C, true);
 
     static const pool_shape pools[] = {
         { "N=2 C=3 9x9 K=3 s2 p1", 2, 3, 9, 9, 3, 2, 1 },

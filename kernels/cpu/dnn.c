@@ -1,0 +1,111 @@
+/* dnn — see dnn.h. */
+#include "dnn.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void dnn_check(dnnl_status_t st, const char *call, const char *file, int line)
+{
+    if (st == dnnl_success) return;
+    static const char *names[] = { "success", "out_of_memory", "invalid_arguments", "unimplemented",
+                                   "iterator_ends", "runtime_error", "not_required" };
+    const char *name = (unsigned)st < sizeof names / sizeof names[0] ? names[st] : "unknown";
+    fprintf(stderr, "nebula: internal error: %s failed with oneDNN status %s (%d) at %s:%d\n", call, name, (int)st,
+            file, line);
+    abort();
+}
+
+static dnnl_engine_t engine;
+static dnnl_stream_t stream;
+
+dnnl_engine_t dnn_engine(void)
+{
+    if (!engine) DNN_CHECK(dnnl_engine_create(&engine, dnnl_cpu, 0));
+    return engine;
+}
+
+dnnl_stream_t dnn_stream(void)
+{
+    if (!stream) DNN_CHECK(dnnl_stream_create(&stream, dnn_engine(), dnnl_stream_default_flags));
+    return stream;
+}
+
+void dnn_md(dnnl_memory_desc_t *md, int N, int C, int H, int W, dnn_layout layout)
+{
+    dnnl_dims_t dims = { N, C, H, W };
+    DNN_CHECK(dnnl_memory_desc_init_by_tag(md, 4, dims, dnnl_f32, layout == DNN_NCHW8C ? dnnl_nChw8c : dnnl_nchw));
+}
+
+dnnl_memory_t dnn_mem(const dnnl_memory_desc_t *md)
+{
+    dnnl_memory_t m;
+    DNN_CHECK(dnnl_memory_create(&m, md, dnn_engine(), DNNL_MEMORY_NONE));
+    return m;
+}
+
+dnnl_primitive_t dnn_primitive(dnnl_primitive_desc_t pd)
+{
+    dnnl_primitive_t p;
+    DNN_CHECK(dnnl_primitive_create(&p, pd));
+    DNN_CHECK(dnnl_primitive_desc_destroy(pd));
+    return p;
+}
+
+const char *dnn_impl(const_dnnl_primitive_desc_t pd)
+{
+    const char *s = "?";
+    DNN_CHECK(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &s));
+    return s;
+}
+
+void dnn_run(dnnl_primitive_t p, const dnn_arg *args, int nargs)
+{
+    dnnl_exec_arg_t ea[16];
+    if (nargs > 16) dnn_check(dnnl_invalid_arguments, "dnn_run (more than 16 arguments)", __FILE__, __LINE__);
+    for (int i = 0; i < nargs; i++) {
+        DNN_CHECK(dnnl_memory_set_data_handle(args[i].mem, (void *)args[i].data));
+        ea[i].arg = args[i].arg;
+        ea[i].memory = args[i].mem;
+    }
+    dnnl_status_t st = dnnl_primitive_execute(p, dnn_stream(), nargs, ea);
+    if (st != dnnl_success) {
+        const_dnnl_primitive_desc_t pd = NULL;
+        dnnl_primitive_get_primitive_desc(p, &pd);
+        fprintf(stderr, "nebula: internal error: oneDNN primitive %s with %d arguments:", pd ? dnn_impl(pd) : "?",
+                nargs);
+        for (int i = 0; i < nargs; i++) {
+            const dnnl_memory_desc_t *md = pd ? dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, args[i].arg) : NULL;
+            fprintf(stderr, " %d%s", args[i].arg, md && md->ndims == 0 ? "(unused)" : "");
+        }
+        fprintf(stderr, "\n");
+        DNN_CHECK(st);
+    }
+    DNN_CHECK(dnnl_stream_wait(dnn_stream()));
+}
+
+void dnn_nchw_to_blocked(float *dst, const float *src, int N, int C, int HW)
+{
+    const int CB = C / DNN_BLOCK;
+#pragma omp parallel for collapse(2) schedule(static) if ((size_t)N * C * HW >= (1 << 16))
+    for (int n = 0; n < N; n++)
+        for (int cb = 0; cb < CB; cb++) {
+            const float *s = src + ((size_t)n * C + (size_t)cb * DNN_BLOCK) * HW;
+            float *d = dst + ((size_t)n * CB + cb) * HW * DNN_BLOCK;
+            for (int i = 0; i < HW; i++)
+                for (int c = 0; c < DNN_BLOCK; c++) d[(size_t)i * DNN_BLOCK + c] = s[(size_t)c * HW + i];
+        }
+}
+
+void dnn_blocked_to_nchw(float *dst, const float *src, int N, int C, int HW)
+{
+    const int CB = C / DNN_BLOCK;
+#pragma omp parallel for collapse(2) schedule(static) if ((size_t)N * C * HW >= (1 << 16))
+    for (int n = 0; n < N; n++)
+        for (int cb = 0; cb < CB; cb++) {
+            const float *s = src + ((size_t)n * CB + cb) * HW * DNN_BLOCK;
+            float *d = dst + ((size_t)n * C + (size_t)cb * DNN_BLOCK) * HW;
+            for (int c = 0; c < DNN_BLOCK; c++)
+                for (int i = 0; i < HW; i++) d[(size_t)c * HW + i] = s[(size_t)i * DNN_BLOCK + c];
+        }
+}
