@@ -41,21 +41,23 @@ status bert_config_check(const bert_config *c)
 {
     if (c->num_layers < 1 || c->num_heads < 1 || c->channels < 1 || c->intermediate < 1 || c->vocab_size < 1 ||
         c->max_position < 1 || c->type_vocab_size < 1) {
-        log_error0("model: layers, heads, channels, intermediate, vocab_size, max_position and type_vocab_size "
-                   "must be positive");
+        log_error0("model.n_layer = %d, model.n_head = %d, model.n_embd = %d, intermediate = %d, model.vocab_size = "
+                   "%d, model.max_seq_len = %d and type_vocab_size = %d must all be positive", c->num_layers,
+                   c->num_heads, c->channels, c->intermediate, c->vocab_size, c->max_position, c->type_vocab_size);
         return STATUS_INPUT;
     }
     if (c->channels % c->num_heads != 0) {
-        log_error0("model.heads = %d does not divide model.channels = %d", c->num_heads, c->channels);
+        log_error0("model.n_head = %d does not divide model.n_embd = %d", c->num_heads, c->channels);
         return STATUS_INPUT;
     }
     if (c->max_position > BERT_MAX_POSITION) {
-        log_error0("model.max_position = %d exceeds BERT's %d position embeddings", c->max_position,
+        log_error0("model.max_seq_len = %d exceeds BERT's %d position embeddings", c->max_position,
                    BERT_MAX_POSITION);
         return STATUS_INPUT;
     }
     if (c->pad_token_id < 0 || c->pad_token_id >= c->vocab_size) {
-        log_error0("model.pad_token_id = %d is outside the vocabulary 0..%d", c->pad_token_id, c->vocab_size - 1);
+        log_error0("pad_token_id = %d is outside the vocabulary 0..%d (model.vocab_size = %d)", c->pad_token_id,
+                   c->vocab_size - 1, c->vocab_size);
         return STATUS_INPUT;
     }
     return STATUS_OK;
@@ -222,7 +224,7 @@ status bert_init(bert *m, const bert_config *cfg, int B, int T, uint64_t seed, b
     memset(m, 0, sizeof *m);
     TRY(bert_config_check(cfg));
     if (T < 1 || T > cfg->max_position) {
-        log_error0("sequence length (seq) T = %d is outside 1..model.max_position = %d", T, cfg->max_position);
+        log_error0("sequence length T = %d is outside 1..model.max_seq_len = %d", T, cfg->max_position);
         return STATUS_INPUT;
     }
     if (B < 1) {

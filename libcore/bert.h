@@ -49,7 +49,8 @@ typedef struct bert_config {
  * `name` is unknown. */
 status bert_config_named(bert_config *cfg, const char *name);
 /* Positive sizes, heads divide channels, max_position <= 512, pad id inside the
- * vocabulary. STATUS_INPUT naming the key. */
+ * vocabulary. STATUS_INPUT; the message names the field by its [model] config key
+ * (model.h: model.n_head, model.n_embd, model.max_seq_len, ...). */
 status bert_config_check(const bert_config *cfg);
 
 /* Special token ids of the uncased vocabulary (bert-base-uncased's vocab.txt). */

@@ -43,15 +43,17 @@ status gpt2_config_named(gpt2_config *cfg, const char *name)
 status gpt2_config_check(const gpt2_config *c)
 {
     if (c->num_layers < 1 || c->num_heads < 1 || c->channels < 1 || c->vocab_size < 1 || c->max_seq_len < 1) {
-        log_error0("model: layers, heads, channels, vocab_size and max_seq_len must be positive");
+        log_error0("model.n_layer = %d, model.n_head = %d, model.n_embd = %d, model.vocab_size = %d and "
+                   "model.max_seq_len = %d must all be positive", c->num_layers, c->num_heads, c->channels,
+                   c->vocab_size, c->max_seq_len);
         return STATUS_INPUT;
     }
     if (c->channels % c->num_heads != 0) {
-        log_error0("model.heads = %d does not divide model.channels = %d", c->num_heads, c->channels);
+        log_error0("model.n_head = %d does not divide model.n_embd = %d", c->num_heads, c->channels);
         return STATUS_INPUT;
     }
     if (c->padded_vocab_size < c->vocab_size) {
-        log_error0("model.padded_vocab_size = %d is smaller than model.vocab_size = %d", c->padded_vocab_size,
+        log_error0("padded_vocab_size = %d is smaller than model.vocab_size = %d", c->padded_vocab_size,
                    c->vocab_size);
         return STATUS_INPUT;
     }
@@ -170,7 +172,8 @@ status gpt2_init(gpt2 *m, const gpt2_config *cfg, int B, int T, uint64_t seed, b
     memset(m, 0, sizeof *m);
     TRY(gpt2_config_check(cfg));
     if (T > cfg->max_seq_len || B < 1 || T < 1) {
-        log_error0("sequence length %d is outside 1..%d (the model's context) or batch %d < 1", T, cfg->max_seq_len, B);
+        log_error0("sequence length T = %d is outside 1..model.max_seq_len = %d (the context), or batch B = %d < 1",
+                   T, cfg->max_seq_len, B);
         return STATUS_INPUT;
     }
     m->cfg = *cfg;

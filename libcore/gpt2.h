@@ -24,7 +24,8 @@ typedef struct gpt2_config {
 /* Named configurations: gpt2-tiny (tests), gpt2 (124M), gpt2-medium, gpt2-large, gpt2-xl.
  * STATUS_INPUT with the list of names when `name` is unknown. */
 status gpt2_config_named(gpt2_config *cfg, const char *name);
-/* Consistency: heads divide the width, Vp >= V, positive sizes. STATUS_INPUT names the field. */
+/* Consistency: heads divide the width, Vp >= V, positive sizes. STATUS_INPUT; the message
+ * names the field by its [model] config key (model.h: model.n_head, model.n_embd, ...). */
 status gpt2_config_check(const gpt2_config *cfg);
 
 typedef struct gpt2_acts {

@@ -9,10 +9,12 @@
 
 #include "bench.h"
 #include "cli.h"
+#include "model.h"
 
 static const config_key bench_schema[] = {
     RUNTIME_CONFIG_KEYS,
     COMM_CONFIG_KEYS,
+    MODEL_CONFIG_KEYS,
     { "bench", "min_bytes", CONFIG_TYPE_SIZE, "8", .min = 4, .max = 1ull << 31, .help = "smallest message" },
     { "bench", "max_bytes", CONFIG_TYPE_SIZE, "256M", .min = 4, .max = 1ull << 31,
       .help = "largest message (2G at most: the MPI_Allreduce peer takes an int count)" },
@@ -30,13 +32,14 @@ static const config_key bench_schema[] = {
     { "bench", "out", CONFIG_TYPE_STRING, "", .help = "also write every row to this JSON file" },
     { "bench", "save_tune", CONFIG_TYPE_STRING, "", .help = "write the auto tuning table measured here to this file" },
     { "bench", "check", CONFIG_TYPE_BOOL, "true", .help = "check every algorithm bit-exact outside the timed loop" },
-    { "bench", "model", CONFIG_TYPE_STRING, "gpt2", .help = "model: gpt2-tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl, bert-tiny, bert-base, bert-large, resnet18..152 (-cifar: 32x32 stem)" },
     { "bench", "batch", CONFIG_TYPE_INT, "4", .min = 1, .max = 65536, .help = "model: micro-batch B" },
     { "bench", "seq", CONFIG_TYPE_INT, "64", .min = 1, .max = 65536, .help = "model: sequence length T" },
     { "bench", "steps", CONFIG_TYPE_INT, "5", .min = 1, .max = 100000, .help = "model: timed training steps" },
     { "bench", "model_warmup", CONFIG_TYPE_INT, "1", .min = 0, .max = 1000, .help = "model: untimed steps first" },
     { "bench", "threads", CONFIG_TYPE_INT, "0", .min = 0, .max = 4096,
       .help = "model: OpenMP and OpenBLAS threads (0: OMP_NUM_THREADS or all cores)" },
+    { "bench", "dry_run", CONFIG_TYPE_BOOL, "false",
+      .help = "model: resolve and check the model and batch shape, print them, allocate nothing" },
 };
 
 static const cli_option bench_options[] = {
@@ -56,17 +59,20 @@ static const cli_option bench_options[] = {
     { "out", "bench.out", NULL },
     { "save-tune", "bench.save_tune", NULL },
     { "no-check", "bench.check", "false" },
-    { "model", "bench.model", NULL },
+    { "model", "model.name", NULL },
     { "batch", "bench.batch", NULL },
     { "seq", "bench.seq", NULL },
     { "steps", "bench.steps", NULL },
     { "threads", "bench.threads", NULL },
+    { "dry-run", "bench.dry_run", "true" },
 };
 
 static const char usage[] =
     "usage: nebula-bench comm [options]   allreduce sweep (nccl-tests style), Nebula vs OpenMPI\n"
     "                                     launch with mpirun -np N (--ranks-per-node K: virtual nodes)\n"
-    "       nebula-bench model [options]  training-step throughput: --model NAME --batch B --seq T --steps N --threads N";
+    "       nebula-bench model [options]  training-step throughput of one model on synthetic data:\n"
+    "                                     --model NAME (or --config configs/models/NAME.ini) --batch B --seq T\n"
+    "                                     --steps N --threads N; --dry-run: check model and shapes, allocate nothing";
 
 int main(int argc, char **argv)
 {

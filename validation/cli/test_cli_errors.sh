@@ -29,8 +29,6 @@ expect "errors print once under mpirun, exit 2" 2 "unknown option" -- $MPIRUN -n
 out=$($MPIRUN -np 2 $BENCH comm --bogus 2>&1)
 n=$(grep -c "unknown option" <<<"$out")
 if [ "$n" -eq 1 ]; then echo "ok - one message for 2 ranks"; else echo "FAIL - $n messages for 2 ranks"; fails=$((fails + 1)); fi
-expect "unknown model names the families" 2 "unknown model 'gpt3'" -- $BENCH model --model gpt3
-expect "sequence longer than the context" 2 "outside 1..64" -- $BENCH model --model gpt2-tiny --seq 65
 expect "--help lists options with defaults" 0 "bench.max_bytes" -- $BENCH comm --help
 expect "--help shows defaults" 0 "256M" -- $BENCH comm --help
 expect "--version" 0 "nebula-bench 0.1.0" -- $BENCH --version
