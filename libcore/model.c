@@ -320,7 +320,8 @@ size_t model_activation_bytes(const model *m)
     size_t floats = m->spec.family == MODEL_FAMILY_GPT2   ? m->gpt2.act_floats + m->gpt2.grad_floats
                     : m->spec.family == MODEL_FAMILY_BERT ? m->bert.act_floats + m->bert.grad_floats
                                                           : m->resnet.act_floats + m->resnet.grad_floats;
-    return floats * sizeof(float);
+    size_t plans = m->spec.family == MODEL_FAMILY_RESNET ? m->resnet.plan_bytes : 0;  /* blocked weights, masks */
+    return floats * sizeof(float) + plans;
 }
 
 const char *model_unit(const model *m)
