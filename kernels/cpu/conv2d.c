@@ -2,6 +2,7 @@
 #include "conv2d.h"
 
 #include <assert.h>
+#include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,12 +33,174 @@ static dnnl_primitive_t conv2d_reorder(const dnnl_memory_desc_t *from, const dnn
     return dnn_primitive(pd);
 }
 
+/* ---- the GEMM engine (small output maps, nChw8c) ------------------------------
+ * K index of (c, kh, kw) in the blocked order: ((c/8 * KH + kh) * KW + kw) * 8 + c%8,
+ * so one pixel's row of the column matrix is built from whole 8-channel vectors. */
+
+static size_t gemm_k(const conv2d_shape *s)
+{
+    return (size_t)s->C * s->KH * s->KW;
+}
+
+static size_t gemm_pixels(const conv2d_shape *s)
+{
+    return (size_t)s->N * s->OH * s->OW;
+}
+
+static void gemm_im2col(float *cols, const float *x, const conv2d_shape *s)
+{
+    const int CB = s->C / DNN_BLOCK;
+    const size_t K = gemm_k(s);
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int n = 0; n < s->N; n++)
+        for (int oh = 0; oh < s->OH; oh++)
+            for (int ow = 0; ow < s->OW; ow++) {
+                float *row = cols + (((size_t)n * s->OH + oh) * s->OW + ow) * K;
+                for (int cb = 0; cb < CB; cb++)
+                    for (int kh = 0; kh < s->KH; kh++)
+                        for (int kw = 0; kw < s->KW; kw++) {
+                            int ih = oh * s->stride - s->pad + kh, iw = ow * s->stride - s->pad + kw;
+                            float *d = row + (((size_t)cb * s->KH + kh) * s->KW + kw) * DNN_BLOCK;
+                            if (ih < 0 || ih >= s->H || iw < 0 || iw >= s->W) {
+                                memset(d, 0, DNN_BLOCK * sizeof *d);
+                            } else {
+                                memcpy(d, x + ((((size_t)n * CB + cb) * s->H + ih) * s->W + iw) * DNN_BLOCK,
+                                       DNN_BLOCK * sizeof *d);
+                            }
+                        }
+            }
+}
+
+/* dx = col2im(dcols), the adjoint of gemm_im2col; one thread per image, pixels in
+ * order: deterministic. */
+static void gemm_col2im(float *dx, const float *dcols, const conv2d_shape *s)
+{
+    const int CB = s->C / DNN_BLOCK;
+    const size_t K = gemm_k(s), img = (size_t)s->C * s->H * s->W;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < s->N; n++) {
+        float *xi = dx + (size_t)n * img;
+        memset(xi, 0, img * sizeof *xi);
+        for (int oh = 0; oh < s->OH; oh++)
+            for (int ow = 0; ow < s->OW; ow++) {
+                const float *row = dcols + (((size_t)n * s->OH + oh) * s->OW + ow) * K;
+                for (int cb = 0; cb < CB; cb++)
+                    for (int kh = 0; kh < s->KH; kh++)
+                        for (int kw = 0; kw < s->KW; kw++) {
+                            int ih = oh * s->stride - s->pad + kh, iw = ow * s->stride - s->pad + kw;
+                            if (ih < 0 || ih >= s->H || iw < 0 || iw >= s->W) continue;
+                            float *restrict d = xi + (((size_t)cb * s->H + ih) * s->W + iw) * DNN_BLOCK;
+                            const float *restrict g = row + (((size_t)cb * s->KH + kh) * s->KW + kw) * DNN_BLOCK;
+#pragma omp simd
+                            for (int c = 0; c < DNN_BLOCK; c++) d[c] += g[c];
+                        }
+            }
+    }
+}
+
+/* (pixels, C) pixel-major <-> nChw8c. */
+static void gemm_to_pm(float *pm, const float *y, int N, int C, int HW)
+{
+    const int CB = C / DNN_BLOCK;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        for (int cb = 0; cb < CB; cb++)
+            for (int i = 0; i < HW; i++)
+                memcpy(pm + ((size_t)n * HW + i) * C + (size_t)cb * DNN_BLOCK,
+                       y + (((size_t)n * CB + cb) * HW + i) * DNN_BLOCK, DNN_BLOCK * sizeof *pm);
+}
+
+static void gemm_from_pm(float *y, const float *pm, int N, int C, int HW)
+{
+    const int CB = C / DNN_BLOCK;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        for (int cb = 0; cb < CB; cb++)
+            for (int i = 0; i < HW; i++)
+                memcpy(y + (((size_t)n * CB + cb) * HW + i) * DNN_BLOCK,
+                       pm + ((size_t)n * HW + i) * C + (size_t)cb * DNN_BLOCK, DNN_BLOCK * sizeof *y);
+}
+
+/* The blocked K index of (c, kh, kw). */
+static size_t gemm_kidx(const conv2d_shape *s, int c, int kh, int kw)
+{
+    return (((size_t)(c / DNN_BLOCK) * s->KH + kh) * s->KW + kw) * DNN_BLOCK + (size_t)(c % DNN_BLOCK);
+}
+
+static void gemm_permute_weights(float *wp, const float *w, const conv2d_shape *s)
+{
+    const size_t K = gemm_k(s);
+#pragma omp parallel for schedule(static)
+    for (int oc = 0; oc < s->OC; oc++)
+        for (int c = 0; c < s->C; c++)
+            for (int kh = 0; kh < s->KH; kh++)
+                for (int kw = 0; kw < s->KW; kw++)
+                    wp[(size_t)oc * K + gemm_kidx(s, c, kh, kw)] = w[(((size_t)oc * s->C + c) * s->KH + kh) * s->KW + kw];
+}
+
+static void gemm_add_dweight(float *dw, const float *dwp, const conv2d_shape *s)
+{
+    const size_t K = gemm_k(s);
+#pragma omp parallel for schedule(static)
+    for (int oc = 0; oc < s->OC; oc++)
+        for (int c = 0; c < s->C; c++)
+            for (int kh = 0; kh < s->KH; kh++)
+                for (int kw = 0; kw < s->KW; kw++)
+                    dw[(((size_t)oc * s->C + c) * s->KH + kh) * s->KW + kw] += dwp[(size_t)oc * K + gemm_kidx(s, c, kh, kw)];
+}
+
+static void gemm_forward(conv2d_plan *p, float *out, const float *inp, const float *weight)
+{
+    const conv2d_shape *s = &p->s;
+    const int P = (int)gemm_pixels(s), K = (int)gemm_k(s);
+    gemm_permute_weights(p->wperm, weight, s);
+    gemm_im2col(p->cols, inp, s);
+    p->cols_hold_input = true;
+    /* pm (P, OC) = cols (P, K) . wperm^T (K, OC) */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, P, s->OC, K, 1.0f, p->cols, K, p->wperm, K, 0.0f, p->pm,
+                s->OC);
+    gemm_from_pm(out, p->pm, s->N, s->OC, s->OH * s->OW);
+}
+
+static void gemm_backward(conv2d_plan *p, float *dinp, float *dweight, const float *dout, const float *inp)
+{
+    const conv2d_shape *s = &p->s;
+    const int P = (int)gemm_pixels(s), K = (int)gemm_k(s);
+    gemm_to_pm(p->pm, dout, s->N, s->OC, s->OH * s->OW);
+    if (dweight) {
+        if (!p->cols_hold_input) gemm_im2col(p->cols, inp, s);
+        p->cols_hold_input = true;
+        /* dwperm (OC, K) = pm^T (OC, P) . cols (P, K) */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s->OC, K, P, 1.0f, p->pm, s->OC, p->cols, K, 0.0f,
+                    p->dwperm, K);
+        gemm_add_dweight(dweight, p->dwperm, s);
+    }
+    if (dinp) {
+        /* dcols (P, K) = pm (P, OC) . wperm (OC, K), in place of the columns */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, P, K, s->OC, 1.0f, p->pm, s->OC, p->wperm, K, 0.0f,
+                    p->cols, K);
+        p->cols_hold_input = false;
+        gemm_col2im(dinp, p->cols, s);
+    }
+}
+
 void conv2d_plan_init(conv2d_plan *p, const conv2d_shape *s, dnn_layout in, dnn_layout out, bool bias, bool dinp)
 {
     assert(s->stride >= 1 && s->pad >= 0 && s->KH >= 1 && s->KW >= 1);
     assert(s->OH == (s->H + 2 * s->pad - s->KH) / s->stride + 1 && s->OW == (s->W + 2 * s->pad - s->KW) / s->stride + 1);
     memset(p, 0, sizeof *p);
     p->s = *s, p->in = in, p->out = out, p->bias = bias, p->dinp = dinp;
+    if (in == DNN_NCHW8C && out == DNN_NCHW8C && !bias && s->KH * s->KW > 1 &&
+        s->OH * s->OW <= CONV2D_GEMM_MAX_PIXELS) {
+        size_t P = gemm_pixels(s), K = gemm_k(s), fl = sizeof(float);
+        p->gemm = true;
+        p->bytes = (P * K + P * (size_t)s->OC + 2 * (size_t)s->OC * K) * fl;
+        if (posix_memalign((void **)&p->cols, 64, P * K * fl) || posix_memalign((void **)&p->pm, 64, P * s->OC * fl) ||
+            posix_memalign((void **)&p->wperm, 64, (size_t)s->OC * K * fl) ||
+            posix_memalign((void **)&p->dwperm, 64, (size_t)s->OC * K * fl))
+            dnn_check(dnnl_out_of_memory, "conv2d GEMM engine buffers", __FILE__, __LINE__);
+        return;
+    }
     dnnl_memory_desc_t src, dst, w_any, w_user, b_md;
     dnn_md(&src, s->N, s->C, s->H, s->W, in);
     dnn_md(&dst, s->N, s->OC, s->OH, s->OW, out);
@@ -93,12 +256,17 @@ void conv2d_plan_free(conv2d_plan *p)
     for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++)
         if (mems[i]) dnnl_memory_destroy(mems[i]);
     free(p->wbuf), free(p->wbuf_bwd), free(p->dwbuf), free(p->dbias_tmp);
+    free(p->cols), free(p->pm), free(p->wperm), free(p->dwperm);
     memset(p, 0, sizeof *p);
 }
 
 void conv2d_plan_forward(conv2d_plan *p, float *out, const float *inp, const float *weight, const float *bias)
 {
     assert(!bias == !p->bias);
+    if (p->gemm) {
+        gemm_forward(p, out, inp, weight);
+        return;
+    }
     dnn_arg r[] = { { DNNL_ARG_FROM, p->w_user, weight }, { DNNL_ARG_TO, p->w, p->wbuf } };
     dnn_run(p->w_to_fwd, r, 2);
     dnn_arg a[] = { { DNNL_ARG_SRC, p->src, inp }, { DNNL_ARG_WEIGHTS, p->w, p->wbuf },
@@ -111,6 +279,10 @@ void conv2d_plan_backward(conv2d_plan *p, float *dinp, float *dweight, float *db
                           const float *inp)
 {
     assert(!dinp || p->dinp);
+    if (p->gemm) {
+        gemm_backward(p, dinp, dweight, dout, inp);
+        return;
+    }
     if (dinp) {
         dnnl_memory_t wm = p->w;
         const float *wb = p->wbuf;

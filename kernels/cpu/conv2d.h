@@ -19,6 +19,13 @@
  * im2col + OpenBLAS SGEMM (ResNet-18 CIFAR, batch 64, 2 threads): 95-145 GFLOP/s
  * against 30-46.
  *
+ * One exception, also measured: on nChw8c maps of at most CONV2D_GEMM_MAX_PIXELS
+ * output pixels per image (ResNet's last stage on CIFAR: 4x4), oneDNN's direct
+ * kernels fall to 45-85 GFLOP/s while one OpenBLAS SGEMM over the whole batch runs
+ * at 130+. There the plan uses its GEMM engine: im2col of the blocked input into a
+ * (pixels x C*KH*KW) matrix in the blocked channel order, the weights permuted to
+ * match, and one SGEMM per pass (forward, backward-weights, backward-data).
+ *
  * Gradient contract: dinp is WRITTEN (a CNN sums branch gradients itself);
  * dweight and dbias are ADDED (gradient accumulation over micro-batches). */
 #ifndef NEBULA_KERNELS_CONV2D_H
@@ -36,6 +43,9 @@ typedef struct conv2d_shape {
     int OH, OW;              /* output: must equal (H + 2*pad - KH)/stride + 1, likewise W */
 } conv2d_shape;
 
+/* Largest output map (OH*OW) that takes the GEMM engine. */
+#define CONV2D_GEMM_MAX_PIXELS 16
+
 typedef struct conv2d_plan {
     conv2d_shape s;
     dnn_layout in, out;              /* activation layouts */
@@ -49,6 +59,11 @@ typedef struct conv2d_plan {
     float *wbuf, *wbuf_bwd, *dwbuf;  /* blocked weights (fwd, bwd_data) and blocked dweight */
     float *dbias_tmp;                /* (OC) */
     const float *weight;             /* the last forward's user weights (backward-data reorders them) */
+    bool gemm;                       /* the GEMM engine instead of oneDNN's primitives */
+    float *cols;                     /* GEMM engine: (N*OH*OW, K) im2col of the input, or dcols */
+    bool cols_hold_input;            /* cols is the im2col of the last forward's input */
+    float *pm;                       /* GEMM engine: (N*OH*OW, OC) output or dout, pixel-major */
+    float *wperm, *dwperm;           /* GEMM engine: (OC, K) weights and dweight in the blocked order */
     size_t bytes;                    /* memory the plan owns */
 } conv2d_plan;
 

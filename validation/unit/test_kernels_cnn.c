@@ -227,6 +227,10 @@ static void test_conv(kc *k, const conv_shape *s, dnn_layout lin, dnn_layout lou
     conv2d_shape cs = { s->N, s->C, s->H, s->W, s->OC, s->KH, s->KW, s->stride, s->pad, OH, OW };
     conv2d_plan_init(&p, &cs, lin, lout, s->bias, true);
     float *xl = to_layout(x, lin, s->N, s->C, HWi), *Rl = to_layout(R, lout, s->N, s->OC, HWo);
+    bool want_gemm = lin == DNN_NCHW8C && lout == DNN_NCHW8C && !s->bias && s->KH * s->KW > 1 &&
+                     HWo <= CONV2D_GEMM_MAX_PIXELS;
+    snprintf(what, sizeof what, "conv2d %s: runs on the %s engine", name, want_gemm ? "GEMM" : "oneDNN");
+    kc_report(k, p.gemm == want_gemm && (strstr(s->name, "GEMM engine") != NULL) == want_gemm, what, 0);
 
     /* (a) forward; the magnitude bound is the convolution of the absolute values */
     float *outl = kc_guarded(no), *out = gzero(no);
@@ -855,6 +859,9 @@ int main(void)
         { "N=2 C=16 9x9 OC=8 3x3 s2 p1", 2, 16, 9, 9, 8, 3, 3, 2, 1, 0 },
         { "N=2 C=16 7x7 OC=24 1x1 s1", 2, 16, 7, 7, 24, 1, 1, 1, 0, 0 },
         { "N=2 C=8 9x9 OC=16 1x1 s2 (downsample)", 2, 8, 9, 9, 16, 1, 1, 2, 0, 0 },
+        { "N=2 C=16 4x4 OC=8 3x3 s1 p1 (GEMM engine)", 2, 16, 4, 4, 8, 3, 3, 1, 1, 0 },
+        { "N=3 C=8 8x7 OC=16 3x3 s2 p1 (GEMM engine)", 3, 8, 8, 7, 16, 3, 3, 2, 1, 0 },
+        { "N=2 C=8 3x4 OC=24 3x2 s1 p1 (GEMM engine, rectangular)", 2, 8, 3, 4, 24, 3, 2, 1, 1, 0 },
     };
     for (size_t i = 0; i < sizeof blocked / sizeof blocked[0]; i++) test_conv(&k, &blocked[i], DNN_NCHW8C, DNN_NCHW8C);
     static const conv_shape stems[] = {
