@@ -23,7 +23,11 @@ CFLAGS  += -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -fopenmp -MMD -MP -Ilibc
 # spinning after each parallel region, and the two fight for the cores.
 OPENBLAS_DIR := /usr/lib/x86_64-linux-gnu/openblas-openmp
 CFLAGS  += -I/usr/include/x86_64-linux-gnu/openblas-openmp
-LDLIBS  := -linih -ljansson -lhwloc -ldnnl -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas -lm
+# Parallel HDF5 (Debian's OpenMPI build) for checkpoints and image sets; zlib's CRC-32 for checksums.
+HDF5_DIR := /usr/lib/x86_64-linux-gnu/hdf5/openmpi
+CFLAGS  += -I/usr/include/hdf5/openmpi
+LDLIBS  := -linih -ljansson -lhwloc -ldnnl -L$(HDF5_DIR) -Wl,-rpath,$(HDF5_DIR) -lhdf5 -lz \
+           -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas -lm
 LDFLAGS += -fopenmp
 
 ifeq ($(USE_CUDA),auto)

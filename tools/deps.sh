@@ -18,7 +18,7 @@ REQUIRED_PKGS=(
     libdnnl-dev                              # oneDNN: direct convolutions and batch norm for CNNs
     libucx-dev libpmix-dev                # UCX transport, PMIx for srun --mpi=pmix
     libpapi-dev libhwloc-dev              # hardware counters, topology and binding
-    libinih-dev libjansson-dev            # INI config parser, JSON
+    libinih-dev libjansson-dev zlib1g-dev # INI config parser, JSON, CRC-32 for checksums
     python3-torch python3-torchvision python3-h5py python3-numpy   # reference-vs-PyTorch validation
 )
 
