@@ -390,6 +390,7 @@ void bert_backward(bert *m)
     matmul_backward(s->dresidual, bert_at(m, g, "cls.predictions.transform.dense.weight", 0),
                     bert_at(m, g, "cls.predictions.transform.dense.bias", 0), s->dbtc, last,
                     bert_at(m, p, "cls.predictions.transform.dense.weight", 0), BT, C, C, MATMUL_LAYOUT_OUT_IN);
+    param_layer_done(&m->hook, c->num_layers + 1);                          /* cls.predictions */
     for (int l = c->num_layers - 1; l >= 0; l--) {
         const float *x = l == 0 ? a->emb_ln : a->ln2 + (size_t)(l - 1) * btc;
         const float *q = a->q + l * btc, *k = a->k + l * btc, *v = a->v + l * btc, *atty = a->atty + l * btc;
@@ -431,6 +432,7 @@ void bert_backward(bert *m)
                         W("attention.self.value.weight"), BT, C, C, MATMUL_LAYOUT_OUT_IN);
 #undef W
 #undef G
+        param_layer_done(&m->hook, l + 1);                                  /* encoder.layer.l */
     }
     /* Embeddings: dresidual = d(emb_ln). */
     memset(s->dbtc, 0, btc * sizeof(float));
@@ -444,6 +446,7 @@ void bert_backward(bert *m)
     memcpy(gpad, s->pad_row, (size_t)C * sizeof(float));
     embedding_backward(bert_at(m, g, "embeddings.position_embeddings.weight", 0), s->dbtc, m->pos_ids, BT, C);
     embedding_backward(bert_at(m, g, "embeddings.token_type_embeddings.weight", 0), s->dbtc, m->type_ids, BT, C);
+    param_layer_done(&m->hook, 0);                                          /* embeddings (and the tied decoder) */
 }
 
 /* 6 FLOPs per parameter per token (2 forward, 4 backward), as gpt2_flops_per_token;

@@ -146,6 +146,7 @@ typedef struct bert {
     float *grad_memory;       /* one allocation behind gs */
     size_t grad_floats;       /* its size */
     bert_grad_scratch gs;     /* views into grad_memory */
+    param_layer_hook hook;  /* backward reports each finished layer here (set by the caller) */
     int32_t *pos_ids;         /* (B, T) position of each token, 0..T-1 */
     int32_t *input_ids;       /* (B, T) copy of the last forward's input_ids */
     int32_t *type_ids;        /* (B, T) copy of the last forward's token_type_ids (0 when NULL) */

@@ -280,6 +280,7 @@ void gpt2_backward(gpt2 *m, const int32_t *tokens)
     const float *last = a->residual3 + (size_t)(c->num_layers - 1) * btc;
     layernorm_backward(s->dresidual, gpt2_at(m, g, "ln_f.weight", 0), gpt2_at(m, g, "ln_f.bias", 0), s->dbtc, last,
                        gpt2_at(m, p, "ln_f.weight", 0), a->lnf_mean, a->lnf_rstd, BT, C);
+    param_layer_done(&m->hook, c->num_layers + 1);                         /* ln_f */
     for (int l = c->num_layers - 1; l >= 0; l--) {
         const float *residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * btc;
         const float *ln1 = a->ln1 + l * btc, *qkv = a->qkv + l * btc * 3, *atty = a->atty + l * btc;
@@ -314,9 +315,11 @@ void gpt2_backward(gpt2 *m, const int32_t *tokens)
         layernorm_backward(s->dresidual, gpt2_at(m, g, "h.%d.ln_1.weight", l), gpt2_at(m, g, "h.%d.ln_1.bias", l),
                            s->dbtc2, residual, gpt2_at(m, p, "h.%d.ln_1.weight", l), a->ln1_mean + l * BT,
                            a->ln1_rstd + l * BT, BT, C);
+        param_layer_done(&m->hook, l + 1);                                 /* h.l */
     }
     embedding_backward(gpt2_at(m, g, "wte.weight", 0), s->dresidual, tokens, BT, C);
     embedding_backward(gpt2_at(m, g, "wpe.weight", 0), s->dresidual, m->pos_ids, BT, C);
+    param_layer_done(&m->hook, 0);                                         /* wte (also the tied head), wpe */
 }
 
 /* 6 FLOPs per parameter per token (2 forward, 4 backward), the convention of the

@@ -75,6 +75,7 @@ typedef struct gpt2 {
     float *grad_memory;    /* one allocation behind gs */
     size_t grad_floats;    /* its size */
     gpt2_grad_scratch gs;  /* views into grad_memory */
+    param_layer_hook hook;  /* backward reports each finished layer here (set by the caller) */
     int32_t *pos_ids;      /* (B, T) position of each token, 0..T-1 */
     int32_t *targets;      /* (B, T) copy of the last forward's targets */
     float mean_loss;       /* mean over counted targets of the last forward, -1 without targets */

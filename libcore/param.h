@@ -39,7 +39,8 @@ typedef struct param_entry {
     size_t count;                  /* floats in the tensor: product of shape[0..ndim) (1 when ndim == 0) */
     int ndim;                      /* dimensions, 0 (scalar) to PARAM_MAX_DIMS */
     size_t shape[PARAM_MAX_DIMS];  /* PyTorch shape, outermost first; entries past ndim are 1 */
-    int layer;                     /* block / stage index (h.<layer>., layer<k>.); -1 for none */
+    int layer;                     /* backward unit: the model reports it done (param_layer_hook) once every
+                                      tensor of the layer holds its final gradient; -1 for none */
     bool decay;                    /* weight decay applies (AdamW, SGD); see param_decay_default */
 } param_entry;
 
@@ -57,6 +58,19 @@ typedef struct param_buffers {
     float *v;       /* (total) AdamW second moment; NULL without moments */
     size_t total;   /* floats in each buffer (the table's total at init) */
 } param_buffers;
+
+/* Called by a model's backward as each layer's gradients become final (highest
+ * layer first, as backward runs): what lets gradient buckets start their allreduce
+ * while the rest of backward still computes (bucket.h). fn NULL: no calls. */
+typedef struct param_layer_hook {
+    void (*fn)(void *ctx, int layer);
+    void *ctx;
+} param_layer_hook;
+
+static inline void param_layer_done(const param_layer_hook *h, int layer)
+{
+    if (h->fn) h->fn(h->ctx, layer);
+}
 
 /* An empty table. */
 void param_table_init(param_table *pt);

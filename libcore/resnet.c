@@ -122,9 +122,9 @@ static void resnet_add_unit(resnet *m, resnet_unit *u, const char *cname, const 
     u->nbt = resnet_add(&m->bt, bname, "num_batches_tracked", layer, false, 0, 0, 0, 0, 0);
 }
 
-/* Both tables in torchvision's module order; param layer = stage (stem 0, layerK K,
- * fc 5). Block shapes follow torchvision's _make_layer: stride 2 on the first block of
- * layer2..4, a downsample branch when the stride or the channel count changes. */
+/* Both tables in torchvision's module order; param layer = backward unit (stem 0, block i of
+ * all layers i + 1, fc nblocks + 1). Block shapes follow torchvision's _make_layer: stride 2 on
+ * the first block of layer2..4, a downsample branch when the stride or the channel count changes. */
 static void resnet_build(resnet *m)
 {
     const resnet_config *c = &m->cfg;
@@ -153,7 +153,7 @@ static void resnet_build(resnet *m)
 #define UNIT(i, Cin, Hin, Win, Cout, K, s, pad, relu)                              \
     snprintf(cn, sizeof cn, "layer%d.%d.conv%d", k + 1, j, i + 1);               \
     snprintf(bn, sizeof bn, "layer%d.%d.bn%d", k + 1, j, i + 1);                 \
-    resnet_add_unit(m, &b->unit[i], cn, bn, k + 1, Cin, Hin, Win, Cout, K, s, pad, relu)
+    resnet_add_unit(m, &b->unit[i], cn, bn, bi + 1, Cin, Hin, Win, Cout, K, s, pad, relu)
             if (c->block == RESNET_BLOCK_KIND_BASIC) {
                 b->nunits = 2;
                 UNIT(0, C, H, W, planes, 3, stride, 1, true);
@@ -169,7 +169,7 @@ static void resnet_build(resnet *m)
             if (b->has_down) {
                 snprintf(cn, sizeof cn, "layer%d.%d.downsample.0", k + 1, j);
                 snprintf(bn, sizeof bn, "layer%d.%d.downsample.1", k + 1, j);
-                resnet_add_unit(m, &b->down, cn, bn, k + 1, C, H, W, OC, 1, stride, 0, false);
+                resnet_add_unit(m, &b->down, cn, bn, bi + 1, C, H, W, OC, 1, stride, 0, false);
             }
             C = OC;
             H = b->unit[b->nunits - 1].OH;
@@ -178,8 +178,8 @@ static void resnet_build(resnet *m)
     }
     a->feat_C = C;
     a->feat_HW = H * W;
-    m->fc_w = resnet_add(&m->pt, "fc", "weight", 5, true, 2, c->num_classes, C, 0, 0);
-    m->fc_b = resnet_add(&m->pt, "fc", "bias", 5, false, 1, c->num_classes, 0, 0, 0);
+    m->fc_w = resnet_add(&m->pt, "fc", "weight", bi + 1, true, 2, c->num_classes, C, 0, 0);
+    m->fc_b = resnet_add(&m->pt, "fc", "bias", bi + 1, false, 1, c->num_classes, 0, 0, 0);
 }
 
 /* torchvision's ResNet.__init__ init: kaiming_normal_(fan_out, relu) for every conv,
@@ -530,7 +530,11 @@ void resnet_backward(resnet *m)
     memset(a->nchw, 0, nfeat * sizeof(float));
     avgpool_global_backward(a->nchw, s->dpooled, N, a->feat_C, a->feat_HW);
     dnn_nchw_to_blocked(s->dblock, a->nchw, N, a->feat_C, a->feat_HW);
-    for (int i = a->nblocks - 1; i >= 0; i--) block_backward(m, &a->blocks[i]);
+    param_layer_done(&m->hook, a->nblocks + 1);                            /* fc */
+    for (int i = a->nblocks - 1; i >= 0; i--) {
+        block_backward(m, &a->blocks[i]);
+        param_layer_done(&m->hook, i + 1);                                 /* layerK.J */
+    }
     const float *dstem = s->dblock;                                        /* d(layer1's input) */
     if (m->cfg.stem == RESNET_STEM_IMAGENET) {                             /* maxpool backward, in NCHW */
         const resnet_unit *st = &a->stem;
@@ -543,6 +547,7 @@ void resnet_backward(resnet *m)
         dstem = s->dmain;
     }
     unit_backward(m, &a->stem, a->images, NULL, dstem);
+    param_layer_done(&m->hook, 0);                                         /* conv1, bn1 */
 }
 
 static double unit_flops(const resnet_unit *u)

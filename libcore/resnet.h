@@ -132,6 +132,7 @@ typedef struct resnet {
     float *grad_memory;    /* one allocation behind gs */
     size_t grad_floats;    /* its size */
     resnet_grad_scratch gs; /* views into grad_memory */
+    param_layer_hook hook;  /* backward reports each finished layer here (set by the caller) */
     size_t fc_w, fc_b;     /* offsets of fc.weight (num_classes, feat_C) and fc.bias */
     int32_t *labels;       /* (N) copy of the last forward's labels */
     float mean_loss;       /* mean over counted labels of the last forward, -1 without labels */
