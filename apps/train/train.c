@@ -1,0 +1,599 @@
+/* train — see train.h. */
+#include "train.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "param.h"
+
+const config_key train_schema_keys[] = {
+    { "train", "micro_batch", CONFIG_TYPE_INT, "0", .min = 0, .max = 1 << 20,
+      .help = "b: samples per forward on each rank (0: derived from global_batch and accum)" },
+    { "train", "accum", CONFIG_TYPE_INT, "0", .min = 0, .max = 1 << 20,
+      .help = "A: forwards per optimizer step (0: derived; 1 when only one other size is given)" },
+    { "train", "global_batch", CONFIG_TYPE_INT, "0", .min = 0, .max = 1 << 30,
+      .help = "GB = micro_batch x accum x ranks (0: derived)" },
+    { "train", "seq_len", CONFIG_TYPE_INT, "64", .min = 1, .max = 1 << 20,
+      .help = "T: tokens per sample (GPT-2, BERT); at most model.max_seq_len" },
+    { "train", "steps", CONFIG_TYPE_INT, "100", .min = 1, .max = 1e12, .help = "optimizer steps of the run" },
+    { "train", "seed", CONFIG_TYPE_INT, "1337", .min = 0, .max = 9e15,
+      .help = "initialisation, data order, augmentation and masking" },
+    { "train", "log_interval", CONFIG_TYPE_INT, "10", .min = 1, .max = 1e9, .help = "steps between metrics lines" },
+    { "train", "eval_interval", CONFIG_TYPE_INT, "0", .min = 0, .max = 1e9,
+      .help = "steps between evaluations on data.val (0: only at the end, when data.val is set)" },
+    { "train", "eval_batches", CONFIG_TYPE_INT, "16", .min = 1, .max = 1e9,
+      .help = "global batches of held-out data per evaluation (fewer when the file is smaller)" },
+    { "train", "run_dir", CONFIG_TYPE_STRING, "runs/train",
+      .help = "where metrics.jsonl, config.ini and ckpt/ go (created)" },
+    { "train", "clip", CONFIG_TYPE_FLOAT, "1.0", .min = 0, .max = 1e30,
+      .help = "max global gradient L2 norm (0: no clipping)" },
+    { "train", "bucket_bytes", CONFIG_TYPE_SIZE, "25M", .min = 4096, .max = 1ull << 34,
+      .help = "gradient bucket size (PyTorch DDP's bucket_cap_mb = 25)" },
+    { "optim", "name", CONFIG_TYPE_ENUM, "auto", .choices = "auto|adamw|sgd",
+      .help = "optimizer (auto: AdamW for GPT-2 and BERT, SGD with momentum for ResNet)" },
+    { "optim", "lr", CONFIG_TYPE_FLOAT, "3e-4", .min = 0, .max = 1e3, .help = "peak learning rate" },
+    { "optim", "weight_decay", CONFIG_TYPE_FLOAT, "0.1", .min = 0, .max = 1e3,
+      .help = "AdamW: decoupled; SGD: coupled L2 (weights only, never biases and norms)" },
+    { "optim", "beta1", CONFIG_TYPE_FLOAT, "0.9", .min = 0, .max = 0.999999, .help = "AdamW" },
+    { "optim", "beta2", CONFIG_TYPE_FLOAT, "0.95", .min = 0, .max = 0.999999999, .help = "AdamW" },
+    { "optim", "eps", CONFIG_TYPE_FLOAT, "1e-8", .min = 1e-30, .max = 1, .help = "AdamW" },
+    { "optim", "momentum", CONFIG_TYPE_FLOAT, "0.9", .min = 0, .max = 0.999999, .help = "SGD" },
+    { "optim", "nesterov", CONFIG_TYPE_BOOL, "false", .help = "SGD: Nesterov momentum" },
+    { "optim", "schedule", CONFIG_TYPE_ENUM, "cosine", .choices = "constant|cosine|linear|step",
+      .help = "learning-rate shape after warmup (cosine and linear reach min_lr at train.steps)" },
+    { "optim", "warmup_steps", CONFIG_TYPE_INT, "0", .min = 0, .max = 1e12, .help = "linear warmup" },
+    { "optim", "min_lr", CONFIG_TYPE_FLOAT, "0", .min = 0, .max = 1e3, .help = "cosine/linear floor" },
+    { "optim", "step_size", CONFIG_TYPE_INT, "1000", .min = 1, .max = 1e12, .help = "step schedule: period" },
+    { "optim", "gamma", CONFIG_TYPE_FLOAT, "0.1", .min = 0, .max = 1e3, .help = "step schedule: factor" },
+    { "data", "train", CONFIG_TYPE_STRING, "synthetic",
+      .help = "training data: Nebula or llm.c token file, HDF5 or CIFAR-10 images, or synthetic" },
+    { "data", "val", CONFIG_TYPE_STRING, "", .help = "held-out data in the same format (empty: no evaluation)" },
+    { "data", "shuffle", CONFIG_TYPE_BOOL, "true", .help = "a new permutation of the training samples every epoch" },
+    { "data", "pad_crop", CONFIG_TYPE_INT, "0", .min = 0, .max = 1024,
+      .help = "images: random crop after zero padding by this many pixels (CIFAR: 4)" },
+    { "data", "flip", CONFIG_TYPE_BOOL, "false", .help = "images: random horizontal flip" },
+    { "data", "mean", CONFIG_TYPE_STRING, "0.5,0.5,0.5",
+      .help = "images: per-channel mean of x/255 (the file's attribute wins)" },
+    { "data", "std", CONFIG_TYPE_STRING, "0.5,0.5,0.5",
+      .help = "images: per-channel std of x/255 (the file's attribute wins)" },
+    { "ckpt", "every_steps", CONFIG_TYPE_INT, "0", .min = 0, .max = 1e12,
+      .help = "checkpoint every N steps (0: off; the last step is always saved when checkpoints are on)" },
+    { "ckpt", "every_minutes", CONFIG_TYPE_FLOAT, "0", .min = 0, .max = 1e9,
+      .help = "checkpoint when this many minutes passed since the last one (0: off)" },
+    { "ckpt", "keep", CONFIG_TYPE_INT, "3", .min = 1, .max = 1e6, .help = "committed checkpoints kept" },
+    { "ckpt", "async", CONFIG_TYPE_BOOL, "false",
+      .help = "copy the state to memory and write it in a background thread" },
+    { "ckpt", "resume", CONFIG_TYPE_STRING, "auto",
+      .help = "auto (newest committed checkpoint of run_dir, if any), none, or a checkpoint directory" },
+};
+const int train_schema_nkeys = (int)(sizeof train_schema_keys / sizeof train_schema_keys[0]);
+
+static volatile sig_atomic_t signal_usr1, signal_term;
+
+static void train_on_signal(int sig)
+{
+    if (sig == SIGUSR1) signal_usr1 = 1;
+    else signal_term = 1;
+}
+
+void train_install_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = train_on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+status train_batch_resolve(train_batch *tb, const config *cfg, int world)
+{
+    long b = config_int(cfg, "train.micro_batch"), A = config_int(cfg, "train.accum");
+    long GB = config_int(cfg, "train.global_batch");
+    int given = (b > 0) + (A > 0) + (GB > 0);
+    if (given == 0) {
+        log_error0("train.micro_batch or train.global_batch must be set (global batch = micro_batch x accum x %d "
+                   "ranks; give any two)", world);
+        return STATUS_INPUT;
+    }
+    if (given == 1 && A == 0) A = 1;
+    if (b > 0 && A > 0 && GB > 0 && b * A * world != GB) {
+        log_error0("train.global_batch = %ld but train.micro_batch x train.accum x ranks = %ld x %ld x %d = %ld; "
+                   "give any two of the three", GB, b, A, world, b * A * world);
+        return STATUS_INPUT;
+    }
+    if (GB == 0) GB = b * A * world;
+    if (b == 0 || A == 0) {
+        long known = b ? b : A, per = (long)world * known;
+        if (GB % per != 0) {
+            log_error0("train.global_batch = %ld is not a multiple of train.%s x ranks = %ld x %d = %ld", GB,
+                       b ? "micro_batch" : "accum", known, world, per);
+            return STATUS_INPUT;
+        }
+        if (b == 0) b = GB / per;
+        else A = GB / per;
+    }
+    tb->micro_batch = (int)b, tb->accum = (int)A, tb->global_batch = (int)GB;
+    return STATUS_OK;
+}
+
+/* "0.49,0.48,0.45" into three floats. */
+static status parse3(const config *cfg, const char *key, float out[3])
+{
+    const char *s = config_str(cfg, key);
+    if (sscanf(s, "%f,%f,%f", &out[0], &out[1], &out[2]) != 3) {
+        log_error0("%s = '%s' (%s): expected three comma-separated numbers, e.g. 0.5,0.5,0.5", key, s,
+                   config_origin(cfg, key));
+        return STATUS_INPUT;
+    }
+    return STATUS_OK;
+}
+
+static double now_s(void)
+{
+    return MPI_Wtime();
+}
+
+/* The hook a model's backward calls as each layer's gradients become final: marks
+ * the layer's tensors, which launches every bucket they complete. */
+static void train_layer_done(void *ctx, int layer)
+{
+    train_run *r = ctx;
+    if (r->hook_status != STATUS_OK || layer < 0 || layer >= r->nlayers) return;
+    for (int i = 0; i < r->layer_count[layer]; i++) {
+        status st = bucket_mark_ready(&r->bm, r->layer_first[layer] + i);
+        if (st != STATUS_OK) {
+            r->hook_status = st;
+            return;
+        }
+    }
+}
+
+static void train_set_hook(train_run *r, bool on)
+{
+    param_layer_hook h = { on ? train_layer_done : NULL, r };
+    r->m.gpt2.hook = h, r->m.bert.hook = h, r->m.resnet.hook = h;
+}
+
+static status train_open_data(train_run *r, data_loader **out, const char *path, bool train)
+{
+    const config *cfg = r->cfg;
+    data_config dc;
+    memset(&dc, 0, sizeof dc);
+    dc.path = path;
+    dc.images = r->spec.family == MODEL_FAMILY_RESNET;
+    dc.vocab_size = r->spec.family == MODEL_FAMILY_GPT2 ? r->spec.gpt2.vocab_size : r->spec.bert.vocab_size;
+    dc.T = r->T;
+    dc.H = dc.W = r->spec.image_size;
+    dc.num_classes = r->spec.resnet.num_classes;
+    dc.pad_crop = train ? (int)config_int(cfg, "data.pad_crop") : 0;
+    dc.flip = train && config_bool(cfg, "data.flip");
+    TRY(parse3(cfg, "data.mean", dc.mean));
+    TRY(parse3(cfg, "data.std", dc.std));
+    dc.micro_batch = r->tb.micro_batch;
+    dc.accum = train ? r->tb.accum : 1;
+    dc.dp_rank = r->rt->rank;
+    dc.dp_size = r->rt->size;
+    dc.seed = r->seed;
+    dc.shuffle = train && config_bool(cfg, "data.shuffle");
+    return data_open(out, &dc);
+}
+
+/* Per layer, the range of its tensors in the table (the three families add each
+ * layer's tensors consecutively; anything else is a bug). */
+static status train_layers(train_run *r)
+{
+    const param_table *pt = model_params(&r->m);
+    int L = 0;
+    for (int i = 0; i < pt->count; i++) L = pt->entries[i].layer + 1 > L ? pt->entries[i].layer + 1 : L;
+    r->nlayers = L;
+    r->layer_first = calloc((size_t)L, sizeof *r->layer_first);
+    r->layer_count = calloc((size_t)L, sizeof *r->layer_count);
+    if (!r->layer_first || !r->layer_count) return STATUS_NOMEM;
+    for (int i = pt->count - 1; i >= 0; i--) {
+        int l = pt->entries[i].layer;
+        CHECK(l >= 0, "every tensor of a model belongs to a layer");
+        CHECK(r->layer_count[l] == 0 || r->layer_first[l] == i + 1, "a layer's tensors are consecutive in the table");
+        r->layer_first[l] = i;
+        r->layer_count[l]++;
+    }
+    return STATUS_OK;
+}
+
+/* The time of one bucket pass without overlap: every tensor marked at once, then
+ * waited; the grads are zero here. Median of 3: the communication a step would
+ * expose with no overlap at all, against which comm_wait is reported. */
+static status train_calibrate_comm(train_run *r)
+{
+    param_buffers *pb = model_buffers(&r->m);
+    const param_table *pt = model_params(&r->m);
+    double t[3];
+    param_zero_grads(pb, pt);
+    for (int k = 0; k < 3; k++) {
+        MPI_Barrier(r->rt->world);
+        double t0 = now_s();
+        for (int i = pt->count - 1; i >= 0; i--) TRY(bucket_mark_ready(&r->bm, i));
+        TRY(bucket_wait_all(&r->bm));
+        t[k] = now_s() - t0;
+    }
+    double lo = fmin(t[0], fmin(t[1], t[2])), hi = fmax(t[0], fmax(t[1], t[2]));
+    double med = t[0] + t[1] + t[2] - lo - hi;
+    MPI_Allreduce(&med, &r->comm_ms, 1, MPI_DOUBLE, MPI_MAX, r->rt->world);
+    r->comm_ms *= 1e3;
+    return STATUS_OK;
+}
+
+static status train_mkdir(const char *path)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(tmp, 0755) != 0 && errno != EEXIST) break;
+            *p = '/';
+        }
+    if (mkdir(tmp, 0755) != 0 && errno != EEXIST) {
+        log_error("cannot create the run directory %s: %s", path, strerror(errno));
+        return STATUS_IO;
+    }
+    return STATUS_OK;
+}
+
+/* What a checkpoint of this run holds: parameters, optimizer moments, ResNet's BN
+ * statistics, and the loader position (the same on every rank; a blob so that later
+ * per-rank state joins it the same way). */
+static void train_ckpt_content(train_run *r, ckpt_content *c)
+{
+    memset(c, 0, sizeof *c);
+    param_table *pt = model_params(&r->m);
+    param_buffers *pb = model_buffers(&r->m);
+    c->step = r->step;
+    c->model = r->spec.name;
+    c->table_hash = param_table_hash(pt);
+    c->config_text = r->config_text;
+    c->groups[c->ngroups++] = (ckpt_tensors){ "params", pt, pb->params };
+    c->groups[c->ngroups++] = (ckpt_tensors){ "optim/m", pt, pb->m };
+    if (!r->use_sgd) c->groups[c->ngroups++] = (ckpt_tensors){ "optim/v", pt, pb->v };
+    if (model_state_table(&r->m))
+        c->groups[c->ngroups++] = (ckpt_tensors){ "buffers", model_state_table(&r->m), model_state(&r->m) };
+    c->blobs[c->nblobs++] = (ckpt_blob){ "loader", &r->loader_state, sizeof r->loader_state };
+}
+
+status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c)
+{
+    memset(r, 0, sizeof *r);
+    r->cfg = cfg, r->rt = rt, r->c = c;
+    r->seed = (uint64_t)config_int(cfg, "train.seed");
+    r->steps = (long)config_int(cfg, "train.steps");
+    r->clip = config_float(cfg, "train.clip");
+    snprintf(r->run_dir, sizeof r->run_dir, "%s", config_str(cfg, "train.run_dir"));
+    config_dump(cfg, r->config_text, sizeof r->config_text);
+    TRY(model_spec_from_config(&r->spec, cfg));
+    TRY(train_batch_resolve(&r->tb, cfg, rt->size));
+    r->T = r->spec.family == MODEL_FAMILY_RESNET ? 0 : (int)config_int(cfg, "train.seq_len");
+    TRY(model_spec_check_batch(&r->spec, r->tb.micro_batch, r->T ? r->T : 1, "train.micro_batch", "train.seq_len"));
+
+    /* Optimizer and schedule, checked before anything big is allocated. */
+    const char *opt = config_str(cfg, "optim.name");
+    r->use_sgd = !strcmp(opt, "sgd") || (!strcmp(opt, "auto") && r->spec.family == MODEL_FAMILY_RESNET);
+    r->adamw = (adamw_hparams){ .beta1 = config_float(cfg, "optim.beta1"), .beta2 = config_float(cfg, "optim.beta2"),
+                                .eps = config_float(cfg, "optim.eps"),
+                                .weight_decay = config_float(cfg, "optim.weight_decay") };
+    r->sgd = (sgd_hparams){ .momentum = config_float(cfg, "optim.momentum"),
+                            .nesterov = config_bool(cfg, "optim.nesterov"),
+                            .weight_decay = config_float(cfg, "optim.weight_decay") };
+    if (r->sgd.nesterov && r->sgd.momentum == 0) {
+        log_error0("optim.nesterov = true needs optim.momentum > 0");
+        return STATUS_INPUT;
+    }
+    CHECK(lr_schedule_kind_parse(config_str(cfg, "optim.schedule"), &r->sched.kind), "schedule enum out of sync");
+    r->sched.base_lr = config_float(cfg, "optim.lr");
+    r->sched.warmup_steps = (long)config_int(cfg, "optim.warmup_steps");
+    r->sched.total_steps = r->steps;
+    r->sched.min_lr = config_float(cfg, "optim.min_lr");
+    r->sched.step_size = (long)config_int(cfg, "optim.step_size");
+    r->sched.gamma = config_float(cfg, "optim.gamma");
+    const char *why = NULL;
+    if (!lr_schedule_valid(&r->sched, &why)) {
+        log_error0("the learning-rate schedule is not usable: %s (see the [optim] keys)", why);
+        return STATUS_INPUT;
+    }
+
+    /* Data before the model: a bad file fails fast. */
+    TRY(train_open_data(r, &r->train_data, config_str(cfg, "data.train"), true));
+    const char *val = config_str(cfg, "data.val");
+    if (val[0]) TRY(train_open_data(r, &r->val_data, val, false));
+
+    TRY(model_init(&r->m, &r->spec, r->tb.micro_batch, r->T, r->seed, true));
+    TRY(model_batch_init(&r->batch, &r->m));
+    if (r->spec.family == MODEL_FAMILY_BERT) {
+        r->raw_ids = malloc((size_t)r->tb.micro_batch * (size_t)r->T * sizeof *r->raw_ids);
+        if (!r->raw_ids) return STATUS_NOMEM;
+    }
+    /* Identical initial weights everywhere (they are already: same seed; DDP broadcasts
+     * anyway, and so does Nebula, so a rank can never start from another state). */
+    param_table *pt = model_params(&r->m);
+    param_buffers *pb = model_buffers(&r->m);
+    MPI_Bcast(pb->params, (int)pt->total, MPI_FLOAT, 0, rt->world);
+
+    TRY(train_layers(r));
+    size_t *off = malloc((size_t)pt->count * sizeof *off), *cnt = malloc((size_t)pt->count * sizeof *cnt);
+    if (!off || !cnt) return STATUS_NOMEM;
+    param_table_slices(pt, off, cnt);
+    status st = bucket_init(&r->bm, c, pb->grads, REDUCE_DTYPE_F32, off, cnt, pt->count,
+                            (size_t)config_size(cfg, "train.bucket_bytes"), COMM_ALGO_AUTO,
+                            1.0 / ((double)r->tb.accum * rt->size));
+    free(off), free(cnt);
+    TRY(st);
+    TRY(train_calibrate_comm(r));
+
+    if (rt->rank == 0) TRY(train_mkdir(r->run_dir));
+    MPI_Barrier(rt->world);
+    if (config_int(cfg, "ckpt.every_steps") > 0 || config_float(cfg, "ckpt.every_minutes") > 0) {
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s/ckpt", r->run_dir);
+        ckpt_content shape;
+        train_ckpt_content(r, &shape);
+        TRY(ckpt_writer_init(&r->ckpt, rt->world, dir, (int)config_int(cfg, "ckpt.keep"),
+                             config_bool(cfg, "ckpt.async"), &shape));
+    }
+    if (rt->rank == 0) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/metrics.jsonl", r->run_dir);
+        if (!(r->metrics = fopen(path, "a"))) {
+            log_error("cannot open %s: %s", path, strerror(errno));
+            return STATUS_IO;
+        }
+    }
+    return STATUS_OK;
+}
+
+status train_resume(train_run *r)
+{
+    const char *which = config_str(r->cfg, "ckpt.resume");
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/ckpt", r->run_dir);
+    ckpt_content c;
+    train_ckpt_content(r, &c);
+    ckpt_info info;
+    TRY(ckpt_load(r->rt->world, dir, which, &c, &info));
+    if (info.step < 0) return STATUS_OK;
+    r->step = (long)info.step;
+    TRY(data_set_state(r->train_data, &r->loader_state));
+    if (r->rt->rank == 0)
+        printf("resumed from %s at step %ld%s%s\n", info.path, r->step,
+               info.resharded ? " (written at another world size: same global batch, accumulation recomputed)" : "",
+               info.skipped ? " (newer checkpoints were skipped, see the warnings above)" : "");
+    return STATUS_OK;
+}
+
+/* Fills the model's micro-batch a of the current step. */
+static status train_fill(train_run *r, data_loader *d, int a, long step)
+{
+    model_batch *b = &r->batch;
+    if (r->spec.family == MODEL_FAMILY_RESNET) return data_next_images(d, a, b->images, b->targets);
+    if (r->spec.family == MODEL_FAMILY_GPT2) return data_next_tokens(d, a, b->ids, b->targets);
+    /* BERT: masked LM over the raw tokens, the masking keyed by (seed, global
+     * micro-batch index, step) so that it does not depend on which rank reads it. */
+    TRY(data_next_tokens(d, a, r->raw_ids, b->targets));
+    bert_special_tokens sp = BERT_SPECIAL_TOKENS_UNCASED;
+    bert_mask_tokens(b->ids, b->targets, r->raw_ids, b->mask, r->tb.micro_batch, r->T, r->spec.bert.vocab_size, &sp,
+                     r->seed, (uint32_t)(r->rt->rank * r->tb.accum + a), (uint64_t)step);
+    return STATUS_OK;
+}
+
+typedef struct step_stats {
+    double loss;         /* mean over the global batch */
+    double gnorm;        /* global gradient norm before clipping */
+    double lr;
+    double step_ms, comm_wait_ms;
+} step_stats;
+
+/* One optimizer step: A micro-batches forward and backward (buckets launched from
+ * the last backward), the wait for the buckets, clipping, the update. */
+static status train_step(train_run *r, step_stats *ss)
+{
+    param_table *pt = model_params(&r->m);
+    param_buffers *pb = model_buffers(&r->m);
+    double t0 = now_s(), loss = 0;
+    param_zero_grads(pb, pt);
+    r->hook_status = STATUS_OK;
+    for (int a = 0; a < r->tb.accum; a++) {
+        TRY(train_fill(r, r->train_data, a, r->step));
+        train_set_hook(r, a == r->tb.accum - 1);  /* earlier micro-batches only accumulate (DDP's no_sync) */
+        TRY(model_forward(&r->m, &r->batch, true));
+        loss += model_loss(&r->m);
+        model_backward(&r->m);
+        TRY(r->hook_status);
+    }
+    train_set_hook(r, false);
+    double t1 = now_s();
+    TRY(bucket_wait_all(&r->bm));
+    ss->comm_wait_ms = (now_s() - t1) * 1e3;
+    double local = loss / r->tb.accum;
+    MPI_Allreduce(&local, &ss->loss, 1, MPI_DOUBLE, MPI_SUM, r->rt->world);
+    ss->loss /= r->rt->size;
+    ss->gnorm = 0;
+    if (r->clip > 0) optim_clip_grad_norm(pb->grads, pt->total, r->clip, &ss->gnorm);
+    else optim_clip_grad_norm(pb->grads, pt->total, INFINITY, &ss->gnorm);
+    ss->lr = lr_at(&r->sched, r->step);
+    if (!isfinite(ss->gnorm)) {
+        log_error0("step %ld: the gradient norm is %g; the step is skipped (lower optim.lr or set train.clip)",
+                   r->step, ss->gnorm);
+    } else if (r->use_sgd) {
+        optim_sgd_step(pt, pb, &r->sgd, ss->lr, r->step + 1);
+    } else {
+        optim_adamw_step(pt, pb, &r->adamw, ss->lr, r->step + 1);
+    }
+    /* ResNet's running statistics: rank 0's everywhere, as DDP's broadcast_buffers. */
+    if (model_state_table(&r->m))
+        MPI_Bcast(model_state(&r->m), (int)model_state_table(&r->m)->total, MPI_FLOAT, 0, r->rt->world);
+    data_advance(r->train_data);
+    r->loader_state = data_get_state(r->train_data);
+    r->step++;
+    ss->step_ms = (now_s() - t0) * 1e3;
+    return STATUS_OK;
+}
+
+/* Loss (and perplexity or accuracy) over up to train.eval_batches global batches of
+ * the held-out data, in its file order, every rank its share. */
+static status train_eval(train_run *r, double *loss, double *acc, long *samples)
+{
+    data_state start = { 0, 0 };
+    TRY(data_set_state(r->val_data, &start));
+    long nb = (long)config_int(r->cfg, "train.eval_batches");
+    long have = (long)data_steps_per_epoch(r->val_data);
+    if (nb > have) nb = have;
+    double sums[3] = { 0, 0, 0 };  /* loss sum over micro-batches, correct labels, labels */
+    for (long i = 0; i < nb; i++) {
+        TRY(train_fill(r, r->val_data, 0, i));
+        TRY(model_forward(&r->m, &r->batch, false));
+        sums[0] += model_loss(&r->m);
+        if (r->spec.family == MODEL_FAMILY_RESNET) {
+            const float *lg = r->m.resnet.acts.logits;
+            int V = r->spec.resnet.num_classes;
+            for (int n = 0; n < r->tb.micro_batch; n++) {
+                int best = 0;
+                for (int k = 1; k < V; k++)
+                    if (lg[(size_t)n * V + k] > lg[(size_t)n * V + best]) best = k;
+                sums[1] += best == r->batch.targets[n];
+                sums[2] += 1;
+            }
+        }
+        data_advance(r->val_data);
+    }
+    double tot[3];
+    MPI_Allreduce(sums, tot, 3, MPI_DOUBLE, MPI_SUM, r->rt->world);
+    *loss = nb ? tot[0] / ((double)nb * r->rt->size) : NAN;
+    *acc = tot[2] > 0 ? tot[1] / tot[2] : NAN;
+    *samples = nb * r->tb.micro_batch * r->rt->size;
+    return STATUS_OK;
+}
+
+static void train_log_eval(train_run *r, double loss, double acc, long samples)
+{
+    if (r->rt->rank != 0) return;
+    if (r->spec.family == MODEL_FAMILY_RESNET)
+        printf("eval step=%ld loss=%.6f acc=%.4f samples=%ld\n", r->step, loss, acc, samples);
+    else
+        printf("eval step=%ld loss=%.6f ppl=%.3f samples=%ld\n", r->step, loss, exp(loss), samples);
+    json_t *j = json_pack("{s:s, s:I, s:f, s:I}", "kind", "eval", "step", (json_int_t)r->step, "loss", loss,
+                          "samples", (json_int_t)samples);
+    if (r->spec.family == MODEL_FAMILY_RESNET) json_object_set_new(j, "acc", json_real(acc));
+    else json_object_set_new(j, "ppl", json_real(exp(loss)));
+    json_dumpf(j, r->metrics, JSON_COMPACT);
+    fputc('\n', r->metrics);
+    fflush(r->metrics);
+    json_decref(j);
+    fflush(stdout);
+}
+
+static status train_checkpoint(train_run *r)
+{
+    ckpt_content c;
+    train_ckpt_content(r, &c);
+    double t0 = now_s();
+    TRY(ckpt_save(r->ckpt, &c));
+    if (r->rt->rank == 0)
+        printf("checkpoint step=%ld stall_ms=%.1f%s\n", r->step, (now_s() - t0) * 1e3,
+               config_bool(r->cfg, "ckpt.async") ? " (async: written in the background)" : "");
+    return STATUS_OK;
+}
+
+status train_loop(train_run *r)
+{
+    const runtime *rt = r->rt;
+    const config *cfg = r->cfg;
+    long log_every = (long)config_int(cfg, "train.log_interval"), eval_every = (long)config_int(cfg, "train.eval_interval");
+    long ck_steps = (long)config_int(cfg, "ckpt.every_steps");
+    double ck_minutes = config_float(cfg, "ckpt.every_minutes");
+    double units = r->spec.family == MODEL_FAMILY_RESNET ? r->tb.global_batch : (double)r->tb.global_batch * r->T;
+    const char *unit = r->spec.family == MODEL_FAMILY_RESNET ? "img/s" : "tok/s";
+    bool tty = isatty(STDOUT_FILENO);
+    double t_run = now_s(), t_ckpt = t_run, sum_ms = 0, sum_wait = 0;
+    long timed = 0, first = r->step;
+    step_stats ss = { 0 };
+    while (r->step < r->steps) {
+        TRY(train_step(r, &ss));
+        if (r->step - first > 1) { sum_ms += ss.step_ms; sum_wait += ss.comm_wait_ms; timed++; }  /* skip warm-up */
+        if (rt->rank == 0 && (r->step % log_every == 0 || r->step == r->steps)) {
+            double eta = (r->steps - r->step) * ss.step_ms / 1e3;
+            printf("step=%ld loss=%.6f lr=%.4e gnorm=%.4f %s=%.1f step_ms=%.1f comm_wait_ms=%.2f", r->step, ss.loss,
+                   ss.lr, ss.gnorm, unit, units / (ss.step_ms / 1e3), ss.step_ms, ss.comm_wait_ms);
+            if (tty) printf(" eta=%.0fs", eta);
+            printf("\n");
+            fflush(stdout);
+            json_t *j = json_pack("{s:s, s:I, s:f, s:f, s:f, s:f, s:f, s:f}", "kind", "train", "step",
+                                  (json_int_t)r->step, "loss", ss.loss, "lr", ss.lr, "gnorm", ss.gnorm, unit,
+                                  units / (ss.step_ms / 1e3), "step_ms", ss.step_ms, "comm_wait_ms", ss.comm_wait_ms);
+            json_dumpf(j, r->metrics, JSON_COMPACT);
+            fputc('\n', r->metrics);
+            fflush(r->metrics);
+            json_decref(j);
+        }
+        if (r->val_data && eval_every > 0 && r->step % eval_every == 0 && r->step < r->steps) {
+            double l, acc;
+            long n;
+            TRY(train_eval(r, &l, &acc, &n));
+            train_log_eval(r, l, acc, n);
+        }
+        /* Checkpoint triggers and signals, agreed by every rank (rank 0's clock decides time). */
+        int flags[2] = { signal_usr1 || signal_term, (int)signal_term };
+        if (rt->rank == 0 && ck_minutes > 0 && now_s() - t_ckpt >= ck_minutes * 60) flags[0] = 1;
+        if (r->ckpt && ck_steps > 0 && r->step % ck_steps == 0) flags[0] = 1;
+        int agreed[2];
+        MPI_Allreduce(flags, agreed, 2, MPI_INT, MPI_MAX, rt->world);
+        signal_usr1 = 0;
+        if (agreed[0] && r->ckpt) {
+            TRY(train_checkpoint(r));
+            t_ckpt = now_s();
+        }
+        if (agreed[1]) {
+            if (rt->rank == 0) printf("stopping at step %ld on SIGTERM%s\n", r->step, r->ckpt ? " (checkpoint written)" : "");
+            break;
+        }
+    }
+    if (r->ckpt && r->step == r->steps && r->step % (ck_steps > 0 ? ck_steps : 1) != 0) TRY(train_checkpoint(r));
+    if (r->ckpt) TRY(ckpt_wait(r->ckpt));
+    if (r->val_data) {
+        double l, acc;
+        long n;
+        TRY(train_eval(r, &l, &acc, &n));
+        train_log_eval(r, l, acc, n);
+    }
+    if (rt->rank == 0) {
+        double mean = timed ? sum_ms / timed : ss.step_ms, wait = timed ? sum_wait / timed : ss.comm_wait_ms;
+        printf("summary: steps=%ld final_loss=%.6f mean_step_ms=%.1f %s=%.1f comm_wait_ms=%.2f comm_ms=%.2f "
+               "exposed_comm=%.0f%% time_s=%.1f run_dir=%s\n", r->step, ss.loss, mean, unit, units / (mean / 1e3),
+               wait, r->comm_ms, r->comm_ms > 0 ? 100 * wait / r->comm_ms : 0.0, now_s() - t_run, r->run_dir);
+        json_t *j = json_pack("{s:s, s:I, s:f, s:f, s:f, s:f}", "kind", "summary", "steps", (json_int_t)r->step,
+                              "final_loss", ss.loss, "mean_step_ms", mean, "comm_wait_ms", wait, "comm_ms", r->comm_ms);
+        json_dumpf(j, r->metrics, JSON_COMPACT);
+        fputc('\n', r->metrics);
+        json_decref(j);
+        fflush(stdout);
+    }
+    return STATUS_OK;
+}
+
+void train_free(train_run *r)
+{
+    if (r->ckpt) ckpt_writer_free(r->ckpt);
+    if (r->metrics) fclose(r->metrics);
+    bucket_free(&r->bm);
+    free(r->layer_first), free(r->layer_count), free(r->raw_ids);
+    if (r->val_data) data_free(r->val_data);
+    if (r->train_data) data_free(r->train_data);
+    model_batch_free(&r->batch);
+    if (r->m.spec.name[0]) model_free(&r->m);
+    memset(r, 0, sizeof *r);
+}

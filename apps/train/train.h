@@ -1,0 +1,87 @@
+/* train — the pieces of nebula-train's step loop: the config schema, the resolved
+ * batch arithmetic, and one struct that owns everything a run holds (model, data,
+ * buckets, checkpoint writer, metrics file) so main() reads like a script.
+ *
+ * The one design decision: every source of randomness after initialisation is a
+ * counter-based function of (seed, step, sample) — the data order and augmentation
+ * (data.h), BERT's masking (keyed by the global micro-batch index) — so the whole
+ * state of a run is the flat buffers plus (step, data position). That is what makes
+ * a resumed run bit-identical to an uninterrupted one, and a run at another world
+ * size with the same global batch read the same samples. */
+#ifndef NEBULA_TRAIN_H
+#define NEBULA_TRAIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "bucket.h"
+#include "ckpt.h"
+#include "comm.h"
+#include "config.h"
+#include "data.h"
+#include "model.h"
+#include "optim.h"
+#include "runtime.h"
+
+/* Global batch = micro_batch x accum x data-parallel size; any two given (0 = not
+ * given), the third is derived; accum defaults to 1 when only one is given. */
+typedef struct train_batch {
+    int micro_batch;           /* b: samples per forward */
+    int accum;                 /* A: forwards per optimizer step */
+    int global_batch;          /* GB = b * A * world */
+} train_batch;
+
+/* STATUS_INPUT naming the keys when the three given values disagree or GB does not
+ * split evenly. */
+status train_batch_resolve(train_batch *tb, const config *cfg, int world);
+
+/* Everything a run owns. */
+typedef struct train_run {
+    const config *cfg;
+    const runtime *rt;
+    comm *c;
+    model_spec spec;
+    model m;                   /* sized for one micro-batch */
+    model_batch batch;         /* the micro-batch fed to the model */
+    int32_t *raw_ids;          /* (b, T) BERT: the tokens before masking */
+    train_batch tb;
+    int T;                     /* sequence length (transformers), 0 for ResNet */
+    data_loader *train_data;
+    data_loader *val_data;     /* NULL without held-out data */
+    bucket_manager bm;
+    int nlayers;               /* 1 + the highest param_entry.layer */
+    int *layer_first, *layer_count; /* [nlayers] each layer's tensors as a range of table indices */
+    bool hook_on;              /* buckets launch from backward (last micro-batch only) */
+    status hook_status;        /* first failure inside the hook */
+    adamw_hparams adamw;
+    sgd_hparams sgd;
+    bool use_sgd;
+    lr_schedule sched;
+    double clip;               /* max global gradient norm, 0 = off */
+    ckpt_writer *ckpt;         /* NULL when checkpoints are off */
+    FILE *metrics;             /* run_dir/metrics.jsonl on rank 0 */
+    char run_dir[4096];
+    long step;                 /* optimizer steps completed */
+    long steps;                /* total steps of the run */
+    uint64_t seed;
+    double comm_ms;            /* calibrated: one blocking allreduce of all buckets */
+    data_state loader_state;   /* the training loader's position after the last step (checkpointed) */
+    char config_text[65536];   /* the resolved config, as config_dump writes it */
+} train_run;
+
+/* Config keys of nebula-train beyond runtime/comm/model. */
+extern const config_key train_schema_keys[];
+extern const int train_schema_nkeys;
+
+status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c);
+/* Loads the checkpoint ckpt.resume names (auto|PATH|none); no-op without one. */
+status train_resume(train_run *r);
+/* The step loop up to train.steps, with logging, evaluation, checkpoints and signals. */
+status train_loop(train_run *r);
+void train_free(train_run *r);
+
+/* Installs SIGUSR1 (checkpoint and go on) and SIGTERM (checkpoint and stop) handlers. */
+void train_install_signals(void);
+
+#endif

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# nebula-train end to end on the licence-text corpus with gpt2-tiny (constant learning
+# rate, so train.steps only bounds the loop and runs of different lengths share their
+# first steps exactly):
+#   - data-parallel equivalence: 1 rank x 8, 1 rank x 4 x accumulation 2, 2 ranks x 4
+#     and 4 ranks (2 virtual nodes x 2, hierarchical allreduce) x 2 give the same
+#     20-step loss trajectory within 1e-5 relative;
+#   - resume: stopping at step 20 and resuming to 30 ends with parameters and moments
+#     bit-identical to a straight 30-step run; so does resuming after a SIGKILL;
+#   - a corrupted newest checkpoint is reported and the previous one is used;
+#   - a checkpoint of another architecture is refused;
+#   - a checkpoint written at 4 ranks resumes at 2 with the same global batch
+#     (accumulation 2) and continues the 4-rank trajectory within 1e-5;
+#   - inconsistent batch sizes and bad data files exit 2 naming the problem.
+. "$(dirname "$0")/lib.sh"
+TRAIN=build/bin/nebula-train
+PY=/usr/bin/python3
+data=$tmp/data
+$TRAIN prepare "$data" /usr/share/common-licenses/* >/dev/null || { echo "FAIL - prepare"; exit 1; }
+
+# run RUN_DIR NP [--set ...]: one training run, output in RUN_DIR.log
+run() {
+    local dir=$1 np=$2
+    shift 2
+    $MPIRUN -np "$np" $TRAIN --config configs/train/gpt2-tiny-licenses.ini --run-dir "$dir" \
+        --set data.train="$data/train.bin" --set data.val= --set optim.schedule=constant \
+        --set optim.warmup_steps=0 --set train.log_interval=1 --set train.eval_interval=0 "$@" \
+        >"$dir.log" 2>&1 </dev/null
+}
+
+# same_losses A B [FROM_STEP]: per-step losses of two metrics files agree within 1e-5 relative
+same_losses() {
+    $PY - "$1/metrics.jsonl" "$2/metrics.jsonl" "${3:-1}" <<'PY'
+import json, sys
+def losses(p):
+    out = {}
+    for line in open(p):
+        j = json.loads(line)
+        if j["kind"] == "train": out[j["step"]] = j["loss"]
+    return out
+a, b, first = losses(sys.argv[1]), losses(sys.argv[2]), int(sys.argv[3])
+steps = sorted(s for s in a if s in b and s >= first)
+worst = max(abs(a[s] - b[s]) / abs(a[s]) for s in steps) if steps else 1
+print(f"    {len(steps)} common steps, worst relative difference {worst:.2e}")
+sys.exit(0 if steps and worst <= 1e-5 else 1)
+PY
+}
+
+check() {  # check NAME COMMAND...
+    local name=$1
+    shift
+    if "$@"; then echo "ok - $name"; else echo "FAIL - $name"; fails=$((fails + 1)); fi
+}
+
+# --- data-parallel equivalence -------------------------------------------------
+run $tmp/dp1 1 --steps 20 --set train.global_batch=8 --set train.micro_batch=8
+run $tmp/dp1a 1 --steps 20 --set train.global_batch=8 --set train.micro_batch=4
+run $tmp/dp2 2 --steps 20 --set train.global_batch=8 --set train.micro_batch=4
+run $tmp/dp4 4 --steps 20 --set train.global_batch=8 --set train.micro_batch=2 --ranks-per-node 2 \
+    --set comm.algo=hier
+check "1 rank x 8 = 1 rank x 4 x accum 2 (20 steps)" same_losses $tmp/dp1 $tmp/dp1a
+check "1 rank x 8 = 2 ranks x 4 (20 steps)" same_losses $tmp/dp1 $tmp/dp2
+check "1 rank x 8 = 4 ranks (2 nodes x 2, hier) x 2 (20 steps)" same_losses $tmp/dp1 $tmp/dp4
+check "the loss falls (step 20 < step 1 - 0.5)" $PY -c "
+import json,sys; l=[json.loads(x) for x in open('$tmp/dp1/metrics.jsonl')]; l=[j['loss'] for j in l if j['kind']=='train']
+sys.exit(0 if l[-1] < l[0] - 0.5 else 1)"
+
+# --- resume bit-identical ----------------------------------------------------------
+ck="--set ckpt.every_steps=10 --set train.global_batch=8"
+run $tmp/straight 2 --steps 30 $ck
+run $tmp/stopped 2 --steps 20 $ck
+run $tmp/stopped 2 --steps 30 $ck
+# identical FILE1 FILE2: every parameter and optimizer moment bit-identical (h5diff exact)
+identical() {
+    local g
+    for g in /params /optim/m /optim/v; do h5diff -q "$1" "$2" $g $g || return 1; done
+}
+s30=ckpt/step_00000030/state.h5
+check "resume at step 20 (clean stop) -> step 30 bit-identical to the straight run" \
+    identical $tmp/straight/$s30 $tmp/stopped/$s30
+check "the resumed run says where it resumed" grep -q "resumed from .*step_00000020 at step 20" $tmp/stopped.log
+
+# SIGKILL after the step-10 commit, then resume explicitly from it
+mkdir -p $tmp/killed
+( run $tmp/killed 2 --steps 100000 $ck ) &
+for i in $(seq 1 600); do [ -e $tmp/killed/ckpt/step_00000010/COMMITTED ] && break; sleep 0.1; done
+pkill -KILL -f "run-dir $tmp/killed" ; wait 2>/dev/null
+run $tmp/killed 2 --steps 30 $ck --resume $tmp/killed/ckpt/step_00000010
+check "SIGKILL after a commit, resume from it -> step 30 bit-identical" \
+    identical $tmp/straight/$s30 $tmp/killed/$s30
+run $tmp/killed 2 --steps 31 $ck --resume auto
+check "after SIGKILL, --resume auto finds the newest committed checkpoint" grep -q "resumed from" $tmp/killed.log
+
+# --- corrupt newest checkpoint falls back --------------------------------------------
+cp -r $tmp/stopped $tmp/corrupt
+$PY - $tmp/corrupt/ckpt/step_00000030/state.h5 <<'PY'
+import h5py, sys
+with h5py.File(sys.argv[1], "r") as f:
+    off = f["params/h.0.attn.c_attn.weight"].id.get_offset()
+with open(sys.argv[1], "r+b") as f:
+    f.seek(off + 100); b = f.read(1); f.seek(off + 100); f.write(bytes([b[0] ^ 0x40]))
+PY
+run $tmp/corrupt 2 --steps 32 $ck
+check "a corrupted newest checkpoint is reported (names the dataset)" grep -q "h.0.attn.c_attn.weight" $tmp/corrupt.log
+check "... and the previous committed one is used" grep -q "resumed from .*step_00000020" $tmp/corrupt.log
+
+# --- another architecture is refused ---------------------------------------------------
+expect "a checkpoint of another architecture is refused" 2 "checkpoint" -- \
+    $MPIRUN -np 1 $TRAIN --config configs/train/gpt2-tiny-licenses.ini --run-dir $tmp/stopped \
+    --set data.train="$data/train.bin" --set data.val= --steps 40 --set model.n_layer=1 $ck
+
+# --- 4 ranks -> 2 ranks, same global batch ------------------------------------------------
+rs="--set ckpt.every_steps=10 --set train.global_batch=8 --set train.micro_batch=2"
+run $tmp/four 4 --steps 20 $rs --ranks-per-node 2
+run $tmp/reshard 4 --steps 10 $rs --ranks-per-node 2
+run $tmp/reshard 2 --steps 20 $rs
+check "a 4-rank checkpoint resumes at 2 ranks (accumulation 2)" grep -q "another world size" $tmp/reshard.log
+check "... and continues the 4-rank trajectory within 1e-5" same_losses $tmp/four $tmp/reshard 11
+
+# --- bad input ------------------------------------------------------------------------------
+expect "inconsistent batch sizes name the keys" 2 "train.global_batch = 10" -- \
+    $MPIRUN -np 2 $TRAIN --config configs/train/gpt2-tiny-licenses.ini --run-dir $tmp/bad \
+    --set data.train="$data/train.bin" --set train.global_batch=10 --set train.micro_batch=4
+head -c 1000 /dev/urandom >$tmp/garbage.bin
+expect "a file that is no token file is refused naming it" 2 "garbage.bin" -- \
+    $MPIRUN -np 1 $TRAIN --config configs/train/gpt2-tiny-licenses.ini --run-dir $tmp/bad \
+    --set data.train=$tmp/garbage.bin
+finish

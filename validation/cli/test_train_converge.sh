@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# nebula-train learns what PyTorch learns:
+#   - the parameters of a checkpoint, read with h5py into the PyTorch GPT-2, give the
+#     same held-out loss as Nebula's evaluation of them;
+#   - byte-level gpt2-tiny on the licence texts (600 steps, data in file order) ends
+#     within 2% of the held-out loss of PyTorch trained with the same recipe;
+#   - ResNet-18 (CIFAR stem) on sklearn's handwritten digits reaches >= 95% held-out
+#     accuracy.
+. "$(dirname "$0")/lib.sh"
+TRAIN=build/bin/nebula-train
+PY=/usr/bin/python3
+REF=validation/reference/train_ref.py
+data=$tmp/data
+$TRAIN prepare "$data" /usr/share/common-licenses/* >/dev/null || { echo "FAIL - prepare"; exit 1; }
+gpt() {
+    local dir=$1
+    shift
+    $MPIRUN -np 2 $TRAIN --config configs/train/gpt2-tiny-licenses.ini --run-dir "$dir" \
+        --set data.train="$data/train.bin" --set data.val="$data/val.bin" "$@" </dev/null 2>&1
+}
+eval_loss() { sed -n 's/^eval step=[0-9]* loss=\([0-9.]*\).*/\1/p' | tail -1; }
+
+out=$($MPIRUN -np 1 $TRAIN --config configs/train/gpt2-tiny-licenses.ini --run-dir $tmp/h5 \
+      --set data.train="$data/train.bin" --set data.val="$data/val.bin" --steps 5 --set ckpt.every_steps=5 \
+      --set train.global_batch=8 --set train.eval_batches=1 </dev/null 2>&1)
+if $PY $REF h5loss $tmp/h5/ckpt/step_00000005/state.h5 "$data/val.bin" 8 "$(eval_loss <<<"$out")"; then :; else
+    fails=$((fails + 1)); fi
+
+out=$(gpt $tmp/conv --set data.shuffle=false --set ckpt.every_steps=0)
+neb=$(eval_loss <<<"$out")
+if $PY $REF gpt "$data/train.bin" "$data/val.bin" 600 32 64 3e-3 30 3e-4 8 "$neb"; then :; else
+    fails=$((fails + 1)); echo "$out" | tail -5; fi
+
+mkdir -p $tmp/digits
+$PY $REF digits $tmp/digits >/dev/null
+out=$(OMP_NUM_THREADS=1 $MPIRUN -np 2 $TRAIN --config configs/train/resnet18-digits.ini --run-dir $tmp/rn \
+      --set data.train=$tmp/digits/train.h5 --set data.val=$tmp/digits/test.h5 </dev/null 2>&1)
+acc=$(sed -n 's/^eval step=150 .*acc=\([0-9.]*\).*/\1/p' <<<"$out" | tail -1)
+if $PY -c "import sys; sys.exit(0 if float('${acc:-0}') >= 0.95 else 1)"; then
+    echo "ok - ResNet-18 on the digits: held-out accuracy $acc >= 0.95"
+else
+    echo "FAIL - ResNet-18 on the digits: held-out accuracy '${acc}' < 0.95"; echo "$out" | tail -8; fails=$((fails + 1))
+fi
+finish
