@@ -116,6 +116,13 @@ int main(int argc, char **argv)
         model_spec_print(&run->spec, stdout);
         printf("batch: global %d = micro-batch %d x accumulation %d x %d ranks%s\n", run->tb.global_batch,
                run->tb.micro_batch, run->tb.accum, rt.size, run->T ? "" : " (images)");
+        char line[512];
+        data_describe(run->train_data, line, sizeof line);
+        printf("data.train: %s\n", line);
+        if (run->val_data) {
+            data_describe(run->val_data, line, sizeof line);
+            printf("data.val: %s\n", line);
+        }
         param_print_memory(model_params(&run->m), model_activation_bytes(&run->m), 0, stdout);
         bucket_print(&run->bm, stdout);
         fflush(stdout);

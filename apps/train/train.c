@@ -317,7 +317,8 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c)
     TRY(model_batch_init(&r->batch, &r->m));
     if (r->spec.family == MODEL_FAMILY_BERT) {
         r->raw_ids = malloc((size_t)r->tb.micro_batch * (size_t)r->T * sizeof *r->raw_ids);
-        if (!r->raw_ids) return STATUS_NOMEM;
+        r->samples = malloc((size_t)r->tb.micro_batch * sizeof *r->samples);
+        if (!r->raw_ids || !r->samples) return STATUS_NOMEM;
     }
     /* Identical initial weights everywhere (they are already: same seed; DDP broadcasts
      * anyway, and so does Nebula, so a rank can never start from another state). */
@@ -377,17 +378,23 @@ status train_resume(train_run *r)
 }
 
 /* Fills the model's micro-batch a of the current step. */
-static status train_fill(train_run *r, data_loader *d, int a, long step)
+static status train_fill(train_run *r, data_loader *d, int a)
 {
     model_batch *b = &r->batch;
     if (r->spec.family == MODEL_FAMILY_RESNET) return data_next_images(d, a, b->images, b->targets);
     if (r->spec.family == MODEL_FAMILY_GPT2) return data_next_tokens(d, a, b->ids, b->targets);
-    /* BERT: masked LM over the raw tokens, the masking keyed by (seed, global
-     * micro-batch index, step) so that it does not depend on which rank reads it. */
-    TRY(data_next_tokens(d, a, r->raw_ids, b->targets));
+    /* BERT: masked LM over the raw tokens, each sample's masking keyed by its index
+     * in the file and the epoch, so that it depends on neither the rank that reads
+     * it nor the world size. */
+    TRY(data_next_tokens(d, a, r->raw_ids, NULL));
+    data_batch_samples(d, a, r->samples);
     bert_special_tokens sp = BERT_SPECIAL_TOKENS_UNCASED;
-    bert_mask_tokens(b->ids, b->targets, r->raw_ids, b->mask, r->tb.micro_batch, r->T, r->spec.bert.vocab_size, &sp,
-                     r->seed, (uint32_t)(r->rt->rank * r->tb.accum + a), (uint64_t)step);
+    uint64_t epoch = data_get_state(d).epoch;
+    for (int i = 0; i < r->tb.micro_batch; i++) {
+        size_t at = (size_t)i * (size_t)r->T;
+        bert_mask_tokens(b->ids + at, b->targets + at, r->raw_ids + at, b->mask + at, 1, r->T,
+                         r->spec.bert.vocab_size, &sp, r->seed, (uint32_t)r->samples[i], epoch);
+    }
     return STATUS_OK;
 }
 
@@ -408,7 +415,7 @@ static status train_step(train_run *r, step_stats *ss)
     param_zero_grads(pb, pt);
     r->hook_status = STATUS_OK;
     for (int a = 0; a < r->tb.accum; a++) {
-        TRY(train_fill(r, r->train_data, a, r->step));
+        TRY(train_fill(r, r->train_data, a));
         train_set_hook(r, a == r->tb.accum - 1);  /* earlier micro-batches only accumulate (DDP's no_sync) */
         TRY(model_forward(&r->m, &r->batch, true));
         loss += model_loss(&r->m);
@@ -455,7 +462,7 @@ static status train_eval(train_run *r, double *loss, double *acc, long *samples)
     if (nb > have) nb = have;
     double sums[3] = { 0, 0, 0 };  /* loss sum over micro-batches, correct labels, labels */
     for (long i = 0; i < nb; i++) {
-        TRY(train_fill(r, r->val_data, 0, i));
+        TRY(train_fill(r, r->val_data, 0));
         TRY(model_forward(&r->m, &r->batch, false));
         sums[0] += model_loss(&r->m);
         if (r->spec.family == MODEL_FAMILY_RESNET) {
@@ -590,7 +597,7 @@ void train_free(train_run *r)
     if (r->ckpt) ckpt_writer_free(r->ckpt);
     if (r->metrics) fclose(r->metrics);
     bucket_free(&r->bm);
-    free(r->layer_first), free(r->layer_count), free(r->raw_ids);
+    free(r->layer_first), free(r->layer_count), free(r->raw_ids), free(r->samples);
     if (r->val_data) data_free(r->val_data);
     if (r->train_data) data_free(r->train_data);
     model_batch_free(&r->batch);

@@ -4,7 +4,7 @@
  *
  * The one design decision: every source of randomness after initialisation is a
  * counter-based function of (seed, step, sample) — the data order and augmentation
- * (data.h), BERT's masking (keyed by the global micro-batch index) — so the whole
+ * (data.h), BERT's masking (keyed by the sample's index in the file) — so the whole
  * state of a run is the flat buffers plus (step, data position). That is what makes
  * a resumed run bit-identical to an uninterrupted one, and a run at another world
  * size with the same global batch read the same samples. */
@@ -45,6 +45,7 @@ typedef struct train_run {
     model m;                   /* sized for one micro-batch */
     model_batch batch;         /* the micro-batch fed to the model */
     int32_t *raw_ids;          /* (b, T) BERT: the tokens before masking */
+    uint64_t *samples;         /* (b) BERT: the file's samples of the micro-batch (masking keys) */
     train_batch tb;
     int T;                     /* sequence length (transformers), 0 for ResNet */
     data_loader *train_data;

@@ -28,11 +28,11 @@ TINY = dict(L=2, NH=4, C=64, V=256, T=64)
 
 def tokens_of(path):
     """Nebula token file (data.h): 'NEBTOK01', u32 version, u32 vocab, u64 count, u32 bytes
-    per token, then the tokens."""
+    per token, u32 reserved, then the tokens (from byte 32)."""
     raw = open(path, "rb").read()
     magic, version, vocab, count, width = struct.unpack_from("<8sIIQI", raw, 0)
     assert magic == b"NEBTOK01", f"{path}: not a Nebula token file"
-    dtype = {2: np.uint16, 4: np.uint32}[width]
+    dtype = {1: np.uint8, 2: np.uint16, 4: np.uint32}[width]
     return np.frombuffer(raw, dtype=dtype, count=count, offset=len(raw) - count * width).astype(np.int64)
 
 
