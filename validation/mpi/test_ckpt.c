@@ -374,7 +374,7 @@ static void test_async(const runtime *rt, const char *base, fixture *f)
         check(rt, false, "async writer init", status_str(st));
         return;
     }
-    w->delay_ms = 400;
+    w->delay_ms = 1500;  /* far longer than refilling the buffers, even on a loaded machine */
     st = ckpt_save(w, &f->c);
     fill(f, 22, rt->rank);
     f->c.step = 40;
