@@ -68,6 +68,12 @@ _Noreturn void die_at(const char *file, int line, const char *what, const char *
          if (mpi_rc_ != MPI_SUCCESS) die_at(__FILE__, __LINE__, #call, log_mpi_error_str(mpi_rc_), \
              "an MPI call failed; rerun with OMPI_MCA_mpi_show_mca_params=all for details"); } while (0)
 
+/* HDF5 calls return a negative herr_t or hid_t on failure; for calls that cannot fail
+ * on valid arguments (dataspaces, property lists, types). File I/O returns a status. */
+#define H5_CHECK(call) \
+    do { if ((call) < 0) die_at(__FILE__, __LINE__, #call, "HDF5 call failed", \
+             "rerun with NEBULA_LOG=debug to see the HDF5 error stack"); } while (0)
+
 /* Pass an error status up, logging the level at debug verbosity. */
 #define TRY(expr) \
     do { status try_st_ = (expr); \

@@ -260,6 +260,7 @@ static void train_ckpt_content(train_run *r, ckpt_content *c)
     c->model = r->spec.name;
     c->table_hash = param_table_hash(pt);
     c->config_text = r->config_text;
+    c->ranks_per_node = r->rt->max_local_size;
     c->groups[c->ngroups++] = (ckpt_tensors){ "params", pt, pb->params };
     c->groups[c->ngroups++] = (ckpt_tensors){ "optim/m", pt, pb->m };
     if (!r->use_sgd) c->groups[c->ngroups++] = (ckpt_tensors){ "optim/v", pt, pb->v };

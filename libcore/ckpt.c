@@ -1,0 +1,484 @@
+/* ckpt — see ckpt.h. The writer (synchronous and asynchronous saves, the background
+ * thread) and the load policy (auto with fallback, explicit path, none). The HDF5 file
+ * is ckpt_file.c and ckpt_read.c, directories and the commit protocol ckpt_dir.c.
+ *
+ * The one design decision: the background thread of an asynchronous save makes only
+ * POSIX calls (pwrite, fsync, rename). MPI is initialised MPI_THREAD_FUNNELED and
+ * Debian's parallel HDF5 is built without thread safety, so everything that needs
+ * either happens in ckpt_save on the calling thread: the blobs are gathered to rank 0
+ * (MPI_Gather: a few bytes per rank), rank 0 copies the buffers into staging memory
+ * while hashing them, and creates the file with all its metadata (checksums included)
+ * with the serial driver. Contiguous datasets allocated at creation have fixed file
+ * offsets, so the thread only has to put the staged bytes there, fsync and commit.
+ * Raising the thread level to MPI_THREAD_MULTIPLE would let each rank's thread write its
+ * own slices through MPI-IO, but HDF5 would still have to stay on one thread, and under
+ * THREAD_MULTIPLE OpenMPI takes locks in every other communication; worth it only when the
+ * per-rank state (DGC residuals) grows too large to gather. */
+#include "ckpt_impl.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+status ckpt_agree(MPI_Comm comm, status st, char *why, size_t len)
+{
+    int rank, size, first;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    int mine = st != STATUS_OK ? rank : size;
+    MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
+    if (first == size) return STATUS_OK;
+    int code = (int)st;
+    MPI_CHECK(MPI_Bcast(&code, 1, MPI_INT, first, comm));
+    if (why) MPI_CHECK(MPI_Bcast(why, (int)len, MPI_CHAR, first, comm));
+    return (status)code;
+}
+
+/* HDF5 prints an error stack for every failed call. Failures here are expected
+ * (a damaged checkpoint) and reported once by this module, so the stacks are shown
+ * only at debug verbosity. */
+typedef struct h5_quiet {
+    H5E_auto2_t fn;  /* the handler to restore */
+    void *data;      /* its argument */
+    bool set;        /* silenced by us */
+} h5_quiet;
+
+static h5_quiet h5_quiet_begin(void)
+{
+    h5_quiet q = { NULL, NULL, false };
+    if (log_get_level() < LOG_LEVEL_DEBUG && H5Eget_auto2(H5E_DEFAULT, &q.fn, &q.data) >= 0)
+        q.set = H5Eset_auto2(H5E_DEFAULT, NULL, NULL) >= 0;
+    return q;
+}
+
+static void h5_quiet_end(h5_quiet q)
+{
+    if (q.set) H5Eset_auto2(H5E_DEFAULT, q.fn, q.data);
+}
+
+static bool host_little_endian(void)
+{
+    const uint16_t one = 1;
+    return *(const uint8_t *)&one == 1;
+}
+
+/* The largest shared-memory node of comm. */
+static int count_ranks_per_node(MPI_Comm comm)
+{
+    MPI_Comm node;
+    int n;
+    MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+    MPI_CHECK(MPI_Comm_size(node, &n));
+    MPI_CHECK(MPI_Comm_free(&node));
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &n, 1, MPI_INT, MPI_MAX, comm));
+    return n;
+}
+
+static size_t round64(size_t n)
+{
+    return (n + 63) / 64 * 64;
+}
+
+/* Rank 0 of an async writer: one allocation holding every group's flat buffer and
+ * every blob's rows; each dataset of the plan points at its staged bytes. */
+static status staging_init(ckpt_writer *w, const ckpt_content *shape)
+{
+    size_t bytes = 64, off = 0;
+    for (int g = 0; g < w->ngroups; g++) bytes += round64(w->group_total[g] * sizeof(float));
+    for (int b = 0; b < w->nblobs; b++) bytes += round64(w->blob_bytes[b] * (size_t)w->size);
+    w->staging = aligned_alloc(64, bytes);
+    if (!w->staging) {
+        log_error("cannot allocate %.1f MiB of staging memory for asynchronous checkpoints",
+                  (double)bytes / (1 << 20));
+        return STATUS_NOMEM;
+    }
+    w->staging_bytes = bytes;
+    char *base = w->staging, *group_base[CKPT_MAX_GROUPS];
+    for (int g = 0; g < w->ngroups; g++) {
+        group_base[g] = base + off;
+        off += round64(w->group_total[g] * sizeof(float));
+    }
+    for (int k = 0; k < w->plan.ndsets; k++) {
+        ckpt_dset *d = &w->plan.dsets[k];
+        if (d->group >= 0) {
+            d->src = group_base[d->group] + shape->groups[d->group].table->entries[d->index].offset * sizeof(float);
+        } else {
+            d->src = base + off;
+            off += round64(d->bytes);
+        }
+    }
+    return STATUS_OK;
+}
+
+status ckpt_writer_init(ckpt_writer **out, MPI_Comm comm, const char *dir, int keep_last, bool async,
+                        const ckpt_content *shape)
+{
+    CHECK(keep_last >= 1, "checkpoints keep_last must be at least 1");
+    CHECK(dir && strlen(dir) + 64 < CKPT_PATH_MAX, "the checkpoint directory path is empty or too long");
+    CHECK(host_little_endian(), "checkpoints hash float32 as stored, little-endian; this host is big-endian");
+    *out = NULL;
+    ckpt_writer *w = calloc(1, sizeof *w);
+    CHECK(w, "out of memory for a checkpoint writer");
+    MPI_CHECK(MPI_Comm_dup(comm, &w->comm));
+    MPI_Comm_rank(w->comm, &w->rank);
+    MPI_Comm_size(w->comm, &w->size);
+    snprintf(w->dir, sizeof w->dir, "%s", dir);
+    w->keep_last = keep_last;
+    w->async = async;
+    ckpt_plan_build(&w->plan, shape, w->size);  /* checks names and sizes */
+    w->ngroups = shape->ngroups;
+    w->nblobs = shape->nblobs;
+    for (int g = 0; g < w->ngroups; g++) {
+        snprintf(w->group_name[g], CKPT_GROUP_MAX, "%s", shape->groups[g].group);
+        w->group_total[g] = shape->groups[g].table->total;
+        w->group_hash[g] = param_table_hash(shape->groups[g].table);
+    }
+    for (int b = 0; b < w->nblobs; b++) {
+        snprintf(w->blob_name[b], CKPT_GROUP_MAX, "%s", shape->blobs[b].name);
+        w->blob_bytes[b] = shape->blobs[b].bytes;
+    }
+    w->ranks_per_node = count_ranks_per_node(w->comm);
+    atomic_init(&w->done, true);
+    status st = w->rank == 0 ? ckpt_dir_mkdirs(w->dir) : STATUS_OK;
+    if (st == STATUS_OK && async && w->rank == 0) st = staging_init(w, shape);
+    st = ckpt_agree(w->comm, st, NULL, 0);
+    if (st != STATUS_OK) {
+        ckpt_writer_free(w);
+        return st;
+    }
+    *out = w;
+    return STATUS_OK;
+}
+
+/* c must describe what init was given; anything else is a bug in the caller. */
+static void content_check(const ckpt_writer *w, const ckpt_content *c)
+{
+    CHECK(c->ngroups == w->ngroups && c->nblobs == w->nblobs,
+          "ckpt_save: the content has other groups or blobs than the shape given to ckpt_writer_init");
+    CHECK(c->step >= 0 && c->model && c->model[0], "ckpt_save: step must be >= 0 and model named");
+    for (int g = 0; g < c->ngroups; g++)
+        CHECK(c->groups[g].data && !strcmp(c->groups[g].group, w->group_name[g]) &&
+                  c->groups[g].table->total == w->group_total[g] &&
+                  param_table_hash(c->groups[g].table) == w->group_hash[g],
+              "ckpt_save: a group differs from the shape given to ckpt_writer_init");
+    for (int b = 0; b < c->nblobs; b++)
+        CHECK(c->blobs[b].data && !strcmp(c->blobs[b].name, w->blob_name[b]) && c->blobs[b].bytes == w->blob_bytes[b],
+              "ckpt_save: a blob differs from the shape given to ckpt_writer_init");
+}
+
+static int ranks_per_node(const ckpt_writer *w, const ckpt_content *c)
+{
+    return c->ranks_per_node > 0 ? c->ranks_per_node : w->ranks_per_node;
+}
+
+static status save_sync(ckpt_writer *w, const ckpt_content *c)
+{
+    char why[CKPT_WHY_MAX] = "", h5[CKPT_PATH_MAX];
+    ckpt_dir_tmp_path(h5, sizeof h5, w->dir, c->step);
+    strcat(h5, "/" CKPT_FILE);
+    status st = ckpt_agree(w->comm, w->rank == 0 ? ckpt_dir_prepare_tmp(w->dir, c->step) : STATUS_OK, NULL, 0);
+    if (st != STATUS_OK) return st;
+    ckpt_checksums_parallel(w->comm, &w->plan, c);
+    hid_t f;
+    st = ckpt_file_create(h5, w->comm, &w->plan, c, ranks_per_node(w, c), &f, why);
+    st = ckpt_agree(w->comm, st, why, sizeof why);
+    if (st == STATUS_OK)
+        st = ckpt_agree(w->comm, ckpt_file_write_parallel(f, w->comm, &w->plan, c, why), why, sizeof why);
+    if (st != STATUS_OK) {
+        log_error0("checkpoint of step %" PRId64 " not saved: %s", c->step, why);
+        return st;
+    }
+    if (w->rank == 0) {
+        st = ckpt_dir_fsync(h5);  /* size and metadata; the data was MPI_File_sync'd */
+        if (st == STATUS_OK) st = ckpt_dir_commit(w->dir, c->step, w->keep_last, w->fault);
+    }
+    return ckpt_agree(w->comm, st, NULL, 0);
+}
+
+static int pwrite_all(int fd, const char *p, size_t n, off_t off)
+{
+    while (n > 0) {
+        ssize_t got = pwrite(fd, p, n, off);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) return -1;
+        p += got;
+        n -= (size_t)got;
+        off += got;
+    }
+    return 0;
+}
+
+/* The background thread's work: POSIX only. */
+static status write_staged(const ckpt_writer *w)
+{
+    char h5[CKPT_PATH_MAX];
+    ckpt_dir_tmp_path(h5, sizeof h5, w->dir, w->pending_step);
+    strcat(h5, "/" CKPT_FILE);
+    int fd = open(h5, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) {
+        log_error("cannot open %s: %s", h5, log_errno_str());
+        return STATUS_IO;
+    }
+    int rc = 0;
+    for (int k = 0; k < w->plan.ndsets && rc == 0; k++) {
+        const ckpt_dset *d = &w->plan.dsets[k];
+        rc = pwrite_all(fd, d->src, d->bytes, (off_t)d->offset);
+    }
+    if (rc == 0) rc = fsync(fd);
+    int err = errno;
+    if (close(fd) != 0 && rc == 0) {
+        rc = -1;
+        err = errno;
+    }
+    if (rc != 0) {
+        errno = err;
+        log_error("cannot write checkpoint %s: %s", h5, log_errno_str());
+        return STATUS_IO;
+    }
+    return ckpt_dir_commit(w->dir, w->pending_step, w->keep_last, w->pending_fault);
+}
+
+static void *write_thread(void *arg)
+{
+    ckpt_writer *w = arg;
+    if (w->delay_ms) {
+        struct timespec ts = { .tv_sec = w->delay_ms / 1000, .tv_nsec = (long)(w->delay_ms % 1000) * 1000000L };
+        nanosleep(&ts, NULL);
+    }
+    w->thread_status = write_staged(w);
+    atomic_store(&w->done, true);
+    return NULL;
+}
+
+/* Rank 0, calling thread: stage and hash the content, create the file and its
+ * metadata, start the thread. */
+static status stage_and_start(ckpt_writer *w, const ckpt_content *c, char *why)
+{
+    ckpt_plan *p = &w->plan;
+    for (int k = 0; k < p->ndsets; k++) {
+        ckpt_dset *d = &p->dsets[k];
+        if (d->group >= 0) {
+            const ckpt_tensors *g = &c->groups[d->group];
+            d->crc = ckpt_crc_copy((void *)d->src, g->data + g->table->entries[d->index].offset, d->bytes);
+        } else {  /* rows gathered in ckpt_save */
+            size_t row = d->dims[1];
+            for (int r = 0; r < w->size; r++)
+                d->row_crcs[r] = ckpt_crc_bytes(0, (const char *)d->src + (size_t)r * row, row);
+            d->crc = ckpt_crc_rows(d->row_crcs, w->size, row);
+        }
+    }
+    TRY(ckpt_dir_prepare_tmp(w->dir, c->step));
+    char h5[CKPT_PATH_MAX];
+    ckpt_dir_tmp_path(h5, sizeof h5, w->dir, c->step);
+    strcat(h5, "/" CKPT_FILE);
+    hid_t f;
+    TRY(ckpt_file_create(h5, MPI_COMM_NULL, p, c, ranks_per_node(w, c), &f, why));
+    TRY(ckpt_file_offsets_close(f, p, why));
+    w->pending_step = c->step;
+    w->pending_fault = w->fault;
+    w->thread_status = STATUS_OK;
+    atomic_store(&w->done, false);
+    if (pthread_create(&w->thread, NULL, write_thread, w) == 0) {
+        w->running = true;
+        return STATUS_OK;
+    }
+    log_warn("cannot start the checkpoint writer thread; writing step %" PRId64 " in the calling thread", c->step);
+    write_thread(w);
+    return w->thread_status;
+}
+
+static status save_async(ckpt_writer *w, const ckpt_content *c)
+{
+    char why[CKPT_WHY_MAX] = "";
+    for (int b = 0; b < c->nblobs; b++) {
+        const ckpt_dset *d = &w->plan.dsets[w->plan.ntensors + b];
+        int n = (int)c->blobs[b].bytes;
+        MPI_CHECK(MPI_Gather(c->blobs[b].data, n, MPI_BYTE, w->rank == 0 ? (void *)d->src : NULL, n, MPI_BYTE, 0,
+                             w->comm));
+    }
+    status st = w->rank == 0 ? stage_and_start(w, c, why) : STATUS_OK;
+    st = ckpt_agree(w->comm, st, why, sizeof why);
+    if (st != STATUS_OK && why[0]) log_error0("checkpoint of step %" PRId64 " not saved: %s", c->step, why);
+    return st;
+}
+
+/* Collective: joins a running background write on rank 0; its status on every rank. */
+static status wait_previous(ckpt_writer *w)
+{
+    if (!w->async) return STATUS_OK;
+    int st = STATUS_OK;
+    if (w->running) {
+        if (!atomic_load(&w->done)) w->waited++;
+        pthread_join(w->thread, NULL);
+        w->running = false;
+        st = (int)w->thread_status;
+        if (st != STATUS_OK) log_error("asynchronous checkpoint of step %" PRId64 " failed", w->pending_step);
+    }
+    MPI_CHECK(MPI_Bcast(&st, 1, MPI_INT, 0, w->comm));
+    return (status)st;
+}
+
+status ckpt_save(ckpt_writer *w, const ckpt_content *c)
+{
+    content_check(w, c);
+    TRY(wait_previous(w));  /* staging is free again */
+    h5_quiet q = h5_quiet_begin();
+    status st = w->async ? save_async(w, c) : save_sync(w, c);
+    h5_quiet_end(q);
+    return st;
+}
+
+status ckpt_wait(ckpt_writer *w)
+{
+    return wait_previous(w);
+}
+
+void ckpt_writer_free(ckpt_writer *w)
+{
+    if (!w) return;
+    if (w->running) {
+        pthread_join(w->thread, NULL);
+        w->running = false;
+        if (w->thread_status != STATUS_OK)
+            log_error("asynchronous checkpoint of step %" PRId64 " failed (%s)", w->pending_step,
+                      status_str(w->thread_status));
+    }
+    free(w->staging);
+    ckpt_plan_free(&w->plan);
+    MPI_Comm_free(&w->comm);
+    free(w);
+}
+
+/* ---- load ---------------------------------------------------------------------- */
+
+static const char *hint_older =
+    "HINT: resume from an older committed checkpoint of this run, or with `auto`, which takes the newest "
+    "one that verifies";
+static const char *hint_model =
+    "HINT: resume from a checkpoint written by the same model and parameter layout (model.name and the "
+    "architecture keys of its config)";
+
+static status load_one(MPI_Comm comm, const char *path, ckpt_content *c, ckpt_info *info, char *why)
+{
+    int rank;
+    MPI_Comm_rank(comm, &rank);
+    int64_t marker_step = -1;
+    status st = STATUS_OK;
+    if (rank == 0) {
+        struct stat sb;
+        if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+            snprintf(why, CKPT_WHY_MAX, "no such checkpoint directory");
+            st = STATUS_INPUT;
+        } else {
+            st = ckpt_dir_marker(path, &marker_step, why);
+        }
+    }
+    TRY(ckpt_agree(comm, st, why, CKPT_WHY_MAX));
+    MPI_CHECK(MPI_Bcast(&marker_step, 1, MPI_INT64_T, 0, comm));
+    char h5[CKPT_PATH_MAX];
+    snprintf(h5, sizeof h5, "%s/%s", path, CKPT_FILE);
+    TRY(ckpt_file_read(comm, h5, marker_step, c, info, why));
+    snprintf(info->path, sizeof info->path, "%s", path);
+    return STATUS_OK;
+}
+
+static void log_loaded(const ckpt_info *info)
+{
+    if (info->resharded)
+        log_info0("resuming from %s (step %" PRId64 "), written by %d ranks: resharded, per-rank state is "
+                  "rank 0's", info->path, info->step, info->world_size);
+    else
+        log_info0("resuming from %s (step %" PRId64 ")", info->path, info->step);
+}
+
+static status load_explicit(MPI_Comm comm, const char *path, ckpt_content *c, ckpt_info *info)
+{
+    char why[CKPT_WHY_MAX] = "";
+    status st = load_one(comm, path, c, info, why);
+    if (st == STATUS_OK) {
+        log_loaded(info);
+        return STATUS_OK;
+    }
+    log_error0("cannot load checkpoint %s: %s", path, why);
+    log_error0("%s", st == STATUS_INPUT && !strstr(why, CKPT_MARKER) ? hint_model : hint_older);
+    return st;
+}
+
+static status load_auto(MPI_Comm comm, const char *dir, ckpt_content *c, ckpt_info *info)
+{
+    int rank, n = 0, skipped = 0, tried = 0;
+    MPI_Comm_rank(comm, &rank);
+    ckpt_entry *e = NULL;
+    TRY(ckpt_agree(comm, rank == 0 ? ckpt_dir_list(dir, &e, &n) : STATUS_OK, NULL, 0));
+    MPI_CHECK(MPI_Bcast(&n, 1, MPI_INT, 0, comm));
+    if (rank != 0 && n > 0) {
+        e = malloc((size_t)n * sizeof *e);
+        CHECK(e, "out of memory listing checkpoints");
+    }
+    if (n > 0) MPI_CHECK(MPI_Bcast(e, n * (int)sizeof *e, MPI_BYTE, 0, comm));
+    status st = STATUS_OK;
+    bool loaded = false;
+    for (int i = 0; i < n && !loaded && st == STATUS_OK; i++) {
+        char path[CKPT_PATH_MAX], why[CKPT_WHY_MAX] = "";
+        ckpt_dir_entry_path(path, sizeof path, dir, &e[i]);
+        if (e[i].kind == CKPT_ENTRY_TMP || e[i].kind == CKPT_ENTRY_OLD) {
+            log_warn0("skipping %s: %s", path, e[i].kind == CKPT_ENTRY_TMP ? "an unfinished save, never committed"
+                                                                          : "a checkpoint being replaced");
+            skipped++;
+            continue;
+        }
+        if (e[i].kind == CKPT_ENTRY_UNCOMMITTED) {
+            log_warn0("skipping %s: not committed (no %s marker: its save did not finish)", path, CKPT_MARKER);
+            skipped++;
+            continue;
+        }
+        tried++;
+        status s = load_one(comm, path, c, info, why);
+        if (s == STATUS_OK) {
+            loaded = true;
+        } else if (s == STATUS_CORRUPT || s == STATUS_IO) {
+            log_warn0("skipping %s: %s; falling back to the previous checkpoint", path, why);
+            skipped++;
+        } else {
+            log_error0("cannot load checkpoint %s: %s", path, why);
+            log_error0("%s", hint_model);
+            st = s;
+        }
+    }
+    free(e);
+    if (st != STATUS_OK) return st;
+    info->skipped = skipped;
+    if (loaded) {
+        log_loaded(info);
+        return STATUS_OK;
+    }
+    info->step = -1;
+    if (tried > 0) {
+        log_error0("no checkpoint under %s verifies (%d committed, all refused)", dir, tried);
+        log_error0("HINT: the run's checkpoints are damaged; start again with `none`, or restore the "
+                   "directory from a copy");
+        return STATUS_CORRUPT;
+    }
+    log_info0("no committed checkpoint under %s: starting from step 0", dir);
+    return STATUS_OK;
+}
+
+status ckpt_load(MPI_Comm comm, const char *dir, const char *which, ckpt_content *c, ckpt_info *info)
+{
+    CHECK(which && c && info && c->model, "ckpt_load needs `which`, a content with a model, and an info");
+    memset(info, 0, sizeof *info);
+    info->step = -1;
+    if (!strcmp(which, "none")) return STATUS_OK;
+    CHECK(host_little_endian(), "checkpoints hash float32 as stored, little-endian; this host is big-endian");
+    h5_quiet q = h5_quiet_begin();
+    CHECK(strcmp(which, "auto") != 0 || dir, "ckpt_load(\"auto\") needs the checkpoint directory");
+    status st = strcmp(which, "auto") != 0 ? load_explicit(comm, which, c, info) : load_auto(comm, dir, c, info);
+    h5_quiet_end(q);
+    return st;
+}

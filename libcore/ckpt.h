@@ -1,0 +1,132 @@
+/* ckpt — HDF5 checkpoints (DESIGN.md §3): one directory per step holding one HDF5
+ * file written by all ranks, committed atomically, found again by the newest commit
+ * marker, verified by per-dataset checksums, and loaded into a model's flat buffers.
+ *
+ * On disk (run directory RUN):
+ *   RUN/ckpt/step_00001200/state.h5     the checkpoint
+ *   RUN/ckpt/step_00001200/COMMITTED    commit marker, written last (contains the step)
+ * Written as RUN/ckpt/.step_00001200.tmp/, files fsync'd, directory renamed, parent
+ * fsync'd, then the marker written (temporary name + fsync + rename) and its
+ * directory fsync'd; only then are older checkpoints beyond keep_last removed (marker
+ * first). A crash at any point leaves either a committed checkpoint or debris a loader
+ * ignores (names starting with '.', or a step directory without COMMITTED).
+ *
+ * state.h5 layout (h5dump / h5py read it directly; names are the ecosystem's):
+ *   /                      attributes: magic "NEBULA-CKPT", format_version, step,
+ *                          model (preset name), table_hash, config (resolved config
+ *                          text), world_size, ranks_per_node, nebula_version,
+ *                          checksum_algorithm "crc32"
+ *   /<group>/<tensor name> one float32 dataset per tensor, torch's shape; groups:
+ *                          "params", "optim/m", "optim/v", "buffers" (ResNet BN stats);
+ *                          each group has attribute table_hash (param_table_hash)
+ *   /rank/<blob name>      uint8 (world_size, bytes): one row per rank (RNG states,
+ *                          loader position, later DGC residuals); attribute
+ *                          row_checksums (world_size uint32), one per row
+ *   every dataset          attribute "checksum": CRC-32 of its bytes as stored
+ *                          (zlib's crc32, the same as Python's zlib.crc32 and gzip;
+ *                          float32 little-endian, rows in rank order)
+ *
+ * The one design decision: replicated state (identical on every rank in data
+ * parallelism) is written once, per-rank state once per rank, into the same file.
+ * Synchronous saves use parallel HDF5 (MPI-IO driver, collective transfers): every
+ * rank writes 1/world_size of each flat buffer, an (offset, count) slice like a bucket
+ * or a ZeRO shard, so the write bandwidth and the checksum work scale with the ranks.
+ * Asynchronous saves keep the calling thread's work to a staging copy: the HDF5
+ * metadata (checksums included) is written by the calling thread on rank 0, and the
+ * background thread only pwrite()s the staged bytes at the dataset offsets, fsyncs and
+ * commits — it calls neither MPI (initialised MPI_THREAD_FUNNELED) nor HDF5 (Debian's
+ * parallel build is not thread-safe), so other modules may keep using both meanwhile. */
+#ifndef NEBULA_CKPT_H
+#define NEBULA_CKPT_H
+
+#include <mpi.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "log.h"
+#include "param.h"
+
+#define CKPT_FORMAT_VERSION 1
+#define CKPT_MAX_GROUPS 8
+#define CKPT_MAX_BLOBS 8
+
+/* A flat buffer laid out by `table`, stored as one dataset per tensor under `group`. */
+typedef struct ckpt_tensors {
+    const char *group;          /* "params", "optim/m", ... */
+    const param_table *table;   /* names, shapes, offsets */
+    float *data;                /* (table->total) the flat buffer: read on save, written on load */
+} ckpt_tensors;
+
+/* Per-rank bytes, the same size on every rank. */
+typedef struct ckpt_blob {
+    const char *name;           /* "rng", "loader", ... */
+    void *data;                 /* (bytes) this rank's: read on save, written on load */
+    size_t bytes;               /* 1 .. INT_MAX */
+} ckpt_blob;
+
+/* What a checkpoint holds. The same description serves save and load. */
+typedef struct ckpt_content {
+    int64_t step;               /* steps completed (>= 0) */
+    const char *model;          /* preset name; load refuses a checkpoint of another model */
+    uint64_t table_hash;        /* param_table hash; load refuses a mismatch */
+    const char *config_text;    /* resolved config (save only; NULL: empty) */
+    int ranks_per_node;         /* save only: ranks per (virtual) node, runtime.max_local_size;
+                                   0: counted from the communicator's shared-memory nodes */
+    ckpt_tensors groups[CKPT_MAX_GROUPS];
+    int ngroups;
+    ckpt_blob blobs[CKPT_MAX_BLOBS];
+    int nblobs;
+} ckpt_content;
+
+/* What load found. */
+typedef struct ckpt_info {
+    char path[4096];            /* the checkpoint directory loaded; "" when none */
+    int64_t step;               /* -1 when nothing was loaded */
+    int world_size;             /* of the run that wrote it */
+    int ranks_per_node;         /* of the run that wrote it */
+    bool resharded;             /* world size differs: blobs hold rank 0's row, the caller adapts */
+    int skipped;                /* newer checkpoints refused (corrupt or uncommitted) before this one */
+} ckpt_info;
+
+typedef struct ckpt_writer ckpt_writer;  /* opaque: staging memory and the async thread */
+
+/* Collective. dir = RUN/ckpt (created when missing). keep_last >= 1. `shape` gives
+ * the groups (tables) and blob sizes every save will have; its data pointers are not
+ * read. async: save copies the content into staging memory sized here (rank 0 only:
+ * every group's flat buffer plus world_size rows of each blob; no allocation per save)
+ * and returns; a background thread writes it. STATUS_NOMEM or STATUS_IO (the
+ * directory cannot be created), logged. */
+status ckpt_writer_init(ckpt_writer **out, MPI_Comm comm, const char *dir, int keep_last, bool async,
+                        const ckpt_content *shape);
+/* Collective. Writes (or, async, stages and starts writing) a checkpoint of `c`, whose
+ * groups and blobs must match the shape given at init (a mismatch is a bug: dies).
+ * With a previous async save still running, waits for it first; if that save failed,
+ * returns its error and writes nothing. Async: the per-rank blobs are gathered to rank
+ * 0 here (MPI_Gather, in the calling thread); c may be changed as soon as this returns.
+ * A save of a step that is already committed replaces it. */
+status ckpt_save(ckpt_writer *w, const ckpt_content *c);
+/* Collective. Waits for an async save; returns its status (an I/O error of the
+ * background write surfaces here or at the next ckpt_save). STATUS_OK when none ran. */
+status ckpt_wait(ckpt_writer *w);
+/* Collective (frees a communicator). Joins a running async save first; call ckpt_wait
+ * before it to learn that save's status (free only logs a failure). */
+void ckpt_writer_free(ckpt_writer *w);
+
+/* Collective. `which` is "auto" (the newest committed checkpoint under dir that
+ * verifies; corrupt, unreadable or uncommitted newer ones are reported with a warning
+ * and skipped), a checkpoint directory path, or "none" (returns STATUS_OK with
+ * info->step = -1 and touches nothing). "auto" with no committed checkpoint under dir
+ * (or no dir) also returns STATUS_OK with info->step = -1: a fresh start; with
+ * committed checkpoints none of which verifies it returns STATUS_CORRUPT. Loads every
+ * group of `c` (names and shapes must match; missing and unexpected tensors are listed
+ * in the error; groups of the file that c does not name are ignored) and every blob
+ * (this rank's row, rank 0's when resharded). STATUS_INPUT for another model (naming
+ * both), a table hash mismatch, a missing group or blob, a newer format version, or an
+ * explicit path that is not a committed checkpoint; STATUS_CORRUPT when an explicit
+ * path fails its checksums (naming the dataset) or is truncated or unreadable;
+ * STATUS_IO when a read fails. On an error the contents of c's buffers are unspecified.
+ * Wait for a running async save of the same directory (ckpt_wait) before loading. */
+status ckpt_load(MPI_Comm comm, const char *dir, const char *which, ckpt_content *c, ckpt_info *info);
+
+#endif

@@ -1,0 +1,316 @@
+/* ckpt_dir — checkpoint directories: names, listing, the commit protocol and pruning.
+ *
+ * The one design decision: a checkpoint is trusted only through its name and its
+ * marker, both made durable in order (Redis's temp + fsync + rename, llm.c's DONE
+ * file): step_N/ appears by one rename of a complete, fsync'd .step_N.tmp/, and
+ * step_N/COMMITTED appears by one rename of a fsync'd temporary, each followed by an
+ * fsync of the directory that holds the new name. Everything else under the
+ * checkpoint directory is debris that loaders skip and later commits remove.
+ * Plain POSIX, no MPI and no HDF5: rank 0 runs it, or the background thread of an
+ * asynchronous save. */
+#include "ckpt_impl.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+void ckpt_dir_step_path(char *out, size_t len, const char *dir, int64_t step)
+{
+    snprintf(out, len, "%s/step_%08" PRId64, dir, step);
+}
+
+void ckpt_dir_tmp_path(char *out, size_t len, const char *dir, int64_t step)
+{
+    snprintf(out, len, "%s/.step_%08" PRId64 ".tmp", dir, step);
+}
+
+void ckpt_path_join(char *out, const char *dir, const char *name)
+{
+    int n = snprintf(out, CKPT_PATH_MAX, "%s/%s", dir, name);
+    CHECK(n > 0 && n < CKPT_PATH_MAX, "a checkpoint path is longer than CKPT_PATH_MAX");
+}
+
+void ckpt_dir_old_path(char *out, size_t len, const char *dir, int64_t step)
+{
+    snprintf(out, len, "%s/.step_%08" PRId64 ".old", dir, step);
+}
+
+void ckpt_dir_entry_path(char *out, size_t len, const char *dir, const ckpt_entry *e)
+{
+    if (e->kind == CKPT_ENTRY_TMP) ckpt_dir_tmp_path(out, len, dir, e->step);
+    else if (e->kind == CKPT_ENTRY_OLD) ckpt_dir_old_path(out, len, dir, e->step);
+    else ckpt_dir_step_path(out, len, dir, e->step);
+}
+
+status ckpt_dir_fsync(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        log_error("cannot open %s to fsync it: %s", path, log_errno_str());
+        return STATUS_IO;
+    }
+    int rc = fsync(fd), err = errno;
+    close(fd);
+    if (rc != 0) {
+        errno = err;
+        log_error("fsync of %s failed: %s", path, log_errno_str());
+        return STATUS_IO;
+    }
+    return STATUS_OK;
+}
+
+status ckpt_dir_mkdirs(const char *dir)
+{
+    char p[CKPT_PATH_MAX];
+    CHECK(snprintf(p, sizeof p, "%s", dir) < (int)sizeof p, "the checkpoint directory path is too long");
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = '\0';
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) goto mkdir_failed;
+        *s = '/';
+    }
+    if (mkdir(p, 0755) != 0 && errno != EEXIST) goto mkdir_failed;
+    struct stat sb;
+    if (stat(dir, &sb) != 0) goto mkdir_failed;
+    if (!S_ISDIR(sb.st_mode)) {
+        log_error("checkpoint directory %s exists and is not a directory", dir);
+        return STATUS_IO;
+    }
+    return STATUS_OK;
+mkdir_failed:
+    log_error("cannot create checkpoint directory %s: %s", p, log_errno_str());
+    return STATUS_IO;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)ftw;
+    return flag == FTW_DP ? rmdir(path) : unlink(path);
+}
+
+/* rm -rf path; a missing path is fine. */
+static status rmtree(const char *path)
+{
+    if (nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT) {
+        log_warn("cannot remove %s: %s", path, log_errno_str());
+        return STATUS_IO;
+    }
+    return STATUS_OK;
+}
+
+/* Digits followed by exactly `suffix`. */
+static bool parse_step(const char *s, const char *suffix, int64_t *step)
+{
+    if (!isdigit((unsigned char)s[0])) return false;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno != 0 || v < 0 || strcmp(end, suffix) != 0) return false;
+    *step = v;
+    return true;
+}
+
+static int entry_cmp(const void *a, const void *b)
+{
+    const ckpt_entry *x = a, *y = b;
+    if (x->step != y->step) return x->step < y->step ? 1 : -1;  /* newest first */
+    return (int)y->kind - (int)x->kind;                         /* debris before the commit */
+}
+
+status ckpt_dir_list(const char *dir, ckpt_entry **entries, int *n)
+{
+    *entries = NULL;
+    *n = 0;
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (errno == ENOENT) return STATUS_OK;
+        log_error("cannot list checkpoint directory %s: %s", dir, log_errno_str());
+        return STATUS_IO;
+    }
+    int cap = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        ckpt_entry e;
+        if (!strncmp(de->d_name, "step_", 5) && parse_step(de->d_name + 5, "", &e.step)) {
+            char marker[CKPT_PATH_MAX];
+            struct stat sb;
+            char step_dir[CKPT_PATH_MAX];
+            ckpt_path_join(step_dir, dir, de->d_name);
+            ckpt_path_join(marker, step_dir, CKPT_MARKER);
+            e.kind = stat(marker, &sb) == 0 ? CKPT_ENTRY_COMMITTED : CKPT_ENTRY_UNCOMMITTED;
+        } else if (!strncmp(de->d_name, ".step_", 6) && parse_step(de->d_name + 6, ".tmp", &e.step)) {
+            e.kind = CKPT_ENTRY_TMP;
+        } else if (!strncmp(de->d_name, ".step_", 6) && parse_step(de->d_name + 6, ".old", &e.step)) {
+            e.kind = CKPT_ENTRY_OLD;
+        } else {
+            continue;
+        }
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 16;
+            ckpt_entry *grown = realloc(*entries, (size_t)cap * sizeof **entries);
+            CHECK(grown, "out of memory listing checkpoints");
+            *entries = grown;
+        }
+        (*entries)[(*n)++] = e;
+    }
+    closedir(d);
+    if (*n > 1) qsort(*entries, (size_t)*n, sizeof **entries, entry_cmp);
+    return STATUS_OK;
+}
+
+status ckpt_dir_prepare_tmp(const char *dir, int64_t step)
+{
+    char tmp[CKPT_PATH_MAX];
+    ckpt_dir_tmp_path(tmp, sizeof tmp, dir, step);
+    rmtree(tmp);  /* debris of an earlier attempt at this step */
+    if (mkdir(tmp, 0755) != 0) {
+        log_error("cannot create %s: %s", tmp, log_errno_str());
+        return STATUS_IO;
+    }
+    return STATUS_OK;
+}
+
+status ckpt_dir_marker(const char *path, int64_t *step, char *why)
+{
+    char marker[CKPT_PATH_MAX], text[64];
+    ckpt_path_join(marker, path, CKPT_MARKER);
+    int fd = open(marker, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT) {
+            snprintf(why, CKPT_WHY_MAX, "not a committed checkpoint (no %s marker: its save did not finish)",
+                     CKPT_MARKER);
+            return STATUS_INPUT;
+        }
+        snprintf(why, CKPT_WHY_MAX, "cannot read its %s marker: %s", CKPT_MARKER, log_errno_str());
+        return STATUS_IO;
+    }
+    ssize_t got = read(fd, text, sizeof text - 1);
+    close(fd);
+    text[got > 0 ? got : 0] = '\0';
+    char *nl = strchr(text, '\n');
+    if (nl) *nl = '\0';
+    if (got <= 0 || !parse_step(text, "", step)) {
+        snprintf(why, CKPT_WHY_MAX, "its %s marker is damaged (expected the step number)", CKPT_MARKER);
+        return STATUS_CORRUPT;
+    }
+    return STATUS_OK;
+}
+
+static int write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* step_dir/COMMITTED holding the step: temporary name, fsync, rename, fsync step_dir. */
+static status write_marker(const char *step_dir, int64_t step)
+{
+    char tmp[CKPT_PATH_MAX], fin[CKPT_PATH_MAX], text[32];
+    ckpt_path_join(tmp, step_dir, CKPT_MARKER ".tmp");
+    ckpt_path_join(fin, step_dir, CKPT_MARKER);
+    int len = snprintf(text, sizeof text, "%" PRId64 "\n", step);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) goto unlink_tmp;
+    int rc = write_all(fd, text, (size_t)len);
+    if (rc == 0) rc = fsync(fd);
+    if (close(fd) != 0) rc = -1;
+    if (rc != 0 || rename(tmp, fin) != 0) goto unlink_tmp;
+    return ckpt_dir_fsync(step_dir);
+unlink_tmp:
+    log_error("cannot write the commit marker %s: %s", fin, log_errno_str());
+    unlink(tmp);
+    return STATUS_IO;
+}
+
+/* Removes a committed checkpoint: marker first (durably), so a crash half-way leaves
+ * debris rather than a committed checkpoint with missing files. */
+static void remove_committed(const char *path)
+{
+    char marker[CKPT_PATH_MAX];
+    ckpt_path_join(marker, path, CKPT_MARKER);
+    if (unlink(marker) != 0 && errno != ENOENT) {
+        log_warn("cannot remove %s: %s; old checkpoint kept", marker, log_errno_str());
+        return;
+    }
+    if (ckpt_dir_fsync(path) != STATUS_OK) return;
+    rmtree(path);
+}
+
+/* After step is committed: keeps the keep_last newest committed checkpoints up to
+ * step (step included), removes older ones and older debris. Newer checkpoints (a run
+ * resumed from an older one) are left alone with a warning: `auto` would take them.
+ * Failures here only warn: the new checkpoint is committed either way. */
+static void prune(const char *dir, int64_t step, int keep_last)
+{
+    ckpt_entry *e;
+    int n, kept = 1;
+    if (ckpt_dir_list(dir, &e, &n) != STATUS_OK) return;
+    for (int i = 0; i < n; i++) {
+        char path[CKPT_PATH_MAX];
+        ckpt_dir_entry_path(path, sizeof path, dir, &e[i]);
+        if (e[i].step > step) {
+            if (e[i].kind == CKPT_ENTRY_COMMITTED)
+                log_warn("%s is newer than the checkpoint just written (step %" PRId64 "): resuming with "
+                         "`auto` would take it; remove it if this run replaces it", path, step);
+            continue;
+        }
+        if (e[i].step == step) continue;
+        if (e[i].kind != CKPT_ENTRY_COMMITTED) rmtree(path);
+        else if (kept < keep_last) kept++;
+        else remove_committed(path);
+    }
+    free(e);
+}
+
+status ckpt_dir_commit(const char *dir, int64_t step, int keep_last, ckpt_fault fault)
+{
+    char tmp[CKPT_PATH_MAX], fin[CKPT_PATH_MAX], old[CKPT_PATH_MAX];
+    ckpt_dir_tmp_path(tmp, sizeof tmp, dir, step);
+    ckpt_dir_step_path(fin, sizeof fin, dir, step);
+    ckpt_dir_old_path(old, sizeof old, dir, step);
+    TRY(ckpt_dir_fsync(tmp));  /* the name state.h5 inside it */
+    if (fault == CKPT_FAULT_BEFORE_RENAME) {
+        log_warn("fault injected: stopping before the rename of %s", tmp);
+        return STATUS_IO;
+    }
+    /* A checkpoint of this step already exists (committed, or debris of a crash before
+     * its marker): move it aside under a name loaders skip, remove it after the commit. */
+    struct stat sb;
+    bool replacing = stat(fin, &sb) == 0;
+    if (replacing) {
+        rmtree(old);
+        if (rename(fin, old) != 0) {
+            log_error("cannot move the existing %s aside: %s", fin, log_errno_str());
+            return STATUS_IO;
+        }
+    }
+    if (rename(tmp, fin) != 0) {
+        log_error("cannot rename %s to %s: %s", tmp, fin, log_errno_str());
+        return STATUS_IO;
+    }
+    TRY(ckpt_dir_fsync(dir));
+    if (fault == CKPT_FAULT_BEFORE_MARKER) {
+        log_warn("fault injected: stopping before the commit marker of %s", fin);
+        return STATUS_IO;
+    }
+    TRY(write_marker(fin, step));
+    log_info("checkpoint committed: %s", fin);
+    if (replacing) rmtree(old);
+    prune(dir, step, keep_last);
+    return STATUS_OK;
+}

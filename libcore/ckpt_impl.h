@@ -1,0 +1,173 @@
+/* ckpt_impl — internals shared by ckpt.c (writer, async thread, load policy),
+ * ckpt_file.c and ckpt_read.c (the HDF5 file) and ckpt_dir.c (directories, commit,
+ * pruning). Tests include it for the fault-injection fields of the writer; apps never do. */
+#ifndef NEBULA_CKPT_IMPL_H
+#define NEBULA_CKPT_IMPL_H
+
+#include <hdf5.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "ckpt.h"
+
+#define CKPT_PATH_MAX  4096
+#define CKPT_GROUP_MAX 32    /* bytes of a group or blob name including its NUL */
+#define CKPT_DSET_MAX  (2 + CKPT_GROUP_MAX + PARAM_NAME_MAX)  /* "/" group "/" name */
+#define CKPT_WHY_MAX   2048  /* one problem description, agreed across ranks */
+#define CKPT_LIST_MAX  8     /* names listed per kind in a mismatch message */
+#define CKPT_MAGIC     "NEBULA-CKPT"
+#define CKPT_FILE      "state.h5"
+#define CKPT_MARKER    "COMMITTED"
+
+/* One dataset of a checkpoint: a tensor of a group or a per-rank blob. */
+typedef struct ckpt_dset {
+    char path[CKPT_DSET_MAX];           /* "/params/h.0.attn.c_attn.weight", "/rank/rng" */
+    int group;                          /* index into the content's groups; -1 for a blob */
+    int index;                          /* tensor index in the group's table, or blob index */
+    int ndim;                           /* 0 (scalar) .. PARAM_MAX_DIMS; 2 for a blob */
+    hsize_t dims[PARAM_MAX_DIMS];       /* tensor: torch shape; blob: (world_size, bytes) */
+    size_t bytes;                       /* of the whole dataset */
+    uint32_t crc;                       /* CRC-32 of its bytes */
+    uint32_t *row_crcs;                 /* blob: [world_size] CRC-32 of each row */
+    haddr_t offset;                     /* async: file offset of the contiguous raw data */
+    const void *src;                    /* async: the staged bytes (rank 0) */
+} ckpt_dset;
+
+/* Every dataset of a content description, in file order: groups' tensors, then blobs. */
+typedef struct ckpt_plan {
+    ckpt_dset *dsets;       /* [ndsets] */
+    int ndsets;
+    int ntensors;           /* the first ntensors are tensors */
+    uint32_t *row_crcs;     /* [nblobs * world_size] storage for the blobs' row_crcs */
+    int world_size;         /* rows of each blob */
+    struct ckpt_crc_piece *pieces;  /* [ntensors] scratch of ckpt_checksums_parallel */
+} ckpt_plan;
+
+/* Where the background write stops, as if the process had been killed there. */
+typedef enum ckpt_fault {
+    CKPT_FAULT_NONE = 0,
+    CKPT_FAULT_BEFORE_RENAME,  /* the .tmp directory is complete but not renamed */
+    CKPT_FAULT_BEFORE_MARKER,  /* renamed to step_N, no COMMITTED marker */
+} ckpt_fault;
+
+struct ckpt_writer {
+    MPI_Comm comm;                       /* duplicate of the caller's communicator */
+    int rank, size;                      /* in comm */
+    char dir[CKPT_PATH_MAX];             /* RUN/ckpt */
+    int keep_last;                       /* committed checkpoints kept */
+    bool async;                          /* background writes */
+    int ranks_per_node;                  /* counted at init, used when content gives 0 */
+    ckpt_plan plan;                      /* datasets of every save */
+    int ngroups, nblobs;                 /* the shape given at init: */
+    char group_name[CKPT_MAX_GROUPS][CKPT_GROUP_MAX];  /* groups, */
+    size_t group_total[CKPT_MAX_GROUPS]; /* their flat buffer sizes (floats), */
+    uint64_t group_hash[CKPT_MAX_GROUPS];/* their table hashes, */
+    char blob_name[CKPT_MAX_BLOBS][CKPT_GROUP_MAX];    /* blobs */
+    size_t blob_bytes[CKPT_MAX_BLOBS];   /* and their sizes */
+    /* async, rank 0 */
+    void *staging;                       /* groups' flat buffers, then blobs' rows */
+    size_t staging_bytes;
+    pthread_t thread;                    /* the background write */
+    bool running;                        /* thread started and not joined */
+    atomic_bool done;                    /* the thread has finished its work */
+    status thread_status;                /* its result */
+    int64_t pending_step;                /* step it writes */
+    ckpt_fault pending_fault;            /* fault of that write (copied: the thread never reads `fault`) */
+    /* tests */
+    ckpt_fault fault;                    /* stop the commit early (rank 0) */
+    unsigned delay_ms;                   /* background write sleeps first (rank 0) */
+    int waited;                          /* saves that had to wait for a running write */
+};
+
+/* Agrees on a status across comm: the first failing rank's status and `why` (of
+ * `len` bytes on every rank) are broadcast; STATUS_OK when every rank succeeded. */
+status ckpt_agree(MPI_Comm comm, status st, char *why, size_t len);
+
+/* ckpt_file.c: plan, checksums, slices, selections, attributes, create and write */
+void ckpt_plan_build(ckpt_plan *p, const ckpt_content *c, int world_size);
+void ckpt_plan_free(ckpt_plan *p);
+uint32_t ckpt_crc_bytes(uint32_t crc, const void *p, size_t n);
+/* CRC-32 of src[0, bytes), copying it to dst first when dst is not NULL (OpenMP
+ * threads over pieces of at least 1 MiB, combined in order). */
+uint32_t ckpt_crc_copy(void *dst, const void *src, size_t bytes);
+/* CRC-32 of n rows of row_bytes each from the rows' CRC-32s. */
+uint32_t ckpt_crc_rows(const uint32_t *rows, int n, size_t row_bytes);
+
+/* (crc, len) of consecutive pieces, combined in rank order: inout = in ∘ inout. */
+typedef struct ckpt_crc_piece {
+    uint64_t crc;  /* CRC-32 of the bytes so far */
+    uint64_t len;  /* their length */
+} ckpt_crc_piece;
+/* Collective: p[i] becomes the combination of every rank's p[i], in rank order. */
+void ckpt_crc_allreduce(MPI_Comm comm, ckpt_crc_piece *p, int n);
+
+/* The floats [*lo, *hi) of a flat buffer of `total` that `rank` of `size` owns: whole
+ * blocks of PARAM_ALIGN_FLOATS, as equal as possible. */
+void ckpt_flat_slice(size_t total, int rank, int size, size_t *lo, size_t *hi);
+/* The elements [*a, *b) of tensor e inside this rank's slice of t's buffer; equal when none. */
+void ckpt_tensor_piece(const param_table *t, const param_entry *e, MPI_Comm comm, size_t *a, size_t *b);
+/* Selects the row-major elements [a, b) of an ndim-dimensional space (none when a >= b). */
+void ckpt_select_flat(hid_t space, int ndim, const hsize_t *dims, size_t a, size_t b);
+void ckpt_select_row(hid_t space, hsize_t row, hsize_t bytes);
+/* A 1-D memory space of n elements (n == 0: one element, nothing selected). */
+hid_t ckpt_mem_space(size_t n);
+/* Reads n values (a scalar when n == 0) of mtype; -1 when missing or of another size. */
+int ckpt_attr_read(hid_t obj, const char *name, hid_t mtype, hsize_t n, void *v);
+int ckpt_attr_read_str(hid_t obj, const char *name, char *out, size_t len);
+/* File access: HDF5 1.8 object headers; MPI-IO over comm unless MPI_COMM_NULL (sec2). */
+hid_t ckpt_file_access(MPI_Comm comm);
+
+/* Collective: fills every dataset's crc (and blobs' row_crcs) from c's buffers,
+ * each rank hashing its slice. */
+void ckpt_checksums_parallel(MPI_Comm comm, ckpt_plan *p, const ckpt_content *c);
+/* Creates the file with every group, dataset and attribute (checksums included) and
+ * returns it open; on failure it is closed. comm == MPI_COMM_NULL: serial (sec2) on
+ * the calling rank; else collective with the MPI-IO driver. */
+status ckpt_file_create(const char *path, MPI_Comm comm, const ckpt_plan *p, const ckpt_content *c,
+                        int ranks_per_node, hid_t *file, char *why);
+/* Collective: every rank writes its slices and its blob row; flushes (MPI_File_sync)
+ * and closes the file. */
+status ckpt_file_write_parallel(hid_t file, MPI_Comm comm, const ckpt_plan *p, const ckpt_content *c,
+                                char *why);
+/* Serial: records each dataset's file offset in the plan and closes the file. */
+status ckpt_file_offsets_close(hid_t file, ckpt_plan *p, char *why);
+
+/* ckpt_read.c — collective: opens, checks and reads one checkpoint file into c (see
+ * ckpt_load); marker_step is what its COMMITTED marker says. */
+status ckpt_file_read(MPI_Comm comm, const char *path, int64_t marker_step, ckpt_content *c, ckpt_info *info,
+                      char *why);
+
+/* ckpt_dir.c — plain POSIX; safe in the background thread. */
+typedef enum ckpt_entry_kind {
+    CKPT_ENTRY_COMMITTED = 0,  /* step_N with COMMITTED */
+    CKPT_ENTRY_UNCOMMITTED,    /* step_N without COMMITTED (died between rename and marker) */
+    CKPT_ENTRY_TMP,            /* .step_N.tmp (died while writing) */
+    CKPT_ENTRY_OLD,            /* .step_N.old (died while replacing a checkpoint of step N) */
+} ckpt_entry_kind;
+
+typedef struct ckpt_entry {
+    int64_t step;
+    ckpt_entry_kind kind;
+} ckpt_entry;
+
+/* out (CKPT_PATH_MAX bytes) = dir/name; dies when too long (dir was checked at init). */
+void ckpt_path_join(char *out, const char *dir, const char *name);
+void ckpt_dir_step_path(char *out, size_t len, const char *dir, int64_t step);
+void ckpt_dir_tmp_path(char *out, size_t len, const char *dir, int64_t step);
+void ckpt_dir_old_path(char *out, size_t len, const char *dir, int64_t step);
+/* The path of a listed entry. */
+void ckpt_dir_entry_path(char *out, size_t len, const char *dir, const ckpt_entry *e);
+status ckpt_dir_mkdirs(const char *dir);
+/* Entries of dir, newest step first (at equal steps debris before the commit);
+ * *n = 0 when dir does not exist. The array is malloc'd (free it); NULL on error. */
+status ckpt_dir_list(const char *dir, ckpt_entry **entries, int *n);
+/* Removes a stale .step_N.tmp and creates it empty. */
+status ckpt_dir_prepare_tmp(const char *dir, int64_t step);
+/* fsync of a file or directory by path. */
+status ckpt_dir_fsync(const char *path);
+/* STATUS_OK when path/COMMITTED exists and holds *step; else a reason in why. */
+status ckpt_dir_marker(const char *path, int64_t *step, char *why);
+/* The commit of .step_N.tmp (whose state.h5 is durable), then pruning. */
+status ckpt_dir_commit(const char *dir, int64_t step, int keep_last, ckpt_fault fault);
+
+#endif

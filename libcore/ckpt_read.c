@@ -1,0 +1,374 @@
+/* ckpt_read — loading one checkpoint file: header checks (magic, version, step, model),
+ * the layout check that lists missing, unexpected and reshaped tensors, the collective
+ * read of each rank's slices, checksum verification and replication. Every check ends
+ * in ckpt_agree, so all ranks take the same branch and no collective is left waiting. */
+#include "ckpt_impl.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Names for a message: the first CKPT_LIST_MAX, then how many more. */
+typedef struct name_list {
+    char text[768];
+    int n;
+} name_list;
+
+__attribute__((format(printf, 2, 3))) static void list_add(name_list *l, const char *fmt, ...)
+{
+    if (l->n++ >= CKPT_LIST_MAX) return;
+    size_t used = strlen(l->text);
+    if (used) used += (size_t)snprintf(l->text + used, sizeof l->text - used, ", ");
+    if (used >= sizeof l->text) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(l->text + used, sizeof l->text - used, fmt, ap);
+    va_end(ap);
+}
+
+static void list_append(char *why, const char *label, const name_list *l)
+{
+    if (!l->n) return;
+    size_t used = strlen(why);
+    snprintf(why + used, CKPT_WHY_MAX - used, "; %s: %s", label, l->text);
+    used = strlen(why);
+    if (l->n > CKPT_LIST_MAX) snprintf(why + used, CKPT_WHY_MAX - used, " and %d more", l->n - CKPT_LIST_MAX);
+}
+
+static void shape_str(char *out, size_t len, int ndim, const hsize_t *dims)
+{
+    int n = snprintf(out, len, "(");
+    for (int k = 0; k < ndim && n < (int)len; k++)
+        n += snprintf(out + n, len - (size_t)n, k ? ", %llu" : "%llu", (unsigned long long)dims[k]);
+    if (n < (int)len) snprintf(out + n, len - (size_t)n, ")");
+}
+
+typedef struct file_header {
+    char magic[32];          /* CKPT_MAGIC */
+    char model[128];         /* preset name */
+    int32_t version;         /* format_version */
+    int32_t world_size;      /* of the writer */
+    int32_t ranks_per_node;  /* of the writer */
+    int64_t step;            /* steps completed */
+    uint64_t table_hash;     /* the writer's param_table hash */
+} file_header;
+
+static status read_header(hid_t f, int64_t marker_step, const ckpt_content *c, file_header *h, char *why)
+{
+    memset(h, 0, sizeof *h);
+    if (ckpt_attr_read_str(f, "magic", h->magic, sizeof h->magic) != 0 || strcmp(h->magic, CKPT_MAGIC) != 0) {
+        snprintf(why, CKPT_WHY_MAX, "not a Nebula checkpoint (attribute magic is not \"%s\")", CKPT_MAGIC);
+        return STATUS_CORRUPT;
+    }
+    const char *bad = NULL;
+    if (ckpt_attr_read(f, "format_version", H5T_NATIVE_INT32, 0, &h->version) != 0) bad = "format_version";
+    else if (h->version > CKPT_FORMAT_VERSION) {
+        snprintf(why, CKPT_WHY_MAX, "format version %d is newer than this build reads (%d); use a newer Nebula",
+                 h->version, CKPT_FORMAT_VERSION);
+        return STATUS_INPUT;
+    } else if (h->version < 1) bad = "format_version";
+    else if (ckpt_attr_read(f, "step", H5T_NATIVE_INT64, 0, &h->step) != 0) bad = "step";
+    else if (ckpt_attr_read_str(f, "model", h->model, sizeof h->model) != 0) bad = "model";
+    else if (ckpt_attr_read(f, "table_hash", H5T_NATIVE_UINT64, 0, &h->table_hash) != 0) bad = "table_hash";
+    else if (ckpt_attr_read(f, "world_size", H5T_NATIVE_INT32, 0, &h->world_size) != 0 || h->world_size < 1)
+        bad = "world_size";
+    else if (ckpt_attr_read(f, "ranks_per_node", H5T_NATIVE_INT32, 0, &h->ranks_per_node) != 0) bad = "ranks_per_node";
+    if (bad) {
+        snprintf(why, CKPT_WHY_MAX, "attribute %s is missing or malformed", bad);
+        return STATUS_CORRUPT;
+    }
+    if (h->step != marker_step) {
+        snprintf(why, CKPT_WHY_MAX, "the file holds step %" PRId64 ", its %s marker says %" PRId64, h->step,
+                 CKPT_MARKER, marker_step);
+        return STATUS_CORRUPT;
+    }
+    if (strcmp(h->model, c->model) != 0) {
+        snprintf(why, CKPT_WHY_MAX, "it is a checkpoint of model '%s', and this run's model is '%s'", h->model,
+                 c->model);
+        return STATUS_INPUT;
+    }
+    return STATUS_OK;
+}
+
+/* H5Lexists of every component, so a missing "optim" reads as false, not an error. */
+static bool path_exists(hid_t f, const char *path)
+{
+    char p[CKPT_DSET_MAX];
+    snprintf(p, sizeof p, "%s", path);
+    for (char *s = p + 1;; s++) {
+        if (*s == '/' || *s == '\0') {
+            char end = *s;
+            *s = '\0';
+            if (H5Lexists(f, p, H5P_DEFAULT) <= 0) return false;
+            if (!end) return true;
+            *s = '/';
+        }
+    }
+}
+
+typedef struct link_names {
+    char (*name)[PARAM_NAME_MAX];  /* [n] */
+    int n, cap;
+} link_names;
+
+static herr_t collect_link(hid_t g, const char *name, const H5L_info_t *info, void *op)
+{
+    (void)g;
+    (void)info;
+    link_names *l = op;
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        l->name = realloc(l->name, (size_t)l->cap * sizeof *l->name);
+        CHECK(l->name, "out of memory listing a checkpoint group");
+    }
+    snprintf(l->name[l->n++], PARAM_NAME_MAX, "%s", name);
+    return 0;
+}
+
+/* Opens one dataset and checks its type (float32, or uint8 for blobs) and shape;
+ * returns it open or -1 after adding to `shape`. */
+static hid_t open_checked(hid_t loc, const char *name, const char *shown, bool blob, int ndim, const hsize_t *dims,
+                          name_list *shape)
+{
+    hid_t ds = H5Dopen2(loc, name, H5P_DEFAULT);
+    hid_t t = ds >= 0 ? H5Dget_type(ds) : -1, s = ds >= 0 ? H5Dget_space(ds) : -1;
+    hsize_t got[PARAM_MAX_DIMS] = { 0 };
+    int got_ndim = s >= 0 ? H5Sget_simple_extent_ndims(s) : -1;
+    bool ok = t >= 0 && H5Tget_class(t) == (blob ? H5T_INTEGER : H5T_FLOAT) && H5Tget_size(t) == (blob ? 1 : 4) &&
+              got_ndim == ndim && ndim <= PARAM_MAX_DIMS;
+    if (ok && ndim > 0) {
+        H5Sget_simple_extent_dims(s, got, NULL);
+        for (int k = 0; k < ndim; k++) ok = ok && got[k] == dims[k];
+    }
+    if (!ok) {
+        char a[96], b[96];
+        shape_str(a, sizeof a, got_ndim > 0 && got_ndim <= PARAM_MAX_DIMS ? got_ndim : 0, got);
+        shape_str(b, sizeof b, ndim, dims);
+        list_add(shape, "%s is %s%s in the file, %s here", shown, a,
+                 t >= 0 && H5Tget_size(t) != (blob ? 1 : 4) ? " (another type)" : "", b);
+    }
+    if (t >= 0) H5Tclose(t);
+    if (s >= 0) H5Sclose(s);
+    if (!ok && ds >= 0) H5Dclose(ds);
+    return ok ? ds : -1;
+}
+
+/* Opens every dataset c loads into ids (tensors in table order, then blobs) and
+ * lists what does not match. */
+static status check_layout(hid_t f, const file_header *h, const ckpt_content *c, hid_t *ids, char *why)
+{
+    name_list missing = { .n = 0 }, unexpected = { .n = 0 }, shape = { .n = 0 };
+    bool hash_differs = h->table_hash != c->table_hash;
+    int k = 0;
+    for (int g = 0; g < c->ngroups; g++) {
+        const ckpt_tensors *gt = &c->groups[g];
+        const param_table *t = gt->table;
+        if (!path_exists(f, gt->group)) {
+            list_add(&missing, "group %s", gt->group);
+            k += t->count;
+            continue;
+        }
+        hid_t grp = H5Gopen2(f, gt->group, H5P_DEFAULT);
+        uint64_t gh;
+        if (grp < 0 || ckpt_attr_read(grp, "table_hash", H5T_NATIVE_UINT64, 0, &gh) != 0 || gh != param_table_hash(t))
+            hash_differs = true;
+        for (int i = 0; i < t->count; i++, k++) {
+            const param_entry *e = &t->entries[i];
+            char shown[CKPT_DSET_MAX];
+            hsize_t dims[PARAM_MAX_DIMS];
+            for (int d = 0; d < e->ndim; d++) dims[d] = e->shape[d];
+            snprintf(shown, sizeof shown, "%s/%s", gt->group, e->name);
+            if (grp < 0 || H5Lexists(grp, e->name, H5P_DEFAULT) <= 0) list_add(&missing, "%s", shown);
+            else ids[k] = open_checked(grp, e->name, shown, false, e->ndim, dims, &shape);
+        }
+        link_names names = { .n = 0 };
+        if (grp >= 0 && H5Literate(grp, H5_INDEX_NAME, H5_ITER_INC, NULL, collect_link, &names) >= 0)
+            for (int i = 0; i < names.n; i++)
+                if (param_find(t, names.name[i]) < 0) list_add(&unexpected, "%s/%s", gt->group, names.name[i]);
+        free(names.name);
+        if (grp >= 0) H5Gclose(grp);
+    }
+    for (int b = 0; b < c->nblobs; b++, k++) {
+        char path[CKPT_DSET_MAX];
+        hsize_t dims[2] = { (hsize_t)h->world_size, c->blobs[b].bytes };
+        snprintf(path, sizeof path, "rank/%s", c->blobs[b].name);
+        if (!path_exists(f, path)) list_add(&missing, "blob %s", path);
+        else ids[k] = open_checked(f, path, path, true, 2, dims, &shape);
+    }
+    if (!hash_differs && !missing.n && !unexpected.n && !shape.n) return STATUS_OK;
+    if (hash_differs)
+        snprintf(why, CKPT_WHY_MAX, "it does not match this run's parameter table (table_hash %016" PRIx64
+                 " in the file, %016" PRIx64 " here)", h->table_hash, c->table_hash);
+    else
+        snprintf(why, CKPT_WHY_MAX, "it does not hold what this run loads");
+    list_append(why, "missing", &missing);
+    list_append(why, "unexpected", &unexpected);
+    list_append(why, "different shape or type", &shape);
+    if (!missing.n && !unexpected.n && !shape.n) {
+        size_t used = strlen(why);
+        snprintf(why + used, CKPT_WHY_MAX - used, "; names and shapes agree, the layout (offsets, padding) differs");
+    }
+    return STATUS_INPUT;
+}
+
+/* Collective reads of this rank's slices (and blob row) with their CRC-32 pieces and
+ * the recorded checksums; blob rows are verified here against row_checksums. */
+static status read_data(MPI_Comm comm, const hid_t *ids, const file_header *h, ckpt_content *c, ckpt_crc_piece *pc,
+                        uint32_t *file_crc, char *why)
+{
+    int rank, size;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    hsize_t row = h->world_size == size ? (hsize_t)rank : 0;
+    hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
+    H5_CHECK(dxpl);
+    H5_CHECK(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE));
+    status st = STATUS_OK;
+    char failed[CKPT_DSET_MAX] = "";
+    int k = 0;
+    for (int g = 0; g < c->ngroups; g++) {
+        const param_table *t = c->groups[g].table;
+        for (int i = 0; i < t->count; i++, k++) {
+            const param_entry *e = &t->entries[i];
+            hsize_t dims[PARAM_MAX_DIMS];
+            size_t a, b;
+            for (int d = 0; d < e->ndim; d++) dims[d] = e->shape[d];
+            ckpt_tensor_piece(t, e, comm, &a, &b);
+            hid_t fs = H5Dget_space(ids[k]), ms = ckpt_mem_space(b - a);
+            H5_CHECK(fs);
+            ckpt_select_flat(fs, e->ndim, dims, a, b);
+            float *dst = c->groups[g].data + e->offset + a;
+            if ((H5Dread(ids[k], H5T_NATIVE_FLOAT, ms, fs, dxpl, dst) < 0 ||
+                 ckpt_attr_read(ids[k], "checksum", H5T_NATIVE_UINT32, 0, &file_crc[k]) != 0) && !failed[0])
+                snprintf(failed, sizeof failed, "/%s/%s", c->groups[g].group, e->name);
+            pc[k].len = (b - a) * sizeof(float);
+            pc[k].crc = pc[k].len ? ckpt_crc_copy(NULL, dst, pc[k].len) : 0;
+            H5Sclose(ms);
+            H5Sclose(fs);
+        }
+    }
+    uint32_t *rows = calloc((size_t)h->world_size, sizeof *rows);
+    CHECK(rows, "out of memory reading checkpoint row checksums");
+    for (int b = 0; b < c->nblobs; b++, k++) {
+        ckpt_blob *bl = &c->blobs[b];
+        hid_t fs = H5Dget_space(ids[k]), ms = ckpt_mem_space(bl->bytes);
+        H5_CHECK(fs);
+        ckpt_select_row(fs, row, bl->bytes);
+        uint32_t whole = 0;
+        if (H5Dread(ids[k], H5T_NATIVE_UINT8, ms, fs, dxpl, bl->data) < 0 ||
+            ckpt_attr_read(ids[k], "checksum", H5T_NATIVE_UINT32, 0, &whole) != 0 ||
+            ckpt_attr_read(ids[k], "row_checksums", H5T_NATIVE_UINT32, (hsize_t)h->world_size, rows) != 0) {
+            if (!failed[0]) snprintf(failed, sizeof failed, "/rank/%s", bl->name);
+        } else if (st == STATUS_OK && ckpt_crc_rows(rows, h->world_size, bl->bytes) != whole) {
+            snprintf(why, CKPT_WHY_MAX, "checksum mismatch in dataset /rank/%s: its row_checksums do not combine "
+                     "to its checksum", bl->name);
+            st = STATUS_CORRUPT;
+        } else if (st == STATUS_OK && ckpt_crc_bytes(0, bl->data, bl->bytes) != rows[row]) {
+            snprintf(why, CKPT_WHY_MAX, "checksum mismatch in dataset /rank/%s (row %llu)", bl->name,
+                     (unsigned long long)row);
+            st = STATUS_CORRUPT;
+        }
+        H5Sclose(ms);
+        H5Sclose(fs);
+    }
+    free(rows);
+    H5Pclose(dxpl);
+    if (failed[0]) {
+        snprintf(why, CKPT_WHY_MAX, "cannot read dataset %s or its checksum (HDF5)", failed);
+        return STATUS_IO;
+    }
+    return st;
+}
+
+/* Every rank has the CRC-32 of every tensor after one reduction; the first mismatch is
+ * named. The same verdict on every rank. */
+static status verify(MPI_Comm comm, const ckpt_content *c, ckpt_crc_piece *pc, const uint32_t *file_crc, int n,
+                     char *why)
+{
+    ckpt_crc_allreduce(comm, pc, n);
+    int bad = 0, k = 0;
+    for (int g = 0; g < c->ngroups; g++)
+        for (int i = 0; i < c->groups[g].table->count; i++, k++) {
+            if ((uint32_t)pc[k].crc == file_crc[k]) continue;
+            if (!bad++)
+                snprintf(why, CKPT_WHY_MAX, "checksum mismatch in dataset /%s/%s (the file records %08x, its data "
+                         "hashes to %08x)", c->groups[g].group, c->groups[g].table->entries[i].name, file_crc[k],
+                         (uint32_t)pc[k].crc);
+        }
+    if (bad > 1) {
+        size_t used = strlen(why);
+        snprintf(why + used, CKPT_WHY_MAX - used, " and in %d more datasets", bad - 1);
+    }
+    return bad ? STATUS_CORRUPT : STATUS_OK;
+}
+
+/* Each rank read its slice of every buffer: one MPI_Allgatherv per buffer, in blocks
+ * of PARAM_ALIGN_FLOATS (slices are whole blocks), gives every rank all of them. */
+static void replicate(MPI_Comm comm, ckpt_content *c)
+{
+    int size;
+    MPI_Comm_size(comm, &size);
+    if (size == 1) return;
+    int *counts = malloc((size_t)size * sizeof *counts), *displs = malloc((size_t)size * sizeof *displs);
+    CHECK(counts && displs, "out of memory replicating a checkpoint");
+    MPI_Datatype line;
+    MPI_CHECK(MPI_Type_contiguous(PARAM_ALIGN_FLOATS, MPI_FLOAT, &line));
+    MPI_CHECK(MPI_Type_commit(&line));
+    for (int g = 0; g < c->ngroups; g++) {
+        size_t total = c->groups[g].table->total;
+        CHECK(total / PARAM_ALIGN_FLOATS <= (size_t)INT32_MAX, "a flat buffer of more than 2^31 cache lines");
+        for (int r = 0; r < size; r++) {
+            size_t lo, hi;
+            ckpt_flat_slice(total, r, size, &lo, &hi);
+            counts[r] = (int)((hi - lo) / PARAM_ALIGN_FLOATS);
+            displs[r] = (int)(lo / PARAM_ALIGN_FLOATS);
+        }
+        MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, c->groups[g].data, counts, displs, line, comm));
+    }
+    MPI_CHECK(MPI_Type_free(&line));
+    free(counts);
+    free(displs);
+}
+
+status ckpt_file_read(MPI_Comm comm, const char *path, int64_t marker_step, ckpt_content *c, ckpt_info *info,
+                      char *why)
+{
+    int size, n = 0;
+    MPI_Comm_size(comm, &size);
+    for (int g = 0; g < c->ngroups; g++) n += c->groups[g].table->count;
+    hid_t *ids = malloc((size_t)(n + c->nblobs + 1) * sizeof *ids);
+    ckpt_crc_piece *pc = calloc((size_t)n + 1, sizeof *pc);
+    uint32_t *file_crc = calloc((size_t)n + 1, sizeof *file_crc);
+    CHECK(ids && pc && file_crc, "out of memory loading a checkpoint");
+    for (int k = 0; k < n + c->nblobs; k++) ids[k] = -1;
+    hid_t fapl = ckpt_file_access(comm);
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    H5Pclose(fapl);
+    status st = STATUS_OK;
+    if (f < 0) {
+        snprintf(why, CKPT_WHY_MAX, "cannot open %s: truncated, damaged or not an HDF5 file", path);
+        st = STATUS_CORRUPT;
+    }
+    st = ckpt_agree(comm, st, why, CKPT_WHY_MAX);
+    file_header h;
+    if (st == STATUS_OK) st = ckpt_agree(comm, read_header(f, marker_step, c, &h, why), why, CKPT_WHY_MAX);
+    if (st == STATUS_OK) st = ckpt_agree(comm, check_layout(f, &h, c, ids, why), why, CKPT_WHY_MAX);
+    if (st == STATUS_OK) st = ckpt_agree(comm, read_data(comm, ids, &h, c, pc, file_crc, why), why, CKPT_WHY_MAX);
+    if (st == STATUS_OK) st = verify(comm, c, pc, file_crc, n, why);
+    if (st == STATUS_OK) {
+        replicate(comm, c);
+        info->step = h.step;
+        info->world_size = h.world_size;
+        info->ranks_per_node = h.ranks_per_node;
+        info->resharded = h.world_size != size;
+    }
+    for (int k = 0; k < n + c->nblobs; k++)
+        if (ids[k] >= 0) H5Dclose(ids[k]);
+    if (f >= 0) H5Fclose(f);
+    free(ids);
+    free(pc);
+    free(file_crc);
+    return st;
+}
