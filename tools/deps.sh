@@ -20,6 +20,7 @@ REQUIRED_PKGS=(
     libpapi-dev libhwloc-dev              # hardware counters, topology and binding
     libinih-dev libjansson-dev zlib1g-dev # INI config parser, JSON, CRC-32 for checksums
     python3-torch python3-torchvision python3-h5py python3-numpy   # reference-vs-PyTorch validation
+    python3-sklearn                       # the handwritten digits of the ResNet convergence test
 )
 
 missing_pkgs() {

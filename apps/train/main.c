@@ -5,9 +5,11 @@
  *
  * main() reads like a script: parse -> runtime -> comm -> setup (data, model,
  * buckets, checkpoints) -> resume -> loop -> free. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "train.h"
@@ -65,6 +67,20 @@ static int prepare_main(int argc, char **argv)
         return 2;
     }
     char train[4200], val[4200];
+    snprintf(train, sizeof train, "%s", out);  /* mkdir -p OUT_DIR */
+    for (char *p = train + 1;; p++) {
+        char keep = *p;
+        if (keep == '/' || keep == 0) {
+            *p = 0;
+            if (mkdir(train, 0755) != 0 && errno != EEXIST) {
+                log_error0("cannot create %s: %s", train, strerror(errno));
+                free(files);
+                return 2;
+            }
+            *p = keep;
+        }
+        if (!keep) break;
+    }
     snprintf(train, sizeof train, "%s/train.bin", out);
     snprintf(val, sizeof val, "%s/val.bin", out);
     status st = data_prepare_text(files, nfiles, train, val, frac);
@@ -114,8 +130,9 @@ int main(int argc, char **argv)
     st = train_setup(run, &cfg, &rt, c);
     if (st == STATUS_OK && rt.rank == 0) {
         model_spec_print(&run->spec, stdout);
-        printf("batch: global %d = micro-batch %d x accumulation %d x %d ranks%s\n", run->tb.global_batch,
-               run->tb.micro_batch, run->tb.accum, rt.size, run->T ? "" : " (images)");
+        printf("batch: global %d = micro-batch %d x accumulation %d x %d ranks%s; %d threads per rank\n",
+               run->tb.global_batch, run->tb.micro_batch, run->tb.accum, rt.size, run->T ? "" : " (images)",
+               run->threads);
         char line[512];
         data_describe(run->train_data, line, sizeof line);
         printf("data.train: %s\n", line);

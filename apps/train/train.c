@@ -3,7 +3,10 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <cblas.h>
 #include <math.h>
+#include <omp.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +37,8 @@ const config_key train_schema_keys[] = {
       .help = "where metrics.jsonl, config.ini and ckpt/ go (created)" },
     { "train", "clip", CONFIG_TYPE_FLOAT, "1.0", .min = 0, .max = 1e30,
       .help = "max global gradient L2 norm (0: no clipping)" },
+    { "train", "threads", CONFIG_TYPE_INT, "0", .min = 0, .max = 4096,
+      .help = "OpenMP and BLAS threads per rank (0: the cores this rank is bound to)" },
     { "train", "bucket_bytes", CONFIG_TYPE_SIZE, "25M", .min = 4096, .max = 1ull << 34,
       .help = "gradient bucket size (PyTorch DDP's bucket_cap_mb = 25)" },
     { "optim", "name", CONFIG_TYPE_ENUM, "auto", .choices = "auto|adamw|sgd",
@@ -278,6 +283,14 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c)
     r->clip = config_float(cfg, "train.clip");
     snprintf(r->run_dir, sizeof r->run_dir, "%s", config_str(cfg, "train.run_dir"));
     config_dump(cfg, r->config_text, sizeof r->config_text);
+    r->threads = (int)config_int(cfg, "train.threads");
+    if (r->threads == 0) {  /* the binding's cores: more threads than that would fight over them */
+        cpu_set_t set;
+        r->threads = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+        if (r->threads < 1) r->threads = 1;
+    }
+    omp_set_num_threads(r->threads);
+    openblas_set_num_threads(r->threads);
     TRY(model_spec_from_config(&r->spec, cfg));
     TRY(train_batch_resolve(&r->tb, cfg, rt->size));
     r->T = r->spec.family == MODEL_FAMILY_RESNET ? 0 : (int)config_int(cfg, "train.seq_len");
@@ -526,7 +539,6 @@ status train_loop(train_run *r)
     double ck_minutes = config_float(cfg, "ckpt.every_minutes");
     double units = r->spec.family == MODEL_FAMILY_RESNET ? r->tb.global_batch : (double)r->tb.global_batch * r->T;
     const char *unit = r->spec.family == MODEL_FAMILY_RESNET ? "img/s" : "tok/s";
-    bool tty = isatty(STDOUT_FILENO);
     double t_run = now_s(), t_ckpt = t_run, sum_ms = 0, sum_wait = 0;
     long timed = 0, first = r->step;
     step_stats ss = { 0 };
@@ -535,10 +547,10 @@ status train_loop(train_run *r)
         if (r->step - first > 1) { sum_ms += ss.step_ms; sum_wait += ss.comm_wait_ms; timed++; }  /* skip warm-up */
         if (rt->rank == 0 && (r->step % log_every == 0 || r->step == r->steps)) {
             double eta = (r->steps - r->step) * ss.step_ms / 1e3;
-            printf("step=%ld loss=%.6f lr=%.4e gnorm=%.4f %s=%.1f step_ms=%.1f comm_wait_ms=%.2f", r->step, ss.loss,
-                   ss.lr, ss.gnorm, unit, units / (ss.step_ms / 1e3), ss.step_ms, ss.comm_wait_ms);
-            if (tty) printf(" eta=%.0fs", eta);
-            printf("\n");
+            /* One plain line per interval, ETA included: under mpirun every rank's stdout is
+             * a pseudo-terminal, so a terminal cannot be told from a batch log here. */
+            printf("step=%ld loss=%.6f lr=%.4e gnorm=%.4f %s=%.1f step_ms=%.1f comm_wait_ms=%.2f eta=%.0fs\n", r->step,
+                   ss.loss, ss.lr, ss.gnorm, unit, units / (ss.step_ms / 1e3), ss.step_ms, ss.comm_wait_ms, eta);
             fflush(stdout);
             json_t *j = json_pack("{s:s, s:I, s:f, s:f, s:f, s:f, s:f, s:f}", "kind", "train", "step",
                                   (json_int_t)r->step, "loss", ss.loss, "lr", ss.lr, "gnorm", ss.gnorm, unit,

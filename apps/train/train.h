@@ -66,6 +66,7 @@ typedef struct train_run {
     long step;                 /* optimizer steps completed */
     long steps;                /* total steps of the run */
     uint64_t seed;
+    int threads;               /* OpenMP / BLAS threads of this rank */
     double comm_ms;            /* calibrated: one blocking allreduce of all buckets */
     data_state loader_state;   /* the training loader's position after the last step (checkpointed) */
     char config_text[65536];   /* the resolved config, as config_dump writes it */
