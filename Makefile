@@ -26,7 +26,7 @@ CFLAGS  += -I/usr/include/x86_64-linux-gnu/openblas-openmp
 # Parallel HDF5 (Debian's OpenMPI build) for checkpoints and image sets; zlib's CRC-32 for checksums.
 HDF5_DIR := /usr/lib/x86_64-linux-gnu/hdf5/openmpi
 CFLAGS  += -I/usr/include/hdf5/openmpi
-LDLIBS  := -linih -ljansson -lhwloc -ldnnl -L$(HDF5_DIR) -Wl,-rpath,$(HDF5_DIR) -lhdf5 -lz \
+LDLIBS  := -linih -ljansson -lhwloc -ldnnl -L$(HDF5_DIR) -Wl,-rpath,$(HDF5_DIR) -lhdf5 -lisal -lz \
            -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas -lm
 LDFLAGS += -fopenmp
 

@@ -111,6 +111,20 @@ status ckpt_save(ckpt_writer *w, const ckpt_content *c);
 status ckpt_wait(ckpt_writer *w);
 /* Collective (frees a communicator). Joins a running async save first; call ckpt_wait
  * before it to learn that save's status (free only logs a failure). */
+/* Timings of the last async save on rank 0 (zeros elsewhere and for sync saves). */
+typedef struct ckpt_stats {
+    size_t bytes;          /* tensor bytes staged and written */
+    double copy_s;         /* copying them into staging memory (the caller's stall, less the metadata) */
+    double write_s;        /* background: checksums, writing and fsync of the data */
+    double memcpy_s;       /* the peer, measured once at init: one plain memcpy of the same tensors
+                              (single thread), what "copying the state in memory" costs */
+} ckpt_stats;
+void ckpt_get_stats(const ckpt_writer *w, ckpt_stats *s);
+
+/* Not collective; call between steps. Rank 0 finishes an async save whose background
+ * write is done — checksum attributes, commit — so checkpoints commit without a
+ * wait; a failure is returned by the next ckpt_save or ckpt_wait. */
+void ckpt_poll(ckpt_writer *w);
 void ckpt_writer_free(ckpt_writer *w);
 
 /* Collective. `which` is "auto" (the newest committed checkpoint under dir that

@@ -14,9 +14,12 @@
 #include "ckpt_impl.h"
 
 #include <inttypes.h>
+#include <fcntl.h>
+#include <isa-l/crc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "cli.h"
@@ -93,7 +96,7 @@ void ckpt_plan_free(ckpt_plan *p)
 
 uint32_t ckpt_crc_bytes(uint32_t crc, const void *p, size_t n)
 {
-    return (uint32_t)crc32_z(crc, (const Bytef *)p, n);
+    return crc32_gzip_refl(crc, (const unsigned char *)p, (uint64_t)n);  /* zlib's CRC-32, ~3x faster */
 }
 
 static uint32_t crc_join(uint32_t a, uint32_t b, size_t len_b)
@@ -478,4 +481,42 @@ status ckpt_file_offsets_close(hid_t f, ckpt_plan *p, char *why)
     if (H5Fclose(f) >= 0) return STATUS_OK;
     snprintf(why, CKPT_WHY_MAX, "cannot write the metadata of the checkpoint file (HDF5)");
     return STATUS_IO;
+}
+
+status ckpt_file_set_checksums(const char *path, const ckpt_plan *p, char *why)
+{
+    hid_t fapl = ckpt_file_access(MPI_COMM_NULL);
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, fapl);
+    H5Pclose(fapl);
+    if (f < 0) {
+        snprintf(why, CKPT_WHY_MAX, "cannot reopen %s to write its checksums (HDF5)", path);
+        return STATUS_IO;
+    }
+    const char *failed = NULL;
+    /* Replaced, not rewritten in place: HDF5 1.10 cannot modify a record of dense
+     * attribute storage reopened from disk. */
+    for (int k = 0; k < p->ndsets && !failed; k++) {
+        const ckpt_dset *d = &p->dsets[k];
+        hid_t ds = H5Dopen2(f, d->path, H5P_DEFAULT);
+        int rc = ds < 0 || H5Adelete(ds, "checksum") < 0 ||
+                 attr_write(ds, "checksum", H5T_STD_U32LE, H5T_NATIVE_UINT32, 0, &d->crc) != 0;
+        if (!rc && d->group < 0)
+            rc = H5Adelete(ds, "row_checksums") < 0 ||
+                 attr_write(ds, "row_checksums", H5T_STD_U32LE, H5T_NATIVE_UINT32, d->dims[0], d->row_crcs) != 0;
+        if (ds >= 0) H5Dclose(ds);
+        if (rc) failed = d->path;
+    }
+    if (H5Fclose(f) < 0 && !failed) failed = "(close)";
+    if (failed) {
+        snprintf(why, CKPT_WHY_MAX, "cannot write the checksum of %s in %s (HDF5)", failed, path);
+        return STATUS_IO;
+    }
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || fsync(fd) != 0) {
+        snprintf(why, CKPT_WHY_MAX, "cannot sync %s: %s", path, log_errno_str());
+        if (fd >= 0) close(fd);
+        return STATUS_IO;
+    }
+    close(fd);
+    return STATUS_OK;
 }

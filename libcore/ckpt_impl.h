@@ -71,6 +71,8 @@ struct ckpt_writer {
     bool running;                        /* thread started and not joined */
     atomic_bool done;                    /* the thread has finished its work */
     status thread_status;                /* its result */
+    status deferred;                     /* first failure of a finished background save, not yet reported */
+    ckpt_stats stats;                    /* of the last async save (write_s set by the thread) */
     int64_t pending_step;                /* step it writes */
     ckpt_fault pending_fault;            /* fault of that write (copied: the thread never reads `fault`) */
     /* tests */
@@ -169,5 +171,8 @@ status ckpt_dir_fsync(const char *path);
 status ckpt_dir_marker(const char *path, int64_t *step, char *why);
 /* The commit of .step_N.tmp (whose state.h5 is durable), then pruning. */
 status ckpt_dir_commit(const char *dir, int64_t step, int keep_last, ckpt_fault fault);
+/* Async saves: writes every dataset's "checksum" attribute (and a blob's
+ * row_checksums) from the plan into the file at path, then fsyncs it. */
+status ckpt_file_set_checksums(const char *path, const ckpt_plan *p, char *why);
 
 #endif

@@ -18,7 +18,8 @@ REQUIRED_PKGS=(
     libdnnl-dev                              # oneDNN: direct convolutions and batch norm for CNNs
     libucx-dev libpmix-dev                # UCX transport, PMIx for srun --mpi=pmix
     libpapi-dev libhwloc-dev              # hardware counters, topology and binding
-    libinih-dev libjansson-dev zlib1g-dev # INI config parser, JSON, CRC-32 for checksums
+    libinih-dev libjansson-dev zlib1g-dev # INI config parser, JSON, CRC-32 combination
+    libisal-dev                           # ISA-L: CRC-32 at memory speed (PCLMUL), zlib-compatible
     python3-torch python3-torchvision python3-h5py python3-numpy   # reference-vs-PyTorch validation
     python3-sklearn                       # the handwritten digits of the ResNet convergence test
 )

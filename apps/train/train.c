@@ -522,11 +522,22 @@ static status train_checkpoint(train_run *r)
 {
     ckpt_content c;
     train_ckpt_content(r, &c);
+    ckpt_stats before;
+    ckpt_get_stats(r->ckpt, &before);  /* the previous async save's write, finished by now or in ckpt_save */
     double t0 = now_s();
     TRY(ckpt_save(r->ckpt, &c));
-    if (r->rt->rank == 0)
-        printf("checkpoint step=%ld stall_ms=%.1f%s\n", r->step, (now_s() - t0) * 1e3,
-               config_bool(r->cfg, "ckpt.async") ? " (async: written in the background)" : "");
+    double stall = (now_s() - t0) * 1e3;
+    if (r->rt->rank != 0) return STATUS_OK;
+    if (!config_bool(r->cfg, "ckpt.async")) {
+        printf("checkpoint step=%ld stall_ms=%.1f\n", r->step, stall);
+        return STATUS_OK;
+    }
+    ckpt_stats s;
+    ckpt_get_stats(r->ckpt, &s);
+    printf("checkpoint step=%ld stall_ms=%.1f copy_ms=%.1f memcpy_ms=%.1f bytes=%zu (async: written in the background)",
+           r->step, stall, s.copy_s * 1e3, s.memcpy_s * 1e3, s.bytes);
+    if (before.write_s > 0) printf(" previous_write_MB/s=%.0f", (double)before.bytes / before.write_s / 1e6);
+    printf("\n");
     return STATUS_OK;
 }
 
@@ -544,6 +555,7 @@ status train_loop(train_run *r)
     step_stats ss = { 0 };
     while (r->step < r->steps) {
         TRY(train_step(r, &ss));
+        ckpt_poll(r->ckpt);  /* commits a finished background checkpoint without waiting */
         if (r->step - first > 1) { sum_ms += ss.step_ms; sum_wait += ss.comm_wait_ms; timed++; }  /* skip warm-up */
         if (rt->rank == 0 && (r->step % log_every == 0 || r->step == r->steps)) {
             double eta = (r->steps - r->step) * ss.step_ms / 1e3;
@@ -583,7 +595,14 @@ status train_loop(train_run *r)
         }
     }
     if (r->ckpt && r->step == r->steps && r->step % (ck_steps > 0 ? ck_steps : 1) != 0) TRY(train_checkpoint(r));
-    if (r->ckpt) TRY(ckpt_wait(r->ckpt));
+    if (r->ckpt) {
+        TRY(ckpt_wait(r->ckpt));
+        ckpt_stats cs;
+        ckpt_get_stats(r->ckpt, &cs);
+        if (rt->rank == 0 && cs.write_s > 0)
+            printf("checkpoint last background write: %.0f MB in %.2f s = %.0f MB/s\n", (double)cs.bytes / 1e6,
+                   cs.write_s, (double)cs.bytes / cs.write_s / 1e6);
+    }
     if (r->val_data) {
         double l, acc;
         long n;

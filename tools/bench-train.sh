@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# bench-train.sh — the nebula-train benchmarks of the README, each beside its peer in
+# the same run:
+#   overlap  GPT-2 124M on 4 ranks (2 virtual nodes x 2), micro-batch 1 x T=64: time a
+#            step waits for gradient communication after backward, against the time
+#            the same buckets take with nothing to overlap (calibrated at start-up),
+#            with overlap (25 MiB buckets launched from backward) and without it (one
+#            bucket holding every gradient, launched when backward ends);
+#   ckpt     GPT-2 124M with AdamW state (1.49 GB), asynchronous checkpoints every 4
+#            steps: the stall of the step loop against one memcpy of the same tensors
+#            (measured by the checkpoint writer in the same process at start-up),
+#            and the background write rate against dd's sequential write to the same
+#            disk (fdatasync).
+# Usage: tools/bench-train.sh [overlap|ckpt|all] (default all); REPS (default 3).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+what=${1:-all}
+reps=${REPS:-3}
+if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+tmp=$(mktemp -d -p "${TMPDIR:-/tmp}")
+trap 'rm -rf "$tmp"' EXIT
+med() { /usr/bin/python3 -c "import statistics,sys; print(statistics.median(float(x) for x in sys.argv[1:]))" "$@"; }
+field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" | tail -1; }
+
+if [ "$what" = overlap ] || [ "$what" = all ]; then
+    w1=() c1=() w2=() c2=()
+    for r in $(seq 1 "$reps"); do
+        for mode in overlap none; do
+            extra=(); [ $mode = none ] && extra=(--set train.bucket_bytes=16G)
+            out=$(mpirun --oversubscribe -np 4 build/bin/nebula-train --model gpt2 --ranks-per-node 2 \
+                  --run-dir "$tmp/ov" --set data.train=synthetic --set train.micro_batch=1 --seq-len 64 --steps 6 \
+                  --set optim.warmup_steps=0 --set train.log_interval=6 "${extra[@]}" </dev/null 2>&1 | grep '^summary')
+            if [ $mode = overlap ]; then w1+=("$(field comm_wait_ms <<<"$out")"); c1+=("$(field comm_ms <<<"$out")")
+            else w2+=("$(field comm_wait_ms <<<"$out")"); c2+=("$(field comm_ms <<<"$out")"); fi
+        done
+    done
+    W1=$(med "${w1[@]}") C1=$(med "${c1[@]}") W2=$(med "${w2[@]}") C2=$(med "${c2[@]}")
+    echo "| gradient communication, GPT-2 124M, 4 ranks (2x2) | wait after backward | communication time | exposed |"
+    echo "|---|---:|---:|---:|"
+    printf "| 25 MiB buckets launched from backward | %.0f ms | %.0f ms | %.0f%% |\n" "$W1" "$C1" "$(echo "100*$W1/$C1" | bc -l)"
+    printf "| one bucket after backward (no overlap) | %.0f ms | %.0f ms | %.0f%% |\n" "$W2" "$C2" "$(echo "100*$W2/$C2" | bc -l)"
+fi
+
+if [ "$what" = ckpt ] || [ "$what" = all ]; then
+    st=() cp=() wr=() wi=() mc=() dd_=()
+    for r in $(seq 1 "$reps"); do
+        rm -rf "$tmp/ck"
+        out=$(mpirun --oversubscribe -np 1 build/bin/nebula-train --model gpt2 --run-dir "$tmp/ck" \
+              --set data.train=synthetic --set train.micro_batch=2 --seq-len 64 --steps 12 --set optim.warmup_steps=0 \
+              --set train.log_interval=12 --set ckpt.every_steps=4 --set ckpt.async=true </dev/null 2>&1)
+        st+=("$(grep '^checkpoint step=12' <<<"$out" | field stall_ms)")
+        cp+=("$(grep '^checkpoint step=12' <<<"$out" | field copy_ms)")
+        wr+=("$(grep '^checkpoint step=12' <<<"$out" | sed -n 's/.*previous_write_MB\/s=\([0-9.]*\).*/\1/p')")
+        wi+=("$(sed -n 's/^checkpoint last background write: .* = \([0-9.]*\) MB\/s/\1/p' <<<"$out")")
+        bytes=$(grep '^checkpoint step=12' <<<"$out" | field bytes)
+        mc+=("$(grep '^checkpoint step=12' <<<"$out" | field memcpy_ms)")
+        dd_+=("$(dd if=/dev/zero of="$tmp/dd" bs=64M count=$((bytes / 67108864 + 1)) conv=fdatasync 2>&1 |
+                 sed -n 's/.*copied, \([0-9.]*\) s.*/\1/p' | awk -v b="$bytes" '{printf "%.0f", (int(b/67108864)+1)*67108864/$1/1e6}')")
+        rm -f "$tmp/dd"
+    done
+    echo
+    echo "| async checkpoint, GPT-2 124M + AdamW ($(/usr/bin/python3 -c "print(round($bytes/1e9, 2))") GB) | Nebula | peer | ratio |"
+    echo "|---|---:|---:|---:|"
+    S=$(med "${st[@]}") M=$(med "${mc[@]}") WR=$(med "${wr[@]}") D=$(med "${dd_[@]}")
+    printf "| step-loop stall vs one memcpy of the same tensors | %.0f ms (copy %.0f ms) | %.0f ms | %.2f |\n" "$S" "$(med "${cp[@]}")" "$M" "$(echo "$S/$M" | bc -l)"
+    WI=$(med "${wi[@]}")
+    printf "| background write rate while training (2 cores busy) vs dd | %.0f MB/s | %.0f MB/s | %.2f |\n" "$WR" "$D" "$(echo "$WR/$D" | bc -l)"
+    printf "| background write rate, last save (loop finished) vs dd | %.0f MB/s | %.0f MB/s | %.2f |\n" "$WI" "$D" "$(echo "$WI/$D" | bc -l)"
+fi
