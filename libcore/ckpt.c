@@ -375,6 +375,7 @@ static status save_async(ckpt_writer *w, const ckpt_content *c)
 static status finish_async(ckpt_writer *w)
 {
     char h5[CKPT_PATH_MAX], why[CKPT_WHY_MAX] = "";
+    double t0 = omp_get_wtime();
     ckpt_dir_tmp_path(h5, sizeof h5, w->dir, w->pending_step);
     strcat(h5, "/" CKPT_FILE);
     status st = ckpt_file_set_checksums(h5, &w->plan, why);
@@ -382,7 +383,9 @@ static status finish_async(ckpt_writer *w)
         log_error("checkpoint of step %" PRId64 " not committed: %s", w->pending_step, why);
         return st;
     }
-    return ckpt_dir_commit(w->dir, w->pending_step, w->keep_last, w->pending_fault);
+    st = ckpt_dir_commit(w->dir, w->pending_step, w->keep_last, w->pending_fault);
+    w->stats.finish_s = omp_get_wtime() - t0;
+    return st;
 }
 
 /* Rank 0: joins a finished (or, when `block`, a running) background write and

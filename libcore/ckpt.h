@@ -116,6 +116,7 @@ typedef struct ckpt_stats {
     size_t bytes;          /* tensor bytes staged and written */
     double copy_s;         /* copying them into staging memory (the caller's stall, less the metadata) */
     double write_s;        /* background: checksums, writing and fsync of the data */
+    double finish_s;       /* the caller, between steps (ckpt_poll): checksum attributes and commit */
     double memcpy_s;       /* the peer, measured once at init: one plain memcpy of the same tensors
                               (single thread), what "copying the state in memory" costs */
 } ckpt_stats;

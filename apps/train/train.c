@@ -536,7 +536,9 @@ static status train_checkpoint(train_run *r)
     ckpt_get_stats(r->ckpt, &s);
     printf("checkpoint step=%ld stall_ms=%.1f copy_ms=%.1f memcpy_ms=%.1f bytes=%zu (async: written in the background)",
            r->step, stall, s.copy_s * 1e3, s.memcpy_s * 1e3, s.bytes);
-    if (before.write_s > 0) printf(" previous_write_MB/s=%.0f", (double)before.bytes / before.write_s / 1e6);
+    if (before.write_s > 0)
+        printf(" previous_write_MB/s=%.0f previous_finish_ms=%.1f", (double)before.bytes / before.write_s / 1e6,
+               before.finish_s * 1e3);
     printf("\n");
     return STATUS_OK;
 }
