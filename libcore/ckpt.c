@@ -15,6 +15,7 @@
  * THREAD_MULTIPLE OpenMPI takes locks in every other communication; worth it only when the
  * per-rank state (DGC residuals) grows too large to gather. */
 #include "ckpt_impl.h"
+#include "path.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -156,7 +157,7 @@ status ckpt_writer_init(ckpt_writer **out, MPI_Comm comm, const char *dir, int k
     }
     w->ranks_per_node = count_ranks_per_node(w->comm);
     atomic_init(&w->done, true);
-    status st = w->rank == 0 ? ckpt_dir_mkdirs(w->dir) : STATUS_OK;
+    status st = w->rank == 0 ? path_mkdirs(w->dir, "checkpoint directory") : STATUS_OK;
     if (st == STATUS_OK && async && w->rank == 0) st = staging_init(w, shape);
     st = ckpt_agree(w->comm, st, NULL, 0);
     if (st != STATUS_OK) {

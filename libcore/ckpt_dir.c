@@ -67,29 +67,6 @@ status ckpt_dir_fsync(const char *path)
     return STATUS_OK;
 }
 
-status ckpt_dir_mkdirs(const char *dir)
-{
-    char p[CKPT_PATH_MAX];
-    CHECK(snprintf(p, sizeof p, "%s", dir) < (int)sizeof p, "the checkpoint directory path is too long");
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/') continue;
-        *s = '\0';
-        if (mkdir(p, 0755) != 0 && errno != EEXIST) goto mkdir_failed;
-        *s = '/';
-    }
-    if (mkdir(p, 0755) != 0 && errno != EEXIST) goto mkdir_failed;
-    struct stat sb;
-    if (stat(dir, &sb) != 0) goto mkdir_failed;
-    if (!S_ISDIR(sb.st_mode)) {
-        log_error("checkpoint directory %s exists and is not a directory", dir);
-        return STATUS_IO;
-    }
-    return STATUS_OK;
-mkdir_failed:
-    log_error("cannot create checkpoint directory %s: %s", p, log_errno_str());
-    return STATUS_IO;
-}
-
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
     (void)sb;

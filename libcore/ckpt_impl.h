@@ -159,7 +159,6 @@ void ckpt_dir_tmp_path(char *out, size_t len, const char *dir, int64_t step);
 void ckpt_dir_old_path(char *out, size_t len, const char *dir, int64_t step);
 /* The path of a listed entry. */
 void ckpt_dir_entry_path(char *out, size_t len, const char *dir, const ckpt_entry *e);
-status ckpt_dir_mkdirs(const char *dir);
 /* Entries of dir, newest step first (at equal steps debris before the commit);
  * *n = 0 when dir does not exist. The array is malloc'd (free it); NULL on error. */
 status ckpt_dir_list(const char *dir, ckpt_entry **entries, int *n);

@@ -5,13 +5,12 @@
  *
  * main() reads like a script: parse -> runtime -> comm -> setup (data, model,
  * buckets, checkpoints) -> resume -> loop -> free. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "cli.h"
+#include "path.h"
 #include "train.h"
 
 static const char usage[] =
@@ -67,19 +66,9 @@ static int prepare_main(int argc, char **argv)
         return 2;
     }
     char train[4200], val[4200];
-    snprintf(train, sizeof train, "%s", out);  /* mkdir -p OUT_DIR */
-    for (char *p = train + 1;; p++) {
-        char keep = *p;
-        if (keep == '/' || keep == 0) {
-            *p = 0;
-            if (mkdir(train, 0755) != 0 && errno != EEXIST) {
-                log_error0("cannot create %s: %s", train, strerror(errno));
-                free(files);
-                return 2;
-            }
-            *p = keep;
-        }
-        if (!keep) break;
+    if (path_mkdirs(out, "output directory") != STATUS_OK) {
+        free(files);
+        return 1;
     }
     snprintf(train, sizeof train, "%s/train.bin", out);
     snprintf(val, sizeof val, "%s/val.bin", out);

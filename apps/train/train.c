@@ -10,11 +10,11 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "param.h"
+#include "path.h"
 
 const config_key train_schema_keys[] = {
     { "train", "micro_batch", CONFIG_TYPE_INT, "0", .min = 0, .max = 1 << 20,
@@ -236,23 +236,6 @@ static status train_calibrate_comm(train_run *r)
     return STATUS_OK;
 }
 
-static status train_mkdir(const char *path)
-{
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(tmp, 0755) != 0 && errno != EEXIST) break;
-            *p = '/';
-        }
-    if (mkdir(tmp, 0755) != 0 && errno != EEXIST) {
-        log_error("cannot create the run directory %s: %s", path, strerror(errno));
-        return STATUS_IO;
-    }
-    return STATUS_OK;
-}
-
 /* What a checkpoint of this run holds: parameters, optimizer moments, ResNet's BN
  * statistics, and the loader position (the same on every rank; a blob so that later
  * per-rank state joins it the same way). */
@@ -351,7 +334,7 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c)
     TRY(st);
     TRY(train_calibrate_comm(r));
 
-    if (rt->rank == 0) TRY(train_mkdir(r->run_dir));
+    if (rt->rank == 0) TRY(path_mkdirs(r->run_dir, "run directory"));
     MPI_Barrier(rt->world);
     if (config_int(cfg, "ckpt.every_steps") > 0 || config_float(cfg, "ckpt.every_minutes") > 0) {
         char dir[4200];
@@ -444,8 +427,7 @@ static status train_step(train_run *r, step_stats *ss)
     MPI_Allreduce(&local, &ss->loss, 1, MPI_DOUBLE, MPI_SUM, r->rt->world);
     ss->loss /= r->rt->size;
     ss->gnorm = 0;
-    if (r->clip > 0) optim_clip_grad_norm(pb->grads, pt->total, r->clip, &ss->gnorm);
-    else optim_clip_grad_norm(pb->grads, pt->total, INFINITY, &ss->gnorm);
+    optim_clip_grad_norm(pb->grads, pt->total, r->clip > 0 ? r->clip : INFINITY, &ss->gnorm);  /* the norm either way */
     ss->lr = lr_at(&r->sched, r->step);
     if (!isfinite(ss->gnorm)) {
         log_error0("step %ld: the gradient norm is %g; the step is skipped (lower optim.lr or set train.clip)",
@@ -500,6 +482,15 @@ static status train_eval(train_run *r, double *loss, double *acc, long *samples)
     return STATUS_OK;
 }
 
+/* One record of metrics.jsonl (rank 0), flushed so a crash loses no line; takes j. */
+static void train_metrics_write(train_run *r, json_t *j)
+{
+    json_dumpf(j, r->metrics, JSON_COMPACT);
+    fputc('\n', r->metrics);
+    fflush(r->metrics);
+    json_decref(j);
+}
+
 static void train_log_eval(train_run *r, double loss, double acc, long samples)
 {
     if (r->rt->rank != 0) return;
@@ -511,10 +502,7 @@ static void train_log_eval(train_run *r, double loss, double acc, long samples)
                           "samples", (json_int_t)samples);
     if (r->spec.family == MODEL_FAMILY_RESNET) json_object_set_new(j, "acc", json_real(acc));
     else json_object_set_new(j, "ppl", json_real(exp(loss)));
-    json_dumpf(j, r->metrics, JSON_COMPACT);
-    fputc('\n', r->metrics);
-    fflush(r->metrics);
-    json_decref(j);
+    train_metrics_write(r, j);
     fflush(stdout);
 }
 
@@ -553,7 +541,7 @@ status train_loop(train_run *r)
     double units = r->spec.family == MODEL_FAMILY_RESNET ? r->tb.global_batch : (double)r->tb.global_batch * r->T;
     const char *unit = r->spec.family == MODEL_FAMILY_RESNET ? "img/s" : "tok/s";
     double t_run = now_s(), t_ckpt = t_run, sum_ms = 0, sum_wait = 0;
-    long timed = 0, first = r->step;
+    long timed = 0, first = r->step, saved = -1;
     step_stats ss = { 0 };
     while (r->step < r->steps) {
         TRY(train_step(r, &ss));
@@ -569,10 +557,7 @@ status train_loop(train_run *r)
             json_t *j = json_pack("{s:s, s:I, s:f, s:f, s:f, s:f, s:f, s:f}", "kind", "train", "step",
                                   (json_int_t)r->step, "loss", ss.loss, "lr", ss.lr, "gnorm", ss.gnorm, unit,
                                   units / (ss.step_ms / 1e3), "step_ms", ss.step_ms, "comm_wait_ms", ss.comm_wait_ms);
-            json_dumpf(j, r->metrics, JSON_COMPACT);
-            fputc('\n', r->metrics);
-            fflush(r->metrics);
-            json_decref(j);
+            train_metrics_write(r, j);
         }
         if (r->val_data && eval_every > 0 && r->step % eval_every == 0 && r->step < r->steps) {
             double l, acc;
@@ -590,13 +575,14 @@ status train_loop(train_run *r)
         if (agreed[0] && r->ckpt) {
             TRY(train_checkpoint(r));
             t_ckpt = now_s();
+            saved = r->step;
         }
         if (agreed[1]) {
             if (rt->rank == 0) printf("stopping at step %ld on SIGTERM%s\n", r->step, r->ckpt ? " (checkpoint written)" : "");
             break;
         }
     }
-    if (r->ckpt && r->step == r->steps && r->step % (ck_steps > 0 ? ck_steps : 1) != 0) TRY(train_checkpoint(r));
+    if (r->ckpt && r->step == r->steps && saved != r->step) TRY(train_checkpoint(r));
     if (r->ckpt) {
         TRY(ckpt_wait(r->ckpt));
         ckpt_stats cs;
@@ -618,9 +604,7 @@ status train_loop(train_run *r)
                wait, r->comm_ms, r->comm_ms > 0 ? 100 * wait / r->comm_ms : 0.0, now_s() - t_run, r->run_dir);
         json_t *j = json_pack("{s:s, s:I, s:f, s:f, s:f, s:f}", "kind", "summary", "steps", (json_int_t)r->step,
                               "final_loss", ss.loss, "mean_step_ms", mean, "comm_wait_ms", wait, "comm_ms", r->comm_ms);
-        json_dumpf(j, r->metrics, JSON_COMPACT);
-        fputc('\n', r->metrics);
-        json_decref(j);
+        train_metrics_write(r, j);
         fflush(stdout);
     }
     return STATUS_OK;

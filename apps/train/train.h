@@ -53,7 +53,6 @@ typedef struct train_run {
     bucket_manager bm;
     int nlayers;               /* 1 + the highest param_entry.layer */
     int *layer_first, *layer_count; /* [nlayers] each layer's tensors as a range of table indices */
-    bool hook_on;              /* buckets launch from backward (last micro-batch only) */
     status hook_status;        /* first failure inside the hook */
     adamw_hparams adamw;
     sgd_hparams sgd;
