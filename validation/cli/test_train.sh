@@ -105,7 +105,7 @@ check "a corrupted newest checkpoint is reported (names the dataset)" grep -q "h
 check "... and the previous committed one is used" grep -q "resumed from .*step_00000020" $tmp/corrupt.log
 
 # --- another architecture is refused ---------------------------------------------------
-expect "a checkpoint of another architecture is refused" 2 "checkpoint" -- \
+expect "a checkpoint of another architecture is refused, listing its tensors" 2 "does not match this run's parameter table" -- \
     $MPIRUN -np 1 $TRAIN --config configs/train/gpt2-tiny-licenses.ini --run-dir $tmp/stopped \
     --set data.train="$data/train.bin" --set data.val= --steps 40 --set model.n_layer=1 $ck
 
