@@ -31,11 +31,16 @@
  * Synchronous saves use parallel HDF5 (MPI-IO driver, collective transfers): every
  * rank writes 1/world_size of each flat buffer, an (offset, count) slice like a bucket
  * or a ZeRO shard, so the write bandwidth and the checksum work scale with the ranks.
- * Asynchronous saves keep the calling thread's work to a staging copy: the HDF5
- * metadata (checksums included) is written by the calling thread on rank 0, and the
- * background thread only pwrite()s the staged bytes at the dataset offsets, fsyncs and
- * commits — it calls neither MPI (initialised MPI_THREAD_FUNNELED) nor HDF5 (Debian's
- * parallel build is not thread-safe), so other modules may keep using both meanwhile. */
+ * Asynchronous saves keep the calling thread's work to the file's metadata: rank 0's
+ * calling thread creates the file (HDF5, serial driver) and starts a background thread
+ * that copies the tensors into staging memory, then pwrite()s them at the datasets'
+ * offsets, fsyncs, and leaves the checksum attributes and the commit to ckpt_poll. The
+ * copy overlaps the next step's forward and backward passes, which read the parameters
+ * and optimizer state but do not change them; the caller calls ckpt_fence before the
+ * optimizer step, which waits only if the copy is not finished by then (CheckFreq,
+ * FAST'21, pipelines its snapshot with the next iteration the same way). The thread
+ * calls neither MPI (initialised MPI_THREAD_FUNNELED) nor HDF5 (Debian's parallel build
+ * is not thread-safe), so other modules may keep using both meanwhile. */
 #ifndef NEBULA_CKPT_H
 #define NEBULA_CKPT_H
 
@@ -56,6 +61,10 @@ typedef struct ckpt_tensors {
     const char *group;          /* "params", "optim/m", ... */
     const param_table *table;   /* names, shapes, offsets */
     float *data;                /* (table->total) the flat buffer: read on save, written on load */
+    bool copy_in_save;          /* async: staged before ckpt_save returns, for state that changes
+                                   before the optimizer step (ResNet's running statistics change in
+                                   the forward pass); other groups are copied in the background and
+                                   must not change until ckpt_fence returns */
 } ckpt_tensors;
 
 /* Per-rank bytes, the same size on every rank. */
@@ -103,18 +112,27 @@ status ckpt_writer_init(ckpt_writer **out, MPI_Comm comm, const char *dir, int k
  * groups and blobs must match the shape given at init (a mismatch is a bug: dies).
  * With a previous async save still running, waits for it first; if that save failed,
  * returns its error and writes nothing. Async: the per-rank blobs are gathered to rank
- * 0 here (MPI_Gather, in the calling thread); c may be changed as soon as this returns.
- * A save of a step that is already committed replaces it. */
+ * 0 here (MPI_Gather, in the calling thread) and may change as soon as this returns, as
+ * may the groups marked copy_in_save; the other groups must stay unchanged until
+ * ckpt_fence. A save of a step that is already committed replaces it. */
 status ckpt_save(ckpt_writer *w, const ckpt_content *c);
+/* Not collective. Call before changing a group of the content of the last ckpt_save
+ * (before the optimizer step): waits until an async save has copied it into staging
+ * memory. Returns at once for sync saves, on ranks other than 0, and when the copy is
+ * done (the usual case: it overlaps the forward and backward passes). */
+void ckpt_fence(ckpt_writer *w);
 /* Collective. Waits for an async save; returns its status (an I/O error of the
  * background write surfaces here or at the next ckpt_save). STATUS_OK when none ran. */
 status ckpt_wait(ckpt_writer *w);
-/* Collective (frees a communicator). Joins a running async save first; call ckpt_wait
- * before it to learn that save's status (free only logs a failure). */
-/* Timings of the last async save on rank 0 (zeros elsewhere and for sync saves). */
+/* Timings of the last finished async save on rank 0 (zeros elsewhere, for sync saves,
+ * and before the first async save has finished; memcpy_s from init on). The step
+ * loop's stall is save_s + fence_s + finish_s. */
 typedef struct ckpt_stats {
     size_t bytes;          /* tensor bytes staged and written */
-    double copy_s;         /* copying them into staging memory (the caller's stall, less the metadata) */
+    double save_s;         /* the caller in ckpt_save: a wait for the previous save, the gather,
+                              the copy_in_save groups, creating the file and its metadata */
+    double fence_s;        /* the caller in ckpt_fence, waiting for the background copy */
+    double copy_s;         /* background: copying the tensors into staging memory */
     double write_s;        /* background: checksums, writing and fsync of the data */
     double finish_s;       /* the caller, between steps (ckpt_poll): checksum attributes and commit */
     double memcpy_s;       /* the peer, measured once at init: one plain memcpy of the same tensors
@@ -126,6 +144,8 @@ void ckpt_get_stats(const ckpt_writer *w, ckpt_stats *s);
  * write is done — checksum attributes, commit — so checkpoints commit without a
  * wait; a failure is returned by the next ckpt_save or ckpt_wait. */
 void ckpt_poll(ckpt_writer *w);
+/* Collective (frees a communicator). Joins a running async save first; call ckpt_wait
+ * before it to learn that save's status (free only logs a failure). */
 void ckpt_writer_free(ckpt_writer *w);
 
 /* Collective. `which` is "auto" (the newest committed checkpoint under dir that

@@ -18,6 +18,7 @@
 #define CKPT_MAGIC     "NEBULA-CKPT"
 #define CKPT_FILE      "state.h5"
 #define CKPT_MARKER    "COMMITTED"
+#define CKPT_ALIGN     4096  /* file offsets and staging addresses of datasets: O_DIRECT writes */
 
 /* One dataset of a checkpoint: a tensor of a group or a per-rank blob. */
 typedef struct ckpt_dset {
@@ -31,6 +32,8 @@ typedef struct ckpt_dset {
     uint32_t *row_crcs;                 /* blob: [world_size] CRC-32 of each row */
     haddr_t offset;                     /* async: file offset of the contiguous raw data */
     const void *src;                    /* async: the staged bytes (rank 0) */
+    const void *from;                   /* async: the caller's bytes the thread copies to src
+                                           before ckpt_fence returns; NULL: staged in ckpt_save */
 } ckpt_dset;
 
 /* Every dataset of a content description, in file order: groups' tensors, then blobs. */
@@ -70,14 +73,18 @@ struct ckpt_writer {
     pthread_t thread;                    /* the background write */
     bool running;                        /* thread started and not joined */
     atomic_bool done;                    /* the thread has finished its work */
+    pthread_mutex_t lock;                /* guards copied */
+    pthread_cond_t copied_cond;          /* signalled when copied becomes true */
+    bool copied;                         /* the thread has copied the caller's buffers (ckpt_fence) */
     status thread_status;                /* its result */
     status deferred;                     /* first failure of a finished background save, not yet reported */
-    ckpt_stats stats;                    /* of the last async save (write_s set by the thread) */
+    ckpt_stats stats;                    /* of the running async save (copy_s and write_s set by the thread) */
+    ckpt_stats last;                     /* of the last finished one (ckpt_get_stats) */
     int64_t pending_step;                /* step it writes */
     ckpt_fault pending_fault;            /* fault of that write (copied: the thread never reads `fault`) */
     /* tests */
     ckpt_fault fault;                    /* stop the commit early (rank 0) */
-    unsigned delay_ms;                   /* background write sleeps first (rank 0) */
+    unsigned delay_ms;                   /* the background thread sleeps before copying (rank 0) */
     int waited;                          /* saves that had to wait for a running write */
 };
 

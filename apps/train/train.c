@@ -249,11 +249,11 @@ static void train_ckpt_content(train_run *r, ckpt_content *c)
     c->table_hash = param_table_hash(pt);
     c->config_text = r->config_text;
     c->ranks_per_node = r->rt->max_local_size;
-    c->groups[c->ngroups++] = (ckpt_tensors){ "params", pt, pb->params };
-    c->groups[c->ngroups++] = (ckpt_tensors){ "optim/m", pt, pb->m };
-    if (!r->use_sgd) c->groups[c->ngroups++] = (ckpt_tensors){ "optim/v", pt, pb->v };
+    c->groups[c->ngroups++] = (ckpt_tensors){ "params", pt, pb->params, false };
+    c->groups[c->ngroups++] = (ckpt_tensors){ "optim/m", pt, pb->m, false };
+    if (!r->use_sgd) c->groups[c->ngroups++] = (ckpt_tensors){ "optim/v", pt, pb->v, false };
     if (model_state_table(&r->m))
-        c->groups[c->ngroups++] = (ckpt_tensors){ "buffers", model_state_table(&r->m), model_state(&r->m) };
+        c->groups[c->ngroups++] = (ckpt_tensors){ "buffers", model_state_table(&r->m), model_state(&r->m), true };
     c->blobs[c->nblobs++] = (ckpt_blob){ "loader", &r->loader_state, sizeof r->loader_state };
 }
 
@@ -429,6 +429,7 @@ static status train_step(train_run *r, step_stats *ss)
     ss->gnorm = 0;
     optim_clip_grad_norm(pb->grads, pt->total, r->clip > 0 ? r->clip : INFINITY, &ss->gnorm);  /* the norm either way */
     ss->lr = lr_at(&r->sched, r->step);
+    ckpt_fence(r->ckpt);  /* an async checkpoint's background copy of the state must be done */
     if (!isfinite(ss->gnorm)) {
         log_error0("step %ld: the gradient norm is %g; the step is skipped (lower optim.lr or set train.clip)",
                    r->step, ss->gnorm);
@@ -510,23 +511,25 @@ static status train_checkpoint(train_run *r)
 {
     ckpt_content c;
     train_ckpt_content(r, &c);
-    ckpt_stats before;
-    ckpt_get_stats(r->ckpt, &before);  /* the previous async save's write, finished by now or in ckpt_save */
     double t0 = now_s();
     TRY(ckpt_save(r->ckpt, &c));
-    double stall = (now_s() - t0) * 1e3;
+    double ms = (now_s() - t0) * 1e3;
     if (r->rt->rank != 0) return STATUS_OK;
     if (!config_bool(r->cfg, "ckpt.async")) {
-        printf("checkpoint step=%ld stall_ms=%.1f\n", r->step, stall);
+        printf("checkpoint step=%ld stall_ms=%.1f\n", r->step, ms);
         return STATUS_OK;
     }
-    ckpt_stats s;
-    ckpt_get_stats(r->ckpt, &s);
-    printf("checkpoint step=%ld stall_ms=%.1f copy_ms=%.1f memcpy_ms=%.1f bytes=%zu (async: written in the background)",
-           r->step, stall, s.copy_s * 1e3, s.memcpy_s * 1e3, s.bytes);
-    if (before.write_s > 0)
-        printf(" previous_write_MB/s=%.0f previous_finish_ms=%.1f", (double)before.bytes / before.write_s / 1e6,
-               before.finish_s * 1e3);
+    /* The previous async save has finished inside ckpt_save at the latest: its whole
+     * cost to the step loop is known now. */
+    ckpt_stats p;
+    ckpt_get_stats(r->ckpt, &p);
+    printf("checkpoint step=%ld save_ms=%.1f memcpy_ms=%.1f (async: copied and written in the background)", r->step,
+           ms, p.memcpy_s * 1e3);
+    if (p.write_s > 0)
+        printf(" previous_stall_ms=%.1f previous_save_ms=%.1f previous_fence_ms=%.1f previous_finish_ms=%.1f "
+               "previous_copy_ms=%.1f bytes=%zu previous_write_MB/s=%.0f",
+               (p.save_s + p.fence_s + p.finish_s) * 1e3, p.save_s * 1e3, p.fence_s * 1e3, p.finish_s * 1e3,
+               p.copy_s * 1e3, p.bytes, (double)p.bytes / p.write_s / 1e6);
     printf("\n");
     return STATUS_OK;
 }

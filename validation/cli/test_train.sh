@@ -6,7 +6,8 @@
 #     and 4 ranks (2 virtual nodes x 2, hierarchical allreduce) x 2 give the same
 #     20-step loss trajectory within 1e-5 relative;
 #   - resume: stopping at step 20 and resuming to 30 ends with parameters and moments
-#     bit-identical to a straight 30-step run; so does resuming after a SIGKILL;
+#     bit-identical to a straight 30-step run; so do resuming after a SIGKILL and
+#     resuming from an asynchronous checkpoint;
 #   - a corrupted newest checkpoint is reported and the previous one is used;
 #   - a checkpoint of another architecture is refused;
 #   - a checkpoint written at 4 ranks resumes at 2 with the same global batch
@@ -79,6 +80,12 @@ s30=ckpt/step_00000030/state.h5
 check "resume at step 20 (clean stop) -> step 30 bit-identical to the straight run" \
     identical $tmp/straight/$s30 $tmp/stopped/$s30
 check "the resumed run says where it resumed" grep -q "resumed from .*step_00000020 at step 20" $tmp/stopped.log
+# The same with asynchronous checkpoints, resuming from step 10, whose background copy
+# overlapped step 11 (ckpt_fence before its update)
+run $tmp/async 2 --steps 20 $ck --set ckpt.async=true
+run $tmp/async 2 --steps 30 $ck --set ckpt.async=true --resume $tmp/async/ckpt/step_00000010
+check "async checkpoints: resume from step 10 -> step 30 bit-identical to the straight run" \
+    identical $tmp/straight/$s30 $tmp/async/$s30
 
 # SIGKILL after the step-10 commit, then resume explicitly from it
 mkdir -p $tmp/killed

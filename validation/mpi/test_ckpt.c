@@ -3,8 +3,9 @@
  * slices cut tensors mid-row) with four groups and two per-rank blobs.
  *
  * The suite proves: sync and async round trips are bit-identical and each rank gets its
- * own blob row; an async file equals the sync one dataset by dataset; a second async save
- * waits for the first and the first still holds what was staged; keep_last prunes;
+ * own blob row; an async file equals the sync one dataset by dataset; ckpt_fence waits
+ * for the background copy while blobs and copy_in_save groups are staged in ckpt_save;
+ * a second async save waits for the first and the first holds what was staged; keep_last prunes;
  * uncommitted debris (a .tmp directory, a step directory without COMMITTED, made by
  * stopping the commit where a crash would) is skipped by `auto` and refused by path; a
  * flipped byte in a tensor or a blob row and a truncated file make `auto` fall back with
@@ -79,10 +80,10 @@ static void fixture_init(fixture *f, const char *model, bool variant, int ranks_
     c->config_text = "[model]\nname = tiny-test\n";
     c->ranks_per_node = ranks_per_node;
     c->ngroups = 4;
-    c->groups[0] = (ckpt_tensors){ "params", &f->params, f->pb.params };
-    c->groups[1] = (ckpt_tensors){ "optim/m", &f->params, f->pb.m };
-    c->groups[2] = (ckpt_tensors){ "optim/v", &f->params, f->pb.v };
-    c->groups[3] = (ckpt_tensors){ "buffers", &f->buffers, f->bb.params };
+    c->groups[0] = (ckpt_tensors){ "params", &f->params, f->pb.params, false };
+    c->groups[1] = (ckpt_tensors){ "optim/m", &f->params, f->pb.m, false };
+    c->groups[2] = (ckpt_tensors){ "optim/v", &f->params, f->pb.v, false };
+    c->groups[3] = (ckpt_tensors){ "buffers", &f->buffers, f->bb.params, true };  /* staged in ckpt_save */
     c->nblobs = 2;
     c->blobs[0] = (ckpt_blob){ "rng", &f->rng, sizeof f->rng };
     c->blobs[1] = (ckpt_blob){ "loader", f->loader, sizeof f->loader };
@@ -363,8 +364,9 @@ static void test_async(const runtime *rt, const char *base, fixture *f)
     bool ok = st == STATUS_OK && (rt->rank != 0 || files_equal(fa, fb, &f->c, rt->size, why));
     check(rt, ok, "async file equals the sync file: every dataset and checksum", why);
 
-    /* The first save sleeps before writing; the second must wait for it, and the first
-     * must still write what was staged although the caller changed its buffers. */
+    /* The first save's thread sleeps before copying: ckpt_fence must wait for the copy
+     * (without it the refill below would land in the checkpoint of step 30), and the
+     * second save must wait for the whole first one. */
     snprintf(a, sizeof a, "%s/wait", base);
     ckpt_writer *w;
     fill(f, 21, rt->rank);
@@ -376,6 +378,11 @@ static void test_async(const runtime *rt, const char *base, fixture *f)
     }
     w->delay_ms = 1500;  /* far longer than refilling the buffers, even on a loaded machine */
     st = ckpt_save(w, &f->c);
+    /* Blobs and the copy_in_save group may change at once, the rest after the fence. */
+    memset(f->c.groups[3].data, 0, f->c.groups[3].table->total * sizeof(float));
+    memset(&f->rng, 0, sizeof f->rng);
+    memset(f->loader, 0, sizeof f->loader);
+    ckpt_fence(w);
     fill(f, 22, rt->rank);
     f->c.step = 40;
     if (st == STATUS_OK) st = ckpt_save(w, &f->c);
@@ -402,6 +409,7 @@ static void test_keep_and_debris(const runtime *rt, const char *base, fixture *f
     ckpt_writer *w;
     status st = ckpt_writer_init(&w, rt->world, dir, 2, true, &f->c);
     for (int s = 1; s <= 4 && st == STATUS_OK; s++) {
+        ckpt_fence(w);
         fill(f, s, rt->rank);
         f->c.step = s;
         st = ckpt_save(w, &f->c);
