@@ -23,7 +23,7 @@ typedef struct dgc_header {
     uint64_t magic;
     uint64_t slice_off, slice_len;  /* elements of the flat buffer */
     int32_t first, last;            /* entries [first, last) */
-    int32_t has_u, pad;
+    int32_t has_u, active;
     uint64_t table_total;
 } dgc_header;
 
@@ -72,6 +72,8 @@ void dgc_options_from_config(const config *cfg, dgc_options *o)
     o->values = !strcmp(config_str(cfg, "dgc.values"), "fp16") ? DGC_VALUES_FP16 : DGC_VALUES_FP32;
     o->min_numel = (size_t)config_int(cfg, "dgc.min_numel");
     o->min_energy = config_float(cfg, "dgc.min_energy");
+    o->min_params = config_int(cfg, "dgc.min_params");
+    o->min_comm_fraction = config_float(cfg, "dgc.min_comm_fraction");
 }
 
 double dgc_density_at(const dgc_options *o, long step)
@@ -168,7 +170,7 @@ status dgc_init(dgc **out, const runtime *rt, const param_table *pt, const dgc_o
     float *f = (float *)(d->state + sizeof(dgc_header) + ent_bytes);
     d->u = has_u ? f : NULL;
     d->v = has_u ? f + smax : f;
-    *d->hdr = (dgc_header){ DGC_MAGIC, d->s0, d->S, d->first, d->last, has_u, 0, pt->total };
+    *d->hdr = (dgc_header){ DGC_MAGIC, d->s0, d->S, d->first, d->last, has_u, 1, pt->total };
     dgc_state_reset(d);
     *out = d;
     return STATUS_OK;
@@ -202,11 +204,22 @@ void dgc_state_reset(dgc *d)
 
 status dgc_state_loaded(dgc *d)
 {
-    dgc_header want = { DGC_MAGIC, d->s0, d->S, d->first, d->last, d->u != NULL, 0, d->pt->total };
+    dgc_header want = { DGC_MAGIC, d->s0, d->S, d->first, d->last, d->u != NULL, d->hdr->active, d->pt->total };
     if (memcmp(d->hdr, &want, sizeof want) == 0) return STATUS_OK;
+    want.active = 1;
     *d->hdr = want;
     dgc_state_reset(d);
     return STATUS_INPUT;
+}
+
+bool dgc_active(const dgc *d)
+{
+    return d->hdr->active != 0;
+}
+
+void dgc_set_active(dgc *d, bool on)
+{
+    d->hdr->active = on;
 }
 
 const float *dgc_residual(const dgc *d, size_t *offset, size_t *count)

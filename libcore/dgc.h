@@ -66,6 +66,8 @@ typedef struct dgc_options {
     size_t min_numel;         /* tensors with fewer entries are sent dense */
     double min_energy;        /* tensors whose top-k carries less of |v|^2 than this go dense next step; 0: never */
     uint64_t seed;            /* of the threshold samples */
+    int64_t min_params;       /* auto: off below this many parameters */
+    double min_comm_fraction; /* auto: off when communication takes less than this fraction of compute */
 } dgc_options;
 
 /* Config keys of [dgc], for an app's schema. */
@@ -86,7 +88,11 @@ typedef struct dgc_options {
     { "dgc", "min_numel", CONFIG_TYPE_INT, "16384", .min = 1, .max = 1L << 40,                              \
       .help = "tensors with fewer entries (biases, norms) are sent dense" },                               \
     { "dgc", "min_energy", CONFIG_TYPE_FLOAT, "0", .min = 0, .max = 1,                                     \
-      .help = "tensors whose top-k carries less of the gradient energy than this are sent dense" }
+      .help = "tensors whose top-k carries less of the gradient energy than this are sent dense" },        \
+    { "dgc", "min_params", CONFIG_TYPE_INT, "50000000", .min = 0, .max = 1e15,                             \
+      .help = "auto: DGC-Pro stays off for models with fewer parameters" },                                \
+    { "dgc", "min_comm_fraction", CONFIG_TYPE_FLOAT, "0.1", .min = 0, .max = 1e6,                          \
+      .help = "auto: DGC-Pro stays off when dense communication takes less than this fraction of compute" }
 
 struct config;
 /* Fills the [dgc] keys; momentum, nesterov, weight_decay and clip come from the
@@ -119,6 +125,10 @@ status dgc_exchange(dgc *d, float *grads, const float *params, long step, dgc_st
 /* This rank's residual (accumulated, not yet sent): elements [*offset, *offset + *count)
  * of the flat buffer, this node's share; the slices of a node's ranks are disjoint. */
 const float *dgc_residual(const dgc *d, size_t *offset, size_t *count);
+
+/* Whether compression runs (auto mode may decide after measuring); part of the state. */
+bool dgc_active(const dgc *d);
+void dgc_set_active(dgc *d, bool on);
 
 /* Per table entry: 1 when momentum and weight decay were applied before the exchange. */
 const uint8_t *dgc_plain_entries(const dgc *d);

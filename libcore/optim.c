@@ -223,6 +223,7 @@ void optim_sgd_step(const param_table *pt, param_buffers *pb, const sgd_hparams 
         if (hi == lo) continue;
         sgd_coef c = base;
         if (pe->decay) c.wd = wd;
+        if (hp->plain && hp->plain[e]) c.wd = 0.0f, c.momentum = false, c.nesterov = false;
         size_t o = pe->offset + lo;
         float *b = c.momentum ? pb->m + o : NULL;
 #ifdef OPTIM_HAVE_AVX2

@@ -23,6 +23,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "param.h"
 
@@ -39,6 +40,8 @@ typedef struct sgd_hparams {
     bool nesterov;        /* Nesterov momentum (needs momentum > 0) */
     double weight_decay;  /* coupled L2: g += wd*p on decay entries, before momentum */
     bool portable;        /* force the portable loop (same bits as the AVX2 one; for tests) */
+    const uint8_t *plain; /* per entry, NULL for none: 1 = momentum and weight decay were applied
+                             before the exchange (DGC's momentum correction), so p -= lr*g */
 } sgd_hparams;
 
 /* torch.optim.AdamW (Loshchilov & Hutter, ICLR 2019), per element of each entry:

@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "path.h"
+#include "dgc.h"
 #include "train.h"
 
 static const char usage[] =
@@ -84,7 +85,7 @@ int main(int argc, char **argv)
     if (argc >= 2 && !strcmp(argv[1], "prepare")) return prepare_main(argc, argv);
 
     static config_key schema[256];
-    const config_key base[] = { RUNTIME_CONFIG_KEYS, COMM_CONFIG_KEYS, MODEL_CONFIG_KEYS };
+    const config_key base[] = { RUNTIME_CONFIG_KEYS, COMM_CONFIG_KEYS, MODEL_CONFIG_KEYS, DGC_CONFIG_KEYS };
     int n = 0;
     for (size_t i = 0; i < sizeof base / sizeof base[0]; i++) schema[n++] = base[i];
     for (int i = 0; i < train_schema_nkeys; i++) schema[n++] = train_schema_keys[i];

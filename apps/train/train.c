@@ -2,6 +2,7 @@
 #include "train.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <cblas.h>
 #include <math.h>
@@ -255,6 +256,62 @@ static void train_ckpt_content(train_run *r, ckpt_content *c)
     if (model_state_table(&r->m))
         c->groups[c->ngroups++] = (ckpt_tensors){ "buffers", model_state_table(&r->m), model_state(&r->m), true };
     c->blobs[c->nblobs++] = (ckpt_blob){ "loader", &r->loader_state, sizeof r->loader_state };
+    if (r->dgc) c->blobs[c->nblobs++] = (ckpt_blob){ "dgc", dgc_state(r->dgc), dgc_state_bytes(r->dgc) };
+}
+
+/* DGC-Pro: off, forced on, or auto — ruled out here for small models and single
+ * nodes; the rest of auto's decision (communication against compute) is taken after
+ * the first steps have been measured (train_dgc_decide). */
+static status train_dgc_setup(train_run *r)
+{
+    dgc_options o;
+    dgc_options_from_config(r->cfg, &o);
+    if (o.mode == DGC_MODE_OFF) return STATUS_OK;
+    const param_table *pt = model_params(&r->m);
+    size_t nparams = 0;
+    for (int e = 0; e < pt->count; e++) nparams += pt->entries[e].count;
+    const char *why = NULL;
+    char buf[256];
+    if (o.mode == DGC_MODE_AUTO && r->rt->nnodes == 1) {
+        why = "one node: its gradients are reduced densely in shared memory";
+    } else if (o.mode == DGC_MODE_AUTO && (int64_t)nparams < o.min_params) {
+        snprintf(buf, sizeof buf, "%zu parameters is below dgc.min_params = %" PRId64 " (set dgc.mode = on to force)",
+                 nparams, o.min_params);
+        why = buf;
+    }
+    if (why) {
+        if (r->rt->rank == 0) printf("dgc: off (auto): %s\n", why);
+        return STATUS_OK;
+    }
+    o.momentum = r->use_sgd ? r->sgd.momentum : 0;
+    o.nesterov = r->use_sgd && r->sgd.nesterov;
+    o.weight_decay = r->use_sgd ? r->sgd.weight_decay : 0;
+    o.clip = r->clip;
+    o.seed = r->seed;
+    TRY(dgc_init(&r->dgc, r->rt, pt, &o));
+    dgc_set_active(r->dgc, o.mode == DGC_MODE_ON);
+    if (r->rt->rank == 0)
+        printf("dgc: %s: sparsity %.4g after %ld warm-up steps, %s values, %s threshold, momentum correction %s, "
+               "%d nodes x %d ranks\n", o.mode == DGC_MODE_ON ? "on" : "auto (decided after 3 measured steps)",
+               o.sparsity, o.warmup_steps, o.values == DGC_VALUES_FP16 ? "fp16" : "fp32",
+               o.exact_topk ? "exact top-k" : "sampled", o.momentum > 0 ? "on" : "off (AdamW: plain accumulation)",
+               r->rt->nnodes, r->rt->local_size);
+    return STATUS_OK;
+}
+
+/* Auto mode, after 3 dense steps: compression pays only when dense communication is
+ * a sizeable fraction of the compute. Rank 0 decides for everyone; the decision is
+ * part of the checkpointed state, so a resumed run keeps it. */
+static void train_dgc_decide(train_run *r)
+{
+    dgc_options o;
+    dgc_options_from_config(r->cfg, &o);
+    int on = r->comm_ms >= o.min_comm_fraction * r->compute_ms;
+    MPI_Bcast(&on, 1, MPI_INT, 0, r->rt->world);
+    dgc_set_active(r->dgc, on);
+    if (r->rt->rank == 0)
+        printf("dgc: %s (auto): dense communication %.1f ms is %.0f%% of compute %.1f ms (dgc.min_comm_fraction = %g)\n",
+               on ? "on" : "off", r->comm_ms, 100 * r->comm_ms / r->compute_ms, r->compute_ms, o.min_comm_fraction);
 }
 
 status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c)
@@ -333,6 +390,7 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c)
     free(off), free(cnt);
     TRY(st);
     TRY(train_calibrate_comm(r));
+    TRY(train_dgc_setup(r));
 
     if (rt->rank == 0) TRY(path_mkdirs(r->run_dir, "run directory"));
     MPI_Barrier(rt->world);
@@ -367,6 +425,11 @@ status train_resume(train_run *r)
     if (info.step < 0) return STATUS_OK;
     r->step = (long)info.step;
     TRY(data_set_state(r->train_data, &r->loader_state));
+    if (r->dgc && (info.resharded || dgc_state_loaded(r->dgc) != STATUS_OK)) {
+        dgc_state_reset(r->dgc);
+        log_warn0("dgc: the checkpoint's compression state belongs to another layout of ranks; residuals and "
+                  "velocities start from zero (what they held is not applied)");
+    }
     if (r->rt->rank == 0)
         printf("resumed from %s at step %ld%s%s\n", info.path, r->step,
                info.resharded ? " (written at another world size: same global batch, accumulation recomputed)" : "",
@@ -411,9 +474,10 @@ static status train_step(train_run *r, step_stats *ss)
     double t0 = now_s(), loss = 0;
     param_zero_grads(pb, pt);
     r->hook_status = STATUS_OK;
+    bool compress = r->dgc && dgc_active(r->dgc);
     for (int a = 0; a < r->tb.accum; a++) {
         TRY(train_fill(r, r->train_data, a));
-        train_set_hook(r, a == r->tb.accum - 1);  /* earlier micro-batches only accumulate (DDP's no_sync) */
+        train_set_hook(r, !compress && a == r->tb.accum - 1);  /* earlier micro-batches only accumulate (DDP's no_sync) */
         TRY(model_forward(&r->m, &r->batch, true));
         loss += model_loss(&r->m);
         model_backward(&r->m);
@@ -421,19 +485,31 @@ static status train_step(train_run *r, step_stats *ss)
     }
     train_set_hook(r, false);
     double t1 = now_s();
-    TRY(bucket_wait_all(&r->bm));
+    if (compress) {
+        if (r->tb.accum > 1) {
+            float inv = 1.0f / (float)r->tb.accum;
+            for (size_t i = 0; i < pt->total; i++) pb->grads[i] *= inv;
+        }
+        TRY(dgc_exchange(r->dgc, pb->grads, pb->params, r->step, &r->dstats));
+        r->dgc_sent += (double)r->dstats.bytes_sent;
+        r->dgc_dense += (double)r->dstats.dense_bytes;
+    } else {
+        TRY(bucket_wait_all(&r->bm));
+    }
     ss->comm_wait_ms = (now_s() - t1) * 1e3;
     double local = loss / r->tb.accum;
     MPI_Allreduce(&local, &ss->loss, 1, MPI_DOUBLE, MPI_SUM, r->rt->world);
     ss->loss /= r->rt->size;
     ss->gnorm = 0;
-    optim_clip_grad_norm(pb->grads, pt->total, r->clip > 0 ? r->clip : INFINITY, &ss->gnorm);  /* the norm either way */
+    /* the norm either way; DGC clipped each node's contribution before compressing */
+    optim_clip_grad_norm(pb->grads, pt->total, r->clip > 0 && !compress ? r->clip : INFINITY, &ss->gnorm);
     ss->lr = lr_at(&r->sched, r->step);
     ckpt_fence(r->ckpt);  /* an async checkpoint's background copy of the state must be done */
     if (!isfinite(ss->gnorm)) {
         log_error0("step %ld: the gradient norm is %g; the step is skipped (lower optim.lr or set train.clip)",
                    r->step, ss->gnorm);
     } else if (r->use_sgd) {
+        r->sgd.plain = compress ? dgc_plain_entries(r->dgc) : NULL;
         optim_sgd_step(pt, pb, &r->sgd, ss->lr, r->step + 1);
     } else {
         optim_adamw_step(pt, pb, &r->adamw, ss->lr, r->step + 1);
@@ -550,16 +626,33 @@ status train_loop(train_run *r)
         TRY(train_step(r, &ss));
         ckpt_poll(r->ckpt);  /* commits a finished background checkpoint without waiting */
         if (r->step - first > 1) { sum_ms += ss.step_ms; sum_wait += ss.comm_wait_ms; timed++; }  /* skip warm-up */
+        if (r->dgc && r->step - first >= 2 && r->step - first <= 3) r->compute_ms += ss.step_ms - ss.comm_wait_ms;
+        if (r->dgc && r->step == 3 && r->step - first >= 2 && config_str(cfg, "dgc.mode")[0] == 'a') {
+            r->compute_ms /= (double)(r->step - first - 1);
+            train_dgc_decide(r);
+        }
         if (rt->rank == 0 && (r->step % log_every == 0 || r->step == r->steps)) {
             double eta = (r->steps - r->step) * ss.step_ms / 1e3;
             /* One plain line per interval, ETA included: under mpirun every rank's stdout is
              * a pseudo-terminal, so a terminal cannot be told from a batch log here. */
-            printf("step=%ld loss=%.6f lr=%.4e gnorm=%.4f %s=%.1f step_ms=%.1f comm_wait_ms=%.2f eta=%.0fs\n", r->step,
+            printf("step=%ld loss=%.6f lr=%.4e gnorm=%.4f %s=%.1f step_ms=%.1f comm_wait_ms=%.2f eta=%.0fs", r->step,
                    ss.loss, ss.lr, ss.gnorm, unit, units / (ss.step_ms / 1e3), ss.step_ms, ss.comm_wait_ms, eta);
+            const dgc_stats *ds = &r->dstats;
+            if (r->dgc && dgc_active(r->dgc))
+                printf(" dgc_density=%.4g dgc_sent_kB=%.1f dgc_ratio=%.1f residual=%.4g select_ms=%.2f exchange_ms=%.2f",
+                       ds->density, ds->bytes_sent / 1e3, ds->bytes_sent ? (double)ds->dense_bytes / ds->bytes_sent : 0.0,
+                       ds->residual_norm, ds->select_s * 1e3, ds->exchange_s * 1e3);
+            printf("\n");
             fflush(stdout);
             json_t *j = json_pack("{s:s, s:I, s:f, s:f, s:f, s:f, s:f, s:f}", "kind", "train", "step",
                                   (json_int_t)r->step, "loss", ss.loss, "lr", ss.lr, "gnorm", ss.gnorm, unit,
                                   units / (ss.step_ms / 1e3), "step_ms", ss.step_ms, "comm_wait_ms", ss.comm_wait_ms);
+            if (r->dgc && dgc_active(r->dgc))
+                json_object_update_new(j, json_pack("{s:f, s:I, s:I, s:f, s:f, s:f, s:f}", "dgc_density", ds->density,
+                                                    "dgc_bytes_sent", (json_int_t)ds->bytes_sent, "dgc_bytes_recv",
+                                                    (json_int_t)ds->bytes_recv, "dgc_residual_norm", ds->residual_norm,
+                                                    "dgc_select_ms", ds->select_s * 1e3, "dgc_encode_ms",
+                                                    ds->encode_s * 1e3, "dgc_exchange_ms", ds->exchange_s * 1e3));
             train_metrics_write(r, j);
         }
         if (r->val_data && eval_every > 0 && r->step % eval_every == 0 && r->step < r->steps) {
@@ -600,6 +693,11 @@ status train_loop(train_run *r)
         TRY(train_eval(r, &l, &acc, &n));
         train_log_eval(r, l, acc, n);
     }
+    double traffic[2] = { r->dgc_sent, r->dgc_dense };
+    MPI_Allreduce(MPI_IN_PLACE, traffic, 2, MPI_DOUBLE, MPI_SUM, rt->world);
+    if (rt->rank == 0 && traffic[0] > 0)
+        printf("dgc: gradient traffic between nodes %.3f MB against %.3f MB for dense ring allreduces: %.1fx less\n",
+               traffic[0] / 1e6, traffic[1] / 1e6, traffic[1] / traffic[0]);
     if (rt->rank == 0) {
         double mean = timed ? sum_ms / timed : ss.step_ms, wait = timed ? sum_wait / timed : ss.comm_wait_ms;
         printf("summary: steps=%ld final_loss=%.6f mean_step_ms=%.1f %s=%.1f comm_wait_ms=%.2f comm_ms=%.2f "
@@ -616,6 +714,7 @@ status train_loop(train_run *r)
 void train_free(train_run *r)
 {
     if (r->ckpt) ckpt_writer_free(r->ckpt);
+    dgc_free(r->dgc);
     if (r->metrics) fclose(r->metrics);
     bucket_free(&r->bm);
     free(r->layer_first), free(r->layer_count), free(r->raw_ids), free(r->samples);

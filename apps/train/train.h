@@ -20,6 +20,7 @@
 #include "comm.h"
 #include "config.h"
 #include "data.h"
+#include "dgc.h"
 #include "model.h"
 #include "optim.h"
 #include "runtime.h"
@@ -67,6 +68,10 @@ typedef struct train_run {
     uint64_t seed;
     int threads;               /* OpenMP / BLAS threads of this rank */
     double comm_ms;            /* calibrated: one blocking allreduce of all buckets */
+    dgc *dgc;                  /* DGC-Pro when configured and not ruled out at setup; NULL otherwise */
+    dgc_stats dstats;          /* of the last step it ran */
+    double dgc_sent, dgc_dense;/* bytes sent between nodes by this rank over the run, and a dense ring's */
+    double compute_ms;         /* auto mode: mean compute time of the first steps, for the decision */
     data_state loader_state;   /* the training loader's position after the last step (checkpointed) */
     char config_text[65536];   /* the resolved config, as config_dump writes it */
 } train_run;

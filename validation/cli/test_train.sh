@@ -7,7 +7,8 @@
 #     20-step loss trajectory within 1e-5 relative;
 #   - resume: stopping at step 20 and resuming to 30 ends with parameters and moments
 #     bit-identical to a straight 30-step run; so do resuming after a SIGKILL and
-#     resuming from an asynchronous checkpoint;
+#     resuming from an asynchronous checkpoint, and a DGC-Pro run (compression state
+#     included);
 #   - a corrupted newest checkpoint is reported and the previous one is used;
 #   - a checkpoint of another architecture is refused;
 #   - a checkpoint written at 4 ranks resumes at 2 with the same global batch
@@ -86,6 +87,24 @@ run $tmp/async 2 --steps 20 $ck --set ckpt.async=true
 run $tmp/async 2 --steps 30 $ck --set ckpt.async=true --resume $tmp/async/ckpt/step_00000010
 check "async checkpoints: resume from step 10 -> step 30 bit-identical to the straight run" \
     identical $tmp/straight/$s30 $tmp/async/$s30
+
+# DGC-Pro (2 virtual nodes, SGD with momentum correction): stop at 20, resume to 30;
+# parameters, moments and the compression state (/rank/dgc: velocities, residuals)
+# bit-identical to the straight run
+dg="$ck --ranks-per-node 1 --set optim.name=sgd --set optim.lr=0.3 --set dgc.mode=on --set dgc.min_numel=1024 \
+    --set dgc.warmup_steps=8 --set dgc.values=fp16"
+run $tmp/dgc-straight 2 --steps 30 $dg
+run $tmp/dgc-stopped 2 --steps 20 $dg
+run $tmp/dgc-stopped 2 --steps 30 $dg
+same_sgd_state() {
+    local g
+    for g in /params /optim/m /rank/dgc; do h5diff -q "$1" "$2" $g $g || return 1; done
+}
+check "DGC-Pro: resume at step 20 -> step 30 bit-identical, compression state included" \
+    same_sgd_state $tmp/dgc-straight/$s30 $tmp/dgc-stopped/$s30
+check "DGC-Pro: the run reports its traffic reduction" grep -q "gradient traffic between nodes .* less" $tmp/dgc-stopped.log
+check "DGC-Pro: the compressed run differs from the dense one (compression took effect)" \
+    eval '! h5diff -q $tmp/straight/$s30 $tmp/dgc-straight/$s30 /params /params'
 
 # SIGKILL after the step-10 commit, then resume explicitly from it
 mkdir -p $tmp/killed

@@ -573,7 +573,7 @@ static void determinism_run(const param_table *pt, int threads, bool portable, f
         for (size_t i = 0; i < pt->entries[e].count; i++)
             a.params[pt->entries[e].offset + i] = b.params[pt->entries[e].offset + i] = rng_normal(&r);
     adamw_hparams ah = { 0.9, 0.95, 1e-8, 0.1, portable };
-    sgd_hparams sh = { 0.9, true, 1e-2, portable };
+    sgd_hparams sh = { 0.9, true, 1e-2, portable, NULL };
     for (int s = 0; s < 3; s++) {
         rng_init(&r, SEED, 1, RNG_PURPOSE_TEST, (uint64_t)s + 1);
         for (int e = 0; e < pt->count; e++)
