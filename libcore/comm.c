@@ -13,7 +13,7 @@
 #include "comm_impl.h"
 #include "config.h"
 
-static const char *algo_names[COMM_ALGO_COUNT] = { "auto", "mpi", "flat", "hier" };
+static const char *algo_names[COMM_ALGO_COUNT] = { "auto", "mpi", "flat", "hier", "ring" };
 
 const char *comm_algo_name(comm_algo algo)
 {
@@ -136,9 +136,10 @@ status comm_allreduce_start(comm *c, comm_op *o, void *buf, size_t count, reduce
     o->deadline = c->opt.timeout_s > 0 ? o->t_start + c->opt.timeout_s : 0;
     if (count == 0) return STATUS_OK;  /* nothing to exchange; the op is complete */
     op_segment(c, o);
-    if (algo == COMM_ALGO_FLAT) {
-        TRY(comm_op_scratch(o, comm_flat_scratch_bytes(c, COMM_GROUP_WORLD_P2P, o->seg_len, dt)));
-        comm_flat_begin(c, &o->flat, COMM_GROUP_WORLD_P2P, buf, o->seg_len, dt, o->scratch, o->seq);
+    if (algo == COMM_ALGO_FLAT || algo == COMM_ALGO_RING) {
+        bool ring = algo == COMM_ALGO_RING;
+        TRY(comm_op_scratch(o, comm_flat_scratch_bytes(c, COMM_GROUP_WORLD_P2P, o->seg_len, dt, ring)));
+        comm_flat_begin(c, &o->flat, COMM_GROUP_WORLD_P2P, buf, o->seg_len, dt, o->scratch, o->seq, ring);
     } else if (algo == COMM_ALGO_HIER) {
         TRY(comm_op_scratch(o, comm_hier_scratch_bytes(c, count, dt)));
         o->ticket = c->ticket_issued[COMM_CLASS_HIER]++;
@@ -194,13 +195,13 @@ static status flat_segments_progress(comm *c, comm_op *o, bool *done)
         if (o->seg_off == o->count) return STATUS_OK;
         op_segment(c, o);
         comm_flat_begin(c, &o->flat, COMM_GROUP_WORLD_P2P, (char *)o->buf + o->seg_off * reduce_dtype_size(o->dtype),
-                        o->seg_len, o->dtype, o->scratch, o->seq);
+                        o->seg_len, o->dtype, o->scratch, o->seq, o->algo == COMM_ALGO_RING);
     }
 }
 
 static status op_progress(comm *c, comm_op *o, bool *done)
 {
-    if (o->algo == COMM_ALGO_FLAT) return flat_segments_progress(c, o, done);
+    if (o->algo == COMM_ALGO_FLAT || o->algo == COMM_ALGO_RING) return flat_segments_progress(c, o, done);
     if (o->algo == COMM_ALGO_HIER) return comm_hier_progress(c, o, done);
     return mpi_progress(c, o, done);
 }

@@ -9,6 +9,8 @@
  *   hier  intra-node reduce-scatter through node shared memory -> inter-node flat
  *         allreduce among the ranks that own the same part on every node ->
  *         intra-node allgather through shared memory; pipelined in chunks
+ *   ring  the flat engine's ring at every size and world: bandwidth-optimal and
+ *         gentle on rate-limited links, where halving-doubling runs at half the rate
  *   auto  per message size, the algorithm a measured table chose (comm_tune)
  * The algorithms are written once against a small backend interface (comm_impl.h);
  * MPI is the backend today, NCCL and direct UCX come later.
@@ -31,6 +33,7 @@ typedef enum comm_algo {
     COMM_ALGO_MPI,
     COMM_ALGO_FLAT,
     COMM_ALGO_HIER,
+    COMM_ALGO_RING,
     COMM_ALGO_COUNT,
 } comm_algo;
 
@@ -96,7 +99,7 @@ typedef struct comm_op {
 
 /* Config keys of [comm], for an app's schema. */
 #define COMM_CONFIG_KEYS                                                                             \
-    { "comm", "algo", CONFIG_TYPE_ENUM, "auto", .choices = "auto|mpi|flat|hier",                  \
+    { "comm", "algo", CONFIG_TYPE_ENUM, "auto", .choices = "auto|mpi|flat|hier|ring",                  \
       .help = "allreduce algorithm; auto picks per message size from the tuning table" },          \
     { "comm", "timeout", CONFIG_TYPE_FLOAT, "300", .min = 0, .max = 1e6,                            \
       .help = "seconds any collective may wait before naming the ranks that did not arrive (0: never)" }, \
@@ -118,7 +121,7 @@ void comm_free(comm *c);
 const char *comm_describe(const comm *c);
 
 const char *comm_algo_name(comm_algo algo);
-/* "auto|mpi|flat|hier" -> algo; false when the name is unknown. */
+/* "auto|mpi|flat|hier|ring" -> algo; false when the name is unknown. */
 bool comm_algo_parse(const char *name, comm_algo *algo);
 
 /* Blocking allreduce with the deadline of the options. */

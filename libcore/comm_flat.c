@@ -30,30 +30,31 @@ static int log2_int(int p)
     return l;
 }
 
-static int flat_sub(int size, size_t count, size_t esz)
+static int flat_sub(int size, size_t count, size_t esz, bool ring)
 {
+    if (ring && count >= (size_t)size) return COMM_FLAT_RING;
     if (count * esz <= COMM_FLAT_RD_MAX_BYTES) return COMM_FLAT_RD;
     if (pow2_floor(size) == size && count >= (size_t)size) return COMM_FLAT_RAB;
     return COMM_FLAT_RING;
 }
 
-size_t comm_flat_scratch_bytes(const comm *c, int group, size_t count, reduce_dtype dt)
+size_t comm_flat_scratch_bytes(const comm *c, int group, size_t count, reduce_dtype dt, bool ring)
 {
     int size = c->be.group_size[group];
     size_t esz = reduce_dtype_size(dt), off, len;
-    if (flat_sub(size, count, esz) != COMM_FLAT_RING) return count * esz;
+    if (flat_sub(size, count, esz, ring) != COMM_FLAT_RING) return count * esz;
     comm_split_even(count, size, 0, &off, &len);
     return len * esz;
 }
 
 void comm_flat_begin(comm *c, comm_flat *f, int group, void *buf, size_t count, reduce_dtype dt, void *scratch,
-                     uint64_t seq)
+                     uint64_t seq, bool ring)
 {
     f->group = group;
     f->rank = c->be.group_rank[group];
     f->size = c->be.group_size[group];
     CHECK(f->rank >= 0, "flat allreduce on a group this rank is not in");
-    f->sub = flat_sub(f->size, count, reduce_dtype_size(dt));
+    f->sub = flat_sub(f->size, count, reduce_dtype_size(dt), ring);
     f->phase = f->size == 1 ? 99 : 0;  /* a group of one has nothing to do */
     f->step = 0;
     f->buf = buf;

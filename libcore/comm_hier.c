@@ -138,7 +138,7 @@ static void start_part(comm *c, comm_op *o, int j1)
         comm_split_even(o->chunk_len, comm_hier_nparts(c->rt), o->part, &off, &len);
         if (len == 0) continue;
         comm_flat_begin(c, &o->flat, COMM_GROUP_CHUNK0 + o->part, chunk_result(c, o) + off * esz, len, o->dtype,
-                        o->scratch, o->seq);
+                        o->scratch, o->seq, false);
         o->posted = 0;
         return;
     }

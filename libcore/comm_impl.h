@@ -60,9 +60,9 @@ status comm_op_scratch(comm_op *o, size_t bytes);
 
 /* Flat engine (comm_flat.c): set up, post the current step, complete it;
  * comm_flat_done tells when every phase is over. Scratch bytes it needs: */
-size_t comm_flat_scratch_bytes(const comm *c, int group, size_t count, reduce_dtype dt);
+size_t comm_flat_scratch_bytes(const comm *c, int group, size_t count, reduce_dtype dt, bool ring);
 void comm_flat_begin(comm *c, comm_flat *f, int group, void *buf, size_t count, reduce_dtype dt, void *scratch,
-                     uint64_t seq);
+                     uint64_t seq, bool ring);  /* ring: the ring at every size (COMM_ALGO_RING) */
 status comm_flat_post(comm *c, comm_op *o, comm_flat *f);
 void comm_flat_complete(comm *c, comm_op *o, comm_flat *f);
 bool comm_flat_done(const comm_flat *f);

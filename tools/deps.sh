@@ -22,6 +22,7 @@ REQUIRED_PKGS=(
     libisal-dev                           # ISA-L: CRC-32 at memory speed (PCLMUL), zlib-compatible
     python3-torch python3-torchvision python3-h5py python3-numpy   # reference-vs-PyTorch validation
     python3-sklearn                       # the handwritten digits of the ResNet convergence test
+    iproute2 nftables                     # tools/netns-cluster: namespaces, veth, tbf rate limits, packet loss
 )
 
 missing_pkgs() {

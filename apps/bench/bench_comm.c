@@ -188,9 +188,9 @@ status bench_comm_run(const config *cfg, runtime *rt, comm *c)
     int kinds[NROWKINDS], nkinds = 0;
     comm_algo one;
     if (!strcmp(which, "all")) {
-        static const int all[] = { ROW_OMPI, COMM_ALGO_MPI, COMM_ALGO_FLAT, COMM_ALGO_HIER, COMM_ALGO_AUTO };
+        static const int all[] = { ROW_OMPI, COMM_ALGO_MPI, COMM_ALGO_FLAT, COMM_ALGO_HIER, COMM_ALGO_RING, COMM_ALGO_AUTO };
         memcpy(kinds, all, sizeof all);
-        nkinds = 5;
+        nkinds = (int)(sizeof all / sizeof all[0]);
     } else if (!strcmp(which, "ompi")) {
         kinds[nkinds++] = ROW_OMPI;
     } else {
