@@ -42,18 +42,21 @@ struct dgc {
     dgc_entry_state *es;
     float *u, *v;
     uint8_t *plain;                  /* [pt->count] */
-    float *slice;                    /* [S] node sum, then contribution */
-    float *result;                   /* [S] the reduced slice */
-    float *scratch;                  /* [S] thresholds */
-    uint32_t *idx;                   /* [S] selected entries, relative to the slice */
-    float *val;                      /* [S] their values as sent */
-    size_t nsel;
+    float *slice;                    /* [S] node sum, then contribution (the caller's gradient on one-rank nodes) */
+    float *own_slice;                /* [S] on nodes of several ranks */
+    float *scratch;                  /* [max(range, largest tensor)] thresholds, packed dense runs */
+    uint32_t *idx;                   /* [cap] selected entries, relative to the slice */
+    float *val;                      /* [cap] their values as sent */
+    size_t cap, nsel;
+    uint32_t *uidx;                  /* [range] the union of a reduced range */
+    float *uval;
     /* exchange */
     uint8_t *sbuf, *rbuf;
     size_t sbuf_cap, rbuf_cap;
     int *scount, *sdispl, *rcount, *rdispl;  /* [P] bytes */
     float *acc;                      /* [range] owner's sum */
     uint64_t *touched;               /* [range / 64 + 1] */
+    float *out;                      /* this step: the caller's gradient at my slice, where the result goes */
     float *dense_tmp;                /* [range] values of a range for a dense message */
     size_t *runs;                    /* [2 * entries] dense runs of a range */
     double *energy;                  /* [2 * entries] selected and total |v|^2 */
@@ -145,20 +148,28 @@ status dgc_init(dgc **out, const runtime *rt, const param_table *pt, const dgc_o
     size_t ent_bytes = sizeof(dgc_entry_state) * (size_t)nent;
     d->state_bytes = sizeof(dgc_header) + ent_bytes + (has_u ? 2 : 1) * smax * sizeof(float);
     d->state = aligned_alloc(64, (d->state_bytes + 63) / 64 * 64);
-    size_t S = d->S ? d->S : 1, range = S / (size_t)d->P + 1;
+    size_t S = d->S ? d->S : 1, range = S / (size_t)d->P + 1, biggest = 1;
+    for (int e = d->first; e < d->last; e++)
+        if (pt->entries[e].count > biggest) biggest = pt->entries[e].count;
+    /* selections stay below 2k + 16 per tensor at the schedule's largest density */
+    double dmax = dgc_density_at(o, 0);
+    d->cap = (size_t)(2 * dmax * (double)S) + 16 * (size_t)(d->last - d->first + 1);
+    if (d->cap > S) d->cap = S;
     d->plain = calloc((size_t)nent, 1);
-    d->slice = malloc(S * sizeof(float));
-    d->result = malloc(S * sizeof(float));
-    d->scratch = malloc(S * sizeof(float));
-    d->idx = malloc(S * sizeof(uint32_t));
-    d->val = malloc(S * sizeof(float));
+    d->own_slice = d->L > 1 ? malloc(S * sizeof(float)) : NULL;
+    d->scratch = malloc((range > biggest ? range : biggest) * sizeof(float));
+    d->idx = malloc(d->cap * sizeof(uint32_t));
+    d->val = malloc(d->cap * sizeof(float));
+    d->uidx = malloc(range * sizeof(uint32_t));
+    d->uval = malloc(range * sizeof(float));
     d->scount = calloc((size_t)d->P * 4, sizeof(int));
     d->acc = malloc(range * sizeof(float));
     d->dense_tmp = malloc(range * sizeof(float));
     d->touched = calloc(range / 64 + 1, sizeof(uint64_t));
     d->runs = malloc(sizeof(size_t) * 2 * (size_t)(nent + 1));
     d->energy = calloc(2 * (size_t)nent + 2, sizeof(double));
-    CHECK(d->state && d->plain && d->slice && d->result && d->scratch && d->idx && d->val && d->scount && d->acc &&
+    CHECK(d->state && d->plain && (d->own_slice || d->L == 1) && d->scratch && d->idx && d->val && d->uidx &&
+              d->uval && d->scount && d->acc &&
               d->dense_tmp && d->touched && d->runs && d->energy,
           "dgc: out of memory for the compression state");
     d->sdispl = d->scount + d->P;
@@ -179,7 +190,8 @@ status dgc_init(dgc **out, const runtime *rt, const param_table *pt, const dgc_o
 void dgc_free(dgc *d)
 {
     if (!d) return;
-    free(d->cnt), free(d->dsp), free(d->state), free(d->plain), free(d->slice), free(d->result), free(d->scratch);
+    free(d->cnt), free(d->dsp), free(d->state), free(d->plain), free(d->own_slice), free(d->scratch), free(d->uidx),
+        free(d->uval);
     free(d->idx), free(d->val), free(d->sbuf), free(d->rbuf), free(d->scount), free(d->acc), free(d->dense_tmp);
     free(d->touched), free(d->runs), free(d->energy);
     free(d);
@@ -273,7 +285,7 @@ static void select_entry(dgc *d, int e, size_t at, double density, long step, do
                                                         d->o.seed ^ ((uint64_t)step << 20) ^ (uint64_t)e, d->scratch);
     if (!(thr > 0)) thr = FLT_MIN;  /* nothing above 0 in the sample: every nonzero is a candidate */
     uint32_t *idx = d->idx + d->nsel;
-    size_t cap = d->S - d->nsel;
+    size_t cap = d->cap - d->nsel;
     size_t got = dgc_select(v, n, thr, idx, cap);
     if (got > 2 * k + 16 || got > cap) {  /* the sample misjudged the tail: exact among all */
         thr = dgc_kth_abs(v, n, k, d->scratch);
@@ -415,9 +427,9 @@ static status exchange(dgc *d, dgc_stats *st)
     }
     /* the union, outside the dense runs, ascending */
     size_t cnt = 0, pos = 0;
-    uint32_t *uidx = d->idx + d->nsel;  /* free space after my selection */
-    float *uval = d->val + d->nsel;
-    size_t ucap = d->S - d->nsel;
+    uint32_t *uidx = d->uidx;
+    float *uval = d->uval;
+    size_t ucap = n;
     for (int r = 0; r <= nr; r++) {
         size_t end = r < nr ? d->runs[2 * r] : n;
         for (size_t i = pos; i < end; i++)
@@ -455,12 +467,13 @@ static status exchange(dgc *d, dgc_stats *st)
     st->bytes_sent += (size_t)mylen * (size_t)(P - 1);
     st->bytes_recv += rtotal - (size_t)mylen;
     double t3 = MPI_Wtime();
-    memset(d->result, 0, d->S * sizeof(float));
+    float *out = d->out;  /* the slice may alias it: phase 1 has read it */
+    memset(out, 0, d->S * sizeof(float));
     for (int r = 0; r < P; r++) {
         size_t a, b;
         range_of(d, r, &a, &b);
         int k = dense_runs(d, a, b, d->runs);
-        status s = dgc_decode_add(d->rbuf + d->rdispl[r], (size_t)d->rcount[r], d->result + a, b - a, d->runs, k, NULL);
+        status s = dgc_decode_add(d->rbuf + d->rdispl[r], (size_t)d->rcount[r], out + a, b - a, d->runs, k, NULL);
         if (s != STATUS_OK) {
             log_error("dgc: a malformed reduced range from node %d", r);
             return s;
@@ -477,10 +490,9 @@ status dgc_exchange(dgc *d, float *grads, const float *params, long step, dgc_st
     memset(st, 0, sizeof *st);
     double t0 = MPI_Wtime();
     const runtime *rt = d->rt;
-    if (d->L > 1)
-        MPI_Reduce_scatter(grads, d->slice, d->cnt, MPI_FLOAT, MPI_SUM, rt->node);
-    else
-        memcpy(d->slice, grads, d->S * sizeof(float));
+    d->out = grads + d->s0;
+    d->slice = d->L > 1 ? d->own_slice : d->out;
+    if (d->L > 1) MPI_Reduce_scatter(grads, d->slice, d->cnt, MPI_FLOAT, MPI_SUM, rt->node);
     float scale = 1.0f / (float)rt->size;
     if (d->o.clip > 0) {  /* local clipping of the node's contribution to clip / sqrt(nodes) */
         double ss = 0, all;
@@ -521,13 +533,12 @@ status dgc_exchange(dgc *d, float *grads, const float *params, long step, dgc_st
     if (d->P > 1) {
         TRY(exchange(d, st));
     } else {
-        memset(d->result, 0, d->S * sizeof(float));
-        for (int e = d->first; e < d->last; e++)
-            if (d->es[e].dense) {
-                size_t at = d->pt->entries[e].offset - d->s0;
-                memcpy(d->result + at, d->slice + at, d->pt->entries[e].count * sizeof(float));
-            }
-        for (size_t j = 0; j < d->nsel; j++) d->result[d->idx[j]] = d->val[j];
+        for (int e = d->first; e < d->last; e++) {  /* dense tensors as they are, the rest as selected */
+            size_t at = d->pt->entries[e].offset - d->s0, n = d->pt->entries[e].count;
+            if (!d->es[e].dense) memset(d->out + at, 0, n * sizeof(float));
+            else if (d->slice != d->out) memcpy(d->out + at, d->slice + at, n * sizeof(float));
+        }
+        for (size_t j = 0; j < d->nsel; j++) d->out[d->idx[j]] = d->val[j];
     }
     /* Pro 1: a tensor whose top-k carried too little of its energy (over all nodes) goes dense. */
     if (d->o.min_energy > 0) {
@@ -547,7 +558,6 @@ status dgc_exchange(dgc *d, float *grads, const float *params, long step, dgc_st
 #pragma omp parallel for simd reduction(+ : rn) schedule(static)
     for (size_t i = 0; i < d->S; i++) rn += (double)d->v[i] * d->v[i];
     st->residual_norm = sqrt(rn);
-    memcpy(grads + d->s0, d->result, d->S * sizeof(float));
     if (d->L > 1)
         MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, grads, d->cnt, d->dsp, MPI_FLOAT, rt->node);
     st->dense_bytes = d->P > 1 ? (size_t)(2.0 * (d->P - 1) / d->P * (double)d->S * 4) : 0;

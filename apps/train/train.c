@@ -389,7 +389,8 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c)
                             1.0 / ((double)r->tb.accum * rt->size));
     free(off), free(cnt);
     TRY(st);
-    TRY(train_calibrate_comm(r));
+    /* forced DGC-Pro never sends the dense gradient: no need to time it (slow links: minutes) */
+    if (strcmp(config_str(cfg, "dgc.mode"), "on") != 0) TRY(train_calibrate_comm(r));
     TRY(train_dgc_setup(r));
 
     if (rt->rank == 0) TRY(path_mkdirs(r->run_dir, "run directory"));
