@@ -168,9 +168,10 @@ float dgc_round_value(float v, dgc_values vk);
 /* ---- selection (dgc_select.c), exposed for tests and nebula-bench ------------- */
 /* The threshold: the k-th largest |x| of n values, exactly (scratch: n floats). */
 float dgc_kth_abs(const float *x, size_t n, size_t k, float *scratch);
-/* The threshold estimated from a stratified sample of m = ceil(fraction * n) entries
- * (one uniformly placed in each of m equal strata, positions from seed): the
- * ceil(density * m)-th largest |x| of the sample (scratch: m floats). */
+/* The threshold estimated from a stratified sample of about m = ceil(fraction * n)
+ * entries (a window of 16 consecutive entries uniformly placed in each of m/16 equal
+ * strata, positions from seed): the ceil(density * m)-th largest |x| of the sample
+ * (scratch: m floats). */
 float dgc_sampled_threshold(const float *x, size_t n, double density, double fraction, uint64_t seed,
                             float *scratch);
 /* Writes the indices of the entries with |x| >= thr (thr > 0) to idx (capacity cap)

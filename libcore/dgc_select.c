@@ -3,10 +3,11 @@
  * The threshold comes from a sample, as in DGC: the k-th largest |x| of a tensor is
  * estimated by the same quantile of a sample of 0.1-1% of its entries, so the cost
  * is one quickselect over the sample plus one streaming pass that compares every
- * entry with the threshold. The sample is stratified (one entry drawn uniformly in
- * each of m equal strata) so that it covers every row of a weight matrix, and its
- * positions come from a counter-based hash of (seed, stratum): reproducible without
- * a generator state to checkpoint. */
+ * entry with the threshold. The sample is stratified (a window of 16 consecutive
+ * entries drawn uniformly in each of m/16 equal strata) so that it covers every row of
+ * a weight matrix at one cache line per window, and its positions come from a
+ * counter-based hash of (seed, stratum): reproducible without a generator state to
+ * checkpoint. */
 #include "dgc.h"
 
 #include <float.h>
@@ -14,6 +15,8 @@
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
+
+#define DGC_SAMPLE_RUN 16
 
 static uint64_t mix64(uint64_t z)
 {
@@ -68,10 +71,15 @@ float dgc_sampled_threshold(const float *x, size_t n, double density, double fra
     size_t m = (size_t)ceil(fraction * (double)n);
     if (m < 1) m = 1;
     if (m > n) m = n;
-    for (size_t j = 0; j < m; j++) {
-        size_t a = j * n / m, b = (j + 1) * n / m;
-        size_t at = a + (size_t)(mix64(seed ^ (uint64_t)j * 0xd1342543de82ef95ull) % (b - a));
-        scratch[j] = fabsf(x[at]);
+    /* Windows of DGC_SAMPLE_RUN consecutive entries (one cache line) at a random place in
+     * each of m / DGC_SAMPLE_RUN strata: a random gather per entry would cost a cache
+     * miss per sample, ten times the selection pass at a 1% sample. */
+    size_t run = m >= 4 * DGC_SAMPLE_RUN ? DGC_SAMPLE_RUN : 1, strata = m / run;
+    m = strata * run;
+    for (size_t j = 0; j < strata; j++) {
+        size_t a = j * n / strata, b = (j + 1) * n / strata;  /* b - a >= run: m <= n */
+        size_t at = a + (size_t)(mix64(seed ^ (uint64_t)j * 0xd1342543de82ef95ull) % (b - a - run + 1));
+        for (size_t q = 0; q < run; q++) scratch[j * run + q] = fabsf(x[at + q]);
     }
     size_t k = (size_t)ceil(density * (double)m);
     if (k < 1) k = 1;

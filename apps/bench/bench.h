@@ -12,4 +12,7 @@ status bench_comm_run(const config *cfg, runtime *rt, comm *c);
 /* Training-step throughput of a model (single process). */
 status bench_model_run(const config *cfg);
 
+/* DGC-Pro's threshold selection on one core against a streaming read (single process). */
+status bench_dgc_run(const config *cfg);
+
 #endif

@@ -9,12 +9,16 @@
 
 #include "bench.h"
 #include "cli.h"
+#include "dgc.h"
 #include "model.h"
 
 static const config_key bench_schema[] = {
     RUNTIME_CONFIG_KEYS,
     COMM_CONFIG_KEYS,
     MODEL_CONFIG_KEYS,
+    DGC_CONFIG_KEYS,
+    { "bench", "count", CONFIG_TYPE_INT, "67108864", .min = 1024, .max = 1L << 31,
+      .help = "dgc: entries of the vector selected from" },
     { "bench", "min_bytes", CONFIG_TYPE_SIZE, "8", .min = 4, .max = 1ull << 31, .help = "smallest message" },
     { "bench", "max_bytes", CONFIG_TYPE_SIZE, "256M", .min = 4, .max = 1ull << 31,
       .help = "largest message (2G at most: the MPI_Allreduce peer takes an int count)" },
@@ -52,6 +56,7 @@ static const cli_option bench_options[] = {
     { "iters", "bench.iters", NULL },
     { "warmup", "bench.warmup", NULL },
     { "rounds", "bench.rounds", NULL },
+    { "count", "bench.count", NULL },
     { "algo", "bench.algo", NULL },
     { "dtype", "bench.dtype", NULL },
     { "csv", "bench.format", "csv" },
@@ -72,7 +77,9 @@ static const char usage[] =
     "                                     launch with mpirun -np N (--ranks-per-node K: virtual nodes)\n"
     "       nebula-bench model [options]  training-step throughput of one model on synthetic data:\n"
     "                                     --model NAME (or --config configs/models/NAME.ini) --batch B --seq T\n"
-    "                                     --steps N --threads N; --dry-run: check model and shapes, allocate nothing";
+    "                                     --steps N --threads N; --dry-run: check model and shapes, allocate nothing\n"
+    "       nebula-bench dgc [options]    DGC-Pro threshold selection on one core: --count N --rounds R,\n"
+    "                                     --set dgc.sparsity=S --set dgc.sample_fraction=F";
 
 int main(int argc, char **argv)
 {
@@ -84,12 +91,12 @@ int main(int argc, char **argv)
         status st = cli_parse(&cfg, bench_options, (int)(sizeof bench_options / sizeof bench_options[0]), argc,
                               argv, 1, usage, &action);
         if (st == STATUS_OK && action == CLI_ACTION_EXIT) return 0;
-        if (st == STATUS_OK) log_error0("missing subcommand; expected 'comm' or 'model' (--help for usage)");
+        if (st == STATUS_OK) log_error0("missing subcommand; expected 'comm', 'model' or 'dgc' (--help for usage)");
         return 2;
     }
-    bool model = !strcmp(argv[1], "model");
-    if (strcmp(argv[1], "comm") != 0 && !model) {
-        log_error0("unknown subcommand '%s'; expected 'comm' or 'model'", argv[1]);
+    bool model = !strcmp(argv[1], "model"), dgc = !strcmp(argv[1], "dgc");
+    if (strcmp(argv[1], "comm") != 0 && !model && !dgc) {
+        log_error0("unknown subcommand '%s'; expected 'comm', 'model' or 'dgc'", argv[1]);
         return 2;
     }
     cli_action action;
@@ -98,8 +105,8 @@ int main(int argc, char **argv)
     if (st != STATUS_OK) return status_exit_code(st);
     if (action == CLI_ACTION_EXIT) return 0;
 
-    if (model) {  /* one process: no MPI needed */
-        st = bench_model_run(&cfg);
+    if (model || dgc) {  /* one process: no MPI needed */
+        st = model ? bench_model_run(&cfg) : bench_dgc_run(&cfg);
         return status_exit_code(st);
     }
     runtime_options ro;
