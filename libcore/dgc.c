@@ -17,7 +17,12 @@ typedef struct dgc_entry_state {
     uint8_t dense;        /* sent dense this step: small, or too little energy in its top-k */
     uint8_t pad[3];
     float energy;         /* fraction of |v|^2 its last selection carried, over all nodes */
+    float concentration;  /* Pro 2: moving average of the |v|^2 fraction above the base density's threshold */
+    float scale;          /* Pro 2: its density is the scheduled density times this */
 } dgc_entry_state;
+
+#define DGC_SCALE_MIN 0.125f  /* Pro 2: a tensor's density stays within 1/8 .. 8 of the schedule's */
+#define DGC_SCALE_MAX 8.0f
 
 typedef struct dgc_header {
     uint64_t magic;
@@ -59,7 +64,7 @@ struct dgc {
     float *out;                      /* this step: the caller's gradient at my slice, where the result goes */
     float *dense_tmp;                /* [range] values of a range for a dense message */
     size_t *runs;                    /* [2 * entries] dense runs of a range */
-    double *energy;                  /* [2 * entries] selected and total |v|^2 */
+    double *energy;                  /* [3 * entries] selected, total, and above the base threshold |v|^2 */
 };
 
 void dgc_options_from_config(const config *cfg, dgc_options *o)
@@ -75,6 +80,7 @@ void dgc_options_from_config(const config *cfg, dgc_options *o)
     o->values = !strcmp(config_str(cfg, "dgc.values"), "fp16") ? DGC_VALUES_FP16 : DGC_VALUES_FP32;
     o->min_numel = (size_t)config_int(cfg, "dgc.min_numel");
     o->min_energy = config_float(cfg, "dgc.min_energy");
+    o->layer_ratios = config_bool(cfg, "dgc.layer_ratios");
     o->min_params = config_int(cfg, "dgc.min_params");
     o->min_comm_fraction = config_float(cfg, "dgc.min_comm_fraction");
 }
@@ -152,7 +158,8 @@ status dgc_init(dgc **out, const runtime *rt, const param_table *pt, const dgc_o
     for (int e = d->first; e < d->last; e++)
         if (pt->entries[e].count > biggest) biggest = pt->entries[e].count;
     /* selections stay below 2k + 16 per tensor at the schedule's largest density */
-    double dmax = dgc_density_at(o, 0);
+    double dmax = dgc_density_at(o, 0) * (o->layer_ratios ? DGC_SCALE_MAX : 1);
+    if (dmax > 0.5) dmax = 0.5;
     d->cap = (size_t)(2 * dmax * (double)S) + 16 * (size_t)(d->last - d->first + 1);
     if (d->cap > S) d->cap = S;
     d->plain = calloc((size_t)nent, 1);
@@ -167,7 +174,7 @@ status dgc_init(dgc **out, const runtime *rt, const param_table *pt, const dgc_o
     d->dense_tmp = malloc(range * sizeof(float));
     d->touched = calloc(range / 64 + 1, sizeof(uint64_t));
     d->runs = malloc(sizeof(size_t) * 2 * (size_t)(nent + 1));
-    d->energy = calloc(2 * (size_t)nent + 2, sizeof(double));
+    d->energy = calloc(3 * (size_t)nent + 3, sizeof(double));
     CHECK(d->state && d->plain && (d->own_slice || d->L == 1) && d->scratch && d->idx && d->val && d->uidx &&
               d->uval && d->scount && d->acc &&
               d->dense_tmp && d->touched && d->runs && d->energy,
@@ -211,7 +218,10 @@ void dgc_state_reset(dgc *d)
 {
     size_t off = sizeof(dgc_header);
     memset(d->state + off, 0, d->state_bytes - off);
-    for (int e = d->first; e < d->last; e++) d->es[e].dense = d->pt->entries[e].count < d->o.min_numel;
+    for (int e = d->first; e < d->last; e++) {
+        d->es[e].dense = d->pt->entries[e].count < d->o.min_numel;
+        d->es[e].scale = 1.0f;
+    }
 }
 
 status dgc_state_loaded(dgc *d)
@@ -273,16 +283,27 @@ static void accumulate(dgc *d, const param_entry *pe, size_t at, const float *pa
 
 /* Selects about k = density * n entries of the entry's v, appends them (and their
  * sent values) to d->idx / d->val, and keeps the rest as the residual. */
-static void select_entry(dgc *d, int e, size_t at, double density, long step, double *sel_energy, double *tot_energy)
+static float threshold(dgc *d, const float *v, size_t n, double density, uint64_t seed)
+{
+    size_t k = (size_t)ceil(density * (double)n);
+    if (k < 1) k = 1;
+    return d->o.exact_topk ? dgc_kth_abs(v, n, k, d->scratch)
+                           : dgc_sampled_threshold(v, n, density, d->o.sample_fraction, seed, d->scratch);
+}
+
+/* energy[0..2]: selected, total, and above the base density's threshold (Pro 2). */
+static void select_entry(dgc *d, int e, size_t at, double base, long step, double *energy)
 {
     const param_entry *pe = &d->pt->entries[e];
     size_t n = pe->count;
     float *v = d->v + at;
+    double density = base * d->es[e].scale;
+    if (density > 0.5) density = 0.5;
     size_t k = (size_t)ceil(density * (double)n);
     if (k < 1) k = 1;
-    float thr = d->o.exact_topk ? dgc_kth_abs(v, n, k, d->scratch)
-                                : dgc_sampled_threshold(v, n, density, d->o.sample_fraction,
-                                                        d->o.seed ^ ((uint64_t)step << 20) ^ (uint64_t)e, d->scratch);
+    uint64_t seed = d->o.seed ^ ((uint64_t)step << 20) ^ (uint64_t)e;
+    float ref = d->o.layer_ratios ? threshold(d, v, n, base, seed) : INFINITY;
+    float thr = threshold(d, v, n, density, seed);
     if (!(thr > 0)) thr = FLT_MIN;  /* nothing above 0 in the sample: every nonzero is a candidate */
     uint32_t *idx = d->idx + d->nsel;
     size_t cap = d->cap - d->nsel;
@@ -293,9 +314,14 @@ static void select_entry(dgc *d, int e, size_t at, double density, long step, do
         got = dgc_select(v, n, thr, idx, cap);
         if (got > cap) got = cap;
     }
-    double tot = 0, sel = 0;
-#pragma omp parallel for simd reduction(+ : tot) schedule(static)
-    for (size_t i = 0; i < n; i++) tot += (double)v[i] * v[i];
+    double tot = 0, sel = 0, above = 0;
+    if (!(ref > 0)) ref = FLT_MIN;
+#pragma omp parallel for simd reduction(+ : tot, above) schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        double sq = (double)v[i] * v[i];
+        tot += sq;
+        above += fabsf(v[i]) >= ref ? sq : 0.0;
+    }
     float *val = d->val + d->nsel;
     for (size_t j = 0; j < got; j++) {
         uint32_t i = idx[j];
@@ -309,8 +335,68 @@ static void select_entry(dgc *d, int e, size_t at, double density, long step, do
         idx[j] = (uint32_t)(at + i);
     }
     d->nsel += got;
-    *sel_energy = sel;
-    *tot_energy = tot;
+    energy[0] = sel;
+    energy[1] = tot;
+    energy[2] = above;
+}
+
+/* Pro 2: densities for the next step. A tensor whose |v|^2 is concentrated in its top
+ * entries (measured at the schedule's density, a moving average over steps) needs few
+ * of them: its density scale is proportional to the energy the base selection leaves
+ * behind, normalised so that the node's sparse tensors select as many entries as the
+ * schedule (the traffic budget), and kept within 1/8 .. 8. The energies are sums over
+ * nodes, so every node chooses the same. Collective over the node. */
+static void layer_ratios(dgc *d, long step)
+{
+    double weight = 0, sum = 0;
+    for (int e = d->first; e < d->last; e++) {
+        dgc_entry_state *es = &d->es[e];
+        if (es->dense) continue;
+        double tot = d->energy[3 * e + 1];
+        float c = tot > 0 ? (float)(d->energy[3 * e + 2] / tot) : 1.0f;
+        es->concentration = step == 0 || es->concentration == 0 ? c : 0.8f * es->concentration + 0.2f * c;
+        double n = (double)d->pt->entries[e].count;
+        weight += n;
+        sum += n * (1.0 - es->concentration + 0.02);
+    }
+    double ws[2] = { weight, sum };  /* the budget is the node's: every local rank's tensors share it */
+    MPI_Allreduce(MPI_IN_PLACE, ws, 2, MPI_DOUBLE, MPI_SUM, d->rt->node);
+    weight = ws[0], sum = ws[1];
+    if (weight == 0) return;
+    double mean = sum / weight, total = 0;
+    for (int e = d->first; e < d->last; e++) {
+        dgc_entry_state *es = &d->es[e];
+        if (es->dense) continue;
+        float sc = (float)((1.0 - es->concentration + 0.02) / mean);
+        es->scale = sc < DGC_SCALE_MIN ? DGC_SCALE_MIN : sc > DGC_SCALE_MAX ? DGC_SCALE_MAX : sc;
+        total += (double)d->pt->entries[e].count * es->scale;
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_DOUBLE, MPI_SUM, d->rt->node);
+    float norm = (float)(weight / total);  /* the clamps moved the budget: restore it */
+    for (int e = d->first; e < d->last; e++)
+        if (!d->es[e].dense) d->es[e].scale *= norm;
+}
+
+void dgc_layer_table(dgc *d, float *density, float *concentration, uint8_t *dense, long step)
+{
+    int n = d->pt->count;
+    double base = dgc_density_at(&d->o, step);
+    float *f = calloc(2 * (size_t)n, sizeof(float));
+    uint8_t *b = calloc((size_t)n, 1);
+    CHECK(f && b, "out of memory");
+    for (int e = d->first; e < d->last; e++) {
+        f[e] = d->es[e].dense ? 1.0f : (float)(base * d->es[e].scale);
+        f[n + e] = d->es[e].concentration;
+        b[e] = d->es[e].dense;
+    }
+    MPI_Reduce(d->rt->local_rank == 0 ? MPI_IN_PLACE : f, f, 2 * n, MPI_FLOAT, MPI_MAX, 0, d->rt->node);
+    MPI_Reduce(d->rt->local_rank == 0 ? MPI_IN_PLACE : b, b, n, MPI_UINT8_T, MPI_MAX, 0, d->rt->node);
+    if (d->rt->local_rank == 0) {
+        memcpy(density, f, (size_t)n * sizeof(float));
+        memcpy(concentration, f + n, (size_t)n * sizeof(float));
+        memcpy(dense, b, (size_t)n);
+    }
+    free(f), free(b);
 }
 
 /* ---- the exchange among peers ------------------------------------------------------ */
@@ -505,7 +591,7 @@ status dgc_exchange(dgc *d, float *grads, const float *params, long step, dgc_st
     double density = dgc_density_at(&d->o, step);
     st->density = density;
     d->nsel = 0;
-    memset(d->energy, 0, sizeof(double) * 2 * (size_t)d->pt->count);
+    memset(d->energy, 0, sizeof(double) * 3 * (size_t)d->pt->count);
     double ts = MPI_Wtime();
     for (int e = d->first; e < d->last; e++) {
         const param_entry *pe = &d->pt->entries[e];
@@ -523,7 +609,7 @@ status dgc_exchange(dgc *d, float *grads, const float *params, long step, dgc_st
             continue;
         }
         accumulate(d, pe, at, params, scale, d->plain[e]);
-        select_entry(d, e, at, density, step, &d->energy[2 * e], &d->energy[2 * e + 1]);
+        select_entry(d, e, at, density, step, &d->energy[3 * e]);
         st->compressed += pe->count;
     }
     st->selected = d->nsel;
@@ -540,19 +626,19 @@ status dgc_exchange(dgc *d, float *grads, const float *params, long step, dgc_st
         }
         for (size_t j = 0; j < d->nsel; j++) d->out[d->idx[j]] = d->val[j];
     }
-    /* Pro 1: a tensor whose top-k carried too little of its energy (over all nodes) goes dense. */
-    if (d->o.min_energy > 0) {
-        int ne = d->last - d->first;
-        if (ne > 0) {
-            MPI_Allreduce(MPI_IN_PLACE, d->energy + 2 * d->first, 2 * ne, MPI_DOUBLE, MPI_SUM, rt->peers);
-            for (int e = d->first; e < d->last; e++) {
-                if (d->es[e].dense) continue;
-                double tot = d->energy[2 * e + 1];
-                d->es[e].energy = tot > 0 ? (float)(d->energy[2 * e] / tot) : 1.0f;
-                if (tot > 0 && d->es[e].energy < d->o.min_energy)
-                    d->es[e].dense = 1;  /* its residual goes out with its next (dense) gradient */
-            }
+    /* Pro 1: a tensor whose top-k carried too little of its energy (over all nodes) goes
+     * dense; Pro 2: the others' densities for the next step. */
+    int ne = d->last - d->first;
+    if (d->o.min_energy > 0 || d->o.layer_ratios) {
+        if (ne > 0) MPI_Allreduce(MPI_IN_PLACE, d->energy + 3 * d->first, 3 * ne, MPI_DOUBLE, MPI_SUM, rt->peers);
+        for (int e = d->first; e < d->last && d->o.min_energy > 0; e++) {
+            if (d->es[e].dense) continue;
+            double tot = d->energy[3 * e + 1];
+            d->es[e].energy = tot > 0 ? (float)(d->energy[3 * e] / tot) : 1.0f;
+            if (tot > 0 && d->es[e].energy < d->o.min_energy)
+                d->es[e].dense = 1;  /* its residual goes out with its next (dense) gradient */
         }
+        if (d->o.layer_ratios) layer_ratios(d, step);
     }
     double rn = 0;
 #pragma omp parallel for simd reduction(+ : rn) schedule(static)

@@ -65,6 +65,7 @@ typedef struct dgc_options {
     dgc_values values;        /* encoding of sent values */
     size_t min_numel;         /* tensors with fewer entries are sent dense */
     double min_energy;        /* tensors whose top-k carries less of |v|^2 than this go dense next step; 0: never */
+    bool layer_ratios;        /* Pro 2: per-tensor densities under the schedule's budget, from concentration */
     uint64_t seed;            /* of the threshold samples */
     int64_t min_params;       /* auto: off below this many parameters */
     double min_comm_fraction; /* auto: off when communication takes less than this fraction of compute */
@@ -89,6 +90,8 @@ typedef struct dgc_options {
       .help = "tensors with fewer entries (biases, norms) are sent dense" },                               \
     { "dgc", "min_energy", CONFIG_TYPE_FLOAT, "0", .min = 0, .max = 1,                                     \
       .help = "tensors whose top-k carries less of the gradient energy than this are sent dense" },        \
+    { "dgc", "layer_ratios", CONFIG_TYPE_BOOL, "true",                                                     \
+      .help = "per-tensor densities: concentrated gradients send fewer entries, diffuse ones more, same budget" }, \
     { "dgc", "min_params", CONFIG_TYPE_INT, "50000000", .min = 0, .max = 1e15,                             \
       .help = "auto: DGC-Pro stays off for models with fewer parameters" },                                \
     { "dgc", "min_comm_fraction", CONFIG_TYPE_FLOAT, "0.1", .min = 0, .max = 1e6,                          \
@@ -125,6 +128,11 @@ status dgc_exchange(dgc *d, float *grads, const float *params, long step, dgc_st
 /* This rank's residual (accumulated, not yet sent): elements [*offset, *offset + *count)
  * of the flat buffer, this node's share; the slices of a node's ranks are disjoint. */
 const float *dgc_residual(const dgc *d, size_t *offset, size_t *count);
+
+/* Collective over the node: each tensor's density at `step` (1 for dense tensors),
+ * its concentration (Pro 2) and whether it is sent dense, on local rank 0 of every
+ * node (arrays of pt->count; untouched elsewhere). */
+void dgc_layer_table(dgc *d, float *density, float *concentration, uint8_t *dense, long step);
 
 /* Whether compression runs (auto mode may decide after measuring); part of the state. */
 bool dgc_active(const dgc *d);

@@ -584,6 +584,35 @@ static void train_log_eval(train_run *r, double loss, double acc, long samples)
     fflush(stdout);
 }
 
+/* DGC-Pro's choice per tensor (collective): rank 0 writes every tensor's density,
+ * concentration and dense flag to metrics.jsonl ("dgc_layers") and prints a summary. */
+static void train_log_dgc_layers(train_run *r)
+{
+    const param_table *pt = model_params(&r->m);
+    int n = pt->count;
+    float *dens = calloc((size_t)n, sizeof(float)), *conc = calloc((size_t)n, sizeof(float));
+    uint8_t *dense = calloc((size_t)n, 1);
+    CHECK(dens && conc && dense, "out of memory");
+    dgc_layer_table(r->dgc, dens, conc, dense, r->step);
+    if (r->rt->rank == 0) {
+        json_t *layers = json_array();
+        int nd = 0;
+        float lo = INFINITY, hi = 0;
+        for (int e = 0; e < n; e++) {
+            json_array_append_new(layers, json_pack("{s:s, s:f, s:f, s:b}", "name", pt->entries[e].name, "density",
+                                                    (double)dens[e], "concentration", (double)conc[e], "dense",
+                                                    (int)dense[e]));
+            if (dense[e]) nd++;
+            else lo = fminf(lo, dens[e]), hi = fmaxf(hi, dens[e]);
+        }
+        printf("dgc layers: %d compressed (density %.3g .. %.3g), %d dense\n", n - nd, nd < n ? lo : 0.0f,
+               nd < n ? hi : 0.0f, nd);
+        train_metrics_write(r, json_pack("{s:s, s:I, s:o}", "kind", "dgc_layers", "step", (json_int_t)r->step,
+                                         "layers", layers));
+    }
+    free(dens), free(conc), free(dense);
+}
+
 static status train_checkpoint(train_run *r)
 {
     ckpt_content c;
@@ -632,7 +661,9 @@ status train_loop(train_run *r)
             r->compute_ms /= (double)(r->step - first - 1);
             train_dgc_decide(r);
         }
-        if (rt->rank == 0 && (r->step % log_every == 0 || r->step == r->steps)) {
+        bool log_now = r->step % log_every == 0 || r->step == r->steps;
+        if (log_now && r->dgc && dgc_active(r->dgc)) train_log_dgc_layers(r);
+        if (rt->rank == 0 && log_now) {
             double eta = (r->steps - r->step) * ss.step_ms / 1e3;
             /* One plain line per interval, ETA included: under mpirun every rank's stdout is
              * a pseudo-terminal, so a terminal cannot be told from a batch log here. */

@@ -351,6 +351,58 @@ static void test_exchange(const runtime *rt, double momentum, dgc_values vk, con
     param_table_free(&f.pt);
 }
 
+/* Pro 2: a tensor with a few large entries gets a lower density than the schedule's,
+ * a diffuse one a higher, the slice selects as many entries as the schedule allows,
+ * and every node chooses the same. */
+static void test_layer_ratios(const runtime *rt)
+{
+    param_table pt;
+    param_table_init(&pt);
+    param_add(&pt, "peaked.weight", 0, true, 2, 100, 400, 0, 0);
+    param_add(&pt, "diffuse.weight", 1, true, 2, 100, 400, 0, 0);
+    float *g = calloc(pt.total, sizeof(float)), *p = calloc(pt.total, sizeof(float));
+    dgc_options o = { .mode = DGC_MODE_ON, .sparsity = 0.99, .sample_fraction = 0.05, .min_numel = 1000,
+                      .layer_ratios = true, .seed = 3 };
+    dgc *d;
+    bool ok = dgc_init(&d, rt, &pt, &o) == STATUS_OK;
+    for (long t = 0; t < 5 && ok; t++) {
+        for (int e = 0; e < 2; e++)
+            for (size_t i = 0; i < pt.entries[e].count; i++) {
+                double u = (double)(mix(i * 131u + (uint64_t)t * 7u + (uint64_t)rt->rank) >> 11) / 9007199254740992.0;
+                /* peaked: 0.5% of the entries carry nearly all the energy */
+                g[pt.entries[e].offset + i] = (float)(e == 0 ? (i % 200 == 0 ? 100.0 : 0.01) * (0.5 + u) : 0.5 + u);
+            }
+        dgc_stats ds;
+        ok = dgc_exchange(d, g, p, t, &ds) == STATUS_OK;
+    }
+    float dens[2] = { 0, 0 }, conc[2] = { 0, 0 };
+    uint8_t dense[2] = { 0, 0 };
+    if (ok) dgc_layer_table(d, dens, conc, dense, 5);
+    MPI_Bcast(dens, 2, MPI_FLOAT, 0, rt->world);
+    char why[256];
+    snprintf(why, sizeof why, "densities %g (peaked, concentration %g) and %g (diffuse, %g)", dens[0], conc[0], dens[1],
+             conc[1]);
+    double budget = (dens[0] + dens[1]) / 2;  /* equal sizes: the mean density is the budget */
+    bool mine = true;
+    if (rt->local_rank == 0) {
+        float again[2] = { dens[0], dens[1] };
+        float local[2], c2[2];
+        uint8_t d2[2];
+        dgc_layer_table(d, local, c2, d2, 5);
+        mine = memcmp(again, local, sizeof local) == 0;  /* this node chose what node 0 chose */
+    } else {
+        float local[2], c2[2];
+        uint8_t d2[2];
+        dgc_layer_table(d, local, c2, d2, 5);
+    }
+    ok = ok && dens[0] < 0.01 && dens[1] > 0.01 && fabs(budget - 0.01) < 1e-6 && mine && !dense[0] && !dense[1];
+    check(rt, ok, "layer ratios: the peaked tensor sends less, the diffuse more, within the same budget, on every node",
+          why);
+    dgc_free(d);
+    free(g), free(p);
+    param_table_free(&pt);
+}
+
 int main(int argc, char **argv)
 {
     runtime_options ro = { .ranks_per_node = 0, .bind = RUNTIME_BIND_NONE };
@@ -371,6 +423,7 @@ int main(int argc, char **argv)
     test_exchange(&rt, 0.5, DGC_VALUES_FP32, what);
     snprintf(what, sizeof what, "exchange, fp16 values, %d nodes x %d", rt.nnodes, rt.local_size);
     test_exchange(&rt, 0, DGC_VALUES_FP16, what);
+    test_layer_ratios(&rt);
     if (rt.rank == 0) printf("%s\n", failures ? "FAILED" : "PASSED");
     runtime_free(&rt);
     return failures ? 1 : 0;
