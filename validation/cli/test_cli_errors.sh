@@ -6,7 +6,7 @@
 printf '[bench]\nmax_bytes = 1M\nitres = 5\n' >"$tmp/badkey.ini"
 printf '[bench]\nmax_bytes = 1M\niters = lots\n' >"$tmp/badval.ini"
 printf '[bench]\nrounds = 0\n' >"$tmp/range.ini"
-printf '[comm]\nalgo = ring\n' >"$tmp/enum.ini"
+printf '[comm]\nalgo = tree\n' >"$tmp/enum.ini"
 printf '[bench\nrounds = 3\n' >"$tmp/syntax.ini"
 
 expect "unknown config key names file:line and suggests" 2 "badkey.ini:3: unknown key 'bench.itres'; did you mean 'bench.iters'" -- \
@@ -14,7 +14,7 @@ expect "unknown config key names file:line and suggests" 2 "badkey.ini:3: unknow
 expect "bad value type names file:line and the type" 2 "badval.ini:3: bench.iters: 'lots' is not a valid" -- \
     $BENCH comm --config "$tmp/badval.ini"
 expect "out-of-range value names the range" 2 "range.ini:2: bench.rounds" -- $BENCH comm --config "$tmp/range.ini"
-expect "bad enum lists the valid values" 2 "auto|mpi|flat|hier" -- $BENCH comm --config "$tmp/enum.ini"
+expect "bad enum lists the valid values" 2 "auto|mpi|flat|hier|ring" -- $BENCH comm --config "$tmp/enum.ini"
 expect "INI syntax error names the line" 2 "syntax.ini:1" -- $BENCH comm --config "$tmp/syntax.ini"
 expect "missing config file is named" 2 "$tmp/nope.ini" -- $BENCH comm --config "$tmp/nope.ini"
 expect "unknown flag suggests the right one" 2 "unknown option '--max-byte'; did you mean '--max-bytes'?" -- \
