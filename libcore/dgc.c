@@ -21,6 +21,7 @@ typedef struct dgc_entry_state {
     float scale;          /* Pro 2: its density is the scheduled density times this */
 } dgc_entry_state;
 
+#define DGC_BLOCK 1024  /* Pro 3: entries per block of the zero prediction */
 #define DGC_SCALE_MIN 0.125f  /* Pro 2: a tensor's density stays within 1/8 .. 8 of the schedule's */
 #define DGC_SCALE_MAX 8.0f
 
@@ -62,8 +63,14 @@ struct dgc {
     float *acc;                      /* [range] owner's sum */
     uint64_t *touched;               /* [range / 64 + 1] */
     float *out;                      /* this step: the caller's gradient at my slice, where the result goes */
+    /* Pro 3, per block of DGC_BLOCK entries of my tensors (not checkpointed: skipping is exact) */
+    size_t *blk_base;                /* [entries + 1] first block of each tensor */
+    uint8_t *gzero;                  /* the block's contribution was all zero last step */
+    uint8_t *vzero;                  /* its v and u were all zero after the last accumulation */
+    uint8_t *skip;                   /* skipped this step */
     float *dense_tmp;                /* [range] values of a range for a dense message */
     size_t *runs;                    /* [2 * entries] dense runs of a range */
+    size_t *runs2;                   /* [2 * blocks of the largest tensor] its unskipped runs */
     double *energy;                  /* [3 * entries] selected, total, and above the base threshold |v|^2 */
 };
 
@@ -81,6 +88,7 @@ void dgc_options_from_config(const config *cfg, dgc_options *o)
     o->min_numel = (size_t)config_int(cfg, "dgc.min_numel");
     o->min_energy = config_float(cfg, "dgc.min_energy");
     o->layer_ratios = config_bool(cfg, "dgc.layer_ratios");
+    o->zero_predict = config_bool(cfg, "dgc.zero_predict");
     o->min_params = config_int(cfg, "dgc.min_params");
     o->min_comm_fraction = config_float(cfg, "dgc.min_comm_fraction");
 }
@@ -175,9 +183,20 @@ status dgc_init(dgc **out, const runtime *rt, const param_table *pt, const dgc_o
     d->touched = calloc(range / 64 + 1, sizeof(uint64_t));
     d->runs = malloc(sizeof(size_t) * 2 * (size_t)(nent + 1));
     d->energy = calloc(3 * (size_t)nent + 3, sizeof(double));
+    d->blk_base = calloc((size_t)nent + 1, sizeof(size_t));
+    size_t nblk = 0;
+    for (int e = 0; e < nent; e++) {
+        d->blk_base[e] = nblk;
+        if (e >= d->first && e < d->last) nblk += (pt->entries[e].count + DGC_BLOCK - 1) / DGC_BLOCK;
+    }
+    d->blk_base[nent] = nblk;
+    d->gzero = calloc(nblk + 1, 1);
+    d->vzero = calloc(nblk + 1, 1);
+    d->skip = calloc(nblk + 1, 1);
+    d->runs2 = malloc(sizeof(size_t) * 2 * ((biggest + DGC_BLOCK - 1) / DGC_BLOCK + 1));
     CHECK(d->state && d->plain && (d->own_slice || d->L == 1) && d->scratch && d->idx && d->val && d->uidx &&
               d->uval && d->scount && d->acc &&
-              d->dense_tmp && d->touched && d->runs && d->energy,
+              d->dense_tmp && d->touched && d->runs && d->energy && d->blk_base && d->gzero && d->vzero && d->skip && d->runs2,
           "dgc: out of memory for the compression state");
     d->sdispl = d->scount + d->P;
     d->rcount = d->scount + 2 * d->P;
@@ -200,7 +219,8 @@ void dgc_free(dgc *d)
     free(d->cnt), free(d->dsp), free(d->state), free(d->plain), free(d->own_slice), free(d->scratch), free(d->uidx),
         free(d->uval);
     free(d->idx), free(d->val), free(d->sbuf), free(d->rbuf), free(d->scount), free(d->acc), free(d->dense_tmp);
-    free(d->touched), free(d->runs), free(d->energy);
+    free(d->touched), free(d->runs), free(d->energy), free(d->blk_base), free(d->gzero), free(d->vzero), free(d->skip),
+        free(d->runs2);
     free(d);
 }
 
@@ -222,10 +242,14 @@ void dgc_state_reset(dgc *d)
         d->es[e].dense = d->pt->entries[e].count < d->o.min_numel;
         d->es[e].scale = 1.0f;
     }
+    size_t nblk = d->blk_base[d->pt->count];
+    memset(d->gzero, 0, nblk);
+    memset(d->vzero, 1, nblk);  /* v and u are zero now */
 }
 
 status dgc_state_loaded(dgc *d)
 {
+    memset(d->vzero, 0, d->blk_base[d->pt->count]);  /* unknown until each block is accumulated once */
     dgc_header want = { DGC_MAGIC, d->s0, d->S, d->first, d->last, d->u != NULL, d->hdr->active, d->pt->total };
     if (memcmp(d->hdr, &want, sizeof want) == 0) return STATUS_OK;
     want.active = 1;
@@ -259,36 +283,100 @@ const uint8_t *dgc_plain_entries(const dgc *d)
 /* ---- compression of my slice ---------------------------------------------------- */
 
 /* c = g * scale (+ wd * p / P where momentum correction takes the decay), then the
- * momentum correction and the accumulation. */
-static void accumulate(dgc *d, const param_entry *pe, size_t at, const float *params, float scale, bool plain)
+ * momentum correction and the accumulation, block by block. Pro 3: a block whose
+ * contribution was zero last step and whose state is zero is predicted zero; a
+ * read-only scan confirms it and the block is skipped (nothing to accumulate, nothing
+ * to select: exact), or refutes it and the block is accumulated. Blocks with weight
+ * decay folded in are never zero. */
+static void accumulate(dgc *d, const param_entry *pe, int e, size_t at, const float *params, float scale, bool plain,
+                       dgc_stats *st)
 {
     float *c = d->slice + at, *v = d->v + at, *u = d->u ? d->u + at : NULL;
     const float *p = params + d->s0 + at;
     const float wd = plain && pe->decay ? (float)(d->o.weight_decay / d->P) : 0.0f;
     const float m = (float)d->o.momentum;
-    const bool nesterov = d->o.nesterov;
-    size_t n = pe->count;
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float ci = c[i] * scale + wd * p[i];
-        if (u) {
-            float ui = m * u[i] + ci;
-            u[i] = ui;
-            v[i] += nesterov ? ci + m * ui : ui;
-        } else {
-            v[i] += ci;
+    const bool nesterov = d->o.nesterov, can = d->o.zero_predict && wd == 0.0f;
+    size_t n = pe->count, nb = (n + DGC_BLOCK - 1) / DGC_BLOCK;
+    uint8_t *gz = d->gzero + d->blk_base[e], *vz = d->vzero + d->blk_base[e], *sk = d->skip + d->blk_base[e];
+    size_t predicted = 0, hit = 0, truth = 0, skipped = 0;
+#pragma omp parallel for schedule(static) reduction(+ : predicted, hit, truth, skipped)
+    for (size_t b = 0; b < nb; b++) {
+        size_t lo = b * DGC_BLOCK, hi = lo + DGC_BLOCK < n ? lo + DGC_BLOCK : n;
+        bool pred = can && vz[b] && gz[b], zero = can;
+        for (size_t i = lo; i < hi && zero; i++) zero = c[i] == 0.0f;
+        predicted += pred ? hi - lo : 0;
+        truth += zero && vz[b] ? hi - lo : 0;
+        if (pred && zero) {  /* confirmed: v and u stay zero */
+            sk[b] = 1;
+            hit += hi - lo;
+            skipped += hi - lo;
+            continue;
         }
+        sk[b] = 0;
+        bool state_zero = true;
+#pragma omp simd reduction(&& : state_zero)
+        for (size_t i = lo; i < hi; i++) {
+            float ci = c[i] * scale + wd * p[i], vi;
+            if (u) {
+                float ui = m * u[i] + ci;
+                u[i] = ui;
+                vi = v[i] + (nesterov ? ci + m * ui : ui);
+                state_zero = state_zero && ui == 0.0f;
+            } else {
+                vi = v[i] + ci;
+            }
+            v[i] = vi;
+            state_zero = state_zero && vi == 0.0f;
+        }
+        gz[b] = zero;
+        vz[b] = state_zero;
     }
+    st->zero_predicted += predicted;
+    st->zero_hit += hit;
+    st->zero_true += truth;
+    st->zero_skipped += skipped;
 }
 
-/* Selects about k = density * n entries of the entry's v, appends them (and their
- * sent values) to d->idx / d->val, and keeps the rest as the residual. */
+/* The runs of consecutive blocks of tensor e not skipped this step, as [lo, hi) pairs
+ * (entries of the tensor) in runs; returns their count. */
+static int live_runs(const dgc *d, int e, size_t n, size_t *runs)
+{
+    const uint8_t *sk = d->skip + d->blk_base[e];
+    size_t nb = (n + DGC_BLOCK - 1) / DGC_BLOCK;
+    int k = 0;
+    for (size_t b = 0; b < nb;) {
+        if (sk[b]) {
+            b++;
+            continue;
+        }
+        size_t a = b;
+        while (b < nb && !sk[b]) b++;
+        runs[2 * k] = a * DGC_BLOCK;
+        runs[2 * k + 1] = b * DGC_BLOCK < n ? b * DGC_BLOCK : n;
+        k++;
+    }
+    return k;
+}
+
 static float threshold(dgc *d, const float *v, size_t n, double density, uint64_t seed)
 {
     size_t k = (size_t)ceil(density * (double)n);
     if (k < 1) k = 1;
     return d->o.exact_topk ? dgc_kth_abs(v, n, k, d->scratch)
                            : dgc_sampled_threshold(v, n, density, d->o.sample_fraction, seed, d->scratch);
+}
+
+/* dgc_select over the runs of v, indices relative to v; counts past cap like it. */
+static size_t select_runs(const float *v, const size_t *runs, int nr, float thr, uint32_t *idx, size_t cap)
+{
+    size_t got = 0;
+    for (int r = 0; r < nr; r++) {
+        size_t lo = runs[2 * r], room = got < cap ? cap - got : 0;
+        size_t k = dgc_select(v + lo, runs[2 * r + 1] - lo, thr, idx + (got < cap ? got : cap), room);
+        for (size_t j = 0; j < (k < room ? k : room); j++) idx[got + j] += (uint32_t)lo;
+        got += k;
+    }
+    return got;
 }
 
 /* energy[0..2]: selected, total, and above the base density's threshold (Pro 2). */
@@ -307,20 +395,24 @@ static void select_entry(dgc *d, int e, size_t at, double base, long step, doubl
     if (!(thr > 0)) thr = FLT_MIN;  /* nothing above 0 in the sample: every nonzero is a candidate */
     uint32_t *idx = d->idx + d->nsel;
     size_t cap = d->cap - d->nsel;
-    size_t got = dgc_select(v, n, thr, idx, cap);
+    size_t *runs = d->runs2;  /* skipped blocks hold zeros: only the others are read */
+    int nr = live_runs(d, e, n, runs);
+    size_t got = select_runs(v, runs, nr, thr, idx, cap);
     if (got > 2 * k + 16 || got > cap) {  /* the sample misjudged the tail: exact among all */
         thr = dgc_kth_abs(v, n, k, d->scratch);
         if (!(thr > 0)) thr = FLT_MIN;
-        got = dgc_select(v, n, thr, idx, cap);
+        got = select_runs(v, runs, nr, thr, idx, cap);
         if (got > cap) got = cap;
     }
     double tot = 0, sel = 0, above = 0;
     if (!(ref > 0)) ref = FLT_MIN;
+    for (int r = 0; r < nr; r++) {
 #pragma omp parallel for simd reduction(+ : tot, above) schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        double sq = (double)v[i] * v[i];
-        tot += sq;
-        above += fabsf(v[i]) >= ref ? sq : 0.0;
+        for (size_t i = runs[2 * r]; i < runs[2 * r + 1]; i++) {
+            double sq = (double)v[i] * v[i];
+            tot += sq;
+            above += fabsf(v[i]) >= ref ? sq : 0.0;
+        }
     }
     float *val = d->val + d->nsel;
     for (size_t j = 0; j < got; j++) {
@@ -538,8 +630,16 @@ static status exchange(dgc *d, dgc_stats *st)
         /* dense_src for the runs is acc, shifted: encode_range reads dense_src[lo + i] */
         len = encode_range(d, d->sbuf, 0, n, d->acc, d->runs, nr, uidx, uval, cnt);
     }
-    if (d->sbuf[0] == 1) {  /* sent sparse: fp16 rounding of a sum stays in my residual */
-        for (size_t q = 0; q < cnt; q++) d->v[lo + uidx[q]] += d->acc[uidx[q]] - uval[q];
+    if (d->sbuf[0] == 1 && d->o.values == DGC_VALUES_FP16) {  /* sent sparse: the rounding of a sum stays in my residual */
+        int e = d->first;
+        for (size_t q = 0; q < cnt; q++) {
+            size_t at = lo + uidx[q];
+            float r = d->acc[uidx[q]] - uval[q];
+            if (r == 0.0f) continue;
+            d->v[at] += r;
+            while (e + 1 < d->last && d->pt->entries[e + 1].offset - d->s0 <= at) e++;  /* ascending */
+            d->vzero[d->blk_base[e] + (at - (d->pt->entries[e].offset - d->s0)) / DGC_BLOCK] = 0;
+        }
     }
     int mylen = (int)len;
     MPI_Allgather(&mylen, 1, MPI_INT, d->rcount, 1, MPI_INT, d->rt->peers);
@@ -608,7 +708,7 @@ status dgc_exchange(dgc *d, float *grads, const float *params, long step, dgc_st
             st->dense_tensors++;
             continue;
         }
-        accumulate(d, pe, at, params, scale, d->plain[e]);
+        accumulate(d, pe, e, at, params, scale, d->plain[e], st);
         select_entry(d, e, at, density, step, &d->energy[3 * e]);
         st->compressed += pe->count;
     }

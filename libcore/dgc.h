@@ -66,6 +66,7 @@ typedef struct dgc_options {
     size_t min_numel;         /* tensors with fewer entries are sent dense */
     double min_energy;        /* tensors whose top-k carries less of |v|^2 than this go dense next step; 0: never */
     bool layer_ratios;        /* Pro 2: per-tensor densities under the schedule's budget, from concentration */
+    bool zero_predict;        /* Pro 3: skip blocks predicted (and confirmed) zero before selection */
     uint64_t seed;            /* of the threshold samples */
     int64_t min_params;       /* auto: off below this many parameters */
     double min_comm_fraction; /* auto: off when communication takes less than this fraction of compute */
@@ -92,6 +93,8 @@ typedef struct dgc_options {
       .help = "tensors whose top-k carries less of the gradient energy than this are sent dense" },        \
     { "dgc", "layer_ratios", CONFIG_TYPE_BOOL, "true",                                                     \
       .help = "per-tensor densities: concentrated gradients send fewer entries, diffuse ones more, same budget" }, \
+    { "dgc", "zero_predict", CONFIG_TYPE_BOOL, "true",                                                     \
+      .help = "skip blocks whose gradient was zero last step once a scan confirms it (exact)" },           \
     { "dgc", "min_params", CONFIG_TYPE_INT, "50000000", .min = 0, .max = 1e15,                             \
       .help = "auto: DGC-Pro stays off for models with fewer parameters" },                                \
     { "dgc", "min_comm_fraction", CONFIG_TYPE_FLOAT, "0.1", .min = 0, .max = 1e6,                          \
@@ -115,6 +118,10 @@ typedef struct dgc_stats {
     double residual_norm;      /* ||v|| over the slice after the step */
     double select_s, encode_s, exchange_s, total_s;
     int dense_tensors;         /* tensors of the slice sent dense this step */
+    size_t zero_predicted;     /* Pro 3: entries in blocks predicted zero (zero last step, state zero) */
+    size_t zero_true;          /* entries in blocks that were zero with a zero state this step */
+    size_t zero_hit;           /* predicted and true: precision = hit / predicted, recall = hit / true */
+    size_t zero_skipped;       /* entries skipped (exactly the hits) */
 } dgc_stats;
 
 /* Collective over rt->world. Every node must have the same number of ranks. */

@@ -6,7 +6,8 @@
 # algorithm (comm.algo=ring: on shaped links halving-doubling reaches half the rate);
 # DGC-Pro at its final 99.9% sparsity (no warm-up: the steady state), fp16 values.
 # Reports the mean step time of steps 3..N of each run, the speed-up, and the final
-# loss both ways. Root only (namespaces).
+# loss both ways; on unshaped links (rate none) also what dgc.mode = auto decides and
+# its step time against dense. Root only (namespaces).
 # Usage: tools/bench-dgc.sh [RATE...] (default: 1gbit 100mbit none); STEPS (default 5).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +19,7 @@ tools/netns-cluster down >/dev/null 2>&1 || true
 tools/netns-cluster up 4 >/dev/null
 trap 'tools/netns-cluster down >/dev/null 2>&1' EXIT
 tmp=$(mktemp -d -p "${TMPDIR:-/tmp}")
+auto_rows=()
 run() {  # run NAME RATE ARGS... -> "mean_step_ms final_loss"
     local name=$1 rate=$2
     shift 2
@@ -37,5 +39,15 @@ for rate in "${rates[@]}"; do
     red=$(sed -n 's/^dgc: gradient traffic .*: \([0-9.]*\)x less/\1/p' "$tmp/dgc-$rate.log")
     printf "| %s | %.0f | %.0f | %.2fx | %s / %s | %sx |\n" "$rate" "$dms" "$gms" "$(echo "$dms / $gms" | bc -l)" \
         "$dloss" "$gloss" "$red"
+    if [ "$rate" = none ]; then  # unshaped: what auto decides, and what that costs against dense
+        read -r ams _ < <(run auto-$rate "$rate" --set comm.algo=ring --set dgc.mode=auto --set dgc.values=fp16)
+        auto_rows+=("| $rate | $(sed -n 's/^dgc: \(on\|off\) (auto): \(.*\)/\1: \2/p' "$tmp/auto-$rate.log") | $(printf '%.0f ms vs dense %.0f ms = %.3f' "$ams" "$dms" "$(echo "$ams / $dms" | bc -l)") |")
+    fi
 done
+if [ ${#auto_rows[@]} -gt 0 ]; then
+    echo
+    echo "| link | dgc.mode = auto decided | ms/step against dense |"
+    echo "|---|---|---:|"
+    printf '%s\n' "${auto_rows[@]}"
+fi
 rm -rf "$tmp"

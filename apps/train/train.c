@@ -671,9 +671,10 @@ status train_loop(train_run *r)
                    ss.loss, ss.lr, ss.gnorm, unit, units / (ss.step_ms / 1e3), ss.step_ms, ss.comm_wait_ms, eta);
             const dgc_stats *ds = &r->dstats;
             if (r->dgc && dgc_active(r->dgc))
-                printf(" dgc_density=%.4g dgc_sent_kB=%.1f dgc_ratio=%.1f residual=%.4g select_ms=%.2f exchange_ms=%.2f",
-                       ds->density, ds->bytes_sent / 1e3, ds->bytes_sent ? (double)ds->dense_bytes / ds->bytes_sent : 0.0,
-                       ds->residual_norm, ds->select_s * 1e3, ds->exchange_s * 1e3);
+                printf(" dgc_density=%.4g dgc_sent_kB=%.1f dgc_ratio=%.1f residual=%.4g select_ms=%.2f exchange_ms=%.2f"
+                       " zero_skipped=%zu", ds->density, ds->bytes_sent / 1e3,
+                       ds->bytes_sent ? (double)ds->dense_bytes / ds->bytes_sent : 0.0, ds->residual_norm,
+                       ds->select_s * 1e3, ds->exchange_s * 1e3, ds->zero_skipped);
             printf("\n");
             fflush(stdout);
             json_t *j = json_pack("{s:s, s:I, s:f, s:f, s:f, s:f, s:f, s:f}", "kind", "train", "step",
@@ -685,6 +686,12 @@ status train_loop(train_run *r)
                                                     (json_int_t)ds->bytes_recv, "dgc_residual_norm", ds->residual_norm,
                                                     "dgc_select_ms", ds->select_s * 1e3, "dgc_encode_ms",
                                                     ds->encode_s * 1e3, "dgc_exchange_ms", ds->exchange_s * 1e3));
+            if (r->dgc && dgc_active(r->dgc))  /* Pro 3: rank 0's slice */
+                json_object_update_new(j, json_pack("{s:I, s:f, s:f}", "dgc_zero_skipped", (json_int_t)ds->zero_skipped,
+                                                    "dgc_zero_precision", ds->zero_predicted ?
+                                                        (double)ds->zero_hit / ds->zero_predicted : 1.0,
+                                                    "dgc_zero_recall", ds->zero_true ?
+                                                        (double)ds->zero_hit / ds->zero_true : 1.0));
             train_metrics_write(r, j);
         }
         if (r->val_data && eval_every > 0 && r->step % eval_every == 0 && r->step < r->steps) {
