@@ -275,6 +275,13 @@ const float *dgc_residual(const dgc *d, size_t *offset, size_t *count)
     return d->v;
 }
 
+void dgc_flush(dgc *d, float *grads, float factor)
+{
+    float *g = grads + d->s0;
+    for (size_t i = 0; i < d->S; i++) g[i] += factor * d->v[i];
+    dgc_state_reset(d);
+}
+
 const uint8_t *dgc_plain_entries(const dgc *d)
 {
     return d->plain;

@@ -98,7 +98,7 @@ typedef struct dgc_options {
     { "dgc", "min_params", CONFIG_TYPE_INT, "50000000", .min = 0, .max = 1e15,                             \
       .help = "auto: DGC-Pro stays off for models with fewer parameters" },                                \
     { "dgc", "min_comm_fraction", CONFIG_TYPE_FLOAT, "0.1", .min = 0, .max = 1e6,                          \
-      .help = "auto: DGC-Pro stays off when dense communication takes less than this fraction of compute" }
+      .help = "auto: off when dense communication takes less than this fraction of compute; else a 2-step trial decides" }
 
 struct config;
 /* Fills the [dgc] keys; momentum, nesterov, weight_decay and clip come from the
@@ -144,6 +144,11 @@ void dgc_layer_table(dgc *d, float *density, float *concentration, uint8_t *dens
 /* Whether compression runs (auto mode may decide after measuring); part of the state. */
 bool dgc_active(const dgc *d);
 void dgc_set_active(dgc *d, bool on);
+
+/* Adds factor times this rank's residual to grads at its slice and zeroes the state:
+ * with factor = accumulation x world size, a dense averaged step then applies every
+ * node's residual once (switching compression off loses nothing). */
+void dgc_flush(dgc *d, float *grads, float factor);
 
 /* Per table entry: 1 when momentum and weight decay were applied before the exchange. */
 const uint8_t *dgc_plain_entries(const dgc *d);

@@ -40,7 +40,7 @@ for rate in "${rates[@]}"; do
     printf "| %s | %.0f | %.0f | %.2fx | %s / %s | %sx |\n" "$rate" "$dms" "$gms" "$(echo "$dms / $gms" | bc -l)" \
         "$dloss" "$gloss" "$red"
     if [ "$rate" = none ]; then  # unshaped: what auto decides, and what that costs against dense
-        read -r ams _ < <(run auto-$rate "$rate" --set comm.algo=ring --set dgc.mode=auto --set dgc.values=fp16)
+        read -r ams _ < <(run auto-$rate "$rate" --set comm.algo=ring --set dgc.mode=auto --set dgc.values=fp16 --steps $((steps + 4)))
         auto_rows+=("| $rate | $(sed -n 's/^dgc: \(on\|off\) (auto): \(.*\)/\1: \2/p' "$tmp/auto-$rate.log") | $(printf '%.0f ms vs dense %.0f ms = %.3f' "$ams" "$dms" "$(echo "$ams / $dms" | bc -l)") |")
     fi
 done

@@ -259,6 +259,13 @@ static void train_ckpt_content(train_run *r, ckpt_content *c)
     if (r->dgc) c->blobs[c->nblobs++] = (ckpt_blob){ "dgc", dgc_state(r->dgc), dgc_state_bytes(r->dgc) };
 }
 
+typedef struct step_stats {
+    double loss;         /* mean over the global batch */
+    double gnorm;        /* global gradient norm before clipping */
+    double lr;
+    double step_ms, comm_wait_ms;
+} step_stats;
+
 /* DGC-Pro: off, forced on, or auto — ruled out here for small models and single
  * nodes; the rest of auto's decision (communication against compute) is taken after
  * the first steps have been measured (train_dgc_decide). */
@@ -292,26 +299,43 @@ static status train_dgc_setup(train_run *r)
     dgc_set_active(r->dgc, o.mode == DGC_MODE_ON);
     if (r->rt->rank == 0)
         printf("dgc: %s: sparsity %.4g after %ld warm-up steps, %s values, %s threshold, momentum correction %s, "
-               "%d nodes x %d ranks\n", o.mode == DGC_MODE_ON ? "on" : "auto (decided after 3 measured steps)",
+               "%d nodes x %d ranks\n", o.mode == DGC_MODE_ON ? "on" : "auto (decided in the first 5 steps)",
                o.sparsity, o.warmup_steps, o.values == DGC_VALUES_FP16 ? "fp16" : "fp32",
                o.exact_topk ? "exact top-k" : "sampled", o.momentum > 0 ? "on" : "off (AdamW: plain accumulation)",
                r->rt->nnodes, r->rt->local_size);
     return STATUS_OK;
 }
 
-/* Auto mode, after 3 dense steps: compression pays only when dense communication is
- * a sizeable fraction of the compute. Rank 0 decides for everyone; the decision is
- * part of the checkpointed state, so a resumed run keeps it. */
-static void train_dgc_decide(train_run *r)
+/* Auto mode, in the first steps of a fresh run. After dense steps 1-3: off when dense
+ * communication is under dgc.min_comm_fraction of the compute; otherwise steps 4-5 run
+ * compressed as a trial, and after step 5 DGC-Pro stays on only if its steps were
+ * faster than the dense ones (steps 2-3; step 1 warms up). Switching off flushes the
+ * residuals into the next dense step, so nothing accumulated is lost. Rank 0 decides
+ * for everyone; the decision is part of the checkpointed state. */
+static void train_dgc_auto(train_run *r, const step_stats *ss, long first)
 {
+    long k = r->step - first;  /* steps of this run */
+    if (first != 0 || k > 5) return;  /* a resumed run keeps what its checkpoint says */
+    if (k >= 2 && k <= 3) r->dense_ms += ss->step_ms / 2, r->compute_ms += (ss->step_ms - ss->comm_wait_ms) / 2;
+    if (k >= 4) r->trial_ms += ss->step_ms / 2;
     dgc_options o;
     dgc_options_from_config(r->cfg, &o);
-    int on = r->comm_ms >= o.min_comm_fraction * r->compute_ms;
+    int on = -1;
+    char why[256] = "";
+    if (k == 3) {
+        on = r->comm_ms >= o.min_comm_fraction * r->compute_ms;
+        snprintf(why, sizeof why, "dense communication %.1f ms is %.0f%% of compute %.1f ms (dgc.min_comm_fraction = %g)%s",
+                 r->comm_ms, 100 * r->comm_ms / r->compute_ms, r->compute_ms, o.min_comm_fraction,
+                 on ? "; trying it for 2 steps" : "");
+    } else if (k == 5) {
+        on = r->trial_ms < r->dense_ms;
+        snprintf(why, sizeof why, "its steps took %.1f ms against %.1f ms dense", r->trial_ms, r->dense_ms);
+    }
+    if (on < 0) return;
     MPI_Bcast(&on, 1, MPI_INT, 0, r->rt->world);
+    if (!on && dgc_active(r->dgc)) r->dgc_flush = true;
     dgc_set_active(r->dgc, on);
-    if (r->rt->rank == 0)
-        printf("dgc: %s (auto): dense communication %.1f ms is %.0f%% of compute %.1f ms (dgc.min_comm_fraction = %g)\n",
-               on ? "on" : "off", r->comm_ms, 100 * r->comm_ms / r->compute_ms, r->compute_ms, o.min_comm_fraction);
+    if (r->rt->rank == 0) printf("dgc: %s (auto): %s\n", on ? "on" : "off", why);
 }
 
 status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c)
@@ -459,12 +483,6 @@ static status train_fill(train_run *r, data_loader *d, int a)
     return STATUS_OK;
 }
 
-typedef struct step_stats {
-    double loss;         /* mean over the global batch */
-    double gnorm;        /* global gradient norm before clipping */
-    double lr;
-    double step_ms, comm_wait_ms;
-} step_stats;
 
 /* One optimizer step: A micro-batches forward and backward (buckets launched from
  * the last backward), the wait for the buckets, clipping, the update. */
@@ -474,6 +492,10 @@ static status train_step(train_run *r, step_stats *ss)
     param_buffers *pb = model_buffers(&r->m);
     double t0 = now_s(), loss = 0;
     param_zero_grads(pb, pt);
+    if (r->dgc_flush) {  /* DGC-Pro was switched off: its residuals go out with this dense step */
+        dgc_flush(r->dgc, pb->grads, (float)(r->tb.accum * r->rt->size));
+        r->dgc_flush = false;
+    }
     r->hook_status = STATUS_OK;
     bool compress = r->dgc && dgc_active(r->dgc);
     for (int a = 0; a < r->tb.accum; a++) {
@@ -656,11 +678,6 @@ status train_loop(train_run *r)
         TRY(train_step(r, &ss));
         ckpt_poll(r->ckpt);  /* commits a finished background checkpoint without waiting */
         if (r->step - first > 1) { sum_ms += ss.step_ms; sum_wait += ss.comm_wait_ms; timed++; }  /* skip warm-up */
-        if (r->dgc && r->step - first >= 2 && r->step - first <= 3) r->compute_ms += ss.step_ms - ss.comm_wait_ms;
-        if (r->dgc && r->step == 3 && r->step - first >= 2 && config_str(cfg, "dgc.mode")[0] == 'a') {
-            r->compute_ms /= (double)(r->step - first - 1);
-            train_dgc_decide(r);
-        }
         bool log_now = r->step % log_every == 0 || r->step == r->steps;
         if (log_now && r->dgc && dgc_active(r->dgc)) train_log_dgc_layers(r);
         if (rt->rank == 0 && log_now) {
@@ -694,6 +711,8 @@ status train_loop(train_run *r)
                                                         (double)ds->zero_hit / ds->zero_true : 1.0));
             train_metrics_write(r, j);
         }
+        /* after the step's line: it describes the step as it ran */
+        if (r->dgc && config_str(cfg, "dgc.mode")[0] == 'a') train_dgc_auto(r, &ss, first);
         if (r->val_data && eval_every > 0 && r->step % eval_every == 0 && r->step < r->steps) {
             double l, acc;
             long n;

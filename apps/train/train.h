@@ -71,7 +71,9 @@ typedef struct train_run {
     dgc *dgc;                  /* DGC-Pro when configured and not ruled out at setup; NULL otherwise */
     dgc_stats dstats;          /* of the last step it ran */
     double dgc_sent, dgc_dense;/* bytes sent between nodes by this rank over the run, and a dense ring's */
-    double compute_ms;         /* auto mode: mean compute time of the first steps, for the decision */
+    double compute_ms;         /* auto mode: mean compute time of dense steps 2-3 */
+    double dense_ms, trial_ms; /* auto mode: mean step time of dense steps 2-3 and compressed steps 4-5 */
+    bool dgc_flush;            /* auto switched DGC-Pro off: flush its residuals into the next step */
     data_state loader_state;   /* the training loader's position after the last step (checkpointed) */
     char config_text[65536];   /* the resolved config, as config_dump writes it */
 } train_run;
