@@ -343,6 +343,15 @@ static void test_exchange(const runtime *rt, double momentum, dgc_values vk, con
         snprintf(name, sizeof name, "%s: conservation, sent + residuals = accumulated (%s)", what,
                  exactly ? "exact" : "to float rounding");
         check(rt, exactly ? worst == 0 : worst < 1e-5, name, why);
+        /* switching compression off: the flush hands over exactly the residual, times the factor */
+        float *before = malloc(cnt * sizeof(float) + 1), *flushed = calloc(T, sizeof(float));
+        memcpy(before, r, cnt * sizeof(float));
+        dgc_flush(d, flushed, 2.0f);
+        bool ok = true;
+        for (size_t i = 0; i < cnt; i++) ok = ok && flushed[off + i] == 2.0f * before[i] && r[i] == 0.0f;
+        snprintf(name, sizeof name, "%s: dgc_flush hands over the residual and empties the state", what);
+        check(rt, ok, name, "");
+        free(before), free(flushed);
         free(res);
     }
     dgc_free(d);
