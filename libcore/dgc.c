@@ -252,7 +252,7 @@ status dgc_state_loaded(dgc *d)
     memset(d->vzero, 0, d->blk_base[d->pt->count]);  /* unknown until each block is accumulated once */
     dgc_header want = { DGC_MAGIC, d->s0, d->S, d->first, d->last, d->u != NULL, d->hdr->active, d->pt->total };
     if (memcmp(d->hdr, &want, sizeof want) == 0) return STATUS_OK;
-    want.active = 1;
+    want.active = d->hdr->active != 0;  /* the decision (auto) stands at any layout */
     *d->hdr = want;
     dgc_state_reset(d);
     return STATUS_INPUT;
