@@ -72,6 +72,9 @@ typedef struct ckpt_blob {
     const char *name;           /* "rng", "loader", ... */
     void *data;                 /* (bytes) this rank's: read on save, written on load */
     size_t bytes;               /* 1 .. INT_MAX */
+    bool optional;              /* load: a missing blob, or one of another size, is not an error (the
+                                   caller resets that state: optional state added by a later config) */
+    bool loaded;                /* load: set when the blob was read, cleared when an optional one was not */
 } ckpt_blob;
 
 /* What a checkpoint holds. The same description serves save and load. */

@@ -155,6 +155,21 @@ static hid_t open_checked(hid_t loc, const char *name, const char *shown, bool b
     return ok ? ds : -1;
 }
 
+/* An optional blob is read only when it exists with exactly these dimensions. */
+static bool blob_matches(hid_t f, const char *path, const hsize_t *dims)
+{
+    if (!path_exists(f, path)) return false;
+    hid_t ds = H5Dopen2(f, path, H5P_DEFAULT);
+    if (ds < 0) return false;
+    hid_t sp = H5Dget_space(ds);
+    hsize_t got[2] = { 0, 0 };
+    bool ok = sp >= 0 && H5Sget_simple_extent_ndims(sp) == 2 && H5Sget_simple_extent_dims(sp, got, NULL) == 2 &&
+              got[0] == dims[0] && got[1] == dims[1];
+    if (sp >= 0) H5Sclose(sp);
+    H5Dclose(ds);
+    return ok;
+}
+
 /* Opens every dataset c loads into ids (tensors in table order, then blobs) and
  * lists what does not match. */
 static status check_layout(hid_t f, const file_header *h, const ckpt_content *c, hid_t *ids, char *why)
@@ -194,6 +209,7 @@ static status check_layout(hid_t f, const file_header *h, const ckpt_content *c,
         char path[CKPT_DSET_MAX];
         hsize_t dims[2] = { (hsize_t)h->world_size, c->blobs[b].bytes };
         snprintf(path, sizeof path, "rank/%s", c->blobs[b].name);
+        if (c->blobs[b].optional && !blob_matches(f, path, dims)) continue;  /* left to the caller */
         if (!path_exists(f, path)) list_add(&missing, "blob %s", path);
         else ids[k] = open_checked(f, path, path, true, 2, dims, &shape);
     }
@@ -253,6 +269,8 @@ static status read_data(MPI_Comm comm, const hid_t *ids, const file_header *h, c
     CHECK(rows, "out of memory reading checkpoint row checksums");
     for (int b = 0; b < c->nblobs; b++, k++) {
         ckpt_blob *bl = &c->blobs[b];
+        bl->loaded = ids[k] >= 0;
+        if (!bl->loaded) continue;  /* an optional blob the file does not hold as this run needs it */
         hid_t fs = H5Dget_space(ids[k]), ms = ckpt_mem_space(bl->bytes);
         H5_CHECK(fs);
         ckpt_select_row(fs, row, bl->bytes);

@@ -255,8 +255,9 @@ static void train_ckpt_content(train_run *r, ckpt_content *c)
     if (!r->use_sgd) c->groups[c->ngroups++] = (ckpt_tensors){ "optim/v", pt, pb->v, false };
     if (model_state_table(&r->m))
         c->groups[c->ngroups++] = (ckpt_tensors){ "buffers", model_state_table(&r->m), model_state(&r->m), true };
-    c->blobs[c->nblobs++] = (ckpt_blob){ "loader", &r->loader_state, sizeof r->loader_state };
-    if (r->dgc) c->blobs[c->nblobs++] = (ckpt_blob){ "dgc", dgc_state(r->dgc), dgc_state_bytes(r->dgc) };
+    c->blobs[c->nblobs++] = (ckpt_blob){ "loader", &r->loader_state, sizeof r->loader_state, false, false };
+    /* optional: a checkpoint written without compression, or at another node size, resumes with a fresh state */
+    if (r->dgc) c->blobs[c->nblobs++] = (ckpt_blob){ "dgc", dgc_state(r->dgc), dgc_state_bytes(r->dgc), true, false };
 }
 
 typedef struct step_stats {
@@ -450,7 +451,12 @@ status train_resume(train_run *r)
     if (info.step < 0) return STATUS_OK;
     r->step = (long)info.step;
     TRY(data_set_state(r->train_data, &r->loader_state));
-    if (r->dgc && (info.resharded || dgc_state_loaded(r->dgc) != STATUS_OK)) {
+    if (r->dgc && !c.blobs[c.nblobs - 1].loaded) {
+        dgc_state_reset(r->dgc);
+        dgc_set_active(r->dgc, !strcmp(config_str(r->cfg, "dgc.mode"), "on"));
+        log_warn0("dgc: the checkpoint holds no compression state for this layout (written without DGC-Pro, or "
+                  "with another number of ranks per node): residuals and velocities start from zero");
+    } else if (r->dgc && (info.resharded || dgc_state_loaded(r->dgc) != STATUS_OK)) {
         dgc_state_reset(r->dgc);
         log_warn0("dgc: the checkpoint's compression state belongs to another layout of ranks; residuals and "
                   "velocities start from zero (what they held is not applied)");

@@ -105,6 +105,16 @@ check "DGC-Pro: resume at step 20 -> step 30 bit-identical, compression state in
 check "DGC-Pro: the run reports its traffic reduction" grep -q "gradient traffic between nodes .* less" $tmp/dgc-stopped.log
 check "DGC-Pro: the compressed run differs from the dense one (compression took effect)" \
     eval '! h5diff -q $tmp/straight/$s30 $tmp/dgc-straight/$s30 /params /params'
+# compression turned on for a run whose checkpoints have none, and a DGC-Pro checkpoint
+# resumed with another number of ranks per node: both go on from a fresh compression state
+cp -r $tmp/straight $tmp/dgc-late
+run $tmp/dgc-late 2 --steps 33 $dg --set optim.name=adamw
+check "DGC-Pro turned on over a dense checkpoint: resumes with a fresh compression state" \
+    grep -q "holds no compression state" $tmp/dgc-late.log
+cp -r $tmp/dgc-straight $tmp/dgc-2x2
+run $tmp/dgc-2x2 4 --steps 33 $dg --ranks-per-node 2 --set train.micro_batch=2
+check "a DGC-Pro checkpoint resumed at 2 nodes x 2 goes on with a fresh compression state" \
+    grep -q "holds no compression state" $tmp/dgc-2x2.log
 
 # SIGKILL after the step-10 commit, then resume explicitly from it
 mkdir -p $tmp/killed

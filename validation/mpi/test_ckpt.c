@@ -85,8 +85,8 @@ static void fixture_init(fixture *f, const char *model, bool variant, int ranks_
     c->groups[2] = (ckpt_tensors){ "optim/v", &f->params, f->pb.v, false };
     c->groups[3] = (ckpt_tensors){ "buffers", &f->buffers, f->bb.params, true };  /* staged in ckpt_save */
     c->nblobs = 2;
-    c->blobs[0] = (ckpt_blob){ "rng", &f->rng, sizeof f->rng };
-    c->blobs[1] = (ckpt_blob){ "loader", f->loader, sizeof f->loader };
+    c->blobs[0] = (ckpt_blob){ "rng", &f->rng, sizeof f->rng, false, false };
+    c->blobs[1] = (ckpt_blob){ "loader", f->loader, sizeof f->loader, false, false };
 }
 
 static void fixture_free(fixture *f)
