@@ -9,6 +9,7 @@
  * fsync'd (DESIGN.md §3 durable writes): a failure leaves any earlier outputs as
  * they were. */
 #include "data.h"
+#include "path.h"
 
 #include <fcntl.h>
 #include <inttypes.h>
@@ -27,18 +28,6 @@ typedef struct prep_out {
     int fd;                      /* -1 when closed */
     uint64_t count;              /* tokens (bytes) it receives */
 } prep_out;
-
-static int write_all(int fd, const void *p, size_t n)
-{
-    const char *c = p;
-    while (n > 0) {
-        ssize_t w = write(fd, c, n);
-        if (w <= 0) return -1;
-        c += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
 
 /* The 32-byte Nebula header of a byte-level file of `count` tokens (data.h). */
 static void byte_header(uint8_t h[DATA_NEBULA_HEADER_BYTES], uint64_t count)
@@ -62,7 +51,7 @@ static status out_create(prep_out *o)
     }
     uint8_t h[DATA_NEBULA_HEADER_BYTES];
     byte_header(h, o->count);
-    if (write_all(o->fd, h, sizeof h) != 0) {
+    if (path_write_all(o->fd, h, sizeof h) != 0) {
         log_error("cannot write %s: %s", o->tmp, log_errno_str());
         return STATUS_IO;
     }
@@ -124,7 +113,7 @@ static status copy_bytes(int fd, const char *name, uint64_t n, prep_out *out, ui
                       name, got < 0 ? log_errno_str() : "unexpected end of file");
             return STATUS_IO;
         }
-        if (write_all(out->fd, buf, (size_t)got) != 0) {
+        if (path_write_all(out->fd, buf, (size_t)got) != 0) {
             log_error("cannot write %s: %s", out->tmp, log_errno_str());
             return STATUS_IO;
         }

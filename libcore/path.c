@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 status path_mkdirs(const char *dir, const char *what)
 {
@@ -29,4 +30,16 @@ status path_mkdirs(const char *dir, const char *what)
 mkdir_failed:
     log_error("cannot create %s %s: %s", what, p, log_errno_str());
     return STATUS_IO;
+}
+
+int path_write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n > 0) {
+        ssize_t w = write(fd, c, n);
+        if (w <= 0) return -1;
+        c += w;
+        n -= (size_t)w;
+    }
+    return 0;
 }

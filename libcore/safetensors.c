@@ -3,6 +3,7 @@
  * given. The header is padded with spaces to a multiple of 8 bytes (the reference
  * implementation's alignment). */
 #include "safetensors.h"
+#include "path.h"
 
 #include <fcntl.h>
 #include <jansson.h>
@@ -53,18 +54,6 @@ static char *st_header(const st_tensor *tensors, int n, const char *metadata_jso
     return h;
 }
 
-static int write_all(int fd, const void *p, size_t n)
-{
-    const char *c = p;
-    while (n > 0) {
-        ssize_t w = write(fd, c, n);
-        if (w <= 0) return -1;
-        c += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 status st_write(const char *path, const st_tensor *tensors, int n, const char *metadata_json)
 {
     size_t hlen;
@@ -80,8 +69,8 @@ status st_write(const char *path, const st_tensor *tensors, int n, const char *m
     }
     uint8_t len8[8];
     for (int b = 0; b < 8; b++) len8[b] = (uint8_t)((uint64_t)hlen >> (8 * b));  /* little-endian */
-    int rc = write_all(fd, len8, 8) || write_all(fd, header, hlen);
-    for (int i = 0; i < n && !rc; i++) rc = write_all(fd, tensors[i].data, tensor_count(&tensors[i]) * sizeof(float));
+    int rc = path_write_all(fd, len8, 8) || path_write_all(fd, header, hlen);
+    for (int i = 0; i < n && !rc; i++) rc = path_write_all(fd, tensors[i].data, tensor_count(&tensors[i]) * sizeof(float));
     if (!rc) rc = fsync(fd);
     if (close(fd) != 0) rc = -1;
     if (!rc) rc = rename(tmp, path);

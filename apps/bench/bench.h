@@ -9,6 +9,9 @@
 /* The allreduce sweep in the style of nccl-tests; returns STATUS_CORRUPT on any wrong element. */
 status bench_comm_run(const config *cfg, runtime *rt, comm *c);
 
+/* The median of v[0, n) (the mean of the middle two for even n); sorts v. */
+double bench_median(double *v, int n);
+
 /* Training-step throughput of a model (single process). */
 status bench_model_run(const config *cfg);
 

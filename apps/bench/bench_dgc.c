@@ -16,18 +16,6 @@
 #include "bench.h"
 #include "dgc.h"
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *t, int n)
-{
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
-    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
-
 static uint64_t mix(uint64_t z)
 {
     z += 0x9e3779b97f4a7c15ull;
@@ -76,9 +64,9 @@ status bench_dgc_run(const config *cfg)
     printf("# nebula-bench dgc: %zu entries, density %.4g (k = %zu, last selection %zu), sample %.3g%%, one core, "
            "median of %d rounds\n", n, density, k, got, 100 * fraction, rounds);
     printf("# %-34s %12s %14s %10s\n", "step", "time_ms", "G_entries/s", "vs_read");
-    double read = median(t[0], rounds);
+    double read = bench_median(t[0], rounds);
     for (int j = 0; j < 5; j++) {
-        double m = median(t[j], rounds);
+        double m = bench_median(t[j], rounds);
         printf("  %-34s %12.3f %14.2f %10.2f\n", what[j], m * 1e3, (double)n / m / 1e9, m / read);
     }
     if (sink == 12345.0) printf("#\n");  /* keeps the timed work observable */

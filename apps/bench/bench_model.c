@@ -20,7 +20,7 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static double median(double *v, int n)
+double bench_median(double *v, int n)
 {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
@@ -117,11 +117,11 @@ status bench_model_run(const config *cfg)
                s, tf[s], tb[s], to[s], tt[s], ups, gf, 100 * gf / gflops, model_loss(m));
     }
     if (st == STATUS_OK && steps > 0) {
-        double mt = median(tt, steps), ups = units / (mt / 1e3), gf = flops_step / (mt / 1e3) / 1e9;
+        double mt = bench_median(tt, steps), ups = units / (mt / 1e3), gf = flops_step / (mt / 1e3) / 1e9;
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
         printf("# median: fwd %.2f ms, bwd %.2f ms, opt %.2f ms, step %.2f ms, %.2f %s/s, %.2f GFLOP/s = %.1f%% of "
-               "sgemm, peak RSS %.0f MiB\n", median(tf, steps), median(tb, steps), median(to, steps), mt, ups, unit,
+               "sgemm, peak RSS %.0f MiB\n", bench_median(tf, steps), bench_median(tb, steps), bench_median(to, steps), mt, ups, unit,
                gf, 100 * gf / gflops, ru.ru_maxrss / 1024.0);
     }
     free(tf); free(tb); free(to); free(tt);

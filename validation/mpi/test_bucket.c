@@ -15,20 +15,10 @@
 #include "bucket.h"
 #include "comm.h"
 #include "runtime.h"
+#include "mpi_check.h"
 
 enum { MAXT = 512 };
 
-static int failures;
-
-/* Every rank agrees on the verdict; ranks that failed say why on stderr. */
-static void check(const runtime *rt, bool ok, const char *what, const char *why)
-{
-    int all_ok = ok;
-    if (!ok && why && why[0]) fprintf(stderr, "# rank %d: %s: %s\n", rt->rank, what, why);
-    MPI_Allreduce(MPI_IN_PLACE, &all_ok, 1, MPI_INT, MPI_LAND, rt->world);
-    if (rt->rank == 0) printf("%s - %s\n", all_ok ? "ok" : "FAIL", what);
-    if (!all_ok) failures++;
-}
 
 /* A tensor table over a flat buffer; offsets are aligned, which leaves gaps. */
 typedef struct model {

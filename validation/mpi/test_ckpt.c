@@ -31,21 +31,10 @@
 #include "ckpt_impl.h"
 #include "rng.h"
 #include "runtime.h"
+#include "mpi_check.h"
 
 enum { LOADER_BYTES = 40, WHY = 8192 };
 
-static int failures;
-
-/* Every rank agrees on the verdict; ranks that failed say why on stderr. */
-static void check(const runtime *rt, bool ok, const char *what, const char *why)
-{
-    int all_ok = ok;
-    if (!ok && why && why[0]) fprintf(stderr, "# rank %d: %s: %s\n", rt->rank, what, why);
-    MPI_Allreduce(MPI_IN_PLACE, &all_ok, 1, MPI_INT, MPI_LAND, rt->world);
-    if (rt->rank == 0) printf("%s - %s\n", all_ok ? "ok" : "FAIL", what);
-    fflush(stdout);
-    if (!all_ok) failures++;
-}
 
 typedef struct fixture {
     param_table params;           /* the model's tensors */

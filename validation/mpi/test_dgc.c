@@ -18,18 +18,8 @@
 #include "dgc.h"
 #include "param.h"
 #include "runtime.h"
+#include "mpi_check.h"
 
-static int failures;
-
-static void check(const runtime *rt, bool ok, const char *what, const char *why)
-{
-    int all_ok = ok;
-    if (!ok && why && why[0]) fprintf(stderr, "# rank %d: %s: %s\n", rt->rank, what, why);
-    MPI_Allreduce(MPI_IN_PLACE, &all_ok, 1, MPI_INT, MPI_LAND, rt->world);
-    if (rt->rank == 0) printf("%s - %s\n", all_ok ? "ok" : "FAIL", what);
-    fflush(stdout);
-    if (!all_ok) failures++;
-}
 
 static uint64_t mix(uint64_t z)
 {
