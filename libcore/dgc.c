@@ -365,12 +365,17 @@ static int live_runs(const dgc *d, int e, size_t n, size_t *runs)
     return k;
 }
 
-static float threshold(dgc *d, const float *v, size_t n, double density, uint64_t seed)
+/* The thresholds of `count` densities of v (one sample serves all). */
+static void thresholds(dgc *d, const float *v, size_t n, const double *density, float *thr, int count, uint64_t seed)
 {
-    size_t k = (size_t)ceil(density * (double)n);
-    if (k < 1) k = 1;
-    return d->o.exact_topk ? dgc_kth_abs(v, n, k, d->scratch)
-                           : dgc_sampled_threshold(v, n, density, d->o.sample_fraction, seed, d->scratch);
+    if (!d->o.exact_topk) {
+        dgc_sampled_thresholds(v, n, density, thr, count, d->o.sample_fraction, seed, d->scratch);
+        return;
+    }
+    for (int q = 0; q < count; q++) {
+        size_t k = (size_t)ceil(density[q] * (double)n);
+        thr[q] = dgc_kth_abs(v, n, k < 1 ? 1 : k, d->scratch);
+    }
 }
 
 /* dgc_select over the runs of v, indices relative to v; counts past cap like it. */
@@ -397,8 +402,10 @@ static void select_entry(dgc *d, int e, size_t at, double base, long step, doubl
     size_t k = (size_t)ceil(density * (double)n);
     if (k < 1) k = 1;
     uint64_t seed = d->o.seed ^ ((uint64_t)step << 20) ^ (uint64_t)e;
-    float ref = d->o.layer_ratios ? threshold(d, v, n, base, seed) : INFINITY;
-    float thr = threshold(d, v, n, density, seed);
+    double want[2] = { density, base };  /* the selection's, and Pro 2's reference */
+    float th[2] = { INFINITY, INFINITY };
+    thresholds(d, v, n, want, th, d->o.layer_ratios ? 2 : 1, seed);
+    float thr = th[0], ref = th[1];
     if (!(thr > 0)) thr = FLT_MIN;  /* nothing above 0 in the sample: every nonzero is a candidate */
     uint32_t *idx = d->idx + d->nsel;
     size_t cap = d->cap - d->nsel;
@@ -648,6 +655,7 @@ static status exchange(dgc *d, dgc_stats *st)
             d->vzero[d->blk_base[e] + (at - (d->pt->entries[e].offset - d->s0)) / DGC_BLOCK] = 0;
         }
     }
+    double t_enc = MPI_Wtime();
     int mylen = (int)len;
     MPI_Allgather(&mylen, 1, MPI_INT, d->rcount, 1, MPI_INT, d->rt->peers);
     rtotal = 0;
@@ -673,8 +681,8 @@ static status exchange(dgc *d, dgc_stats *st)
         }
     }
     double t4 = MPI_Wtime();
-    st->encode_s += (t1 - t0) + (t3 - t2) - 0;  /* encoding and the owner's sum (approximate split) */
-    st->exchange_s += (t2 - t1) + (t4 - t3);
+    st->encode_s += (t1 - t0) + (t_enc - t2) + (t4 - t3);  /* encoding, the owner's sum, decoding */
+    st->exchange_s += (t2 - t1) + (t3 - t_enc);           /* alltoallv, allgatherv */
     return STATUS_OK;
 }
 
@@ -720,6 +728,11 @@ status dgc_exchange(dgc *d, float *grads, const float *params, long step, dgc_st
         st->compressed += pe->count;
     }
     st->selected = d->nsel;
+    /* what selection left in v, from the energies it summed (no second pass over v) */
+    double rn = 0;
+    for (int e = d->first; e < d->last; e++)
+        if (!d->es[e].dense) rn += fmax(0.0, d->energy[3 * e + 1] - d->energy[3 * e]);
+    st->residual_norm = sqrt(rn);
     st->select_s = MPI_Wtime() - ts;
     /* Tell the other ranks of the node which entries are plain (every rank's optimizer needs all). */
     MPI_Allreduce(MPI_IN_PLACE, d->plain, d->pt->count, MPI_UINT8_T, MPI_MAX, rt->node);
@@ -747,10 +760,6 @@ status dgc_exchange(dgc *d, float *grads, const float *params, long step, dgc_st
         }
         if (d->o.layer_ratios) layer_ratios(d, step);
     }
-    double rn = 0;
-#pragma omp parallel for simd reduction(+ : rn) schedule(static)
-    for (size_t i = 0; i < d->S; i++) rn += (double)d->v[i] * d->v[i];
-    st->residual_norm = sqrt(rn);
     if (d->L > 1)
         MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, grads, d->cnt, d->dsp, MPI_FLOAT, rt->node);
     st->dense_bytes = d->P > 1 ? (size_t)(2.0 * (d->P - 1) / d->P * (double)d->S * 4) : 0;

@@ -115,7 +115,7 @@ typedef struct dgc_stats {
     size_t bytes_sent;         /* between nodes: alltoallv + allgatherv payload this rank sent */
     size_t bytes_recv;
     size_t dense_bytes;        /* what a ring allreduce of the slice among the peers would send */
-    double residual_norm;      /* ||v|| over the slice after the step */
+    double residual_norm;      /* ||v|| over the slice after the selection (the fp16 rounding kept in v left out) */
     double select_s, encode_s, exchange_s, total_s;
     int dense_tensors;         /* tensors of the slice sent dense this step */
     size_t zero_predicted;     /* Pro 3: entries in blocks predicted zero (zero last step, state zero) */
@@ -198,5 +198,9 @@ float dgc_sampled_threshold(const float *x, size_t n, double density, double fra
  * in ascending order and returns how many there are (those beyond cap are counted,
  * not written). Vectorised; ~1 G entries/s per core. */
 size_t dgc_select(const float *x, size_t n, float thr, uint32_t *idx, size_t cap);
+/* The thresholds of `count` densities from one sample (the same sample for each, as
+ * dgc_sampled_threshold would draw it). */
+void dgc_sampled_thresholds(const float *x, size_t n, const double *density, float *thr, int count, double fraction,
+                            uint64_t seed, float *scratch);
 
 #endif

@@ -64,10 +64,13 @@ float dgc_kth_abs(const float *x, size_t n, size_t k, float *scratch)
     return kth_largest(scratch, n, k);
 }
 
-float dgc_sampled_threshold(const float *x, size_t n, double density, double fraction, uint64_t seed,
-                            float *scratch)
+void dgc_sampled_thresholds(const float *x, size_t n, const double *density, float *thr, int count, double fraction,
+                            uint64_t seed, float *scratch)
 {
-    if (n == 0) return INFINITY;
+    if (n == 0) {
+        for (int q = 0; q < count; q++) thr[q] = INFINITY;
+        return;
+    }
     size_t m = (size_t)ceil(fraction * (double)n);
     if (m < 1) m = 1;
     if (m > n) m = n;
@@ -81,10 +84,20 @@ float dgc_sampled_threshold(const float *x, size_t n, double density, double fra
         size_t at = a + (size_t)(mix64(seed ^ (uint64_t)j * 0xd1342543de82ef95ull) % (b - a - run + 1));
         for (size_t q = 0; q < run; q++) scratch[j * run + q] = fabsf(x[at + q]);
     }
-    size_t k = (size_t)ceil(density * (double)m);
-    if (k < 1) k = 1;
-    if (k > m) k = m;
-    return kth_largest(scratch, m, k);
+    for (int q = 0; q < count; q++) {  /* the selection only permutes the sample: one sample serves all */
+        size_t k = (size_t)ceil(density[q] * (double)m);
+        if (k < 1) k = 1;
+        if (k > m) k = m;
+        thr[q] = kth_largest(scratch, m, k);
+    }
+}
+
+float dgc_sampled_threshold(const float *x, size_t n, double density, double fraction, uint64_t seed,
+                            float *scratch)
+{
+    float thr;
+    dgc_sampled_thresholds(x, n, &density, &thr, 1, fraction, seed, scratch);
+    return thr;
 }
 
 static size_t select_portable(const float *x, size_t from, size_t n, float thr, uint32_t *idx, size_t cap, size_t got)

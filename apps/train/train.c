@@ -317,6 +317,7 @@ static void train_dgc_auto(train_run *r, const step_stats *ss, long first)
 {
     long k = r->step - first;  /* steps of this run */
     if (first != 0 || k > 5) return;  /* a resumed run keeps what its checkpoint says */
+    if (strcmp(config_str(r->cfg, "dgc.mode"), "auto") != 0) return;
     if (k >= 2 && k <= 3) r->dense_ms += ss->step_ms / 2, r->compute_ms += (ss->step_ms - ss->comm_wait_ms) / 2;
     if (k >= 4) r->trial_ms += ss->step_ms / 2;
     dgc_options o;
@@ -718,7 +719,7 @@ status train_loop(train_run *r)
             train_metrics_write(r, j);
         }
         /* after the step's line: it describes the step as it ran */
-        if (r->dgc && config_str(cfg, "dgc.mode")[0] == 'a') train_dgc_auto(r, &ss, first);
+        if (r->dgc) train_dgc_auto(r, &ss, first);
         if (r->val_data && eval_every > 0 && r->step % eval_every == 0 && r->step < r->steps) {
             double l, acc;
             long n;
