@@ -5,6 +5,7 @@
 #   make check     build and run all tests; last line "N passed, N failed"
 #   make demo      run the main job on an embedded default
 #   make bench     the communication benchmark table of the README
+#   make fuzz      fuzz the checkpoint file readers, FUZZ_SECONDS (600) per target (needs clang)
 #
 # USE_CUDA=auto|0|1 (auto: build kernels/cuda when nvcc is present), VERBOSE=1 for full commands.
 
@@ -135,8 +136,78 @@ demo: all
 bench: all
 	$(Q)tools/bench-comm.sh
 
+# Fuzzing of the hostile-input readers (validation/fuzz). `make fuzz` builds each
+# libFuzzer harness with clang, ASan and UBSan and runs it FUZZ_SECONDS on its seed
+# corpus, one target after the other; new inputs go to build/fuzz/corpus_<target>,
+# crashing ones to build/fuzz/crashes/ (save them under validation/fuzz/regress/).
+# `make fuzz-merge` folds the new inputs into the seed corpus, minimised. `make`
+# builds the same harnesses with $(CC) and the sanitizers around a plain main()
+# (validation/fuzz/replay.c) so `make check` replays corpus and regressions
+# without clang. Needs clang, its libFuzzer runtime and OpenMP (tools/deps.sh).
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 600
+FUZZ_TARGETS := safetensors llmc
+FUZZ_LIBSRC  := libcore/safetensors.c libcore/llmc.c libcore/param.c libcore/path.c libcore/log.c
+FUZZ_OPTS_safetensors := -max_len=4096 -dict=validation/fuzz/safetensors.dict
+FUZZ_OPTS_llmc        := -max_len=8192
+# Runs also reward new comparison operands (most of the header's checks are
+# comparisons inside jansson, which coverage cannot see); merges keep coverage only,
+# so the committed corpus stays small.
+FUZZ_RUN_OPTS         := -use_value_profile=1
+SAN_FLAGS    := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+# Evaluated only when a fuzz rule runs (OpenMPI's wrapper flags, for log.c's mpi.h).
+FUZZ_CFLAGS   = -std=c11 -g -O1 -Wall -Wextra -Werror -D_GNU_SOURCE -fopenmp -MMD -MP -Ilibcore \
+                $(shell $(CC) --showme:compile) $(SAN_FLAGS)
+REPLAY_BINS  := $(addprefix $(B)/test/fuzz/replay_,$(FUZZ_TARGETS))
+FUZZ_BINS    := $(addprefix $(B)/fuzz/fuzz_,$(FUZZ_TARGETS))
+
+.PHONY: fuzz fuzz-merge
+all: $(REPLAY_BINS)
+
+$(B)/san/%.o: %.c | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	@$(if $(filter 1,$(VERBOSE)),,echo "  CC SAN  $<")
+	$(Q)$(CC) $(CFLAGS) $(SAN_FLAGS) -c $< -o $@
+
+$(B)/test/fuzz/replay_%: $(B)/san/validation/fuzz/fuzz_%.o $(B)/san/validation/fuzz/replay.o \
+                         $(patsubst %.c,$(B)/san/%.o,$(FUZZ_LIBSRC))
+	@mkdir -p $(dir $@)
+	@$(if $(filter 1,$(VERBOSE)),,echo "  LINK    $@")
+	$(Q)$(CC) $(LDFLAGS) $(SAN_FLAGS) -o $@ $^ -ljansson -lm
+
+$(B)/fuzz/obj/validation/fuzz/%.o: validation/fuzz/%.c
+	@mkdir -p $(dir $@)
+	@$(if $(filter 1,$(VERBOSE)),,echo "  FUZZCC  $<")
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -c $< -o $@
+
+$(B)/fuzz/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	@$(if $(filter 1,$(VERBOSE)),,echo "  FUZZCC  $<")
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(B)/fuzz/fuzz_%: $(B)/fuzz/obj/validation/fuzz/fuzz_%.o $(patsubst %.c,$(B)/fuzz/obj/%.o,$(FUZZ_LIBSRC))
+	@$(if $(filter 1,$(VERBOSE)),,echo "  LINK    $@")
+	$(Q)$(FUZZ_CC) -fopenmp $(SAN_FLAGS) -fsanitize=fuzzer -o $@ $^ $(shell $(CC) --showme:link) -ljansson -lm
+
+# -close_fd_mask=2: the readers log every refusal to stderr, which would drown
+# libFuzzer's own lines (it keeps a copy of stderr for them and for crash reports).
+fuzz: $(FUZZ_BINS)
+	$(Q)mkdir -p $(B)/fuzz/crashes
+	$(Q)$(foreach t,$(FUZZ_TARGETS),mkdir -p $(B)/fuzz/corpus_$(t) && \
+	    echo "fuzz: $(t) for $(FUZZ_SECONDS) s" && \
+	    nice -n 10 $(B)/fuzz/fuzz_$(t) $(FUZZ_OPTS_$(t)) $(FUZZ_RUN_OPTS) -max_total_time=$(FUZZ_SECONDS) \
+	        -close_fd_mask=2 -print_final_stats=1 -artifact_prefix=$(B)/fuzz/crashes/$(t)- \
+	        $(B)/fuzz/corpus_$(t) validation/fuzz/corpus_$(t) &&) true
+
+fuzz-merge: $(FUZZ_BINS)
+	$(Q)$(foreach t,$(FUZZ_TARGETS),rm -rf $(B)/fuzz/merged_$(t) && \
+	    mkdir -p $(B)/fuzz/merged_$(t) $(B)/fuzz/corpus_$(t) && \
+	    $(B)/fuzz/fuzz_$(t) $(FUZZ_OPTS_$(t)) -merge=1 -close_fd_mask=2 $(B)/fuzz/merged_$(t) \
+	        validation/fuzz/corpus_$(t) $(B)/fuzz/corpus_$(t) && \
+	    rm -f validation/fuzz/corpus_$(t)/* && cp $(B)/fuzz/merged_$(t)/* validation/fuzz/corpus_$(t)/ &&) true
+
 clean:
 	rm -rf $(B)
 
--include $(shell find $(B)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(B)/obj $(B)/san $(B)/fuzz -name '*.d' 2>/dev/null)
 .SECONDARY:

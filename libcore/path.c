@@ -2,6 +2,8 @@
 #include "path.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -42,4 +44,52 @@ int path_write_all(int fd, const void *p, size_t n)
         n -= (size_t)w;
     }
     return 0;
+}
+
+int path_read_all_at(int fd, void *p, size_t n, uint64_t off)
+{
+    char *c = p;
+    while (n > 0) {
+        if (off > (uint64_t)INT64_MAX) { errno = EOVERFLOW; return -1; }
+        ssize_t r = pread(fd, c, n, (off_t)off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r == 0) errno = 0;
+        if (r <= 0) return -1;
+        c += r;
+        n -= (size_t)r;
+        off += (uint64_t)r;
+    }
+    return 0;
+}
+
+status path_write_atomic(const char *path, const char *what, int (*fill)(void *ctx, int fd), void *ctx)
+{
+    char tmp[4096], dir[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp) {
+        log_error("%s path is too long: %s", what, path);
+        return STATUS_IO;
+    }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        log_error("cannot create %s %s: %s", what, tmp, log_errno_str());
+        return STATUS_IO;
+    }
+    int rc = fill(ctx, fd);
+    if (!rc) rc = fsync(fd);
+    if (close(fd) != 0) rc = -1;
+    if (!rc) rc = rename(tmp, path);
+    if (rc) {
+        log_error("cannot write %s %s: %s", what, path, log_errno_str());
+        unlink(tmp);
+        return STATUS_IO;
+    }
+    /* Make the rename itself durable; file systems that cannot fsync a directory
+     * (some network mounts) have nothing more to offer, so failure is not an error. */
+    snprintf(dir, sizeof dir, "%s", path);
+    int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    return STATUS_OK;
 }

@@ -24,10 +24,13 @@ REQUIRED_PKGS=(
     python3-sklearn                       # the handwritten digits of the ResNet convergence test
     iproute2 nftables                     # tools/netns-cluster: namespaces, veth, tbf rate limits, packet loss
 )
+# Optional: `make fuzz` only (libFuzzer and the sanitizer runtimes, OpenMP for clang);
+# `make check` replays the fuzz corpus with gcc's sanitizers and needs none of them.
+FUZZ_PKGS=(clang libclang-rt-dev libomp-dev)
 
 missing_pkgs() {
     local p
-    for p in "${REQUIRED_PKGS[@]}"; do
+    for p in "$@"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || echo "$p"
     done
 }
@@ -65,9 +68,13 @@ report() {
     else
         printf '  ✗ CUDA       nvcc not found (CPU build only)\n  ✗ NCCL\n  ✗ cuDNN\n'
     fi
-    # Optional parts (CUDA) only report; a missing required package fails.
+    local fuzz_missing
+    fuzz_missing=$(missing_pkgs "${FUZZ_PKGS[@]}" | tr '\n' ' ')
+    printf '  %s libFuzzer  %s\n' "$([ -z "$fuzz_missing" ] && echo ✓ || echo ✗)" \
+        "${fuzz_missing:+missing $fuzz_missing}${fuzz_missing:-clang $(clang -dumpversion 2>/dev/null)} (make fuzz only)"
+    # Optional parts (CUDA, fuzzing) only report; a missing required package fails.
     local missing
-    missing=$(missing_pkgs | tr '\n' ' ')
+    missing=$(missing_pkgs "${REQUIRED_PKGS[@]}" | tr '\n' ' ')
     if [ -n "$missing" ]; then
         echo "nebula: required packages missing: $missing(make deps installs them)" >&2
         return 1
@@ -76,7 +83,7 @@ report() {
 
 install() {
     local missing
-    mapfile -t missing < <(missing_pkgs)
+    mapfile -t missing < <(missing_pkgs "${REQUIRED_PKGS[@]}" "${FUZZ_PKGS[@]}")
     if [ ${#missing[@]} -eq 0 ]; then
         echo "nebula: all required packages are installed"
         return 0
@@ -98,6 +105,6 @@ install() {
 case "${1:-report}" in
     report)  report ;;
     install) install; report ;;
-    ensure)  if [ -n "$(missing_pkgs)" ]; then install; fi ;;
+    ensure)  if [ -n "$(missing_pkgs "${REQUIRED_PKGS[@]}")" ]; then install; fi ;;
     *) echo "usage: tools/deps.sh report|install|ensure" >&2; exit 2 ;;
 esac

@@ -1,0 +1,30 @@
+/* fuzz_input — hands a fuzzer's bytes to a reader as a real file: a memfd
+ * (anonymous memory file) opened again through /proc/self/fd, so st_open and
+ * llmc_read run their production path (open, fstat, pread) with no disk I/O and
+ * nothing left behind. Shared by the harnesses; header-only, each harness is its
+ * own program. */
+#ifndef NEBULA_FUZZ_INPUT_H
+#define NEBULA_FUZZ_INPUT_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "path.h"
+
+/* Writes data to a new memfd and its /proc path to `path`; returns the fd (the
+ * caller closes it). A failure here is the machine's, not the input's: abort. */
+static int fuzz_input_open(const uint8_t *data, size_t size, char *path, size_t len)
+{
+    int fd = memfd_create("fuzz-input", MFD_CLOEXEC);
+    if (fd < 0 || path_write_all(fd, data, size) != 0) {
+        perror("fuzz_input_open");
+        abort();
+    }
+    snprintf(path, len, "/proc/self/fd/%d", fd);
+    return fd;
+}
+
+#endif
