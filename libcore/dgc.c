@@ -10,7 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DGC_MAGIC 0x314f5250434744ull  /* "DGCPRO1" */
+/* "DGCPRO2". Version 2: with momentum correction v holds the rate-folded sum (dgc.h,
+ * dgc_exchange); a version-1 state (v unscaled) is refused like another layout's. */
+#define DGC_MAGIC 0x324f5250434744ull
 
 /* Per tensor of the slice, part of the checkpoint blob. */
 typedef struct dgc_entry_state {
@@ -63,6 +65,7 @@ struct dgc {
     float *acc;                      /* [range] owner's sum */
     uint64_t *touched;               /* [range / 64 + 1] */
     float *out;                      /* this step: the caller's gradient at my slice, where the result goes */
+    float fold;                      /* this step's lr_scale, folded into the momentum-corrected accumulation */
     /* Pro 3, per block of DGC_BLOCK entries of my tensors (not checkpointed: skipping is exact) */
     size_t *blk_base;                /* [entries + 1] first block of each tensor */
     uint8_t *gzero;                  /* the block's contribution was all zero last step */
@@ -275,9 +278,10 @@ const float *dgc_residual(const dgc *d, size_t *offset, size_t *count)
     return d->v;
 }
 
-void dgc_flush(dgc *d, float *grads, float factor)
+void dgc_flush(dgc *d, float *grads, float factor, double lr_scale)
 {
     float *g = grads + d->s0;
+    if (d->u) factor = (float)(factor / lr_scale);  /* momentum correction folded the rate in */
     for (size_t i = 0; i < d->S; i++) g[i] += factor * d->v[i];
     dgc_state_reset(d);
 }
@@ -301,7 +305,7 @@ static void accumulate(dgc *d, const param_entry *pe, int e, size_t at, const fl
     float *c = d->slice + at, *v = d->v + at, *u = d->u ? d->u + at : NULL;
     const float *p = params + d->s0 + at;
     const float wd = plain && pe->decay ? (float)(d->o.weight_decay / d->P) : 0.0f;
-    const float m = (float)d->o.momentum;
+    const float m = (float)d->o.momentum, fold = d->fold;
     const bool nesterov = d->o.nesterov, can = d->o.zero_predict && wd == 0.0f;
     size_t n = pe->count, nb = (n + DGC_BLOCK - 1) / DGC_BLOCK;
     uint8_t *gz = d->gzero + d->blk_base[e], *vz = d->vzero + d->blk_base[e], *sk = d->skip + d->blk_base[e];
@@ -327,7 +331,7 @@ static void accumulate(dgc *d, const param_entry *pe, int e, size_t at, const fl
             if (u) {
                 float ui = m * u[i] + ci;
                 u[i] = ui;
-                vi = v[i] + (nesterov ? ci + m * ui : ui);
+                vi = v[i] + fold * (nesterov ? ci + m * ui : ui);
                 state_zero = state_zero && ui == 0.0f;
             } else {
                 vi = v[i] + ci;
@@ -686,9 +690,10 @@ static status exchange(dgc *d, dgc_stats *st)
     return STATUS_OK;
 }
 
-status dgc_exchange(dgc *d, float *grads, const float *params, long step, dgc_stats *st)
+status dgc_exchange(dgc *d, float *grads, const float *params, long step, double lr_scale, dgc_stats *st)
 {
     memset(st, 0, sizeof *st);
+    d->fold = (float)lr_scale;
     double t0 = MPI_Wtime();
     const runtime *rt = d->rt;
     d->out = grads + d->s0;
@@ -715,8 +720,9 @@ status dgc_exchange(dgc *d, float *grads, const float *params, long step, dgc_st
         d->plain[e] = !dense && d->o.momentum > 0;
         if (dense) {  /* the gradient, plus any residual left from when the tensor was compressed */
             float *c = d->slice + at, *v = d->v + at, *u = d->u ? d->u + at : NULL;
+            const float unfold = u ? 1.0f / d->fold : 1.0f;  /* momentum correction folded the rate into v */
             for (size_t i = 0; i < pe->count; i++) {
-                c[i] = c[i] * scale + v[i];
+                c[i] = c[i] * scale + v[i] * unfold;
                 v[i] = 0;
                 if (u) u[i] = 0;
             }
@@ -745,6 +751,15 @@ status dgc_exchange(dgc *d, float *grads, const float *params, long step, dgc_st
             else if (d->slice != d->out) memcpy(d->out + at, d->slice + at, n * sizeof(float));
         }
         for (size_t j = 0; j < d->nsel; j++) d->out[d->idx[j]] = d->val[j];
+    }
+    /* The compressed tensors' sums carry the rate they were accumulated with: take it out. */
+    if (d->u && d->fold != 1.0f) {
+        const float inv = 1.0f / d->fold;
+        for (int e = d->first; e < d->last; e++) {
+            if (!d->plain[e]) continue;
+            float *o = d->out + (d->pt->entries[e].offset - d->s0);
+            for (size_t i = 0; i < d->pt->entries[e].count; i++) o[i] *= inv;
+        }
     }
     /* Pro 1: a tensor whose top-k carried too little of its energy (over all nodes) goes
      * dense; Pro 2: the others' densities for the next step. */

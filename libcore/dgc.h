@@ -7,7 +7,8 @@
  *   1. dense reduce-scatter inside the node (shared memory): local rank l receives
  *      the node's summed gradient of its slice — whole tensors, balanced by size;
  *   2. on that slice, per tensor: the node's contribution c = g_node / world_size,
- *      local clipping, momentum correction (u = m u + c, v = v + u; plain
+ *      local clipping, momentum correction (u = m u + c, v = v + s u with s the
+ *      learning rate relative to its peak: see dgc_exchange; plain
  *      accumulation v = v + c without momentum), a threshold from a sample of |v|
  *      (or exact top-k), selection, momentum-factor masking (u and v zeroed where
  *      sent); small tensors and tensors whose top-k carries too little of their
@@ -129,8 +130,15 @@ status dgc_init(dgc **out, const runtime *rt, const param_table *pt, const dgc_o
 void dgc_free(dgc *d);
 
 /* Collective. grads: this rank's gradient (its micro-batch mean), replaced by the
- * result on every rank; params: for the coupled weight decay; step: 0-based. */
-status dgc_exchange(dgc *d, float *grads, const float *params, long step, dgc_stats *st);
+ * result on every rank; params: for the coupled weight decay; step: 0-based.
+ * lr_scale: this step's learning rate over a fixed reference (the schedule's peak),
+ * > 0. With momentum correction it is folded into the accumulation (v = v + s_t u),
+ * and the compressed tensors' result divided by it, so the optimizer's p -= lr_t g
+ * applies lr_ref * sum(s_t u_t) = sum(lr_t u_t) over the steps a coordinate waited:
+ * what dense momentum SGD applied over those steps, at the rates of the steps that
+ * produced it rather than the (decayed) rate of the step that sends it. Pass 1 for
+ * DGC's original form (accumulated gradient applied at the sending step's rate). */
+status dgc_exchange(dgc *d, float *grads, const float *params, long step, double lr_scale, dgc_stats *st);
 
 /* This rank's residual (accumulated, not yet sent): elements [*offset, *offset + *count)
  * of the flat buffer, this node's share; the slices of a node's ranks are disjoint. */
@@ -147,8 +155,9 @@ void dgc_set_active(dgc *d, bool on);
 
 /* Adds factor times this rank's residual to grads at its slice and zeroes the state:
  * with factor = accumulation x world size, a dense averaged step then applies every
- * node's residual once (switching compression off loses nothing). */
-void dgc_flush(dgc *d, float *grads, float factor);
+ * node's residual once (switching compression off loses nothing). lr_scale: that
+ * step's, as for dgc_exchange (a residual with the rate folded in is divided by it). */
+void dgc_flush(dgc *d, float *grads, float factor, double lr_scale);
 
 /* Per table entry: 1 when momentum and weight decay were applied before the exchange. */
 const uint8_t *dgc_plain_entries(const dgc *d);

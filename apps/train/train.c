@@ -459,8 +459,8 @@ status train_resume(train_run *r)
                   "with another number of ranks per node): residuals and velocities start from zero");
     } else if (r->dgc && (info.resharded || dgc_state_loaded(r->dgc) != STATUS_OK)) {
         dgc_state_reset(r->dgc);
-        log_warn0("dgc: the checkpoint's compression state belongs to another layout of ranks; residuals and "
-                  "velocities start from zero (what they held is not applied)");
+        log_warn0("dgc: the checkpoint's compression state belongs to another layout of ranks or an older "
+                  "state format; residuals and velocities start from zero (what they held is not applied)");
     }
     if (r->rt->rank == 0)
         printf("resumed from %s at step %ld%s%s\n", info.path, r->step,
@@ -491,6 +491,15 @@ static status train_fill(train_run *r, data_loader *d, int a)
 }
 
 
+/* This step's learning rate relative to the peak: DGC-Pro folds it into what it
+ * accumulates (dgc_exchange), so a delayed coordinate gets the rates of the steps
+ * that produced it. */
+static double train_lr_scale(const train_run *r)
+{
+    double s = lr_at(&r->sched, r->step) / r->sched.base_lr;
+    return s > 0 ? s : 1.0;
+}
+
 /* One optimizer step: A micro-batches forward and backward (buckets launched from
  * the last backward), the wait for the buckets, clipping, the update. */
 static status train_step(train_run *r, step_stats *ss)
@@ -500,7 +509,7 @@ static status train_step(train_run *r, step_stats *ss)
     double t0 = now_s(), loss = 0;
     param_zero_grads(pb, pt);
     if (r->dgc_flush) {  /* DGC-Pro was switched off: its residuals go out with this dense step */
-        dgc_flush(r->dgc, pb->grads, (float)(r->tb.accum * r->rt->size));
+        dgc_flush(r->dgc, pb->grads, (float)(r->tb.accum * r->rt->size), train_lr_scale(r));
         r->dgc_flush = false;
     }
     r->hook_status = STATUS_OK;
@@ -520,7 +529,7 @@ static status train_step(train_run *r, step_stats *ss)
             float inv = 1.0f / (float)r->tb.accum;
             for (size_t i = 0; i < pt->total; i++) pb->grads[i] *= inv;
         }
-        TRY(dgc_exchange(r->dgc, pb->grads, pb->params, r->step, &r->dstats));
+        TRY(dgc_exchange(r->dgc, pb->grads, pb->params, r->step, train_lr_scale(r), &r->dstats));
         r->dgc_sent += (double)r->dstats.bytes_sent;
         r->dgc_dense += (double)r->dstats.dense_bytes;
     } else {

@@ -4,9 +4,9 @@
  * its rounding; gap widths 0..32) and dense ones, and refuses truncated or
  * inconsistent ones; the warm-up schedule; dgc_select and dgc_kth_abs against plain
  * loops; the sampled threshold selects about k; dgc_exchange equals, bit for bit,
- * a plain reference of DGC (node sums, momentum correction, exact top-k, masking,
- * dense small tensors) summed densely — over 6 steps through the warm-up, with and
- * without momentum; conservation: everything sent plus every node's residual equals
+ * a plain reference of DGC (node sums, momentum correction with the learning rate
+ * folded in, exact top-k, masking, dense small tensors) summed densely — over 6 steps
+ * through the warm-up and a changing rate, with and without momentum; conservation: everything sent plus every node's residual equals
  * everything accumulated (exact with fp32 values, to float rounding with fp16); the
  * sparse path sends less than a dense ring would; every rank ends with the same bits.
  * Gradients are integers, so every sum is exact in any order. */
@@ -197,7 +197,7 @@ typedef struct reference {
 } reference;
 
 static void reference_step(const fixture *f, const dgc_options *o, reference *ref, const float *all, const int *node_of,
-                           int world, int nnodes, long step, float *out)
+                           int world, int nnodes, long step, float lr_scale, float *out)
 {
     const param_table *pt = &f->pt;
     size_t T = pt->total;
@@ -221,9 +221,9 @@ static void reference_step(const fixture *f, const dgc_options *o, reference *re
             for (size_t i = a; i < a + n; i++) {
                 float ci = c[i] * scale + (o->momentum > 0 && pe->decay ? (float)(o->weight_decay / nnodes) : 0.0f) *
                                               f->params[i];
-                if (o->momentum > 0) {
+                if (o->momentum > 0) {  /* the rate folded in (dgc.h: lr_scale) */
                     u[i] = (float)o->momentum * u[i] + ci;
-                    v[i] += u[i];
+                    v[i] += lr_scale * u[i];
                 } else {
                     v[i] += ci;
                 }
@@ -241,6 +241,11 @@ static void reference_step(const fixture *f, const dgc_options *o, reference *re
                 }
         }
     }
+    if (o->momentum > 0)  /* ... and taken out of the compressed tensors' sums */
+        for (int e = 0; e < pt->count; e++)
+            if (pt->entries[e].count >= o->min_numel)
+                for (size_t i = pt->entries[e].offset; i < pt->entries[e].offset + pt->entries[e].count; i++)
+                    out[i] *= 1.0f / lr_scale;
     free(c), free(tmp);
 }
 
@@ -278,7 +283,8 @@ static void test_exchange(const runtime *rt, double momentum, dgc_values vk, con
                 scale_of[i] += fabs((double)(s * (1.0f / (float)world)));
             }
         dgc_stats ds;
-        st = dgc_exchange(d, f.grads, f.params, t, &ds);
+        const float lr_scale = (float)(t % 3 == 0 ? 1.0 : t % 3 == 1 ? 0.5 : 0.25);  /* a decaying rate, restarted */
+        st = dgc_exchange(d, f.grads, f.params, t, lr_scale, &ds);
         if (st != STATUS_OK) {
             exact = false;
             snprintf(why, sizeof why, "step %ld: %s", t, status_str(st));
@@ -292,7 +298,7 @@ static void test_exchange(const runtime *rt, double momentum, dgc_values vk, con
         if (memcmp(first, f.grads, T * sizeof(float))) same = false;
         free(first);
         if (vk == DGC_VALUES_FP32) {
-            reference_step(&f, &o, &ref, all, node_of, world, nnodes, t, want);
+            reference_step(&f, &o, &ref, all, node_of, world, nnodes, t, lr_scale, want);
             for (size_t i = 0; i < T && exact; i++)
                 if (want[i] != f.grads[i]) {
                     snprintf(why, sizeof why, "step %ld element %zu: %.9g, reference %.9g", t, i, f.grads[i], want[i]);
@@ -336,7 +342,7 @@ static void test_exchange(const runtime *rt, double momentum, dgc_values vk, con
         /* switching compression off: the flush hands over exactly the residual, times the factor */
         float *before = malloc(cnt * sizeof(float) + 1), *flushed = calloc(T, sizeof(float));
         memcpy(before, r, cnt * sizeof(float));
-        dgc_flush(d, flushed, 2.0f);
+        dgc_flush(d, flushed, 2.0f, 0.5);  /* without momentum the rate is not folded in */
         bool ok = true;
         for (size_t i = 0; i < cnt; i++) ok = ok && flushed[off + i] == 2.0f * before[i] && r[i] == 0.0f;
         snprintf(name, sizeof name, "%s: dgc_flush hands over the residual and empties the state", what);
@@ -372,7 +378,7 @@ static void test_layer_ratios(const runtime *rt)
                 g[pt.entries[e].offset + i] = (float)(e == 0 ? (i % 200 == 0 ? 100.0 : 0.01) * (0.5 + u) : 0.5 + u);
             }
         dgc_stats ds;
-        ok = dgc_exchange(d, g, p, t, &ds) == STATUS_OK;
+        ok = dgc_exchange(d, g, p, t, 1.0, &ds) == STATUS_OK;
     }
     float dens[2] = { 0, 0 }, conc[2] = { 0, 0 };
     uint8_t dense[2] = { 0, 0 };
@@ -427,7 +433,8 @@ static void test_zero_predict(const runtime *rt, double momentum, dgc_values vk)
         for (size_t i = c->count / 2; i < c->count; i++) f.grads[c->offset + i] = 0;
         memcpy(g2, f.grads, T * sizeof(float));
         dgc_stats a, b;
-        ok = dgc_exchange(on, f.grads, f.params, t, &a) == STATUS_OK && dgc_exchange(off, g2, f.params, t, &b) == STATUS_OK;
+        ok = dgc_exchange(on, f.grads, f.params, t, 0.5, &a) == STATUS_OK &&
+             dgc_exchange(off, g2, f.params, t, 0.5, &b) == STATUS_OK;
         if (ok && memcmp(f.grads, g2, T * sizeof(float))) {
             snprintf(why, sizeof why, "step %ld: results differ", t);
             ok = false;
