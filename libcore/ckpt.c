@@ -42,24 +42,15 @@ status ckpt_agree(MPI_Comm comm, status st, char *why, size_t len)
     return (status)code;
 }
 
-/* HDF5 prints an error stack for every failed call. Failures here are expected
- * (a damaged checkpoint) and reported once by this module, so the stacks are shown
- * only at debug verbosity. */
-typedef struct h5_quiet {
-    H5E_auto2_t fn;  /* the handler to restore */
-    void *data;      /* its argument */
-    bool set;        /* silenced by us */
-} h5_quiet;
-
-static h5_quiet h5_quiet_begin(void)
+ckpt_h5_quiet ckpt_h5_quiet_begin(void)
 {
-    h5_quiet q = { NULL, NULL, false };
+    ckpt_h5_quiet q = { NULL, NULL, false };
     if (log_get_level() < LOG_LEVEL_DEBUG && H5Eget_auto2(H5E_DEFAULT, &q.fn, &q.data) >= 0)
         q.set = H5Eset_auto2(H5E_DEFAULT, NULL, NULL) >= 0;
     return q;
 }
 
-static void h5_quiet_end(h5_quiet q)
+void ckpt_h5_quiet_end(ckpt_h5_quiet q)
 {
     if (q.set) H5Eset_auto2(H5E_DEFAULT, q.fn, q.data);
 }
@@ -182,28 +173,35 @@ static int ranks_per_node(const ckpt_writer *w, const ckpt_content *c)
     return c->ranks_per_node > 0 ? c->ranks_per_node : w->ranks_per_node;
 }
 
-static status save_sync(ckpt_writer *w, const ckpt_content *c)
+status ckpt_write_step(MPI_Comm comm, const char *dir, ckpt_plan *p, const ckpt_content *c, int ranks_per_node,
+                       int keep_last, ckpt_fault fault)
 {
+    int rank;
+    MPI_Comm_rank(comm, &rank);
     char why[CKPT_WHY_MAX] = "", h5[CKPT_PATH_MAX];
-    ckpt_dir_tmp_path(h5, sizeof h5, w->dir, c->step);
+    ckpt_dir_tmp_path(h5, sizeof h5, dir, c->step);
     strcat(h5, "/" CKPT_FILE);
-    status st = ckpt_agree(w->comm, w->rank == 0 ? ckpt_dir_prepare_tmp(w->dir, c->step) : STATUS_OK, NULL, 0);
+    status st = ckpt_agree(comm, rank == 0 ? ckpt_dir_prepare_tmp(dir, c->step) : STATUS_OK, NULL, 0);
     if (st != STATUS_OK) return st;
-    ckpt_checksums_parallel(w->comm, &w->plan, c);
+    ckpt_checksums_parallel(comm, p, c);
     hid_t f;
-    st = ckpt_file_create(h5, w->comm, &w->plan, c, ranks_per_node(w, c), &f, why);
-    st = ckpt_agree(w->comm, st, why, sizeof why);
-    if (st == STATUS_OK)
-        st = ckpt_agree(w->comm, ckpt_file_write_parallel(f, w->comm, &w->plan, c, why), why, sizeof why);
+    st = ckpt_file_create(h5, comm, p, c, ranks_per_node, &f, why);
+    st = ckpt_agree(comm, st, why, sizeof why);
+    if (st == STATUS_OK) st = ckpt_agree(comm, ckpt_file_write_parallel(f, comm, p, c, why), why, sizeof why);
     if (st != STATUS_OK) {
         log_error0("checkpoint of step %" PRId64 " not saved: %s", c->step, why);
         return st;
     }
-    if (w->rank == 0) {
+    if (rank == 0) {
         st = ckpt_dir_fsync(h5);  /* size and metadata; the data was MPI_File_sync'd */
-        if (st == STATUS_OK) st = ckpt_dir_commit(w->dir, c->step, w->keep_last, w->fault);
+        if (st == STATUS_OK) st = ckpt_dir_commit(dir, c->step, keep_last, fault);
     }
-    return ckpt_agree(w->comm, st, NULL, 0);
+    return ckpt_agree(comm, st, NULL, 0);
+}
+
+static status save_sync(ckpt_writer *w, const ckpt_content *c)
+{
+    return ckpt_write_step(w->comm, w->dir, &w->plan, c, ranks_per_node(w, c), w->keep_last, w->fault);
 }
 
 /* Writes in pieces of 64 MiB and asks the kernel to start writing each one back at
@@ -463,9 +461,9 @@ status ckpt_save(ckpt_writer *w, const ckpt_content *c)
     content_check(w, c);
     double t0 = omp_get_wtime();
     TRY(wait_previous(w));  /* staging is free again */
-    h5_quiet q = h5_quiet_begin();
+    ckpt_h5_quiet q = ckpt_h5_quiet_begin();
     status st = w->async ? save_async(w, c) : save_sync(w, c);
-    h5_quiet_end(q);
+    ckpt_h5_quiet_end(q);
     if (w->async && w->rank == 0) w->stats.save_s = omp_get_wtime() - t0;
     return st;
 }
@@ -538,7 +536,8 @@ static status load_explicit(MPI_Comm comm, const char *path, ckpt_content *c, ck
         return STATUS_OK;
     }
     log_error0("cannot load checkpoint %s: %s", path, why);
-    log_error0("%s", st == STATUS_INPUT && !strstr(why, CKPT_MARKER) ? hint_model : hint_older);
+    if (!strstr(why, "HINT:"))  /* an older format version names its fix itself */
+        log_error0("%s", st == STATUS_INPUT && !strstr(why, CKPT_MARKER) ? hint_model : hint_older);
     return st;
 }
 
@@ -579,7 +578,7 @@ static status load_auto(MPI_Comm comm, const char *dir, ckpt_content *c, ckpt_in
             skipped++;
         } else {
             log_error0("cannot load checkpoint %s: %s", path, why);
-            log_error0("%s", hint_model);
+            if (!strstr(why, "HINT:")) log_error0("%s", hint_model);
             st = s;
         }
     }
@@ -608,9 +607,9 @@ status ckpt_load(MPI_Comm comm, const char *dir, const char *which, ckpt_content
     info->step = -1;
     if (!strcmp(which, "none")) return STATUS_OK;
     CHECK(host_little_endian(), "checkpoints hash float32 as stored, little-endian; this host is big-endian");
-    h5_quiet q = h5_quiet_begin();
+    ckpt_h5_quiet q = ckpt_h5_quiet_begin();
     CHECK(strcmp(which, "auto") != 0 || dir, "ckpt_load(\"auto\") needs the checkpoint directory");
     status st = strcmp(which, "auto") != 0 ? load_explicit(comm, which, c, info) : load_auto(comm, dir, c, info);
-    h5_quiet_end(q);
+    ckpt_h5_quiet_end(q);
     return st;
 }

@@ -202,8 +202,13 @@ void ckpt_checksums_parallel(MPI_Comm comm, ckpt_plan *p, const ckpt_content *c)
     for (int k = p->ntensors; k < p->ndsets; k++) {
         ckpt_dset *d = &p->dsets[k];
         const ckpt_blob *bl = &c->blobs[d->index];
-        uint32_t mine = ckpt_crc_bytes(0, bl->data, bl->bytes);
-        MPI_CHECK(MPI_Allgather(&mine, 1, MPI_UINT32_T, d->row_crcs, 1, MPI_UINT32_T, comm));
+        if (p->same_rows) {  /* every rank holds the one row: the same result everywhere, no communication */
+            uint32_t crc = ckpt_crc_bytes(0, bl->data, bl->bytes);
+            for (int r = 0; r < p->world_size; r++) d->row_crcs[r] = crc;
+        } else {
+            uint32_t mine = ckpt_crc_bytes(0, bl->data, bl->bytes);
+            MPI_CHECK(MPI_Allgather(&mine, 1, MPI_UINT32_T, d->row_crcs, 1, MPI_UINT32_T, comm));
+        }
         d->crc = ckpt_crc_rows(d->row_crcs, p->world_size, bl->bytes);
     }
 }
@@ -358,6 +363,8 @@ static int write_root_attrs(hid_t f, const ckpt_plan *p, const ckpt_content *c, 
     rc |= attr_write(f, "ranks_per_node", H5T_STD_I32LE, H5T_NATIVE_INT32, 0, &rpn);
     rc |= attr_write_str(f, "nebula_version", cli_version());
     rc |= attr_write_str(f, "checksum_algorithm", "crc32");
+    if (c->resharded_from > 0)  /* only in offline reshards: its absence means the writer's own rows */
+        rc |= attr_write(f, "resharded_from", H5T_STD_I32LE, H5T_NATIVE_INT32, 0, &c->resharded_from);
     return rc;
 }
 
@@ -428,10 +435,48 @@ close_file:
     return STATUS_IO;
 }
 
+/* This rank's slice of a tensor. */
+static int write_slice(hid_t ds, hid_t fs, const ckpt_dset *d, const ckpt_content *c, hid_t dxpl, MPI_Comm comm)
+{
+    const ckpt_tensors *g = &c->groups[d->group];
+    const param_entry *e = &g->table->entries[d->index];
+    size_t a, b;
+    ckpt_tensor_piece(g->table, e, comm, &a, &b);
+    ckpt_select_flat(fs, d->ndim, d->dims, a, b);
+    hid_t ms = ckpt_mem_space(b - a);
+    int rc = H5Dwrite(ds, H5T_NATIVE_FLOAT, ms, fs, dxpl, g->data + e->offset + a) < 0 ? -1 : 0;
+    H5Sclose(ms);
+    return rc;
+}
+
+/* Row `row` of a blob from buf, or (row past the end) a part in the collective
+ * write with nothing selected. */
+static int write_row(hid_t ds, hid_t fs, const ckpt_dset *d, hsize_t row, const void *buf, hid_t dxpl)
+{
+    hid_t ms = ckpt_mem_space(row < d->dims[0] ? d->dims[1] : 0);
+    if (row < d->dims[0]) ckpt_select_row(fs, row, d->dims[1]);
+    else H5_CHECK(H5Sselect_none(fs));
+    int rc = H5Dwrite(ds, H5T_NATIVE_UINT8, ms, fs, dxpl, buf) < 0 ? -1 : 0;
+    H5Sclose(ms);
+    return rc;
+}
+
+/* A blob: this rank's own row, or (same_rows) rows rank, rank + size, ... all from
+ * the one row given, one collective write per round. */
+static int write_rows(hid_t ds, hid_t fs, const ckpt_plan *p, const ckpt_dset *d, const void *buf, hid_t dxpl,
+                      MPI_Comm comm)
+{
+    int rank, size, rc = 0;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    if (!p->same_rows) return write_row(ds, fs, d, (hsize_t)rank, buf, dxpl);
+    for (hsize_t first = 0; first < d->dims[0]; first += (hsize_t)size)
+        if (write_row(ds, fs, d, first + (hsize_t)rank, buf, dxpl) != 0) rc = -1;
+    return rc;
+}
+
 status ckpt_file_write_parallel(hid_t f, MPI_Comm comm, const ckpt_plan *p, const ckpt_content *c, char *why)
 {
-    int rank;
-    MPI_Comm_rank(comm, &rank);
     hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
     H5_CHECK(dxpl);
     H5_CHECK(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE));
@@ -441,26 +486,11 @@ status ckpt_file_write_parallel(hid_t f, MPI_Comm comm, const ckpt_plan *p, cons
         const ckpt_dset *d = &p->dsets[k];
         hid_t ds = H5Dopen2(f, d->path, H5P_DEFAULT);
         H5_CHECK(ds);
-        hid_t fs = H5Dget_space(ds), ms, mtype;
+        hid_t fs = H5Dget_space(ds);
         H5_CHECK(fs);
-        const void *buf;
-        if (d->group >= 0) {
-            const ckpt_tensors *g = &c->groups[d->group];
-            const param_entry *e = &g->table->entries[d->index];
-            size_t a, b;
-            ckpt_tensor_piece(g->table, e, comm, &a, &b);
-            ckpt_select_flat(fs, d->ndim, d->dims, a, b);
-            ms = ckpt_mem_space(b - a);
-            mtype = H5T_NATIVE_FLOAT;
-            buf = g->data + e->offset + a;
-        } else {
-            ckpt_select_row(fs, (hsize_t)rank, d->dims[1]);
-            ms = ckpt_mem_space(d->dims[1]);
-            mtype = H5T_NATIVE_UINT8;
-            buf = c->blobs[d->index].data;
-        }
-        if (H5Dwrite(ds, mtype, ms, fs, dxpl, buf) < 0 && !failed) failed = d->path;
-        H5Sclose(ms);
+        int rc = d->group >= 0 ? write_slice(ds, fs, d, c, dxpl, comm)
+                               : write_rows(ds, fs, p, d, c->blobs[d->index].data, dxpl, comm);
+        if (rc != 0 && !failed) failed = d->path;
         H5Sclose(fs);
         H5Dclose(ds);
     }

@@ -43,6 +43,10 @@ typedef struct ckpt_plan {
     int ntensors;           /* the first ntensors are tensors */
     uint32_t *row_crcs;     /* [nblobs * world_size] storage for the blobs' row_crcs */
     int world_size;         /* rows of each blob */
+    bool same_rows;         /* blobs' data is one row, the same on every rank, that each of the
+                               world_size rows holds (an offline reshard: at another world size every
+                               rank continues from rank 0's row); the ranks write the rows in turn.
+                               Else each rank holds and writes its own row */
     struct ckpt_crc_piece *pieces;  /* [ntensors] scratch of ckpt_checksums_parallel */
 } ckpt_plan;
 
@@ -91,6 +95,23 @@ struct ckpt_writer {
 /* Agrees on a status across comm: the first failing rank's status and `why` (of
  * `len` bytes on every rank) are broadcast; STATUS_OK when every rank succeeded. */
 status ckpt_agree(MPI_Comm comm, status st, char *why, size_t len);
+
+/* HDF5 prints an error stack for every failed call. Failures here are expected (a
+ * damaged checkpoint) and reported once by this module, so between begin and end
+ * the stacks are shown only at debug verbosity. */
+typedef struct ckpt_h5_quiet {
+    H5E_auto2_t fn;  /* the handler to restore */
+    void *data;      /* its argument */
+    bool set;        /* silenced by us */
+} ckpt_h5_quiet;
+ckpt_h5_quiet ckpt_h5_quiet_begin(void);
+void ckpt_h5_quiet_end(ckpt_h5_quiet q);
+
+/* Collective: writes c (laid out by p, whose world_size may differ from comm's size
+ * when p->same_rows) as dir/step_N through the commit protocol — .step_N.tmp, the
+ * parallel write, fsync, rename, marker — then prunes to keep_last. Logs a failure. */
+status ckpt_write_step(MPI_Comm comm, const char *dir, ckpt_plan *p, const ckpt_content *c, int ranks_per_node,
+                       int keep_last, ckpt_fault fault);
 
 /* ckpt_file.c: plan, checksums, slices, selections, attributes, create and write */
 void ckpt_plan_build(ckpt_plan *p, const ckpt_content *c, int world_size);
@@ -145,6 +166,28 @@ status ckpt_file_offsets_close(hid_t file, ckpt_plan *p, char *why);
  * ckpt_load); marker_step is what its COMMITTED marker says. */
 status ckpt_file_read(MPI_Comm comm, const char *path, int64_t marker_step, ckpt_content *c, ckpt_info *info,
                       char *why);
+/* The root attributes: STATUS_CORRUPT without the magic or with a missing or malformed
+ * attribute, STATUS_INPUT for a newer format version; older versions are read. */
+status ckpt_header_read(hid_t f, ckpt_header *h, char *why);
+/* Opens every dataset c loads into ids (tensors in table order, then blobs; -1 for
+ * those left out) and lists what does not match: STATUS_INPUT with the table hashes
+ * and the missing, unexpected and reshaped tensors in why. */
+status ckpt_check_layout(hid_t f, const ckpt_header *h, const ckpt_content *c, hid_t *ids, char *why);
+
+/* ckpt_inspect.c — one row of blob d of the open file f, checked against its
+ * row_checksums: STATUS_CORRUPT with why when it cannot be read or does not match. */
+status ckpt_blob_row_read(hid_t f, const ckpt_dataset *d, hsize_t row, void *dst, char *why);
+
+/* ckpt_reshard.c — the rule of a world-size change, shared by ckpt_load and nebula-ckpt
+ * reshard: the blob row that rank `rank` of a run of `world` ranks continues from, in
+ * a file whose blobs have `rows` rows — its own at the same size, else rank 0's. */
+hsize_t ckpt_reshard_row(int rows, int world, int rank);
+/* Whether a load at `world` ranks is resharded: another size, or rows that were
+ * already resharded offline (rank 0's everywhere). */
+bool ckpt_resharded(const ckpt_header *h, int world);
+/* Where a rewrite of cat goes: out_root, or (NULL) the directory that holds the
+ * checkpoint, whose name must then be step_N of its step. STATUS_INPUT logged. */
+status ckpt_out_root(const ckpt_catalog *cat, const char *out_root, char *root);
 
 /* ckpt_dir.c — plain POSIX; safe in the background thread. */
 typedef enum ckpt_entry_kind {

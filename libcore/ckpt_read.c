@@ -1,7 +1,9 @@
 /* ckpt_read — loading one checkpoint file: header checks (magic, version, step, model),
  * the layout check that lists missing, unexpected and reshaped tensors, the collective
  * read of each rank's slices, checksum verification and replication. Every check ends
- * in ckpt_agree, so all ranks take the same branch and no collective is left waiting. */
+ * in ckpt_agree, so all ranks take the same branch and no collective is left waiting.
+ * The header reader and the layout check are also nebula-ckpt's (ckpt_inspect.c), and
+ * the blob row a rank takes is ckpt_reshard_row, which the offline reshard applies too. */
 #include "ckpt_impl.h"
 
 #include <inttypes.h>
@@ -45,20 +47,11 @@ static void shape_str(char *out, size_t len, int ndim, const hsize_t *dims)
     if (n < (int)len) snprintf(out + n, len - (size_t)n, ")");
 }
 
-typedef struct file_header {
-    char magic[32];          /* CKPT_MAGIC */
-    char model[128];         /* preset name */
-    int32_t version;         /* format_version */
-    int32_t world_size;      /* of the writer */
-    int32_t ranks_per_node;  /* of the writer */
-    int64_t step;            /* steps completed */
-    uint64_t table_hash;     /* the writer's param_table hash */
-} file_header;
-
-static status read_header(hid_t f, int64_t marker_step, const ckpt_content *c, file_header *h, char *why)
+status ckpt_header_read(hid_t f, ckpt_header *h, char *why)
 {
+    char magic[32];
     memset(h, 0, sizeof *h);
-    if (ckpt_attr_read_str(f, "magic", h->magic, sizeof h->magic) != 0 || strcmp(h->magic, CKPT_MAGIC) != 0) {
+    if (ckpt_attr_read_str(f, "magic", magic, sizeof magic) != 0 || strcmp(magic, CKPT_MAGIC) != 0) {
         snprintf(why, CKPT_WHY_MAX, "not a Nebula checkpoint (attribute magic is not \"%s\")", CKPT_MAGIC);
         return STATUS_CORRUPT;
     }
@@ -75,9 +68,33 @@ static status read_header(hid_t f, int64_t marker_step, const ckpt_content *c, f
     else if (ckpt_attr_read(f, "world_size", H5T_NATIVE_INT32, 0, &h->world_size) != 0 || h->world_size < 1)
         bad = "world_size";
     else if (ckpt_attr_read(f, "ranks_per_node", H5T_NATIVE_INT32, 0, &h->ranks_per_node) != 0) bad = "ranks_per_node";
+    else if (H5Aexists(f, "resharded_from") > 0 &&
+             (ckpt_attr_read(f, "resharded_from", H5T_NATIVE_INT32, 0, &h->resharded_from) != 0 ||
+              h->resharded_from < 1))
+        bad = "resharded_from";
     if (bad) {
         snprintf(why, CKPT_WHY_MAX, "attribute %s is missing or malformed", bad);
         return STATUS_CORRUPT;
+    }
+    if (ckpt_attr_read_str(f, "nebula_version", h->nebula_version, sizeof h->nebula_version) != 0)
+        h->nebula_version[0] = '\0';  /* informative only */
+    return STATUS_OK;
+}
+
+/* The header, and whether this load may take the file: its marker's step, this
+ * build's format version, the run's model. */
+static status read_header(hid_t f, const char *path, int64_t marker_step, const ckpt_content *c, ckpt_header *h,
+                          char *why)
+{
+    TRY(ckpt_header_read(f, h, why));
+    if (h->version < CKPT_FORMAT_VERSION) {
+        char dir[CKPT_PATH_MAX], *slash;
+        snprintf(dir, sizeof dir, "%s", path);
+        if ((slash = strrchr(dir, '/')) != NULL) *slash = '\0';
+        snprintf(why, CKPT_WHY_MAX, "format version %d is older than the version this build reads (%d); HINT: "
+                 "`nebula-ckpt upgrade %.1800s` migrates it (`--out DIR` keeps the original)", h->version,
+                 CKPT_FORMAT_VERSION, dir);
+        return STATUS_INPUT;
     }
     if (h->step != marker_step) {
         snprintf(why, CKPT_WHY_MAX, "the file holds step %" PRId64 ", its %s marker says %" PRId64, h->step,
@@ -170,9 +187,7 @@ static bool blob_matches(hid_t f, const char *path, const hsize_t *dims)
     return ok;
 }
 
-/* Opens every dataset c loads into ids (tensors in table order, then blobs) and
- * lists what does not match. */
-static status check_layout(hid_t f, const file_header *h, const ckpt_content *c, hid_t *ids, char *why)
+status ckpt_check_layout(hid_t f, const ckpt_header *h, const ckpt_content *c, hid_t *ids, char *why)
 {
     name_list missing = { .n = 0 }, unexpected = { .n = 0 }, shape = { .n = 0 };
     bool hash_differs = h->table_hash != c->table_hash;
@@ -231,13 +246,13 @@ static status check_layout(hid_t f, const file_header *h, const ckpt_content *c,
 
 /* Collective reads of this rank's slices (and blob row) with their CRC-32 pieces and
  * the recorded checksums; blob rows are verified here against row_checksums. */
-static status read_data(MPI_Comm comm, const hid_t *ids, const file_header *h, ckpt_content *c, ckpt_crc_piece *pc,
+static status read_data(MPI_Comm comm, const hid_t *ids, const ckpt_header *h, ckpt_content *c, ckpt_crc_piece *pc,
                         uint32_t *file_crc, char *why)
 {
     int rank, size;
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
-    hsize_t row = h->world_size == size ? (hsize_t)rank : 0;
+    hsize_t row = ckpt_reshard_row(h->world_size, size, rank);
     hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
     H5_CHECK(dxpl);
     H5_CHECK(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE));
@@ -370,17 +385,17 @@ status ckpt_file_read(MPI_Comm comm, const char *path, int64_t marker_step, ckpt
         st = STATUS_CORRUPT;
     }
     st = ckpt_agree(comm, st, why, CKPT_WHY_MAX);
-    file_header h;
-    if (st == STATUS_OK) st = ckpt_agree(comm, read_header(f, marker_step, c, &h, why), why, CKPT_WHY_MAX);
-    if (st == STATUS_OK) st = ckpt_agree(comm, check_layout(f, &h, c, ids, why), why, CKPT_WHY_MAX);
+    ckpt_header h;
+    if (st == STATUS_OK) st = ckpt_agree(comm, read_header(f, path, marker_step, c, &h, why), why, CKPT_WHY_MAX);
+    if (st == STATUS_OK) st = ckpt_agree(comm, ckpt_check_layout(f, &h, c, ids, why), why, CKPT_WHY_MAX);
     if (st == STATUS_OK) st = ckpt_agree(comm, read_data(comm, ids, &h, c, pc, file_crc, why), why, CKPT_WHY_MAX);
     if (st == STATUS_OK) st = verify(comm, c, pc, file_crc, n, why);
     if (st == STATUS_OK) {
         replicate(comm, c);
         info->step = h.step;
-        info->world_size = h.world_size;
+        info->world_size = h.resharded_from ? h.resharded_from : h.world_size;
         info->ranks_per_node = h.ranks_per_node;
-        info->resharded = h.world_size != size;
+        info->resharded = ckpt_resharded(&h, size);
     }
     for (int k = 0; k < n + c->nblobs; k++)
         if (ids[k] >= 0) H5Dclose(ids[k]);

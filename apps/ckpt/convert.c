@@ -1,0 +1,280 @@
+/* convert — checkpoints to and from the ecosystem's model files: safetensors under the
+ * tensors' Hugging Face / torchvision names (what PyTorch users load), and llm.c's
+ * GPT-2 model file (libcore/safetensors, libcore/llmc).
+ *
+ *   --to safetensors|llmc --out FILE    a committed checkpoint's parameters (and
+ *                                       batch-norm buffers) to a file
+ *   --from safetensors|llmc --out DIR   a file to DIR/step_00000000, a checkpoint
+ *                                       nebula-train resumes from: the parameters,
+ *                                       zero moments (AdamW's m and v; SGD takes m),
+ *                                       the loader at the first sample
+ *
+ * The one design decision: GPT-2's embedding has padded_vocab_size rows in Nebula (a
+ * multiple of 128) and vocab_size rows in Hugging Face's GPT-2. A safetensors file
+ * gets the vocab_size real rows, so GPT2LMHeadModel loads it as it is; reading one
+ * back fills the padding rows with zeros, and reads Nebula's own padded rows as they
+ * are. The architecture of a file Nebula wrote travels in its metadata
+ * (nebula_config: the [model] section); other files need --model NAME (and --set
+ * model.KEY=VALUE for sizes that differ from the preset), llm.c files carry their
+ * sizes in their header. */
+#include <inttypes.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt_tool.h"
+#include "data.h"
+#include "llmc.h"
+#include "safetensors.h"
+
+#define BCAST_FLOATS ((size_t)1 << 28)  /* floats per MPI_Bcast: counts are ints */
+
+/* ---- to a file ------------------------------------------------------------------ */
+
+/* GPT-2's embedding rows beyond the vocabulary are padding, not a tensor's data. */
+static bool is_padded_wte(const model *m, const param_entry *e)
+{
+    return m->spec.family == MODEL_FAMILY_GPT2 && !strcmp(e->name, "wte.weight") &&
+           m->spec.gpt2.padded_vocab_size != m->spec.gpt2.vocab_size;
+}
+
+static status write_safetensors(const tool_model *tm, const ckpt_catalog *cat, const char *out, int *n)
+{
+    const model *m = &tm->m;
+    const param_table *pt = model_params((model *)m), *bt = model_state_table(m);
+    int cap = pt->count + (bt ? bt->count : 0);
+    st_tensor *t = calloc((size_t)cap, sizeof *t);
+    st_name *names = calloc((size_t)cap, sizeof *names);
+    CHECK(t && names, "out of memory converting a checkpoint");
+    *n = st_add_table(t, 0, names, pt, "", model_buffers((model *)m)->params);
+    if (bt) *n = st_add_table(t, *n, names, bt, "", model_state((model *)m));
+    for (int i = 0; i < pt->count; i++)
+        if (is_padded_wte(m, &pt->entries[i])) t[i].shape[0] = m->spec.gpt2.vocab_size;
+    char step[32];
+    snprintf(step, sizeof step, "%" PRId64, cat->h.step);
+    json_t *meta = json_pack("{s:s, s:s, s:s, s:s}", "format", "pt", "nebula_model", cat->h.model, "nebula_step", step,
+                             "nebula_config", tm->ini);
+    char *text = json_dumps(meta, JSON_COMPACT);
+    status st = st_write(out, t, *n, text);
+    free(text);
+    json_decref(meta);
+    free(t);
+    free(names);
+    return st;
+}
+
+static status write_llmc(const tool_model *tm, const char *out)
+{
+    const model *m = &tm->m;
+    if (m->spec.family != MODEL_FAMILY_GPT2) {
+        log_error0("llm.c model files hold GPT-2 models; this checkpoint is %s (--to safetensors takes any model)",
+                   m->spec.name);
+        return STATUS_INPUT;
+    }
+    llmc_model lm;
+    TRY(llmc_from_table(&lm, &m->spec.gpt2, model_params((model *)m), model_buffers((model *)m)->params));
+    status st = llmc_write(&lm, out, LLMC_VERSION_FP32);
+    llmc_free(&lm);
+    return st;
+}
+
+static int convert_to(const tool_args *a, const char *format, const char *out)
+{
+    ckpt_catalog cat;
+    status st = ckpt_catalog_open(&cat, a->paths[0]);
+    if (st != STATUS_OK) return status_exit_code(st);
+    tool_model tm;
+    ckpt_content c;
+    st = tool_model_from_ini(&tm, cat.config, cat.file, cat.h.model);
+    if (st == STATUS_OK) {
+        st = tool_content(&c, &cat, &tm.m, true, false);
+        if (st == STATUS_OK) st = ckpt_catalog_load(a->rt->world, &cat, &c);
+        int n = 0;
+        if (st == STATUS_OK && a->rt->rank == 0)
+            st = !strcmp(format, "llmc") ? write_llmc(&tm, out) : write_safetensors(&tm, &cat, out, &n);
+        MPI_Bcast(&st, 1, MPI_INT, 0, a->rt->world);
+        if (st == STATUS_OK && a->rt->rank == 0)
+            printf("converted %s (%s, step %" PRId64 ") to %s%s%s\n", cat.dir, cat.h.model, cat.h.step, out,
+                   !strcmp(format, "llmc") ? " (llm.c GPT-2 model file, fp32)" : " (safetensors, float32)",
+                   n && tm.m.spec.family == MODEL_FAMILY_GPT2 && tm.m.spec.gpt2.padded_vocab_size !=
+                   tm.m.spec.gpt2.vocab_size ? "; wte.weight without its padding rows, as Hugging Face's GPT-2" : "");
+        tool_content_free(&c, &tm.m);
+        tool_model_free(&tm);
+    }
+    ckpt_catalog_free(&cat);
+    return status_exit_code(st);
+}
+
+/* ---- from a file ------------------------------------------------------------------ */
+
+static void shape_text(char *out, size_t len, int ndim, const int64_t *shape)
+{
+    int n = snprintf(out, len, "(");
+    for (int d = 0; d < ndim && n < (int)len; d++)
+        n += snprintf(out + n, len - (size_t)n, d ? ", %" PRId64 : "%" PRId64, shape[d]);
+    if (n < (int)len) snprintf(out + n, len - (size_t)n, ")");
+}
+
+/* Tensor e of the table from the safetensors file into dst: the same shape, or for
+ * GPT-2's embedding the vocabulary's rows without the padding (left zero). */
+static status read_tensor(const st_file *f, const model *m, const param_entry *e, float *dst, const char *path)
+{
+    const st_info *t = st_find(f, e->name);
+    if (!t) {
+        log_error0("%s holds no tensor '%s' (a tensor of %s)", path, e->name, m->spec.name);
+        return STATUS_INPUT;
+    }
+    bool same = t->ndim == e->ndim;
+    for (int d = 0; d < e->ndim && same; d++) same = (uint64_t)t->shape[d] == e->shape[d];
+    bool vocab_rows = is_padded_wte(m, e) && t->ndim == 2 && t->shape[0] == m->spec.gpt2.vocab_size &&
+                      (uint64_t)t->shape[1] == e->shape[1];
+    if (!same && !vocab_rows) {
+        int64_t want[PARAM_MAX_DIMS];
+        char got_s[160], want_s[160];
+        for (int d = 0; d < e->ndim; d++) want[d] = (int64_t)e->shape[d];
+        shape_text(got_s, sizeof got_s, t->ndim, t->shape);
+        shape_text(want_s, sizeof want_s, e->ndim, want);
+        log_error0("%s: tensor '%s' is %s in the file; %s's is %s (--set model.KEY=VALUE for other sizes)", path,
+                   e->name, got_s, m->spec.name, want_s);
+        return STATUS_INPUT;
+    }
+    return st_read_f32(f, t, dst, (size_t)t->numel);
+}
+
+/* The model: --model (and --set model.*) when given, else the metadata Nebula wrote. */
+static status model_for_safetensors(tool_model *tm, const st_file *f, const tool_args *a, const char *path)
+{
+    if (strcmp(config_origin(a->cfg, "model.name"), "default") != 0) return tool_model_from_config(tm, a->cfg);
+    const char *ini = st_meta_get(f, "nebula_config");
+    if (ini) return tool_model_from_ini(tm, ini, path, NULL);
+    log_error0("%s does not say which model it holds (no nebula_config metadata): give --model NAME, and --set "
+               "model.KEY=VALUE for sizes other than the preset's", path);
+    return STATUS_INPUT;
+}
+
+static status read_safetensors(tool_model *tm, const tool_args *a, const char *path, int *ignored)
+{
+    st_file f;
+    TRY(st_open(&f, path));
+    status st = model_for_safetensors(tm, &f, a, path);
+    if (st == STATUS_OK) {
+        model *m = &tm->m;
+        const param_table *tabs[2] = { model_params(m), model_state_table(m) };
+        float *bufs[2] = { model_buffers(m)->params, model_state(m) };
+        int used = 0;
+        for (int k = 0; k < 2 && tabs[k] && st == STATUS_OK; k++)
+            for (int i = 0; i < tabs[k]->count && st == STATUS_OK; i++, used++)
+                st = read_tensor(&f, m, &tabs[k]->entries[i], bufs[k] + tabs[k]->entries[i].offset, path);
+        *ignored = f.count - used;  /* e.g. Hugging Face's attention-mask buffers, a tied lm_head */
+        if (st != STATUS_OK) tool_model_free(tm);
+    }
+    st_close(&f);
+    return st;
+}
+
+/* The llm.c header's sizes over --model's preset (gpt2 when not given). */
+static status read_llmc(tool_model *tm, const tool_args *a, const char *path)
+{
+    llmc_model lm;
+    TRY(llmc_read(&lm, path));
+    config mc;
+    tool_model_config(&mc);
+    char set[6][96];
+    const gpt2_config *g = &lm.cfg;
+    snprintf(set[0], sizeof set[0], "model.name=%s",
+             strcmp(config_origin(a->cfg, "model.name"), "default") ? config_str(a->cfg, "model.name") : "gpt2");
+    snprintf(set[1], sizeof set[1], "model.n_layer=%d", g->num_layers);
+    snprintf(set[2], sizeof set[2], "model.n_head=%d", g->num_heads);
+    snprintf(set[3], sizeof set[3], "model.n_embd=%d", g->channels);
+    snprintf(set[4], sizeof set[4], "model.max_seq_len=%d", g->max_seq_len);
+    snprintf(set[5], sizeof set[5], "model.vocab_size=%d", g->vocab_size);
+    status st = STATUS_OK;
+    for (int i = 0; i < 6 && st == STATUS_OK; i++) st = config_set(&mc, set[i]);
+    if (st == STATUS_OK) st = tool_model_from_config(tm, &mc);
+    if (st == STATUS_OK && (st = llmc_to_table(&lm, model_params(&tm->m), model_buffers(&tm->m)->params)) != STATUS_OK)
+        tool_model_free(tm);
+    llmc_free(&lm);
+    return st;
+}
+
+/* Rank 0 read the file: every rank gets the flat buffers. */
+static void bcast_floats(float *p, size_t n, MPI_Comm comm)
+{
+    for (size_t at = 0; at < n; at += BCAST_FLOATS)
+        MPI_Bcast(p + at, (int)(n - at < BCAST_FLOATS ? n - at : BCAST_FLOATS), MPI_FLOAT, 0, comm);
+}
+
+/* step 0 of DIR: parameters (and buffers), zero moments, the loader at its start. */
+static status write_checkpoint(tool_model *tm, MPI_Comm comm, const char *dir)
+{
+    model *m = &tm->m;
+    ckpt_content c;
+    memset(&c, 0, sizeof c);
+    c.model = m->spec.name;
+    c.table_hash = param_table_hash(model_params(m));
+    c.config_text = tm->ini;
+    status st = STATUS_OK;
+    const char *groups[] = { "params", "optim/m", "optim/v", "buffers" };
+    for (int g = 0; g < 4 && st == STATUS_OK; g++)
+        if (g < 3 || model_state_table(m)) st = tool_add_group(&c, m, groups[g], true, dir);
+    data_state loader = { 0, 0 };
+    c.blobs[c.nblobs++] = (ckpt_blob){ "loader", &loader, sizeof loader, false, false };
+    ckpt_writer *w = NULL;
+    if (st == STATUS_OK) st = ckpt_writer_init(&w, comm, dir, 1, false, &c);
+    if (st == STATUS_OK) st = ckpt_save(w, &c);
+    if (w) ckpt_writer_free(w);
+    tool_content_free(&c, m);
+    return st;
+}
+
+static int convert_from(const tool_args *a, const char *format, const char *out)
+{
+    tool_model tm;
+    int ignored = 0, rank = a->rt->rank;
+    MPI_Comm comm = a->rt->world;
+    status st = STATUS_OK;
+    if (rank == 0)
+        st = !strcmp(format, "llmc") ? read_llmc(&tm, a, a->paths[0]) : read_safetensors(&tm, a, a->paths[0], &ignored);
+    MPI_Bcast(&st, 1, MPI_INT, 0, comm);
+    if (st != STATUS_OK) return status_exit_code(st);
+    MPI_Bcast(tm.ini, (int)sizeof tm.ini, MPI_CHAR, 0, comm);
+    if (rank != 0) st = tool_model_from_ini(&tm, tm.ini, a->paths[0], NULL);
+    int failed = st != STATUS_OK, any;  /* rank 0 built this model: only memory can fail here */
+    MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, comm);
+    if (any) {
+        if (!failed) tool_model_free(&tm);
+        return 1;
+    }
+    bcast_floats(model_buffers(&tm.m)->params, model_params(&tm.m)->total, comm);
+    if (model_state_table(&tm.m)) bcast_floats(model_state(&tm.m), model_state_table(&tm.m)->total, comm);
+    st = write_checkpoint(&tm, comm, out);
+    if (st == STATUS_OK && rank == 0) {
+        printf("converted %s (%s) to %s/step_00000000: %s, %d rank%s", a->paths[0], format, out, tm.m.spec.name,
+               a->rt->size, a->rt->size > 1 ? "s" : "");
+        if (ignored) printf("; %d tensor%s of the file that %s does not have ignored", ignored,
+                            ignored > 1 ? "s" : "", tm.m.spec.name);
+        printf("\n  moments start at zero and the loader at the first sample: nebula-train --resume %s/step_00000000 "
+               "fine-tunes from these weights\n", out);
+    }
+    tool_model_free(&tm);
+    return status_exit_code(st);
+}
+
+int tool_convert(const tool_args *a)
+{
+    const char *to = config_str(a->cfg, "ckpt.to"), *from = config_str(a->cfg, "ckpt.from");
+    const char *out = config_str(a->cfg, "ckpt.out");
+    bool to_file = strcmp(to, "none") != 0;
+    if (to_file == (strcmp(from, "none") != 0)) {
+        log_error0("convert needs one of --to FORMAT (a checkpoint to a file) and --from FORMAT (a file to a "
+                   "checkpoint); FORMAT is safetensors or llmc");
+        return 2;
+    }
+    if (!out[0]) {
+        log_error0("convert needs --out %s", to_file ? "FILE, the file to write" : "DIR, where DIR/step_00000000 goes");
+        return 2;
+    }
+    return to_file ? convert_to(a, to, out) : convert_from(a, from, out);
+}

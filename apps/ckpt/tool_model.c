@@ -1,0 +1,145 @@
+/* tool_model — the model a checkpoint (or a converted file) describes, built for its
+ * parameter tables.
+ *
+ * A checkpoint stores the whole resolved config of its run (every section of
+ * nebula-train's schema); only its [model] section decides the tables, so libinih
+ * hands those keys to a config of MODEL_CONFIG_KEYS alone and the other sections,
+ * which this program does not know, are left alone. */
+#include <ini.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt_tool.h"
+
+static const config_key model_schema[] = { MODEL_CONFIG_KEYS };
+#define NMODEL_KEYS (int)(sizeof model_schema / sizeof model_schema[0])
+
+typedef struct model_keys {
+    config *cfg;
+    status st;       /* the first key that did not fit the schema */
+} model_keys;
+
+static int model_key(void *user, const char *section, const char *name, const char *value)
+{
+    model_keys *k = user;
+    if (strcmp(section, "model") != 0 || k->st != STATUS_OK) return 1;
+    char assignment[CONFIG_STR_MAX + 2 * CONFIG_NAME_MAX + 8];
+    snprintf(assignment, sizeof assignment, "model.%s=%s", name, value);
+    k->st = config_set(k->cfg, assignment);
+    return 1;
+}
+
+void tool_model_config(config *mc)
+{
+    config_init(mc, model_schema, NMODEL_KEYS);
+}
+
+status tool_model_from_config(tool_model *tm, const config *cfg)
+{
+    config mc;
+    tool_model_config(&mc);
+    for (int k = 0; k < NMODEL_KEYS; k++) {  /* cfg may hold other sections: keep [model] alone */
+        char key[2 * CONFIG_NAME_MAX + 2], assignment[CONFIG_STR_MAX + 2 * CONFIG_NAME_MAX + 8];
+        snprintf(key, sizeof key, "model.%s", model_schema[k].name);
+        if (model_schema[k].type == CONFIG_TYPE_INT)
+            snprintf(assignment, sizeof assignment, "%s=%lld", key, (long long)config_int(cfg, key));
+        else
+            snprintf(assignment, sizeof assignment, "%s=%s", key, config_str(cfg, key));
+        TRY(config_set(&mc, assignment));
+    }
+    model_spec spec;
+    TRY(model_spec_from_config(&spec, &mc));
+    config_dump(&mc, tm->ini, sizeof tm->ini);
+    memset(&tm->m, 0, sizeof tm->m);
+    return model_init(&tm->m, &spec, 1, spec.family == MODEL_FAMILY_RESNET ? 0 : 1, 0, false);
+}
+
+status tool_model_from_ini(tool_model *tm, const char *ini, const char *origin, const char *want)
+{
+    config mc;
+    tool_model_config(&mc);
+    model_keys k = { &mc, STATUS_OK };
+    int line = ini_parse_string(ini, model_key, &k);
+    model_spec spec;
+    if (line != 0 || k.st != STATUS_OK || model_spec_from_config(&spec, &mc) != STATUS_OK) {
+        log_error0("%s: its stored [model] section does not describe a model (%s)", origin,
+                   line ? "the config text is not INI" : "see the message above");
+        return STATUS_INPUT;
+    }
+    if (want && strcmp(spec.name, want) != 0) {
+        log_error0("%s: its stored config describes model '%s', its attribute model says '%s'", origin, spec.name,
+                   want);
+        return STATUS_INPUT;
+    }
+    return tool_model_from_config(tm, &mc);
+}
+
+void tool_model_free(tool_model *tm)
+{
+    model_free(&tm->m);
+}
+
+/* "/optim/m/wte.weight" -> "optim/m" in out; false for a dataset outside a group. */
+static bool group_of(const ckpt_dataset *d, char *out, size_t len)
+{
+    const char *slash = strrchr(d->path, '/');
+    if (d->blob || slash == d->path || (size_t)(slash - d->path) > len) return false;
+    snprintf(out, len, "%.*s", (int)(slash - d->path - 1), d->path + 1);
+    return true;
+}
+
+float *tool_zeros(const param_table *t)
+{
+    float *p = aligned_alloc(PARAM_ALIGN_BYTES, t->total * sizeof *p);
+    if (p) memset(p, 0, t->total * sizeof *p);  /* padding is zero, as in a training run */
+    return p;
+}
+
+status tool_add_group(ckpt_content *c, model *m, const char *name, bool data, const char *origin)
+{
+    static const char *names[] = { "params", "optim/m", "optim/v", "buffers" };
+    for (int g = 0; g < c->ngroups; g++)
+        if (!strcmp(c->groups[g].group, name)) return STATUS_OK;
+    int kind = 0;
+    while (kind < 4 && strcmp(names[kind], name) != 0) kind++;
+    const param_table *t = kind == 3 ? model_state_table(m) : kind < 4 ? model_params(m) : NULL;
+    if (!t) {
+        log_error0("%s: group /%s is not one the model '%s' keeps (params, optim/m, optim/v%s)", origin, name,
+                   m->spec.name, model_state_table(m) ? ", buffers" : "");
+        return STATUS_INPUT;
+    }
+    float *buf = NULL;
+    if (data && !(buf = kind == 0 ? model_buffers(m)->params : kind == 3 ? model_state(m) : tool_zeros(t))) {
+        log_error0("cannot allocate %zu bytes for /%s", t->total * sizeof(float), name);
+        return STATUS_NOMEM;
+    }
+    c->groups[c->ngroups++] = (ckpt_tensors){ names[kind], t, buf, false };
+    return STATUS_OK;
+}
+
+status tool_content(ckpt_content *c, const ckpt_catalog *cat, model *m, bool data, bool moments)
+{
+    memset(c, 0, sizeof *c);
+    c->model = cat->h.model;
+    c->table_hash = param_table_hash(model_params(m));
+    c->step = cat->h.step;
+    for (int k = 0; k < cat->n; k++) {
+        char name[CKPT_ITEM_PATH];
+        if (!group_of(&cat->items[k], name, sizeof name) || (!moments && !strncmp(name, "optim/", 6))) continue;
+        status st = tool_add_group(c, m, name, data, cat->file);
+        if (st != STATUS_OK) {
+            tool_content_free(c, m);
+            return st;
+        }
+    }
+    return STATUS_OK;
+}
+
+void tool_content_free(ckpt_content *c, model *m)
+{
+    for (int g = 0; g < c->ngroups; g++)
+        if (c->groups[g].data && c->groups[g].data != model_buffers(m)->params && c->groups[g].data != model_state(m))
+            free(c->groups[g].data);
+    c->ngroups = 0;
+}
