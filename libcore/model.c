@@ -4,6 +4,8 @@
  * messages use the [model] key names. The rest is a switch on the family. */
 #include "model.h"
 
+#include <ini.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -332,4 +334,33 @@ const char *model_unit(const model *m)
 double model_units_per_step(const model *m)
 {
     return m->spec.family == MODEL_FAMILY_GPT2 ? (double)m->B * m->T : (double)m->B;
+}
+
+static const config_key model_only_schema[] = { MODEL_CONFIG_KEYS };
+
+typedef struct model_keys {
+    config *cfg;
+    status st;  /* the first key that did not fit the schema */
+} model_keys;
+
+static int model_key(void *user, const char *section, const char *name, const char *value)
+{
+    model_keys *k = user;
+    if (strcmp(section, "model") != 0 || k->st != STATUS_OK) return 1;
+    char assignment[CONFIG_STR_MAX + 2 * CONFIG_NAME_MAX + 8];
+    snprintf(assignment, sizeof assignment, "model.%s=%s", name, value);
+    k->st = config_set(k->cfg, assignment);
+    return 1;
+}
+
+status model_config_from_ini(config *mc, const char *ini)
+{
+    config_init(mc, model_only_schema, (int)(sizeof model_only_schema / sizeof model_only_schema[0]));
+    model_keys k = { mc, STATUS_OK };
+    int line = ini_parse_string(ini ? ini : "", model_key, &k);
+    if (line != 0) {
+        log_error("the stored config is not INI text (line %d)", line);
+        return STATUS_INPUT;
+    }
+    return k.st;
 }

@@ -89,6 +89,12 @@ typedef struct model_spec {
  * STATUS_INPUT with a message that names the key, its value and the rule. */
 status model_spec_from_config(model_spec *s, const config *cfg);
 
+/* The [model] section of a stored run config (a checkpoint's `config` attribute: every
+ * section of nebula-train's schema, INI text) into *mc, initialised here with
+ * MODEL_CONFIG_KEYS alone; the other sections are skipped. STATUS_INPUT, logged,
+ * when the text is not INI or a [model] key does not fit the schema. */
+status model_config_from_ini(config *mc, const char *ini);
+
 /* Checks a training batch shape against the architecture: B >= 1; for GPT-2 and BERT
  * 1 <= T <= max_seq_len; for ResNet (T unused) enough values per channel for the last
  * batch norm (B * final map >= 2). `batch_key` and `seq_key` are the caller's config

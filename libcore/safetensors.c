@@ -512,9 +512,10 @@ status st_read_f32(const st_file *f, const st_info *t, float *dst, size_t count)
                   (ull)t->numel, st_shape_str(shape, sizeof shape, t), count);
         return STATUS_INPUT;
     }
-    if (t->dtype != ST_DTYPE_F32 && t->dtype != ST_DTYPE_F16 && t->dtype != ST_DTYPE_BF16) {
-        log_error("%s: tensor '%s' is %s; only F32, F16 and BF16 tensors read as float32", f->path, t->name,
-                  st_dtype_names[t->dtype]);
+    if (t->dtype != ST_DTYPE_F32 && t->dtype != ST_DTYPE_F16 && t->dtype != ST_DTYPE_BF16 &&
+        t->dtype != ST_DTYPE_I64 && t->dtype != ST_DTYPE_I32) {
+        log_error("%s: tensor '%s' is %s; only F32, F16, BF16, I64 and I32 tensors read as float32", f->path,
+                  t->name, st_dtype_names[t->dtype]);
         return STATUS_INPUT;
     }
     CHECK(t->offset >= f->data_start && t->offset <= f->size && t->bytes <= f->size - t->offset,
@@ -522,6 +523,30 @@ status st_read_f32(const st_file *f, const st_info *t, float *dst, size_t count)
     int rc = 0;
     if (t->dtype == ST_DTYPE_F32) {
         rc = path_read_all_at(f->fd, dst, t->bytes, t->offset);
+    } else if (t->dtype == ST_DTYPE_I64 || t->dtype == ST_DTYPE_I32) {
+        /* integer counters (torchvision's num_batches_tracked): exact in float up to 2^24 */
+        int64_t buf[2048];
+        size_t w = st_dtype_size(t->dtype), per = sizeof buf / sizeof buf[0];
+        for (size_t done = 0; done < count && !rc; done += per) {
+            size_t n = count - done < per ? count - done : per;
+            rc = path_read_all_at(f->fd, buf, n * w, t->offset + done * w);
+            for (size_t i = 0; i < n && !rc; i++) {
+                int64_t v;
+                if (w == 8) {
+                    v = buf[i];
+                } else {
+                    int32_t v32;
+                    memcpy(&v32, (const char *)buf + i * 4, 4);
+                    v = v32;
+                }
+                if (v > (1 << 24) || v < -(1 << 24)) {
+                    log_error("%s: tensor '%s' holds the integer %lld at element %zu, which float32 cannot hold "
+                              "exactly (|v| <= 2^24)", f->path, t->name, (long long)v, done + i);
+                    return STATUS_INPUT;
+                }
+                dst[done + i] = (float)v;
+            }
+        }
     } else {  /* 16-bit: widen through a small buffer, never a second copy of the tensor */
         uint16_t buf[4096];
         for (size_t done = 0; done < count && !rc; done += sizeof buf / sizeof buf[0]) {

@@ -105,8 +105,10 @@ const st_info *st_find(const st_file *f, const char *name);
 const char *st_meta_get(const st_file *f, const char *key);
 
 /* Copies tensor t (one of f's) into dst as float32: F32 as stored, F16 and BF16
- * widened exactly. STATUS_INPUT when count is not t->numel (the caller expected
- * another shape) or the dtype is not one of these three; STATUS_IO when the file
+ * widened exactly, I64 and I32 (counters such as torchvision's num_batches_tracked)
+ * converted when |v| <= 2^24, where float32 holds them exactly. STATUS_INPUT when
+ * count is not t->numel (the caller expected another shape), the dtype is not one of
+ * these, or an integer is too large; STATUS_IO when the file
  * cannot be read (it shrank since st_open, or the device failed). */
 status st_read_f32(const st_file *f, const st_info *t, float *dst, size_t count);
 

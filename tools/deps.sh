@@ -3,11 +3,19 @@
 #
 #   tools/deps.sh report    print ✓/✗ per dependency (MPI and its PMLs, parallel HDF5, BLAS, ...);
 #                           exit 1 when a required package is missing
-#   tools/deps.sh install   apt-get install every missing package (root), else print how
-#   tools/deps.sh ensure    install only when something required is missing
+#   tools/deps.sh install   apt-get install every missing package (root), else print how;
+#                           then the Python environment below
+#   tools/deps.sh ensure    install only when something required is missing; the Python
+#                           environment when it is missing
 #
 # Required packages are what the CPU build and `make check` need; CUDA, NCCL and cuDNN are
 # optional and only reported.
+#
+# The Python environment build/venv is Debian's python3 with its system packages visible
+# (torch, torchvision, h5py, numpy come from apt, above) plus what Debian does not ship,
+# from PyPI: the official safetensors package, which validation/cli/test_ckpt_torch.sh
+# loads nebula-ckpt's files with. pip honours PIP_INDEX_URL and PIP_FIND_LINKS (a mirror,
+# a directory of wheels) for machines without PyPI.
 set -euo pipefail
 
 REQUIRED_PKGS=(
@@ -21,12 +29,16 @@ REQUIRED_PKGS=(
     libinih-dev libjansson-dev zlib1g-dev # INI config parser, JSON, CRC-32 combination
     libisal-dev                           # ISA-L: CRC-32 at memory speed (PCLMUL), zlib-compatible
     python3-torch python3-torchvision python3-h5py python3-numpy   # reference-vs-PyTorch validation
+    python3-venv                          # build/venv (below): PyPI's safetensors beside Debian's torch
     python3-sklearn                       # the handwritten digits of the ResNet convergence test
     iproute2 nftables                     # tools/netns-cluster: namespaces, veth, tbf rate limits, packet loss
 )
 # Optional: `make fuzz` only (libFuzzer and the sanitizer runtimes, OpenMP for clang);
 # `make check` replays the fuzz corpus with gcc's sanitizers and needs none of them.
 FUZZ_PKGS=(clang libclang-rt-dev libomp-dev)
+# PyPI packages of build/venv, at the version the checks were written against.
+VENV=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/build/venv
+VENV_PKGS=(safetensors==0.8.0)
 
 missing_pkgs() {
     local p
@@ -36,6 +48,33 @@ missing_pkgs() {
 }
 
 mark() { if "$@" >/dev/null 2>&1; then printf '✓'; else printf '✗'; fi; }
+
+# True when build/venv runs and holds every VENV_PKGS version (without importing torch,
+# which takes seconds).
+venv_ok() {
+    local p
+    [ -x "$VENV/bin/python" ] || return 1
+    for p in "${VENV_PKGS[@]}"; do
+        "$VENV/bin/python" -c 'import sys; from importlib.metadata import version
+n, v = sys.argv[1].split("=="); sys.exit(version(n) != v)' "$p" 2>/dev/null || return 1
+    done
+}
+
+venv_install() {
+    venv_ok && return 0
+    echo "nebula: creating $VENV (python3 -m venv --system-site-packages) with ${VENV_PKGS[*]} from PyPI"
+    if ! /usr/bin/python3 -m venv --clear --system-site-packages "$VENV"; then
+        echo "nebula: python3 -m venv failed; on Debian/Ubuntu it needs python3-venv" \
+             "(make deps as root installs it)" >&2
+        return 2
+    fi
+    if ! "$VENV/bin/python" -m pip install -q "${VENV_PKGS[@]}"; then
+        echo "nebula: pip could not install ${VENV_PKGS[*]} into $VENV: is PyPI reachable? (PIP_INDEX_URL" \
+             "or PIP_FIND_LINKS can point pip at a mirror or a directory of wheels)" >&2
+        return 2
+    fi
+    venv_ok || { echo "nebula: $VENV still lacks ${VENV_PKGS[*]} after pip install" >&2; return 2; }
+}
 
 report() {
     local nvcc pmls
@@ -60,6 +99,11 @@ report() {
     local pyv
     pyv=$(dpkg-query -W -f='${Package} ${Version}\n' python3-torch python3-h5py python3-numpy 2>/dev/null | tr '\n' ' ')
     printf '  %s Python     %s\n' "$(mark dpkg-query -W -f='${Status}' python3-torch)" "${pyv:-python3-torch/h5py/numpy not found}"
+    if venv_ok; then
+        printf '  ✓ venv       %s: %s, system packages visible\n' "$VENV" "${VENV_PKGS[*]}"
+    else
+        printf '  ✗ venv       %s: missing or without %s (make deps creates it)\n' "$VENV" "${VENV_PKGS[*]}"
+    fi
     if [ -n "$nvcc" ]; then
         local cinc; cinc="$(dirname "$(dirname "$nvcc")")/include"
         printf '  ✓ CUDA       %s\n' "$("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
@@ -82,6 +126,11 @@ report() {
 }
 
 install() {
+    install_pkgs
+    venv_install
+}
+
+install_pkgs() {
     local missing
     mapfile -t missing < <(missing_pkgs "${REQUIRED_PKGS[@]}" "${FUZZ_PKGS[@]}")
     if [ ${#missing[@]} -eq 0 ]; then
@@ -105,6 +154,6 @@ install() {
 case "${1:-report}" in
     report)  report ;;
     install) install; report ;;
-    ensure)  if [ -n "$(missing_pkgs "${REQUIRED_PKGS[@]}")" ]; then install; fi ;;
+    ensure)  if [ -n "$(missing_pkgs "${REQUIRED_PKGS[@]}")" ]; then install_pkgs; fi; venv_install ;;
     *) echo "usage: tools/deps.sh report|install|ensure" >&2; exit 2 ;;
 esac

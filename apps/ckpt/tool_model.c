@@ -2,10 +2,9 @@
  * parameter tables.
  *
  * A checkpoint stores the whole resolved config of its run (every section of
- * nebula-train's schema); only its [model] section decides the tables, so libinih
- * hands those keys to a config of MODEL_CONFIG_KEYS alone and the other sections,
- * which this program does not know, are left alone. */
-#include <ini.h>
+ * nebula-train's schema); only its [model] section decides the tables
+ * (model_config_from_ini), the other sections, which this program does not know,
+ * are left alone. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,21 +13,6 @@
 
 static const config_key model_schema[] = { MODEL_CONFIG_KEYS };
 #define NMODEL_KEYS (int)(sizeof model_schema / sizeof model_schema[0])
-
-typedef struct model_keys {
-    config *cfg;
-    status st;       /* the first key that did not fit the schema */
-} model_keys;
-
-static int model_key(void *user, const char *section, const char *name, const char *value)
-{
-    model_keys *k = user;
-    if (strcmp(section, "model") != 0 || k->st != STATUS_OK) return 1;
-    char assignment[CONFIG_STR_MAX + 2 * CONFIG_NAME_MAX + 8];
-    snprintf(assignment, sizeof assignment, "model.%s=%s", name, value);
-    k->st = config_set(k->cfg, assignment);
-    return 1;
-}
 
 void tool_model_config(config *mc)
 {
@@ -58,13 +42,9 @@ status tool_model_from_config(tool_model *tm, const config *cfg)
 status tool_model_from_ini(tool_model *tm, const char *ini, const char *origin, const char *want)
 {
     config mc;
-    tool_model_config(&mc);
-    model_keys k = { &mc, STATUS_OK };
-    int line = ini_parse_string(ini, model_key, &k);
     model_spec spec;
-    if (line != 0 || k.st != STATUS_OK || model_spec_from_config(&spec, &mc) != STATUS_OK) {
-        log_error0("%s: its stored [model] section does not describe a model (%s)", origin,
-                   line ? "the config text is not INI" : "see the message above");
+    if (model_config_from_ini(&mc, ini) != STATUS_OK || model_spec_from_config(&spec, &mc) != STATUS_OK) {
+        log_error0("%s: its stored [model] section does not describe a model (see the message above)", origin);
         return STATUS_INPUT;
     }
     if (want && strcmp(spec.name, want) != 0) {

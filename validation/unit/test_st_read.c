@@ -291,10 +291,41 @@ static void test_dtypes(test_ctx *t)
     check(t, ok, "each of the 15 dtypes parses with its name and element size");
     float got[3];
     capture_begin(t);
-    status st = st_read_f32(&f, st_find(&f, "t_I64"), got, 3);
+    status st = st_read_f32(&f, st_find(&f, "t_U64"), got, 3);
     const char *msg = capture_end(t, true);
-    check(t, st == STATUS_INPUT && strstr(msg, "t_I64") && strstr(msg, "I64") && strstr(msg, path),
-          "st_read_f32 of an I64 tensor is STATUS_INPUT naming file, tensor and dtype");
+    check(t, st == STATUS_INPUT && strstr(msg, "t_U64") && strstr(msg, "U64") && strstr(msg, path),
+          "st_read_f32 of a U64 tensor is STATUS_INPUT naming file, tensor and dtype");
+    st_close(&f);
+}
+
+/* I64 and I32 tensors (torchvision's num_batches_tracked) read as float32 while
+ * float32 holds them exactly, |v| <= 2^24; a larger one is refused, naming it. */
+static void test_integers(test_ctx *t)
+{
+    char path[128];
+    snprintf(path, sizeof path, "%s/ints.safetensors", t->dir);
+    const char header[] = "{\"a\":{\"dtype\":\"I64\",\"shape\":[3],\"data_offsets\":[0,24]},"
+                          "\"b\":{\"dtype\":\"I32\",\"shape\":[2],\"data_offsets\":[24,32]}}";
+    const int64_t a[3] = { 0, 1234567, -(1 << 24) };
+    const int32_t b[2] = { 5, (1 << 24) + 1 };
+    size_t hl = sizeof header - 1;
+    unsigned char buf[8 + sizeof header + 32];
+    for (int i = 0; i < 8; i++) buf[i] = (unsigned char)((uint64_t)hl >> (8 * i));
+    memcpy(buf + 8, header, hl);
+    memcpy(buf + 8 + hl, a, sizeof a);
+    memcpy(buf + 8 + hl + sizeof a, b, sizeof b);
+    write_bytes(path, buf, 8 + hl + 32);
+    st_file f;
+    if (!check(t, st_open(&f, path) == STATUS_OK, "st_open of I64 and I32 tensors")) return;
+    float got[3] = { -1, -1, -1 };
+    status st = st_read_f32(&f, st_find(&f, "a"), got, 3);
+    check(t, st == STATUS_OK && got[0] == 0.0f && got[1] == 1234567.0f && got[2] == -16777216.0f,
+          "I64 values up to 2^24 read as float32 exactly: %g %g %g", got[0], got[1], got[2]);
+    capture_begin(t);
+    st = st_read_f32(&f, st_find(&f, "b"), got, 2);
+    const char *msg = capture_end(t, true);
+    check(t, st == STATUS_INPUT && strstr(msg, "'b'") && strstr(msg, "16777217") && strstr(msg, "element 1"),
+          "an I32 value above 2^24 is refused naming tensor, value and element: %s", msg);
     st_close(&f);
 }
 
@@ -496,6 +527,7 @@ int main(void)
     test_table_round_trip(&t);
     test_half_widening(&t);
     test_dtypes(&t);
+    test_integers(&t);
     test_accepted(&t);
     test_hostile(&t);
     test_truncations(&t);
