@@ -83,7 +83,7 @@ for model in "${model_list[@]}"; do
         red=$(sed -n 's/^dgc: gradient traffic .*: \([0-9.]*\)x less/\1/p' "$tmp/dgc-$model-$rate.log")
         speed=$(echo "$dms / $gms" | bc -l)
         if [ $csv = 1 ]; then
-            printf '%s,%s,%s,%.0f,%.0f,%.2f,%s,%s,%s,%s\n' "$model" "$params" "$rate" "$dms" "$gms" "$speed" \
+            printf '%s,%s,%s,%.0f,%.0f,%.2f,%s,%s,%s,"%s"\n' "$model" "$params" "$rate" "$dms" "$gms" "$speed" \
                 "$dloss" "$gloss" "$red" "$how"
         else
             printf '| %s | %s | %s | %.0f | %.0f | %.2fx | %s / %s | %sx | %s |\n' "$model" "$params" "$rate" "$dms" \

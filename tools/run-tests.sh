@@ -4,7 +4,8 @@
 #   tools/run-tests.sh validation/tests.list [FILTER]
 #
 # Each non-comment line of the list is `name | command`; a test passes when its
-# command exits 0 within NEBULA_TEST_TIMEOUT seconds (default 600). The output of a
+# command exits 0 within NEBULA_TEST_TIMEOUT seconds (default 600), or within N
+# seconds for a command ending in the comment `# timeout=N` (long trainings). The output of a
 # failing test is printed after its line; all output is kept in build/test-logs/.
 set -uo pipefail
 
@@ -27,7 +28,9 @@ while IFS= read -r line; do
     [[ -n "$filter" && "$name" != *"$filter"* ]] && continue
     log="$logdir/${name//[^A-Za-z0-9_.-]/_}.log"
     start=$(date +%s%N)
-    timeout --kill-after=10 "${NEBULA_TEST_TIMEOUT:-600}" bash -c "$cmd" </dev/null >"$log" 2>&1
+    limit=${NEBULA_TEST_TIMEOUT:-600}
+    [[ "$cmd" =~ \#[[:space:]]*timeout=([0-9]+)[[:space:]]*$ ]] && limit=${BASH_REMATCH[1]}
+    timeout --kill-after=10 "$limit" bash -c "$cmd" </dev/null >"$log" 2>&1
     rc=$?
     ms=$((($(date +%s%N) - start) / 1000000))
     secs="$((ms / 1000)).$((ms % 1000 / 100))"

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# DGC-Pro converges like dense training (2 virtual nodes x 1 rank, so every gradient
+# crosses the compressed link), at 99.9% final sparsity and >= 100x less gradient traffic
+# over the whole run, warm-up included:
+#   resnet  ResNet-18 (CIFAR stem) on sklearn's digits, SGD with momentum, 400 steps:
+#           held-out accuracy within 1% of the dense run's (the issue's target);
+#   gpt     byte-level gpt2-tiny on the licence texts, SGD with momentum, 10000 steps of
+#           8 sequences: held-out loss within 4% of the dense run's. The issue's target is
+#           1%, NOT met at this scale (measured +2.9%, see README "DGC-Pro convergence");
+#           the test guards what holds. At width 64 the biases and norm weights are 1.5%
+#           of the parameters: sent dense they alone would cap the reduction near 66x, so
+#           every tensor is compressed (dgc.min_numel = 1; a tensor sends at least one
+#           entry a step).
+# usage: test_dgc_converge.sh resnet|gpt
+. "$(dirname "$0")/lib.sh"
+TRAIN=build/bin/nebula-train
+PY=/usr/bin/python3
+what=${1:?resnet or gpt}
+DGC=(--set dgc.mode=on --set dgc.sparsity=0.999 --set dgc.values=fp16)
+train() {  # train NAME ARGS... -> the log in $tmp/NAME.log
+    local name=$1
+    shift
+    $MPIRUN -np 2 $TRAIN --ranks-per-node 1 --run-dir "$tmp/$name" --set ckpt.every_steps=0 "$@" \
+        </dev/null >"$tmp/$name.log" 2>&1 || { echo "FAIL - $name: nebula-train exited $?"; tail -5 "$tmp/$name.log"; fails=$((fails + 1)); }
+}
+last_eval() { sed -n "s/^eval step=$2 .*$3=\([0-9.]*\).*/\1/p" "$tmp/$1.log" | tail -1; }
+reduction() { sed -n 's/^dgc: gradient traffic .*: \([0-9.]*\)x less/\1/p' "$tmp/$1.log"; }
+judge() {  # judge LABEL DENSE DGC RATIO higher|lower LIMIT
+    if $PY - "$@" <<'PYEOF'
+import sys
+label, dense, dgc, ratio, better = sys.argv[1], float(sys.argv[2] or "nan"), float(sys.argv[3] or "nan"), float(sys.argv[4] or "0"), sys.argv[5]
+limit = float(sys.argv[6])
+within = dgc >= (1 - limit) * dense if better == "higher" else dgc <= (1 + limit) * dense
+rel = (dgc - dense) / dense
+print(f"{'ok' if within and ratio >= 100 else 'FAIL'} - {label}: dense {dense:.4f}, DGC-Pro {dgc:.4f} "
+      f"({rel:+.2%}, limit {limit:.0%}), gradient traffic {ratio:.1f}x less (limit 100x)")
+sys.exit(0 if within and ratio >= 100 else 1)
+PYEOF
+    then :; else fails=$((fails + 1)); fi
+}
+case $what in
+resnet)
+    mkdir -p "$tmp/digits"
+    $PY validation/reference/train_ref.py digits "$tmp/digits" >/dev/null
+    R=(--config configs/train/resnet18-digits.ini --set data.train="$tmp/digits/train.h5"
+       --set data.val="$tmp/digits/test.h5" --steps 400 --set train.eval_interval=400)
+    export OMP_NUM_THREADS=1
+    train rn-dense "${R[@]}"
+    train rn-dgc "${R[@]}" "${DGC[@]}" --set dgc.warmup_steps=20
+    judge "ResNet-18 on the digits, 400 steps, held-out accuracy" "$(last_eval rn-dense 400 acc)" \
+        "$(last_eval rn-dgc 400 acc)" "$(reduction rn-dgc)" higher 0.01
+    ;;
+gpt)
+    $TRAIN prepare "$tmp/data" /usr/share/common-licenses/* >/dev/null || { echo "FAIL - prepare"; exit 1; }
+    G=(--config configs/train/gpt2-tiny-licenses.ini --set data.train="$tmp/data/train.bin"
+       --set data.val="$tmp/data/val.bin" --steps 10000 --set train.global_batch=8 --set train.eval_interval=10000
+       --set train.eval_batches=32 --set train.log_interval=1000 --set optim.name=sgd --set optim.lr=0.1
+       --set optim.momentum=0.9 --set optim.weight_decay=0)
+    train gpt-dense "${G[@]}"
+    train gpt-dgc "${G[@]}" "${DGC[@]}" --set dgc.warmup_steps=200 --set dgc.min_numel=1
+    judge "gpt2-tiny on the licences, 10000 steps, held-out loss" "$(last_eval gpt-dense 10000 loss)" \
+        "$(last_eval gpt-dgc 10000 loss)" "$(reduction gpt-dgc)" lower 0.04
+    ;;
+*) echo "usage: test_dgc_converge.sh resnet|gpt"; exit 2 ;;
+esac
+finish
