@@ -44,19 +44,12 @@ static uint64_t elements(const ckpt_dataset *d)
     return n;
 }
 
-/* Reads the elements [a, b) of `path` in `file` as mtype into buf. */
+/* Reads the elements [a, b) of dataset d of `file` as mtype into buf. */
 static int read_range(hid_t file, const ckpt_dataset *d, hid_t mtype, uint64_t a, uint64_t b, void *buf)
 {
-    hsize_t dims[PARAM_MAX_DIMS];
-    for (int k = 0; k < d->ndim; k++) dims[k] = d->dims[k];
     hid_t ds = H5Dopen2(file, d->path, H5P_DEFAULT);
     if (ds < 0) return -1;
-    hid_t fs = H5Dget_space(ds), ms = ckpt_mem_space(b - a);
-    H5_CHECK(fs);
-    ckpt_select_flat(fs, d->ndim, dims, a, b);
-    int rc = H5Dread(ds, mtype, ms, fs, H5P_DEFAULT, buf) < 0 ? -1 : 0;
-    H5Sclose(ms);
-    H5Sclose(fs);
+    int rc = ckpt_read_flat(ds, d, mtype, a, b, buf);
     H5Dclose(ds);
     return rc;
 }

@@ -141,6 +141,9 @@ void ckpt_select_flat(hid_t space, int ndim, const hsize_t *dims, size_t a, size
 void ckpt_select_row(hid_t space, hsize_t row, hsize_t bytes);
 /* A 1-D memory space of n elements (n == 0: one element, nothing selected). */
 hid_t ckpt_mem_space(size_t n);
+/* Reads the elements [a, b) (row-major, flat) of dataset ds, described by d, into buf
+ * as mtype, or as stored (no conversion) when mtype < 0. 0, or -1 when HDF5 fails. */
+int ckpt_read_flat(hid_t ds, const ckpt_dataset *d, hid_t mtype, uint64_t a, uint64_t b, void *buf);
 /* Reads n values (a scalar when n == 0) of mtype; -1 when missing or of another size. */
 int ckpt_attr_read(hid_t obj, const char *name, hid_t mtype, hsize_t n, void *v);
 int ckpt_attr_read_str(hid_t obj, const char *name, char *out, size_t len);

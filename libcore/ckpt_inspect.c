@@ -388,19 +388,18 @@ static void share(uint64_t n, int rank, int size, uint64_t *a, uint64_t *b)
     *b = n * (uint64_t)(rank + 1) / (uint64_t)size;
 }
 
-/* Reads the elements [a, b) of ds as stored (its own type: no conversion) into buf. */
-static int read_elements(hid_t ds, const ckpt_dataset *d, uint64_t a, uint64_t b, void *buf)
+int ckpt_read_flat(hid_t ds, const ckpt_dataset *d, hid_t mtype, uint64_t a, uint64_t b, void *buf)
 {
     hsize_t dims[PARAM_MAX_DIMS];
     for (int k = 0; k < d->ndim; k++) dims[k] = d->dims[k];
-    hid_t t = H5Dget_type(ds), fs = H5Dget_space(ds), ms = ckpt_mem_space(b - a);
+    hid_t t = mtype >= 0 ? mtype : H5Dget_type(ds), fs = H5Dget_space(ds), ms = ckpt_mem_space(b - a);
     H5_CHECK(t);
     H5_CHECK(fs);
     ckpt_select_flat(fs, d->ndim, dims, a, b);
     int rc = H5Dread(ds, t, ms, fs, H5P_DEFAULT, buf) < 0 ? -1 : 0;
     H5Sclose(ms);
     H5Sclose(fs);
-    H5Tclose(t);
+    if (mtype < 0) H5Tclose(t);
     return rc;
 }
 
@@ -418,7 +417,7 @@ static int hash_share(hid_t ds, const ckpt_dataset *d, MPI_Comm comm, void *buf,
     pc->len = (b - a) * esize;
     for (uint64_t s = a; s < b; s += step) {
         uint64_t e = b - s < step ? b : s + step;
-        if (read_elements(ds, d, s, e, buf) != 0) return -1;
+        if (ckpt_read_flat(ds, d, -1, s, e, buf) != 0) return -1;
         pc->crc = ckpt_crc_bytes((uint32_t)pc->crc, buf, (e - s) * esize);
     }
     return 0;
@@ -443,7 +442,7 @@ static void check_rows(hid_t ds, const ckpt_dataset *d, MPI_Comm comm, void *buf
         uint32_t crc = 0;
         for (uint64_t at = r * R; at < (r + 1) * R && !v->unreadable; at += VERIFY_PIECE) {  /* rows may be large */
             uint64_t end = (r + 1) * R - at < VERIFY_PIECE ? (r + 1) * R : at + VERIFY_PIECE;
-            if (read_elements(ds, d, at, end, buf) != 0) v->unreadable = 1;
+            if (ckpt_read_flat(ds, d, -1, at, end, buf) != 0) v->unreadable = 1;
             else crc = ckpt_crc_bytes(crc, buf, end - at);
         }
         if (!v->unreadable && crc != rows[r]) v->bad_row = (int)r;

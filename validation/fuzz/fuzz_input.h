@@ -6,6 +6,7 @@
 #ifndef NEBULA_FUZZ_INPUT_H
 #define NEBULA_FUZZ_INPUT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,15 @@ static int fuzz_input_open(const uint8_t *data, size_t size, char *path, size_t 
     }
     snprintf(path, len, "/proc/self/fd/%d", fd);
     return fd;
+}
+
+/* An accepted input broke a promise of the reader: a bug, reported as a crash. */
+static void fuzz_require(bool ok, const char *what)
+{
+    if (!ok) {
+        fprintf(stderr, "fuzz: invariant broken: %s\n", what);
+        abort();
+    }
 }
 
 #endif

@@ -7,43 +7,35 @@
 #include "safetensors.h"
 
 
-static void require(bool ok, const char *what)
-{
-    if (!ok) {
-        fprintf(stderr, "fuzz_safetensors: invariant broken: %s\n", what);
-        abort();
-    }
-}
-
 static void check_file(const st_file *f)
 {
     uint64_t at = f->data_start;
     for (int i = 0; i < f->count; i++) {
         const st_info *t = &f->tensors[i];
-        require(t->name[0] != '\0' && st_find(f, t->name) == t, "every tensor is found by its name");
-        require(t->ndim >= 0 && t->ndim <= ST_MAX_DIMS, "ndim within ST_MAX_DIMS");
-        require(t->offset == at, "tensors tile the data section in order");
+        fuzz_require(t->name[0] != '\0' && st_find(f, t->name) == t, "every tensor is found by its name");
+        fuzz_require(t->ndim >= 0 && t->ndim <= ST_MAX_DIMS, "ndim within ST_MAX_DIMS");
+        fuzz_require(t->offset == at, "tensors tile the data section in order");
         uint64_t span = 1;  /* product of the non-zero dimensions: must fit, so callers' products do */
         bool wraps = false, empty = false;
         for (int d = 0; d < t->ndim; d++) {
-            require(t->shape[d] >= 0, "dimensions are non-negative");
+            fuzz_require(t->shape[d] >= 0, "dimensions are non-negative");
             empty |= t->shape[d] == 0;
             wraps |= t->shape[d] != 0 && __builtin_mul_overflow(span, (uint64_t)t->shape[d], &span);
         }
-        require(!wraps && span <= INT64_MAX && t->numel == (empty ? 0 : span), "numel is the product of the shape");
-        require(t->bytes % st_dtype_size(t->dtype) == 0 && t->bytes / st_dtype_size(t->dtype) == t->numel,
+        fuzz_require(!wraps && span <= INT64_MAX && t->numel == (empty ? 0 : span), "numel is the product of the shape");
+        fuzz_require(t->bytes % st_dtype_size(t->dtype) == 0 && t->bytes / st_dtype_size(t->dtype) == t->numel,
                 "bytes == numel x dtype size, without wrapping");
-        require(t->bytes <= f->size - t->offset, "tensor ends inside the file");
+        fuzz_require(t->bytes <= f->size - t->offset, "tensor ends inside the file");
         at += t->bytes;
         if (t->dtype != ST_DTYPE_F32 && t->dtype != ST_DTYPE_F16 && t->dtype != ST_DTYPE_BF16) continue;
         float *dst = malloc(t->numel * sizeof *dst + 1);
-        require(dst != NULL, "a tensor of a small file fits in memory");
-        require(st_read_f32(f, t, dst, t->numel) == STATUS_OK, "a validated float tensor reads");
+        fuzz_require(dst != NULL, "a tensor of a small file fits in memory");
+        fuzz_require(st_read_f32(f, t, dst, t->numel) == STATUS_OK, "a validated float tensor reads");
         free(dst);
     }
-    require(at == f->size, "the tensors end at the end of the file");
+    fuzz_require(at == f->size, "the tensors end at the end of the file");
     for (int i = 0; i < f->meta_count; i++)
-        require(st_meta_get(f, f->meta[i].key) != NULL, "every metadata key is found");
+        fuzz_require(st_meta_get(f, f->meta[i].key) != NULL, "every metadata key is found");
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -54,7 +46,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int fd = fuzz_input_open(data, size, path, sizeof path);
     st_file f;
     status st = st_open(&f, path);
-    require(st == STATUS_OK || st == STATUS_INPUT, "st_open of a readable file is OK or STATUS_INPUT");
+    fuzz_require(st == STATUS_OK || st == STATUS_INPUT, "st_open of a readable file is OK or STATUS_INPUT");
     if (st == STATUS_OK) {
         check_file(&f);
         st_close(&f);

@@ -6,10 +6,10 @@
  * Bad inputs make config print its error messages to stderr; that is expected, only the
  * "ok"/"FAIL" lines on stdout are the verdict. Bugs (die) are checked in forked children. */
 #include "config.h"
+#include "unit_check.h"
 
 #include <math.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -29,24 +29,6 @@ static const config_key schema[] = {
     { "comm", "label", CONFIG_TYPE_STRING, "", .help = "may be empty" },
 };
 static const int nkeys = (int)(sizeof schema / sizeof schema[0]);
-
-typedef struct test_ctx {
-    int failures;  /* FAIL lines so far */
-    char dir[64];  /* scratch directory for config files */
-} test_ctx;
-
-__attribute__((format(printf, 3, 4)))
-static void check(test_ctx *t, bool ok, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s - ", ok ? "ok" : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    fflush(stdout);
-    va_end(ap);
-    if (!ok) t->failures++;
-}
 
 /* Writes text to DIR/name; the path goes to the caller's buffer. */
 static const char *write_file(test_ctx *t, const char *name, const char *text, char *path, size_t len)
@@ -387,9 +369,8 @@ static void missing_key(void)
 
 int main(void)
 {
-    test_ctx t = { 0, "" };
-    snprintf(t.dir, sizeof t.dir, "/tmp/test_config.XXXXXX");
-    if (!mkdtemp(t.dir)) { perror("mkdtemp"); return 1; }
+    test_ctx t = { 0 };
+    scratch_dir(&t, "config");
 
     test_defaults(&t);
     test_load_file(&t);
@@ -405,9 +386,7 @@ int main(void)
     check(&t, dies(wrong_type), "getter of the wrong type dies");
     check(&t, dies(missing_key), "getter of an unknown key dies");
 
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", t.dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", t.dir);
+    scratch_free(&t);
     printf("%s: %d failed\n", t.failures ? "FAIL" : "ok", t.failures);
     return t.failures ? 1 : 0;
 }

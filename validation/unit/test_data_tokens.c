@@ -307,13 +307,13 @@ static void test_state(test_ctx *t)
     capture_begin(t);
     data_state bad = { 0, 1001 };
     status st = data_set_state(resumed[0], &bad);
-    const char *msg = capture_end(t);
+    const char *msg = capture_end(t, true);
     check(t, st == STATUS_CORRUPT && strstr(msg, "cursor 1001") && strstr(msg, "1000 samples"),
           "a cursor past the end is STATUS_CORRUPT naming it");
     capture_begin(t);
     data_state bad_epoch = { UINT64_C(1) << 50, 0 };
     st = data_set_state(resumed[0], &bad_epoch);
-    capture_end(t);
+    capture_end(t, true);
     check(t, st == STATUS_CORRUPT, "an epoch beyond 2^48 is STATUS_CORRUPT");
     data_state tail = { 4, 995 };  /* less than one global batch of 12 left: as if the batch changed */
     st = data_set_state(resumed[0], &tail);
@@ -503,20 +503,20 @@ static void test_prepare(test_ctx *t)
     const char *missing[] = { inputs[0], "/nonexistent/input.txt" };
     capture_begin(t);
     st = data_prepare_text(missing, 2, train, val, 0.1);
-    const char *msg = capture_end(t);
+    const char *msg = capture_end(t, true);
     size_t after;
     free(slurp(train, &after));
     check(t, st == STATUS_INPUT && strstr(msg, "/nonexistent/input.txt") && after == tl && access(tmpname, F_OK) != 0,
           "a missing input: STATUS_INPUT naming it, the earlier output untouched, no temporary left");
     capture_begin(t);
     st = data_prepare_text(inputs, 1, train, "/nonexistent/dir/val.bin", 0.1);
-    msg = capture_end(t);
+    msg = capture_end(t, true);
     free(slurp(train, &after));
     check(t, st == STATUS_IO && strstr(msg, "/nonexistent/dir/val.bin") && after == tl && access(tmpname, F_OK) != 0,
           "an unwritable val output: STATUS_IO naming it, train untouched, its temporary removed");
     capture_begin(t);
     st = data_prepare_text(inputs, 1, train, val, 1.0);
-    msg = capture_end(t);
+    msg = capture_end(t, true);
     check(t, st == STATUS_INPUT && strstr(msg, "val_fraction = 1"), "val_fraction 1 is refused");
 }
 

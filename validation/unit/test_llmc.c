@@ -9,86 +9,15 @@
  * file; none may crash. Runs without mpirun. One line per check, exit 1 on failure. */
 #include "gpt2.h"
 #include "llmc.h"
+#include "unit_check.h"
 
 #include <float.h>
-#include <ftw.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
-
-typedef struct test_ctx {
-    int failures;          /* FAIL lines so far */
-    char dir[64];          /* scratch directory */
-    char captured[8192];   /* stderr of the last capture_end */
-    int saved_fd;          /* the real stderr while capturing */
-    FILE *cap;             /* capture file */
-} test_ctx;
-
-__attribute__((format(printf, 3, 4)))
-static bool check(test_ctx *t, bool ok, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s - ", ok ? "ok" : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    fflush(stdout);
-    va_end(ap);
-    if (!ok) t->failures++;
-    return ok;
-}
-
-/* stderr goes to a temporary file until capture_end, which returns its text and
- * (echo) copies it to the real stderr for the test log; loops over thousands of
- * files do not. */
-static void capture_begin(test_ctx *t)
-{
-    fflush(stderr);
-    t->cap = tmpfile();
-    if (!t->cap) { perror("tmpfile"); exit(1); }
-    t->saved_fd = dup(2);
-    dup2(fileno(t->cap), 2);
-}
-
-static const char *capture_end(test_ctx *t, bool echo)
-{
-    fflush(stderr);
-    dup2(t->saved_fd, 2);
-    close(t->saved_fd);
-    rewind(t->cap);
-    size_t n = fread(t->captured, 1, sizeof t->captured - 1, t->cap);
-    t->captured[n] = '\0';
-    fclose(t->cap);
-    if (echo) fputs(t->captured, stderr);  /* the test log keeps the messages */
-    return t->captured;
-}
-
-/* A new file each time: truncating and rewriting one makes ext4 flush it to disk
- * on close (auto_da_alloc), which costs milliseconds per hostile file. */
-static void write_bytes(const char *path, const void *p, size_t n)
-{
-    unlink(path);
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(p, 1, n, f) != n || fclose(f) != 0) { perror(path); exit(1); }
-}
-
-static unsigned char *read_file(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) { perror(path); exit(1); }
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    rewind(f);
-    unsigned char *p = malloc(*n + 1);
-    if (!p || fread(p, 1, *n, f) != *n) { perror(path); exit(1); }
-    fclose(f);
-    return p;
-}
 
 /* maxT 8, V 10 padded to 16, 2 layers, 2 heads, 8 channels: every kind of tensor, small. */
 static const gpt2_config CFG = { .max_seq_len = 8, .vocab_size = 10, .padded_vocab_size = 16, .num_layers = 2,
@@ -375,18 +304,10 @@ static void test_hostile(test_ctx *t)
     expect_refused(t, t->dir, "a directory", "not a regular file");
 }
 
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)ftw;
-    return flag == FTW_DP ? rmdir(p) : unlink(p);
-}
-
 int main(void)
 {
     test_ctx t = { 0 };
-    snprintf(t.dir, sizeof t.dir, "/tmp/nebula-llmc-XXXXXX");
-    if (!mkdtemp(t.dir)) { perror("mkdtemp"); return 1; }
+    scratch_dir(&t, "llmc");
     gpt2 a;
     llmc_model lm;
     if (gpt2_init(&a, &CFG, 1, 1, 7, false) != STATUS_OK) { printf("FAIL - gpt2_init\n"); return 1; }
@@ -402,7 +323,7 @@ int main(void)
 
     llmc_free(&lm);
     gpt2_free(&a);
-    if (nftw(t.dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS) != 0) fprintf(stderr, "could not remove %s\n", t.dir);
+    scratch_free(&t);
     printf("%s: %d failed\n", t.failures ? "FAIL" : "ok", t.failures);
     return t.failures ? 1 : 0;
 }

@@ -8,72 +8,14 @@
  * fuzzers' finds under the sanitizers). Runs without mpirun. One line per check,
  * exit 1 on any failure. */
 #include "safetensors.h"
+#include "unit_check.h"
 
-#include <ftw.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
-
-typedef struct test_ctx {
-    int failures;          /* FAIL lines so far */
-    char dir[64];          /* scratch directory */
-    char captured[8192];   /* stderr of the last capture_end */
-    int saved_fd;          /* the real stderr while capturing */
-    FILE *cap;             /* capture file */
-} test_ctx;
-
-__attribute__((format(printf, 3, 4)))
-static bool check(test_ctx *t, bool ok, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s - ", ok ? "ok" : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    fflush(stdout);
-    va_end(ap);
-    if (!ok) t->failures++;
-    return ok;
-}
-
-/* stderr goes to a temporary file until capture_end, which returns its text and
- * (echo) copies it to the real stderr for the test log; loops over thousands of
- * files do not. */
-static void capture_begin(test_ctx *t)
-{
-    fflush(stderr);
-    t->cap = tmpfile();
-    if (!t->cap) { perror("tmpfile"); exit(1); }
-    t->saved_fd = dup(2);
-    dup2(fileno(t->cap), 2);
-}
-
-static const char *capture_end(test_ctx *t, bool echo)
-{
-    fflush(stderr);
-    dup2(t->saved_fd, 2);
-    close(t->saved_fd);
-    rewind(t->cap);
-    size_t n = fread(t->captured, 1, sizeof t->captured - 1, t->cap);
-    t->captured[n] = '\0';
-    fclose(t->cap);
-    if (echo) fputs(t->captured, stderr);  /* the test log keeps the messages */
-    return t->captured;
-}
-
-/* A new file each time: truncating and rewriting one makes ext4 flush it to disk
- * on close (auto_da_alloc), which costs milliseconds per hostile file. */
-static void write_bytes(const char *path, const void *p, size_t n)
-{
-    unlink(path);
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(p, 1, n, f) != n || fclose(f) != 0) { perror(path); exit(1); }
-}
 
 /* A safetensors file from its parts: the 8-byte length field (`len`, normally the
  * header's own length), the header bytes, then `data_len` bytes 0, 1, 2, ... */
@@ -510,18 +452,10 @@ static void test_truncations(test_ctx *t)
           size, accepted, silent);
 }
 
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)ftw;
-    return flag == FTW_DP ? rmdir(p) : unlink(p);
-}
-
 int main(void)
 {
     test_ctx t = { 0 };
-    snprintf(t.dir, sizeof t.dir, "/tmp/nebula-st-read-XXXXXX");
-    if (!mkdtemp(t.dir)) { perror("mkdtemp"); return 1; }
+    scratch_dir(&t, "st-read");
 
     test_round_trip(&t);
     test_table_round_trip(&t);
@@ -532,7 +466,7 @@ int main(void)
     test_hostile(&t);
     test_truncations(&t);
 
-    if (nftw(t.dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS) != 0) fprintf(stderr, "could not remove %s\n", t.dir);
+    scratch_free(&t);
     printf("%s: %d failed\n", t.failures ? "FAIL" : "ok", t.failures);
     return t.failures ? 1 : 0;
 }
