@@ -98,6 +98,7 @@ const char *status_str(status st)
     case STATUS_PEER: return "peer failure";
     case STATUS_CORRUPT: return "corrupt data";
     case STATUS_NOMEM: return "out of memory";
+    case STATUS_STOPPED: return "stopped on request";
     }
     return "unknown status";
 }
@@ -106,6 +107,7 @@ int status_exit_code(status st)
 {
     if (st == STATUS_OK) return 0;
     if (st == STATUS_USAGE || st == STATUS_INPUT) return 2;
+    if (st == STATUS_STOPPED) return 3;
     return 1;
 }
 

@@ -21,6 +21,7 @@ typedef enum status {
     STATUS_PEER,        /* a peer failed or the launch is inconsistent (exit 1) */
     STATUS_CORRUPT,     /* data failed a checksum or format check (exit 1) */
     STATUS_NOMEM,       /* an allocation at init failed (exit 1) */
+    STATUS_STOPPED,     /* stopped before the end on request (a signal), state saved: relaunch (exit 3) */
 } status;
 
 typedef enum log_level {
@@ -50,7 +51,8 @@ void log_msg0(log_level level, const char *fmt, ...) __attribute__((format(print
 #define log_info0(...)  log_msg0(LOG_LEVEL_INFO, __VA_ARGS__)
 
 const char *status_str(status st);
-/* 0 ok, 2 usage/input errors, 1 everything else (DESIGN.md §3 CLI). */
+/* 0 ok, 2 usage/input errors, 3 stopped on request with the state saved (relaunch to
+ * resume), 1 everything else (DESIGN.md §3 CLI). */
 int status_exit_code(status st);
 
 /* The bug tier: never returns. `what` is the failing statement, `why` the reason. */

@@ -151,6 +151,7 @@ status runtime_init(runtime *rt, int *argc, char ***argv, const runtime_options 
 
 typedef struct placement_row {
     char host[64];
+    char slurm_node[64];  /* SLURMD_NODENAME: differs from host when several slurmd share one */
     char cpus[64];
     int node_id, local_rank, gpu, bound_by_us;
 } placement_row;
@@ -160,6 +161,8 @@ void runtime_print_placement(const runtime *rt, FILE *f)
     placement_row me = { .node_id = rt->node_id, .local_rank = rt->local_rank, .gpu = rt->gpu,
                          .bound_by_us = rt->bound_by_us };
     memcpy(me.host, rt->host, sizeof me.host);
+    const char *sn = getenv("SLURMD_NODENAME");
+    snprintf(me.slurm_node, sizeof me.slurm_node, "%s", sn && *sn ? sn : "-");
     memcpy(me.cpus, rt->cpus, sizeof me.cpus);
     placement_row *all = rt->rank == 0 ? calloc((size_t)rt->size, sizeof *all) : NULL;
     CHECK(rt->rank != 0 || all, "out of memory for the placement table");
@@ -167,12 +170,13 @@ void runtime_print_placement(const runtime *rt, FILE *f)
     if (rt->rank == 0) {
         fprintf(f, "placement: %d ranks on %d %snode%s\n", rt->size, rt->nnodes,
                 rt->ranks_per_node ? "virtual " : "", rt->nnodes == 1 ? "" : "s");
-        fprintf(f, "  %5s  %-16s %5s %6s  %-10s %4s\n", "rank", "host", "node", "local", "cpus", "gpu");
+        fprintf(f, "  %5s  %-16s %-12s %5s %6s  %-10s %4s\n", "rank", "host", "slurm node", "node", "local", "cpus",
+                "gpu");
         for (int r = 0; r < rt->size; r++) {
             char gpu[16];
             if (all[r].gpu >= 0) snprintf(gpu, sizeof gpu, "%d", all[r].gpu);
             else snprintf(gpu, sizeof gpu, "-");
-            fprintf(f, "  %5d  %-16s %5d %6d  %-10s %4s%s\n", r, all[r].host, all[r].node_id,
+            fprintf(f, "  %5d  %-16s %-12s %5d %6d  %-10s %4s%s\n", r, all[r].host, all[r].slurm_node, all[r].node_id,
                     all[r].local_rank, all[r].cpus, gpu, all[r].bound_by_us ? "  (bound by nebula)" : "");
         }
         fflush(f);

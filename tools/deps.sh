@@ -32,6 +32,8 @@ REQUIRED_PKGS=(
     python3-venv                          # build/venv (below): PyPI's safetensors beside Debian's torch
     python3-sklearn                       # the handwritten digits of the ResNet convergence test
     iproute2 nftables                     # tools/netns-cluster: namespaces, veth, tbf rate limits, packet loss
+    slurm-wlm munge                       # tools/slurm-local: the Slurm cluster the job-script tests start
+    shellcheck                            # the job scripts are linted in make check
 )
 # Optional: `make fuzz` only (libFuzzer and the sanitizer runtimes, OpenMP for clang);
 # `make check` replays the fuzz corpus with gcc's sanitizers and needs none of them.
@@ -95,6 +97,9 @@ report() {
     printf '  %s hwloc      %s\n' "$(mark pkg-config --exists hwloc)" "$(pkg-config --modversion hwloc 2>/dev/null || echo 'not found')"
     printf '  %s inih       %s\n' "$(mark pkg-config --exists inih)" "$(pkg-config --modversion inih 2>/dev/null || echo 'not found')"
     printf '  %s jansson    %s\n' "$(mark pkg-config --exists jansson)" "$(pkg-config --modversion jansson 2>/dev/null || echo 'not found')"
+    printf '  %s Slurm      %s, munge %s (job-script tests)\n' "$(mark command -v slurmctld)" \
+        "$(dpkg-query -W -f='${Version}' slurm-wlm 2>/dev/null || echo 'not found')" \
+        "$(dpkg-query -W -f='${Version}' munge 2>/dev/null || echo 'not found')"
     # Package versions, not imports: importing torch takes seconds.
     local pyv
     pyv=$(dpkg-query -W -f='${Package} ${Version}\n' python3-torch python3-h5py python3-numpy 2>/dev/null | tr '\n' ' ')

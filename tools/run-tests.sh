@@ -6,12 +6,13 @@
 # Each non-comment line of the list is `name | command`; a test passes when its
 # command exits 0 within NEBULA_TEST_TIMEOUT seconds (default 600), or within N
 # seconds for a command ending in the comment `# timeout=N` (long trainings). The output of a
-# failing test is printed after its line; all output is kept in build/test-logs/.
+# failing test is printed after its line; all output is kept in build/test-logs/ (or
+# NEBULA_TEST_LOGS). FILTER keeps the tests whose names contain it.
 set -uo pipefail
 
 list=${1:?usage: tools/run-tests.sh LIST [FILTER]}
 filter=${2:-}
-logdir=build/test-logs
+logdir=${NEBULA_TEST_LOGS:-build/test-logs}
 mkdir -p "$logdir"
 
 # mpirun as root (CI containers) needs explicit consent; oversubscription is the

@@ -82,6 +82,9 @@ static int prepare_main(int argc, char **argv)
 int main(int argc, char **argv)
 {
     runtime_preinit(argv[0]);
+    /* first: a stop request that arrives during start-up (a job script forwards Slurm's
+     * pre-timeout signal whenever it comes) must not kill the process */
+    train_install_signals();
     if (argc >= 2 && !strcmp(argv[1], "prepare")) return prepare_main(argc, argv);
 
     static config_key schema[256];
@@ -107,7 +110,6 @@ int main(int argc, char **argv)
         config_print(&cfg, stdout);
     }
     runtime_print_placement(&rt, stdout);
-    train_install_signals();
 
     comm_options co;
     comm_options_from_config(&cfg, &co);

@@ -98,6 +98,7 @@ void train_install_signals(void)
     sa.sa_flags = SA_RESTART;
     sigaction(SIGUSR1, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR2, &sa, NULL);
 }
 
 status train_batch_resolve(train_batch *tb, const config *cfg, int world)
@@ -689,6 +690,7 @@ status train_loop(train_run *r)
     const char *unit = r->spec.family == MODEL_FAMILY_RESNET ? "img/s" : "tok/s";
     double t_run = now_s(), t_ckpt = t_run, sum_ms = 0, sum_wait = 0;
     long timed = 0, first = r->step, saved = -1;
+    bool stopped = false;
     step_stats ss = { 0 };
     while (r->step < r->steps) {
         TRY(train_step(r, &ss));
@@ -748,7 +750,10 @@ status train_loop(train_run *r)
             saved = r->step;
         }
         if (agreed[1]) {
-            if (rt->rank == 0) printf("stopping at step %ld on SIGTERM%s\n", r->step, r->ckpt ? " (checkpoint written)" : "");
+            if (rt->rank == 0)
+                printf("stopping at step %ld of %ld on request (SIGTERM or SIGUSR2): %s; exit code 3\n", r->step,
+                       r->steps, r->ckpt ? "checkpoint committed, a relaunch resumes from it" : "checkpoints are off");
+            stopped = r->step < r->steps;
             break;
         }
     }
@@ -761,7 +766,7 @@ status train_loop(train_run *r)
             printf("checkpoint last background write: %.0f MB in %.2f s = %.0f MB/s\n", (double)cs.bytes / 1e6,
                    cs.write_s, (double)cs.bytes / cs.write_s / 1e6);
     }
-    if (r->val_data) {
+    if (r->val_data && !stopped) {  /* a stop is often on a deadline: evaluation waits for the end */
         double l, acc;
         long n;
         TRY(train_eval(r, &l, &acc, &n));
@@ -782,7 +787,7 @@ status train_loop(train_run *r)
         train_metrics_write(r, j);
         fflush(stdout);
     }
-    return STATUS_OK;
+    return stopped ? STATUS_STOPPED : STATUS_OK;
 }
 
 void train_free(train_run *r)

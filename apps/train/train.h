@@ -89,7 +89,10 @@ status train_resume(train_run *r);
 status train_loop(train_run *r);
 void train_free(train_run *r);
 
-/* Installs SIGUSR1 (checkpoint and go on) and SIGTERM (checkpoint and stop) handlers. */
+/* Installs SIGUSR1 (checkpoint and go on) and SIGTERM / SIGUSR2 (checkpoint and stop;
+ * train_loop then returns STATUS_STOPPED, exit 3) handlers. SIGUSR2 exists because
+ * launchers forward it untouched (mpirun and srun both do), while both turn a SIGTERM
+ * they receive into killing the ranks. */
 void train_install_signals(void);
 
 #endif

@@ -1,0 +1,124 @@
+# lib.sh — what every Nebula job script does the same way; sourced, not submitted.
+#
+# sbatch copies a job script into Slurm's spool directory before running it, so a script
+# cannot find this file next to itself: it finds the installation through NEBULA_HOME
+# (default: the directory sbatch was called from, SLURM_SUBMIT_DIR).
+#
+# Variables every job script reads (set them in the environment before sbatch, which
+# exports the submitting environment by default):
+#   NEBULA_HOME        the Nebula tree holding build/bin and configs/ (default: SLURM_SUBMIT_DIR)
+#   NEBULA_LAUNCHER    srun (default: direct launch, srun --mpi=pmix) or mpirun (OpenMPI's
+#                      launcher, which takes the allocation from Slurm)
+#   NEBULA_SRUN_ARGS   extra srun options (word-split), e.g. "--cpu-bind=cores"
+#   NEBULA_MPIRUN_ARGS extra mpirun options (word-split), e.g. "--bind-to core --map-by socket"
+#   NEBULA_MAX_RESTARTS  requeues a job may ask for before it gives up (default 20)
+# shellcheck shell=bash
+
+NEBULA_HOME=${NEBULA_HOME:-${SLURM_SUBMIT_DIR:-$PWD}}
+NEBULA_LAUNCHER=${NEBULA_LAUNCHER:-srun}
+NEBULA_MAX_RESTARTS=${NEBULA_MAX_RESTARTS:-20}
+NEBULA_BIN=$NEBULA_HOME/build/bin
+
+nebula_die() {  # usage and input errors: exit 2, as the executables do
+    echo "$(basename "${0}"): error: $*" >&2
+    exit 2
+}
+
+# One line that says what runs where; with --open-mode=append, each requeued run of the
+# job starts with its own header line in the same output file.
+nebula_header() {
+    echo "=== ${SLURM_JOB_NAME:-job} ${SLURM_JOB_ID:-?}${SLURM_ARRAY_TASK_ID:+ array task $SLURM_ARRAY_TASK_ID}" \
+        "SLURM_RESTART_COUNT=${SLURM_RESTART_COUNT:-0} nodes=${SLURM_JOB_NODELIST:-?}" \
+        "(${SLURM_JOB_NUM_NODES:-?} nodes, ${SLURM_NTASKS:-?} tasks, ${SLURM_CPUS_PER_TASK:-1} cpus/task)" \
+        "launcher=$NEBULA_LAUNCHER date=$(date -Is)"
+}
+
+# nebula_need NAME...: every executable exists. Job scripts never build: a job that builds
+# races the other jobs of the same tree and hides a broken build inside a queue wait.
+nebula_need() {
+    [ -n "${SLURM_JOB_ID:-}" ] || nebula_die "not inside a Slurm job: submit with sbatch"
+    [ -d "$NEBULA_HOME" ] || nebula_die "NEBULA_HOME=$NEBULA_HOME is not a directory"
+    local b
+    for b in "$@"; do
+        [ -x "$NEBULA_BIN/$b" ] || nebula_die "$NEBULA_BIN/$b is missing; build it first (make, on a login node): job scripts never build"
+    done
+    case "$NEBULA_LAUNCHER" in srun|mpirun) ;;
+        *) nebula_die "NEBULA_LAUNCHER=$NEBULA_LAUNCHER: valid values are srun and mpirun" ;;
+    esac
+    case "$NEBULA_MAX_RESTARTS" in ''|*[!0-9]*) nebula_die "NEBULA_MAX_RESTARTS=$NEBULA_MAX_RESTARTS is not a count" ;; esac
+}
+
+# nebula_launch [-N NODES -n TASKS --] PROGRAM ARGS...: the launcher command line, in the
+# array NEBULA_CMD (not run). Without -N/-n the program runs on the whole allocation; with
+# them, on the first NODES nodes with TASKS ranks (a node-count sweep).
+# shellcheck disable=SC2034  # NEBULA_CMD is the result, used by the job scripts
+nebula_launch() {
+    local nodes='' tasks='' extra
+    while [ $# -gt 0 ]; do
+        case "$1" in
+            -N) nodes=$2; shift 2 ;;
+            -n) tasks=$2; shift 2 ;;
+            --) shift; break ;;
+            *) break ;;
+        esac
+    done
+    if [ "$NEBULA_LAUNCHER" = srun ]; then
+        read -ra extra <<<"${NEBULA_SRUN_ARGS:-}"
+        # --kill-on-bad-exit: one dead rank ends the step instead of leaving the others in MPI
+        NEBULA_CMD=(srun --mpi=pmix --kill-on-bad-exit=1 ${nodes:+-N "$nodes"} ${tasks:+-n "$tasks"} "${extra[@]}" "$@")
+    else
+        read -ra extra <<<"${NEBULA_MPIRUN_ARGS:-}"
+        local map=()
+        # TASKS ranks over NODES nodes: mpirun fills each node with TASKS/NODES ranks in turn
+        [ -n "$nodes" ] && [ -n "$tasks" ] && map=(--map-by "ppr:$(((tasks + nodes - 1) / nodes)):node")
+        NEBULA_CMD=(mpirun ${tasks:+-np "$tasks"} "${map[@]}" "${extra[@]}" "$@")
+    fi
+}
+
+# nebula_run_requeueable ARGS...: run the launcher command ARGS; the job asks to be
+# requeued when it is told to stop and the program saved its state.
+#
+#   Slurm signals this batch shell (--signal=B:USR1@SECONDS) before the time limit. The
+#   trap forwards SIGUSR2 to the launcher; srun and mpirun both pass SIGUSR2 to every rank
+#   (both turn a SIGTERM they receive into killing the ranks). nebula-train stops at the
+#   next step boundary, commits a checkpoint and exits 3. The job then requeues itself
+#   (`scontrol requeue`), keeps its id and output file, and the next run resumes from
+#   the newest committed checkpoint of the same run directory.
+#
+# Returns the program's exit status; does not return after a requeue.
+nebula_run_requeueable() {
+    local pid rc
+    NEBULA_STOP_ASKED=0
+    "$@" &
+    pid=$!
+    # Bash runs a trap only between commands: `wait` is one that a signal interrupts.
+    # shellcheck disable=SC2064  # the pid is fixed now, on purpose
+    trap "NEBULA_STOP_ASKED=1; echo \"\$(date -Is) USR1: asking the ranks to checkpoint and stop\"; kill -USR2 $pid 2>/dev/null" USR1
+    while :; do
+        wait "$pid"
+        rc=$?
+        # above 128 while the launcher still runs: the trap cut the wait short; wait again
+        [ $rc -gt 128 ] && kill -0 "$pid" 2>/dev/null && continue
+        break
+    done
+    # the launcher ended just after the trap cut the wait short: its status is still there
+    if [ $rc -gt 128 ] && [ "$NEBULA_STOP_ASKED" = 1 ]; then
+        wait "$pid" 2>/dev/null
+        local again=$?
+        [ $again -ne 127 ] && rc=$again
+    fi
+    trap - USR1
+    if [ $rc -eq 3 ]; then
+        local n=${SLURM_RESTART_COUNT:-0}
+        if [ "$n" -ge "$NEBULA_MAX_RESTARTS" ]; then
+            echo "$(date -Is) stopped with the state saved, but this job was requeued $n times" \
+                "(NEBULA_MAX_RESTARTS=$NEBULA_MAX_RESTARTS): not requeued again; resubmit to continue" >&2
+            exit 3
+        fi
+        echo "$(date -Is) stopped with the state saved: requeueing job $SLURM_JOB_ID (restart $((n + 1)))"
+        scontrol requeue "$SLURM_JOB_ID" || { echo "scontrol requeue failed; resubmit to continue" >&2; exit 3; }
+        # Slurm now ends this run (its batch step) and queues the job again
+        exit 0
+    fi
+    return $rc
+}

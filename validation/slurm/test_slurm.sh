@@ -1,0 +1,239 @@
+#!/usr/bin/env bash
+# test_slurm.sh SCENARIO — the job scripts of jobscripts/ submitted to a real Slurm
+# cluster (munged, slurmctld, two slurmd as nodes n1 and n2 of 2 CPUs each) that the test
+# starts with tools/slurm-local in its own directory and stops at the end, checking that
+# no daemon, job step or rank is left behind. Jobs are waited for by polling squeue.
+#
+#   scripts    every job script passes bash -n and shellcheck; outside a job they exit 2
+#   train      train.sbatch with srun and with mpirun: completes with a committed checkpoint
+#              that nebula-ckpt verifies, both launchers' final parameters bit-identical;
+#              a tree without binaries and a wrong launcher fail with exit 2 and say why
+#   requeue    train.sbatch with --time=1 --signal=B:USR1@30: the pre-timeout signal
+#              reaches the ranks, they checkpoint and stop, the job requeues itself and
+#              resumes (SLURM_RESTART_COUNT=1) and ends with parameters and optimizer state
+#              bit-identical to an uninterrupted run's
+#   array      validate.sbatch as a 3-task array: the two real tiers pass (one of them
+#              MPI tests at 2 and 4 ranks), a tier that matches no test fails with exit 2
+#   chain      train -> bench with afterok: bench starts after train ended and writes its
+#              node-count table; a train that fails (exit 2) cancels the bench behind it
+#   two-nodes  train.sbatch -N 2 x 2 ranks, srun and mpirun: ranks 0-1 on n1, 2-3 on n2
+#
+# Needs root (the daemons run as root); says so and passes when not root.
+. "$(dirname "$0")/../cli/lib.sh"
+scenario=${1:?usage: test_slurm.sh scripts|train|requeue|array|chain|two-nodes}
+PY=/usr/bin/python3
+CKPT=build/bin/nebula-ckpt
+
+ok() { echo "ok - $1"; }
+bad() { echo "FAIL - $1"; fails=$((fails + 1)); }
+# check NAME COMMAND...: the command's output is shown only when it fails
+check() {
+    local name=$1
+    shift
+    if "$@" >"$tmp/check.log" 2>&1; then ok "$name"; else bad "$name"; tail -8 "$tmp/check.log" | sed 's/^/    /'; fi
+}
+
+if [ "$scenario" = scripts ]; then
+    for f in jobscripts/*.sbatch jobscripts/lib.sh tools/slurm-local; do
+        check "bash -n $f" bash -n "$f"
+        check "shellcheck $f" shellcheck -x "$f"
+    done
+    for f in jobscripts/*.sbatch; do
+        expect "$f outside a job exits 2" 2 "not inside a Slurm job" -- env -u SLURM_JOB_ID bash "$f"
+    done
+    expect "slurm-local without a directory" 2 "the cluster directory is missing" -- tools/slurm-local start
+    expect "slurm-local with a bad option" 2 "unknown option '--bogus'" -- tools/slurm-local start "$tmp/c" --bogus
+    expect "slurm-local status of nothing" 1 "no cluster in" -- tools/slurm-local status "$tmp"
+    finish; exit
+fi
+
+[ "$(id -u)" -eq 0 ] || { echo "skipped: the local Slurm cluster needs root"; exit 0; }
+for b in slurmctld slurmd munged sbatch; do
+    command -v $b >/dev/null || { echo "FAIL - $b is not installed (make deps)"; exit 1; }
+done
+
+# --- the cluster -----------------------------------------------------------------------
+cluster=$tmp/slurm
+chmod 755 "$tmp"
+stopped=0
+stop_cluster() {
+    [ $stopped -eq 1 ] && return
+    stopped=1
+    tools/slurm-local stop "$cluster" >/dev/null
+    # nothing of this cluster may outlive it: daemons, slurmstepd, ranks of its jobs
+    local left
+    left=$(pgrep -af -- "$tmp/" | grep -v pgrep)
+    [ "$(pgrep -c slurmstepd)" -gt "$steps_before" ] && left+=$'\n'$(pgrep -a slurmstepd)
+    if [ -n "$left" ]; then bad "processes left after stop:"; echo "$left" | sed 's/^/    /'
+    else ok "stop left no daemon, step or rank"; fi
+}
+steps_before=$(pgrep -c slurmstepd)
+trap 'stop_cluster; rm -rf "$tmp"' EXIT
+tools/slurm-local start "$cluster" --nodes 2 --cpus 2 >"$tmp/start.log" 2>&1 ||
+    { echo "FAIL - the cluster did not start"; cat "$tmp/start.log"; exit 1; }
+eval "$(tools/slurm-local env "$cluster")"
+# both "nodes" are one host: OpenMPI's shared-memory transport would mix up their segments
+export OMPI_MCA_btl=self,tcp NEBULA_HOME=$PWD
+# jobs run as the submitting user, root here: mpirun in a job needs its consent too
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+out=$tmp/out
+mkdir -p "$out"
+
+# wait_job ID [SECONDS]: until no task of the job is pending or running; prints the final
+# state(s), returns 0 when every task COMPLETED
+wait_job() {
+    local id=$1 limit=${2:-300} t0=$SECONDS states
+    while :; do
+        states=$(squeue -h -t all -j "$id" -o %T 2>/dev/null | sort -u | tr '\n' ' ')
+        case "$states" in
+            ""|*PENDING*|*RUNNING*|*CONFIGURING*|*COMPLETING*|*REQUEUE*|*SIGNALING*|*RESIZING*|*SUSPENDED*) ;;
+            *) echo "$states"; [ "$states" = "COMPLETED " ]; return ;;
+        esac
+        if [ $((SECONDS - t0)) -ge "$limit" ]; then echo "TIMEOUT($states)"; scancel "$id"; return 1; fi
+        sleep 0.5
+    done
+}
+job_field() { scontrol show job "$1" | grep -o "$2=[^ ]*" | head -1 | cut -d= -f2; }
+show_out() { echo "    --- $1"; tail -n "${2:-15}" "$1" | sed 's/^/    /'; }
+
+data=$tmp/data
+build/bin/nebula-train prepare "$data" /usr/share/common-licenses/* >/dev/null || { echo "FAIL - prepare"; exit 1; }
+# the training of every scenario: gpt2-tiny on the licence texts, constant learning rate,
+# one thread per rank (results do not depend on how many cores a launcher hands out)
+TRAIN_ARGS=(--set data.train="$data/train.bin" --set data.val="$data/val.bin" --set optim.schedule=constant
+            --set optim.warmup_steps=0 --set train.eval_interval=0 --set train.log_interval=10
+            --set train.threads=1)
+final_ckpt() { ls -d "$1"/ckpt/step_* 2>/dev/null | tail -1; }
+
+case "$scenario" in
+train)
+    for launcher in srun mpirun; do
+        jid=$(NEBULA_LAUNCHER=$launcher sbatch --parsable -o "$out/train-$launcher.out" jobscripts/train.sbatch \
+              --run-dir "$tmp/run-$launcher" "${TRAIN_ARGS[@]}" --steps 40 --set ckpt.every_steps=20)
+        st=$(wait_job "$jid" 120) && ok "train.sbatch ($launcher) completed" ||
+            { bad "train.sbatch ($launcher): $st"; show_out "$out/train-$launcher.out"; }
+        check "train.sbatch ($launcher) prints its job, restart count and nodes" \
+            grep -q "^=== nebula-train $jid SLURM_RESTART_COUNT=0 nodes=n1 " "$out/train-$launcher.out"
+        check "train.sbatch ($launcher) ran 40 steps" grep -q "^summary: steps=40 " "$out/train-$launcher.out"
+        c=$(final_ckpt "$tmp/run-$launcher")
+        check "train.sbatch ($launcher) committed step 40" test "$(basename "${c:-none}")" = step_00000040
+        check "nebula-ckpt verify accepts it" $CKPT verify "$c"
+    done
+    check "srun and mpirun launches end bit-identical" \
+        $CKPT diff "$(final_ckpt "$tmp/run-srun")" "$(final_ckpt "$tmp/run-mpirun")"
+    mkdir -p "$tmp/empty/jobscripts" && cp jobscripts/lib.sh "$tmp/empty/jobscripts/"
+    jid=$(NEBULA_HOME=$tmp/empty sbatch --parsable -o "$out/nobin.out" jobscripts/train.sbatch)
+    wait_job "$jid" 60 >/dev/null
+    check "a tree without binaries: FAILED with exit 2" test "$(job_field "$jid" ExitCode)" = 2:0
+    check "... and says to build first" grep -q "nebula-train is missing; build it first" "$out/nobin.out"
+    jid=$(NEBULA_LAUNCHER=pdsh sbatch --parsable -o "$out/launcher.out" jobscripts/train.sbatch)
+    wait_job "$jid" 60 >/dev/null
+    check "NEBULA_LAUNCHER=pdsh: exit 2 naming the valid values" \
+        grep -q "valid values are srun and mpirun" "$out/launcher.out"
+    check "... exit code 2" test "$(job_field "$jid" ExitCode)" = 2:0
+    ;;
+requeue)
+    # 1500 steps take about a minute here. The pre-timeout signal comes within the first
+    # 30 s of a 1-minute limit (Slurm checks limits every 30 s and may signal up to 60 s
+    # early), so the first run is always interrupted. Once the job has requeued itself,
+    # the test gives it a longer limit so the resumed run can finish: left at 1 minute,
+    # every run would be signalled a few seconds in, at the same phase of Slurm's check.
+    steps=1500
+    jid=$(sbatch --parsable --time=1 --signal=B:USR1@30 -o "$out/requeue.out" jobscripts/train.sbatch \
+          --run-dir "$tmp/run-requeue" "${TRAIN_ARGS[@]}" --steps $steps --set ckpt.every_steps=500 \
+          --set train.log_interval=100)
+    # the uninterrupted reference, meanwhile, outside Slurm (same world size and threads)
+    $MPIRUN -np 2 build/bin/nebula-train --config configs/train/gpt2-tiny-licenses.ini --run-dir "$tmp/run-ref" \
+        "${TRAIN_ARGS[@]}" --steps $steps --set ckpt.every_steps=500 --set train.log_interval=100 \
+        >"$tmp/ref.log" 2>&1 </dev/null &
+    ref=$!
+    t0=$SECONDS
+    until [ "$(job_field "$jid" Restarts)" -ge 1 ] 2>/dev/null || [ $((SECONDS - t0)) -gt 240 ]; do sleep 0.5; done
+    check "the job requeued itself" test "$(job_field "$jid" Restarts)" -ge 1
+    scontrol update jobid="$jid" TimeLimit=10
+    st=$(wait_job "$jid" 400) && ok "the requeued job completed" ||
+        { bad "the requeued job: $st"; show_out "$out/requeue.out" 40; }
+    wait $ref || { bad "the reference run failed"; show_out "$tmp/ref.log"; }
+    check "USR1 reached the batch shell and was forwarded" grep -q "USR1: asking the ranks to checkpoint and stop" "$out/requeue.out"
+    check "nebula-train stopped with a checkpoint, exit code 3" \
+        grep -q "on request (SIGTERM or SIGUSR2): checkpoint committed, a relaunch resumes from it; exit code 3" "$out/requeue.out"
+    check "the job asked for its requeue" grep -q "stopped with the state saved: requeueing job $jid (restart 1)" "$out/requeue.out"
+    check "the second run logs SLURM_RESTART_COUNT=1" grep -q "^=== nebula-train $jid SLURM_RESTART_COUNT=1 " "$out/requeue.out"
+    check "the second run resumed from the committed checkpoint" grep -q "^resumed from $tmp/run-requeue/ckpt/step_" "$out/requeue.out"
+    check "the output of both runs is in one file (--open-mode=append)" \
+        test "$(grep -c "^=== nebula-train $jid " "$out/requeue.out")" -ge 2
+    check "the last run reached step $steps" grep -q "^summary: steps=$steps " "$out/requeue.out"
+    a=$(final_ckpt "$tmp/run-requeue") b=$(final_ckpt "$tmp/run-ref")
+    check "final parameters and optimizer state bit-identical to the uninterrupted run" $CKPT diff "$a" "$b"
+    grep -E "USR1|stopping at|requeueing|^===|^resumed" "$out/requeue.out" | sed 's/^/    /'
+    ;;
+array)
+    jid=$(NEBULA_TIERS="unit/config mpi/comm-np nomatch/" sbatch --parsable --array=0-2 \
+          -o "$out/validate-%A_%a.out" jobscripts/validate.sbatch)
+    wait_job "$jid" 300 >/dev/null
+    for t in 0 1 2; do squeue -h -t all -j "${jid}_$t" -o "    task $t: %T" ; done
+    check "tier unit/config: COMPLETED" test "$(job_field "${jid}_0" JobState)" = COMPLETED
+    check "... 1 passed, 0 failed" grep -q "^validate: tier 'unit/config': 1 passed, 0 failed" "$out/validate-${jid}_0.out"
+    check "tier mpi/comm-np (MPI tests at 1-4 ranks inside a task): COMPLETED" \
+        test "$(job_field "${jid}_1" JobState)" = COMPLETED
+    check "... 6 passed, 0 failed" grep -q "^validate: tier 'mpi/comm-np': 6 passed, 0 failed" "$out/validate-${jid}_1.out"
+    check "tier nomatch/: FAILED with exit 2" test "$(job_field "${jid}_2" ExitCode)" = 2:0
+    check "... saying it matches no test" grep -q "tier 'nomatch/' matches no test" "$out/validate-${jid}_2.out"
+    jid=$(NEBULA_TIERS="unit/config" sbatch --parsable --array=0-1 -o "$out/short-%A_%a.out" jobscripts/validate.sbatch)
+    wait_job "$jid" 120 >/dev/null
+    check "an array longer than the tiers: the extra task exits 2 naming the range" \
+        grep -q "submit with --array=0-0" "$out/short-${jid}_1.out"
+    ;;
+chain)
+    a=$(sbatch --parsable -o "$out/chain-train.out" jobscripts/train.sbatch --run-dir "$tmp/run-chain" \
+        "${TRAIN_ARGS[@]}" --steps 30)
+    b=$(NEBULA_LAUNCHER=mpirun NEBULA_BENCH_BYTES=1M NEBULA_BENCH_STEPS=4 NEBULA_BENCH_OUT=$tmp/bench \
+        sbatch --parsable --dependency=afterok:"$a" -N 2 --ntasks-per-node=2 -o "$out/chain-bench.out" \
+        jobscripts/bench.sbatch)
+    sa=$(wait_job "$a" 120); sb=$(wait_job "$b" 300)
+    check "train then bench: both COMPLETED ($sa/$sb)" test "$sa$sb" = "COMPLETED COMPLETED "
+    [ "$sb" = "COMPLETED " ] || show_out "$out/chain-bench.out" 30
+    end_a=$(job_field "$a" EndTime) start_b=$(job_field "$b" StartTime)
+    check "bench started ($start_b) after train ended ($end_a)" test "$(date -d "$start_b" +%s)" -ge "$(date -d "$end_a" +%s)"
+    check "the bench table has rows for 1 and 2 nodes" \
+        $PY - "$tmp/bench.csv" <<'PYEOF'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+print("    " + "\n    ".join(",".join(r.values()) for r in rows))
+assert [(r["nodes"], r["ranks"]) for r in rows] == [("1", "2"), ("2", "4")], rows
+for r in rows:
+    assert float(r["per_s"]) > 0 and float(r["nebula_busbw_GBs"]) > 0 and float(r["ompi_busbw_GBs"]) > 0, r
+    assert r["unit"] == "tok/s" and r["global_batch"] == str(8 * int(r["ranks"])), r
+assert float(rows[0]["efficiency"]) == 1.0
+PYEOF
+    check "the Markdown table is in the job output" grep -q "^| 2 | 4 | 32 |" "$out/chain-bench.out"
+    # a failed first job: its dependant is cancelled, never run
+    a=$(sbatch --parsable -o "$out/bad-train.out" jobscripts/train.sbatch --set train.bogus=1)
+    b=$(sbatch --parsable --dependency=afterok:"$a" -o "$out/bad-bench.out" jobscripts/bench.sbatch)
+    wait_job "$a" 60 >/dev/null; wait_job "$b" 60 >/dev/null
+    check "a training with a wrong key: FAILED, exit 2" test "$(job_field "$a" ExitCode)" = 2:0
+    check "... naming the key" grep -q "bogus" "$out/bad-train.out"
+    check "its dependant bench: CANCELLED ($(job_field "$b" JobState) $(job_field "$b" Reason))" \
+        test "$(job_field "$b" JobState)" = CANCELLED
+    check "... without running" test ! -e "$out/bad-bench.out"
+    ;;
+two-nodes)
+    for launcher in srun mpirun; do
+        jid=$(NEBULA_LAUNCHER=$launcher sbatch --parsable -N 2 --ntasks-per-node=2 -o "$out/2n-$launcher.out" \
+              jobscripts/train.sbatch --run-dir "$tmp/run-2n-$launcher" "${TRAIN_ARGS[@]}" --steps 20)
+        st=$(wait_job "$jid" 180) && ok "2 nodes x 2 ranks ($launcher) completed" ||
+            { bad "2 nodes x 2 ranks ($launcher): $st"; show_out "$out/2n-$launcher.out"; }
+        check "... the job had nodes n[1-2]" grep -q "nodes=n\[1-2\] (2 nodes, 4 tasks" "$out/2n-$launcher.out"
+        # the placement table: rank, host, Slurm node, ...
+        nodes=$(awk '/^placement:/ { p = 1; next } p && $1 ~ /^[0-9]+$/ { printf "%s:%s ", $1, $3 } p && !/^ / { p = 0 }' \
+                "$out/2n-$launcher.out")
+        check "... ranks 0-1 on n1 and 2-3 on n2 ($nodes)" test "$nodes" = "0:n1 1:n1 2:n2 3:n2 "
+        check "... 20 steps" grep -q "^summary: steps=20 " "$out/2n-$launcher.out"
+    done
+    check "srun and mpirun across 2 nodes end bit-identical" \
+        $CKPT diff "$(final_ckpt "$tmp/run-2n-srun")" "$(final_ckpt "$tmp/run-2n-mpirun")"
+    ;;
+*) echo "unknown scenario '$scenario'"; exit 2 ;;
+esac
+stop_cluster
+finish
