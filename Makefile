@@ -6,6 +6,7 @@
 #   make demo      run the main job on an embedded default
 #   make bench     the communication benchmark table of the README
 #   make fuzz      fuzz the checkpoint file readers, FUZZ_SECONDS (600) per target (needs clang)
+#   make chaos     build/chaos/bin/nebula-train with the checkpoint fault points (-DCHAOS); part of `make`
 #
 # USE_CUDA=auto|0|1 (auto: build kernels/cuda when nvcc is present), VERBOSE=1 for full commands.
 
@@ -206,8 +207,29 @@ fuzz-merge: $(FUZZ_BINS)
 	        validation/fuzz/corpus_$(t) $(B)/fuzz/corpus_$(t) && \
 	    rm -f validation/fuzz/corpus_$(t)/* && cp $(B)/fuzz/merged_$(t)/* validation/fuzz/corpus_$(t)/ &&) true
 
+# The CHAOS build (validation/cli/test_ckpt_faults.sh, nebula-chaos): nebula-train with
+# the checkpoint fault points that NEBULA_CHAOS_FAULT arms (libcore/ckpt_impl.h),
+# libcore and the app compiled again with -DCHAOS into their own objects, so the
+# binaries under build/bin never carry them. Part of `all`: one more compile of
+# libcore and apps/train, in parallel with the rest under make -j.
+CHAOS_OBJ := $(patsubst %.c,$(B)/chaos/obj/%.o,$(LIBCORE_SRC) $(wildcard apps/train/*.c))
+.PHONY: chaos
+chaos: $(B)/chaos/bin/nebula-train
+all: chaos
+
+$(B)/chaos/obj/%.o: %.c | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	@$(if $(filter 1,$(VERBOSE)),,echo "  CC CHAOS $<")
+	$(Q)$(CC) $(CFLAGS) -DCHAOS -c $< -o $@
+$(B)/chaos/obj/libcore/cli.o: $(B)/version.h
+
+$(B)/chaos/bin/nebula-train: $(CHAOS_OBJ) $(filter-out $(B)/lib/libcore.a,$(LIBS))
+	@mkdir -p $(dir $@)
+	@$(if $(filter 1,$(VERBOSE)),,echo "  LINK    $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(CHAOS_OBJ) $(filter-out $(B)/lib/libcore.a,$(LIBS)) $(LDLIBS)
+
 clean:
 	rm -rf $(B)
 
--include $(shell find $(B)/obj $(B)/san $(B)/fuzz -name '*.d' 2>/dev/null)
+-include $(shell find $(B)/obj $(B)/san $(B)/fuzz $(B)/chaos -name '*.d' 2>/dev/null)
 .SECONDARY:

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -137,11 +138,15 @@ status ckpt_writer_init(ckpt_writer **out, MPI_Comm comm, const char *dir, int k
         w->blob_bytes[b] = shape->blobs[b].bytes;
     }
     w->ranks_per_node = count_ranks_per_node(w->comm);
+    status st = STATUS_OK;
+#ifdef CHAOS
+    st = ckpt_chaos_init(&w->chaos);
+#endif
     atomic_init(&w->done, true);
     w->copied = true;
     pthread_mutex_init(&w->lock, NULL);
     pthread_cond_init(&w->copied_cond, NULL);
-    status st = w->rank == 0 ? path_mkdirs(w->dir, "checkpoint directory") : STATUS_OK;
+    if (st == STATUS_OK && w->rank == 0) st = path_mkdirs(w->dir, "checkpoint directory");
     if (st == STATUS_OK && async && w->rank == 0) st = staging_init(w, shape);
     st = ckpt_agree(w->comm, st, NULL, 0);
     if (st != STATUS_OK) {
@@ -173,35 +178,102 @@ static int ranks_per_node(const ckpt_writer *w, const ckpt_content *c)
     return c->ranks_per_node > 0 ? c->ranks_per_node : w->ranks_per_node;
 }
 
-status ckpt_write_step(MPI_Comm comm, const char *dir, ckpt_plan *p, const ckpt_content *c, int ranks_per_node,
-                       int keep_last, ckpt_fault fault)
+/* ckpt_write_step with the CHAOS faults of `chaos` (NULL: none). A failure not
+ * stopped by `fault` removes what the save left (ckpt_dir_discard); *err is then
+ * ENOSPC when any rank ran out of space, else rank 0's errno (0: unknown). */
+static status write_step(MPI_Comm comm, const char *dir, ckpt_plan *p, const ckpt_content *c, int ranks_per_node,
+                         int keep_last, ckpt_fault fault, const ckpt_chaos *chaos, int *err)
 {
     int rank;
     MPI_Comm_rank(comm, &rank);
     char why[CKPT_WHY_MAX] = "", h5[CKPT_PATH_MAX];
     ckpt_dir_tmp_path(h5, sizeof h5, dir, c->step);
     strcat(h5, "/" CKPT_FILE);
-    status st = ckpt_agree(comm, rank == 0 ? ckpt_dir_prepare_tmp(dir, c->step) : STATUS_OK, NULL, 0);
-    if (st != STATUS_OK) return st;
-    ckpt_checksums_parallel(comm, p, c);
-    hid_t f;
-    st = ckpt_file_create(h5, comm, p, c, ranks_per_node, &f, why);
-    st = ckpt_agree(comm, st, why, sizeof why);
-    if (st == STATUS_OK) st = ckpt_agree(comm, ckpt_file_write_parallel(f, comm, p, c, why), why, sizeof why);
-    if (st != STATUS_OK) {
-        log_error0("checkpoint of step %" PRId64 " not saved: %s", c->step, why);
-        return st;
+    *err = 0;
+    status st = rank == 0 ? ckpt_dir_prepare_tmp(dir, c->step) : STATUS_OK;
+    if (st != STATUS_OK) *err = errno;
+    st = ckpt_agree(comm, st, NULL, 0);
+    if (st == STATUS_OK) {
+        ckpt_checksums_parallel(comm, p, c);
+        hid_t f;
+        st = ckpt_file_create(h5, comm, p, c, ranks_per_node, &f, why);
+        st = ckpt_agree(comm, st, why, sizeof why);
+        if (st == STATUS_OK) {
+            int inject = rank == 0 ? CKPT_CHAOS_ERRNO(chaos, CKPT_CHAOS_WRITE, c->step) : 0;
+            st = ckpt_file_write_parallel(f, comm, p, c, inject, why, err);
+            st = ckpt_agree(comm, st, why, sizeof why);
+        }
+        if (st != STATUS_OK) {
+            log_error0("checkpoint of step %" PRId64 " not saved: %s", c->step, why);
+        } else {
+            if (rank == 0) {  /* size and metadata; the data was MPI_File_sync'd */
+                st = ckpt_dir_fsync_at(h5, CKPT_CHAOS_ERRNO(chaos, CKPT_CHAOS_FSYNC, c->step));
+                if (st == STATUS_OK) st = ckpt_dir_commit_at(dir, c->step, keep_last, fault, chaos);
+                if (st != STATUS_OK) *err = errno;
+            }
+            st = ckpt_agree(comm, st, NULL, 0);
+        }
     }
-    if (rank == 0) {
-        st = ckpt_dir_fsync(h5);  /* size and metadata; the data was MPI_File_sync'd */
-        if (st == STATUS_OK) st = ckpt_dir_commit(dir, c->step, keep_last, fault);
+    if (st == STATUS_OK) return STATUS_OK;
+    if (rank == 0 && fault == CKPT_FAULT_NONE) ckpt_dir_discard(dir, c->step);
+    int nospc = *err == ENOSPC;  /* also holds the others until rank 0 has cleaned up */
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &nospc, 1, MPI_INT, MPI_MAX, comm));
+    if (nospc) *err = ENOSPC;
+    return st;
+}
+
+status ckpt_write_step(MPI_Comm comm, const char *dir, ckpt_plan *p, const ckpt_content *c, int ranks_per_node,
+                       int keep_last, ckpt_fault fault)
+{
+    int err;
+    return write_step(comm, dir, p, c, ranks_per_node, keep_last, fault, NULL, &err);
+}
+
+static size_t checkpoint_bytes(const ckpt_writer *w)
+{
+    size_t n = 0;
+    for (int k = 0; k < w->plan.ndsets; k++) n += w->plan.dsets[k].bytes;
+    return n;
+}
+
+/* Rank 0, once a failed save of `step` is returned to the caller: what failed and
+ * what to do. errno ENOSPC, or less free space than a checkpoint takes, is a full
+ * file system; anything else is the storage's error. */
+static void log_save_failure(const ckpt_writer *w, int64_t step, int err)
+{
+    if (w->rank != 0 || w->fault != CKPT_FAULT_NONE) return;
+    char last[CKPT_PATH_MAX], resume[CKPT_PATH_MAX + 128];
+    int64_t last_step;
+    if (ckpt_dir_last_committed(w->dir, last, sizeof last, &last_step))
+        snprintf(resume, sizeof resume, "the last committed checkpoint is step %" PRId64 " at %s, where a relaunch "
+                 "resumes", last_step, last);
+    else
+        snprintf(resume, sizeof resume, "no checkpoint is committed yet: a relaunch starts from step 0");
+    struct statvfs fs;
+    double free_mib = statvfs(w->dir, &fs) == 0 ? (double)fs.f_bavail * (double)fs.f_frsize / (1 << 20) : -1;
+    double need_mib = (double)checkpoint_bytes(w) / (1 << 20);
+    if (err == ENOSPC || (free_mib >= 0 && free_mib < need_mib)) {
+        log_error("checkpoint of step %" PRId64 " failed: %s: %s has %.1f MiB free, a checkpoint takes %.1f MiB",
+                  step, strerror(ENOSPC), w->dir, free_mib, need_mib);
+        log_error("HINT: free space there or keep fewer checkpoints (ckpt.keep, now %d); %s", w->keep_last, resume);
+    } else {
+        log_error("checkpoint of step %" PRId64 " failed: %s", step, err ? strerror(err) : "I/O error");
+        log_error("HINT: check the storage under %s (dmesg, the file system's health) before relaunching; %s",
+                  w->dir, resume);
     }
-    return ckpt_agree(comm, st, NULL, 0);
 }
 
 static status save_sync(ckpt_writer *w, const ckpt_content *c)
 {
-    return ckpt_write_step(w->comm, w->dir, &w->plan, c, ranks_per_node(w, c), w->keep_last, w->fault);
+    int err;
+    status st = write_step(w->comm, w->dir, &w->plan, c, ranks_per_node(w, c), w->keep_last, w->fault, &w->chaos,
+                           &err);
+    if (st != STATUS_OK) {
+        log_save_failure(w, c->step, err);
+        /* The caller's abort on another rank would cut rank 0's message short. */
+        MPI_CHECK(MPI_Barrier(w->comm));
+    }
+    return st;
 }
 
 /* Writes in pieces of 64 MiB and asks the kernel to start writing each one back at
@@ -258,21 +330,31 @@ static status write_staged(ckpt_writer *w)
     }
     int direct = open(h5, O_WRONLY | O_CLOEXEC | O_DIRECT);  /* -1 (tmpfs, ...): page cache only */
     int rc = 0;
+    const char *op = "write";
     for (int k = 0; k < w->plan.ndsets && rc == 0; k++) {
         ckpt_dset *d = &w->plan.dsets[k];
         if (d->group >= 0) d->crc = ckpt_crc_bytes(0, d->src, d->bytes);  /* blobs were hashed when staged */
-        rc = write_dataset(fd, &direct, d);
+        int inject = k == 0 ? CKPT_CHAOS_ERRNO(&w->chaos, CKPT_CHAOS_WRITE, w->pending_step) : 0;
+        errno = inject;
+        rc = inject ? -1 : write_dataset(fd, &direct, d);
     }
-    if (rc == 0) rc = fsync(fd);  /* the file's data, direct or not, and the device's cache */
+    if (rc == 0) {  /* the file's data, direct or not, and the device's cache */
+        op = "fsync";
+        int inject = CKPT_CHAOS_ERRNO(&w->chaos, CKPT_CHAOS_FSYNC, w->pending_step);
+        errno = inject;
+        rc = inject ? -1 : fsync(fd);
+    }
     int err = errno;
     if (direct >= 0) close(direct);
     if (close(fd) != 0 && rc == 0) {
         rc = -1;
+        op = "close";
         err = errno;
     }
     if (rc != 0) {
         errno = err;
-        log_error("cannot write checkpoint %s: %s", h5, log_errno_str());
+        log_error("cannot %s checkpoint %s: %s", op, h5, log_errno_str());
+        w->thread_err = err;
         return STATUS_IO;
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -362,6 +444,7 @@ void ckpt_get_stats(const ckpt_writer *w, ckpt_stats *s)
 static status stage_and_start(ckpt_writer *w, const ckpt_content *c, char *why)
 {
     stage_sources(w, c);
+    w->thread_err = 0;
     TRY(stage_create_file(w, c, why));
     w->pending_step = c->step;
     w->pending_fault = w->fault;
@@ -387,9 +470,13 @@ static status save_async(ckpt_writer *w, const ckpt_content *c)
                              w->comm));
     }
     status st = w->rank == 0 ? stage_and_start(w, c, why) : STATUS_OK;
-    st = ckpt_agree(w->comm, st, why, sizeof why);
-    if (st != STATUS_OK && why[0]) log_error0("checkpoint of step %" PRId64 " not saved: %s", c->step, why);
-    return st;
+    if (st != STATUS_OK) {  /* rank 0, before the agreement lets the others go on to abort */
+        int err = w->thread_err ? w->thread_err : errno;
+        if (why[0]) log_error("checkpoint of step %" PRId64 " not saved: %s", c->step, why);
+        if (w->fault == CKPT_FAULT_NONE) ckpt_dir_discard(w->dir, c->step);
+        log_save_failure(w, c->step, err);
+    }
+    return ckpt_agree(w->comm, st, NULL, 0);
 }
 
 /* Rank 0, calling thread, after the background write: the checksums it computed go
@@ -401,12 +488,15 @@ static status finish_async(ckpt_writer *w)
     double t0 = omp_get_wtime();
     ckpt_dir_tmp_path(h5, sizeof h5, w->dir, w->pending_step);
     strcat(h5, "/" CKPT_FILE);
+    errno = 0;
     status st = ckpt_file_set_checksums(h5, &w->plan, why);
     if (st != STATUS_OK) {
+        w->thread_err = errno;
         log_error("checkpoint of step %" PRId64 " not committed: %s", w->pending_step, why);
         return st;
     }
-    st = ckpt_dir_commit(w->dir, w->pending_step, w->keep_last, w->pending_fault);
+    st = ckpt_dir_commit_at(w->dir, w->pending_step, w->keep_last, w->pending_fault, &w->chaos);
+    if (st != STATUS_OK) w->thread_err = errno;
     w->stats.finish_s = omp_get_wtime() - t0;
     return st;
 }
@@ -422,8 +512,15 @@ static void join_async(ckpt_writer *w, bool block)
     status st = w->thread_status;
     if (st == STATUS_OK) st = finish_async(w);
     w->last = w->stats;
-    if (st != STATUS_OK) log_error("asynchronous checkpoint of step %" PRId64 " failed", w->pending_step);
-    if (w->deferred == STATUS_OK) w->deferred = st;
+    if (st == STATUS_OK) return;
+    log_error("asynchronous checkpoint of step %" PRId64 " failed; the next save or ckpt_wait reports it",
+              w->pending_step);
+    if (w->pending_fault == CKPT_FAULT_NONE) ckpt_dir_discard(w->dir, w->pending_step);
+    if (w->deferred == STATUS_OK) {
+        w->deferred = st;
+        w->deferred_step = w->pending_step;
+        w->deferred_err = w->thread_err;
+    }
 }
 
 void ckpt_fence(ckpt_writer *w)
@@ -451,6 +548,7 @@ static status wait_previous(ckpt_writer *w)
         join_async(w, true);
         st = (int)w->deferred;
         w->deferred = STATUS_OK;
+        if (st != STATUS_OK) log_save_failure(w, w->deferred_step, w->deferred_err);
     }
     MPI_CHECK(MPI_Bcast(&st, 1, MPI_INT, 0, w->comm));
     return (status)st;

@@ -113,7 +113,8 @@ typedef struct ckpt_writer ckpt_writer;  /* opaque: staging memory and the async
  * read. async: save copies the content into staging memory sized here (rank 0 only:
  * every group's flat buffer plus world_size rows of each blob; no allocation per save)
  * and returns; a background thread writes it. STATUS_NOMEM or STATUS_IO (the
- * directory cannot be created), logged. */
+ * directory cannot be created), logged; CHAOS builds: STATUS_INPUT for a malformed
+ * NEBULA_CHAOS_FAULT (ckpt_impl.h). */
 status ckpt_writer_init(ckpt_writer **out, MPI_Comm comm, const char *dir, int keep_last, bool async,
                         const ckpt_content *shape);
 /* Collective. Writes (or, async, stages and starts writing) a checkpoint of `c`, whose
@@ -122,7 +123,9 @@ status ckpt_writer_init(ckpt_writer **out, MPI_Comm comm, const char *dir, int k
  * returns its error and writes nothing. Async: the per-rank blobs are gathered to rank
  * 0 here (MPI_Gather, in the calling thread) and may change as soon as this returns, as
  * may the groups marked copy_in_save; the other groups must stay unchanged until
- * ckpt_fence. A save of a step that is already committed replaces it. */
+ * ckpt_fence. A save of a step that is already committed replaces it. A failed save
+ * (sync, or async as returned here or by ckpt_wait) leaves nothing of its step: rank 0
+ * removes the debris and logs the errno and a HINT naming the last committed checkpoint. */
 status ckpt_save(ckpt_writer *w, const ckpt_content *c);
 /* Not collective. Call before changing a group of the content of the last ckpt_save
  * (before the optimizer step): waits until an async save has copied it into staging

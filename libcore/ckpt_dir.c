@@ -50,21 +50,32 @@ void ckpt_dir_entry_path(char *out, size_t len, const char *dir, const ckpt_entr
     else ckpt_dir_step_path(out, len, dir, e->step);
 }
 
-status ckpt_dir_fsync(const char *path)
+/* Failures here log and return with errno still that of the failed call: the
+ * caller's message and HINT depend on it (ENOSPC or not). */
+status ckpt_dir_fsync_at(const char *path, int fault_errno)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
+        int err = errno;
         log_error("cannot open %s to fsync it: %s", path, log_errno_str());
+        errno = err;
         return STATUS_IO;
     }
-    int rc = fsync(fd), err = errno;
+    errno = fault_errno;
+    int rc = fault_errno ? -1 : fsync(fd), err = errno;
     close(fd);
     if (rc != 0) {
         errno = err;
         log_error("fsync of %s failed: %s", path, log_errno_str());
+        errno = err;
         return STATUS_IO;
     }
     return STATUS_OK;
+}
+
+status ckpt_dir_fsync(const char *path)
+{
+    return ckpt_dir_fsync_at(path, 0);
 }
 
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
@@ -150,7 +161,9 @@ status ckpt_dir_prepare_tmp(const char *dir, int64_t step)
     ckpt_dir_tmp_path(tmp, sizeof tmp, dir, step);
     rmtree(tmp);  /* debris of an earlier attempt at this step */
     if (mkdir(tmp, 0755) != 0) {
+        int err = errno;
         log_error("cannot create %s: %s", tmp, log_errno_str());
+        errno = err;
         return STATUS_IO;
     }
     return STATUS_OK;
@@ -194,8 +207,9 @@ static int write_all(int fd, const char *p, size_t n)
     return 0;
 }
 
-/* step_dir/COMMITTED holding the step: temporary name, fsync, rename, fsync step_dir. */
-static status write_marker(const char *step_dir, int64_t step)
+/* step_dir/COMMITTED holding the step: temporary name, fsync, rename, fsync step_dir.
+ * fault_errno != 0 (CHAOS builds): the write of the marker fails with it. */
+static status write_marker(const char *step_dir, int64_t step, int fault_errno)
 {
     char tmp[CKPT_PATH_MAX], fin[CKPT_PATH_MAX], text[32];
     ckpt_path_join(tmp, step_dir, CKPT_MARKER ".tmp");
@@ -203,14 +217,19 @@ static status write_marker(const char *step_dir, int64_t step)
     int len = snprintf(text, sizeof text, "%" PRId64 "\n", step);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) goto unlink_tmp;
-    int rc = write_all(fd, text, (size_t)len);
+    errno = fault_errno;
+    int rc = fault_errno ? -1 : write_all(fd, text, (size_t)len);
     if (rc == 0) rc = fsync(fd);
-    if (close(fd) != 0) rc = -1;
+    int err = errno;
+    if (close(fd) != 0 && rc == 0) rc = -1;
+    else errno = err;
     if (rc != 0 || rename(tmp, fin) != 0) goto unlink_tmp;
     return ckpt_dir_fsync(step_dir);
 unlink_tmp:
+    err = errno;
     log_error("cannot write the commit marker %s: %s", fin, log_errno_str());
     unlink(tmp);
+    errno = err;
     return STATUS_IO;
 }
 
@@ -256,6 +275,11 @@ static void prune(const char *dir, int64_t step, int keep_last)
 
 status ckpt_dir_commit(const char *dir, int64_t step, int keep_last, ckpt_fault fault)
 {
+    return ckpt_dir_commit_at(dir, step, keep_last, fault, NULL);
+}
+
+status ckpt_dir_commit_at(const char *dir, int64_t step, int keep_last, ckpt_fault fault, const ckpt_chaos *chaos)
+{
     char tmp[CKPT_PATH_MAX], fin[CKPT_PATH_MAX], old[CKPT_PATH_MAX];
     ckpt_dir_tmp_path(tmp, sizeof tmp, dir, step);
     ckpt_dir_step_path(fin, sizeof fin, dir, step);
@@ -276,8 +300,12 @@ status ckpt_dir_commit(const char *dir, int64_t step, int keep_last, ckpt_fault 
             return STATUS_IO;
         }
     }
-    if (rename(tmp, fin) != 0) {
+    int inject = CKPT_CHAOS_ERRNO(chaos, CKPT_CHAOS_RENAME, step);
+    errno = inject;
+    if (inject || rename(tmp, fin) != 0) {
+        int err = errno;
         log_error("cannot rename %s to %s: %s", tmp, fin, log_errno_str());
+        errno = err;
         return STATUS_IO;
     }
     TRY(ckpt_dir_fsync(dir));
@@ -285,9 +313,108 @@ status ckpt_dir_commit(const char *dir, int64_t step, int keep_last, ckpt_fault 
         log_warn("fault injected: stopping before the commit marker of %s", fin);
         return STATUS_IO;
     }
-    TRY(write_marker(fin, step));
+    TRY(write_marker(fin, step, CKPT_CHAOS_ERRNO(chaos, CKPT_CHAOS_MARKER, step)));
     log_info("checkpoint committed: %s", fin);
     if (replacing) rmtree(old);
     prune(dir, step, keep_last);
     return STATUS_OK;
 }
+
+void ckpt_dir_discard(const char *dir, int64_t step)
+{
+    char tmp[CKPT_PATH_MAX], fin[CKPT_PATH_MAX], old[CKPT_PATH_MAX], why[CKPT_WHY_MAX];
+    ckpt_dir_tmp_path(tmp, sizeof tmp, dir, step);
+    ckpt_dir_step_path(fin, sizeof fin, dir, step);
+    ckpt_dir_old_path(old, sizeof old, dir, step);
+    struct stat sb;
+    int64_t marked;
+    if (stat(tmp, &sb) == 0 && rmtree(tmp) == STATUS_OK)
+        log_info("removed %s, the unfinished save of step %" PRId64, tmp, step);
+    /* Renamed but never committed: the failed save's own; a damaged marker is left to the loaders. */
+    if (stat(fin, &sb) == 0 && ckpt_dir_marker(fin, &marked, why) == STATUS_INPUT && rmtree(fin) == STATUS_OK)
+        log_info("removed %s, renamed but never committed", fin);
+    /* A committed checkpoint of this step that the save had moved aside goes back. */
+    if (stat(fin, &sb) != 0 && stat(old, &sb) == 0 && ckpt_dir_marker(old, &marked, why) == STATUS_OK) {
+        if (rename(old, fin) == 0 && ckpt_dir_fsync(dir) == STATUS_OK)
+            log_info("put the committed checkpoint of step %" PRId64 " back at %s", step, fin);
+        else
+            log_warn("cannot move %s back to %s: %s", old, fin, log_errno_str());
+    }
+}
+
+bool ckpt_dir_last_committed(const char *dir, char *path, size_t len, int64_t *step)
+{
+    ckpt_entry *e;
+    int n;
+    bool found = false;
+    if (ckpt_dir_list(dir, &e, &n) != STATUS_OK) return false;
+    for (int i = 0; i < n && !found; i++) {
+        if (e[i].kind != CKPT_ENTRY_COMMITTED) continue;
+        ckpt_dir_entry_path(path, len, dir, &e[i]);
+        *step = e[i].step;
+        found = true;
+    }
+    free(e);
+    return found;
+}
+
+#ifdef CHAOS
+/* ---- CHAOS builds: NEBULA_CHAOS_FAULT (ckpt_impl.h) ---------------------------- */
+
+static const char *const chaos_point_name[CKPT_CHAOS_NPOINTS] = { "ckpt.write", "ckpt.fsync", "ckpt.rename",
+                                                                  "ckpt.marker" };
+
+static bool chaos_rule_parse(ckpt_chaos *ch, char *item)
+{
+    char *colon = strchr(item, ':');
+    if (!colon || ch->n == CKPT_CHAOS_MAX) return false;
+    *colon = '\0';
+    char *name = colon + 1, *at = strchr(name, '@');
+    int64_t step = -1;
+    if (at) {
+        *at = '\0';
+        if (!parse_step(at + 1, "", &step)) return false;
+    }
+    int point = 0;
+    while (point < CKPT_CHAOS_NPOINTS && strcmp(item, chaos_point_name[point]) != 0) point++;
+    int err = !strcmp(name, "EIO") ? EIO : !strcmp(name, "ENOSPC") ? ENOSPC : 0;
+    if (point == CKPT_CHAOS_NPOINTS || err == 0) return false;
+    ch->rule[ch->n].point = (ckpt_chaos_point)point;
+    ch->rule[ch->n].err = err;
+    ch->rule[ch->n].step = step;
+    ch->n++;
+    return true;
+}
+
+status ckpt_chaos_init(ckpt_chaos *ch)
+{
+    memset(ch, 0, sizeof *ch);
+    const char *env = getenv("NEBULA_CHAOS_FAULT");
+    if (!env || !env[0]) return STATUS_OK;
+    char text[1024], *save = NULL;
+    snprintf(text, sizeof text, "%s", env);
+    for (char *item = strtok_r(text, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        char shown[256];
+        snprintf(shown, sizeof shown, "%s", item);
+        if (!chaos_rule_parse(ch, item)) {
+            log_error("NEBULA_CHAOS_FAULT: cannot use '%s' (at most %d of POINT:ERRNO[@STEP], comma-separated; "
+                      "POINT ckpt.write, ckpt.fsync, ckpt.rename or ckpt.marker; ERRNO EIO or ENOSPC; STEP a "
+                      "checkpoint step)", shown, CKPT_CHAOS_MAX);
+            return STATUS_INPUT;
+        }
+    }
+    log_warn0("chaos: %d checkpoint fault(s) armed from NEBULA_CHAOS_FAULT=%s", ch->n, env);
+    return STATUS_OK;
+}
+
+int ckpt_chaos_errno(const ckpt_chaos *ch, ckpt_chaos_point point, int64_t step)
+{
+    for (int i = 0; ch && i < ch->n; i++) {
+        if (ch->rule[i].point != point || (ch->rule[i].step >= 0 && ch->rule[i].step != step)) continue;
+        log_warn("chaos: injected %s at %s (step %" PRId64 ")", ch->rule[i].err == ENOSPC ? "ENOSPC" : "EIO",
+                 chaos_point_name[point], step);
+        return ch->rule[i].err;
+    }
+    return 0;
+}
+#endif

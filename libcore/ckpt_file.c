@@ -13,6 +13,7 @@
  * (what the asynchronous writer pwrite()s to) and nothing is written twice. */
 #include "ckpt_impl.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <fcntl.h>
 #include <isa-l/crc.h>
@@ -475,12 +476,18 @@ static int write_rows(hid_t ds, hid_t fs, const ckpt_plan *p, const ckpt_dset *d
     return rc;
 }
 
-status ckpt_file_write_parallel(hid_t f, MPI_Comm comm, const ckpt_plan *p, const ckpt_content *c, char *why)
+status ckpt_file_write_parallel(hid_t f, MPI_Comm comm, const ckpt_plan *p, const ckpt_content *c,
+                                int fault_errno, char *why, int *err)
 {
     hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
     H5_CHECK(dxpl);
     H5_CHECK(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE));
     const char *failed = NULL;
+    char name[CKPT_PATH_MAX] = "";
+    if (H5Fget_name(f, name, sizeof name) < 0) snprintf(name, sizeof name, "the checkpoint file");
+    /* HDF5 reports no errno, but the MPI-IO write under it (pwrite) leaves one: cleared
+     * before each call, it is the failed write's when the call fails (ENOSPC, EIO). */
+    *err = 0;
     /* Every rank makes every collective call, failed or not, so none is left waiting. */
     for (int k = 0; k < p->ndsets; k++) {
         const ckpt_dset *d = &p->dsets[k];
@@ -488,18 +495,35 @@ status ckpt_file_write_parallel(hid_t f, MPI_Comm comm, const ckpt_plan *p, cons
         H5_CHECK(ds);
         hid_t fs = H5Dget_space(ds);
         H5_CHECK(fs);
+        errno = 0;
         int rc = d->group >= 0 ? write_slice(ds, fs, d, c, dxpl, comm)
                                : write_rows(ds, fs, p, d, c->blobs[d->index].data, dxpl, comm);
-        if (rc != 0 && !failed) failed = d->path;
+        if (k == 0 && fault_errno) {  /* CHAOS: as if this rank's write had failed; the collective call was made */
+            rc = -1;
+            errno = fault_errno;
+        }
+        if (rc != 0 && !failed) {
+            failed = d->path;
+            *err = errno;
+        }
         H5Sclose(fs);
         H5Dclose(ds);
     }
     H5Pclose(dxpl);
     /* H5Fflush reaches MPI_File_sync on every rank: the data is durable before the commit. */
-    if (H5Fflush(f, H5F_SCOPE_GLOBAL) < 0 && !failed) failed = "(flush)";
-    if (H5Fclose(f) < 0 && !failed) failed = "(close)";
+    errno = 0;
+    if (H5Fflush(f, H5F_SCOPE_GLOBAL) < 0 && !failed) {
+        failed = "(flush)";
+        *err = errno;
+    }
+    errno = 0;
+    if (H5Fclose(f) < 0 && !failed) {
+        failed = "(close)";
+        *err = errno;
+    }
     if (!failed) return STATUS_OK;
-    snprintf(why, CKPT_WHY_MAX, "cannot write dataset %s (HDF5, MPI-IO)", failed);
+    snprintf(why, CKPT_WHY_MAX, "cannot write dataset %s of %s (HDF5, MPI-IO): %s", failed, name,
+             *err ? strerror(*err) : "no errno reported");
     return STATUS_IO;
 }
 

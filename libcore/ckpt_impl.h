@@ -57,6 +57,42 @@ typedef enum ckpt_fault {
     CKPT_FAULT_BEFORE_MARKER,  /* renamed to step_N, no COMMITTED marker */
 } ckpt_fault;
 
+/* The second kind of fault: a system call of the save fails with an errno, and the
+ * real error path runs (the first kind above stops as if killed and takes none).
+ * Compiled only with -DCHAOS (`make chaos`): NEBULA_CHAOS_FAULT, read once by
+ * ckpt_writer_init, is a comma-separated list of POINT:ERRNO[@STEP], ERRNO one of
+ * EIO, ENOSPC; without @STEP the point fails at every save. Faults fire on rank 0,
+ * which makes every POSIX call of both writers and takes part in the collective write. */
+typedef enum ckpt_chaos_point {
+    CKPT_CHAOS_WRITE = 0,  /* "ckpt.write": the data write of state.h5 */
+    CKPT_CHAOS_FSYNC,      /* "ckpt.fsync": the fsync of state.h5 */
+    CKPT_CHAOS_RENAME,     /* "ckpt.rename": the rename of .step_N.tmp to step_N */
+    CKPT_CHAOS_MARKER,     /* "ckpt.marker": writing the COMMITTED marker */
+    CKPT_CHAOS_NPOINTS,
+} ckpt_chaos_point;
+
+#define CKPT_CHAOS_MAX 16  /* rules in NEBULA_CHAOS_FAULT */
+typedef struct ckpt_chaos {
+    struct {
+        ckpt_chaos_point point;
+        int err;           /* EIO or ENOSPC */
+        int64_t step;      /* the save of this step only; -1: every save */
+    } rule[CKPT_CHAOS_MAX];
+    int n;                 /* 0: no faults (always, without -DCHAOS) */
+} ckpt_chaos;
+
+#ifdef CHAOS
+/* Parses NEBULA_CHAOS_FAULT into ch (n = 0 when unset); STATUS_INPUT, logged with the
+ * valid values, when it is malformed. */
+status ckpt_chaos_init(ckpt_chaos *ch);
+/* The errno a fault at `point` of the save of `step` fails with, after the line
+ * "chaos: injected ENOSPC at ckpt.fsync (step 20)"; 0 when none (or ch is NULL). */
+int ckpt_chaos_errno(const ckpt_chaos *ch, ckpt_chaos_point point, int64_t step);
+#define CKPT_CHAOS_ERRNO(ch, point, step) ckpt_chaos_errno((ch), (point), (step))
+#else
+#define CKPT_CHAOS_ERRNO(ch, point, step) ((void)(ch), (void)(step), 0)
+#endif
+
 struct ckpt_writer {
     MPI_Comm comm;                       /* duplicate of the caller's communicator */
     int rank, size;                      /* in comm */
@@ -86,6 +122,10 @@ struct ckpt_writer {
     ckpt_stats last;                     /* of the last finished one (ckpt_get_stats) */
     int64_t pending_step;                /* step it writes */
     ckpt_fault pending_fault;            /* fault of that write (copied: the thread never reads `fault`) */
+    int thread_err;                      /* errno of the thread's failure (0: none or unknown) */
+    int64_t deferred_step;               /* the step of `deferred` */
+    int deferred_err;                    /* and its errno */
+    ckpt_chaos chaos;                    /* CHAOS builds: the faults of NEBULA_CHAOS_FAULT (read-only after init) */
     /* tests */
     ckpt_fault fault;                    /* stop the commit early (rank 0) */
     unsigned delay_ms;                   /* the background thread sleeps before copying (rank 0) */
@@ -159,9 +199,11 @@ void ckpt_checksums_parallel(MPI_Comm comm, ckpt_plan *p, const ckpt_content *c)
 status ckpt_file_create(const char *path, MPI_Comm comm, const ckpt_plan *p, const ckpt_content *c,
                         int ranks_per_node, hid_t *file, char *why);
 /* Collective: every rank writes its slices and its blob row; flushes (MPI_File_sync)
- * and closes the file. */
+ * and closes the file. fault_errno != 0 (CHAOS builds): this rank's first write fails
+ * with it. On failure why names the dataset, the file and the errno text, and *err
+ * is the errno (0 when HDF5 left none). */
 status ckpt_file_write_parallel(hid_t file, MPI_Comm comm, const ckpt_plan *p, const ckpt_content *c,
-                                char *why);
+                                int fault_errno, char *why, int *err);
 /* Serial: records each dataset's file offset in the plan and closes the file. */
 status ckpt_file_offsets_close(hid_t file, ckpt_plan *p, char *why);
 
@@ -219,10 +261,22 @@ status ckpt_dir_list(const char *dir, ckpt_entry **entries, int *n);
 status ckpt_dir_prepare_tmp(const char *dir, int64_t step);
 /* fsync of a file or directory by path. */
 status ckpt_dir_fsync(const char *path);
+/* The same, failing with fault_errno instead when it is not 0 (CHAOS builds). */
+status ckpt_dir_fsync_at(const char *path, int fault_errno);
 /* STATUS_OK when path/COMMITTED exists and holds *step; else a reason in why. */
 status ckpt_dir_marker(const char *path, int64_t *step, char *why);
-/* The commit of .step_N.tmp (whose state.h5 is durable), then pruning. */
+/* The commit of .step_N.tmp (whose state.h5 is durable), then pruning. errno is
+ * that of the failure when it returns STATUS_IO (a fault of `fault` aside). */
 status ckpt_dir_commit(const char *dir, int64_t step, int keep_last, ckpt_fault fault);
+/* The same with the CHAOS faults of `chaos` (NULL: none) at the rename and the marker. */
+status ckpt_dir_commit_at(const char *dir, int64_t step, int keep_last, ckpt_fault fault, const ckpt_chaos *chaos);
+/* After a failed save of `step`, which was not stopped by a ckpt_fault: removes what
+ * it left — .step_N.tmp, and step_N when it holds no COMMITTED marker — and puts back
+ * a committed step_N it had moved aside to .step_N.old. Committed checkpoints are
+ * never removed. Logs what it removed. */
+void ckpt_dir_discard(const char *dir, int64_t step);
+/* The newest committed checkpoint under dir (path and step), for messages; false when none. */
+bool ckpt_dir_last_committed(const char *dir, char *path, size_t len, int64_t *step);
 /* Async saves: writes every dataset's "checksum" attribute (and a blob's
  * row_checksums) from the plan into the file at path, then fsyncs it. */
 status ckpt_file_set_checksums(const char *path, const ckpt_plan *p, char *why);
