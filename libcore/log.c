@@ -99,6 +99,7 @@ const char *status_str(status st)
     case STATUS_CORRUPT: return "corrupt data";
     case STATUS_NOMEM: return "out of memory";
     case STATUS_STOPPED: return "stopped on request";
+    case STATUS_RELAUNCH: return "relaunch requested";
     }
     return "unknown status";
 }
@@ -108,6 +109,7 @@ int status_exit_code(status st)
     if (st == STATUS_OK) return 0;
     if (st == STATUS_USAGE || st == STATUS_INPUT) return 2;
     if (st == STATUS_STOPPED) return 3;
+    if (st == STATUS_RELAUNCH) return 4;
     return 1;
 }
 

@@ -22,6 +22,7 @@ typedef enum status {
     STATUS_CORRUPT,     /* data failed a checksum or format check (exit 1) */
     STATUS_NOMEM,       /* an allocation at init failed (exit 1) */
     STATUS_STOPPED,     /* stopped before the end on request (a signal), state saved: relaunch (exit 3) */
+    STATUS_RELAUNCH,    /* stopped for a relaunch at another world size (elastic), state saved (exit 4) */
 } status;
 
 typedef enum log_level {
@@ -52,7 +53,8 @@ void log_msg0(log_level level, const char *fmt, ...) __attribute__((format(print
 
 const char *status_str(status st);
 /* 0 ok, 2 usage/input errors, 3 stopped on request with the state saved (relaunch to
- * resume), 1 everything else (DESIGN.md §3 CLI). */
+ * resume), 4 relaunch requested at another world size (RUN_DIR/relaunch says which),
+ * 1 everything else (DESIGN.md §3 CLI). */
 int status_exit_code(status st);
 
 /* The bug tier: never returns. `what` is the failing statement, `why` the reason. */

@@ -1,5 +1,6 @@
 /* train — see train.h. */
 #include "train.h"
+#include "elastic.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -78,6 +79,9 @@ const config_key train_schema_keys[] = {
       .help = "copy the state to memory and write it in a background thread" },
     { "ckpt", "resume", CONFIG_TYPE_STRING, "auto",
       .help = "auto (newest committed checkpoint of run_dir, if any), none, or a checkpoint directory" },
+    { "elastic", "lr_rule", CONFIG_TYPE_ENUM, "linear", .choices = "linear|sqrt|none",
+      .help = "how lr follows a global_batch change from run_dir/control (linear: Goyal et al. 2017; sqrt: "
+              "Adam-family, Malladi et al. 2022), unless the file names lr_rule" },
 };
 const int train_schema_nkeys = (int)(sizeof train_schema_keys / sizeof train_schema_keys[0]);
 
@@ -170,7 +174,7 @@ static void train_set_hook(train_run *r, bool on)
     r->m.gpt2.hook = h, r->m.bert.hook = h, r->m.resnet.hook = h;
 }
 
-static status train_open_data(train_run *r, data_loader **out, const char *path, bool train)
+status train_open_data(train_run *r, data_loader **out, const char *path, bool train)
 {
     const config *cfg = r->cfg;
     data_config dc;
@@ -257,6 +261,8 @@ static void train_ckpt_content(train_run *r, ckpt_content *c)
     if (model_state_table(&r->m))
         c->groups[c->ngroups++] = (ckpt_tensors){ "buffers", model_state_table(&r->m), model_state(&r->m), true };
     c->blobs[c->nblobs++] = (ckpt_blob){ "loader", &r->loader_state, sizeof r->loader_state, false, false };
+    /* optional: checkpoints older than elastic control resume with the config's batch */
+    c->blobs[c->nblobs++] = (ckpt_blob){ "elastic", &r->elastic, sizeof r->elastic, true, false };
     /* optional: a checkpoint written without compression, or at another node size, resumes with a fresh state */
     if (r->dgc) c->blobs[c->nblobs++] = (ckpt_blob){ "dgc", dgc_state(r->dgc), dgc_state_bytes(r->dgc), true, false };
 }
@@ -345,6 +351,7 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c)
 {
     memset(r, 0, sizeof *r);
     r->cfg = cfg, r->rt = rt, r->c = c;
+    r->heartbeat_fd = -1;
     r->seed = (uint64_t)config_int(cfg, "train.seed");
     r->steps = (long)config_int(cfg, "train.steps");
     r->clip = config_float(cfg, "train.clip");
@@ -360,6 +367,8 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c)
     openblas_set_num_threads(r->threads);
     TRY(model_spec_from_config(&r->spec, cfg));
     TRY(train_batch_resolve(&r->tb, cfg, rt->size));
+    r->config_batch = r->tb.global_batch;
+    r->elastic = (train_elastic){ r->tb.global_batch, 1.0 };
     r->T = r->spec.family == MODEL_FAMILY_RESNET ? 0 : (int)config_int(cfg, "train.seq_len");
     TRY(model_spec_check_batch(&r->spec, r->tb.micro_batch, r->T ? r->T : 1, "train.micro_batch", "train.seq_len"));
 
@@ -437,6 +446,7 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c)
             log_error("cannot open %s: %s", path, strerror(errno));
             return STATUS_IO;
         }
+        TRY(train_heartbeat_open(r));
     }
     return STATUS_OK;
 }
@@ -452,6 +462,7 @@ status train_resume(train_run *r)
     TRY(ckpt_load(r->rt->world, dir, which, &c, &info));
     if (info.step < 0) return STATUS_OK;
     r->step = (long)info.step;
+    TRY(train_elastic_resume(r, &c));
     TRY(data_set_state(r->train_data, &r->loader_state));
     if (r->dgc && !c.blobs[c.nblobs - 1].loaded) {
         dgc_state_reset(r->dgc);
@@ -497,7 +508,7 @@ static status train_fill(train_run *r, data_loader *d, int a)
  * that produced it. */
 static double train_lr_scale(const train_run *r)
 {
-    double s = lr_at(&r->sched, r->step) / r->sched.base_lr;
+    double s = lr_at(&r->sched, r->step) * r->elastic.lr_factor / r->sched.base_lr;
     return s > 0 ? s : 1.0;
 }
 
@@ -543,7 +554,7 @@ static status train_step(train_run *r, step_stats *ss)
     ss->gnorm = 0;
     /* the norm either way; DGC clipped each node's contribution before compressing */
     optim_clip_grad_norm(pb->grads, pt->total, r->clip > 0 && !compress ? r->clip : INFINITY, &ss->gnorm);
-    ss->lr = lr_at(&r->sched, r->step);
+    ss->lr = lr_at(&r->sched, r->step) * r->elastic.lr_factor;
     ckpt_fence(r->ckpt);  /* an async checkpoint's background copy of the state must be done */
     if (!isfinite(ss->gnorm)) {
         log_error0("step %ld: the gradient norm is %g; the step is skipped (lower optim.lr or set train.clip)",
@@ -691,9 +702,12 @@ status train_loop(train_run *r)
     double t_run = now_s(), t_ckpt = t_run, sum_ms = 0, sum_wait = 0;
     long timed = 0, first = r->step, saved = -1;
     bool stopped = false;
+    int relaunch = 0;  /* the world size a control file asked for */
     step_stats ss = { 0 };
+    train_heartbeat(r);
     while (r->step < r->steps) {
         TRY(train_step(r, &ss));
+        train_heartbeat(r);
         ckpt_poll(r->ckpt);  /* commits a finished background checkpoint without waiting */
         if (r->step - first > 1) { sum_ms += ss.step_ms; sum_wait += ss.comm_wait_ms; timed++; }  /* skip warm-up */
         bool log_now = r->step % log_every == 0 || r->step == r->steps;
@@ -737,17 +751,27 @@ status train_loop(train_run *r)
             TRY(train_eval(r, &l, &acc, &n));
             train_log_eval(r, l, acc, n);
         }
-        /* Checkpoint triggers and signals, agreed by every rank (rank 0's clock decides time). */
-        int flags[2] = { signal_usr1 || signal_term, (int)signal_term };
+        /* Checkpoint triggers, signals and a control file, agreed by every rank (rank 0's
+         * clock and file system decide). */
+        int flags[3] = { signal_usr1 || signal_term, (int)signal_term, rt->rank == 0 && train_control_exists(r) };
         if (rt->rank == 0 && ck_minutes > 0 && now_s() - t_ckpt >= ck_minutes * 60) flags[0] = 1;
         if (r->ckpt && ck_steps > 0 && r->step % ck_steps == 0) flags[0] = 1;
-        int agreed[2];
-        MPI_Allreduce(flags, agreed, 2, MPI_INT, MPI_MAX, rt->world);
+        int agreed[3];
+        MPI_Allreduce(flags, agreed, 3, MPI_INT, MPI_MAX, rt->world);
         signal_usr1 = 0;
+        if (agreed[2]) {  /* before the checkpoint: a batch change is part of the state it saves */
+            TRY(train_control(r, &relaunch));
+            units = r->spec.family == MODEL_FAMILY_RESNET ? r->tb.global_batch : (double)r->tb.global_batch * r->T;
+            if (relaunch) agreed[0] = 1;
+        }
         if (agreed[0] && r->ckpt) {
             TRY(train_checkpoint(r));
             t_ckpt = now_s();
             saved = r->step;
+        }
+        if (relaunch) {
+            stopped = true;
+            break;
         }
         if (agreed[1]) {
             if (rt->rank == 0)
@@ -766,6 +790,7 @@ status train_loop(train_run *r)
             printf("checkpoint last background write: %.0f MB in %.2f s = %.0f MB/s\n", (double)cs.bytes / 1e6,
                    cs.write_s, (double)cs.bytes / cs.write_s / 1e6);
     }
+    if (relaunch && rt->rank == 0) TRY(train_relaunch_write(r, relaunch));  /* after the commit it points to */
     if (r->val_data && !stopped) {  /* a stop is often on a deadline: evaluation waits for the end */
         double l, acc;
         long n;
@@ -787,7 +812,7 @@ status train_loop(train_run *r)
         train_metrics_write(r, j);
         fflush(stdout);
     }
-    return stopped ? STATUS_STOPPED : STATUS_OK;
+    return relaunch ? STATUS_RELAUNCH : stopped ? STATUS_STOPPED : STATUS_OK;
 }
 
 void train_free(train_run *r)
@@ -795,6 +820,7 @@ void train_free(train_run *r)
     if (r->ckpt) ckpt_writer_free(r->ckpt);
     dgc_free(r->dgc);
     if (r->metrics) fclose(r->metrics);
+    if (r->heartbeat_fd >= 0) close(r->heartbeat_fd);
     bucket_free(&r->bm);
     free(r->layer_first), free(r->layer_count), free(r->raw_ids), free(r->samples);
     if (r->val_data) data_free(r->val_data);

@@ -37,6 +37,14 @@ typedef struct train_batch {
  * split evenly. */
 status train_batch_resolve(train_batch *tb, const config *cfg, int world);
 
+/* The elastic state that outlives a step: checkpointed as the optional blob "elastic"
+ * (fixed layout, no padding). The factor is relative to the configured global batch,
+ * so successive changes do not compound. */
+typedef struct train_elastic {
+    int64_t global_batch;      /* GB in force: the config's until a control file changes it */
+    double lr_factor;          /* multiplies the schedule's rate: lr_rule applied to GB / configured GB */
+} train_elastic;
+
 /* Everything a run owns. */
 typedef struct train_run {
     const config *cfg;
@@ -75,6 +83,9 @@ typedef struct train_run {
     double dense_ms, trial_ms; /* auto mode: mean step time of dense steps 2-3 and compressed steps 4-5 */
     bool dgc_flush;            /* auto switched DGC-Pro off: flush its residuals into the next step */
     data_state loader_state;   /* the training loader's position after the last step (checkpointed) */
+    train_elastic elastic;     /* checkpointed; see train_elastic */
+    int config_batch;          /* the global batch the config resolves to at this world size */
+    int heartbeat_fd;          /* run_dir/heartbeat on rank 0, -1 elsewhere */
     char config_text[65536];   /* the resolved config, as config_dump writes it */
 } train_run;
 
@@ -88,6 +99,11 @@ status train_resume(train_run *r);
 /* The step loop up to train.steps, with logging, evaluation, checkpoints and signals. */
 status train_loop(train_run *r);
 void train_free(train_run *r);
+
+/* Opens data file path for this run's model and micro-batch; train: the training
+ * loader (accumulation, shuffling, augmentation), else held-out data in file order.
+ * Shared with elastic.c, which reopens the training loader at a new global batch. */
+status train_open_data(train_run *r, data_loader **out, const char *path, bool train);
 
 /* Installs SIGUSR1 (checkpoint and go on) and SIGTERM / SIGUSR2 (checkpoint and stop;
  * train_loop then returns STATUS_STOPPED, exit 3) handlers. SIGUSR2 exists because

@@ -1,0 +1,343 @@
+/* elastic — nebula-train's side of a supervisor: the heartbeat it writes and the
+ * control file it reads (README, "Elastic control and heartbeat").
+ *
+ * Heartbeat: rank 0 rewrites RUN_DIR/heartbeat in place before the first step and
+ * after every step, one line of exactly TRAIN_HEARTBEAT_BYTES (128) bytes, space-padded
+ * and ending in '\n':
+ *     step=N steps=N time=SECONDS.MILLIS pid=N world=N global_batch=N
+ * (time is the wall clock, CLOCK_REALTIME). A stale time means a frozen run.
+ *
+ * Control: RUN_DIR/control, key=value lines without sections, keys world,
+ * global_batch and lr_rule (linear|sqrt|none; default elastic.lr_rule). Rank 0 stats
+ * it at each step end and train_loop's flag allreduce makes every rank agree,
+ * so it is applied at a step boundary by all ranks at once, before that step's
+ * checkpoint (a changed batch is part of the state saved). Rank 0 checks it against
+ * the run; a file that fits is renamed control.applied, anything else (a bad line, a
+ * batch that does not split into whole micro-batches) control.rejected with an error,
+ * and the run goes on. A new world size cannot be applied in place: the run
+ * checkpoints, writes RUN_DIR/relaunch ("world=N\nstep=N\n", atomically, after the
+ * checkpoint committed) and exits with code 4 (STATUS_RELAUNCH); the supervisor
+ * relaunches with N ranks, which resumes from that checkpoint.
+ *
+ * The design decision: the learning-rate factor is relative to the configured global
+ * batch (train_elastic), not to the batch in force, so successive changes do not
+ * compound and a return to the configured batch restores the configured rate; and
+ * the training loader, which cannot change its batch, is reopened at the position the
+ * old one reached, so the steps after a change read exactly what a run resumed from a
+ * checkpoint at that step would. */
+#include "elastic.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <ini.h>
+
+/* Heartbeat: one line rewritten in place, the same length every time, so that a
+ * reader never sees a shorter line with the tail of the previous one, and the write
+ * is one pwrite into the page cache (no fsync: a supervisor that watches for a
+ * frozen run needs freshness, not durability). */
+#define TRAIN_HEARTBEAT_BYTES 128
+
+status train_heartbeat_open(train_run *r)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/heartbeat", r->run_dir);
+    r->heartbeat_fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (r->heartbeat_fd < 0 || ftruncate(r->heartbeat_fd, TRAIN_HEARTBEAT_BYTES) != 0) {
+        log_error("cannot open %s for writing: %s", path, strerror(errno));
+        return STATUS_IO;
+    }
+    return STATUS_OK;
+}
+
+void train_heartbeat(train_run *r)
+{
+    if (r->heartbeat_fd < 0) return;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    char line[TRAIN_HEARTBEAT_BYTES + 1];
+    int n = snprintf(line, sizeof line, "step=%ld steps=%ld time=%lld.%03ld pid=%ld world=%d global_batch=%" PRId64,
+                     r->step, r->steps, (long long)ts.tv_sec, ts.tv_nsec / 1000000, (long)getpid(), r->rt->size,
+                     r->elastic.global_batch);
+    CHECK(n > 0 && n < TRAIN_HEARTBEAT_BYTES, "the heartbeat fields fit TRAIN_HEARTBEAT_BYTES");
+    memset(line + n, ' ', (size_t)(TRAIN_HEARTBEAT_BYTES - 1 - n));
+    line[TRAIN_HEARTBEAT_BYTES - 1] = '\n';
+    if (pwrite(r->heartbeat_fd, line, TRAIN_HEARTBEAT_BYTES, 0) != TRAIN_HEARTBEAT_BYTES) {
+        /* training goes on: a supervisor then sees a stale heartbeat, which is the truth */
+        log_warn("cannot write %s/heartbeat: %s; no more heartbeats from this run", r->run_dir, strerror(errno));
+        close(r->heartbeat_fd);
+        r->heartbeat_fd = -1;
+    }
+}
+
+/* The global batch GB at the same micro-batch: accumulation, bucket averaging and the
+ * loader follow (collective in effect: every rank calls it with the same values). The
+ * loader cannot change its batch in place, so a new one opens at the position the old
+ * one reached: the next step reads global samples [cursor, cursor + GB) of the same
+ * epoch order, or starts the next epoch when fewer remain (data_set_state), exactly as
+ * a run resumed from a checkpoint at this step does. */
+static status train_set_batch(train_run *r, int64_t gb, double lr_factor)
+{
+    int64_t per = (int64_t)r->tb.micro_batch * r->rt->size;
+    CHECK(gb >= per && gb % per == 0, "callers check that the global batch splits into whole micro-batches");
+    r->tb.global_batch = (int)gb;
+    r->tb.accum = (int)(gb / per);
+    r->elastic = (train_elastic){ gb, lr_factor };
+    r->bm.scale = 1.0 / ((double)r->tb.accum * r->rt->size);  /* as bucket_init's: the mean over GB */
+    data_loader *d = NULL;
+    TRY(train_open_data(r, &d, config_str(r->cfg, "data.train"), true));
+    status st = data_set_state(d, &r->loader_state);
+    if (st != STATUS_OK) {
+        data_free(d);
+        return st;
+    }
+    data_free(r->train_data);
+    r->train_data = d;
+    return STATUS_OK;
+}
+
+/* After a checkpoint load: the batch and learning-rate factor an elastic control file
+ * set before it was written. Absent (an older checkpoint): the config's. */
+status train_elastic_resume(train_run *r, const ckpt_content *c)
+{
+    const ckpt_blob *b = NULL;
+    for (int i = 0; i < c->nblobs; i++)
+        if (!strcmp(c->blobs[i].name, "elastic")) b = &c->blobs[i];
+    CHECK(b, "train_ckpt_content lists the elastic blob");
+    if (!b->loaded) {
+        r->elastic = (train_elastic){ r->config_batch, 1.0 };
+        return STATUS_OK;
+    }
+    train_elastic e = r->elastic;
+    int64_t per = (int64_t)r->tb.micro_batch * r->rt->size;
+    if (!(e.lr_factor > 0) || !isfinite(e.lr_factor) || e.global_batch < 1) {
+        log_error0("the checkpoint's elastic state is impossible (global batch %" PRId64 ", lr factor %g)",
+                   e.global_batch, e.lr_factor);
+        return STATUS_CORRUPT;
+    }
+    if (e.global_batch % per != 0) {
+        log_error0("the checkpoint's global batch %" PRId64 " (set by an elastic control file) is not a multiple of "
+                   "train.micro_batch x ranks = %d x %d = %" PRId64 " of this run: relaunch with a number of ranks "
+                   "that divides it, or set train.micro_batch", e.global_batch, r->tb.micro_batch, r->rt->size, per);
+        return STATUS_INPUT;
+    }
+    if (e.global_batch != r->config_batch) TRY(train_set_batch(r, e.global_batch, e.lr_factor));
+    if (r->rt->rank == 0 && (e.global_batch != r->config_batch || e.lr_factor != 1.0))
+        printf("elastic: the checkpoint's global batch %" PRId64 " (config: %d) and lr x %.6g continue "
+               "(accumulation %d)\n", e.global_batch, r->config_batch, e.lr_factor, r->tb.accum);
+    return STATUS_OK;
+}
+
+/* Elastic control: RUN_DIR/control, written by a supervisor (nebula-chaos) or a
+ * person, read by rank 0 at a step end and acted on by every rank (README,
+ * "Elastic control and heartbeat"). A bad file never stops the run: it is renamed
+ * control.rejected with an error naming the line. */
+#define TRAIN_CONTROL_KEYS "world, global_batch, lr_rule"
+
+typedef enum train_control_action {
+    TRAIN_CONTROL_ACTION_NONE = 0,   /* rejected, vanished, or nothing to change */
+    TRAIN_CONTROL_ACTION_BATCH,      /* new global batch and/or lr factor from the next step */
+    TRAIN_CONTROL_ACTION_RELAUNCH,   /* checkpoint, write RUN_DIR/relaunch, exit 4 */
+} train_control_action;
+
+/* Rank 0's decision, broadcast as bytes (every rank runs the same binary). */
+typedef struct train_control_decision {
+    int64_t global_batch;      /* GB from the next step (or for the relaunch) */
+    double lr_factor;          /* relative to the config's lr, see train_elastic */
+    int32_t action;            /* train_control_action */
+    int32_t world;             /* ranks of the relaunch */
+    int32_t accepted;          /* the file parsed and fits this run: it becomes control.applied */
+    char rule[8];              /* lr rule that produced lr_factor, for the log line */
+} train_control_decision;
+
+/* What the file asked for: 0 / "" = not given. */
+typedef struct train_control_keys {
+    long world, global_batch;
+    char rule[8];
+    char error[256];           /* the first bad line's problem; its number comes from inih */
+} train_control_keys;
+
+static void train_control_path(const train_run *r, const char *suffix, char *path, size_t len)
+{
+    snprintf(path, len, "%s/control%s", r->run_dir, suffix);
+}
+
+/* Per step on rank 0: one stat, nothing more unless the file is there. */
+bool train_control_exists(const train_run *r)
+{
+    char path[4200];
+    struct stat st;
+    train_control_path(r, "", path, sizeof path);
+    return stat(path, &st) == 0;
+}
+
+static int train_control_key(void *user, const char *section, const char *name, const char *value)
+{
+    train_control_keys *k = user;
+    if (k->error[0]) return 0;
+    char v[64];
+    snprintf(v, sizeof v, "%s", value);
+    char *hash = strchr(v, '#');  /* inih strips only ';' comments after a value */
+    if (hash) *hash = '\0';
+    for (size_t n = strlen(v); n > 0 && (v[n - 1] == ' ' || v[n - 1] == '\t'); n--) v[n - 1] = '\0';
+    if (section[0]) {
+        snprintf(k->error, sizeof k->error, "[%s] %s: the control file has no sections (valid keys: %s)", section,
+                 name, TRAIN_CONTROL_KEYS);
+    } else if (!strcmp(name, "world") || !strcmp(name, "global_batch")) {
+        char *end = NULL;
+        errno = 0;
+        long x = strtol(v, &end, 10);
+        long max = !strcmp(name, "world") ? 1L << 20 : 1L << 30;
+        if (!v[0] || *end || errno || x < 1 || x > max)
+            snprintf(k->error, sizeof k->error, "%s = '%s': expected an integer in [1, %ld]", name, v, max);
+        else if (!strcmp(name, "world")) k->world = x;
+        else k->global_batch = x;
+    } else if (!strcmp(name, "lr_rule")) {
+        if (strcmp(v, "linear") && strcmp(v, "sqrt") && strcmp(v, "none"))
+            snprintf(k->error, sizeof k->error, "lr_rule = '%s': valid values are linear, sqrt, none", v);
+        else snprintf(k->rule, sizeof k->rule, "%s", v);
+    } else {
+        snprintf(k->error, sizeof k->error, "unknown key '%s' (valid keys: %s)", name, TRAIN_CONTROL_KEYS);
+    }
+    return k->error[0] ? 0 : 1;
+}
+
+/* Rank 0: the error line, and the file out of the way so that it acts once. */
+static void train_control_reject(const train_run *r, int line, const char *why)
+{
+    char path[4200], to[4200];
+    train_control_path(r, "", path, sizeof path);
+    train_control_path(r, ".rejected", to, sizeof to);
+    char where[32] = "";
+    if (line > 0) snprintf(where, sizeof where, ":%d", line);
+    log_error("%s%s: %s; renamed to control.rejected, training continues at step %ld", path, where, why, r->step);
+    if (rename(path, to) != 0) log_error("cannot rename %s to %s: %s", path, to, strerror(errno));
+}
+
+/* Rank 0: reads and checks the file against this run. */
+static void train_control_decide(train_run *r, train_control_decision *d)
+{
+    memset(d, 0, sizeof *d);
+    char path[4200], text[8192];
+    train_control_path(r, "", path, sizeof path);
+    FILE *f = fopen(path, "r");
+    if (!f) {  /* removed since the stat: nothing to do */
+        log_warn("cannot read %s: %s; ignored", path, strerror(errno));
+        return;
+    }
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    bool more = fgetc(f) != EOF;
+    fclose(f);
+    text[n] = '\0';
+    if (more) {
+        train_control_reject(r, 0, "longer than 8 KiB: not a control file");
+        return;
+    }
+    train_control_keys k = { 0 };
+    int line = ini_parse_string(text, train_control_key, &k);
+    if (line != 0) {
+        train_control_reject(r, line, k.error[0] ? k.error : "expected key=value (valid keys: " TRAIN_CONTROL_KEYS ")");
+        return;
+    }
+
+    int world = k.world ? (int)k.world : r->rt->size;
+    int64_t gb = k.global_batch ? k.global_batch : r->elastic.global_batch;
+    snprintf(d->rule, sizeof d->rule, "%s", k.rule[0] ? k.rule : config_str(r->cfg, "elastic.lr_rule"));
+    int micro = r->tb.micro_batch;
+    if (world != r->rt->size) {  /* the relaunch resolves its micro-batch from the config at that size */
+        train_batch tb;
+        if (train_batch_resolve(&tb, r->cfg, world) != STATUS_OK) {
+            train_control_reject(r, 0, "world: the config's batch sizes do not resolve at that size (above)");
+            return;
+        }
+        micro = tb.micro_batch;
+    }
+    char why[512];
+    int64_t per = (int64_t)micro * world;
+    if (data_get_format(r->train_data) != DATA_FORMAT_SYNTHETIC && (uint64_t)gb > data_samples(r->train_data)) {
+        /* data_open would refuse it: checked here, where a refusal does not end the run */
+        snprintf(why, sizeof why, "global_batch %" PRId64 " exceeds the %" PRIu64 " samples of data.train", gb,
+                 data_samples(r->train_data));
+        train_control_reject(r, 0, why);
+        return;
+    }
+    if (gb % per != 0) {
+        snprintf(why, sizeof why, "global_batch %" PRId64 " is not train.micro_batch x accumulation x ranks = %d x A "
+                 "x %d for a whole A >= 1 (valid: multiples of %" PRId64 ")", gb, micro, world, per);
+        train_control_reject(r, 0, why);
+        return;
+    }
+    double ratio = (double)gb / r->config_batch;
+    d->lr_factor = !k.global_batch ? r->elastic.lr_factor : !strcmp(d->rule, "linear") ? ratio
+                   : !strcmp(d->rule, "sqrt") ? sqrt(ratio) : 1.0;
+    d->global_batch = gb;
+    d->world = world;
+    d->accepted = 1;
+    if (world != r->rt->size && r->step >= r->steps)
+        printf("elastic: world size %d requested at the last step: the run is complete, no relaunch\n", world);
+    if (world != r->rt->size && r->step < r->steps) d->action = TRAIN_CONTROL_ACTION_RELAUNCH;
+    else if (gb != r->elastic.global_batch || d->lr_factor != r->elastic.lr_factor) d->action = TRAIN_CONTROL_ACTION_BATCH;
+}
+
+/* Every rank, when rank 0 saw a control file: rank 0 decides, everyone applies. A
+ * relaunch is only returned (*relaunch = the world size): train_loop checkpoints and
+ * ends; train_relaunch_write then tells the supervisor. */
+status train_control(train_run *r, int *relaunch)
+{
+    train_control_decision d;
+    if (r->rt->rank == 0) train_control_decide(r, &d);
+    MPI_Bcast(&d, (int)sizeof d, MPI_BYTE, 0, r->rt->world);
+    char path[4200], to[4200];
+    train_control_path(r, "", path, sizeof path);
+    train_control_path(r, ".applied", to, sizeof to);
+    if (d.action == TRAIN_CONTROL_ACTION_RELAUNCH) {
+        /* a batch given with the world travels in the checkpoint; this run takes no more steps */
+        r->elastic = (train_elastic){ d.global_batch, d.lr_factor };
+        *relaunch = d.world;
+        return STATUS_OK;
+    }
+    if (d.action == TRAIN_CONTROL_ACTION_BATCH) {
+        int64_t old = r->tb.global_batch;
+        TRY(train_set_batch(r, d.global_batch, d.lr_factor));
+        if (r->rt->rank == 0)
+            printf("elastic: global batch %" PRId64 " -> %" PRId64 " at step %ld (accumulation %d, lr x %.6g, rule %s)\n",
+                   old, d.global_batch, r->step, r->tb.accum, d.lr_factor, d.rule);
+    } else if (r->rt->rank == 0 && d.accepted) {
+        printf("elastic: control file at step %ld changes nothing (world %d, global batch %" PRId64 ", lr x %.6g)\n",
+               r->step, r->rt->size, r->elastic.global_batch, r->elastic.lr_factor);
+    }
+    if (r->rt->rank == 0 && d.accepted && rename(path, to) != 0)
+        log_error("cannot rename %s to %s: %s", path, to, strerror(errno));
+    if (r->rt->rank == 0) fflush(stdout);
+    return STATUS_OK;
+}
+
+/* Rank 0, after the checkpoint committed: RUN_DIR/relaunch (temporary name, fsync,
+ * rename: a supervisor never reads half of it), then the control file is spent. */
+status train_relaunch_write(train_run *r, int world)
+{
+    char path[4200], tmp[4300], ctl[4200], to[4200];
+    snprintf(path, sizeof path, "%s/relaunch", r->run_dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    bool ok = f && fprintf(f, "world=%d\nstep=%ld\n", world, r->step) > 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    if (f && fclose(f) != 0) ok = false;
+    if (!ok || rename(tmp, path) != 0) {
+        log_error("cannot write %s: %s", path, strerror(errno));
+        return STATUS_IO;
+    }
+    train_control_path(r, "", ctl, sizeof ctl);
+    train_control_path(r, ".applied", to, sizeof to);
+    if (rename(ctl, to) != 0) log_error("cannot rename %s to %s: %s", ctl, to, strerror(errno));
+    printf("elastic: world size %d requested at step %ld: %s; relaunch with %d ranks (exit 4)\n", world, r->step,
+           r->ckpt ? "checkpoint committed" : "checkpoints are off, a relaunch starts from step 0", world);
+    fflush(stdout);
+    return STATUS_OK;
+}
