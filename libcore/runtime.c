@@ -66,12 +66,15 @@ static bool runtime_bind_core(runtime *rt, hwloc_topology_t topo, runtime_bind p
 
 /* Under a bare `srun` without PMIx, OpenMPI starts every task as a singleton of
  * size 1; the job would then train N independent models. mpirun sets
- * OMPI_COMM_WORLD_SIZE and knows its size, so only direct launches are checked. */
+ * OMPI_COMM_WORLD_SIZE and knows its size, so only direct launches are checked, and only
+ * inside an srun step (SLURM_STEP_NUM_TASKS): a single process started by the batch
+ * script itself (nebula-ckpt verify in a 4-task job) is not a launch of the job's ranks. */
 static status runtime_check_slurm(const runtime *rt)
 {
-    int ntasks = env_int("SLURM_NTASKS", 0);
+    int ntasks = env_int("SLURM_STEP_NUM_TASKS", 0);
     if (getenv("OMPI_COMM_WORLD_SIZE") || ntasks <= 0 || ntasks == rt->size) return STATUS_OK;
-    log_error0("world size is %d but SLURM_NTASKS=%d: the ranks did not find each other", rt->size, ntasks);
+    log_error0("world size is %d but the srun step has %d tasks (SLURM_STEP_NUM_TASKS): the ranks did not find "
+               "each other", rt->size, ntasks);
     log_msg0(LOG_LEVEL_ERROR, "HINT: launch with `srun --mpi=pmix` (Debian's OpenMPI supports only the "
              "PMIx plugin) or with `mpirun` inside the allocation; a bare srun starts singletons");
     return STATUS_USAGE;

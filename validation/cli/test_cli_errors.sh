@@ -33,5 +33,5 @@ expect "--help lists options with defaults" 0 "bench.max_bytes" -- $BENCH comm -
 expect "--help shows defaults" 0 "256M" -- $BENCH comm --help
 expect "--version" 0 "nebula-bench 0.1.0" -- $BENCH --version
 expect "singletons under srun are refused with a hint" 2 "srun --mpi=pmix" -- \
-    env -u OMPI_COMM_WORLD_SIZE SLURM_NTASKS=4 $BENCH comm --max-bytes 64
+    env -u OMPI_COMM_WORLD_SIZE SLURM_STEP_NUM_TASKS=4 $BENCH comm --max-bytes 64
 finish

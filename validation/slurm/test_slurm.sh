@@ -17,10 +17,13 @@
 #   chain      train -> bench with afterok: bench starts after train ended and writes its
 #              node-count table; a train that fails (exit 2) cancels the bench behind it
 #   two-nodes  train.sbatch -N 2 x 2 ranks, srun and mpirun: ranks 0-1 on n1, 2-3 on n2
+#   chaos      chaos.sbatch as a 2-task array (kill-30pct, preempt: nebula-chaos relaunching
+#              nebula-train with srun inside the allocation) and a 45-second soak.sbatch:
+#              every invariant holds in every report
 #
 # Needs root (the daemons run as root); says so and passes when not root.
 . "$(dirname "$0")/../cli/lib.sh"
-scenario=${1:?usage: test_slurm.sh scripts|train|requeue|array|chain|two-nodes}
+scenario=${1:?usage: test_slurm.sh scripts|train|requeue|array|chain|two-nodes|chaos}
 PY=/usr/bin/python3
 CKPT=build/bin/nebula-ckpt
 
@@ -69,7 +72,9 @@ stop_cluster() {
 }
 steps_before=$(pgrep -c slurmstepd)
 trap 'stop_cluster; rm -rf "$tmp"' EXIT
-tools/slurm-local start "$cluster" --nodes 2 --cpus 2 >"$tmp/start.log" 2>&1 ||
+cpus=2
+[ "$scenario" = chaos ] && cpus=4  # the chaos scenarios run 4 ranks on one node
+tools/slurm-local start "$cluster" --nodes 2 --cpus $cpus >"$tmp/start.log" 2>&1 ||
     { echo "FAIL - the cluster did not start"; cat "$tmp/start.log"; exit 1; }
 eval "$(tools/slurm-local env "$cluster")"
 # both "nodes" are one host: OpenMPI's shared-memory transport would mix up their segments
@@ -232,6 +237,30 @@ two-nodes)
     done
     check "srun and mpirun across 2 nodes end bit-identical" \
         $CKPT diff "$(final_ckpt "$tmp/run-2n-srun")" "$(final_ckpt "$tmp/run-2n-mpirun")"
+    ;;
+chaos)
+    [ -s build/data/licenses/train.bin ] ||
+        build/bin/nebula-train prepare build/data/licenses /usr/share/common-licenses/* >/dev/null
+    jid=$(NEBULA_SCENARIOS="kill-30pct preempt" sbatch --parsable --array=0-1 -o "$out/chaos-%A_%a.out" \
+          jobscripts/chaos.sbatch)
+    wait_job "$jid" 400 >/dev/null
+    for t in 0 1; do
+        name=$( [ $t = 0 ] && echo kill-30pct || echo preempt )
+        check "chaos.sbatch task $t ($name): COMPLETED" test "$(job_field "${jid}_$t" JobState)" = COMPLETED
+        check "... its report passes" grep -q "^### nebula-chaos $name: PASS" "$out/chaos-${jid}_$t.out"
+        check "... nebula-chaos launched with srun" grep -q "^+ srun --mpi=pmix" "runs/chaos/$name-$jid/launch-1.log"
+        [ "$(job_field "${jid}_$t" JobState)" = COMPLETED ] || show_out "$out/chaos-${jid}_$t.out" 30
+    done
+    rm -rf "runs/chaos/kill-30pct-$jid" "runs/chaos/preempt-$jid"
+    # 45 s on two shared cores cannot judge a throughput drift: the bound is loosened here
+    jid=$(NEBULA_SOAK_DURATION=45s NEBULA_SOAK_FAULT_EVERY=15s NEBULA_SOAK_SAMPLE_EVERY=1s \
+          NEBULA_CHAOS_ARGS="--set soak.max_throughput_drop=0.5" \
+          sbatch --parsable --ntasks=2 --time=5 -o "$out/soak.out" jobscripts/soak.sbatch)
+    st=$(wait_job "$jid" 300) && ok "soak.sbatch (45 s, a fault every 15 s) completed" ||
+        { bad "soak.sbatch: $st"; show_out "$out/soak.out" 30; }
+    check "... its report passes" grep -q "^### nebula-chaos soak: PASS" "$out/soak.out"
+    sed -n '/### nebula-chaos soak/,/graceful end/p' "$out/soak.out" | sed 's/^/    /'
+    rm -rf "runs/chaos/soak-$jid"
     ;;
 *) echo "unknown scenario '$scenario'"; exit 2 ;;
 esac

@@ -1,0 +1,272 @@
+/* launch — starting nebula-train under a launcher, watching it, finding its ranks and
+ * stopping all of it.
+ *
+ * Every launch runs in a session of its own (setsid), so one signal to the session
+ * reaches the launcher and every rank it forked. Ranks a launcher did not fork (srun's
+ * slurmstepd starts them) are found by their command line instead: every rank of a run
+ * carries `--run-dir RUN_DIR`, which is unique to the run. */
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "chaos.h"
+#include "log.h"
+
+double chaos_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Reads a whole small file (up to cap - 1 bytes) into buf; its length, -1 on error. */
+static ssize_t read_small(const char *path, char *buf, size_t cap)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    size_t n = 0;
+    while (n < cap - 1) {
+        ssize_t k = read(fd, buf + n, cap - 1 - n);
+        if (k <= 0) break;
+        n += (size_t)k;
+    }
+    close(fd);
+    buf[n] = '\0';
+    return (ssize_t)n;
+}
+
+/* Splits s at blanks into argv (in place); returns the count. No quoting: scenario
+ * files name options and paths without blanks. */
+static int split_words(char *s, const char **argv, int max)
+{
+    int n = 0;
+    for (char *t = strtok(s, " \t\n"); t && n < max; t = strtok(NULL, " \t\n")) argv[n++] = t;
+    return n;
+}
+
+int chaos_start(chaos_ctx *x, const char *run_dir, int world, const char *log, long steps, const char *const *env,
+                chaos_launch *l)
+{
+    const config *cfg = x->cfg;
+    static char words[4096], steps_s[32], np_s[16], rpn_s[64], ck_s[64];
+    const char *argv[256];
+    int n = 0;
+    const char *launcher = config_str(cfg, "scenario.launcher");
+    if (!strcmp(launcher, "auto")) launcher = getenv("SLURM_JOB_ID") ? "srun" : "mpirun";
+    snprintf(np_s, sizeof np_s, "%d", world);
+    if (!strcmp(launcher, "srun")) {
+        argv[n++] = "srun"; argv[n++] = "--mpi=pmix"; argv[n++] = "--kill-on-bad-exit=1";
+        argv[n++] = "-n"; argv[n++] = np_s;
+    } else if (!strcmp(launcher, "netns")) {
+        argv[n++] = "tools/netns-cluster"; argv[n++] = "mpirun"; argv[n++] = np_s;
+    } else {
+        argv[n++] = "mpirun"; argv[n++] = "--oversubscribe"; argv[n++] = "-np"; argv[n++] = np_s;
+    }
+    argv[n++] = x->train_bin;
+    argv[n++] = "--config"; argv[n++] = config_str(cfg, "scenario.train_config");
+    argv[n++] = "--run-dir"; argv[n++] = run_dir;
+    snprintf(steps_s, sizeof steps_s, "%ld", steps);
+    argv[n++] = "--steps"; argv[n++] = steps_s;
+    long rpn = config_int(cfg, "scenario.ranks_per_node");
+    snprintf(rpn_s, sizeof rpn_s, "runtime.ranks_per_node=%ld", rpn < world ? rpn : world);
+    argv[n++] = "--set"; argv[n++] = rpn_s;
+    snprintf(ck_s, sizeof ck_s, "ckpt.every_steps=%ld", (long)config_int(cfg, "scenario.ckpt_every"));
+    argv[n++] = "--set"; argv[n++] = ck_s;
+    if (!strcmp(launcher, "netns")) { argv[n++] = "--set"; argv[n++] = "runtime.bind=none"; }
+    snprintf(words, sizeof words, "%s", config_str(cfg, "scenario.train_args"));
+    n += split_words(words, argv + n, 200);
+    argv[n] = NULL;
+
+    memset(l, 0, sizeof *l);
+    l->world = world;
+    l->resumed_step = -1;
+    l->last_step = -1;
+    snprintf(l->log, sizeof l->log, "%s", log);
+    FILE *f = fopen(log, "a");
+    if (!f) {
+        log_error("cannot open the launch log %s: %s", log, log_errno_str());
+        return -1;
+    }
+    fprintf(f, "+");
+    for (int i = 0; i < n; i++) fprintf(f, " %s", argv[i]);
+    fprintf(f, "\n");
+    fclose(f);
+    pid_t pid = fork();
+    if (pid < 0) {
+        log_error("fork failed: %s", log_errno_str());
+        return -1;
+    }
+    if (pid == 0) {
+        setsid();
+        int fd = open(log, O_WRONLY | O_APPEND | O_CREAT, 0644), nul = open("/dev/null", O_RDONLY);
+        if (fd < 0 || nul < 0) _exit(127);
+        dup2(nul, 0); dup2(fd, 1); dup2(fd, 2);
+        for (int i = 0; env && env[i]; i++) putenv((char *)env[i]);
+        execvp(argv[0], (char *const *)argv);
+        dprintf(2, "nebula-chaos: cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    l->pid = pid;
+    l->t_start = chaos_now();
+    return 0;
+}
+
+bool chaos_poll(chaos_launch *l)
+{
+    if (l->pid <= 0) return true;
+    int ws;
+    pid_t r = waitpid(l->pid, &ws, WNOHANG);
+    if (r == 0) return false;
+    l->exit_code = r < 0 ? 255 : WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+    l->t_end = chaos_now();
+    l->pid = 0;
+    return true;
+}
+
+int chaos_rank_pids(const char *run_dir, pid_t *pids, int max)
+{
+    for (int i = 0; i < max; i++) pids[i] = 0;
+    DIR *d = opendir("/proc");
+    if (!d) return 0;
+    int found = 0;
+    struct dirent *e;
+    static char buf[1 << 16];
+    while ((e = readdir(d))) {
+        if (!isdigit((unsigned char)e->d_name[0])) continue;
+        char path[300];
+        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+        ssize_t len = read_small(path, buf, sizeof buf);
+        if (len <= 0) continue;
+        const char *base = strrchr(buf, '/');
+        if (strcmp(base ? base + 1 : buf, "nebula-train") != 0) continue;
+        bool ours = false;
+        for (ssize_t i = 0; i < len; i += (ssize_t)strlen(buf + i) + 1)
+            if (!strcmp(buf + i, "--run-dir") && i + (ssize_t)strlen(buf + i) + 1 < len &&
+                !strcmp(buf + i + strlen(buf + i) + 1, run_dir))
+                ours = true;
+        if (!ours) continue;
+        snprintf(path, sizeof path, "/proc/%s/environ", e->d_name);
+        len = read_small(path, buf, sizeof buf);
+        int rank = -1;
+        for (ssize_t i = 0; i < len; i += (ssize_t)strlen(buf + i) + 1) {
+            if (!strncmp(buf + i, "OMPI_COMM_WORLD_RANK=", 21)) rank = atoi(buf + i + 21);
+            else if (rank < 0 && !strncmp(buf + i, "PMIX_RANK=", 10)) rank = atoi(buf + i + 10);
+        }
+        if (rank >= 0 && rank < max && !pids[rank]) {
+            pids[rank] = (pid_t)atoi(e->d_name);
+            found++;
+        }
+    }
+    closedir(d);
+    return found;
+}
+
+void chaos_stop(chaos_launch *l, const char *run_dir, double grace)
+{
+    if (l->pid > 0) {
+        kill(-l->pid, SIGTERM);
+        double t = chaos_now();
+        while (!chaos_poll(l) && chaos_now() - t < grace) usleep(50000);
+        if (l->pid > 0) {
+            kill(-l->pid, SIGKILL);
+            while (!chaos_poll(l)) usleep(20000);
+        }
+    }
+    /* ranks outside the session (srun's, the namespace cluster's) */
+    pid_t pids[1024];
+    for (int round = 0; round < 100; round++) {
+        if (chaos_rank_pids(run_dir, pids, 1024) == 0) return;
+        for (int i = 0; i < 1024; i++)
+            if (pids[i]) kill(pids[i], SIGKILL);
+        usleep(50000);
+    }
+    log_warn("ranks of %s still alive 5 s after SIGKILL", run_dir);
+}
+
+bool chaos_rank_died(chaos_launch *l, const char *run_dir)
+{
+    double now = chaos_now();
+    if (l->pid <= 0 || now - l->t_ranks < 0.2) return false;
+    l->t_ranks = now;
+    static pid_t pids[4096];
+    int n = chaos_rank_pids(run_dir, pids, 4096);
+    if (n >= l->world) l->all_seen = true;
+    if (n >= l->world) l->t_short = 0;
+    if (!l->all_seen || n >= l->world) return false;
+    /* Ranks that finish leave MPI_Finalize together and the launcher follows within a
+     * second; a rank missing for 2 s while the launcher still runs is a death. (A rank
+     * stopped by SIGSTOP is alive: the heartbeat catches that one.) */
+    if (!l->t_short) l->t_short = now;
+    if (now - l->t_short < 2.0) return false;
+    l->rank_lost = true;
+    return true;
+}
+
+long chaos_heartbeat(const char *run_dir, int *world)
+{
+    char path[CHAOS_PATH_MAX + 16], buf[512];
+    snprintf(path, sizeof path, "%s/heartbeat", run_dir);
+    if (read_small(path, buf, sizeof buf) <= 0) return -1;
+    const char *s = strstr(buf, "step="), *w = strstr(buf, "world=");
+    if (!s) return -1;
+    if (world && w) *world = atoi(w + 6);
+    return strtol(s + 5, NULL, 10);
+}
+
+long chaos_log_resumed(const char *log)
+{
+    FILE *f = fopen(log, "r");
+    if (!f) return -1;
+    char line[8192];
+    long step = -1;
+    while (step < 0 && fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, "resumed from ");
+        const char *q = p ? strstr(p, " at step ") : NULL;
+        if (q) step = strtol(q + 9, NULL, 10);
+        else if (strstr(line, "starting from step 0")) step = 0;
+    }
+    fclose(f);
+    return step;
+}
+
+double chaos_log_final_loss(const char *log, long *step)
+{
+    FILE *f = fopen(log, "r");
+    double loss = NAN;
+    if (!f) return loss;
+    char line[8192];
+    while (fgets(line, sizeof line, f)) {
+        long s;
+        double v;
+        if (sscanf(line, "eval step=%ld loss=%lf", &s, &v) == 2) {
+            loss = v;
+            if (step) *step = s;
+        }
+    }
+    fclose(f);
+    return loss;
+}
+
+int chaos_run_cmd(const char *const *argv, const char *log)
+{
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_APPEND | O_CREAT, 0644), nul = open("/dev/null", O_RDONLY);
+        if (fd < 0 || nul < 0) _exit(127);
+        dup2(nul, 0); dup2(fd, 1); dup2(fd, 2);
+        execvp(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    int ws;
+    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {}
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+}

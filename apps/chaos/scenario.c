@@ -1,0 +1,598 @@
+/* scenario — one fault scenario: the fault-free reference run, the faulted run with its
+ * relaunches, the invariants, the report (Markdown and JSON).
+ *
+ * A scenario file (chaos/NAME.ini) names one kind of fault, the steps it strikes at and
+ * how the job comes back; the supervisor plays the operator: it relaunches on every
+ * ending that is not success or a usage error, with the ranks that remain when the
+ * fault took some away, until the target step or the deadline. */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "chaos.h"
+#include "log.h"
+
+/* splitmix64: the scenario's random steps and ranks, from fault.seed */
+static uint64_t mix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static int cmp_long(const void *a, const void *b)
+{
+    long x = *(const long *)a, y = *(const long *)b;
+    return (x > y) - (x < y);
+}
+
+/* fault.at: "12,31" or "random:K" (K distinct steps after the first checkpoint and
+ * before the last step). */
+static status plan_steps(chaos_ctx *x, uint64_t *seed)
+{
+    const config *cfg = x->cfg;
+    const char *at = config_str(cfg, "fault.at");
+    long steps = config_int(cfg, "scenario.steps"), ck = config_int(cfg, "scenario.ckpt_every");
+    long v[CHAOS_MAX_FAULTS];
+    int n = 0;
+    if (!strncmp(at, "random:", 7)) {
+        int k = atoi(at + 7);
+        if (k < 1 || k > CHAOS_MAX_FAULTS || steps - 2 <= ck + k) {
+            log_error("fault.at = %s: K must be 1..%d and fit between step %ld and %ld", at, CHAOS_MAX_FAULTS, ck + 1,
+                      steps - 2);
+            return STATUS_INPUT;
+        }
+        while (n < k) {
+            long s = ck + 1 + (long)(mix(seed) % (uint64_t)(steps - 2 - ck));
+            bool dup = false;
+            for (int i = 0; i < n; i++) dup |= v[i] == s;
+            if (!dup) v[n++] = s;
+        }
+    } else {
+        char buf[CONFIG_STR_MAX + 1];
+        snprintf(buf, sizeof buf, "%s", at);
+        for (char *t = strtok(buf, ", "); t; t = strtok(NULL, ", ")) {
+            char *end;
+            long s = strtol(t, &end, 10);
+            if (*end || s < 1 || s >= steps || n == CHAOS_MAX_FAULTS) {
+                log_error("fault.at = %s: '%s' is not a step in 1..%ld (or more than %d steps); write steps "
+                          "like 12,31 or random:K", at, t, steps - 1, CHAOS_MAX_FAULTS);
+                return STATUS_INPUT;
+            }
+            v[n++] = s;
+        }
+    }
+    qsort(v, (size_t)n, sizeof v[0], cmp_long);
+    for (int i = 0; i < n; i++) {
+        memset(&x->faults[i], 0, sizeof x->faults[i]);
+        x->faults[i].at_step = v[i];
+        x->faults[i].launch = -1;
+    }
+    x->nfaults = strcmp(config_str(cfg, "fault.kind"), "none") ? n : 0;
+    return STATUS_OK;
+}
+
+/* fault.ranks: "30%" of the world (rounded, at least 1) or a count. */
+static int ranks_to_hit(const config *cfg, int world)
+{
+    const char *r = config_str(cfg, "fault.ranks");
+    double v = atof(r);
+    int k = strchr(r, '%') ? (int)lround(v / 100.0 * world) : (int)v;
+    return k < 1 ? 1 : k > world ? world : k;
+}
+
+static void sh(chaos_ctx *x, const char *const *argv)
+{
+    char log[2 * CHAOS_PATH_MAX];
+    snprintf(log, sizeof log, "%s/supervisor.log", x->out);
+    int rc = chaos_run_cmd(argv, log);
+    if (rc != 0) log_warn("%s %s exited with %d (see %s)", argv[0], argv[1] ? argv[1] : "", rc, log);
+}
+
+/* Flips corrupt_bytes bytes in the middle of the newest committed checkpoint's state.h5;
+ * its step, or -1. */
+static long corrupt_newest(chaos_ctx *x)
+{
+    char dir[2 * CHAOS_PATH_MAX], path[3 * CHAOS_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/ckpt", x->run_dir);
+    long best = -1;
+    for (long s = config_int(x->cfg, "scenario.steps"); s > 0 && best < 0; s--) {
+        snprintf(path, sizeof path, "%s/step_%08ld/COMMITTED", dir, s);
+        if (access(path, F_OK) == 0) best = s;
+    }
+    if (best < 0) return -1;
+    snprintf(path, sizeof path, "%s/step_%08ld/state.h5", dir, best);
+    int fd = open(path, O_RDWR);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0) {
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    long n = config_int(x->cfg, "fault.corrupt_bytes");
+    for (long i = 0; i < n; i++) {
+        unsigned char c;
+        off_t at = sb.st_size / 2 + i;
+        if (pread(fd, &c, 1, at) == 1) {
+            c ^= 0xA5;
+            if (pwrite(fd, &c, 1, at) != 1) break;
+        }
+    }
+    fsync(fd);
+    close(fd);
+    return best;
+}
+
+/* Fills the run directory's file system (the scenario's tmpfs) to the last byte. */
+static void fill_disk(chaos_ctx *x)
+{
+    char path[2 * CHAOS_PATH_MAX];
+    snprintf(path, sizeof path, "%s/filler", x->run_dir);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return;
+    static char zeros[65536];
+    for (size_t chunk = sizeof zeros; chunk >= 1; chunk /= 2)
+        while (write(fd, zeros, chunk) == (ssize_t)chunk) {}
+    close(fd);
+}
+
+static void free_disk(chaos_ctx *x)
+{
+    char path[2 * CHAOS_PATH_MAX];
+    snprintf(path, sizeof path, "%s/filler", x->run_dir);
+    unlink(path);
+}
+
+/* Injects fault f into the running launch l. */
+static void inject(chaos_ctx *x, chaos_fault *f, chaos_launch *l, long step, int *to_remove)
+{
+    const config *cfg = x->cfg;
+    const char *kind = config_str(cfg, "fault.kind");
+    f->step = step;
+    f->t_inject = chaos_now();
+    f->launch = x->nlaunches - 1;
+    f->done = true;
+    pid_t pids[1024];
+    int found = chaos_rank_pids(x->run_dir, pids, 1024);
+    if (!strcmp(kind, "kill") || !strcmp(kind, "ckpt-corrupt")) {
+        /* ckpt-corrupt: the job dies (every rank), the operator finds it and the newest
+         * checkpoint is damaged before the relaunch */
+        int k = !strcmp(kind, "kill") ? ranks_to_hit(cfg, l->world) : l->world;
+        uint64_t seed = (uint64_t)config_int(cfg, "fault.seed") * 7919u + (uint64_t)step;
+        int hit[1024] = { 0 }, n = 0;
+        while (n < k) {
+            int r = (int)(mix(&seed) % (uint64_t)l->world);
+            if (!hit[r]) { hit[r] = 1; n++; }
+        }
+        char *w = f->what;
+        w += sprintf(w, "SIGKILL rank%s", k > 1 ? "s " : " ");
+        for (int r = 0, first = 1; r < l->world; r++)
+            if (hit[r]) {
+                if (pids[r]) kill(pids[r], SIGKILL);
+                w += sprintf(w, "%s%d", first ? "" : ",", r);
+                first = 0;
+            }
+        f->ranks_hit = k;
+        if (!strcmp(config_str(cfg, "fault.relaunch"), "remaining")) *to_remove += k;
+    } else if (!strcmp(kind, "freeze")) {
+        /* a rank that stops answering without dying (a hung driver, a swapped-out node):
+         * OpenMPI waits forever; only the heartbeat tells */
+        int k = ranks_to_hit(cfg, l->world);
+        char *w = f->what;
+        w += sprintf(w, "SIGSTOP rank%s", k > 1 ? "s " : " ");
+        for (int r = l->world - k; r < l->world; r++) {
+            if (pids[r]) kill(pids[r], SIGSTOP);
+            w += sprintf(w, "%s%d", r > l->world - k ? "," : "", r);
+        }
+        f->ranks_hit = k;
+    } else if (!strcmp(kind, "preempt")) {
+        /* the i-th fault step sends the i-th signal of fault.signals to every rank, as
+         * Slurm's --signal (no B:) and its time limit do */
+        char list[CONFIG_STR_MAX + 1];
+        snprintf(list, sizeof list, "%s", config_str(cfg, "fault.signals"));
+        int idx = (int)(f - x->faults), i = 0;
+        const char *sig = "TERM";
+        for (char *t = strtok(list, ", "); t; t = strtok(NULL, ", "), i++)
+            if (i == idx) sig = t;
+        int s = !strcmp(sig, "USR1") ? SIGUSR1 : !strcmp(sig, "USR2") ? SIGUSR2 : SIGTERM;
+        for (int r = 0; r < 1024; r++)
+            if (pids[r]) kill(pids[r], s);
+        snprintf(f->what, sizeof f->what, "SIG%s to all %d ranks", sig, found);
+    } else if (!strcmp(kind, "packet-loss")) {
+        char pct[32];
+        snprintf(pct, sizeof pct, "%g", config_float(cfg, "fault.loss_pct"));
+        sh(x, (const char *const[]){ "tools/netns-cluster", "loss", pct, NULL });
+        snprintf(f->what, sizeof f->what, "%s%% packet loss between nodes for %g s", pct,
+                 config_float(cfg, "fault.loss_seconds"));
+    } else if (!strcmp(kind, "disk-full")) {
+        fill_disk(x);
+        snprintf(f->what, sizeof f->what, "run directory's file system filled to the last byte");
+    } else if (!strcmp(kind, "io-error")) {
+        snprintf(f->what, sizeof f->what, "%s at the checkpoint of step %ld (compiled-in fault point)",
+                 config_str(cfg, "fault.io"), f->at_step);
+    }
+    log_info("step %ld: %s", step, f->what);
+}
+
+int chaos_reference(chaos_ctx *x, const char *run_dir, int world, long steps, double *loss)
+{
+    char log[2 * CHAOS_PATH_MAX];
+    snprintf(log, sizeof log, "%s/reference.log", x->out);
+    chaos_launch l;
+    if (chaos_start(x, run_dir, world, log, steps, NULL, &l) != 0) return -1;
+    double deadline = config_float(x->cfg, "scenario.deadline");
+    while (!chaos_poll(&l)) {
+        if (chaos_now() - x->t0 > deadline) {
+            chaos_stop(&l, run_dir, 2);
+            log_error("the fault-free reference did not finish within scenario.deadline = %g s", deadline);
+            return -1;
+        }
+        usleep(50000);
+    }
+    *loss = chaos_log_final_loss(log, NULL);
+    if (l.exit_code != 0) log_error("the fault-free reference run failed with exit %d (see %s)", l.exit_code, log);
+    return l.exit_code;
+}
+
+/* One row of the invariant table. */
+typedef struct check_row {
+    char name[96], measured[160], required[96];
+    bool pass;
+} check_row;
+
+static void row(check_row *rows, int *n, bool pass, const char *name, const char *req, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+static void row(check_row *rows, int *n, bool pass, const char *name, const char *req, const char *fmt, ...)
+{
+    check_row *r = &rows[(*n)++];
+    snprintf(r->name, sizeof r->name, "%s", name);
+    snprintf(r->required, sizeof r->required, "%s", req);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->measured, sizeof r->measured, fmt, ap);
+    va_end(ap);
+    r->pass = pass;
+}
+
+static bool global_batch_of(const char *log, long *gb)
+{
+    FILE *f = fopen(log, "r");
+    if (!f) return false;
+    char line[4096];
+    bool ok = false;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "batch: global %ld", gb) == 1) ok = true;
+    fclose(f);
+    return ok;
+}
+
+static void final_ckpt(const char *run_dir, long steps, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s/ckpt/step_%08ld", run_dir, steps);
+}
+
+int chaos_run_scenario(const config *cfg, const char *out)
+{
+    chaos_ctx *x = calloc(1, sizeof *x);
+    CHECK(x, "out of memory");
+    x->cfg = cfg;
+    x->t0 = chaos_now();
+    snprintf(x->name, sizeof x->name, "%s", config_str(cfg, "scenario.name"));
+    snprintf(x->out, sizeof x->out, "%s", out);
+    snprintf(x->run_dir, sizeof x->run_dir, "%s/run", out);
+    snprintf(x->train_bin, sizeof x->train_bin, "build/bin/nebula-train");
+    const char *kind = config_str(cfg, "fault.kind");
+    long steps = config_int(cfg, "scenario.steps"), ck = config_int(cfg, "scenario.ckpt_every");
+    int world = (int)config_int(cfg, "scenario.ranks");
+    double deadline = config_float(cfg, "scenario.deadline"), hb_timeout = config_float(cfg, "scenario.heartbeat_timeout");
+    uint64_t seed = (uint64_t)config_int(cfg, "fault.seed");
+    char ref_dir[2 * CHAOS_PATH_MAX];
+    snprintf(ref_dir, sizeof ref_dir, "%s/reference", out);
+    if (plan_steps(x, &seed) != STATUS_OK) return 2;
+    if (!strcmp(kind, "io-error") || !strcmp(kind, "disk-full")) {
+        for (int i = 0; i < x->nfaults; i++)
+            if (!strcmp(kind, "io-error") && x->faults[i].at_step % ck) {
+                log_error("fault.at: an io-error strikes a checkpoint, so its steps must be multiples of "
+                          "scenario.ckpt_every = %ld, not %ld", ck, x->faults[i].at_step);
+                return 2;
+            }
+    }
+    printf("scenario %s: %s\n", x->name, config_str(cfg, "scenario.description"));
+    printf("  %d ranks (%ld per node), %ld steps, a checkpoint every %ld, heartbeat timeout %g s, deadline %g s\n",
+           world, (long)config_int(cfg, "scenario.ranks_per_node"), steps, ck, hb_timeout, deadline);
+    fflush(stdout);
+
+    /* the fault-free run first: the faulted run is compared with it */
+    double ref_loss = NAN;
+    bool use_netns = !strcmp(config_str(cfg, "scenario.launcher"), "netns");
+    if (use_netns) {
+        char nodes[16];
+        snprintf(nodes, sizeof nodes, "%ld", world / config_int(cfg, "scenario.ranks_per_node"));
+        sh(x, (const char *const[]){ "tools/netns-cluster", "down", NULL });
+        sh(x, (const char *const[]){ "tools/netns-cluster", "up", nodes, NULL });
+        x->netns_up = true;
+    }
+    int ref_rc = chaos_reference(x, ref_dir, world, steps, &ref_loss);
+    char ref_log[2 * CHAOS_PATH_MAX];
+    snprintf(ref_log, sizeof ref_log, "%s/reference.log", out);
+    printf("  reference: exit %d, held-out loss %.6f (%.1f s)\n", ref_rc, ref_loss, chaos_now() - x->t0);
+    fflush(stdout);
+    if (!strcmp(kind, "disk-full")) {
+        mkdir(x->run_dir, 0755);
+        char opts[64];
+        snprintf(opts, sizeof opts, "size=%llu", (unsigned long long)config_size(cfg, "fault.disk_size"));
+        if (mount("tmpfs", x->run_dir, "tmpfs", 0, opts) != 0) {
+            log_error("cannot mount a tmpfs on %s for disk-full: %s (root only)", x->run_dir, log_errno_str());
+            return 1;
+        }
+        x->tmpfs_mounted = true;
+    }
+
+    /* the faulted run */
+    double t_run = chaos_now(), loss_until = 0, t_hb = 0;
+    int fi = 0, to_remove = 0;
+    bool failed = false, ok = false;
+    char why[256] = "";
+    long corrupted = -1;
+    char log[2 * CHAOS_PATH_MAX], env_fault[CONFIG_STR_MAX + 64];
+    const char *env[2] = { NULL, NULL };
+    for (;;) {
+        chaos_launch *l = &x->launches[x->nlaunches];
+        snprintf(log, sizeof log, "%s/launch-%d.log", out, x->nlaunches + 1);
+        char hb[2 * CHAOS_PATH_MAX];
+        snprintf(hb, sizeof hb, "%s/heartbeat", x->run_dir);
+        unlink(hb);
+        env[0] = NULL;
+        snprintf(x->train_bin, sizeof x->train_bin, "build/bin/nebula-train");
+        if (!strcmp(kind, "io-error") && x->nlaunches == 0) {
+            snprintf(x->train_bin, sizeof x->train_bin, "build/chaos/bin/nebula-train");
+            char list[CONFIG_STR_MAX + 64] = "";
+            for (int i = 0; i < x->nfaults; i++)
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s@%ld", i ? "," : "",
+                         config_str(cfg, "fault.io"), x->faults[i].at_step);
+            snprintf(env_fault, sizeof env_fault, "NEBULA_CHAOS_FAULT=%s", list);
+            env[0] = env_fault;
+        }
+        if (chaos_start(x, x->run_dir, world, log, steps, env, l) != 0) { failed = true; break; }
+        x->nlaunches++;
+        printf("  launch %d: %d ranks%s\n", x->nlaunches, world, env[0] ? " (CHAOS build, fault armed)" : "");
+        fflush(stdout);
+        t_hb = l->t_start;
+        for (;;) {
+            double now = chaos_now();
+            if (now - x->t0 > deadline) {
+                snprintf(why, sizeof why, "the scenario's deadline of %g s passed", deadline);
+                chaos_stop(l, x->run_dir, 2);
+                failed = true;
+                break;
+            }
+            if (l->resumed_step < 0) l->resumed_step = chaos_log_resumed(l->log);
+            long step = chaos_heartbeat(x->run_dir, NULL);
+            if (step > l->last_step) {
+                l->last_step = step;
+                t_hb = now;
+                if (!l->t_first_progress && l->resumed_step >= 0 && step > l->resumed_step) {
+                    l->t_first_progress = now;
+                    for (int i = 0; i < fi; i++)
+                        if (x->faults[i].launch < x->nlaunches - 1 && !x->faults[i].t_recover)
+                            x->faults[i].t_recover = now;
+                }
+            }
+            if (loss_until > 0 && now >= loss_until) {
+                sh(x, (const char *const[]){ "tools/netns-cluster", "loss", "none", NULL });
+                log_info("packet loss ended");
+                loss_until = 0;
+            }
+            if (fi < x->nfaults && step >= x->faults[fi].at_step && l->pid > 0) {
+                inject(x, &x->faults[fi], l, step, &to_remove);
+                if (!strcmp(kind, "packet-loss")) loss_until = now + config_float(cfg, "fault.loss_seconds");
+                fi++;
+            }
+            if (chaos_poll(l)) break;
+            if (chaos_rank_died(l, x->run_dir)) {
+                log_info("a rank of launch %d is gone: stopping the others", x->nlaunches);
+                chaos_stop(l, x->run_dir, 2);
+                break;
+            }
+            if (now - t_hb > hb_timeout) {
+                log_warn("no progress for %.1f s (heartbeat at step %ld): the launch is hung; stopping it", now - t_hb,
+                         l->last_step);
+                l->hung = true;
+                chaos_stop(l, x->run_dir, 2);
+                break;
+            }
+            usleep(50000);
+        }
+        if (l->resumed_step < 0) l->resumed_step = chaos_log_resumed(l->log);
+        long final_step = chaos_heartbeat(x->run_dir, NULL);  /* steps it finished while being stopped */
+        if (final_step > l->last_step) l->last_step = final_step;
+        for (int i = 0; i < fi; i++)
+            if (x->faults[i].launch == x->nlaunches - 1 && !x->faults[i].t_detect)
+                x->faults[i].t_detect = l->t_end ? l->t_end : chaos_now();
+        printf("  launch %d ended: exit %d%s after %.1f s, resumed from step %ld, reached step %ld\n", x->nlaunches,
+               l->exit_code, l->hung ? " (hung: stopped by the supervisor)" : "", (l->t_end ? l->t_end : chaos_now()) -
+               l->t_start, l->resumed_step, l->last_step);
+        fflush(stdout);
+        if (failed) break;
+        if (l->exit_code == 0 && !l->hung) { ok = true; break; }
+        if (l->exit_code == 2) {
+            snprintf(why, sizeof why, "launch %d exited 2 (usage or input error): see %s", x->nlaunches, l->log);
+            failed = true;
+            break;
+        }
+        if (x->nlaunches == (int)config_int(cfg, "scenario.max_launches") || x->nlaunches == CHAOS_MAX_LAUNCHES) {
+            snprintf(why, sizeof why, "%d launches did not reach step %ld", x->nlaunches, steps);
+            failed = true;
+            break;
+        }
+        /* what the operator does before relaunching */
+        if (!strcmp(kind, "disk-full")) free_disk(x);
+        if (!strcmp(kind, "ckpt-corrupt") && fi > 0 && x->faults[fi - 1].launch == x->nlaunches - 1) {
+            corrupted = corrupt_newest(x);
+            printf("  corrupted %ld bytes of the newest committed checkpoint, step %ld\n",
+                   (long)config_int(cfg, "fault.corrupt_bytes"), corrupted);
+        }
+        if (l->exit_code == 4) {  /* nebula-train asked for another world size */
+            char rp[2 * CHAOS_PATH_MAX], buf[128];
+            snprintf(rp, sizeof rp, "%s/relaunch", x->run_dir);
+            FILE *f = fopen(rp, "r");
+            int w = 0;
+            if (f && fgets(buf, sizeof buf, f)) sscanf(buf, "world=%d", &w);
+            if (f) fclose(f);
+            if (w > 0) world = w;
+        }
+        if (to_remove > 0) {
+            world = world - to_remove < 1 ? 1 : world - to_remove;
+            to_remove = 0;
+        }
+    }
+    double t_done = chaos_now();
+    /* steps redone per fault: the last step the struck launch reached, less the step the
+     * next one resumed from */
+    for (int i = 0; i < fi; i++) {
+        chaos_fault *f = &x->faults[i];
+        int L = f->launch;
+        /* the last fault injected into a launch is the one that ended it; earlier ones
+         * (SIGUSR1, a loss it lived through) let the run go on */
+        bool last_in_launch = i + 1 == fi || x->faults[i + 1].launch != L;
+        bool ended = L + 1 < x->nlaunches && last_in_launch;
+        /* the next launch that got as far as loading a checkpoint (one that hung during
+         * start-up, still under the fault, resumed nothing) */
+        int next = L + 1;
+        while (next < x->nlaunches - 1 && x->launches[next].resumed_step < 0) next++;
+        f->lost = ended ? x->launches[L].last_step - x->launches[next].resumed_step : 0;
+        if (!ended) f->t_detect = f->t_recover = 0;  /* the run went on (USR1, a loss it survived) */
+    }
+
+    /* invariants */
+    check_row rows[32];
+    int nr = 0;
+    chaos_launch *last = &x->launches[x->nlaunches - 1];
+    row(rows, &nr, ok && last->last_step == steps, "reached the target step", "= target", "%ld of %ld%s%s",
+        last->last_step, steps, why[0] ? ": " : "", why);
+    long worst = 0;
+    for (int i = 0; i < fi; i++) worst = x->faults[i].lost > worst ? x->faults[i].lost : worst;
+    long bound = ck * config_int(cfg, "scenario.max_lost_intervals");
+    char req[64];
+    snprintf(req, sizeof req, "<= %ld (%ld interval%s)", bound, bound / ck, bound / ck > 1 ? "s" : "");
+    row(rows, &nr, worst <= bound, "steps lost per fault", req, "at most %ld (interval %ld)", worst, ck);
+    bool clean = true;
+    for (int i = 1; i < x->nlaunches; i++)
+        if (corrupted >= 0 && x->launches[i].resumed_step == corrupted) clean = false;
+    char resumed[256] = "";
+    for (int i = 1; i < x->nlaunches; i++)
+        if (x->launches[i].resumed_step >= 0)
+            snprintf(resumed + strlen(resumed), sizeof resumed - strlen(resumed), "%s%ld", resumed[0] ? ", " : "",
+                     x->launches[i].resumed_step);
+    if (corrupted >= 0)
+        row(rows, &nr, clean, "no torn or corrupt checkpoint loaded", "never", "step %ld corrupted; relaunches "
+            "resumed from %s", corrupted, resumed);
+    else
+        row(rows, &nr, clean, "no torn or corrupt checkpoint loaded", "never", "relaunches resumed from %s "
+            "(each checksum-verified on load)", resumed[0] ? resumed : "-");
+    row(rows, &nr, fi == x->nfaults, "every planned fault injected", "all", "%d of %d", fi, x->nfaults);
+    int world0 = (int)config_int(cfg, "scenario.ranks");
+    bool same_world = last->world == world0;
+    long lstep = 0;
+    double loss = chaos_log_final_loss(last->log, &lstep);
+    long gb_ref = 0, gb = 0;
+    bool have_gb = global_batch_of(ref_log, &gb_ref) && global_batch_of(last->log, &gb);
+    char a[3 * CHAOS_PATH_MAX], b[3 * CHAOS_PATH_MAX];
+    final_ckpt(x->run_dir, steps, a, sizeof a);
+    final_ckpt(ref_dir, steps, b, sizeof b);
+    if (ok && ref_rc == 0 && same_world) {
+        char dlog[2 * CHAOS_PATH_MAX];
+        snprintf(dlog, sizeof dlog, "%s/diff.log", out);
+        int d = chaos_run_cmd((const char *const[]){ "build/bin/nebula-ckpt", "diff", a, b, NULL }, dlog);
+        row(rows, &nr, d == 0 && loss == ref_loss, "final state vs fault-free (same world size)", "bit-identical",
+            "nebula-ckpt diff exit %d; held-out loss %.6f vs %.6f", d, loss, ref_loss);
+    } else {
+        double rel = fabs(loss - ref_loss) / ref_loss;
+        row(rows, &nr, ok && ref_rc == 0 && rel <= 0.01 && have_gb && gb == gb_ref,
+            "held-out loss vs fault-free (world size changed)", "within 1%, same global batch",
+            "%.6f vs %.6f (%.3f%%) at %d ranks, global batch %ld vs %ld", loss, ref_loss, 100 * rel, last->world, gb,
+            gb_ref);
+    }
+    double detect = 0, recover = 0;
+    for (int i = 0; i < fi; i++) {
+        if (x->faults[i].t_detect) detect = fmax(detect, x->faults[i].t_detect - x->faults[i].t_inject);
+        if (x->faults[i].t_recover) recover = fmax(recover, x->faults[i].t_recover - x->faults[i].t_inject);
+    }
+    row(rows, &nr, t_done - x->t0 <= deadline, "ended within the deadline", "<= deadline",
+        "%.1f s of %g s (faulted run %.1f s); worst detection %.1f s, worst recovery %.1f s", t_done - x->t0, deadline,
+        t_done - t_run, detect, recover);
+
+    /* nothing left behind */
+    if (x->tmpfs_mounted) {
+        /* keep the final checkpoint for the report's readers: the tmpfs goes, so copy nothing; the diff ran */
+        if (umount2(x->run_dir, MNT_DETACH) == 0) x->tmpfs_mounted = false;
+    }
+    if (use_netns) {
+        sh(x, (const char *const[]){ "tools/netns-cluster", "down", NULL });
+        x->netns_up = false;
+    }
+    pid_t pids[1024];
+    int left = chaos_rank_pids(x->run_dir, pids, 1024) + chaos_rank_pids(ref_dir, pids, 1024);
+    row(rows, &nr, left == 0 && !x->tmpfs_mounted && !x->netns_up, "nothing left behind",
+        "no rank, namespace or mount", "%d rank processes%s%s", left, x->tmpfs_mounted ? ", tmpfs still mounted" : "",
+        x->netns_up ? ", namespaces up" : "");
+
+    /* report */
+    bool pass = true;
+    for (int i = 0; i < nr; i++) pass &= rows[i].pass;
+    char md_path[2 * CHAOS_PATH_MAX], js_path[2 * CHAOS_PATH_MAX];
+    snprintf(md_path, sizeof md_path, "%s/report.md", out);
+    snprintf(js_path, sizeof js_path, "%s/report.json", out);
+    FILE *md = fopen(md_path, "w");
+    json_t *jf = json_array(), *jc = json_array();
+    for (int pass_no = 0; pass_no < 2; pass_no++) {
+        FILE *f = pass_no == 0 ? stdout : md;
+        if (!f) continue;
+        fprintf(f, "\n### nebula-chaos %s: %s\n\n", x->name, pass ? "PASS" : "FAIL");
+        fprintf(f, "%s. %d launch(es); fault-free reference at %d ranks.\n\n",
+                config_str(cfg, "scenario.description"), x->nlaunches, world0);
+        if (fi > 0) {
+            fprintf(f, "| fault | at step | launch | detected after | recovered after | steps lost |\n");
+            fprintf(f, "|---|---:|---:|---:|---:|---:|\n");
+            for (int i = 0; i < fi; i++) {
+                chaos_fault *c = &x->faults[i];
+                fprintf(f, "| %s | %ld | %d | ", c->what, c->step, c->launch + 1);
+                if (c->t_detect) fprintf(f, "%.2f s | ", c->t_detect - c->t_inject); else fprintf(f, "— | ");
+                if (c->t_recover) fprintf(f, "%.2f s | ", c->t_recover - c->t_inject); else fprintf(f, "— | ");
+                fprintf(f, "%ld |\n", c->lost);
+            }
+            fprintf(f, "\n");
+        }
+        fprintf(f, "| invariant | required | measured | |\n|---|---|---|---|\n");
+        for (int i = 0; i < nr; i++)
+            fprintf(f, "| %s | %s | %s | %s |\n", rows[i].name, rows[i].required, rows[i].measured,
+                    rows[i].pass ? "pass" : "**FAIL**");
+    }
+    if (md) fclose(md);
+    for (int i = 0; i < fi; i++) {
+        chaos_fault *c = &x->faults[i];
+        json_array_append_new(jf, json_pack("{s:s, s:I, s:i, s:f, s:f, s:I}", "fault", c->what, "step",
+                                            (json_int_t)c->step, "launch", c->launch + 1, "detect_s",
+                                            c->t_detect ? c->t_detect - c->t_inject : -1.0, "recover_s",
+                                            c->t_recover ? c->t_recover - c->t_inject : -1.0, "lost_steps",
+                                            (json_int_t)c->lost));
+    }
+    for (int i = 0; i < nr; i++)
+        json_array_append_new(jc, json_pack("{s:s, s:s, s:s, s:b}", "invariant", rows[i].name, "required",
+                                            rows[i].required, "measured", rows[i].measured, "pass", rows[i].pass));
+    json_t *j = json_pack("{s:s, s:b, s:i, s:o, s:o}", "scenario", x->name, "pass", pass, "launches", x->nlaunches,
+                          "faults", jf, "invariants", jc);
+    json_dump_file(j, js_path, JSON_INDENT(2));
+    json_decref(j);
+    printf("\nreport: %s and %s\n", md_path, js_path);
+    free(x);
+    return pass ? 0 : 1;
+}
