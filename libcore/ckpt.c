@@ -126,6 +126,8 @@ status ckpt_writer_init(ckpt_writer **out, MPI_Comm comm, const char *dir, int k
     w->keep_last = keep_last;
     w->async = async;
     ckpt_plan_build(&w->plan, shape, w->size);  /* checks names and sizes */
+    for (int g = 0; g < shape->ngroups; g++)
+        CHECK(!async || !shape->shards[g], "async checkpoints stage full groups on rank 0: not with sharded groups");
     w->ngroups = shape->ngroups;
     w->nblobs = shape->nblobs;
     for (int g = 0; g < w->ngroups; g++) {
@@ -168,6 +170,8 @@ static void content_check(const ckpt_writer *w, const ckpt_content *c)
                   c->groups[g].table->total == w->group_total[g] &&
                   param_table_hash(c->groups[g].table) == w->group_hash[g],
               "ckpt_save: a group differs from the shape given to ckpt_writer_init");
+    for (int g = 0; g < c->ngroups; g++)
+        CHECK(!w->async || !c->shards[g], "ckpt_save: async checkpoints cannot write sharded groups");
     for (int b = 0; b < c->nblobs; b++)
         CHECK(c->blobs[b].data && !strcmp(c->blobs[b].name, w->blob_name[b]) && c->blobs[b].bytes == w->blob_bytes[b],
               "ckpt_save: a blob differs from the shape given to ckpt_writer_init");

@@ -58,6 +58,23 @@
 #define CKPT_MAX_GROUPS 8
 #define CKPT_MAX_BLOBS 8
 
+/* A group held in shards (ZeRO, zero.h) rather than as a full flat buffer: the flat
+ * layout is cut into n ranges that tile every tensor of the table (ascending offsets,
+ * never crossing a tensor), each held by exactly one rank, which keeps the ranges it
+ * holds packed in offset order. Save writes each rank's ranges with a union of
+ * hyperslab selections (H5S_SELECT_OR) in one collective write per tensor; load reads
+ * them the same way (from any checkpoint, sharded or not: the file holds full tensors
+ * either way), and nothing is replicated. Checksums: one CRC-32 per range, exchanged
+ * with one reduction, combined in offset order (crc32_combine). Not with async saves
+ * (rank 0 would have to hold the whole group). */
+typedef struct ckpt_shards {
+    int n;                      /* ranges */
+    const size_t *offset;       /* [n] first float of each range in the flat layout, ascending */
+    const size_t *count;        /* [n] floats */
+    const uint8_t *mine;        /* [n] 1 for the ranges this rank holds */
+    const size_t *packed;       /* [n] where a range this rank holds starts in the group's data */
+} ckpt_shards;
+
 /* A flat buffer laid out by `table`, stored as one dataset per tensor under `group`. */
 typedef struct ckpt_tensors {
     const char *group;          /* "params", "optim/m", ... */
@@ -91,6 +108,8 @@ typedef struct ckpt_content {
                                    holds (ckpt_reshard); a load then reports info.resharded */
     ckpt_tensors groups[CKPT_MAX_GROUPS];
     int ngroups;
+    const ckpt_shards *shards[CKPT_MAX_GROUPS]; /* per group: NULL when its data is the full flat
+                                   buffer; else the ranges its data holds (ckpt_shards) */
     ckpt_blob blobs[CKPT_MAX_BLOBS];
     int nblobs;
 } ckpt_content;

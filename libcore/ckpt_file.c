@@ -58,6 +58,7 @@ void ckpt_plan_build(ckpt_plan *p, const ckpt_content *c, int world_size)
         for (int h = 0; h < g; h++) CHECK(strcmp(gn, c->groups[h].group) != 0, "duplicate checkpoint group");
         const param_table *t = c->groups[g].table;
         CHECK(t->total % PARAM_ALIGN_FLOATS == 0, "a flat buffer's total is a multiple of PARAM_ALIGN_FLOATS");
+        if (c->shards[g]) ckpt_shards_check(c->shards[g], t);
         for (int i = 0; i < t->count; i++, d++) {
             const param_entry *e = &t->entries[i];
             name_check(e->name, PARAM_NAME_MAX, false);
@@ -193,6 +194,10 @@ void ckpt_checksums_parallel(MPI_Comm comm, ckpt_plan *p, const ckpt_content *c)
     for (int k = 0; k < p->ntensors; k++) {
         const ckpt_tensors *g = &c->groups[p->dsets[k].group];
         const param_entry *e = &g->table->entries[p->dsets[k].index];
+        if (c->shards[p->dsets[k].group]) {  /* after the reduction */
+            pc[k].len = 0, pc[k].crc = 0;
+            continue;
+        }
         size_t a, b;
         ckpt_tensor_piece(g->table, e, comm, &a, &b);
         pc[k].len = (b - a) * sizeof(float);
@@ -200,6 +205,17 @@ void ckpt_checksums_parallel(MPI_Comm comm, ckpt_plan *p, const ckpt_content *c)
     }
     ckpt_crc_allreduce(comm, pc, p->ntensors);
     for (int k = 0; k < p->ntensors; k++) p->dsets[k].crc = (uint32_t)pc[k].crc;
+    for (int g = 0; g < c->ngroups; g++) {
+        const ckpt_shards *s = c->shards[g];
+        if (!s) continue;
+        uint32_t *crc = malloc(((size_t)s->n + 1) * sizeof *crc);
+        CHECK(crc, "out of memory for the checksums of a sharded group");
+        ckpt_shard_crcs(comm, s, c->groups[g].data, crc);
+        for (int k = 0; k < p->ntensors; k++)
+            if (p->dsets[k].group == g)
+                p->dsets[k].crc = ckpt_shard_tensor_crc(s, crc, &c->groups[g].table->entries[p->dsets[k].index]);
+        free(crc);
+    }
     for (int k = p->ntensors; k < p->ndsets; k++) {
         ckpt_dset *d = &p->dsets[k];
         const ckpt_blob *bl = &c->blobs[d->index];
@@ -260,6 +276,75 @@ void ckpt_select_flat(hid_t space, int ndim, const hsize_t *dims, size_t a, size
         bool first = true;
         select_flat_rec(space, ndim, dims, 0, start, a, b, &first);
     }
+}
+
+void ckpt_shard_span(const ckpt_shards *s, const param_entry *e, int *first, int *end)
+{
+    int lo = 0, hi = s->n;  /* first range at or after the tensor's offset */
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (s->offset[mid] < e->offset) lo = mid + 1;
+        else hi = mid;
+    }
+    *first = lo;
+    while (hi < s->n && s->offset[hi] < e->offset + e->count) hi++;
+    *end = hi;
+}
+
+void ckpt_shards_check(const ckpt_shards *s, const param_table *t)
+{
+    int used = 0;
+    for (int i = 0; i < t->count; i++) {
+        const param_entry *e = &t->entries[i];
+        int a, b;
+        ckpt_shard_span(s, e, &a, &b);
+        size_t at = e->offset;
+        for (int k = a; k < b; k++) {
+            CHECK(s->offset[k] == at, "ckpt_shards: the ranges must tile each tensor in ascending order");
+            at += s->count[k];
+        }
+        CHECK(at == e->offset + e->count && b > a, "ckpt_shards: the ranges must tile each tensor exactly");
+        used += b - a;
+    }
+    CHECK(used == s->n, "ckpt_shards: a range lies outside every tensor");
+}
+
+size_t ckpt_select_shards(hid_t space, const param_entry *e, const ckpt_shards *s, int first, int end,
+                          size_t *packed)
+{
+    hsize_t dims[PARAM_MAX_DIMS], start[PARAM_MAX_DIMS] = { 0 };
+    for (int d = 0; d < e->ndim; d++) dims[d] = e->shape[d];
+    size_t n = 0;
+    bool sel = true;  /* the next block replaces the selection (H5S_SELECT_SET) */
+    *packed = 0;
+    for (int k = first; k < end; k++) {
+        if (!s->mine[k]) continue;
+        if (!n) *packed = s->packed[k];
+        CHECK(s->packed[k] == *packed + n, "ckpt_shards: held ranges are packed in offset order");
+        size_t a = s->offset[k] - e->offset;
+        if (e->ndim == 0) H5_CHECK(H5Sselect_all(space));
+        else select_flat_rec(space, e->ndim, dims, 0, start, a, a + s->count[k], &sel);
+        n += s->count[k];
+    }
+    if (!n) H5_CHECK(H5Sselect_none(space));
+    return n;
+}
+
+void ckpt_shard_crcs(MPI_Comm comm, const ckpt_shards *s, const float *data, uint32_t *crc)
+{
+#pragma omp parallel for schedule(dynamic, 4)
+    for (int i = 0; i < s->n; i++)
+        crc[i] = s->mine[i] ? ckpt_crc_bytes(0, data + s->packed[i], s->count[i] * sizeof(float)) : 0;
+    if (s->n) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, crc, s->n, MPI_UINT32_T, MPI_BOR, comm));
+}
+
+uint32_t ckpt_shard_tensor_crc(const ckpt_shards *s, const uint32_t *crc, const param_entry *e)
+{
+    int a, b;
+    ckpt_shard_span(s, e, &a, &b);
+    uint32_t out = 0;
+    for (int k = a; k < b; k++) out = k == a ? crc[k] : crc_join(out, crc[k], s->count[k] * sizeof(float));
+    return out;
 }
 
 void ckpt_select_row(hid_t space, hsize_t row, hsize_t bytes)
@@ -436,11 +521,22 @@ close_file:
     return STATUS_IO;
 }
 
-/* This rank's slice of a tensor. */
+/* This rank's slice of a tensor (or, sharded, the ranges of it that it holds). */
 static int write_slice(hid_t ds, hid_t fs, const ckpt_dset *d, const ckpt_content *c, hid_t dxpl, MPI_Comm comm)
 {
     const ckpt_tensors *g = &c->groups[d->group];
     const param_entry *e = &g->table->entries[d->index];
+    const ckpt_shards *s = c->shards[d->group];
+    if (s) {
+        int first, end;
+        size_t packed;
+        ckpt_shard_span(s, e, &first, &end);
+        size_t n = ckpt_select_shards(fs, e, s, first, end, &packed);
+        hid_t ms = ckpt_mem_space(n);
+        int rc = H5Dwrite(ds, H5T_NATIVE_FLOAT, ms, fs, dxpl, g->data + packed) < 0 ? -1 : 0;
+        H5Sclose(ms);
+        return rc;
+    }
     size_t a, b;
     ckpt_tensor_piece(g->table, e, comm, &a, &b);
     ckpt_select_flat(fs, d->ndim, d->dims, a, b);

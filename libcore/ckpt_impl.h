@@ -178,6 +178,21 @@ void ckpt_flat_slice(size_t total, int rank, int size, size_t *lo, size_t *hi);
 void ckpt_tensor_piece(const param_table *t, const param_entry *e, MPI_Comm comm, size_t *a, size_t *b);
 /* Selects the row-major elements [a, b) of an ndim-dimensional space (none when a >= b). */
 void ckpt_select_flat(hid_t space, int ndim, const hsize_t *dims, size_t a, size_t b);
+/* Sharded groups (ckpt_shards). The ranges of tensor e are [*first, *end) (they tile it:
+ * checked when the plan is built and on load). */
+void ckpt_shard_span(const ckpt_shards *s, const param_entry *e, int *first, int *end);
+/* Selects, in the tensor's dataspace, the union of the ranges of [first, end) this rank
+ * holds (H5S_SELECT_OR); returns their floats and, in *packed, where they start in the
+ * group's data (they are consecutive there: packed in offset order). */
+size_t ckpt_select_shards(hid_t space, const param_entry *e, const ckpt_shards *s, int first, int end,
+                          size_t *packed);
+/* Collective: crc[i] = CRC-32 of range i for every range of s (each rank hashes the ranges
+ * it holds in data; one bitwise-or reduction, every range having exactly one holder). */
+void ckpt_shard_crcs(MPI_Comm comm, const ckpt_shards *s, const float *data, uint32_t *crc);
+/* The CRC-32 of tensor e from its ranges' CRC-32s, combined in offset order. */
+uint32_t ckpt_shard_tensor_crc(const ckpt_shards *s, const uint32_t *crc, const param_entry *e);
+/* Dies unless the ranges of s tile every tensor of t. */
+void ckpt_shards_check(const ckpt_shards *s, const param_table *t);
 void ckpt_select_row(hid_t space, hsize_t row, hsize_t bytes);
 /* A 1-D memory space of n elements (n == 0: one element, nothing selected). */
 hid_t ckpt_mem_space(size_t n);

@@ -244,6 +244,58 @@ status ckpt_check_layout(hid_t f, const ckpt_header *h, const ckpt_content *c, h
     return STATUS_INPUT;
 }
 
+/* A sharded group: each rank reads the ranges it holds (one collective read per
+ * tensor, a union of hyperslabs) into its packed buffer. The CRC-32s of the ranges are
+ * kept in crc (this rank's; ckpt_file_read combines them) and pc is left empty. */
+static status read_shards(const hid_t *ids, hid_t dxpl, ckpt_content *c, int g, ckpt_crc_piece *pc,
+                          uint32_t *file_crc, char *failed)
+{
+    const param_table *t = c->groups[g].table;
+    const ckpt_shards *s = c->shards[g];
+    ckpt_shards_check(s, t);
+    for (int i = 0; i < t->count; i++) {
+        const param_entry *e = &t->entries[i];
+        int first, end;
+        size_t packed;
+        ckpt_shard_span(s, e, &first, &end);
+        hid_t fs = H5Dget_space(ids[i]);
+        H5_CHECK(fs);
+        size_t n = ckpt_select_shards(fs, e, s, first, end, &packed);
+        hid_t ms = ckpt_mem_space(n);
+        if ((H5Dread(ids[i], H5T_NATIVE_FLOAT, ms, fs, dxpl, c->groups[g].data + packed) < 0 ||
+             ckpt_attr_read(ids[i], "checksum", H5T_NATIVE_UINT32, 0, &file_crc[i]) != 0) && !failed[0])
+            snprintf(failed, CKPT_DSET_MAX, "/%s/%s", c->groups[g].group, e->name);
+        pc[i].len = 0, pc[i].crc = 0;
+        H5Sclose(ms);
+        H5Sclose(fs);
+    }
+    return STATUS_OK;
+}
+
+/* The sharded groups' tensors' CRC-32s, whole, as rank 0's piece (the others' are
+ * empty), so that verify's reduction yields them unchanged. */
+static void shard_pieces(MPI_Comm comm, const ckpt_content *c, ckpt_crc_piece *pc)
+{
+    int rank, k = 0;
+    MPI_Comm_rank(comm, &rank);
+    for (int g = 0; g < c->ngroups; g++) {
+        const param_table *t = c->groups[g].table;
+        const ckpt_shards *s = c->shards[g];
+        if (!s) {
+            k += t->count;
+            continue;
+        }
+        uint32_t *crc = malloc(((size_t)s->n + 1) * sizeof *crc);
+        CHECK(crc, "out of memory for the checksums of a sharded group");
+        ckpt_shard_crcs(comm, s, c->groups[g].data, crc);
+        for (int i = 0; i < t->count; i++, k++) {
+            pc[k].crc = rank == 0 ? ckpt_shard_tensor_crc(s, crc, &t->entries[i]) : 0;
+            pc[k].len = rank == 0 ? t->entries[i].count * sizeof(float) : 0;
+        }
+        free(crc);
+    }
+}
+
 /* Collective reads of this rank's slices (and blob row) with their CRC-32 pieces and
  * the recorded checksums; blob rows are verified here against row_checksums. */
 static status read_data(MPI_Comm comm, const hid_t *ids, const ckpt_header *h, ckpt_content *c, ckpt_crc_piece *pc,
@@ -261,6 +313,11 @@ static status read_data(MPI_Comm comm, const hid_t *ids, const ckpt_header *h, c
     int k = 0;
     for (int g = 0; g < c->ngroups; g++) {
         const param_table *t = c->groups[g].table;
+        if (c->shards[g]) {
+            st = read_shards(ids + k, dxpl, c, g, pc + k, file_crc + k, failed);
+            k += t->count;
+            continue;
+        }
         for (int i = 0; i < t->count; i++, k++) {
             const param_entry *e = &t->entries[i];
             hsize_t dims[PARAM_MAX_DIMS];
@@ -350,6 +407,7 @@ static void replicate(MPI_Comm comm, ckpt_content *c)
     MPI_CHECK(MPI_Type_contiguous(PARAM_ALIGN_FLOATS, MPI_FLOAT, &line));
     MPI_CHECK(MPI_Type_commit(&line));
     for (int g = 0; g < c->ngroups; g++) {
+        if (c->shards[g]) continue;  /* each rank keeps only what it holds */
         size_t total = c->groups[g].table->total;
         CHECK(total / PARAM_ALIGN_FLOATS <= (size_t)INT32_MAX, "a flat buffer of more than 2^31 cache lines");
         for (int r = 0; r < size; r++) {
@@ -389,6 +447,7 @@ status ckpt_file_read(MPI_Comm comm, const char *path, int64_t marker_step, ckpt
     if (st == STATUS_OK) st = ckpt_agree(comm, read_header(f, path, marker_step, c, &h, why), why, CKPT_WHY_MAX);
     if (st == STATUS_OK) st = ckpt_agree(comm, ckpt_check_layout(f, &h, c, ids, why), why, CKPT_WHY_MAX);
     if (st == STATUS_OK) st = ckpt_agree(comm, read_data(comm, ids, &h, c, pc, file_crc, why), why, CKPT_WHY_MAX);
+    if (st == STATUS_OK) shard_pieces(comm, c, pc);
     if (st == STATUS_OK) st = verify(comm, c, pc, file_crc, n, why);
     if (st == STATUS_OK) {
         replicate(comm, c);

@@ -104,18 +104,18 @@ static void adamw_avx2(float *restrict p, const float *restrict g, float *restri
 }
 #endif
 
-void optim_adamw_step(const param_table *pt, param_buffers *pb, const adamw_hparams *hp, double lr, long t)
+/* The coefficients of update t, exactly as torch forms them (Python doubles, rounded
+ * to float in the kernel); *decay is the factor of decay entries. Shared by the
+ * whole-buffer and the range steps, so both compute the same bits. */
+static adamw_coef adamw_coefs(const adamw_hparams *hp, double lr, long t, float *decay)
 {
-    check_buffers(pt, pb);
-    CHECK(pb->m && pb->v, "AdamW needs moments: param_buffers_init(pb, pt, true)");
     CHECK(t >= 1, "t counts updates from 1 (torch's state['step'])");
     CHECK(hp->beta1 >= 0 && hp->beta1 < 1 && hp->beta2 >= 0 && hp->beta2 < 1 && hp->eps > 0 && lr >= 0 &&
               hp->weight_decay >= 0,
           "AdamW needs 0 <= beta1, beta2 < 1, eps > 0, lr >= 0 and weight_decay >= 0 (validate the config)");
-
-    /* The scalars exactly as torch forms them (Python doubles, rounded to float in the kernel). */
     double bc1 = 1.0 - pow(hp->beta1, (double)t), bc2 = 1.0 - pow(hp->beta2, (double)t);
-    const adamw_coef base = {
+    *decay = (float)(1.0 - lr * hp->weight_decay);
+    return (adamw_coef){
         .decay = 1.0f,
         .b1 = (float)hp->beta1,
         .a1 = (float)(1.0 - hp->beta1),
@@ -125,7 +125,27 @@ void optim_adamw_step(const param_table *pt, param_buffers *pb, const adamw_hpar
         .eps = (float)hp->eps,
         .neg_step = (float)(-(lr / bc1)),
     };
-    const float decay = (float)(1.0 - lr * hp->weight_decay);
+}
+
+/* n elements: p, g from the flat layout, m, v wherever the caller keeps them. */
+static void adamw_run(float *p, const float *g, float *m, float *v, size_t n, const adamw_coef *c, bool avx2)
+{
+#ifdef OPTIM_HAVE_AVX2
+    if (avx2) {
+        adamw_avx2(p, g, m, v, n, c);
+        return;
+    }
+#endif
+    (void)avx2;
+    adamw_portable(p, g, m, v, n, c);
+}
+
+void optim_adamw_step(const param_table *pt, param_buffers *pb, const adamw_hparams *hp, double lr, long t)
+{
+    check_buffers(pt, pb);
+    CHECK(pb->m && pb->v, "AdamW needs moments: param_buffers_init(pb, pt, true)");
+    float decay;
+    const adamw_coef base = adamw_coefs(hp, lr, t, &decay);
     const bool avx2 = use_avx2(hp->portable);
 
 #pragma omp parallel
@@ -137,15 +157,41 @@ void optim_adamw_step(const param_table *pt, param_buffers *pb, const adamw_hpar
         adamw_coef c = base;
         if (pe->decay) c.decay = decay;
         size_t o = pe->offset + lo;
-#ifdef OPTIM_HAVE_AVX2
-        if (avx2) {
-            adamw_avx2(pb->params + o, pb->grads + o, pb->m + o, pb->v + o, hi - lo, &c);
-            continue;
-        }
-#endif
-        adamw_portable(pb->params + o, pb->grads + o, pb->m + o, pb->v + o, hi - lo, &c);
+        adamw_run(pb->params + o, pb->grads + o, pb->m + o, pb->v + o, hi - lo, &c, avx2);
     }
-    (void)avx2;
+}
+
+/* A range must lie inside its tensor: its decay flag (and SGD's plain flag) is the tensor's. */
+static void check_ranges(const param_table *pt, const optim_range *r, int n)
+{
+    for (int i = 0; i < n; i++) {
+        CHECK(r[i].entry >= 0 && r[i].entry < pt->count, "an optim_range names a tensor outside the table");
+        const param_entry *pe = &pt->entries[r[i].entry];
+        CHECK(r[i].offset >= pe->offset && r[i].offset + r[i].count <= pe->offset + pe->count,
+              "an optim_range crosses the boundary of its tensor");
+    }
+}
+
+void optim_adamw_step_ranges(const param_table *pt, param_buffers *pb, const optim_range *r, int n, float *m,
+                             float *v, const adamw_hparams *hp, double lr, long t)
+{
+    check_buffers(pt, pb);
+    CHECK(n == 0 || (m && v), "AdamW over ranges needs the packed moments m and v");
+    check_ranges(pt, r, n);
+    float decay;
+    const adamw_coef base = adamw_coefs(hp, lr, t, &decay);
+    const bool avx2 = use_avx2(hp->portable);
+
+#pragma omp parallel
+    for (int i = 0; i < n; i++) {
+        size_t lo, hi;
+        thread_share(r[i].count, &lo, &hi);
+        if (hi == lo) continue;
+        adamw_coef c = base;
+        if (pt->entries[r[i].entry].decay) c.decay = decay;
+        size_t o = r[i].offset + lo, q = r[i].packed + lo;
+        adamw_run(pb->params + o, pb->grads + o, m + q, v + q, hi - lo, &c, avx2);
+    }
 }
 
 /* ---- SGD ------------------------------------------------------------------- */
@@ -195,16 +241,13 @@ static void sgd_avx2(float *restrict p, const float *restrict g, float *restrict
 }
 #endif
 
-void optim_sgd_step(const param_table *pt, param_buffers *pb, const sgd_hparams *hp, double lr, long t)
+static sgd_coef sgd_coefs(const sgd_hparams *hp, double lr, long t)
 {
-    check_buffers(pt, pb);
     CHECK(t >= 1, "t counts updates from 1 (the first step starts the momentum buffer)");
     CHECK(hp->momentum >= 0 && hp->momentum < 1 && lr >= 0 && hp->weight_decay >= 0,
           "SGD needs 0 <= momentum < 1, lr >= 0 and weight_decay >= 0 (validate the config)");
     CHECK(!hp->nesterov || hp->momentum > 0, "Nesterov momentum needs momentum > 0 (torch refuses it too)");
-    CHECK(hp->momentum == 0 || pb->m, "SGD momentum keeps its buffer in pb->m: param_buffers_init(pb, pt, true)");
-
-    const sgd_coef base = {
+    return (sgd_coef){
         .wd = 0.0f,
         .mu = (float)hp->momentum,
         .neg_lr = (float)-lr,
@@ -212,7 +255,30 @@ void optim_sgd_step(const param_table *pt, param_buffers *pb, const sgd_hparams 
         .first = t == 1,
         .nesterov = hp->nesterov,
     };
-    const float wd = (float)hp->weight_decay;
+}
+
+/* The coefficients of tensor e; b: its momentum buffer at the same element, or NULL. */
+static void sgd_run(float *p, const float *g, float *b, size_t n, const sgd_hparams *hp, int e, bool decay,
+                    sgd_coef c, bool avx2)
+{
+    if (decay) c.wd = (float)hp->weight_decay;
+    if (hp->plain && hp->plain[e]) c.wd = 0.0f, c.momentum = false, c.nesterov = false;
+    if (!c.momentum) b = NULL;
+#ifdef OPTIM_HAVE_AVX2
+    if (avx2) {
+        sgd_avx2(p, g, b, n, &c);
+        return;
+    }
+#endif
+    (void)avx2;
+    sgd_portable(p, g, b, n, &c);
+}
+
+void optim_sgd_step(const param_table *pt, param_buffers *pb, const sgd_hparams *hp, double lr, long t)
+{
+    check_buffers(pt, pb);
+    const sgd_coef base = sgd_coefs(hp, lr, t);
+    CHECK(hp->momentum == 0 || pb->m, "SGD momentum keeps its buffer in pb->m: param_buffers_init(pb, pt, true)");
     const bool avx2 = use_avx2(hp->portable);
 
 #pragma omp parallel
@@ -221,20 +287,30 @@ void optim_sgd_step(const param_table *pt, param_buffers *pb, const sgd_hparams 
         size_t lo, hi;
         thread_share(pe->count, &lo, &hi);
         if (hi == lo) continue;
-        sgd_coef c = base;
-        if (pe->decay) c.wd = wd;
-        if (hp->plain && hp->plain[e]) c.wd = 0.0f, c.momentum = false, c.nesterov = false;
         size_t o = pe->offset + lo;
-        float *b = c.momentum ? pb->m + o : NULL;
-#ifdef OPTIM_HAVE_AVX2
-        if (avx2) {
-            sgd_avx2(pb->params + o, pb->grads + o, b, hi - lo, &c);
-            continue;
-        }
-#endif
-        sgd_portable(pb->params + o, pb->grads + o, b, hi - lo, &c);
+        sgd_run(pb->params + o, pb->grads + o, pb->m ? pb->m + o : NULL, hi - lo, hp, e, pe->decay, base, avx2);
     }
-    (void)avx2;
+}
+
+void optim_sgd_step_ranges(const param_table *pt, param_buffers *pb, const optim_range *r, int n, float *b,
+                           const sgd_hparams *hp, double lr, long t)
+{
+    check_buffers(pt, pb);
+    const sgd_coef base = sgd_coefs(hp, lr, t);
+    CHECK(n == 0 || hp->momentum == 0 || b, "SGD momentum over ranges needs the packed buffer b");
+    check_ranges(pt, r, n);
+    const bool avx2 = use_avx2(hp->portable);
+
+#pragma omp parallel
+    for (int i = 0; i < n; i++) {
+        size_t lo, hi;
+        thread_share(r[i].count, &lo, &hi);
+        if (hi == lo) continue;
+        int e = r[i].entry;
+        size_t o = r[i].offset + lo;
+        sgd_run(pb->params + o, pb->grads + o, b ? b + r[i].packed + lo : NULL, hi - lo, hp, e,
+                pt->entries[e].decay, base, avx2);
+    }
 }
 
 /* ---- gradient clipping ------------------------------------------------------- */

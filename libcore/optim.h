@@ -61,6 +61,27 @@ void optim_adamw_step(const param_table *pt, param_buffers *pb, const adamw_hpar
  * t == 1 starts the momentum buffer from the gradient (torch's "buf is None"). */
 void optim_sgd_step(const param_table *pt, param_buffers *pb, const sgd_hparams *hp, double lr, long t);
 
+/* One (offset, count) slice of a tensor whose optimizer state is kept elsewhere
+ * (ZeRO shards, zero.h): params and grads at `offset` of the flat layout, the
+ * moments at `packed` of the caller's packed buffers. */
+typedef struct optim_range {
+    int entry;       /* the tensor (table index): its decay and plain flags apply */
+    size_t offset;   /* first float in the flat layout; the range lies inside the tensor */
+    size_t count;    /* floats */
+    size_t packed;   /* first float in the packed moment buffers */
+} optim_range;
+
+/* optim_adamw_step over n ranges only, with moments m and v packed as the ranges say
+ * (pb->m and pb->v are not used): the same operations in the same order, so an
+ * element's result is bit-identical to the whole-buffer step's. */
+void optim_adamw_step_ranges(const param_table *pt, param_buffers *pb, const optim_range *r, int n, float *m,
+                             float *v, const adamw_hparams *hp, double lr, long t);
+
+/* optim_sgd_step over n ranges only, the momentum buffer packed in b (NULL when
+ * momentum is 0); bit-identical per element to the whole-buffer step. */
+void optim_sgd_step_ranges(const param_table *pt, param_buffers *pb, const optim_range *r, int n, float *b,
+                           const sgd_hparams *hp, double lr, long t);
+
 /* torch.nn.utils.clip_grad_norm_ (L2): *norm = ||grads[0, n)||_2, the squares
  * summed in double over 1024 fixed blocks whose partial sums are added in block
  * order, so the norm is the same for every thread count. When

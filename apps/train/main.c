@@ -36,6 +36,7 @@ static const cli_option train_options[] = {
     { "resume", "ckpt.resume", NULL },
     { "ckpt-every", "ckpt.every_steps", NULL },
     { "async-ckpt", "ckpt.async", "true" },
+    { "zero", "train.zero", NULL },
 };
 
 /* nebula-train prepare OUT_DIR FILE... [--val-fraction F]: no MPI. */
@@ -132,7 +133,10 @@ int main(int argc, char **argv)
             data_describe(run->val_data, line, sizeof line);
             printf("data.val: %s\n", line);
         }
-        param_print_memory(model_params(&run->m), model_activation_bytes(&run->m), 0, stdout);
+        if (run->use_zero)
+            zero_print_memory(&run->zero, model_params(&run->m), model_activation_bytes(&run->m), 0, stdout);
+        else
+            param_print_memory(model_params(&run->m), model_activation_bytes(&run->m), 0, stdout);
         bucket_print(&run->bm, stdout);
         fflush(stdout);
     }

@@ -43,6 +43,12 @@ const config_key train_schema_keys[] = {
       .help = "OpenMP and BLAS threads per rank (0: the cores this rank is bound to)" },
     { "train", "bucket_bytes", CONFIG_TYPE_SIZE, "25M", .min = 4096, .max = 1ull << 34,
       .help = "gradient bucket size (PyTorch DDP's bucket_cap_mb = 25)" },
+    { "train", "zero", CONFIG_TYPE_INT, "0", .min = 0, .max = 1,
+      .help = "ZeRO stage: 1 shards the optimizer state (AdamW m, v; SGD momentum) over the ranks" },
+    { "zero", "shard_numel", CONFIG_TYPE_INT, "65536", .min = 16, .max = 1 << 30,
+      .help = "ZeRO: most floats per shard (tensors are cut into chunks of this size)" },
+    { "zero", "vnodes", CONFIG_TYPE_INT, "64", .min = 1, .max = 4096,
+      .help = "ZeRO: points per rank on the consistent-hashing ring (more: better balance)" },
     { "optim", "name", CONFIG_TYPE_ENUM, "auto", .choices = "auto|adamw|sgd",
       .help = "optimizer (auto: AdamW for GPT-2 and BERT, SGD with momentum for ResNet)" },
     { "optim", "lr", CONFIG_TYPE_FLOAT, "3e-4", .min = 0, .max = 1e3, .help = "peak learning rate" },
@@ -256,8 +262,14 @@ static void train_ckpt_content(train_run *r, ckpt_content *c)
     c->config_text = r->config_text;
     c->ranks_per_node = r->rt->max_local_size;
     c->groups[c->ngroups++] = (ckpt_tensors){ "params", pt, pb->params, false };
-    c->groups[c->ngroups++] = (ckpt_tensors){ "optim/m", pt, pb->m, false };
-    if (!r->use_sgd) c->groups[c->ngroups++] = (ckpt_tensors){ "optim/v", pt, pb->v, false };
+    /* ZeRO: each rank holds and writes its shards of the moments; the file holds full
+     * tensors either way, so checkpoints load with or without ZeRO at any world size */
+    if (r->use_zero) c->shards[c->ngroups] = &r->zero.ck;
+    c->groups[c->ngroups++] = (ckpt_tensors){ "optim/m", pt, r->use_zero ? r->zero.m : pb->m, false };
+    if (!r->use_sgd) {
+        if (r->use_zero) c->shards[c->ngroups] = &r->zero.ck;
+        c->groups[c->ngroups++] = (ckpt_tensors){ "optim/v", pt, r->use_zero ? r->zero.v : pb->v, false };
+    }
     if (model_state_table(&r->m))
         c->groups[c->ngroups++] = (ckpt_tensors){ "buffers", model_state_table(&r->m), model_state(&r->m), true };
     c->blobs[c->nblobs++] = (ckpt_blob){ "loader", &r->loader_state, sizeof r->loader_state, false, false };
@@ -282,6 +294,16 @@ static status train_dgc_setup(train_run *r)
     dgc_options o;
     dgc_options_from_config(r->cfg, &o);
     if (o.mode == DGC_MODE_OFF) return STATUS_OK;
+    if (r->use_zero) {
+        if (o.mode == DGC_MODE_ON) {
+            log_error0("dgc.mode = on and train.zero = 1 (%s) are not supported together: DGC-Pro's momentum "
+                       "correction keeps full-size per-rank state and applies the update itself; set dgc.mode = off "
+                       "or train.zero = 0", config_origin(r->cfg, "train.zero"));
+            return STATUS_INPUT;
+        }
+        if (r->rt->rank == 0) printf("dgc: off (auto): not with train.zero = 1\n");
+        return STATUS_OK;
+    }
     const param_table *pt = model_params(&r->m);
     size_t nparams = 0;
     for (int e = 0; e < pt->count; e++) nparams += pt->entries[e].count;
@@ -398,6 +420,15 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c)
         return STATUS_INPUT;
     }
 
+    r->use_zero = config_int(cfg, "train.zero") == 1;
+    if (r->use_zero && config_bool(cfg, "ckpt.async")) {
+        log_error0("ckpt.async = true and train.zero = 1 (%s) are not supported together: the asynchronous writer "
+                   "stages every tensor on rank 0, which a ZeRO run does not hold (gathering the moments there "
+                   "would undo the memory ZeRO saves); set ckpt.async = false (ZeRO checkpoints are written in "
+                   "parallel, each rank its shards)", config_origin(cfg, "train.zero"));
+        return STATUS_INPUT;
+    }
+
     /* Data before the model: a bad file fails fast. */
     TRY(train_open_data(r, &r->train_data, config_str(cfg, "data.train"), true));
     const char *val = config_str(cfg, "data.val");
@@ -415,6 +446,16 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c)
     param_table *pt = model_params(&r->m);
     param_buffers *pb = model_buffers(&r->m);
     MPI_Bcast(pb->params, (int)pt->total, MPI_FLOAT, 0, rt->world);
+    if (r->use_zero) {
+        /* The moments live in zero's packed buffers, 1/N of them per rank. The models
+         * allocate full ones when training (model_init has no flag to leave them out):
+         * released here, before anything else is allocated. */
+        free(pb->m), free(pb->v);
+        pb->m = pb->v = NULL;
+        zero_options zo = { (size_t)config_int(cfg, "zero.shard_numel"), (int)config_int(cfg, "zero.vnodes"),
+                            r->use_sgd ? 1 : 2 };
+        TRY(zero_init(&r->zero, rt->world, pt, &zo));
+    }
 
     TRY(train_layers(r));
     size_t *off = malloc((size_t)pt->count * sizeof *off), *cnt = malloc((size_t)pt->count * sizeof *cnt);
@@ -473,6 +514,15 @@ status train_resume(train_run *r)
         dgc_state_reset(r->dgc);
         log_warn0("dgc: the checkpoint's compression state belongs to another layout of ranks or an older "
                   "state format; residuals and velocities start from zero (what they held is not applied)");
+    }
+    if (r->use_zero && info.world_size != r->rt->size) {
+        double fs, fe;
+        TRY(zero_moved_fraction(&r->zero, info.world_size, &fs, &fe));
+        int a = info.world_size, b = r->rt->size;
+        if (r->rt->rank == 0)
+            printf("zero: resharded from %d to %d ranks: %.1f%% of the optimizer shards (%.1f%% of the floats) "
+                   "change owner (consistent hashing; expected about 1 - %d/%d = %.1f%%)\n", a, b, 100 * fs, 100 * fe,
+                   a < b ? a : b, a < b ? b : a, 100.0 * (1.0 - (double)(a < b ? a : b) / (a < b ? b : a)));
     }
     if (r->rt->rank == 0)
         printf("resumed from %s at step %ld%s%s\n", info.path, r->step,
@@ -559,6 +609,12 @@ static status train_step(train_run *r, step_stats *ss)
     if (!isfinite(ss->gnorm)) {
         log_error0("step %ld: the gradient norm is %g; the step is skipped (lower optim.lr or set train.clip)",
                    r->step, ss->gnorm);
+    } else if (r->use_zero) {
+        /* only the owned shards; then every rank's to every rank, through the gradient
+         * buffer, which nothing reads after the update (zeroed at the next step) */
+        if (r->use_sgd) zero_sgd_step(&r->zero, pt, pb, &r->sgd, ss->lr, r->step + 1);
+        else zero_adamw_step(&r->zero, pt, pb, &r->adamw, ss->lr, r->step + 1);
+        zero_allgather_params(&r->zero, pb->params, pb->grads);
     } else if (r->use_sgd) {
         r->sgd.plain = compress ? dgc_plain_entries(r->dgc) : NULL;
         optim_sgd_step(pt, pb, &r->sgd, ss->lr, r->step + 1);
@@ -819,6 +875,7 @@ void train_free(train_run *r)
 {
     if (r->ckpt) ckpt_writer_free(r->ckpt);
     dgc_free(r->dgc);
+    if (r->use_zero) zero_free(&r->zero);
     if (r->metrics) fclose(r->metrics);
     if (r->heartbeat_fd >= 0) close(r->heartbeat_fd);
     bucket_free(&r->bm);

@@ -24,6 +24,7 @@
 #include "model.h"
 #include "optim.h"
 #include "runtime.h"
+#include "zero.h"
 
 /* Global batch = micro_batch x accum x data-parallel size; any two given (0 = not
  * given), the third is derived; accum defaults to 1 when only one is given. */
@@ -76,6 +77,8 @@ typedef struct train_run {
     uint64_t seed;
     int threads;               /* OpenMP / BLAS threads of this rank */
     double comm_ms;            /* calibrated: one blocking allreduce of all buckets */
+    bool use_zero;             /* train.zero = 1: optimizer state sharded over the ranks (ZeRO-1) */
+    zero zero;                 /* the shards, their packed moments and the all-gather; use_zero only */
     dgc *dgc;                  /* DGC-Pro when configured and not ruled out at setup; NULL otherwise */
     dgc_stats dstats;          /* of the last step it ran */
     double dgc_sent, dgc_dense;/* bytes sent between nodes by this rank over the run, and a dense ring's */

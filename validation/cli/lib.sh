@@ -23,3 +23,48 @@ expect() {
 }
 
 finish() { [ "$fails" -eq 0 ]; }
+
+PY=/usr/bin/python3  # Debian's interpreter, which sees Debian's numpy, h5py and PyTorch
+
+# check NAME COMMAND...: ok when COMMAND succeeds
+check() {
+    local name=$1
+    shift
+    if "$@"; then echo "ok - $name"; else echo "FAIL - $name"; fails=$((fails + 1)); fi
+}
+
+# --- training runs on the licence-text corpus (configs/train/gpt2-tiny-licenses.ini) ---------
+
+# licenses_data: the corpus prepared into $data = $tmp/data (train.bin, val.bin)
+licenses_data() {
+    data=$tmp/data
+    build/bin/nebula-train prepare "$data" /usr/share/common-licenses/* >/dev/null || { echo "FAIL - prepare"; exit 1; }
+}
+
+# licenses_run RUN_DIR NP [ARG...]: gpt2-tiny on $data at a constant learning rate (so
+# train.steps only bounds the loop and runs of different lengths share their first
+# steps exactly), a loss line every step, no evaluation; output in RUN_DIR.log
+licenses_run() {
+    local dir=$1 np=$2
+    shift 2
+    $MPIRUN -np "$np" build/bin/nebula-train --config configs/train/gpt2-tiny-licenses.ini --run-dir "$dir" \
+        --set data.train="$data/train.bin" --set data.val= --set optim.schedule=constant \
+        --set optim.warmup_steps=0 --set train.log_interval=1 --set train.eval_interval=0 "$@" \
+        >"$dir.log" 2>&1 </dev/null
+}
+
+# same_losses A B [FROM] [exact]: the training losses of two run directories' metrics,
+# step by step from FROM (1) on, agree within 1e-5 relative, or bit for bit with
+# `exact`; at least two common steps
+same_losses() {
+    $PY - "$1/metrics.jsonl" "$2/metrics.jsonl" "${3:-1}" "${4:-}" <<'PY'
+import json, sys
+def losses(p):
+    return {j["step"]: j["loss"] for j in map(json.loads, open(p)) if j["kind"] == "train"}
+a, b, first, exact = losses(sys.argv[1]), losses(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "exact"
+steps = sorted(s for s in a if s in b and s >= first)
+worst = max(abs(a[s] - b[s]) / abs(a[s]) for s in steps) if steps else 1
+print(f"    {len(steps)} common steps from {first}, worst relative difference {worst:.2e}")
+sys.exit(0 if len(steps) >= 2 and (worst == 0 if exact else worst <= 1e-5) else 1)
+PY
+}

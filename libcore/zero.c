@@ -1,0 +1,254 @@
+/* zero — ZeRO-1 shards, consistent-hash ownership, the sharded step and the
+ * parameter all-gather (see zero.h for the design). */
+#include "zero.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MIB (1024.0 * 1024.0)
+
+uint64_t zero_mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* Point v of rank r: depends on (r, v) only, so other ranks' points never move it. */
+static uint64_t ring_point(int r, int v)
+{
+    return zero_mix(zero_mix((uint64_t)r + 1) ^ ((uint64_t)v << 32 | 0x5a45524fu));
+}
+
+/* FNV-1a 64 of a name: a tensor's identity, independent of its place in the table. */
+static uint64_t name_hash(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+    return h;
+}
+
+typedef struct ring_item {
+    uint64_t point;
+    int rank;
+} ring_item;
+
+static int ring_cmp(const void *a, const void *b)
+{
+    const ring_item *x = a, *y = b;
+    if (x->point != y->point) return x->point < y->point ? -1 : 1;
+    return (x->rank > y->rank) - (x->rank < y->rank);  /* a tie (2^-64) decided by rank: still deterministic */
+}
+
+status zero_ring_init(zero_ring *ring, int world, int vnodes)
+{
+    CHECK(world >= 1 && vnodes >= 1, "a ring needs at least one rank and one point per rank");
+    memset(ring, 0, sizeof *ring);
+    int n = world * vnodes;
+    ring_item *it = malloc((size_t)n * sizeof *it);
+    ring->point = malloc((size_t)n * sizeof *ring->point);
+    ring->rank = malloc((size_t)n * sizeof *ring->rank);
+    if (!it || !ring->point || !ring->rank) {
+        free(it);
+        zero_ring_free(ring);
+        log_error("zero: out of memory for a ring of %d points", n);
+        return STATUS_NOMEM;
+    }
+    for (int r = 0; r < world; r++)
+        for (int v = 0; v < vnodes; v++) it[r * vnodes + v] = (ring_item){ ring_point(r, v), r };
+    qsort(it, (size_t)n, sizeof *it, ring_cmp);
+    for (int i = 0; i < n; i++) ring->point[i] = it[i].point, ring->rank[i] = it[i].rank;
+    ring->n = n;
+    free(it);
+    return STATUS_OK;
+}
+
+int zero_ring_owner(const zero_ring *ring, uint64_t key)
+{
+    int lo = 0, hi = ring->n;  /* first point >= key */
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (ring->point[mid] < key) lo = mid + 1;
+        else hi = mid;
+    }
+    return ring->rank[lo == ring->n ? 0 : lo];
+}
+
+void zero_ring_free(zero_ring *ring)
+{
+    free(ring->point);
+    free(ring->rank);
+    memset(ring, 0, sizeof *ring);
+}
+
+status zero_shards_build(const param_table *pt, size_t shard_numel, zero_shard **shards, int *n)
+{
+    CHECK(shard_numel >= 1, "zero: shard_numel >= 1");
+    size_t total = 0;
+    for (int e = 0; e < pt->count; e++) total += (pt->entries[e].count + shard_numel - 1) / shard_numel;
+    CHECK(total <= (size_t)INT32_MAX, "zero: more than 2^31 shards (raise zero.shard_numel)");
+    zero_shard *s = calloc(total + 1, sizeof *s);
+    if (!s) {
+        log_error("zero: out of memory for %zu shards", total);
+        return STATUS_NOMEM;
+    }
+    int k = 0;
+    for (int e = 0; e < pt->count; e++) {
+        const param_entry *pe = &pt->entries[e];
+        uint64_t id = zero_mix(name_hash(pe->name));
+        for (size_t at = 0, c = 0; at < pe->count; at += shard_numel, c++, k++) {
+            s[k].entry = e;
+            s[k].chunk = (int)c;
+            s[k].offset = pe->offset + at;
+            s[k].count = pe->count - at < shard_numel ? pe->count - at : shard_numel;
+            s[k].key = zero_mix(id + c);
+            s[k].owner = -1;
+        }
+    }
+    *shards = s;
+    *n = k;
+    return STATUS_OK;
+}
+
+status zero_init(zero *z, MPI_Comm comm, const param_table *pt, const zero_options *o)
+{
+    memset(z, 0, sizeof *z);
+    CHECK(o->moments >= 0 && o->moments <= 2, "zero: 0, 1 or 2 moment buffers");
+    z->comm = comm;
+    z->opt = *o;
+    MPI_Comm_rank(comm, &z->rank);
+    MPI_Comm_size(comm, &z->size);
+    TRY(zero_ring_init(&z->ring, z->size, o->vnodes));
+    TRY(zero_shards_build(pt, o->shard_numel, &z->shards, &z->nshards));
+    size_t n = (size_t)z->nshards + 1;
+    size_t *own = calloc((size_t)z->size, sizeof *own);
+    z->counts = calloc((size_t)z->size, sizeof *z->counts);
+    z->displs = calloc((size_t)z->size, sizeof *z->displs);
+    z->mine = calloc(n, sizeof *z->mine);
+    z->ck_offset = calloc(n, sizeof *z->ck_offset);
+    z->ck_count = calloc(n, sizeof *z->ck_count);
+    z->ck_packed = calloc(n, sizeof *z->ck_packed);
+    z->ck_mine = calloc(n, 1);
+    if (!own || !z->counts || !z->displs || !z->mine || !z->ck_offset || !z->ck_count || !z->ck_packed ||
+        !z->ck_mine) {
+        free(own);
+        log_error("zero: out of memory for the shard tables");
+        return STATUS_NOMEM;
+    }
+    for (int i = 0; i < z->nshards; i++) {
+        zero_shard *s = &z->shards[i];
+        s->owner = zero_ring_owner(&z->ring, s->key);
+        s->gather = own[s->owner];  /* relative to the owner's block until the blocks are placed */
+        own[s->owner] += s->count;
+        z->numel += s->count;
+        z->ck_offset[i] = s->offset;
+        z->ck_count[i] = s->count;
+        if (s->owner == z->rank) {
+            z->mine[z->nmine++] = (optim_range){ s->entry, s->offset, s->count, z->owned };
+            z->ck_mine[i] = 1;
+            z->ck_packed[i] = z->owned;
+            z->owned += s->count;
+        }
+    }
+    CHECK(z->numel <= (size_t)INT32_MAX, "zero: MPI counts are int: more than 2^31 parameters");
+    size_t at = 0;
+    for (int r = 0; r < z->size; r++) {
+        z->counts[r] = (int)own[r];
+        z->displs[r] = (int)at;
+        at += own[r];
+    }
+    for (int i = 0; i < z->nshards; i++) z->shards[i].gather += (size_t)z->displs[z->shards[i].owner];
+    free(own);
+    z->ck = (ckpt_shards){ z->nshards, z->ck_offset, z->ck_count, z->ck_mine, z->ck_packed };
+    size_t bytes = (z->owned ? z->owned : 1) * sizeof(float);
+    bytes = (bytes + PARAM_ALIGN_BYTES - 1) / PARAM_ALIGN_BYTES * PARAM_ALIGN_BYTES;
+    for (int k = 0; k < o->moments; k++) {
+        float **buf = k == 0 ? &z->m : &z->v;
+        *buf = aligned_alloc(PARAM_ALIGN_BYTES, bytes);
+        if (!*buf) {
+            log_error("zero: out of memory for %.1f MiB of optimizer state", (double)bytes / MIB);
+            return STATUS_NOMEM;
+        }
+        memset(*buf, 0, bytes);
+    }
+    return STATUS_OK;
+}
+
+void zero_free(zero *z)
+{
+    zero_ring_free(&z->ring);
+    free(z->shards), free(z->mine), free(z->counts), free(z->displs);
+    free(z->ck_offset), free(z->ck_count), free(z->ck_packed), free(z->ck_mine);
+    free(z->m), free(z->v);
+    memset(z, 0, sizeof *z);
+}
+
+void zero_adamw_step(zero *z, const param_table *pt, param_buffers *pb, const adamw_hparams *hp, double lr, long t)
+{
+    CHECK(z->opt.moments == 2, "zero: AdamW needs zero_init with moments = 2");
+    optim_adamw_step_ranges(pt, pb, z->mine, z->nmine, z->m, z->v, hp, lr, t);
+}
+
+void zero_sgd_step(zero *z, const param_table *pt, param_buffers *pb, const sgd_hparams *hp, double lr, long t)
+{
+    CHECK(hp->momentum == 0 || z->opt.moments >= 1, "zero: SGD momentum needs zero_init with moments >= 1");
+    optim_sgd_step_ranges(pt, pb, z->mine, z->nmine, hp->momentum != 0 ? z->m : NULL, hp, lr, t);
+}
+
+void zero_allgather_params(zero *z, float *params, float *scratch)
+{
+    float *block = scratch + z->displs[z->rank];
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < z->nmine; i++)
+        memcpy(block + z->mine[i].packed, params + z->mine[i].offset, z->mine[i].count * sizeof(float));
+    MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, scratch, z->counts, z->displs, MPI_FLOAT, z->comm));
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < z->nshards; i++) {
+        const zero_shard *s = &z->shards[i];
+        if (s->owner != z->rank) memcpy(params + s->offset, scratch + s->gather, s->count * sizeof(float));
+    }
+}
+
+status zero_moved_fraction(const zero *z, int old_world, double *shard_frac, double *elem_frac)
+{
+    zero_ring old;
+    TRY(zero_ring_init(&old, old_world, z->opt.vnodes));
+    size_t moved = 0, moved_el = 0;
+    for (int i = 0; i < z->nshards; i++)
+        if (zero_ring_owner(&old, z->shards[i].key) != z->shards[i].owner) moved++, moved_el += z->shards[i].count;
+    zero_ring_free(&old);
+    *shard_frac = z->nshards ? (double)moved / z->nshards : 0.0;
+    *elem_frac = z->numel ? (double)moved_el / (double)z->numel : 0.0;
+    return STATUS_OK;
+}
+
+void zero_balance(const zero *z, size_t *max_owned, double *mean_owned)
+{
+    size_t mx = 0;
+    for (int r = 0; r < z->size; r++) mx = (size_t)z->counts[r] > mx ? (size_t)z->counts[r] : mx;
+    *max_owned = mx;
+    *mean_owned = (double)z->numel / z->size;
+}
+
+void zero_print_memory(const zero *z, const param_table *pt, size_t activation_bytes, size_t comm_bytes, FILE *f)
+{
+    size_t mx, numel = param_numel(pt);
+    double mean;
+    zero_balance(z, &mx, &mean);
+    double buf = (double)pt->total * sizeof(float), opt = (double)z->opt.moments * (double)mx * sizeof(float);
+    double pad = pt->total ? 100.0 * (double)(pt->total - numel) / (double)pt->total : 0.0;
+    double total = 2.0 * buf + opt + (double)activation_bytes + (double)comm_bytes;
+    fprintf(f, "memory per rank                MiB\n");
+    fprintf(f, "  params            %12.1f   (%zu floats in %d tensors, %.2f%% alignment padding)\n", buf / MIB,
+            numel, pt->count, pad);
+    fprintf(f, "  grads             %12.1f\n", buf / MIB);
+    fprintf(f, "  optimizer (%s)%s%12.1f   (ZeRO-1: %d shards of <= %zu floats over %d ranks, largest share "
+            "%.1f%% of the parameters; unsharded %.1f)\n", z->opt.moments == 2 ? "m, v" : "m",
+            z->opt.moments == 2 ? "  " : "     ", opt / MIB, z->nshards, z->opt.shard_numel, z->size,
+            numel ? 100.0 * (double)mx / (double)numel : 0.0, (double)z->opt.moments * buf / MIB);
+    fprintf(f, "  activations       %12.1f\n", activation_bytes / MIB);
+    fprintf(f, "  comm buffers      %12.1f   (the parameter all-gather reuses the gradient buffer)\n",
+            comm_bytes / MIB);
+    fprintf(f, "  total             %12.1f\n", total / MIB);
+}

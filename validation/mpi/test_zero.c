@@ -1,0 +1,310 @@
+/* test_zero — ZeRO-1 shards and consistent-hash ownership (zero.h), at 1-4 ranks.
+ *
+ * Checks: ownership is deterministic and the same on every rank; every shard has exactly
+ * one owner and the packed sizes sum to the parameter count; the consistent-hashing
+ * property for N -> M (exactly: on a shrink a shard whose owner survives keeps it, on a
+ * grow shards move only to new ranks; statistically: the moved fraction is within a
+ * derived tolerance of 1 - M/N or 1 - N/M); the load balance; the sharded AdamW and SGD
+ * steps followed by the all-gather equal the whole-buffer steps bit for bit on random
+ * data; a checkpoint with a sharded group reads back into full and into sharded buffers.
+ * Usage: test_zero [--ranks-per-node N] */
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ckpt.h"
+#include "optim.h"
+#include "param.h"
+#include "runtime.h"
+#include "zero.h"
+#include "mpi_check.h"
+
+/* A small transformer-like table: matrices (decay), biases and norms (no decay), a
+ * scalar; sizes not multiples of the shard size, so tails are short. */
+static void table_build(param_table *pt, int layers)
+{
+    param_table_init(pt);
+    param_add(pt, "wte.weight", 0, true, 2, 300, 64, 0, 0);
+    for (int l = 0; l < layers; l++) {
+        char n[64];
+        snprintf(n, sizeof n, "h.%d.ln_1.weight", l);
+        param_add(pt, n, l + 1, false, 1, 64, 0, 0, 0);
+        snprintf(n, sizeof n, "h.%d.attn.c_attn.weight", l);
+        param_add(pt, n, l + 1, true, 2, 64, 192, 0, 0);
+        snprintf(n, sizeof n, "h.%d.attn.c_attn.bias", l);
+        param_add(pt, n, l + 1, false, 1, 192, 0, 0, 0);
+        snprintf(n, sizeof n, "h.%d.mlp.c_fc.weight", l);
+        param_add(pt, n, l + 1, true, 2, 64, 257, 0, 0);
+    }
+    param_add(pt, "logit_scale", layers + 1, false, 0, 0, 0, 0, 0);
+}
+
+static uint64_t rnd_state;
+static float rnd(void)
+{
+    rnd_state = zero_mix(rnd_state);
+    return (float)((double)(rnd_state >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+/* The same random content on every rank (same seed). */
+static void fill_random(const param_table *pt, float *buf, uint64_t seed, bool positive)
+{
+    rnd_state = seed;
+    for (int e = 0; e < pt->count; e++)
+        for (size_t i = 0; i < pt->entries[e].count; i++) {
+            float x = rnd();
+            buf[pt->entries[e].offset + i] = positive ? x * x * 1e-3f : x;
+        }
+}
+
+static void test_ownership(const runtime *rt)
+{
+    param_table pt;
+    table_build(&pt, 12);
+    zero_options o = { 2048, ZERO_VNODES_DEFAULT, 2 };
+    zero a, b;
+    CHECK(zero_init(&a, rt->world, &pt, &o) == STATUS_OK && zero_init(&b, rt->world, &pt, &o) == STATUS_OK, "zero");
+    char why[256] = "";
+    bool same = a.nshards == b.nshards && a.owned == b.owned;
+    for (int i = 0; same && i < a.nshards; i++) same = a.shards[i].owner == b.shards[i].owner;
+    check(rt, same, "ownership is deterministic (two inits agree)", "two inits differ");
+    /* the same owners on every rank: rank 0's hash of the owner array against everyone's */
+    uint64_t h = 0xcbf29ce484222325ull, h0;
+    for (int i = 0; i < a.nshards; i++) h = zero_mix(h ^ (uint64_t)a.shards[i].owner ^ ((uint64_t)i << 32));
+    h0 = h;
+    MPI_Bcast(&h0, 1, MPI_UINT64_T, 0, rt->world);
+    check(rt, h == h0, "the owner map is identical on every rank", "owner map differs from rank 0's");
+    /* exactly one owner per shard */
+    int *held = calloc((size_t)a.nshards, sizeof *held);
+    for (int i = 0; i < a.nshards; i++) held[i] = a.ck_mine[i];
+    MPI_Allreduce(MPI_IN_PLACE, held, a.nshards, MPI_INT, MPI_SUM, rt->world);
+    int bad = 0;
+    for (int i = 0; i < a.nshards; i++) bad += held[i] != 1;
+    snprintf(why, sizeof why, "%d of %d shards held by other than one rank", bad, a.nshards);
+    check(rt, bad == 0, "every shard is owned by exactly one rank", why);
+    free(held);
+    unsigned long long owned = a.owned, sum = 0;
+    MPI_Allreduce(&owned, &sum, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, rt->world);
+    size_t counted = 0;
+    for (int r = 0; r < a.size; r++) counted += (size_t)a.counts[r];
+    snprintf(why, sizeof why, "sum %llu, counts %zu, parameters %zu", sum, counted, param_numel(&pt));
+    check(rt, sum == param_numel(&pt) && counted == sum && a.numel == sum,
+          "packed sizes sum to the parameter count", why);
+    /* shards tile the tensors and never cross one */
+    bool tile = true;
+    for (int i = 0; i < a.nshards && tile; i++) {
+        const zero_shard *s = &a.shards[i];
+        const param_entry *e = &pt.entries[s->entry];
+        tile = s->offset >= e->offset && s->offset + s->count <= e->offset + e->count && s->count <= o.shard_numel;
+    }
+    check(rt, tile, "shards stay inside their tensors, at most shard_numel floats", "a shard crosses a tensor");
+    /* balance: V = 64 points give a rank's share a relative spread of about 1/sqrt(64) = 12%;
+     * 1.5x the mean is 4 such deviations */
+    size_t mx;
+    double mean;
+    zero_balance(&a, &mx, &mean);
+    snprintf(why, sizeof why, "largest %zu floats, mean %.0f (%d shards)", mx, mean, a.nshards);
+    check(rt, a.nshards >= 200 && (double)mx <= 1.5 * mean, "loads balanced: max owned <= 1.5 x mean (V = 64)", why);
+    if (rt->rank == 0) printf("# %d shards, largest share %.3f of the mean\n", a.nshards, (double)mx / mean);
+    zero_free(&a);
+    zero_free(&b);
+    param_table_free(&pt);
+}
+
+/* N -> M for several pairs; pure computation, the same on every rank. */
+static void test_resize(const runtime *rt)
+{
+    param_table pt;
+    table_build(&pt, 24);
+    zero_shard *sh;
+    int n;
+    CHECK(zero_shards_build(&pt, 256, &sh, &n) == STATUS_OK, "shards");
+    const int pairs[][2] = { { 4, 3 }, { 4, 2 }, { 8, 5 }, { 16, 12 }, { 3, 1 }, { 3, 4 }, { 2, 4 }, { 5, 8 }, { 12, 16 } };
+    const int V = ZERO_VNODES_DEFAULT;
+    char why[256];
+    for (size_t p = 0; p < sizeof pairs / sizeof pairs[0]; p++) {
+        int N = pairs[p][0], M = pairs[p][1];
+        zero_ring rn, rm;
+        CHECK(zero_ring_init(&rn, N, V) == STATUS_OK && zero_ring_init(&rm, M, V) == STATUS_OK, "rings");
+        int moved = 0, violations = 0;
+        for (int i = 0; i < n; i++) {
+            int a = zero_ring_owner(&rn, sh[i].key), b = zero_ring_owner(&rm, sh[i].key);
+            if (a != b) moved++;
+            if (M < N && a < M && a != b) violations++;  /* a surviving owner must keep its shard */
+            if (M > N && a != b && b < N) violations++;  /* a shard may only move to a new rank */
+        }
+        snprintf(why, sizeof why, "%d shards moved where they must not", violations);
+        char what[160];
+        snprintf(what, sizeof what, "%d -> %d ranks: %s", N, M,
+                 M < N ? "shards of surviving ranks keep their owner" : "shards move only to the new ranks");
+        check(rt, violations == 0, what, why);
+        /* Expected fraction f = k/big with k = |N - M| ranks added or removed. Spread: the
+         * k ranks' share of the ring (V arcs each of about exponential length 1/(big V)):
+         * sqrt(k) / (big sqrt(V)); the sampling of n shards: sqrt(f(1-f)/n). 4 sigma. */
+        int big = N > M ? N : M, k = abs(N - M);
+        double f = (double)k / big, got = (double)moved / n;
+        double sigma = sqrt((double)k / ((double)big * big * V) + f * (1 - f) / n);
+        snprintf(why, sizeof why, "moved %.4f, expected %.4f +- %.4f", got, f, 4 * sigma);
+        snprintf(what, sizeof what, "%d -> %d ranks: moved fraction %.3f within 4 sigma of 1 - %d/%d = %.3f", N, M, got,
+                 M < N ? M : N, big, f);
+        check(rt, fabs(got - f) <= 4 * sigma, what, why);
+        zero_ring_free(&rn);
+        zero_ring_free(&rm);
+    }
+    if (rt->rank == 0) printf("# %d shards in the resize checks\n", n);
+    free(sh);
+    param_table_free(&pt);
+}
+
+/* The sharded step + all-gather against the whole-buffer step, 3 updates, bit for bit. */
+static void test_step(const runtime *rt, bool sgd)
+{
+    param_table pt;
+    table_build(&pt, 6);
+    param_buffers full, part;
+    CHECK(param_buffers_init(&full, &pt, true) == STATUS_OK && param_buffers_init(&part, &pt, false) == STATUS_OK,
+          "buffers");
+    fill_random(&pt, full.params, 1, false);
+    fill_random(&pt, full.m, 2, false);
+    fill_random(&pt, full.v, 3, true);
+    memcpy(part.params, full.params, pt.total * sizeof(float));
+    zero_options o = { 1000, ZERO_VNODES_DEFAULT, sgd ? 1 : 2 };
+    zero z;
+    CHECK(zero_init(&z, rt->world, &pt, &o) == STATUS_OK, "zero");
+    for (int i = 0; i < z.nmine; i++) {  /* the owned part of the same starting moments */
+        memcpy(z.m + z.mine[i].packed, full.m + z.mine[i].offset, z.mine[i].count * sizeof(float));
+        if (z.v) memcpy(z.v + z.mine[i].packed, full.v + z.mine[i].offset, z.mine[i].count * sizeof(float));
+    }
+    float *scratch = malloc(pt.total * sizeof(float));
+    adamw_hparams ah = { .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1 };
+    sgd_hparams sh = { .momentum = 0.9, .nesterov = true, .weight_decay = 1e-2 };
+    for (long t = 1; t <= 3; t++) {
+        fill_random(&pt, full.grads, 100 + (uint64_t)t, false);
+        memcpy(part.grads, full.grads, pt.total * sizeof(float));
+        double lr = 1e-2 / (double)t;
+        if (sgd) {
+            optim_sgd_step(&pt, &full, &sh, lr, t);
+            zero_sgd_step(&z, &pt, &part, &sh, lr, t);
+        } else {
+            optim_adamw_step(&pt, &full, &ah, lr, t);
+            zero_adamw_step(&z, &pt, &part, &ah, lr, t);
+        }
+        zero_allgather_params(&z, part.params, scratch);
+    }
+    size_t diff = 0, mdiff = 0;
+    for (size_t i = 0; i < pt.total; i++) diff += memcmp(&full.params[i], &part.params[i], sizeof(float)) != 0;
+    for (int i = 0; i < z.nmine; i++) {
+        const optim_range *r = &z.mine[i];
+        mdiff += memcmp(z.m + r->packed, full.m + r->offset, r->count * sizeof(float)) != 0;
+        if (z.v) mdiff += memcmp(z.v + r->packed, full.v + r->offset, r->count * sizeof(float)) != 0;
+    }
+    char what[128], why[128];
+    snprintf(why, sizeof why, "%zu params and %zu owned moment shards differ", diff, mdiff);
+    snprintf(what, sizeof what, "sharded %s step + all-gather equals the full step bit for bit (3 updates)",
+             sgd ? "SGD (Nesterov, weight decay)" : "AdamW");
+    check(rt, diff == 0 && mdiff == 0, what, why);
+    free(scratch);
+    zero_free(&z);
+    param_buffers_free(&full);
+    param_buffers_free(&part);
+    param_table_free(&pt);
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)ftw;
+    return flag == FTW_DP ? rmdir(path) : unlink(path);
+}
+
+/* A checkpoint whose optim/m group is sharded: written by this world size, read back
+ * into a full buffer (as a run without ZeRO would) and into fresh packed buffers. */
+static void test_ckpt(const runtime *rt)
+{
+    char base[256] = "";
+    if (rt->rank == 0) {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(base, sizeof base, "%s/nebula-test-zero-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+        CHECK(mkdtemp(base), "mkdtemp");
+    }
+    MPI_Bcast(base, sizeof base, MPI_CHAR, 0, rt->world);
+    param_table pt;
+    table_build(&pt, 4);
+    param_buffers pb;
+    CHECK(param_buffers_init(&pb, &pt, true) == STATUS_OK, "buffers");
+    fill_random(&pt, pb.params, 7, false);
+    fill_random(&pt, pb.m, 8, false);
+    zero_options o = { 777, ZERO_VNODES_DEFAULT, 1 };
+    zero z;
+    CHECK(zero_init(&z, rt->world, &pt, &o) == STATUS_OK, "zero");
+    for (int i = 0; i < z.nmine; i++)
+        memcpy(z.m + z.mine[i].packed, pb.m + z.mine[i].offset, z.mine[i].count * sizeof(float));
+    uint64_t blob = 42 + (uint64_t)rt->rank;
+    ckpt_content c;
+    memset(&c, 0, sizeof c);
+    c.step = 5, c.model = "tiny-test", c.table_hash = param_table_hash(&pt);
+    c.groups[0] = (ckpt_tensors){ "params", &pt, pb.params, false };
+    c.groups[1] = (ckpt_tensors){ "optim/m", &pt, z.m, false };
+    c.shards[1] = &z.ck;
+    c.ngroups = 2;
+    c.blobs[0] = (ckpt_blob){ "rng", &blob, sizeof blob, false, false };
+    c.nblobs = 1;
+    ckpt_writer *w;
+    status st = ckpt_writer_init(&w, rt->world, base, 2, false, &c);
+    if (st == STATUS_OK) st = ckpt_save(w, &c);
+    if (st == STATUS_OK) st = ckpt_wait(w);
+    ckpt_writer_free(w);
+    check(rt, st == STATUS_OK, "a checkpoint with a sharded group is written", status_str(st));
+
+    /* read as a run without ZeRO: full buffers */
+    param_buffers got;
+    CHECK(param_buffers_init(&got, &pt, true) == STATUS_OK, "buffers");
+    ckpt_content r = c;
+    r.groups[0].data = got.params, r.groups[1].data = got.m, r.shards[1] = NULL;
+    ckpt_info info;
+    st = ckpt_load(rt->world, base, "auto", &r, &info);
+    bool same = st == STATUS_OK && !memcmp(got.params, pb.params, pt.total * sizeof(float)) &&
+                !memcmp(got.m, pb.m, pt.total * sizeof(float));
+    check(rt, same, "the sharded checkpoint loads into full buffers (checksums verified)", status_str(st));
+
+    /* read sharded again: a different shard size, so other ranges than were written */
+    zero_options o2 = { 500, ZERO_VNODES_DEFAULT, 1 };
+    zero z2;
+    CHECK(zero_init(&z2, rt->world, &pt, &o2) == STATUS_OK, "zero");
+    r.groups[1].data = z2.m, r.shards[1] = &z2.ck;
+    st = ckpt_load(rt->world, base, "auto", &r, &info);
+    size_t bad = 0;
+    for (int i = 0; i < z2.nmine; i++)
+        bad += memcmp(z2.m + z2.mine[i].packed, pb.m + z2.mine[i].offset, z2.mine[i].count * sizeof(float)) != 0;
+    check(rt, st == STATUS_OK && bad == 0, "the checkpoint loads into other shards (checksums verified)",
+          status_str(st));
+    zero_free(&z2);
+    param_buffers_free(&got);
+    zero_free(&z);
+    param_buffers_free(&pb);
+    param_table_free(&pt);
+    MPI_Barrier(rt->world);
+    if (rt->rank == 0) nftw(base, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+int main(int argc, char **argv)
+{
+    runtime_options ro = { .ranks_per_node = 0, .bind = RUNTIME_BIND_NONE };
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--ranks-per-node") && i + 1 < argc) ro.ranks_per_node = atoi(argv[++i]);
+    runtime rt;
+    status st = runtime_init(&rt, &argc, &argv, &ro);
+    if (st != STATUS_OK) runtime_exit(&rt, st);
+    if (rt.rank == 0) printf("# test_zero: %d ranks\n", rt.size);
+    test_ownership(&rt);
+    test_resize(&rt);
+    test_step(&rt, false);
+    test_step(&rt, true);
+    test_ckpt(&rt);
+    if (rt.rank == 0) printf("%s: %d failed checks\n", failures ? "FAIL" : "ok", failures);
+    int f = failures;
+    runtime_free(&rt);
+    return f ? 1 : 0;
+}
