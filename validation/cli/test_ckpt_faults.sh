@@ -21,8 +21,7 @@ TRAIN=build/bin/nebula-train
 CHAOS=build/chaos/bin/nebula-train
 CKPT=build/bin/nebula-ckpt
 [ -x $CHAOS ] || { echo "FAIL - $CHAOS is missing (make chaos)"; exit 1; }
-data=$tmp/data
-$TRAIN prepare "$data" /usr/share/common-licenses/* >/dev/null || { echo "FAIL - prepare"; exit 1; }
+licenses_data
 
 # run BIN RUN_DIR [--set ...]: one 30-step run under a 120 s deadline, output in
 # RUN_DIR.log; returns its exit code (124: the deadline passed, a hang)
@@ -35,11 +34,6 @@ run() {
         --set ckpt.every_steps=10 --set train.global_batch=8 --steps 30 "$@" >"$dir.log" 2>&1 </dev/null
 }
 
-check() {  # check NAME COMMAND...
-    local name=$1
-    shift
-    if "$@"; then echo "ok - $name"; else echo "FAIL - $name"; fails=$((fails + 1)); fi
-}
 has() { grep -qE -- "$2" "$1"; }                          # has LOG REGEX
 only_step10() { [ "$(ls -A "$1/ckpt" | tr '\n' ' ')" = "step_00000010 " ]; }
 no_rank_left() { ! pgrep -f -- "--run-dir $1( |$)" >/dev/null; }

@@ -30,17 +30,9 @@ cd "$(dirname "$0")/../.."
 . validation/cli/lib.sh
 CK=build/bin/nebula-ckpt
 TRAIN=build/bin/nebula-train
-PY=/usr/bin/python3
-data=$tmp/data
-$TRAIN prepare "$data" /usr/share/common-licenses/* >/dev/null || { echo "FAIL - prepare"; exit 1; }
+licenses_data
 S3=ckpt/step_00000003
 S6=ckpt/step_00000006
-
-check() {  # check NAME COMMAND...
-    local name=$1
-    shift
-    if "$@"; then echo "ok - $name"; else echo "FAIL - $name"; fails=$((fails + 1)); fi
-}
 
 # run RUN_DIR NP [--set ...]: one training run of the tiny model, output in RUN_DIR.log
 run() {
@@ -51,20 +43,6 @@ run() {
         --set model.n_layer=1 --set model.n_embd=16 --set model.n_head=2 --set model.max_seq_len=16 \
         --set optim.schedule=constant --set optim.warmup_steps=0 --set train.threads=1 --set train.log_interval=1 \
         --ckpt-every 3 "$@" >"$dir.log" 2>&1 </dev/null
-}
-
-# same_losses A B FROM: per-step losses of two metrics files from step FROM agree within 1e-5 relative
-same_losses() {
-    $PY - "$1/metrics.jsonl" "$2/metrics.jsonl" "$3" <<'PY'
-import json, sys
-def losses(p):
-    return {j["step"]: j["loss"] for j in map(json.loads, open(p)) if j["kind"] == "train"}
-a, b, first = losses(sys.argv[1]), losses(sys.argv[2]), int(sys.argv[3])
-steps = sorted(s for s in a if s in b and s >= first)
-worst = max(abs(a[s] - b[s]) / abs(a[s]) for s in steps) if steps else 1
-print(f"    steps {steps}, worst relative difference {worst:.2e}")
-sys.exit(0 if len(steps) >= 3 and worst <= 1e-5 else 1)
-PY
 }
 
 run $tmp/straight 2 --steps 6

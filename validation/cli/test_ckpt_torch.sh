@@ -31,14 +31,7 @@ if ! $VPY -c "import safetensors.torch" >/dev/null 2>&1; then
     echo "FAIL - $VPY with the safetensors package is missing: run make deps (tools/deps.sh creates build/venv)"
     exit 1
 fi
-data=$tmp/data
-$TRAIN prepare "$data" /usr/share/common-licenses/* >/dev/null || { echo "FAIL - prepare"; exit 1; }
-
-check() {  # check NAME COMMAND...
-    local name=$1
-    shift
-    if "$@"; then echo "ok - $name"; else echo "FAIL - $name"; fails=$((fails + 1)); fi
-}
+licenses_data
 
 # compare NAME WANT_EXIT WEIGHTS CKPT_DIR [MUTATION...]: Nebula's logits of CKPT_DIR against
 # PyTorch's from WEIGHTS; the reference's lines are shown indented. An expected failure

@@ -16,43 +16,10 @@
 #   - inconsistent batch sizes and bad data files exit 2 naming the problem.
 . "$(dirname "$0")/lib.sh"
 TRAIN=build/bin/nebula-train
-PY=/usr/bin/python3
-data=$tmp/data
-$TRAIN prepare "$data" /usr/share/common-licenses/* >/dev/null || { echo "FAIL - prepare"; exit 1; }
+licenses_data
 
-# run RUN_DIR NP [--set ...]: one training run, output in RUN_DIR.log
-run() {
-    local dir=$1 np=$2
-    shift 2
-    $MPIRUN -np "$np" $TRAIN --config configs/train/gpt2-tiny-licenses.ini --run-dir "$dir" \
-        --set data.train="$data/train.bin" --set data.val= --set optim.schedule=constant \
-        --set optim.warmup_steps=0 --set train.log_interval=1 --set train.eval_interval=0 "$@" \
-        >"$dir.log" 2>&1 </dev/null
-}
-
-# same_losses A B [FROM_STEP]: per-step losses of two metrics files agree within 1e-5 relative
-same_losses() {
-    $PY - "$1/metrics.jsonl" "$2/metrics.jsonl" "${3:-1}" <<'PY'
-import json, sys
-def losses(p):
-    out = {}
-    for line in open(p):
-        j = json.loads(line)
-        if j["kind"] == "train": out[j["step"]] = j["loss"]
-    return out
-a, b, first = losses(sys.argv[1]), losses(sys.argv[2]), int(sys.argv[3])
-steps = sorted(s for s in a if s in b and s >= first)
-worst = max(abs(a[s] - b[s]) / abs(a[s]) for s in steps) if steps else 1
-print(f"    {len(steps)} common steps, worst relative difference {worst:.2e}")
-sys.exit(0 if steps and worst <= 1e-5 else 1)
-PY
-}
-
-check() {  # check NAME COMMAND...
-    local name=$1
-    shift
-    if "$@"; then echo "ok - $name"; else echo "FAIL - $name"; fails=$((fails + 1)); fi
-}
+# run RUN_DIR NP [ARG...]: licenses_run (lib.sh)
+run() { licenses_run "$@"; }
 
 # --- data-parallel equivalence -------------------------------------------------
 run $tmp/dp1 1 --steps 20 --set train.global_batch=8 --set train.micro_batch=8

@@ -8,10 +8,8 @@
 #     accuracy.
 . "$(dirname "$0")/lib.sh"
 TRAIN=build/bin/nebula-train
-PY=/usr/bin/python3
 REF=validation/reference/train_ref.py
-data=$tmp/data
-$TRAIN prepare "$data" /usr/share/common-licenses/* >/dev/null || { echo "FAIL - prepare"; exit 1; }
+licenses_data
 gpt() {
     local dir=$1
     shift
