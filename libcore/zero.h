@@ -17,8 +17,10 @@
  * mix(its id). Going from N to M < N ranks only removes points, so every shard whose
  * owner is < M keeps it and only the removed ranks' shards move (about 1 - M/N of
  * them); going to M > N only adds points, so shards move only to the new ranks (about
- * 1 - N/M). Equal slices would move almost everything on any resize. With V = 64
- * points a rank's share deviates by about 1/sqrt(V) = 12% from the mean.
+ * 1 - N/M). Equal slices would move almost everything on any resize. With V points a
+ * rank's share of the ring deviates by about 1/sqrt(V) from the mean: V = 256 (6%) keeps
+ * the largest share within about 10% of the mean at 2-8 ranks (64 points: 25-30%), for
+ * a ring of 256 x N points (3 MiB at 1024 ranks).
  *
  * Everything is sized at zero_init; the step, the all-gather and the checkpoint
  * description allocate nothing. */
@@ -37,7 +39,7 @@
 #include "param.h"
 
 #define ZERO_SHARD_NUMEL_DEFAULT 65536
-#define ZERO_VNODES_DEFAULT      64
+#define ZERO_VNODES_DEFAULT      256
 
 /* splitmix64's finaliser (Steele et al., OOPSLA'14): a bijection of 64-bit integers. */
 uint64_t zero_mix(uint64_t x);

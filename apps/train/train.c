@@ -47,7 +47,7 @@ const config_key train_schema_keys[] = {
       .help = "ZeRO stage: 1 shards the optimizer state (AdamW m, v; SGD momentum) over the ranks" },
     { "zero", "shard_numel", CONFIG_TYPE_INT, "65536", .min = 16, .max = 1 << 30,
       .help = "ZeRO: most floats per shard (tensors are cut into chunks of this size)" },
-    { "zero", "vnodes", CONFIG_TYPE_INT, "64", .min = 1, .max = 4096,
+    { "zero", "vnodes", CONFIG_TYPE_INT, "256", .min = 1, .max = 4096,
       .help = "ZeRO: points per rank on the consistent-hashing ring (more: better balance)" },
     { "optim", "name", CONFIG_TYPE_ENUM, "auto", .choices = "auto|adamw|sgd",
       .help = "optimizer (auto: AdamW for GPT-2 and BERT, SGD with momentum for ResNet)" },
