@@ -6,6 +6,8 @@
 
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "runtime.h"
 
@@ -19,6 +21,17 @@ static void check(const runtime *rt, bool ok, const char *what, const char *why)
     if (rt->rank == 0) printf("%s - %s\n", all_ok ? "ok" : "FAIL", what);
     fflush(stdout);
     if (!all_ok) failures++;
+}
+
+/* The runtime of a test program that takes only --ranks-per-node N (virtual nodes),
+ * unbound; exits through runtime_exit when it cannot start. */
+static inline void mpi_test_start(runtime *rt, int *argc, char ***argv)
+{
+    runtime_options ro = { .ranks_per_node = 0, .bind = RUNTIME_BIND_NONE };
+    for (int i = 1; i < *argc; i++)
+        if (!strcmp((*argv)[i], "--ranks-per-node") && i + 1 < *argc) ro.ranks_per_node = atoi((*argv)[++i]);
+    status st = runtime_init(rt, argc, argv, &ro);
+    if (st != STATUS_OK) runtime_exit(rt, st);
 }
 
 #endif

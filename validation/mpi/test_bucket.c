@@ -456,15 +456,11 @@ static void test_dtypes(const runtime *rt, comm *c, const model *m)
 
 int main(int argc, char **argv)
 {
-    runtime_options ro = { .ranks_per_node = 0, .bind = RUNTIME_BIND_NONE };
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--ranks-per-node") && i + 1 < argc) ro.ranks_per_node = atoi(argv[++i]);
     runtime rt;
-    status st = runtime_init(&rt, &argc, &argv, &ro);
-    if (st != STATUS_OK) runtime_exit(&rt, st);
+    mpi_test_start(&rt, &argc, &argv);
     comm_options opt = { .algo = COMM_ALGO_AUTO, .timeout_s = 60.0, .tune_file = NULL };
     comm *c;
-    st = comm_init(&c, &rt, &opt);
+    status st = comm_init(&c, &rt, &opt);
     if (st != STATUS_OK) runtime_exit(&rt, st);
     if (rt.rank == 0)
         printf("# %d ranks, %d nodes (%d per node max), %s\n", rt.size, rt.nnodes, rt.max_local_size, comm_describe(c));

@@ -459,12 +459,8 @@ static void test_zero_predict(const runtime *rt, double momentum, dgc_values vk)
 
 int main(int argc, char **argv)
 {
-    runtime_options ro = { .ranks_per_node = 0, .bind = RUNTIME_BIND_NONE };
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--ranks-per-node") && i + 1 < argc) ro.ranks_per_node = atoi(argv[++i]);
     runtime rt;
-    status st = runtime_init(&rt, &argc, &argv, &ro);
-    if (st != STATUS_OK) runtime_exit(&rt, st);
+    mpi_test_start(&rt, &argc, &argv);
     if (rt.size == 1) {
         test_codec(&rt);
         test_schedule(&rt);
