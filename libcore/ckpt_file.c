@@ -208,12 +208,11 @@ void ckpt_checksums_parallel(MPI_Comm comm, ckpt_plan *p, const ckpt_content *c)
     for (int g = 0; g < c->ngroups; g++) {
         const ckpt_shards *s = c->shards[g];
         if (!s) continue;
-        uint32_t *crc = malloc(((size_t)s->n + 1) * sizeof *crc);
+        uint32_t *crc = malloc(((size_t)c->groups[g].table->count + 1) * sizeof *crc);
         CHECK(crc, "out of memory for the checksums of a sharded group");
-        ckpt_shard_crcs(comm, s, c->groups[g].data, crc);
+        ckpt_shard_group_crcs(comm, s, c->groups[g].table, c->groups[g].data, crc);
         for (int k = 0; k < p->ntensors; k++)
-            if (p->dsets[k].group == g)
-                p->dsets[k].crc = ckpt_shard_tensor_crc(s, crc, &c->groups[g].table->entries[p->dsets[k].index]);
+            if (p->dsets[k].group == g) p->dsets[k].crc = crc[p->dsets[k].index];
         free(crc);
     }
     for (int k = p->ntensors; k < p->ndsets; k++) {
@@ -330,21 +329,23 @@ size_t ckpt_select_shards(hid_t space, const param_entry *e, const ckpt_shards *
     return n;
 }
 
-void ckpt_shard_crcs(MPI_Comm comm, const ckpt_shards *s, const float *data, uint32_t *crc)
+void ckpt_shard_group_crcs(MPI_Comm comm, const ckpt_shards *s, const param_table *t, const float *data,
+                           uint32_t *out)
 {
+    uint32_t *crc = malloc(((size_t)s->n + 1) * sizeof *crc);
+    CHECK(crc, "out of memory for the checksums of a sharded group");
 #pragma omp parallel for schedule(dynamic, 4)
     for (int i = 0; i < s->n; i++)
         crc[i] = s->mine[i] ? ckpt_crc_bytes(0, data + s->packed[i], s->count[i] * sizeof(float)) : 0;
+    /* every range has exactly one holder, the others contribute 0 */
     if (s->n) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, crc, s->n, MPI_UINT32_T, MPI_BOR, comm));
-}
-
-uint32_t ckpt_shard_tensor_crc(const ckpt_shards *s, const uint32_t *crc, const param_entry *e)
-{
-    int a, b;
-    ckpt_shard_span(s, e, &a, &b);
-    uint32_t out = 0;
-    for (int k = a; k < b; k++) out = k == a ? crc[k] : crc_join(out, crc[k], s->count[k] * sizeof(float));
-    return out;
+    for (int i = 0; i < t->count; i++) {
+        int a, b;
+        ckpt_shard_span(s, &t->entries[i], &a, &b);
+        out[i] = crc[a];
+        for (int k = a + 1; k < b; k++) out[i] = crc_join(out[i], crc[k], s->count[k] * sizeof(float));
+    }
+    free(crc);
 }
 
 void ckpt_select_row(hid_t space, hsize_t row, hsize_t bytes)

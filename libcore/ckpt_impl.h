@@ -186,11 +186,11 @@ void ckpt_shard_span(const ckpt_shards *s, const param_entry *e, int *first, int
  * group's data (they are consecutive there: packed in offset order). */
 size_t ckpt_select_shards(hid_t space, const param_entry *e, const ckpt_shards *s, int first, int end,
                           size_t *packed);
-/* Collective: crc[i] = CRC-32 of range i for every range of s (each rank hashes the ranges
- * it holds in data; one bitwise-or reduction, every range having exactly one holder). */
-void ckpt_shard_crcs(MPI_Comm comm, const ckpt_shards *s, const float *data, uint32_t *crc);
-/* The CRC-32 of tensor e from its ranges' CRC-32s, combined in offset order. */
-uint32_t ckpt_shard_tensor_crc(const ckpt_shards *s, const uint32_t *crc, const param_entry *e);
+/* Collective: out[i] = the CRC-32 of tensor i of t, whose ranges of s are held across the
+ * ranks in their data (each rank hashes the ranges it holds, one bitwise-or reduction,
+ * the ranges' CRC-32s combined in offset order). */
+void ckpt_shard_group_crcs(MPI_Comm comm, const ckpt_shards *s, const param_table *t, const float *data,
+                           uint32_t *out);
 /* Dies unless the ranges of s tile every tensor of t. */
 void ckpt_shards_check(const ckpt_shards *s, const param_table *t);
 void ckpt_select_row(hid_t space, hsize_t row, hsize_t bytes);

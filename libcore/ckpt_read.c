@@ -285,11 +285,11 @@ static void shard_pieces(MPI_Comm comm, const ckpt_content *c, ckpt_crc_piece *p
             k += t->count;
             continue;
         }
-        uint32_t *crc = malloc(((size_t)s->n + 1) * sizeof *crc);
+        uint32_t *crc = malloc(((size_t)t->count + 1) * sizeof *crc);
         CHECK(crc, "out of memory for the checksums of a sharded group");
-        ckpt_shard_crcs(comm, s, c->groups[g].data, crc);
+        ckpt_shard_group_crcs(comm, s, t, c->groups[g].data, crc);
         for (int i = 0; i < t->count; i++, k++) {
-            pc[k].crc = rank == 0 ? ckpt_shard_tensor_crc(s, crc, &t->entries[i]) : 0;
+            pc[k].crc = rank == 0 ? crc[i] : 0;
             pc[k].len = rank == 0 ? t->entries[i].count * sizeof(float) : 0;
         }
         free(crc);

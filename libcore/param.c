@@ -178,17 +178,22 @@ void param_buffers_free(param_buffers *pb)
     *pb = (param_buffers){ 0 };
 }
 
-void param_print_memory(const param_table *pt, size_t activation_bytes, size_t comm_bytes, FILE *f)
+void param_print_memory(const param_table *pt, size_t activation_bytes, size_t comm_bytes,
+                        const param_optim_memory *optim, FILE *f)
 {
     double buf = (double)pt->total * sizeof(float);
     size_t numel = param_numel(pt);
     double pad = pt->total ? 100.0 * (double)(pt->total - numel) / (double)pt->total : 0.0;
-    double total = 4.0 * buf + (double)activation_bytes + (double)comm_bytes;
+    double opt = optim ? optim->bytes : 2.0 * buf;
+    double total = 2.0 * buf + opt + (double)activation_bytes + (double)comm_bytes;
+    char label[64];
+    snprintf(label, sizeof label, "optimizer (%s)", optim ? optim->what : "m, v");
     fprintf(f, "memory per rank                MiB\n");
     fprintf(f, "  params            %12.1f   (%zu floats in %d tensors, %.2f%% alignment padding)\n",
             buf / MIB, numel, pt->count, pad);
     fprintf(f, "  grads             %12.1f\n", buf / MIB);
-    fprintf(f, "  optimizer (m, v)  %12.1f\n", 2.0 * buf / MIB);
+    if (optim && optim->note) fprintf(f, "  %-18s%12.1f   (%s)\n", label, opt / MIB, optim->note);
+    else fprintf(f, "  %-18s%12.1f\n", label, opt / MIB);
     fprintf(f, "  activations       %12.1f\n", activation_bytes / MIB);
     fprintf(f, "  comm buffers      %12.1f\n", comm_bytes / MIB);
     fprintf(f, "  total             %12.1f\n", total / MIB);

@@ -118,10 +118,20 @@ void param_zero_grads(param_buffers *pb, const param_table *pt);
 
 void param_buffers_free(param_buffers *pb);
 
+/* The optimizer row of param_print_memory when it is not every parameter's m and v
+ * (ZeRO, zero.h): its bytes, what it holds ("m, v", "m") and a note after the figure. */
+typedef struct param_optim_memory {
+    double bytes;
+    const char *what;
+    const char *note;
+} param_optim_memory;
+
 /* The memory table of DESIGN.md §3, in MiB: params, grads, optimizer (the m
- * and v buffers that param_buffers_init(.., true) allocates: 2 x params),
- * activations, comm buffers and total. The caller prints it on rank 0 only. */
-void param_print_memory(const param_table *pt, size_t activation_bytes, size_t comm_bytes, FILE *f);
+ * and v buffers that param_buffers_init(.., true) allocates: 2 x params; or
+ * `optim` when not NULL), activations, comm buffers and total. The caller prints
+ * it on rank 0 only. */
+void param_print_memory(const param_table *pt, size_t activation_bytes, size_t comm_bytes,
+                        const param_optim_memory *optim, FILE *f);
 
 /* Many views in one 64-byte-aligned allocation (activations, scratch), laid out in
  * two passes by one layout function: with base NULL, param_carve only advances

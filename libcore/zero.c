@@ -236,19 +236,12 @@ void zero_print_memory(const zero *z, const param_table *pt, size_t activation_b
     size_t mx, numel = param_numel(pt);
     double mean;
     zero_balance(z, &mx, &mean);
-    double buf = (double)pt->total * sizeof(float), opt = (double)z->opt.moments * (double)mx * sizeof(float);
-    double pad = pt->total ? 100.0 * (double)(pt->total - numel) / (double)pt->total : 0.0;
-    double total = 2.0 * buf + opt + (double)activation_bytes + (double)comm_bytes;
-    fprintf(f, "memory per rank                MiB\n");
-    fprintf(f, "  params            %12.1f   (%zu floats in %d tensors, %.2f%% alignment padding)\n", buf / MIB,
-            numel, pt->count, pad);
-    fprintf(f, "  grads             %12.1f\n", buf / MIB);
-    fprintf(f, "  optimizer (%s)%s%12.1f   (ZeRO-1: %d shards of <= %zu floats over %d ranks, largest share "
-            "%.1f%% of the parameters; unsharded %.1f)\n", z->opt.moments == 2 ? "m, v" : "m",
-            z->opt.moments == 2 ? "  " : "     ", opt / MIB, z->nshards, z->opt.shard_numel, z->size,
-            numel ? 100.0 * (double)mx / (double)numel : 0.0, (double)z->opt.moments * buf / MIB);
-    fprintf(f, "  activations       %12.1f\n", activation_bytes / MIB);
-    fprintf(f, "  comm buffers      %12.1f   (the parameter all-gather reuses the gradient buffer)\n",
-            comm_bytes / MIB);
-    fprintf(f, "  total             %12.1f\n", total / MIB);
+    double unsharded = (double)z->opt.moments * (double)pt->total * sizeof(float);
+    char note[256];
+    snprintf(note, sizeof note, "ZeRO-1: %d shards of <= %zu floats over %d ranks, largest share %.1f%% of the "
+             "parameters; unsharded %.1f; the parameter all-gather reuses the gradient buffer", z->nshards,
+             z->opt.shard_numel, z->size, numel ? 100.0 * (double)mx / (double)numel : 0.0, unsharded / MIB);
+    param_optim_memory o = { (double)z->opt.moments * (double)mx * sizeof(float), z->opt.moments == 2 ? "m, v" : "m",
+                             note };
+    param_print_memory(pt, activation_bytes, comm_bytes, &o, f);
 }

@@ -18,8 +18,8 @@
  * owner is < M keeps it and only the removed ranks' shards move (about 1 - M/N of
  * them); going to M > N only adds points, so shards move only to the new ranks (about
  * 1 - N/M). Equal slices would move almost everything on any resize. With V points a
- * rank's share of the ring deviates by about 1/sqrt(V) from the mean: V = 256 (6%) keeps
- * the largest share within about 10% of the mean at 2-8 ranks (64 points: 25-30%), for
+ * rank's share of the ring deviates by about 1/sqrt(V) from the mean: V = 256 (6%) puts
+ * the largest share 7-11% above the mean at 2-8 ranks (64 points: 20-30% at 3-8), for
  * a ring of 256 x N points (3 MiB at 1024 ranks).
  *
  * Everything is sized at zero_init; the step, the all-gather and the checkpoint
@@ -118,11 +118,12 @@ void zero_allgather_params(zero *z, float *params, float *scratch);
  * `old_world` ranks differs from the owner now. STATUS_NOMEM logged. */
 status zero_moved_fraction(const zero *z, int old_world, double *shard_frac, double *elem_frac);
 
-/* The largest and the mean owned floats over the ranks (collective). */
+/* The largest and the mean owned floats over the ranks (every rank knows every
+ * rank's share: no communication). */
 void zero_balance(const zero *z, size_t *max_owned, double *mean_owned);
 
-/* The memory table of param_print_memory with the optimizer row at this rank's
- * sharded size (the largest over the ranks, so call it collectively; rank 0 prints). */
+/* param_print_memory with the optimizer row at the largest rank's share (every rank
+ * knows every share: no communication; print on rank 0). */
 void zero_print_memory(const zero *z, const param_table *pt, size_t activation_bytes, size_t comm_bytes, FILE *f);
 
 #endif

@@ -93,7 +93,7 @@ status bench_model_run(const config *cfg)
            (double)pt->total / 1e6, shape, omp_get_max_threads(), sgd ? "SGD momentum" : "AdamW");
     model_spec_print(&spec, stdout);
     printf("# sgemm 2048^3 in this process: %.1f GFLOP/s; model FLOPs per step %.1f G\n", gflops, flops_step / 1e9);
-    param_print_memory(pt, model_activation_bytes(m), 0, stdout);
+    param_print_memory(pt, model_activation_bytes(m), 0, NULL, stdout);
     if (csv) printf("step,fwd_ms,bwd_ms,opt_ms,total_ms,%s_per_s,gflops,pct_sgemm,loss\n", unit);
     else printf("# %4s %9s %9s %9s %10s %8s/s %9s %8s %9s\n", "step", "fwd_ms", "bwd_ms", "opt_ms", "total_ms", unit,
                 "GFLOP/s", "%sgemm", "loss");

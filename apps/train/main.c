@@ -136,7 +136,7 @@ int main(int argc, char **argv)
         if (run->use_zero)
             zero_print_memory(&run->zero, model_params(&run->m), model_activation_bytes(&run->m), 0, stdout);
         else
-            param_print_memory(model_params(&run->m), model_activation_bytes(&run->m), 0, stdout);
+            param_print_memory(model_params(&run->m), model_activation_bytes(&run->m), 0, NULL, stdout);
         bucket_print(&run->bm, stdout);
         fflush(stdout);
     }

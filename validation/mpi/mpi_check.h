@@ -5,9 +5,11 @@
 #define NEBULA_VALIDATION_MPI_CHECK_H
 
 #include <stdbool.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime.h"
 
@@ -32,6 +34,30 @@ static inline void mpi_test_start(runtime *rt, int *argc, char ***argv)
         if (!strcmp((*argv)[i], "--ranks-per-node") && i + 1 < *argc) ro.ranks_per_node = atoi((*argv)[++i]);
     status st = runtime_init(rt, argc, argv, &ro);
     if (st != STATUS_OK) runtime_exit(rt, st);
+}
+
+/* A fresh directory $TMPDIR/nebula-test-TAG-XXXXXX made by rank 0, its name given to
+ * every rank in dir (size bytes). */
+static inline void mpi_test_tmpdir(const runtime *rt, const char *tag, char *dir, size_t size)
+{
+    if (rt->rank == 0) {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(dir, size, "%s/nebula-test-%s-XXXXXX", tmp && tmp[0] ? tmp : "/tmp", tag);
+        CHECK(mkdtemp(dir), "mkdtemp");
+    }
+    MPI_Bcast(dir, (int)size, MPI_CHAR, 0, rt->world);
+}
+
+static inline int mpi_test_rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)ftw;
+    return flag == FTW_DP ? rmdir(path) : unlink(path);
+}
+
+/* Rank 0 removes dir and everything under it. */
+static inline void mpi_test_rmtree(const runtime *rt, const char *dir)
+{
+    if (rt->rank == 0) nftw(dir, mpi_test_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 #endif

@@ -536,23 +536,11 @@ static void test_none_and_empty(const runtime *rt, const char *base, fixture *f)
           "`auto` without checkpoints is a fresh start (step -1)", "");
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)ftw;
-    return flag == FTW_DP ? rmdir(path) : unlink(path);
-}
-
 static int run_suite(const runtime *rt)
 {
     char base[256] = "";
-    if (rt->rank == 0) {
-        const char *tmp = getenv("TMPDIR");
-        snprintf(base, sizeof base, "%s/nebula-test-ckpt-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
-        CHECK(mkdtemp(base), "mkdtemp");
-        printf("# %d ranks, %d per node; checkpoints under %s\n", rt->size, rt->max_local_size, base);
-    }
-    MPI_Bcast(base, sizeof base, MPI_CHAR, 0, rt->world);
+    mpi_test_tmpdir(rt, "ckpt", base, sizeof base);
+    if (rt->rank == 0) printf("# %d ranks, %d per node; checkpoints under %s\n", rt->size, rt->max_local_size, base);
     fixture *f = malloc(sizeof *f);
     fixture_init(f, "tiny-test", false, rt->max_local_size);
     test_internals(rt);
@@ -564,7 +552,7 @@ static int run_suite(const runtime *rt)
     fixture_free(f);
     free(f);
     MPI_Barrier(rt->world);
-    if (rt->rank == 0 && !failures) nftw(base, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    if (!failures) mpi_test_rmtree(rt, base);
     return failures;
 }
 

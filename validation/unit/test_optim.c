@@ -135,12 +135,21 @@ static void test_table(tally *t)
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
-    param_print_memory(&pt, (size_t)3 << 20, (size_t)1 << 20, f);
+    param_print_memory(&pt, (size_t)3 << 20, (size_t)1 << 20, NULL, f);
     fclose(f);
     check(t, text && strstr(text, "params") && strstr(text, "grads") && strstr(text, "optimizer") &&
                  strstr(text, "activations") && strstr(text, "comm buffers") && strstr(text, "total") &&
                  strstr(text, "3.0") && strstr(text, "4.0"),
           "memory table has every row (activations 3.0 MiB, total 4.0 MiB)");
+    free(text);
+
+    /* another optimizer row (ZeRO's): its label, size and note, and the total with it */
+    const param_optim_memory om = { (double)((size_t)2 << 20), "m", "a note" };
+    f = open_memstream(&text, &len);
+    param_print_memory(&pt, (size_t)3 << 20, (size_t)1 << 20, &om, f);
+    fclose(f);
+    check(t, text && strstr(text, "  optimizer (m)              2.0   (a note)\n") && strstr(text, "6.0"),
+          "memory table with a given optimizer row (2.0 MiB, its note; total 6.0 MiB)");
     free(text);
 
     /* 2^55 floats = 2^57 bytes: more than any address space, so the allocation fails. */
