@@ -57,19 +57,27 @@ APPS        := $(patsubst apps/%/,%,$(sort $(dir $(wildcard apps/*/*.c))))
 BINS        := $(addprefix $(B)/bin/nebula-,$(APPS))
 TEST_SRC    := $(wildcard validation/unit/test_*.c validation/mpi/test_*.c validation/reference/test_*.c)
 TESTS       := $(patsubst validation/%.c,$(B)/test/%,$(TEST_SRC))
+# The GPU tests (validation/gpu): built with the CUDA kernels, run by `make check-gpu`.
+GPU_TEST_SRC := $(wildcard validation/gpu/test_*.c)
 
 LIBS := $(B)/lib/libcore.a $(B)/lib/libkernels.a
+# CUDA: Hopper machine code (sm_90) plus compute_90 PTX that newer GPUs JIT-compile.
+# The toolkit keeps cuBLAS/cuDNN in lib64 and NCCL in lib on some installs: both go on
+# the search and run paths. NEBULA_CUDA_LIBS lists the libraries for tools/gpu-check.
 ifdef CUDA_ON
   LIBS   += $(B)/lib/libkernels_cuda.a
-  LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lstdc++
-  CFLAGS += -DNEBULA_CUDA=1
-  NVFLAGS := -O2 -std=c++17 -Ikernels -gencode arch=compute_90,code=sm_90 \
-             -gencode arch=compute_90,code=compute_90 -Xcompiler -Wall,-Wextra,-Werror
+  LDLIBS += -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib \
+            -lnccl -lcudnn -lcublasLt -lcublas -lcudart -lstdc++
+  CFLAGS += -DNEBULA_CUDA=1 -I$(CUDA_HOME)/include
+  NVFLAGS := -O3 -std=c++17 -Ikernels -Ilibcore -gencode arch=compute_90,code=sm_90 \
+             -gencode arch=compute_90,code=compute_90 --expt-relaxed-constexpr \
+             -Xcompiler -Wall,-Wextra,-Werror
+  TESTS  += $(patsubst validation/%.c,$(B)/test/%,$(GPU_TEST_SRC))
 endif
 
 DEPS_STAMP := $(B)/.deps-ok
 
-.PHONY: all deps deps-report check demo bench clean FORCE
+.PHONY: all deps deps-report check check-gpu demo bench clean FORCE
 .DEFAULT_GOAL := all
 
 all: $(DEPS_STAMP) $(BINS) $(TESTS)
@@ -130,6 +138,11 @@ $(B)/test/%: $(B)/obj/validation/%.o $(LIBS)
 
 check: all
 	$(Q)tools/run-tests.sh validation/tests.list
+
+# The GPU tests and benchmark (validation/gpu/tests.list); without a CUDA device it
+# says so and exits 0 without claiming anything.
+check-gpu: all
+	$(Q)tools/check-gpu.sh
 
 demo: all
 	$(Q)tools/demo.sh

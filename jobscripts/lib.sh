@@ -12,12 +12,27 @@
 #   NEBULA_SRUN_ARGS   extra srun options (word-split), e.g. "--cpu-bind=cores"
 #   NEBULA_MPIRUN_ARGS extra mpirun options (word-split), e.g. "--bind-to core --map-by socket"
 #   NEBULA_MAX_RESTARTS  requeues a job may ask for before it gives up (default 20)
+#   NEBULA_PML         OpenMPI's point-to-point layer for the ranks: unset keeps the site's
+#                      choice (Debian: ob1, its openmpi-mca-params.conf says `pml = ^ucx`);
+#                      "ucx" selects UCX (exported as OMPI_MCA_pml, see below), "ob1" forces ob1
 # shellcheck shell=bash
 
 NEBULA_HOME=${NEBULA_HOME:-${SLURM_SUBMIT_DIR:-$PWD}}
 NEBULA_LAUNCHER=${NEBULA_LAUNCHER:-srun}
 NEBULA_MAX_RESTARTS=${NEBULA_MAX_RESTARTS:-20}
 NEBULA_BIN=$NEBULA_HOME/build/bin
+
+# UCX only on request. An OMPI_MCA_* variable overrides openmpi-mca-params.conf, and srun
+# and mpirun both hand the environment to every rank. OpenMPI 4.1's pml ucx also declines
+# itself unless it finds a Mellanox device (pml_ucx_devices defaults to mlx*): "any" lets
+# it run over shared memory and TCP as well. Values the user exported win.
+if [ -n "${NEBULA_PML:-}" ]; then
+    export OMPI_MCA_pml=$NEBULA_PML
+    if [ "$NEBULA_PML" = ucx ]; then
+        export OMPI_MCA_pml_ucx_tls=${OMPI_MCA_pml_ucx_tls:-any}
+        export OMPI_MCA_pml_ucx_devices=${OMPI_MCA_pml_ucx_devices:-any}
+    fi
+fi
 
 nebula_die() {  # usage and input errors: exit 2, as the executables do
     echo "$(basename "${0}"): error: $*" >&2

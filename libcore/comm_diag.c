@@ -92,6 +92,7 @@ status comm_diag_timeout(comm *c, const comm_op *o)
     char late_list[512] = "", wait_list[512] = "";
     rank_list(late_list, sizeof late_list, late, n);
     rank_list(wait_list, sizeof wait_list, waiting, n);
+    snprintf(c->diag_late, sizeof c->diag_late, "%s", late_list);  /* for callers that report or test it */
     size_t bytes = o->count * reduce_dtype_size(o->dtype);
     if (late_list[0])
         log_error("allreduce #%llu (%s, %zu bytes) timed out after %.1f s: rank%s %s did not arrive%s; waiting: %s",

@@ -109,6 +109,7 @@ struct comm {
     comm_op blocking;              /* the op behind comm_allreduce */
     MPI_Comm diag;                 /* probe/reply channel for timeout diagnosis */
     double diag_last;              /* MPI_Wtime of the last probe service */
+    char diag_late[256];           /* ranks the last timeout named as not arrived, "" if none */
     int ntune;                     /* entries in the auto table */
     comm_tune_entry tune[COMM_TUNE_MAX]; /* auto table, ascending bytes */
 };

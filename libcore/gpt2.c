@@ -1,18 +1,12 @@
 /* gpt2 — see gpt2.h. The forward and backward are flat lists of layer calls, in
- * the order of the paper's equations; every buffer is sized in gpt2_init. */
+ * the order of the paper's equations, through the device's kernel table (device.h),
+ * so the same lines run on the CPU and on a GPU; every buffer is sized in gpt2_init. */
 #include "gpt2.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/attention.h"
-#include "cpu/embed.h"
-#include "cpu/gelu.h"
-#include "cpu/layernorm.h"
-#include "cpu/matmul.h"
-#include "cpu/residual.h"
-#include "cpu/xent.h"
 #include "rng.h"
 
 #define GPT2_LN_EPS 1e-5f
@@ -167,9 +161,58 @@ static void gpt2_layout_grads(void *owner, float *base, size_t *used)
     g->dlosses = param_carve(base, used, BT);
 }
 
+static bool gpt2_on_gpu(const gpt2 *m) { return m->dev && m->dev->kind != DEVICE_KIND_CPU; }
+/* The buffers the kernels read and write: host on the CPU, device copies on a GPU. */
+static float *gpt2_params(const gpt2 *m) { return gpt2_on_gpu(m) ? m->w.params : m->pb.params; }
+static float *gpt2_grads(const gpt2 *m) { return gpt2_on_gpu(m) ? m->w.grads : m->pb.grads; }
+
+/* param_arena_alloc on the model's device: size with a NULL base, allocate, carve. */
+static status gpt2_arena(gpt2 *m, param_layout_fn layout, float **memory, size_t *floats, const char *what)
+{
+    if (!gpt2_on_gpu(m)) return param_arena_alloc(layout, m, memory, floats, what);
+    size_t used = 0;
+    layout(m, NULL, &used);
+    *floats = used;
+    *memory = device_alloc(m->dev, used * sizeof(float), what);
+    if (!*memory) return STATUS_NOMEM;
+    used = 0;
+    layout(m, *memory, &used);
+    return STATUS_OK;
+}
+
+/* The device copies: params uploaded from the host init, grads and moments zeroed,
+ * positions and the (tokens, targets) staging area. */
+static status gpt2_init_device(gpt2 *m, bool train)
+{
+    const device *d = m->dev;
+    size_t bytes = m->pt.total * sizeof(float), bt = (size_t)m->B * (size_t)m->T;
+    m->w.total = m->pt.total;
+    if (!(m->w.params = device_alloc(d, bytes, "parameters")) || !(m->w.grads = device_alloc(d, bytes, "gradients")))
+        return STATUS_NOMEM;
+    if (train && (!(m->w.m = device_alloc(d, bytes, "optimizer first moment")) ||
+                  !(m->w.v = device_alloc(d, bytes, "optimizer second moment"))))
+        return STATUS_NOMEM;
+    device_upload(d, m->w.params, m->pb.params, bytes);
+    int32_t *pos = m->pos_ids;
+    if (!(m->pos_ids = device_alloc(d, bt * sizeof(int32_t), "positions"))) { free(pos); return STATUS_NOMEM; }
+    device_upload(d, m->pos_ids, pos, bt * sizeof(int32_t));
+    free(pos);
+    if (!(m->dev_ids = device_alloc(d, 2 * bt * sizeof(int32_t), "token ids")) ||
+        !(m->host_losses = malloc(bt * sizeof(float))))
+        return STATUS_NOMEM;
+    return STATUS_OK;
+}
+
 status gpt2_init(gpt2 *m, const gpt2_config *cfg, int B, int T, uint64_t seed, bool train)
 {
+    return gpt2_init_on(m, cfg, B, T, seed, train, NULL);
+}
+
+status gpt2_init_on(gpt2 *m, const gpt2_config *cfg, int B, int T, uint64_t seed, bool train, const device *dev)
+{
     memset(m, 0, sizeof *m);
+    m->dev = dev;
+    m->ops = dev ? dev->ops : &nn_ops_cpu;
     TRY(gpt2_config_check(cfg));
     if (T > cfg->max_seq_len || B < 1 || T < 1) {
         log_error0("sequence length T = %d is outside 1..model.max_seq_len = %d (the context), or batch B = %d < 1",
@@ -180,24 +223,37 @@ status gpt2_init(gpt2 *m, const gpt2_config *cfg, int B, int T, uint64_t seed, b
     m->B = B;
     m->T = T;
     gpt2_build_table(m);
-    TRY(param_buffers_init(&m->pb, &m->pt, train));
+    TRY(param_buffers_init(&m->pb, &m->pt, train && !gpt2_on_gpu(m)));
     gpt2_init_weights(m, seed);
-    TRY(param_arena_alloc(gpt2_layout_acts, m, &m->act_memory, &m->act_floats, "activations"));
-    if (train) TRY(param_arena_alloc(gpt2_layout_grads, m, &m->grad_memory, &m->grad_floats, "activation gradients"));
+    TRY(gpt2_arena(m, gpt2_layout_acts, &m->act_memory, &m->act_floats, "activations"));
+    if (train) TRY(gpt2_arena(m, gpt2_layout_grads, &m->grad_memory, &m->grad_floats, "activation gradients"));
     m->pos_ids = malloc((size_t)B * (size_t)T * sizeof *m->pos_ids);
     m->targets = malloc((size_t)B * (size_t)T * sizeof *m->targets);
     if (!m->pos_ids || !m->targets) return STATUS_NOMEM;
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) m->pos_ids[b * T + t] = t;
+    if (gpt2_on_gpu(m)) TRY(gpt2_init_device(m, train));
     m->mean_loss = -1;
     return STATUS_OK;
 }
 
 void gpt2_free(gpt2 *m)
 {
-    free(m->act_memory);
-    free(m->grad_memory);
-    free(m->pos_ids);
+    if (gpt2_on_gpu(m)) {
+        device_free(m->dev, m->act_memory);
+        device_free(m->dev, m->grad_memory);
+        device_free(m->dev, m->pos_ids);
+        device_free(m->dev, m->dev_ids);
+        device_free(m->dev, m->w.params);
+        device_free(m->dev, m->w.grads);
+        device_free(m->dev, m->w.m);
+        device_free(m->dev, m->w.v);
+    } else {
+        free(m->act_memory);
+        free(m->grad_memory);
+        free(m->pos_ids);
+    }
+    free(m->host_losses);
     free(m->targets);
     param_buffers_free(&m->pb);
     param_table_free(&m->pt);
@@ -215,46 +271,59 @@ status gpt2_forward(gpt2 *m, const int32_t *tokens, const int32_t *targets)
                       i % T, tokens[i] < 0 || tokens[i] >= c->vocab_size ? tokens[i] : targets[i], c->vocab_size - 1);
             return STATUS_INPUT;
         }
-    float *p = m->pb.params;
+    const nn_ops *k = m->ops;
+    float *p = gpt2_params(m);
     gpt2_acts *a = &m->acts;
-    embedding_forward(a->encoded, tokens, gpt2_at(m, p, "wte.weight", 0), BT, C, 0);
-    embedding_forward(a->encoded, m->pos_ids, gpt2_at(m, p, "wpe.weight", 0), BT, C, 1);
+    const int32_t *ids = tokens, *tgt = targets;
+    if (gpt2_on_gpu(m)) {  /* the batch goes to the device; the host copies stay the caller's */
+        device_upload(m->dev, m->dev_ids, tokens, (size_t)BT * sizeof *tokens);
+        if (targets) device_upload(m->dev, m->dev_ids + BT, targets, (size_t)BT * sizeof *targets);
+        ids = m->dev_ids;
+        tgt = m->dev_ids + BT;
+    }
+    k->embedding_forward(a->encoded, ids, gpt2_at(m, p, "wte.weight", 0), BT, C, 0);
+    k->embedding_forward(a->encoded, m->pos_ids, gpt2_at(m, p, "wpe.weight", 0), BT, C, 1);
     for (int l = 0; l < c->num_layers; l++) {
         const float *residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * btc;
         float *ln1 = a->ln1 + l * btc, *qkv = a->qkv + l * btc * 3, *atty = a->atty + l * btc;
         float *attproj = a->attproj + l * btc, *res2 = a->residual2 + l * btc, *ln2 = a->ln2 + l * btc;
         float *fch = a->fch + l * btc * 4, *fchg = a->fch_gelu + l * btc * 4, *fcproj = a->fcproj + l * btc;
         float *res3 = a->residual3 + l * btc;
-        layernorm_forward(ln1, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, residual, gpt2_at(m, p, "h.%d.ln_1.weight", l),
+        k->layernorm_forward(ln1, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, residual, gpt2_at(m, p, "h.%d.ln_1.weight", l),
                           gpt2_at(m, p, "h.%d.ln_1.bias", l), BT, C, GPT2_LN_EPS);
-        matmul_forward(qkv, ln1, gpt2_at(m, p, "h.%d.attn.c_attn.weight", l), gpt2_at(m, p, "h.%d.attn.c_attn.bias", l),
+        k->matmul_forward(qkv, ln1, gpt2_at(m, p, "h.%d.attn.c_attn.weight", l), gpt2_at(m, p, "h.%d.attn.c_attn.bias", l),
                        BT, C, 3 * C, MATMUL_LAYOUT_IN_OUT);
-        attention_forward(atty, a->att_lse + (size_t)l * BT * NH, qkv, qkv + C, qkv + 2 * C, 3 * C, NULL, B, T, C, NH, 1);
-        matmul_forward(attproj, atty, gpt2_at(m, p, "h.%d.attn.c_proj.weight", l),
+        k->attention_forward(atty, a->att_lse + (size_t)l * BT * NH, qkv, qkv + C, qkv + 2 * C, 3 * C, NULL, B, T, C, NH, 1);
+        k->matmul_forward(attproj, atty, gpt2_at(m, p, "h.%d.attn.c_proj.weight", l),
                        gpt2_at(m, p, "h.%d.attn.c_proj.bias", l), BT, C, C, MATMUL_LAYOUT_IN_OUT);
-        residual_forward(res2, residual, attproj, btc);
-        layernorm_forward(ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, res2, gpt2_at(m, p, "h.%d.ln_2.weight", l),
+        k->residual_forward(res2, residual, attproj, btc);
+        k->layernorm_forward(ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, res2, gpt2_at(m, p, "h.%d.ln_2.weight", l),
                           gpt2_at(m, p, "h.%d.ln_2.bias", l), BT, C, GPT2_LN_EPS);
-        matmul_forward(fch, ln2, gpt2_at(m, p, "h.%d.mlp.c_fc.weight", l), gpt2_at(m, p, "h.%d.mlp.c_fc.bias", l), BT,
+        k->matmul_forward(fch, ln2, gpt2_at(m, p, "h.%d.mlp.c_fc.weight", l), gpt2_at(m, p, "h.%d.mlp.c_fc.bias", l), BT,
                        C, 4 * C, MATMUL_LAYOUT_IN_OUT);
-        gelu_tanh_forward(fchg, fch, btc * 4);
-        matmul_forward(fcproj, fchg, gpt2_at(m, p, "h.%d.mlp.c_proj.weight", l),
+        k->gelu_tanh_forward(fchg, fch, btc * 4);
+        k->matmul_forward(fcproj, fchg, gpt2_at(m, p, "h.%d.mlp.c_proj.weight", l),
                        gpt2_at(m, p, "h.%d.mlp.c_proj.bias", l), BT, 4 * C, C, MATMUL_LAYOUT_IN_OUT);
-        residual_forward(res3, res2, fcproj, btc);
+        k->residual_forward(res3, res2, fcproj, btc);
     }
     const float *last = a->residual3 + (size_t)(c->num_layers - 1) * btc;
-    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, gpt2_at(m, p, "ln_f.weight", 0),
+    k->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, gpt2_at(m, p, "ln_f.weight", 0),
                       gpt2_at(m, p, "ln_f.bias", 0), BT, C, GPT2_LN_EPS);
     /* Tied head: wte (Vp, C) is an nn.Linear-layout weight of the logits. */
-    matmul_forward(a->logits, a->lnf, gpt2_at(m, p, "wte.weight", 0), NULL, BT, C, Vp, MATMUL_LAYOUT_OUT_IN);
+    k->matmul_forward(a->logits, a->lnf, gpt2_at(m, p, "wte.weight", 0), NULL, BT, C, Vp, MATMUL_LAYOUT_OUT_IN);
     m->mean_loss = -1;
     if (!targets) return STATUS_OK;
     memcpy(m->targets, targets, (size_t)BT * sizeof *targets);
-    xent_forward(a->losses, a->xent_lse, a->logits, targets, BT, c->vocab_size, Vp);
+    k->xent_forward(a->losses, a->xent_lse, a->logits, tgt, BT, c->vocab_size, Vp);
+    const float *losses = a->losses;
+    if (gpt2_on_gpu(m)) {
+        device_download(m->dev, m->host_losses, a->losses, (size_t)BT * sizeof(float));
+        losses = m->host_losses;
+    }
     double sum = 0;
     int counted = 0;
     for (int i = 0; i < BT; i++)
-        if (targets[i] >= 0) { sum += a->losses[i]; counted++; }
+        if (targets[i] >= 0) { sum += losses[i]; counted++; }
     m->mean_loss = counted ? (float)(sum / counted) : 0.0f;
     return STATUS_OK;
 }
@@ -265,20 +334,29 @@ void gpt2_backward(gpt2 *m, const int32_t *tokens)
     const gpt2_config *c = &m->cfg;
     int B = m->B, T = m->T, C = c->channels, NH = c->num_heads, Vp = c->padded_vocab_size, BT = B * T;
     size_t btc = (size_t)BT * (size_t)C;
-    float *p = m->pb.params, *g = m->pb.grads;
+    const nn_ops *k = m->ops;
+    float *p = gpt2_params(m), *g = gpt2_grads(m);
     gpt2_acts *a = &m->acts;
     gpt2_grad_scratch *s = &m->gs;
+    const int32_t *ids = tokens, *tgt = m->targets;
+    float *dlosses = s->dlosses;
+    if (gpt2_on_gpu(m)) {
+        ids = m->dev_ids;
+        tgt = m->dev_ids + BT;
+        dlosses = m->host_losses;
+    }
     int counted = 0;
     for (int i = 0; i < BT; i++) counted += m->targets[i] >= 0;
-    for (int i = 0; i < BT; i++) s->dlosses[i] = counted ? 1.0f / (float)counted : 0.0f;
-    memset(s->dlogits, 0, (size_t)BT * (size_t)Vp * sizeof(float));
-    xent_backward(s->dlogits, a->logits, a->xent_lse, m->targets, s->dlosses, BT, c->vocab_size, Vp);
-    memset(s->dbtc, 0, btc * sizeof(float));
-    matmul_backward(s->dbtc, gpt2_at(m, g, "wte.weight", 0), NULL, s->dlogits, a->lnf, gpt2_at(m, p, "wte.weight", 0),
+    for (int i = 0; i < BT; i++) dlosses[i] = counted ? 1.0f / (float)counted : 0.0f;
+    if (dlosses != s->dlosses) device_upload(m->dev, s->dlosses, dlosses, (size_t)BT * sizeof(float));
+    k->zero(s->dlogits, (size_t)BT * (size_t)Vp);
+    k->xent_backward(s->dlogits, a->logits, a->xent_lse, tgt, s->dlosses, BT, c->vocab_size, Vp);
+    k->zero(s->dbtc, btc);
+    k->matmul_backward(s->dbtc, gpt2_at(m, g, "wte.weight", 0), NULL, s->dlogits, a->lnf, gpt2_at(m, p, "wte.weight", 0),
                     BT, C, Vp, MATMUL_LAYOUT_OUT_IN);
-    memset(s->dresidual, 0, btc * sizeof(float));
+    k->zero(s->dresidual, btc);
     const float *last = a->residual3 + (size_t)(c->num_layers - 1) * btc;
-    layernorm_backward(s->dresidual, gpt2_at(m, g, "ln_f.weight", 0), gpt2_at(m, g, "ln_f.bias", 0), s->dbtc, last,
+    k->layernorm_backward(s->dresidual, gpt2_at(m, g, "ln_f.weight", 0), gpt2_at(m, g, "ln_f.bias", 0), s->dbtc, last,
                        gpt2_at(m, p, "ln_f.weight", 0), a->lnf_mean, a->lnf_rstd, BT, C);
     param_layer_done(&m->hook, c->num_layers + 1);                         /* ln_f */
     for (int l = c->num_layers - 1; l >= 0; l--) {
@@ -287,38 +365,38 @@ void gpt2_backward(gpt2 *m, const int32_t *tokens)
         const float *res2 = a->residual2 + l * btc, *ln2 = a->ln2 + l * btc;
         const float *fch = a->fch + l * btc * 4, *fchg = a->fch_gelu + l * btc * 4;
         /* dresidual holds d(residual3); residual3 = residual2 + fcproj. */
-        memset(s->dbt4c, 0, btc * 4 * sizeof(float));
-        matmul_backward(s->dbt4c, gpt2_at(m, g, "h.%d.mlp.c_proj.weight", l), gpt2_at(m, g, "h.%d.mlp.c_proj.bias", l),
+        k->zero(s->dbt4c, btc * 4);
+        k->matmul_backward(s->dbt4c, gpt2_at(m, g, "h.%d.mlp.c_proj.weight", l), gpt2_at(m, g, "h.%d.mlp.c_proj.bias", l),
                         s->dresidual, fchg, gpt2_at(m, p, "h.%d.mlp.c_proj.weight", l), BT, 4 * C, C,
                         MATMUL_LAYOUT_IN_OUT);
-        memset(s->dbt4c2, 0, btc * 4 * sizeof(float));
-        gelu_tanh_backward(s->dbt4c2, fch, s->dbt4c, btc * 4);
-        memset(s->dbtc, 0, btc * sizeof(float));
-        matmul_backward(s->dbtc, gpt2_at(m, g, "h.%d.mlp.c_fc.weight", l), gpt2_at(m, g, "h.%d.mlp.c_fc.bias", l),
+        k->zero(s->dbt4c2, btc * 4);
+        k->gelu_tanh_backward(s->dbt4c2, fch, s->dbt4c, btc * 4);
+        k->zero(s->dbtc, btc);
+        k->matmul_backward(s->dbtc, gpt2_at(m, g, "h.%d.mlp.c_fc.weight", l), gpt2_at(m, g, "h.%d.mlp.c_fc.bias", l),
                         s->dbt4c2, ln2, gpt2_at(m, p, "h.%d.mlp.c_fc.weight", l), BT, C, 4 * C, MATMUL_LAYOUT_IN_OUT);
         /* d(residual2) = dresidual (the skip) + layernorm_2's input gradient, added in place. */
-        layernorm_backward(s->dresidual, gpt2_at(m, g, "h.%d.ln_2.weight", l), gpt2_at(m, g, "h.%d.ln_2.bias", l),
+        k->layernorm_backward(s->dresidual, gpt2_at(m, g, "h.%d.ln_2.weight", l), gpt2_at(m, g, "h.%d.ln_2.bias", l),
                            s->dbtc, res2, gpt2_at(m, p, "h.%d.ln_2.weight", l), a->ln2_mean + l * BT,
                            a->ln2_rstd + l * BT, BT, C);
-        memset(s->dbtc, 0, btc * sizeof(float));
-        matmul_backward(s->dbtc, gpt2_at(m, g, "h.%d.attn.c_proj.weight", l),
+        k->zero(s->dbtc, btc);
+        k->matmul_backward(s->dbtc, gpt2_at(m, g, "h.%d.attn.c_proj.weight", l),
                         gpt2_at(m, g, "h.%d.attn.c_proj.bias", l), s->dresidual, atty,
                         gpt2_at(m, p, "h.%d.attn.c_proj.weight", l), BT, C, C, MATMUL_LAYOUT_IN_OUT);
-        memset(s->dbt3c, 0, btc * 3 * sizeof(float));
-        attention_backward(s->dbt3c, s->dbt3c + C, s->dbt3c + 2 * C, s->dbtc, qkv, qkv + C, qkv + 2 * C, 3 * C, atty,
+        k->zero(s->dbt3c, btc * 3);
+        k->attention_backward(s->dbt3c, s->dbt3c + C, s->dbt3c + 2 * C, s->dbtc, qkv, qkv + C, qkv + 2 * C, 3 * C, atty,
                            a->att_lse + (size_t)l * BT * NH, NULL, B, T, C, NH, 1);
-        memset(s->dbtc2, 0, btc * sizeof(float));
-        matmul_backward(s->dbtc2, gpt2_at(m, g, "h.%d.attn.c_attn.weight", l),
+        k->zero(s->dbtc2, btc);
+        k->matmul_backward(s->dbtc2, gpt2_at(m, g, "h.%d.attn.c_attn.weight", l),
                         gpt2_at(m, g, "h.%d.attn.c_attn.bias", l), s->dbt3c, ln1,
                         gpt2_at(m, p, "h.%d.attn.c_attn.weight", l), BT, C, 3 * C, MATMUL_LAYOUT_IN_OUT);
         /* d(residual) = d(residual2) (the skip) + layernorm_1's input gradient. */
-        layernorm_backward(s->dresidual, gpt2_at(m, g, "h.%d.ln_1.weight", l), gpt2_at(m, g, "h.%d.ln_1.bias", l),
+        k->layernorm_backward(s->dresidual, gpt2_at(m, g, "h.%d.ln_1.weight", l), gpt2_at(m, g, "h.%d.ln_1.bias", l),
                            s->dbtc2, residual, gpt2_at(m, p, "h.%d.ln_1.weight", l), a->ln1_mean + l * BT,
                            a->ln1_rstd + l * BT, BT, C);
         param_layer_done(&m->hook, l + 1);                                 /* h.l */
     }
-    embedding_backward(gpt2_at(m, g, "wte.weight", 0), s->dresidual, tokens, BT, C);
-    embedding_backward(gpt2_at(m, g, "wpe.weight", 0), s->dresidual, m->pos_ids, BT, C);
+    k->embedding_backward(gpt2_at(m, g, "wte.weight", 0), s->dresidual, ids, BT, C);
+    k->embedding_backward(gpt2_at(m, g, "wpe.weight", 0), s->dresidual, m->pos_ids, BT, C);
     param_layer_done(&m->hook, 0);                                         /* wte (also the tied head), wpe */
 }
 

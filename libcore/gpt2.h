@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "device.h"
 #include "log.h"
 #include "param.h"
 
@@ -67,7 +68,10 @@ typedef struct gpt2_grad_scratch {
 typedef struct gpt2 {
     gpt2_config cfg;       /* sizes */
     param_table pt;        /* names, shapes, offsets */
-    param_buffers pb;      /* params, grads, moments */
+    param_buffers pb;      /* params, grads, moments in host memory (on a GPU: params only, a mirror) */
+    const device *dev;     /* where the kernels run (device.h); NULL = the CPU */
+    const nn_ops *ops;     /* the device's kernels */
+    param_buffers w;       /* on a GPU: params, grads, moments in device memory; unused (zero) on the CPU */
     int B, T;              /* batch shape the activations are sized for */
     float *act_memory;     /* one allocation behind acts */
     size_t act_floats;     /* its size */
@@ -76,8 +80,10 @@ typedef struct gpt2 {
     size_t grad_floats;    /* its size */
     gpt2_grad_scratch gs;  /* views into grad_memory */
     param_layer_hook hook;  /* backward reports each finished layer here (set by the caller) */
-    int32_t *pos_ids;      /* (B, T) position of each token, 0..T-1 */
-    int32_t *targets;      /* (B, T) copy of the last forward's targets */
+    int32_t *pos_ids;      /* (B, T) position of each token, 0..T-1 (on the device) */
+    int32_t *targets;      /* (B, T) copy of the last forward's targets (host) */
+    int32_t *dev_ids;      /* (2, B, T) tokens and targets of the last forward on the device; NULL on the CPU */
+    float *host_losses;    /* (B, T) losses copied back, and dlosses staged for upload (GPU only) */
     float mean_loss;       /* mean over counted targets of the last forward, -1 without targets */
 } gpt2;
 
@@ -85,12 +91,17 @@ typedef struct gpt2 {
  * activations for (B, T); initialises weights like GPT-2 (normal 0.02, residual
  * projections 0.02/sqrt(2L), zero biases, unit norms) from the counter RNG. */
 status gpt2_init(gpt2 *m, const gpt2_config *cfg, int B, int T, uint64_t seed, bool train);
+/* The same on a device (NULL: the CPU). On a GPU the weights are initialised on the
+ * host exactly as on the CPU and uploaded; w holds params, grads and (when `train`)
+ * moments in device memory, pb only the host mirror of the parameters. */
+status gpt2_init_on(gpt2 *m, const gpt2_config *cfg, int B, int T, uint64_t seed, bool train, const device *dev);
 void gpt2_free(gpt2 *m);
 
 /* tokens, targets (B, T); targets may be NULL (no loss) and may hold -1 (ignored).
  * STATUS_INPUT when a token is outside the vocabulary (names the position). */
 status gpt2_forward(gpt2 *m, const int32_t *tokens, const int32_t *targets);
-/* Gradient of the mean loss of the last forward, ADDED into the grad buffer. */
+/* Gradient of the mean loss of the last forward, ADDED into the grad buffer (w.grads).
+ * On a GPU `tokens` is not read: the forward's copy on the device is used. */
 void gpt2_backward(gpt2 *m, const int32_t *tokens);
 
 /* Model FLOPs of one training step per token: 6 per parameter. */

@@ -100,6 +100,7 @@ const char *status_str(status st)
     case STATUS_NOMEM: return "out of memory";
     case STATUS_STOPPED: return "stopped on request";
     case STATUS_RELAUNCH: return "relaunch requested";
+    case STATUS_DEVICE: return "device failure";
     }
     return "unknown status";
 }

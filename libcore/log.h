@@ -23,6 +23,7 @@ typedef enum status {
     STATUS_NOMEM,       /* an allocation at init failed (exit 1) */
     STATUS_STOPPED,     /* stopped before the end on request (a signal), state saved: relaunch (exit 3) */
     STATUS_RELAUNCH,    /* stopped for a relaunch at another world size (elastic), state saved (exit 4) */
+    STATUS_DEVICE,      /* a GPU kernel, copy or library call failed (exit 1) */
 } status;
 
 typedef enum log_level {

@@ -11,8 +11,13 @@
 #include <sys/resource.h>
 
 #include "bench.h"
+#include "device.h"
 #include "model.h"
 #include "optim.h"
+#include "rng.h"
+#ifdef NEBULA_CUDA
+#include "cuda/probe.h"
+#endif
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -54,6 +59,79 @@ static void print_dry_run(const model_spec *spec, int B, int T)
     else printf("batch: B=%d T=%d\n", B, T);
 }
 
+/* --device cuda: GPT-2 on one GPU. The same step as the CPU loop below (zero grads,
+ * forward, backward, AdamW) through the device's kernel table; each phase ends with a
+ * device synchronisation so that the host clock times the GPU's work. MFU is model
+ * FLOPs per second over the bf16 GEMM rate measured here (kernels/cuda/probe.h). */
+static status bench_model_device(const config *cfg, const model_spec *spec, int B, int T)
+{
+    device dev;
+    TRY(device_open_from_config(&dev, cfg, 0));
+    if (spec->family != MODEL_FAMILY_GPT2) {
+        log_error0("--device cuda: only the GPT-2 family runs on a GPU so far (the BERT and ResNet kernels are "
+                   "built, their models are not ported)\nHINT: --model gpt2 | gpt2-medium | ..., or --device cpu");
+        return STATUS_INPUT;
+    }
+    int steps = (int)config_int(cfg, "bench.steps"), warm = (int)config_int(cfg, "bench.model_warmup");
+    gpt2 *m = calloc(1, sizeof *m);
+    CHECK(m, "out of memory");
+    device_optim opt = { 0 };
+    status st = gpt2_init_on(m, &spec->gpt2, B, T, 1, true, &dev);
+    if (st == STATUS_OK) st = device_optim_init(&opt, &dev, &m->pt);
+    int32_t *ids = malloc((size_t)B * T * sizeof *ids), *tgt = malloc((size_t)B * T * sizeof *tgt);
+    CHECK(ids && tgt, "out of memory");
+    rng r;
+    rng_init(&r, 1, 0, RNG_PURPOSE_DATA, 0);
+    for (int i = 0; i < B * T; i++) {
+        ids[i] = (int32_t)rng_below(&r, (uint32_t)spec->gpt2.vocab_size);
+        tgt[i] = (int32_t)rng_below(&r, (uint32_t)spec->gpt2.vocab_size);
+    }
+    double peak = -1;
+#ifdef NEBULA_CUDA
+    if (st == STATUS_OK) peak = cuda_gemm_bf16_flops(8192);
+#endif
+    adamw_hparams hp = { .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1 };
+    double flops_step = gpt2_flops_per_token(m) * B * T;
+    if (st == STATUS_OK) {
+        printf("# nebula-bench model --device cuda: %s (%.1fM parameters), B=%d T=%d, %s, AdamW\n", spec->name,
+               (double)m->pt.total / 1e6, B, T, dev.describe);
+        printf("# bf16 GEMM 8192^3 in this process: %.1f TFLOP/s; model FLOPs per step %.1f G\n", peak / 1e12,
+               flops_step / 1e9);
+        printf("# %4s %9s %9s %9s %10s %10s %8s %9s\n", "step", "fwd_ms", "bwd_ms", "opt_ms", "total_ms", "tok/s",
+               "MFU", "loss");
+    }
+    double *tt = calloc((size_t)steps, sizeof(double));
+    for (int s = -warm; s < steps && st == STATUS_OK; s++) {
+        double t0 = omp_get_wtime();
+        m->ops->zero(m->w.grads, m->pt.total);
+        if ((st = gpt2_forward(m, ids, tgt)) != STATUS_OK) break;  /* ends with the loss copied back */
+        double t1 = omp_get_wtime();
+        gpt2_backward(m, ids);
+        if ((st = device_sync(&dev)) != STATUS_OK) break;
+        double t2 = omp_get_wtime();
+        device_optim_adamw_step(&opt, &m->w, &hp, 3e-4, s + warm + 1);
+        if ((st = device_sync(&dev)) != STATUS_OK) break;
+        double t3 = omp_get_wtime();
+        if (s < 0) continue;
+        tt[s] = (t3 - t0) * 1e3;
+        printf("  %4d %9.2f %9.2f %9.2f %10.2f %10.0f %7.1f%% %9.4f\n", s, (t1 - t0) * 1e3, (t2 - t1) * 1e3,
+               (t3 - t2) * 1e3, tt[s], B * T / (t3 - t0), 100 * flops_step / (t3 - t0) / peak, m->mean_loss);
+    }
+    if (st == STATUS_OK && steps > 0) {
+        double mt = bench_median(tt, steps) / 1e3;
+        printf("# median: step %.2f ms, %.2f tok/s, MFU %.1f%% of the bf16 GEMM rate\n", mt * 1e3, B * T / mt,
+               100 * flops_step / mt / peak);
+    }
+    free(tt);
+    free(ids);
+    free(tgt);
+    device_optim_free(&opt);
+    gpt2_free(m);
+    free(m);
+    device_close(&dev);
+    return st;
+}
+
 status bench_model_run(const config *cfg)
 {
     model_spec spec;
@@ -64,6 +142,8 @@ status bench_model_run(const config *cfg)
         print_dry_run(&spec, B, T);
         return STATUS_OK;
     }
+    if (strcmp(config_str(cfg, "device.kind"), "cpu") != 0 || strcmp(config_str(cfg, "device.precision"), "fp32") != 0)
+        return bench_model_device(cfg, &spec, B, T);
     int steps = (int)config_int(cfg, "bench.steps"), warm = (int)config_int(cfg, "bench.model_warmup");
     int threads = (int)config_int(cfg, "bench.threads");
     if (threads > 0) {

@@ -19,6 +19,7 @@ static const config_key bench_schema[] = {
     RUNTIME_CONFIG_KEYS,
     COMM_CONFIG_KEYS,
     MODEL_CONFIG_KEYS,
+    DEVICE_CONFIG_KEYS,
     DGC_CONFIG_KEYS,
     { "bench", "count", CONFIG_TYPE_INT, "67108864", .min = 1024, .max = 1L << 31,
       .help = "dgc: entries of the vector selected from" },
@@ -73,6 +74,8 @@ static const cli_option bench_options[] = {
     { "steps", "bench.steps", NULL },
     { "threads", "bench.threads", NULL },
     { "dry-run", "bench.dry_run", "true" },
+    { "device", "device.kind", NULL },
+    { "precision", "device.precision", NULL },
 };
 
 static const char usage[] =
@@ -80,7 +83,9 @@ static const char usage[] =
     "                                     launch with mpirun -np N (--ranks-per-node K: virtual nodes)\n"
     "       nebula-bench model [options]  training-step throughput of one model on synthetic data:\n"
     "                                     --model NAME (or --config configs/models/NAME.ini) --batch B --seq T\n"
-    "                                     --steps N --threads N; --dry-run: check model and shapes, allocate nothing\n"
+    "                                     --steps N --threads N; --dry-run: check model and shapes, allocate nothing;\n"
+    "                                     --device cuda [--precision bf16]: GPT-2 on one GPU, MFU against the\n"
+    "                                     bf16 GEMM rate measured in the same process\n"
     "       nebula-bench dgc [options]    DGC-Pro threshold selection on one core: --count N --rounds R,\n"
     "                                     --set dgc.sparsity=S --set dgc.sample_fraction=F\n"
     "       nebula-bench table dgc [--models gpt2,...] [--rates 1gbit,100mbit,none] [--steps N] [--reps R] [--csv]\n"

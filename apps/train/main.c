@@ -37,6 +37,8 @@ static const cli_option train_options[] = {
     { "ckpt-every", "ckpt.every_steps", NULL },
     { "async-ckpt", "ckpt.async", "true" },
     { "zero", "train.zero", NULL },
+    { "device", "device.kind", NULL },
+    { "precision", "device.precision", NULL },
 };
 
 /* nebula-train prepare OUT_DIR FILE... [--val-fraction F]: no MPI. */
@@ -89,7 +91,8 @@ int main(int argc, char **argv)
     if (argc >= 2 && !strcmp(argv[1], "prepare")) return prepare_main(argc, argv);
 
     static config_key schema[256];
-    const config_key base[] = { RUNTIME_CONFIG_KEYS, COMM_CONFIG_KEYS, MODEL_CONFIG_KEYS, DGC_CONFIG_KEYS };
+    const config_key base[] = { RUNTIME_CONFIG_KEYS, COMM_CONFIG_KEYS, MODEL_CONFIG_KEYS, DGC_CONFIG_KEYS,
+                                DEVICE_CONFIG_KEYS };
     int n = 0;
     for (size_t i = 0; i < sizeof base / sizeof base[0]; i++) schema[n++] = base[i];
     for (int i = 0; i < train_schema_nkeys; i++) schema[n++] = train_schema_keys[i];
@@ -111,6 +114,17 @@ int main(int argc, char **argv)
         config_print(&cfg, stdout);
     }
     runtime_print_placement(&rt, stdout);
+
+    /* GPT-2 runs on a GPU in nebula-bench model --device cuda; the training loop's
+     * buckets, DGC-Pro, ZeRO and checkpoints still read host memory. */
+    device dev;
+    st = device_open_from_config(&dev, &cfg, rt.gpu);
+    if (st == STATUS_OK && dev.kind != DEVICE_KIND_CPU) {
+        log_error0("--device cuda: nebula-train's loop (buckets, DGC-Pro, ZeRO, checkpoints) runs on host memory "
+                   "so far; GPT-2 on a GPU runs in nebula-bench model --device cuda\nHINT: use --device cpu");
+        st = STATUS_INPUT;
+    }
+    if (st != STATUS_OK) runtime_exit(&rt, st);
 
     comm_options co;
     comm_options_from_config(&cfg, &co);

@@ -24,7 +24,7 @@ def forward(P, tokens, targets, L, NH, V):
     C = P["wte.weight"].shape[1]
     HS = C // NH
     x = P["wte.weight"][tokens] + P["wpe.weight"][:T]
-    causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    causal = torch.tril(torch.ones(T, T, dtype=torch.bool, device=tokens.device))
     for l in range(L):
         g = lambda n: P[f"h.{l}.{n}"]
         h = F.layer_norm(x, (C,), g("ln_1.weight"), g("ln_1.bias"), 1e-5)

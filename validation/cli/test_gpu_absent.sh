@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# test_gpu_absent — the GPU path on a machine without a GPU (DESIGN.md: CUDA is
+# optional and detected): the CUDA objects are built when nvcc is present, every GPU
+# test program links, starts and says it checked nothing, `make check-gpu` exits 0
+# without claiming a result, and asking for a GPU fails with exit 2 and a hint.
+# On a machine with a GPU this test has nothing to prove and says so.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+. validation/cli/lib.sh
+TRAIN=build/bin/nebula-train
+
+if ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+    expect "check-gpu without CUDA kernels" 0 "this build has no CUDA kernels" -- tools/check-gpu.sh
+    expect "--device cuda without CUDA kernels" 2 "this build has no CUDA kernels" -- \
+        $BENCH model --model gpt2-tiny --device cuda
+    finish; exit
+fi
+if [ -x build/test/gpu/test_cuda_device ] && ! build/test/gpu/test_cuda_device | grep -q '^SKIP'; then
+    echo "ok - a CUDA device is visible: nothing to check here (make check-gpu runs the GPU tests)"
+    exit 0
+fi
+
+# Every kernels/cuda source became an object with Hopper machine code in it.
+for cu in kernels/cuda/*.cu; do
+    o=build/obj/${cu%.cu}.o
+    check "$cu built with an sm_90 fat binary" \
+        bash -c "readelf -S '$o' | grep -q nv_fatbin && strings '$o' | grep -q -- '-arch sm_90'"
+done
+
+# Every GPU test program (validation/gpu/tests.list) exists, starts, and skips.
+for t in $(sed -n 's/^[^#|]*|.*\(build\/test\/gpu\/[a-z_0-9]*\).*/\1/p' validation/gpu/tests.list | sort -u); do
+    expect "$t starts and skips" 0 "nothing was checked" -- $t
+done
+expect "test_nccl at 2 ranks skips on every rank" 0 "nothing was checked" -- \
+    $MPIRUN -np 2 build/test/gpu/test_nccl --ranks-per-node 1
+
+out=$(tools/check-gpu.sh 2>&1); rc=$?
+check "make check-gpu exits 0 without a GPU" test "$rc" -eq 0
+check "make check-gpu says nothing was checked" grep -q "no CUDA device is visible.*nothing was checked" <<<"$out"
+check "make check-gpu claims no result" bash -c "! grep -qE '^(PASS|ok)' <<<'$out'"
+
+expect "bench --device cuda without a GPU" 2 "no CUDA device is visible" -- \
+    $BENCH model --model gpt2-tiny --device cuda
+expect "train --device cuda without a GPU" 2 "no CUDA device is visible" -- \
+    $TRAIN --model gpt2-tiny --steps 1 --device cuda --run-dir "$tmp/run"
+check "train --device cuda left no run directory" test ! -e "$tmp/run"
+expect "bf16 on the CPU is refused" 2 "precision bf16 needs --device cuda" -- \
+    $BENCH model --model gpt2-tiny --precision bf16
+expect "fp16 is refused with a hint" 2 "HINT: use --precision bf16" -- \
+    $BENCH model --model gpt2-tiny --device cuda --precision fp16
+expect "an unknown device names the choices" 2 "expected one of cpu|cuda" -- \
+    $TRAIN --model gpt2-tiny --device gpu
+finish

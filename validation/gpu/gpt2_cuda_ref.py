@@ -1,0 +1,51 @@
+#!/usr/bin/env python3
+"""gpt2_cuda_ref — PyTorch's bf16 GPT-2 trajectory on the GPU, compared with Nebula's.
+
+    gpt2_cuda_ref.py DUMP.safetensors
+
+The dump (validation/gpu/test_gpt2_cuda.c) holds GPT-2's initial weights by their
+Hugging Face names, the batch (in.*) and Nebula's 10-step AdamW losses with
+--precision bf16 (traj.losses). Here the same weights and batch train for the same
+steps with torch.autocast(bfloat16) on the GPU — fp32 master weights, bf16 matmuls —
+through the functional forward of validation/reference/gpt2_ref.py, and each loss
+must agree within 1% relative (about 2.5 bf16 ulps; see the C test's header)."""
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "reference"))
+from gpt2_ref import forward, lr_at  # noqa: E402
+from nebula_ref import Checker, load_safetensors  # noqa: E402
+
+
+def main(path):
+    t, meta = load_safetensors(path)
+    dev = torch.device("cuda")
+    L, NH, V = int(meta["layers"]), int(meta["heads"]), int(meta["vocab_size"])
+    tokens = t["in.tokens"].long().to(dev)
+    targets = t["in.targets"].long().to(dev)
+    P = {k: v.to(dev).requires_grad_(True) for k, v in t.items() if k.split(".")[0] not in ("in", "traj")}
+    decay = [p for p in P.values() if p.dim() >= 2]
+    no_decay = [p for p in P.values() if p.dim() < 2]
+    base, wd, steps = float(meta["lr"]), float(meta["weight_decay"]), int(meta["steps"])
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=base, betas=(0.9, 0.95), eps=1e-8)
+    losses = []
+    for step in range(steps):
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, base, int(meta["warmup"]), steps, base * 0.1)
+        opt.zero_grad()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            _, loss = forward(P, tokens, targets, L, NH, V)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    print("# pytorch", torch.__version__, "bf16 losses", " ".join(f"{x:.4f}" for x in losses))
+    ck = Checker()
+    ck.close(f"{steps}-step bf16 AdamW loss trajectory", t["traj.losses"], torch.tensor(losses), atol=0, rtol=1e-2)
+    ck.done()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,238 @@
+/* test_gpt2_cuda — GPT-2 on the GPU, two ways (STYLE.md's golden tests):
+ *
+ *  1. gpt2-tiny in fp32 on the GPU against the same model on the CPU (no Python):
+ *     the GPU model is built by the same gpt2.c through the device's kernel table,
+ *     from the same host-initialised weights, so logits, loss, every gradient by
+ *     name and a 10-step AdamW trajectory must agree within fp32 tolerances
+ *     (|d| <= 1e-4 + 1e-3*|ref|, those of the CPU-vs-PyTorch test: two fp32
+ *     implementations that sum in different orders, O(1) activations).
+ *  2. GPT-2 124M in bf16 (--precision bf16's table: GEMM operands rounded to bf16,
+ *     fp32 accumulation, fp32 master weights) for 10 AdamW steps, against PyTorch's
+ *     own bf16 autocast on the same GPU from the same initial weights and batch
+ *     (validation/gpu/gpt2_cuda_ref.py, which writes GPT-2 with validation/reference/
+ *     gpt2_ref.py's forward). Tolerance on each loss: 1% relative, about 2.5 bf16
+ *     ulps (2^-8 = 0.39%): both sides round the same fp32 operands to bf16, but
+ *     PyTorch also runs attention in bf16 and the two sum in different orders.
+ *
+ * Without a GPU it prints SKIP and exits 0. --skip-pytorch runs part 1 only. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gpu_check.h"
+
+#include "gpt2.h"
+#include "optim.h"
+#include "rng.h"
+#include "safetensors.h"
+
+enum { STEPS = 10, WARMUP = 3 };
+
+static float *download(const device *d, const float *dev, size_t n)
+{
+    float *h = malloc(n * sizeof *h);
+    device_download(d, h, dev, n * sizeof *h);
+    return h;
+}
+
+/* max |got-ref| / (atol + rtol |ref|) over n values; <= 1 passes */
+static double worst_ratio(const float *got, const float *ref, size_t n, double atol, double rtol)
+{
+    double w = 0;
+    for (size_t i = 0; i < n; i++) {
+        double r = fabs((double)got[i] - ref[i]) / (atol + rtol * fabs(ref[i]));
+        if (!(r <= w)) w = r;  /* NaN propagates as a failure */
+    }
+    return w;
+}
+
+static void report(const char *what, double ratio)
+{
+    bool ok = ratio <= 1.0;
+    printf("%s  %s (worst |d|/(atol+rtol|ref|) = %.3g)\n", ok ? "ok   " : "FAIL ", what, ratio);
+    ok ? gpu_passed++ : gpu_failed++;
+}
+
+static void random_batch(int32_t *tokens, int32_t *targets, int n, int V, uint64_t seed)
+{
+    rng r;
+    rng_init(&r, seed, 0, RNG_PURPOSE_TEST, 0);
+    for (int i = 0; i < n; i++) {
+        tokens[i] = (int32_t)rng_below(&r, (uint32_t)V);
+        targets[i] = (int32_t)rng_below(&r, (uint32_t)V);
+    }
+}
+
+/* Part 1: the same gpt2.c on the CPU and on the GPU, fp32. */
+static int tiny_gpu_vs_cpu(void)
+{
+    enum { B = 4, T = 64 };
+    gpt2_config cfg;
+    if (gpt2_config_named(&cfg, "gpt2-tiny") != STATUS_OK) return 1;
+    cfg.padded_vocab_size = 264;  /* the padded-vocabulary path */
+    device dev;
+    if (device_open(&dev, DEVICE_KIND_CUDA, PRECISION_FP32, 0) != STATUS_OK) return 1;
+    gpt2 *cpu = calloc(1, sizeof *cpu), *gpu = calloc(1, sizeof *gpu);
+    if (gpt2_init(cpu, &cfg, B, T, 1234, true) != STATUS_OK ||
+        gpt2_init_on(gpu, &cfg, B, T, 1234, true, &dev) != STATUS_OK)
+        return 1;
+    /* O(1) activations as in validation/reference/test_gpt2_ref.c: weights x10,
+     * random biases and norm gains; the padded rows stay zero. */
+    rng r;
+    rng_init(&r, 7, 0, RNG_PURPOSE_TEST, 1);
+    for (int i = 0; i < cpu->pt.count; i++) {
+        const param_entry *e = &cpu->pt.entries[i];
+        float *w = cpu->pb.params + e->offset;
+        bool bias = strstr(e->name, ".bias") != NULL, norm = strstr(e->name, "ln_") != NULL;
+        for (size_t k = 0; k < e->count; k++) {
+            if (bias) w[k] = 0.2f * (rng_uniform(&r) - 0.5f);
+            else if (norm) w[k] = 1.0f + 0.4f * (rng_uniform(&r) - 0.5f);
+            else w[k] *= 10.0f;
+        }
+    }
+    memset(cpu->pb.params + (size_t)cfg.vocab_size * cfg.channels, 0,
+           (size_t)(cfg.padded_vocab_size - cfg.vocab_size) * cfg.channels * sizeof(float));
+    size_t total = cpu->pt.total;
+    device_upload(&dev, gpu->w.params, cpu->pb.params, total * sizeof(float));
+
+    int32_t tokens[B * T], targets[B * T];
+    random_batch(tokens, targets, B * T, cfg.vocab_size, 99);
+    targets[3] = targets[T + 5] = -1;  /* ignored positions */
+
+    param_zero_grads(&cpu->pb, &cpu->pt);
+    gpu->ops->zero(gpu->w.grads, total);
+    if (gpt2_forward(cpu, tokens, targets) != STATUS_OK || gpt2_forward(gpu, tokens, targets) != STATUS_OK) return 1;
+    gpt2_backward(cpu, tokens);
+    gpt2_backward(gpu, tokens);
+    if (device_sync(&dev) != STATUS_OK) return 1;
+    size_t nlogits = (size_t)B * T * cfg.padded_vocab_size;
+    float *logits = download(&dev, gpu->acts.logits, nlogits), *grads = download(&dev, gpu->w.grads, total);
+    report("gpt2-tiny fp32 logits, GPU vs CPU", worst_ratio(logits, cpu->acts.logits, nlogits, 1e-4, 1e-3));
+    report("gpt2-tiny fp32 mean loss, GPU vs CPU", worst_ratio(&gpu->mean_loss, &cpu->mean_loss, 1, 1e-5, 1e-5));
+    for (int i = 0; i < cpu->pt.count; i++) {
+        const param_entry *e = &cpu->pt.entries[i];
+        char what[160];
+        snprintf(what, sizeof what, "gpt2-tiny fp32 grad %s, GPU vs CPU", e->name);
+        report(what, worst_ratio(grads + e->offset, cpu->pb.grads + e->offset, e->count, 1e-4, 1e-3));
+    }
+
+    /* 10 AdamW steps on both, same schedule; the device step is optim.c's per element. */
+    device cpudev;
+    device_open(&cpudev, DEVICE_KIND_CPU, PRECISION_FP32, -1);
+    device_optim ocpu, ogpu;
+    if (device_optim_init(&ocpu, &cpudev, &cpu->pt) != STATUS_OK || device_optim_init(&ogpu, &dev, &gpu->pt) != STATUS_OK)
+        return 1;
+    const double lr = 1e-3;
+    lr_schedule sched = { .kind = LR_SCHEDULE_COSINE, .base_lr = lr, .warmup_steps = WARMUP, .total_steps = STEPS,
+                          .min_lr = lr * 0.1 };
+    adamw_hparams hp = { .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1 };
+    float tc[STEPS], tg[STEPS];
+    for (int s = 0; s < STEPS; s++) {
+        param_zero_grads(&cpu->pb, &cpu->pt);
+        gpu->ops->zero(gpu->w.grads, total);
+        if (gpt2_forward(cpu, tokens, targets) != STATUS_OK || gpt2_forward(gpu, tokens, targets) != STATUS_OK)
+            return 1;
+        gpt2_backward(cpu, tokens);
+        gpt2_backward(gpu, tokens);
+        tc[s] = cpu->mean_loss;
+        tg[s] = gpu->mean_loss;
+        device_optim_adamw_step(&ocpu, &cpu->pb, &hp, lr_at(&sched, s), s + 1);
+        device_optim_adamw_step(&ogpu, &gpu->w, &hp, lr_at(&sched, s), s + 1);
+    }
+    if (device_sync(&dev) != STATUS_OK) return 1;
+    report("gpt2-tiny fp32 10-step AdamW loss trajectory, GPU vs CPU", worst_ratio(tg, tc, STEPS, 0, 1e-3));
+    float *params = download(&dev, gpu->w.params, total);
+    report("gpt2-tiny fp32 parameters after 10 steps, GPU vs CPU",
+           worst_ratio(params, cpu->pb.params, total, 1e-4, 1e-3));
+    free(params);
+    free(logits);
+    free(grads);
+    device_optim_free(&ocpu);
+    device_optim_free(&ogpu);
+    gpt2_free(cpu);
+    gpt2_free(gpu);
+    free(cpu);
+    free(gpu);
+    device_close(&dev);
+    return 0;
+}
+
+/* Part 2: GPT-2 124M bf16 on the GPU vs PyTorch autocast bf16 on the GPU. */
+static int gpt2_bf16_vs_pytorch(void)
+{
+    enum { B = 4, T = 256 };
+    gpt2_config cfg;
+    if (gpt2_config_named(&cfg, "gpt2") != STATUS_OK) return 1;
+    device dev;
+    if (device_open(&dev, DEVICE_KIND_CUDA, PRECISION_BF16, 0) != STATUS_OK) return 1;
+    gpt2 *m = calloc(1, sizeof *m);
+    device_optim opt;
+    if (gpt2_init_on(m, &cfg, B, T, 1234, true, &dev) != STATUS_OK || device_optim_init(&opt, &dev, &m->pt) != STATUS_OK)
+        return 1;
+    int32_t *tokens = malloc(B * T * sizeof *tokens), *targets = malloc(B * T * sizeof *targets);
+    float *ftok = malloc(B * T * sizeof *ftok), *ftgt = malloc(B * T * sizeof *ftgt);
+    random_batch(tokens, targets, B * T, cfg.vocab_size, 5);
+    for (int i = 0; i < B * T; i++) { ftok[i] = (float)tokens[i]; ftgt[i] = (float)targets[i]; }
+    const double lr = 6e-4;
+    lr_schedule sched = { .kind = LR_SCHEDULE_COSINE, .base_lr = lr, .warmup_steps = WARMUP, .total_steps = STEPS,
+                          .min_lr = lr * 0.1 };
+    adamw_hparams hp = { .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1 };
+    float traj[STEPS];
+    for (int s = 0; s < STEPS; s++) {
+        m->ops->zero(m->w.grads, m->pt.total);
+        if (gpt2_forward(m, tokens, targets) != STATUS_OK) return 1;
+        gpt2_backward(m, tokens);
+        traj[s] = m->mean_loss;
+        device_optim_adamw_step(&opt, &m->w, &hp, lr_at(&sched, s), s + 1);
+    }
+    if (device_sync(&dev) != STATUS_OK) return 1;
+    printf("# gpt2 124M bf16 on %s: losses", dev.describe);
+    for (int s = 0; s < STEPS; s++) printf(" %.4f", traj[s]);
+    printf("\n");
+
+    /* m->pb.params is still the host initialisation (the GPU trained its own copy). */
+    int n = m->pt.count, nt = n + 3;
+    st_tensor *t = calloc((size_t)nt, sizeof *t);
+    st_name *names = calloc((size_t)nt, sizeof *names);
+    st_add_table(t, 0, names, &m->pt, "", m->pb.params);
+    t[n] = (st_tensor){ "in.tokens", 2, { B, T }, ftok };
+    t[n + 1] = (st_tensor){ "in.targets", 2, { B, T }, ftgt };
+    t[n + 2] = (st_tensor){ "traj.losses", 1, { STEPS }, traj };
+    char meta[512];
+    snprintf(meta, sizeof meta,
+             "{\"layers\":\"%d\",\"heads\":\"%d\",\"vocab_size\":\"%d\",\"lr\":\"%g\",\"weight_decay\":\"%g\","
+             "\"steps\":\"%d\",\"warmup\":\"%d\"}",
+             cfg.num_layers, cfg.num_heads, cfg.vocab_size, lr, hp.weight_decay, STEPS, WARMUP);
+    char dir[] = "/tmp/nebula-gpt2-cuda-XXXXXX", path[128], cmd[512];
+    if (!mkdtemp(dir)) return 1;
+    snprintf(path, sizeof path, "%s/dump.safetensors", dir);
+    if (st_write(path, t, nt, meta) != STATUS_OK) return 1;
+    fflush(stdout);
+    const char *py = getenv("NEBULA_PYTHON");
+    snprintf(cmd, sizeof cmd, "%s validation/gpu/gpt2_cuda_ref.py %s", py ? py : "python3", path);
+    int rc = system(cmd);
+    unlink(path);
+    rmdir(dir);
+    report("gpt2 124M bf16 10-step trajectory vs PyTorch autocast (gpt2_cuda_ref.py)", rc == 0 ? 0.0 : 2.0);
+    free(t); free(names); free(tokens); free(targets); free(ftok); free(ftgt);
+    device_optim_free(&opt);
+    gpt2_free(m);
+    free(m);
+    device_close(&dev);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    gpu_test_start("test_gpt2_cuda");
+    if (tiny_gpu_vs_cpu() != 0) {
+        printf("FAIL  gpt2-tiny GPU vs CPU could not run (see the error above)\n");
+        gpu_failed++;
+    }
+    if (!(argc > 1 && !strcmp(argv[1], "--skip-pytorch")) && gpt2_bf16_vs_pytorch() != 0) {
+        printf("FAIL  gpt2 124M bf16 could not run (see the error above)\n");
+        gpu_failed++;
+    }
+    return gpu_test_end("test_gpt2_cuda");
+}
