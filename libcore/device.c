@@ -20,6 +20,7 @@ const nn_ops *device_cuda_ops(precision_kind p);
 status device_cuda_optim_init(void **plan, const param_table *pt);
 void device_cuda_optim_free(void *plan);
 void device_cuda_adamw_step(void *plan, param_buffers *w, const adamw_hparams *hp, double lr, long t);
+bool device_cuda_unscale(float *grads, size_t n, float inv_scale, int *flag_dev);
 /* The check-macro family's CUDA member (STYLE.md): a failed runtime call is a bug or a
  * dead device, never expected trouble, so it dies with the call and CUDA's reason. */
 #define CUDA_CHECK(call) \
@@ -63,12 +64,6 @@ status device_open(device *d, device_kind kind, precision_kind precision, int or
     d->kind = kind;
     d->precision = precision;
     d->ordinal = -1;
-    if (precision == PRECISION_FP16) {
-        log_error0("precision fp16 is not built yet: its dynamic loss scaler exists (precision.h) but the fp16 "
-                   "kernel table does not\nHINT: use --precision bf16 (same tensor-core rate, no loss scaling "
-                   "needed) or fp32");
-        return STATUS_INPUT;
-    }
     if (kind == DEVICE_KIND_CPU) {
         if (precision != PRECISION_FP32) {
             log_error0("precision %s needs --device cuda: the CPU kernels are fp32 (use --precision fp32)",
@@ -206,10 +201,31 @@ status device_sync(const device *d)
 status device_optim_init(device_optim *o, const device *d, const param_table *pt)
 {
     *o = (device_optim){ .dev = d, .pt = pt };
+    loss_scaler_init(&o->scaler);
+    if (d->precision != PRECISION_FP16) o->scaler.scale = 1.0f;
 #ifdef NEBULA_CUDA
-    if (d->kind == DEVICE_KIND_CUDA) return device_cuda_optim_init(&o->plan, pt);
+    if (d->kind == DEVICE_KIND_CUDA) {
+        if (d->precision == PRECISION_FP16 && !(o->found_inf = device_alloc(d, sizeof(int), "the inf flag")))
+            return STATUS_NOMEM;
+        return device_cuda_optim_init(&o->plan, pt);
+    }
 #endif
     return STATUS_OK;
+}
+
+float device_optim_loss_scale(const device_optim *o) { return o->dev->precision == PRECISION_FP16 ? o->scaler.scale : 1.0f; }
+
+void device_optim_adamw_step_scaled(device_optim *o, param_buffers *w, const adamw_hparams *hp, double lr,
+                                    bool *skipped)
+{
+    *skipped = false;
+#ifdef NEBULA_CUDA
+    if (o->dev->precision == PRECISION_FP16) {
+        bool found = device_cuda_unscale(w->grads, o->pt->total, loss_scaler_inv_scale(&o->scaler), o->found_inf);
+        if ((*skipped = loss_scaler_update(&o->scaler, found))) return;
+    }
+#endif
+    device_optim_adamw_step(o, w, hp, lr, ++o->updates);
 }
 
 void device_optim_adamw_step(device_optim *o, param_buffers *w, const adamw_hparams *hp, double lr, long t)
@@ -223,7 +239,10 @@ void device_optim_adamw_step(device_optim *o, param_buffers *w, const adamw_hpar
 void device_optim_free(device_optim *o)
 {
 #ifdef NEBULA_CUDA
-    if (o->dev && o->dev->kind == DEVICE_KIND_CUDA) device_cuda_optim_free(o->plan);
+    if (o->dev && o->dev->kind == DEVICE_KIND_CUDA) {
+        device_cuda_optim_free(o->plan);
+        device_free(o->dev, o->found_inf);
+    }
 #endif
     *o = (device_optim){ 0 };
 }

@@ -6,9 +6,10 @@
  * kernel a model's forward and backward call, with the CPU kernels' signatures; the
  * CUDA kernels have exactly those signatures on device pointers (kernels/cuda/device.h),
  * so a model's flat list of layer calls is written once and runs on either device.
- * bf16 is a third table whose matmuls round their operands to bf16 for the tensor
- * cores and accumulate in fp32 (PyTorch autocast's rule); everything else stays
- * fp32, and the master weights and optimizer state are always fp32.
+ * bf16 and fp16 are further tables whose matmuls round their operands to 16 bits for
+ * the tensor cores and accumulate in fp32 (PyTorch autocast's rule); everything else
+ * stays fp32, and the master weights and optimizer state are always fp32. fp16 adds
+ * dynamic loss scaling (device_optim_adamw_step_scaled).
  *
  * Memory calls go through the device too, so a model allocates its buffers once at
  * init on the device it was built for; copies are explicit (the host keeps a mirror
@@ -75,7 +76,7 @@ typedef struct device {
     { "device", "kind", CONFIG_TYPE_ENUM, "cpu", .choices = "cpu|cuda",                             \
       .help = "where the model runs: cpu, or cuda (one GPU per rank, host-local rank modulo the GPUs)" }, \
     { "device", "precision", CONFIG_TYPE_ENUM, "fp32", .choices = PRECISION_CHOICES,                \
-      .help = "bf16 (cuda only): GEMM operands in bf16, fp32 accumulation and master weights; fp16: not yet" }
+      .help = "cuda only: bf16 or fp16 GEMM operands, fp32 accumulation and master weights; fp16 with loss scaling" }
 
 struct config;
 /* device_open with the [device] keys of cfg. */
@@ -86,9 +87,8 @@ const char *device_kind_name(device_kind k);
 
 /* Opens the device: always succeeds for cpu fp32. For cuda: STATUS_INPUT with a hint
  * when this build has no CUDA (nvcc was absent at build time) or when no GPU is
- * visible (CUDA_VISIBLE_DEVICES, driver); selects GPU `ordinal` otherwise. bf16 on
- * the CPU is refused (STATUS_INPUT: the CPU kernels are fp32), and so is fp16 (its
- * loss scaler is in precision.h; the fp16 GEMM table is not built). */
+ * visible (CUDA_VISIBLE_DEVICES, driver); selects GPU `ordinal` otherwise. bf16 and
+ * fp16 on the CPU are refused (STATUS_INPUT: the CPU kernels are fp32). */
 status device_open(device *d, device_kind kind, precision_kind precision, int ordinal);
 void device_close(device *d);
 
@@ -108,10 +108,21 @@ typedef struct device_optim {
     const device *dev;       /* where the buffers live */
     const param_table *pt;   /* their layout */
     void *plan;              /* cuda_optim_plan on a GPU, NULL on the CPU */
+    int *found_inf;          /* fp16: one device int, the unscale kernel's flag */
+    loss_scaler scaler;      /* fp16: the dynamic loss scale (scale 1 and unused otherwise) */
+    long updates;            /* steps applied (AdamW's t counts these, not skipped ones) */
 } device_optim;
 
 status device_optim_init(device_optim *o, const device *d, const param_table *pt);
 void device_optim_adamw_step(device_optim *o, param_buffers *w, const adamw_hparams *hp, double lr, long t);
+/* The loss scale the backward must multiply the loss by: scaler.scale with fp16, 1 otherwise. */
+float device_optim_loss_scale(const device_optim *o);
+/* One mixed-precision step (GradScaler's order): with fp16, unscale the gradients by
+ * 1/scale and check them for inf/NaN, update the scale, and skip the step (*skipped,
+ * parameters untouched) when any was not finite; otherwise, and always without fp16,
+ * AdamW with t = the number of applied steps. */
+void device_optim_adamw_step_scaled(device_optim *o, param_buffers *w, const adamw_hparams *hp, double lr,
+                                    bool *skipped);
 void device_optim_free(device_optim *o);
 
 #endif

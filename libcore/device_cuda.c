@@ -11,12 +11,14 @@
 #include "cuda/device.h"
 #include "cuda/matmul.h"
 #include "cuda/optim.h"
+#include "cuda/precision.h"
 #include "cuda/transformer.h"
 
 const nn_ops *device_cuda_ops(precision_kind p);
 status device_cuda_optim_init(void **plan, const param_table *pt);
 void device_cuda_optim_free(void *plan);
 void device_cuda_adamw_step(void *plan, param_buffers *w, const adamw_hparams *hp, double lr, long t);
+bool device_cuda_unscale(float *grads, size_t n, float inv_scale, int *flag_dev);
 
 static void cuda_zero(float *x, size_t n)
 {
@@ -52,9 +54,26 @@ static const nn_ops nn_ops_cuda_bf16 = {
     .matmul_backward = cuda_matmul_backward_bf16,
 };
 
+static const nn_ops nn_ops_cuda_fp16 = {
+    .name = "cuda fp16",
+    NN_OPS_CUDA_COMMON,
+    .matmul_forward = cuda_matmul_forward_f16,
+    .matmul_backward = cuda_matmul_backward_f16,
+};
+
 const nn_ops *device_cuda_ops(precision_kind p)
 {
-    return p == PRECISION_BF16 ? &nn_ops_cuda_bf16 : &nn_ops_cuda_fp32;
+    return p == PRECISION_BF16 ? &nn_ops_cuda_bf16 : p == PRECISION_FP16 ? &nn_ops_cuda_fp16 : &nn_ops_cuda_fp32;
+}
+
+/* grads *= inv_scale; true when any gradient was inf or NaN (flag_dev: one device int). */
+bool device_cuda_unscale(float *grads, size_t n, float inv_scale, int *flag_dev)
+{
+    int found = 0;
+    if (cuda_memset(flag_dev, 0, sizeof *flag_dev) != 0) return true;
+    cuda_unscale_check_finite(grads, n, inv_scale, flag_dev);
+    if (cuda_memcpy_d2h(&found, flag_dev, sizeof found) != 0) return true;  /* also waits for the kernel */
+    return found != 0;
 }
 
 status device_cuda_optim_init(void **plan, const param_table *pt)

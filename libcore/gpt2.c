@@ -234,6 +234,7 @@ status gpt2_init_on(gpt2 *m, const gpt2_config *cfg, int B, int T, uint64_t seed
         for (int t = 0; t < T; t++) m->pos_ids[b * T + t] = t;
     if (gpt2_on_gpu(m)) TRY(gpt2_init_device(m, train));
     m->mean_loss = -1;
+    m->loss_scale = 1.0f;
     return STATUS_OK;
 }
 
@@ -347,7 +348,8 @@ void gpt2_backward(gpt2 *m, const int32_t *tokens)
     }
     int counted = 0;
     for (int i = 0; i < BT; i++) counted += m->targets[i] >= 0;
-    for (int i = 0; i < BT; i++) dlosses[i] = counted ? 1.0f / (float)counted : 0.0f;
+    /* loss_scale 1: exactly 1/counted as before; a power of two (fp16's scaler) scales exactly */
+    for (int i = 0; i < BT; i++) dlosses[i] = counted ? m->loss_scale / (float)counted : 0.0f;
     if (dlosses != s->dlosses) device_upload(m->dev, s->dlosses, dlosses, (size_t)BT * sizeof(float));
     k->zero(s->dlogits, (size_t)BT * (size_t)Vp);
     k->xent_backward(s->dlogits, a->logits, a->xent_lse, tgt, s->dlosses, BT, c->vocab_size, Vp);

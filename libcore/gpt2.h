@@ -85,6 +85,7 @@ typedef struct gpt2 {
     int32_t *dev_ids;      /* (2, B, T) tokens and targets of the last forward on the device; NULL on the CPU */
     float *host_losses;    /* (B, T) losses copied back, and dlosses staged for upload (GPU only) */
     float mean_loss;       /* mean over counted targets of the last forward, -1 without targets */
+    float loss_scale;      /* backward differentiates loss_scale * mean loss (fp16 loss scaling; 1 by default) */
 } gpt2;
 
 /* Builds the table, allocates params (+ grads and moments when `train`) and the

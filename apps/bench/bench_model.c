@@ -106,10 +106,12 @@ static status bench_model_device(const config *cfg, const model_spec *spec, int 
         m->ops->zero(m->w.grads, m->pt.total);
         if ((st = gpt2_forward(m, ids, tgt)) != STATUS_OK) break;  /* ends with the loss copied back */
         double t1 = omp_get_wtime();
+        m->loss_scale = device_optim_loss_scale(&opt);  /* 1 unless fp16 */
         gpt2_backward(m, ids);
         if ((st = device_sync(&dev)) != STATUS_OK) break;
         double t2 = omp_get_wtime();
-        device_optim_adamw_step(&opt, &m->w, &hp, 3e-4, s + warm + 1);
+        bool skipped;
+        device_optim_adamw_step_scaled(&opt, &m->w, &hp, 3e-4, &skipped);
         if ((st = device_sync(&dev)) != STATUS_OK) break;
         double t3 = omp_get_wtime();
         if (s < 0) continue;
@@ -119,8 +121,11 @@ static status bench_model_device(const config *cfg, const model_spec *spec, int 
     }
     if (st == STATUS_OK && steps > 0) {
         double mt = bench_median(tt, steps) / 1e3;
-        printf("# median: step %.2f ms, %.2f tok/s, MFU %.1f%% of the bf16 GEMM rate\n", mt * 1e3, B * T / mt,
+        printf("# median: step %.2f ms, %.2f tok/s, MFU %.1f%% of the bf16 GEMM rate", mt * 1e3, B * T / mt,
                100 * flops_step / mt / peak);
+        if (dev.precision == PRECISION_FP16)
+            printf("; loss scale %g, %ld of %d steps skipped", opt.scaler.scale, opt.scaler.skipped, warm + steps);
+        printf("\n");
     }
     free(tt);
     free(ids);

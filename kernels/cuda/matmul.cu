@@ -30,11 +30,19 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 namespace {
 
-enum matmul_mode { MATMUL_MODE_F32 = 0, MATMUL_MODE_TF32, MATMUL_MODE_BF16 };
+enum matmul_mode { MATMUL_MODE_F32 = 0, MATMUL_MODE_TF32, MATMUL_MODE_BF16, MATMUL_MODE_F16 };
+
+// Modes whose operands are rounded to a 16-bit type in the workspace.
+inline bool half_operands(matmul_mode m) { return m == MATMUL_MODE_BF16 || m == MATMUL_MODE_F16; }
+inline cudaDataType_t operand_type(matmul_mode m)
+{
+    return m == MATMUL_MODE_BF16 ? CUDA_R_16BF : m == MATMUL_MODE_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
 
 // cuBLASLt's workspace: 32 MiB is what NVIDIA recommends for Hopper.
 constexpr size_t MATMUL_LT_WS = (size_t)32 << 20;
@@ -108,6 +116,25 @@ void round_bf16(__nv_bfloat16 *dst, const float *src, size_t n, cudaStream_t s)
     if (blocks > 65535u * 4u) blocks = 65535u * 4u;
     round_bf16_kernel<<<(unsigned)blocks, 256, 0, s>>>(dst, src, n);
     CUDA_LAUNCH_CHECK("round_bf16_kernel");
+}
+
+// dst[i] = fp16(src[i]), round to nearest even; beyond 65504 it is inf, which the
+// loss scaler (libcore/precision.h) detects in the gradients and backs off from.
+__global__ void round_f16_kernel(__half *dst, const float *src, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+    for (; i < n; i += stride) dst[i] = __float2half_rn(src[i]);
+}
+
+// The operands of a 16-bit mode: bf16 or fp16 copies of src in dst (2 bytes each).
+void round_half(void *dst, const float *src, size_t n, matmul_mode mode, cudaStream_t s)
+{
+    if (mode == MATMUL_MODE_BF16) { round_bf16((__nv_bfloat16 *)dst, src, n, s); return; }
+    if (n == 0) return;
+    size_t blocks = (n + 255) / 256;
+    if (blocks > 65535u * 4u) blocks = 65535u * 4u;
+    round_f16_kernel<<<(unsigned)blocks, 256, 0, s>>>((__half *)dst, src, n);
+    CUDA_LAUNCH_CHECK("round_f16_kernel");
 }
 
 // out (rows, cols) row-major: every row = bias (cols), or 0 when bias is NULL.
@@ -213,7 +240,7 @@ void gemm_fallback(const gemm_call *g, bool prefilled, cudaStream_t stream)
         beta = 1.0f;
     }
     const float alpha = 1.0f;
-    cudaDataType_t ab = g->mode == MATMUL_MODE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    cudaDataType_t ab = operand_type(g->mode);
     cublasComputeType_t ct = g->mode == MATMUL_MODE_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     cublasStatus_t st = cublasSetStream(blas_handle, stream);
     if (st == CUBLAS_STATUS_SUCCESS)
@@ -236,7 +263,7 @@ void gemm(const gemm_call *g, void *lt_ws)
     key.lda = g->lda, key.ldb = g->ldb, key.ldd = g->ldd, key.mode = (int)g->mode, key.bias = epi_bias;
     key.align_a = alignment_of(g->A), key.align_b = alignment_of(g->B), key.align_d = alignment_of(g->D);
 
-    cudaDataType_t ab = g->mode == MATMUL_MODE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    cudaDataType_t ab = operand_type(g->mode);
     cublasComputeType_t ct = g->mode == MATMUL_MODE_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
@@ -318,15 +345,14 @@ void forward(float *out, const float *inp, const float *weight, const float *bia
     }
     const size_t n_in = (size_t)BT * C, n_w = (size_t)C * OC;
     size_t bytes = MATMUL_LT_WS;
-    if (mode == MATMUL_MODE_BF16) bytes += round_up(n_in * 2) + round_up(n_w * 2);
+    if (half_operands(mode)) bytes += round_up(n_in * 2) + round_up(n_w * 2);
     char *ws = (char *)cuda_workspace(bytes);
     if (!ws) return;
     const void *A = weight, *Bm = inp;
-    if (mode == MATMUL_MODE_BF16) {
-        __nv_bfloat16 *w16 = (__nv_bfloat16 *)(ws + MATMUL_LT_WS);
-        __nv_bfloat16 *x16 = (__nv_bfloat16 *)(ws + MATMUL_LT_WS + round_up(n_w * 2));
-        round_bf16(w16, weight, n_w, stream);
-        round_bf16(x16, inp, n_in, stream);
+    if (half_operands(mode)) {
+        char *w16 = ws + MATMUL_LT_WS, *x16 = ws + MATMUL_LT_WS + round_up(n_w * 2);
+        round_half(w16, weight, n_w, mode, stream);
+        round_half(x16, inp, n_in, mode, stream);
         A = w16, Bm = x16;
     }
     // out^T (OC x BT, ld OC) = Wm^T (OC x C) · inp^T (C x BT):  m = OC, n = BT, k = C.
@@ -352,7 +378,7 @@ void backward(float *dinp, float *dweight, float *dbias, const float *dout, cons
     if (BT <= 0 || C <= 0 || OC <= 0) return;
     if (!dinp && !dweight && !dbias) return;
     cudaStream_t stream = (cudaStream_t)cuda_stream_current();
-    const bool out_in = layout == MATMUL_LAYOUT_OUT_IN, bf16 = mode == MATMUL_MODE_BF16;
+    const bool out_in = layout == MATMUL_LAYOUT_OUT_IN, bf16 = half_operands(mode);  // bf16 or fp16
     const size_t n_in = (size_t)BT * C, n_w = (size_t)C * OC, n_out = (size_t)BT * OC;
     // Carve: [Lt ws][dout16][w16 if dinp][x16 if dweight][dbias partials].
     size_t off_d = MATMUL_LT_WS, off_w = off_d + (bf16 ? round_up(n_out * 2) : 0);
@@ -365,10 +391,10 @@ void backward(float *dinp, float *dweight, float *dbias, const float *dout, cons
     if (dbias) dbias_colsum(dbias, dout, BT, OC, (float *)(ws + off_p), stream);
     const void *g16 = dout, *w16 = weight, *x16 = inp;
     if (bf16 && (dinp || dweight)) {
-        round_bf16((__nv_bfloat16 *)(ws + off_d), dout, n_out, stream);
+        round_half(ws + off_d, dout, n_out, mode, stream);
         g16 = ws + off_d;
-        if (dinp) round_bf16((__nv_bfloat16 *)(ws + off_w), weight, n_w, stream), w16 = ws + off_w;
-        if (dweight) round_bf16((__nv_bfloat16 *)(ws + off_x), inp, n_in, stream), x16 = ws + off_x;
+        if (dinp) round_half(ws + off_w, weight, n_w, mode, stream), w16 = ws + off_w;
+        if (dweight) round_half(ws + off_x, inp, n_in, mode, stream), x16 = ws + off_x;
     }
     gemm_call g;
     g.beta = 1.0f, g.bias = nullptr, g.mode = mode;  // backward ADDS
@@ -450,4 +476,17 @@ extern "C" void cuda_matmul_backward_bf16(float *dinp, float *dweight, float *db
                                           matmul_layout layout)
 {
     backward(dinp, dweight, dbias, dout, inp, weight, BT, C, OC, layout, MATMUL_MODE_BF16);
+}
+
+extern "C" void cuda_matmul_forward_f16(float *out, const float *inp, const float *weight, const float *bias, int BT,
+                                        int C, int OC, matmul_layout layout)
+{
+    forward(out, inp, weight, bias, BT, C, OC, layout, MATMUL_MODE_F16);
+}
+
+extern "C" void cuda_matmul_backward_f16(float *dinp, float *dweight, float *dbias, const float *dout,
+                                         const float *inp, const float *weight, int BT, int C, int OC,
+                                         matmul_layout layout)
+{
+    backward(dinp, dweight, dbias, dout, inp, weight, BT, C, OC, layout, MATMUL_MODE_F16);
 }

@@ -46,8 +46,8 @@ expect "train --device cuda without a GPU" 2 "no CUDA device is visible" -- \
 check "train --device cuda left no run directory" test ! -e "$tmp/run"
 expect "bf16 on the CPU is refused" 2 "precision bf16 needs --device cuda" -- \
     $BENCH model --model gpt2-tiny --precision bf16
-expect "fp16 is refused with a hint" 2 "HINT: use --precision bf16" -- \
-    $BENCH model --model gpt2-tiny --device cuda --precision fp16
+expect "fp16 on the CPU is refused" 2 "precision fp16 needs --device cuda" -- \
+    $BENCH model --model gpt2-tiny --precision fp16
 expect "an unknown device names the choices" 2 "expected one of cpu|cuda" -- \
     $TRAIN --model gpt2-tiny --device gpu
 finish

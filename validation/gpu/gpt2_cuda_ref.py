@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""gpt2_cuda_ref — PyTorch's bf16 GPT-2 trajectory on the GPU, compared with Nebula's.
+"""gpt2_cuda_ref — PyTorch's bf16 / fp16 GPT-2 trajectory on the GPU, compared with Nebula's.
 
     gpt2_cuda_ref.py DUMP.safetensors
 
@@ -8,7 +8,9 @@ Hugging Face names, the batch (in.*) and Nebula's 10-step AdamW losses with
 --precision bf16 (traj.losses). Here the same weights and batch train for the same
 steps with torch.autocast(bfloat16) on the GPU — fp32 master weights, bf16 matmuls —
 through the functional forward of validation/reference/gpt2_ref.py, and each loss
-must agree within 1% relative (about 2.5 bf16 ulps; see the C test's header)."""
+must agree within 1% relative (about 2.5 bf16 ulps; see the C test's header). With
+precision fp16 PyTorch runs autocast(float16) with torch.amp.GradScaler at its
+defaults, which Nebula's loss scaler copies, and the skipped-step counts must match."""
 import os
 import sys
 
@@ -31,19 +33,28 @@ def main(path):
     base, wd, steps = float(meta["lr"]), float(meta["weight_decay"]), int(meta["steps"])
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=base, betas=(0.9, 0.95), eps=1e-8)
-    losses = []
+    fp16 = meta.get("precision") == "fp16"
+    dtype = torch.float16 if fp16 else torch.bfloat16
+    scaler = torch.amp.GradScaler("cuda", enabled=fp16)
+    losses, skipped = [], 0
     for step in range(steps):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, base, int(meta["warmup"]), steps, base * 0.1)
         opt.zero_grad()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast("cuda", dtype=dtype):
             _, loss = forward(P, tokens, targets, L, NH, V)
-        loss.backward()
-        opt.step()
+        scaler.scale(loss).backward()
+        before = scaler.get_scale() if fp16 else 1.0
+        scaler.step(opt)
+        scaler.update()
+        skipped += fp16 and scaler.get_scale() < before
         losses.append(loss.item())
-    print("# pytorch", torch.__version__, "bf16 losses", " ".join(f"{x:.4f}" for x in losses))
+    name = meta.get("precision", "bf16")
+    print("# pytorch", torch.__version__, name, "losses", " ".join(f"{x:.4f}" for x in losses), f"; {skipped} skipped")
     ck = Checker()
-    ck.close(f"{steps}-step bf16 AdamW loss trajectory", t["traj.losses"], torch.tensor(losses), atol=0, rtol=1e-2)
+    ck.close(f"{steps}-step {name} AdamW loss trajectory", t["traj.losses"], torch.tensor(losses), atol=0, rtol=1e-2)
+    ck.close(f"{name} skipped steps", torch.tensor([float(meta.get("skipped", 0))]), torch.tensor([float(skipped)]),
+             atol=0.5, rtol=0)  # counts: equal or off by at least 1
     ck.done()
 
 

@@ -13,6 +13,10 @@
  *     gpt2_ref.py's forward). Tolerance on each loss: 1% relative, about 2.5 bf16
  *     ulps (2^-8 = 0.39%): both sides round the same fp32 operands to bf16, but
  *     PyTorch also runs attention in bf16 and the two sum in different orders.
+ *  3. The same in fp16 with dynamic loss scaling, against autocast fp16 with
+ *     torch.amp.GradScaler (same defaults: 2^16, x2 / x0.5, 2000): fp16 keeps 3 more
+ *     mantissa bits than bf16, so the same 1% holds with margin, and the number of
+ *     skipped steps must be equal.
  *
  * Without a GPU it prints SKIP and exits 0. --skip-pytorch runs part 1 only. */
 #include <stdio.h>
@@ -158,14 +162,14 @@ static int tiny_gpu_vs_cpu(void)
     return 0;
 }
 
-/* Part 2: GPT-2 124M bf16 on the GPU vs PyTorch autocast bf16 on the GPU. */
-static int gpt2_bf16_vs_pytorch(void)
+/* Parts 2 and 3: GPT-2 124M bf16 / fp16 on the GPU vs PyTorch autocast on the GPU. */
+static int gpt2_half_vs_pytorch(precision_kind prec)
 {
     enum { B = 4, T = 256 };
     gpt2_config cfg;
     if (gpt2_config_named(&cfg, "gpt2") != STATUS_OK) return 1;
     device dev;
-    if (device_open(&dev, DEVICE_KIND_CUDA, PRECISION_BF16, 0) != STATUS_OK) return 1;
+    if (device_open(&dev, DEVICE_KIND_CUDA, prec, 0) != STATUS_OK) return 1;
     gpt2 *m = calloc(1, sizeof *m);
     device_optim opt;
     if (gpt2_init_on(m, &cfg, B, T, 1234, true, &dev) != STATUS_OK || device_optim_init(&opt, &dev, &m->pt) != STATUS_OK)
@@ -182,14 +186,16 @@ static int gpt2_bf16_vs_pytorch(void)
     for (int s = 0; s < STEPS; s++) {
         m->ops->zero(m->w.grads, m->pt.total);
         if (gpt2_forward(m, tokens, targets) != STATUS_OK) return 1;
+        m->loss_scale = device_optim_loss_scale(&opt);
         gpt2_backward(m, tokens);
         traj[s] = m->mean_loss;
-        device_optim_adamw_step(&opt, &m->w, &hp, lr_at(&sched, s), s + 1);
+        bool skipped;
+        device_optim_adamw_step_scaled(&opt, &m->w, &hp, lr_at(&sched, s), &skipped);
     }
     if (device_sync(&dev) != STATUS_OK) return 1;
-    printf("# gpt2 124M bf16 on %s: losses", dev.describe);
+    printf("# gpt2 124M %s on %s: losses", precision_kind_name(prec), dev.describe);
     for (int s = 0; s < STEPS; s++) printf(" %.4f", traj[s]);
-    printf("\n");
+    printf("; %ld steps skipped\n", opt.scaler.skipped);
 
     /* m->pb.params is still the host initialisation (the GPU trained its own copy). */
     int n = m->pt.count, nt = n + 3;
@@ -202,8 +208,9 @@ static int gpt2_bf16_vs_pytorch(void)
     char meta[512];
     snprintf(meta, sizeof meta,
              "{\"layers\":\"%d\",\"heads\":\"%d\",\"vocab_size\":\"%d\",\"lr\":\"%g\",\"weight_decay\":\"%g\","
-             "\"steps\":\"%d\",\"warmup\":\"%d\"}",
-             cfg.num_layers, cfg.num_heads, cfg.vocab_size, lr, hp.weight_decay, STEPS, WARMUP);
+             "\"steps\":\"%d\",\"warmup\":\"%d\",\"precision\":\"%s\",\"skipped\":\"%ld\"}",
+             cfg.num_layers, cfg.num_heads, cfg.vocab_size, lr, hp.weight_decay, STEPS, WARMUP,
+             precision_kind_name(prec), opt.scaler.skipped);
     char dir[] = "/tmp/nebula-gpt2-cuda-XXXXXX", path[128], cmd[512];
     if (!mkdtemp(dir)) return 1;
     snprintf(path, sizeof path, "%s/dump.safetensors", dir);
@@ -214,7 +221,10 @@ static int gpt2_bf16_vs_pytorch(void)
     int rc = system(cmd);
     unlink(path);
     rmdir(dir);
-    report("gpt2 124M bf16 10-step trajectory vs PyTorch autocast (gpt2_cuda_ref.py)", rc == 0 ? 0.0 : 2.0);
+    char what[128];
+    snprintf(what, sizeof what, "gpt2 124M %s 10-step trajectory vs PyTorch autocast (gpt2_cuda_ref.py)",
+             precision_kind_name(prec));
+    report(what, rc == 0 ? 0.0 : 2.0);
     free(t); free(names); free(tokens); free(targets); free(ftok); free(ftgt);
     device_optim_free(&opt);
     gpt2_free(m);
@@ -230,9 +240,11 @@ int main(int argc, char **argv)
         printf("FAIL  gpt2-tiny GPU vs CPU could not run (see the error above)\n");
         gpu_failed++;
     }
-    if (!(argc > 1 && !strcmp(argv[1], "--skip-pytorch")) && gpt2_bf16_vs_pytorch() != 0) {
-        printf("FAIL  gpt2 124M bf16 could not run (see the error above)\n");
-        gpu_failed++;
-    }
+    bool torch = !(argc > 1 && !strcmp(argv[1], "--skip-pytorch"));
+    for (int p = 0; torch && p < 2; p++)
+        if (gpt2_half_vs_pytorch(p == 0 ? PRECISION_BF16 : PRECISION_FP16) != 0) {
+            printf("FAIL  gpt2 124M %s could not run (see the error above)\n", p == 0 ? "bf16" : "fp16");
+            gpu_failed++;
+        }
     return gpu_test_end("test_gpt2_cuda");
 }
