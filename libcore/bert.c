@@ -6,13 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/attention.h"
-#include "cpu/embed.h"
-#include "cpu/gelu.h"
-#include "cpu/layernorm.h"
-#include "cpu/matmul.h"
-#include "cpu/residual.h"
-#include "cpu/xent.h"
+#include "cpu/xent.h" /* XENT_IGNORE */
 #include "rng.h"
 
 #define BERT_LN_EPS 1e-12f  /* BertConfig.layer_norm_eps */
@@ -219,9 +213,42 @@ static void bert_layout_grads(void *owner, float *base, size_t *used)
     g->pad_row = param_carve(base, used, C);
 }
 
+static bool bert_on_gpu(const bert *m) { return device_is_gpu(m->dev); }
+/* The buffers the kernels read and write: host on the CPU, device copies on a GPU. */
+static float *bert_params(const bert *m) { return bert_on_gpu(m) ? m->w.params : m->pb.params; }
+static float *bert_grads(const bert *m) { return bert_on_gpu(m) ? m->w.grads : m->pb.grads; }
+
+/* Device copies of the buffers and the id arrays; host staging for the per-batch uploads. */
+static status bert_init_device(bert *m, bool train)
+{
+    const device *d = m->dev;
+    size_t bt = (size_t)m->B * (size_t)m->T;
+    /* the id arrays first: from here on bert_free treats them as device memory */
+    int32_t *pos = m->pos_ids;
+    free(m->input_ids);
+    free(m->type_ids);
+    m->input_ids = m->type_ids = NULL;
+    m->pos_ids = device_alloc(d, bt * sizeof(int32_t), "positions");
+    if (m->pos_ids) device_upload(d, m->pos_ids, pos, bt * sizeof(int32_t));
+    free(pos);
+    if (!m->pos_ids || !(m->input_ids = device_alloc(d, bt * sizeof(int32_t), "input ids")) ||
+        !(m->type_ids = device_alloc(d, bt * sizeof(int32_t), "token type ids")) ||
+        !(m->dev_targets = device_alloc(d, bt * sizeof(int32_t), "targets")) ||
+        !(m->stage_ids = malloc(2 * bt * sizeof(int32_t))) || !(m->stage = malloc(2 * bt * sizeof(float))))
+        return STATUS_NOMEM;
+    return device_buffers_init(d, &m->w, &m->pb, train);
+}
+
 status bert_init(bert *m, const bert_config *cfg, int B, int T, uint64_t seed, bool train)
 {
+    return bert_init_on(m, cfg, B, T, seed, train, NULL);
+}
+
+status bert_init_on(bert *m, const bert_config *cfg, int B, int T, uint64_t seed, bool train, const device *dev)
+{
     memset(m, 0, sizeof *m);
+    m->dev = dev;
+    m->ops = dev ? dev->ops : &nn_ops_cpu;
     TRY(bert_config_check(cfg));
     if (T < 1 || T > cfg->max_position) {
         log_error0("sequence length T = %d is outside 1..model.max_seq_len = %d", T, cfg->max_position);
@@ -235,10 +262,10 @@ status bert_init(bert *m, const bert_config *cfg, int B, int T, uint64_t seed, b
     m->B = B;
     m->T = T;
     bert_build_table(m);
-    TRY(param_buffers_init(&m->pb, &m->pt, train));
+    TRY(param_buffers_init(&m->pb, &m->pt, train && !bert_on_gpu(m)));
     bert_init_weights(m, seed);
-    TRY(param_arena_alloc(bert_layout_acts, m, &m->act_memory, &m->act_floats, "activations"));
-    if (train) TRY(param_arena_alloc(bert_layout_grads, m, &m->grad_memory, &m->grad_floats, "activation gradients"));
+    TRY(device_arena(dev, bert_layout_acts, m, &m->act_memory, &m->act_floats, "activations"));
+    if (train) TRY(device_arena(dev, bert_layout_grads, m, &m->grad_memory, &m->grad_floats, "activation gradients"));
     size_t bt = (size_t)B * (size_t)T;
     m->pos_ids = malloc(bt * sizeof *m->pos_ids);
     m->input_ids = malloc(bt * sizeof *m->input_ids);
@@ -247,17 +274,29 @@ status bert_init(bert *m, const bert_config *cfg, int B, int T, uint64_t seed, b
     if (!m->pos_ids || !m->input_ids || !m->type_ids || !m->targets) return STATUS_NOMEM;
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) m->pos_ids[b * T + t] = t;
+    if (bert_on_gpu(m)) TRY(bert_init_device(m, train));
     m->mean_loss = -1;
+    m->loss_scale = 1.0f;
     return STATUS_OK;
 }
 
 void bert_free(bert *m)
 {
-    free(m->act_memory);
-    free(m->grad_memory);
-    free(m->pos_ids);
-    free(m->input_ids);
-    free(m->type_ids);
+    device_arena_free(m->dev, m->act_memory);
+    device_arena_free(m->dev, m->grad_memory);
+    if (bert_on_gpu(m)) {
+        device_free(m->dev, m->pos_ids);
+        device_free(m->dev, m->input_ids);
+        device_free(m->dev, m->type_ids);
+        device_free(m->dev, m->dev_targets);
+        device_buffers_free(m->dev, &m->w);
+    } else {
+        free(m->pos_ids);
+        free(m->input_ids);
+        free(m->type_ids);
+    }
+    free(m->stage_ids);
+    free(m->stage);
     free(m->targets);
     param_buffers_free(&m->pb);
     param_table_free(&m->pt);
@@ -294,18 +333,27 @@ status bert_forward(bert *m, const int32_t *input_ids, const int32_t *token_type
     const bert_config *c = &m->cfg;
     int B = m->B, T = m->T, C = c->channels, NH = c->num_heads, IC = c->intermediate, V = c->vocab_size, BT = B * T;
     size_t btc = (size_t)BT * (size_t)C, bti = (size_t)BT * (size_t)IC;
-    float *p = m->pb.params;
+    const nn_ops *kn = m->ops;
+    float *p = bert_params(m);
     bert_acts *a = &m->acts;
-    memcpy(m->input_ids, input_ids, (size_t)BT * sizeof *input_ids);
+    bool gpu = bert_on_gpu(m);
+    int32_t *ids = gpu ? m->stage_ids : m->input_ids, *types = gpu ? m->stage_ids + BT : m->type_ids;
+    float *mask = gpu ? m->stage : a->key_mask;
+    memcpy(ids, input_ids, (size_t)BT * sizeof *input_ids);
     for (int i = 0; i < BT; i++) {
-        m->type_ids[i] = token_type_ids ? token_type_ids[i] : 0;
-        a->key_mask[i] = attention_mask ? (float)attention_mask[i] : 1.0f;
+        types[i] = token_type_ids ? token_type_ids[i] : 0;
+        mask[i] = attention_mask ? (float)attention_mask[i] : 1.0f;
+    }
+    if (gpu) {  /* the batch goes to the device; the caller's arrays stay on the host */
+        device_upload(m->dev, m->input_ids, ids, (size_t)BT * sizeof *ids);
+        device_upload(m->dev, m->type_ids, types, (size_t)BT * sizeof *types);
+        device_upload(m->dev, a->key_mask, mask, (size_t)BT * sizeof *mask);
     }
     /* BertEmbeddings: LayerNorm(word + position + token_type). */
-    embedding_forward(a->emb, m->input_ids, bert_at(m, p, "embeddings.word_embeddings.weight", 0), BT, C, 0);
-    embedding_forward(a->emb, m->pos_ids, bert_at(m, p, "embeddings.position_embeddings.weight", 0), BT, C, 1);
-    embedding_forward(a->emb, m->type_ids, bert_at(m, p, "embeddings.token_type_embeddings.weight", 0), BT, C, 1);
-    layernorm_forward(a->emb_ln, a->emb_mean, a->emb_rstd, a->emb, bert_at(m, p, "embeddings.LayerNorm.weight", 0),
+    kn->embedding_forward(a->emb, m->input_ids, bert_at(m, p, "embeddings.word_embeddings.weight", 0), BT, C, 0);
+    kn->embedding_forward(a->emb, m->pos_ids, bert_at(m, p, "embeddings.position_embeddings.weight", 0), BT, C, 1);
+    kn->embedding_forward(a->emb, m->type_ids, bert_at(m, p, "embeddings.token_type_embeddings.weight", 0), BT, C, 1);
+    kn->layernorm_forward(a->emb_ln, a->emb_mean, a->emb_rstd, a->emb, bert_at(m, p, "embeddings.LayerNorm.weight", 0),
                       bert_at(m, p, "embeddings.LayerNorm.bias", 0), BT, C, BERT_LN_EPS);
     /* BertLayer: x1 = LN(x + Wo·attn(Wq x, Wk x, Wv x)), out = LN(x1 + W2·gelu(W1 x1)). */
     for (int l = 0; l < c->num_layers; l++) {
@@ -315,47 +363,57 @@ status bert_forward(bert *m, const int32_t *input_ids, const int32_t *token_type
         float *fch = a->fch + l * bti, *fchg = a->fch_gelu + l * bti, *fcproj = a->fcproj + l * btc;
         float *res2 = a->res2 + l * btc, *ln2 = a->ln2 + l * btc;
 #define W(name) bert_at(m, p, "encoder.layer.%d." name, l)
-        matmul_forward(q, x, W("attention.self.query.weight"), W("attention.self.query.bias"), BT, C, C,
+        kn->matmul_forward(q, x, W("attention.self.query.weight"), W("attention.self.query.bias"), BT, C, C,
                        MATMUL_LAYOUT_OUT_IN);
-        matmul_forward(k, x, W("attention.self.key.weight"), W("attention.self.key.bias"), BT, C, C,
+        kn->matmul_forward(k, x, W("attention.self.key.weight"), W("attention.self.key.bias"), BT, C, C,
                        MATMUL_LAYOUT_OUT_IN);
-        matmul_forward(v, x, W("attention.self.value.weight"), W("attention.self.value.bias"), BT, C, C,
+        kn->matmul_forward(v, x, W("attention.self.value.weight"), W("attention.self.value.bias"), BT, C, C,
                        MATMUL_LAYOUT_OUT_IN);
-        attention_forward(atty, a->att_lse + (size_t)l * BT * NH, q, k, v, C, a->key_mask, B, T, C, NH, 0);
-        matmul_forward(attproj, atty, W("attention.output.dense.weight"), W("attention.output.dense.bias"), BT, C,
+        kn->attention_forward(atty, a->att_lse + (size_t)l * BT * NH, q, k, v, C, a->key_mask, B, T, C, NH, 0);
+        kn->matmul_forward(attproj, atty, W("attention.output.dense.weight"), W("attention.output.dense.bias"), BT, C,
                        C, MATMUL_LAYOUT_OUT_IN);
-        residual_forward(res1, x, attproj, btc);
-        layernorm_forward(ln1, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, res1,
+        kn->residual_forward(res1, x, attproj, btc);
+        kn->layernorm_forward(ln1, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, res1,
                           W("attention.output.LayerNorm.weight"), W("attention.output.LayerNorm.bias"), BT, C,
                           BERT_LN_EPS);
-        matmul_forward(fch, ln1, W("intermediate.dense.weight"), W("intermediate.dense.bias"), BT, C, IC,
+        kn->matmul_forward(fch, ln1, W("intermediate.dense.weight"), W("intermediate.dense.bias"), BT, C, IC,
                        MATMUL_LAYOUT_OUT_IN);
-        gelu_erf_forward(fchg, fch, bti);
-        matmul_forward(fcproj, fchg, W("output.dense.weight"), W("output.dense.bias"), BT, IC, C,
+        kn->gelu_erf_forward(fchg, fch, bti);
+        kn->matmul_forward(fcproj, fchg, W("output.dense.weight"), W("output.dense.bias"), BT, IC, C,
                        MATMUL_LAYOUT_OUT_IN);
-        residual_forward(res2, ln1, fcproj, btc);
-        layernorm_forward(ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, res2, W("output.LayerNorm.weight"),
+        kn->residual_forward(res2, ln1, fcproj, btc);
+        kn->layernorm_forward(ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, res2, W("output.LayerNorm.weight"),
                           W("output.LayerNorm.bias"), BT, C, BERT_LN_EPS);
 #undef W
     }
     /* BertLMPredictionHead: LN(gelu(dense(h))) · word_embeddings^T + bias. */
     const float *last = a->ln2 + (size_t)(c->num_layers - 1) * btc;
-    matmul_forward(a->tr, last, bert_at(m, p, "cls.predictions.transform.dense.weight", 0),
+    kn->matmul_forward(a->tr, last, bert_at(m, p, "cls.predictions.transform.dense.weight", 0),
                    bert_at(m, p, "cls.predictions.transform.dense.bias", 0), BT, C, C, MATMUL_LAYOUT_OUT_IN);
-    gelu_erf_forward(a->tr_gelu, a->tr, btc);
-    layernorm_forward(a->tr_ln, a->tr_mean, a->tr_rstd, a->tr_gelu,
+    kn->gelu_erf_forward(a->tr_gelu, a->tr, btc);
+    kn->layernorm_forward(a->tr_ln, a->tr_mean, a->tr_rstd, a->tr_gelu,
                       bert_at(m, p, "cls.predictions.transform.LayerNorm.weight", 0),
                       bert_at(m, p, "cls.predictions.transform.LayerNorm.bias", 0), BT, C, BERT_LN_EPS);
-    matmul_forward(a->logits, a->tr_ln, bert_at(m, p, "embeddings.word_embeddings.weight", 0),
+    kn->matmul_forward(a->logits, a->tr_ln, bert_at(m, p, "embeddings.word_embeddings.weight", 0),
                    bert_at(m, p, "cls.predictions.bias", 0), BT, C, V, MATMUL_LAYOUT_OUT_IN);
     m->mean_loss = -1;
     if (!mlm_targets) return STATUS_OK;
     memcpy(m->targets, mlm_targets, (size_t)BT * sizeof *mlm_targets);
-    xent_forward(a->losses, a->xent_lse, a->logits, mlm_targets, BT, V, V);
+    const int32_t *tgt = mlm_targets;
+    const float *losses = a->losses;
+    if (gpu) {
+        device_upload(m->dev, m->dev_targets, mlm_targets, (size_t)BT * sizeof *mlm_targets);
+        tgt = m->dev_targets;
+    }
+    kn->xent_forward(a->losses, a->xent_lse, a->logits, tgt, BT, V, V);
+    if (gpu) {
+        device_download(m->dev, m->stage + BT, a->losses, (size_t)BT * sizeof(float));
+        losses = m->stage + BT;
+    }
     double sum = 0;
     int counted = 0;
     for (int i = 0; i < BT; i++)
-        if (mlm_targets[i] >= 0) { sum += a->losses[i]; counted++; }
+        if (mlm_targets[i] >= 0) { sum += losses[i]; counted++; }
     m->mean_loss = counted ? (float)(sum / counted) : 0.0f;
     return STATUS_OK;
 }
@@ -366,28 +424,34 @@ void bert_backward(bert *m)
     const bert_config *c = &m->cfg;
     int B = m->B, T = m->T, C = c->channels, NH = c->num_heads, IC = c->intermediate, V = c->vocab_size, BT = B * T;
     size_t btc = (size_t)BT * (size_t)C, bti = (size_t)BT * (size_t)IC;
-    float *p = m->pb.params, *g = m->pb.grads;
+    const nn_ops *kn = m->ops;
+    float *p = bert_params(m), *g = bert_grads(m);
     bert_acts *a = &m->acts;
     bert_grad_scratch *s = &m->gs;
+    bool gpu = bert_on_gpu(m);
+    const int32_t *tgt = gpu ? m->dev_targets : m->targets;
+    float *dlosses = gpu ? m->stage + BT : s->dlosses;
     int counted = 0;
     for (int i = 0; i < BT; i++) counted += m->targets[i] >= 0;
-    for (int i = 0; i < BT; i++) s->dlosses[i] = counted ? 1.0f / (float)counted : 0.0f;
-    memset(s->dlogits, 0, (size_t)BT * (size_t)V * sizeof(float));
-    xent_backward(s->dlogits, a->logits, a->xent_lse, m->targets, s->dlosses, BT, V, V);
+    /* loss_scale 1: exactly 1/counted; a power of two (fp16's scaler) scales exactly */
+    for (int i = 0; i < BT; i++) dlosses[i] = counted ? m->loss_scale / (float)counted : 0.0f;
+    if (gpu) device_upload(m->dev, s->dlosses, dlosses, (size_t)BT * sizeof(float));
+    kn->zero(s->dlogits, (size_t)BT * (size_t)V);
+    kn->xent_backward(s->dlogits, a->logits, a->xent_lse, tgt, s->dlosses, BT, V, V);
     /* MLM head, tied decoder first: its weight gradient lands in word_embeddings. */
-    memset(s->dbtc, 0, btc * sizeof(float));
-    matmul_backward(s->dbtc, bert_at(m, g, "embeddings.word_embeddings.weight", 0),
+    kn->zero(s->dbtc, btc);
+    kn->matmul_backward(s->dbtc, bert_at(m, g, "embeddings.word_embeddings.weight", 0),
                     bert_at(m, g, "cls.predictions.bias", 0), s->dlogits, a->tr_ln,
                     bert_at(m, p, "embeddings.word_embeddings.weight", 0), BT, C, V, MATMUL_LAYOUT_OUT_IN);
-    memset(s->dbtc2, 0, btc * sizeof(float));
-    layernorm_backward(s->dbtc2, bert_at(m, g, "cls.predictions.transform.LayerNorm.weight", 0),
+    kn->zero(s->dbtc2, btc);
+    kn->layernorm_backward(s->dbtc2, bert_at(m, g, "cls.predictions.transform.LayerNorm.weight", 0),
                        bert_at(m, g, "cls.predictions.transform.LayerNorm.bias", 0), s->dbtc, a->tr_gelu,
                        bert_at(m, p, "cls.predictions.transform.LayerNorm.weight", 0), a->tr_mean, a->tr_rstd, BT, C);
-    memset(s->dbtc, 0, btc * sizeof(float));
-    gelu_erf_backward(s->dbtc, a->tr, s->dbtc2, btc);
-    memset(s->dresidual, 0, btc * sizeof(float));
+    kn->zero(s->dbtc, btc);
+    kn->gelu_erf_backward(s->dbtc, a->tr, s->dbtc2, btc);
+    kn->zero(s->dresidual, btc);
     const float *last = a->ln2 + (size_t)(c->num_layers - 1) * btc;
-    matmul_backward(s->dresidual, bert_at(m, g, "cls.predictions.transform.dense.weight", 0),
+    kn->matmul_backward(s->dresidual, bert_at(m, g, "cls.predictions.transform.dense.weight", 0),
                     bert_at(m, g, "cls.predictions.transform.dense.bias", 0), s->dbtc, last,
                     bert_at(m, p, "cls.predictions.transform.dense.weight", 0), BT, C, C, MATMUL_LAYOUT_OUT_IN);
     param_layer_done(&m->hook, c->num_layers + 1);                          /* cls.predictions */
@@ -399,53 +463,53 @@ void bert_backward(bert *m)
 #define W(name) bert_at(m, p, "encoder.layer.%d." name, l)
 #define G(name) bert_at(m, g, "encoder.layer.%d." name, l)
         /* dresidual holds d(ln2), the block's output. dbtc = d(res2) = d(ln1) skip + d(fcproj). */
-        memset(s->dbtc, 0, btc * sizeof(float));
-        layernorm_backward(s->dbtc, G("output.LayerNorm.weight"), G("output.LayerNorm.bias"), s->dresidual, res2,
+        kn->zero(s->dbtc, btc);
+        kn->layernorm_backward(s->dbtc, G("output.LayerNorm.weight"), G("output.LayerNorm.bias"), s->dresidual, res2,
                            W("output.LayerNorm.weight"), a->ln2_mean + l * BT, a->ln2_rstd + l * BT, BT, C);
-        memset(s->dbti, 0, bti * sizeof(float));
-        matmul_backward(s->dbti, G("output.dense.weight"), G("output.dense.bias"), s->dbtc, fchg,
+        kn->zero(s->dbti, bti);
+        kn->matmul_backward(s->dbti, G("output.dense.weight"), G("output.dense.bias"), s->dbtc, fchg,
                         W("output.dense.weight"), BT, IC, C, MATMUL_LAYOUT_OUT_IN);
-        memset(s->dbti2, 0, bti * sizeof(float));
-        gelu_erf_backward(s->dbti2, fch, s->dbti, bti);
+        kn->zero(s->dbti2, bti);
+        kn->gelu_erf_backward(s->dbti2, fch, s->dbti, bti);
         /* d(ln1) = the skip already in dbtc + the FFN input gradient, added in place. */
-        matmul_backward(s->dbtc, G("intermediate.dense.weight"), G("intermediate.dense.bias"), s->dbti2, ln1,
+        kn->matmul_backward(s->dbtc, G("intermediate.dense.weight"), G("intermediate.dense.bias"), s->dbti2, ln1,
                         W("intermediate.dense.weight"), BT, C, IC, MATMUL_LAYOUT_OUT_IN);
         /* dresidual = d(res1) = d(x) skip + d(attproj). */
-        memset(s->dresidual, 0, btc * sizeof(float));
-        layernorm_backward(s->dresidual, G("attention.output.LayerNorm.weight"), G("attention.output.LayerNorm.bias"),
+        kn->zero(s->dresidual, btc);
+        kn->layernorm_backward(s->dresidual, G("attention.output.LayerNorm.weight"), G("attention.output.LayerNorm.bias"),
                            s->dbtc, res1, W("attention.output.LayerNorm.weight"), a->ln1_mean + l * BT,
                            a->ln1_rstd + l * BT, BT, C);
-        memset(s->dbtc2, 0, btc * sizeof(float));
-        matmul_backward(s->dbtc2, G("attention.output.dense.weight"), G("attention.output.dense.bias"),
+        kn->zero(s->dbtc2, btc);
+        kn->matmul_backward(s->dbtc2, G("attention.output.dense.weight"), G("attention.output.dense.bias"),
                         s->dresidual, atty, W("attention.output.dense.weight"), BT, C, C, MATMUL_LAYOUT_OUT_IN);
-        memset(s->dq, 0, btc * sizeof(float));
-        memset(s->dk, 0, btc * sizeof(float));
-        memset(s->dv, 0, btc * sizeof(float));
-        attention_backward(s->dq, s->dk, s->dv, s->dbtc2, q, k, v, C, atty, a->att_lse + (size_t)l * BT * NH,
+        kn->zero(s->dq, btc);
+        kn->zero(s->dk, btc);
+        kn->zero(s->dv, btc);
+        kn->attention_backward(s->dq, s->dk, s->dv, s->dbtc2, q, k, v, C, atty, a->att_lse + (size_t)l * BT * NH,
                            a->key_mask, B, T, C, NH, 0);
         /* d(x) = the skip already in dresidual + the three projections' input gradients. */
-        matmul_backward(s->dresidual, G("attention.self.query.weight"), G("attention.self.query.bias"), s->dq, x,
+        kn->matmul_backward(s->dresidual, G("attention.self.query.weight"), G("attention.self.query.bias"), s->dq, x,
                         W("attention.self.query.weight"), BT, C, C, MATMUL_LAYOUT_OUT_IN);
-        matmul_backward(s->dresidual, G("attention.self.key.weight"), G("attention.self.key.bias"), s->dk, x,
+        kn->matmul_backward(s->dresidual, G("attention.self.key.weight"), G("attention.self.key.bias"), s->dk, x,
                         W("attention.self.key.weight"), BT, C, C, MATMUL_LAYOUT_OUT_IN);
-        matmul_backward(s->dresidual, G("attention.self.value.weight"), G("attention.self.value.bias"), s->dv, x,
+        kn->matmul_backward(s->dresidual, G("attention.self.value.weight"), G("attention.self.value.bias"), s->dv, x,
                         W("attention.self.value.weight"), BT, C, C, MATMUL_LAYOUT_OUT_IN);
 #undef W
 #undef G
         param_layer_done(&m->hook, l + 1);                                  /* encoder.layer.l */
     }
     /* Embeddings: dresidual = d(emb_ln). */
-    memset(s->dbtc, 0, btc * sizeof(float));
-    layernorm_backward(s->dbtc, bert_at(m, g, "embeddings.LayerNorm.weight", 0),
+    kn->zero(s->dbtc, btc);
+    kn->layernorm_backward(s->dbtc, bert_at(m, g, "embeddings.LayerNorm.weight", 0),
                        bert_at(m, g, "embeddings.LayerNorm.bias", 0), s->dresidual, a->emb,
                        bert_at(m, p, "embeddings.LayerNorm.weight", 0), a->emb_mean, a->emb_rstd, BT, C);
     /* padding_idx: the lookup adds nothing to the [PAD] row; the decoder's share stays. */
     float *gwe = bert_at(m, g, "embeddings.word_embeddings.weight", 0), *gpad = gwe + (size_t)c->pad_token_id * C;
-    memcpy(s->pad_row, gpad, (size_t)C * sizeof(float));
-    embedding_backward(gwe, s->dbtc, m->input_ids, BT, C);
-    memcpy(gpad, s->pad_row, (size_t)C * sizeof(float));
-    embedding_backward(bert_at(m, g, "embeddings.position_embeddings.weight", 0), s->dbtc, m->pos_ids, BT, C);
-    embedding_backward(bert_at(m, g, "embeddings.token_type_embeddings.weight", 0), s->dbtc, m->type_ids, BT, C);
+    kn->copy(s->pad_row, gpad, (size_t)C);
+    kn->embedding_backward(gwe, s->dbtc, m->input_ids, BT, C);
+    kn->copy(gpad, s->pad_row, (size_t)C);
+    kn->embedding_backward(bert_at(m, g, "embeddings.position_embeddings.weight", 0), s->dbtc, m->pos_ids, BT, C);
+    kn->embedding_backward(bert_at(m, g, "embeddings.token_type_embeddings.weight", 0), s->dbtc, m->type_ids, BT, C);
     param_layer_done(&m->hook, 0);                                          /* embeddings (and the tied decoder) */
 }
 

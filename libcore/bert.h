@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "log.h"
+#include "device.h"
 #include "param.h"
 
 #define BERT_MAX_POSITION 512  /* rows of position_embeddings in every BERT checkpoint */
@@ -138,7 +139,10 @@ typedef struct bert_grad_scratch {
 typedef struct bert {
     bert_config cfg;          /* sizes */
     param_table pt;           /* names, shapes, offsets */
-    param_buffers pb;         /* params, grads, moments */
+    param_buffers pb;         /* params, grads, moments in host memory (on a GPU: params only, a mirror) */
+    const device *dev;        /* where the kernels run (device.h); NULL = the CPU */
+    const nn_ops *ops;        /* the device's kernels */
+    param_buffers w;          /* on a GPU: params, grads, moments in device memory; unused on the CPU */
     int B, T;                 /* batch shape the activations are sized for */
     float *act_memory;        /* one allocation behind acts */
     size_t act_floats;        /* its size */
@@ -147,10 +151,14 @@ typedef struct bert {
     size_t grad_floats;       /* its size */
     bert_grad_scratch gs;     /* views into grad_memory */
     param_layer_hook hook;  /* backward reports each finished layer here (set by the caller) */
-    int32_t *pos_ids;         /* (B, T) position of each token, 0..T-1 */
-    int32_t *input_ids;       /* (B, T) copy of the last forward's input_ids */
-    int32_t *type_ids;        /* (B, T) copy of the last forward's token_type_ids (0 when NULL) */
-    int32_t *targets;         /* (B, T) copy of the last forward's targets */
+    int32_t *pos_ids;         /* (B, T) position of each token, 0..T-1 (on the device) */
+    int32_t *input_ids;       /* (B, T) copy of the last forward's input_ids (on the device) */
+    int32_t *type_ids;        /* (B, T) copy of the last forward's token_type_ids, 0 when NULL (on the device) */
+    int32_t *targets;         /* (B, T) copy of the last forward's targets (host) */
+    int32_t *dev_targets;     /* (B, T) the targets on the device; NULL on the CPU */
+    int32_t *stage_ids;       /* (2, B, T) host staging of input and type ids (GPU only) */
+    float *stage;             /* (2, B, T) host staging of the key mask and of losses / dlosses (GPU only) */
+    float loss_scale;         /* backward differentiates loss_scale * mean loss (fp16; 1 by default) */
     float mean_loss;          /* mean over targeted positions of the last forward, -1 without targets */
 } bert;
 
@@ -162,6 +170,8 @@ typedef struct bert {
  * matrices and embeddings, none on biases and LayerNorm weights. STATUS_INPUT when T
  * exceeds max_position (names the key) or the config is inconsistent. */
 status bert_init(bert *m, const bert_config *cfg, int B, int T, uint64_t seed, bool train);
+/* The same on a device (NULL: the CPU), as gpt2_init_on. */
+status bert_init_on(bert *m, const bert_config *cfg, int B, int T, uint64_t seed, bool train, const device *dev);
 void bert_free(bert *m);
 
 /* input_ids, token_type_ids, attention_mask, mlm_targets: (B, T). token_type_ids NULL

@@ -30,10 +30,12 @@ bool device_cuda_unscale(float *grads, size_t n, float inv_scale, int *flag_dev)
 #endif
 
 static void cpu_zero(float *x, size_t n) { memset(x, 0, n * sizeof *x); }
+static void cpu_copy(float *dst, const float *src, size_t n) { memcpy(dst, src, n * sizeof *dst); }
 
 const nn_ops nn_ops_cpu = {
     .name = "cpu fp32",
     .zero = cpu_zero,
+    .copy = cpu_copy,
     .embedding_forward = embedding_forward,
     .embedding_backward = embedding_backward,
     .layernorm_forward = layernorm_forward,
@@ -45,6 +47,8 @@ const nn_ops nn_ops_cpu = {
     .residual_forward = residual_forward,
     .gelu_tanh_forward = gelu_tanh_forward,
     .gelu_tanh_backward = gelu_tanh_backward,
+    .gelu_erf_forward = gelu_erf_forward,
+    .gelu_erf_backward = gelu_erf_backward,
     .xent_forward = xent_forward,
     .xent_backward = xent_backward,
 };
@@ -179,6 +183,47 @@ void device_download(const device *d, void *dst, const void *src, size_t bytes)
 #endif
     (void)d;
     if (dst != src) memcpy(dst, src, bytes);
+}
+
+status device_arena(const device *d, param_layout_fn layout, void *owner, float **memory, size_t *floats,
+                    const char *what)
+{
+    if (!device_is_gpu(d)) return param_arena_alloc(layout, owner, memory, floats, what);
+    size_t used = 0;
+    layout(owner, NULL, &used);
+    *floats = used;
+    if (!(*memory = device_alloc(d, used * sizeof(float), what))) return STATUS_NOMEM;
+    used = 0;
+    layout(owner, *memory, &used);
+    return STATUS_OK;
+}
+
+void device_arena_free(const device *d, float *memory)
+{
+    if (device_is_gpu(d)) device_free(d, memory);
+    else free(memory);
+}
+
+status device_buffers_init(const device *d, param_buffers *w, const param_buffers *host, bool train)
+{
+    size_t bytes = host->total * sizeof(float);
+    *w = (param_buffers){ .total = host->total };
+    if (!(w->params = device_alloc(d, bytes, "parameters")) || !(w->grads = device_alloc(d, bytes, "gradients")))
+        return STATUS_NOMEM;
+    if (train && (!(w->m = device_alloc(d, bytes, "optimizer first moment")) ||
+                  !(w->v = device_alloc(d, bytes, "optimizer second moment"))))
+        return STATUS_NOMEM;
+    device_upload(d, w->params, host->params, bytes);
+    return STATUS_OK;
+}
+
+void device_buffers_free(const device *d, param_buffers *w)
+{
+    device_free(d, w->params);
+    device_free(d, w->grads);
+    device_free(d, w->m);
+    device_free(d, w->v);
+    *w = (param_buffers){ 0 };
 }
 
 status device_sync(const device *d)

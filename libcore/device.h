@@ -37,6 +37,7 @@ typedef enum device_kind {
 typedef struct nn_ops {
     const char *name;  /* "cpu fp32", "cuda fp32", "cuda bf16" */
     void (*zero)(float *x, size_t n);
+    void (*copy)(float *dst, const float *src, size_t n); /* within the device */
     void (*embedding_forward)(float *out, const int32_t *ids, const float *table, int N, int C, int accumulate);
     void (*embedding_backward)(float *dtable, const float *dout, const int32_t *ids, int N, int C);
     void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp, const float *weight,
@@ -55,6 +56,8 @@ typedef struct nn_ops {
     void (*residual_forward)(float *out, const float *a, const float *b, size_t N);
     void (*gelu_tanh_forward)(float *out, const float *inp, size_t N);
     void (*gelu_tanh_backward)(float *dinp, const float *inp, const float *dout, size_t N);
+    void (*gelu_erf_forward)(float *out, const float *inp, size_t N);
+    void (*gelu_erf_backward)(float *dinp, const float *inp, const float *dout, size_t N);
     void (*xent_forward)(float *losses, float *lse, const float *logits, const int32_t *targets, int BT, int V,
                          int Vp);
     void (*xent_backward)(float *dlogits, const float *logits, const float *lse, const int32_t *targets,
@@ -98,6 +101,17 @@ void device_free(const device *d, void *p);
 /* Copies; on the cpu they are memcpy. */
 void device_upload(const device *d, void *dst, const void *src, size_t bytes);
 void device_download(const device *d, void *dst, const void *src, size_t bytes);
+/* True for a GPU; NULL (a model built without a device) is the CPU. */
+static inline bool device_is_gpu(const device *d) { return d && d->kind != DEVICE_KIND_CPU; }
+/* param_arena_alloc on the device: sizes with a NULL base, allocates, carves. */
+status device_arena(const device *d, param_layout_fn layout, void *owner, float **memory, size_t *floats,
+                    const char *what);
+void device_arena_free(const device *d, float *memory);
+/* A model's buffers on a GPU: w gets params (uploaded from host->params), zeroed grads
+ * and, when `train`, zeroed moments, all in the table's layout. */
+status device_buffers_init(const device *d, param_buffers *w, const param_buffers *host, bool train);
+void device_buffers_free(const device *d, param_buffers *w);
+
 /* Waits for the device's queued work; STATUS_DEVICE with the kernel's error message if any failed. */
 status device_sync(const device *d);
 

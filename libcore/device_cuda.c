@@ -26,8 +26,15 @@ static void cuda_zero(float *x, size_t n)
     if (e) cuda_error_record(e, "cudaMemsetAsync", __FILE__, __LINE__);
 }
 
+static void cuda_copy(float *dst, const float *src, size_t n)
+{
+    int e = cuda_memcpy_d2d(dst, src, n * sizeof *dst);
+    if (e) cuda_error_record(e, "cudaMemcpyAsync", __FILE__, __LINE__);
+}
+
 #define NN_OPS_CUDA_COMMON                                   \
     .zero = cuda_zero,                                       \
+    .copy = cuda_copy,                                       \
     .embedding_forward = cuda_embedding_forward,             \
     .embedding_backward = cuda_embedding_backward,           \
     .layernorm_forward = cuda_layernorm_forward,             \
@@ -37,6 +44,8 @@ static void cuda_zero(float *x, size_t n)
     .residual_forward = cuda_residual_forward,               \
     .gelu_tanh_forward = cuda_gelu_tanh_forward,             \
     .gelu_tanh_backward = cuda_gelu_tanh_backward,           \
+    .gelu_erf_forward = cuda_gelu_erf_forward,               \
+    .gelu_erf_backward = cuda_gelu_erf_backward,             \
     .xent_forward = cuda_xent_forward,                       \
     .xent_backward = cuda_xent_backward
 

@@ -161,42 +161,24 @@ static void gpt2_layout_grads(void *owner, float *base, size_t *used)
     g->dlosses = param_carve(base, used, BT);
 }
 
-static bool gpt2_on_gpu(const gpt2 *m) { return m->dev && m->dev->kind != DEVICE_KIND_CPU; }
+static bool gpt2_on_gpu(const gpt2 *m) { return device_is_gpu(m->dev); }
 /* The buffers the kernels read and write: host on the CPU, device copies on a GPU. */
 static float *gpt2_params(const gpt2 *m) { return gpt2_on_gpu(m) ? m->w.params : m->pb.params; }
 static float *gpt2_grads(const gpt2 *m) { return gpt2_on_gpu(m) ? m->w.grads : m->pb.grads; }
 
-/* param_arena_alloc on the model's device: size with a NULL base, allocate, carve. */
-static status gpt2_arena(gpt2 *m, param_layout_fn layout, float **memory, size_t *floats, const char *what)
-{
-    if (!gpt2_on_gpu(m)) return param_arena_alloc(layout, m, memory, floats, what);
-    size_t used = 0;
-    layout(m, NULL, &used);
-    *floats = used;
-    *memory = device_alloc(m->dev, used * sizeof(float), what);
-    if (!*memory) return STATUS_NOMEM;
-    used = 0;
-    layout(m, *memory, &used);
-    return STATUS_OK;
-}
-
-/* The device copies: params uploaded from the host init, grads and moments zeroed,
- * positions and the (tokens, targets) staging area. */
+/* The device copies: params, grads and moments (device_buffers_init), positions and
+ * the (tokens, targets) staging area. */
 static status gpt2_init_device(gpt2 *m, bool train)
 {
     const device *d = m->dev;
-    size_t bytes = m->pt.total * sizeof(float), bt = (size_t)m->B * (size_t)m->T;
-    m->w.total = m->pt.total;
-    if (!(m->w.params = device_alloc(d, bytes, "parameters")) || !(m->w.grads = device_alloc(d, bytes, "gradients")))
-        return STATUS_NOMEM;
-    if (train && (!(m->w.m = device_alloc(d, bytes, "optimizer first moment")) ||
-                  !(m->w.v = device_alloc(d, bytes, "optimizer second moment"))))
-        return STATUS_NOMEM;
-    device_upload(d, m->w.params, m->pb.params, bytes);
+    size_t bt = (size_t)m->B * (size_t)m->T;
+    /* positions first: from here on gpt2_free treats pos_ids as device memory */
     int32_t *pos = m->pos_ids;
-    if (!(m->pos_ids = device_alloc(d, bt * sizeof(int32_t), "positions"))) { free(pos); return STATUS_NOMEM; }
-    device_upload(d, m->pos_ids, pos, bt * sizeof(int32_t));
+    m->pos_ids = device_alloc(d, bt * sizeof(int32_t), "positions");
+    if (m->pos_ids) device_upload(d, m->pos_ids, pos, bt * sizeof(int32_t));
     free(pos);
+    if (!m->pos_ids) return STATUS_NOMEM;
+    TRY(device_buffers_init(d, &m->w, &m->pb, train));
     if (!(m->dev_ids = device_alloc(d, 2 * bt * sizeof(int32_t), "token ids")) ||
         !(m->host_losses = malloc(bt * sizeof(float))))
         return STATUS_NOMEM;
@@ -225,8 +207,8 @@ status gpt2_init_on(gpt2 *m, const gpt2_config *cfg, int B, int T, uint64_t seed
     gpt2_build_table(m);
     TRY(param_buffers_init(&m->pb, &m->pt, train && !gpt2_on_gpu(m)));
     gpt2_init_weights(m, seed);
-    TRY(gpt2_arena(m, gpt2_layout_acts, &m->act_memory, &m->act_floats, "activations"));
-    if (train) TRY(gpt2_arena(m, gpt2_layout_grads, &m->grad_memory, &m->grad_floats, "activation gradients"));
+    TRY(device_arena(dev, gpt2_layout_acts, m, &m->act_memory, &m->act_floats, "activations"));
+    if (train) TRY(device_arena(dev, gpt2_layout_grads, m, &m->grad_memory, &m->grad_floats, "activation gradients"));
     m->pos_ids = malloc((size_t)B * (size_t)T * sizeof *m->pos_ids);
     m->targets = malloc((size_t)B * (size_t)T * sizeof *m->targets);
     if (!m->pos_ids || !m->targets) return STATUS_NOMEM;
@@ -240,18 +222,13 @@ status gpt2_init_on(gpt2 *m, const gpt2_config *cfg, int B, int T, uint64_t seed
 
 void gpt2_free(gpt2 *m)
 {
+    device_arena_free(m->dev, m->act_memory);
+    device_arena_free(m->dev, m->grad_memory);
     if (gpt2_on_gpu(m)) {
-        device_free(m->dev, m->act_memory);
-        device_free(m->dev, m->grad_memory);
         device_free(m->dev, m->pos_ids);
         device_free(m->dev, m->dev_ids);
-        device_free(m->dev, m->w.params);
-        device_free(m->dev, m->w.grads);
-        device_free(m->dev, m->w.m);
-        device_free(m->dev, m->w.v);
+        device_buffers_free(m->dev, &m->w);
     } else {
-        free(m->act_memory);
-        free(m->grad_memory);
         free(m->pos_ids);
     }
     free(m->host_losses);

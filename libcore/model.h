@@ -128,6 +128,10 @@ typedef struct model {
  * its initial weights from `seed`; grads and optimizer moments when `train`. Call
  * model_spec_check_batch first for messages that name the caller's keys. */
 status model_init(model *m, const model_spec *s, int B, int T, uint64_t seed, bool train);
+/* The same on a device (device.h; NULL: the CPU). GPT-2 and BERT run on a GPU; a
+ * ResNet on a GPU is refused (STATUS_INPUT: its cuDNN kernels exist, the model does
+ * not call them yet). */
+status model_init_on(model *m, const model_spec *s, int B, int T, uint64_t seed, bool train, const device *dev);
 void model_free(model *m);
 
 /* Allocates a batch for m's shape (mask filled with 1). */
@@ -147,6 +151,10 @@ status model_forward(model *m, const model_batch *b, bool training);
 void model_backward(model *m);
 /* Mean loss of the last forward. */
 float model_loss(const model *m);
+/* The buffers the kernels use: model_buffers on the CPU, the device copies on a GPU. */
+param_buffers *model_device_buffers(model *m);
+/* model_backward differentiates scale * loss from now on (fp16 loss scaling; default 1). */
+void model_set_loss_scale(model *m, float scale);
 
 /* Trainable tensors and their flat buffers (params, grads, moments). */
 param_table *model_params(model *m);

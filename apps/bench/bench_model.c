@@ -14,7 +14,6 @@
 #include "device.h"
 #include "model.h"
 #include "optim.h"
-#include "rng.h"
 #ifdef NEBULA_CUDA
 #include "cuda/probe.h"
 #endif
@@ -59,79 +58,71 @@ static void print_dry_run(const model_spec *spec, int B, int T)
     else printf("batch: B=%d T=%d\n", B, T);
 }
 
-/* --device cuda: GPT-2 on one GPU. The same step as the CPU loop below (zero grads,
- * forward, backward, AdamW) through the device's kernel table; each phase ends with a
- * device synchronisation so that the host clock times the GPU's work. MFU is model
- * FLOPs per second over the bf16 GEMM rate measured here (kernels/cuda/probe.h). */
+/* --device cuda: one GPU. The same step as the CPU loop below (zero grads, forward,
+ * backward, AdamW) through the device's kernel table; each phase ends with a device
+ * synchronisation so that the host clock times the GPU's work. MFU is model FLOPs per
+ * second over the bf16 GEMM rate measured in this process (kernels/cuda/probe.h). */
 static status bench_model_device(const config *cfg, const model_spec *spec, int B, int T)
 {
     device dev;
     TRY(device_open_from_config(&dev, cfg, 0));
-    if (spec->family != MODEL_FAMILY_GPT2) {
-        log_error0("--device cuda: only the GPT-2 family runs on a GPU so far (the BERT and ResNet kernels are "
-                   "built, their models are not ported)\nHINT: --model gpt2 | gpt2-medium | ..., or --device cpu");
-        return STATUS_INPUT;
-    }
     int steps = (int)config_int(cfg, "bench.steps"), warm = (int)config_int(cfg, "bench.model_warmup");
-    gpt2 *m = calloc(1, sizeof *m);
+    model *m = calloc(1, sizeof *m);
     CHECK(m, "out of memory");
     device_optim opt = { 0 };
-    status st = gpt2_init_on(m, &spec->gpt2, B, T, 1, true, &dev);
-    if (st == STATUS_OK) st = device_optim_init(&opt, &dev, &m->pt);
-    int32_t *ids = malloc((size_t)B * T * sizeof *ids), *tgt = malloc((size_t)B * T * sizeof *tgt);
-    CHECK(ids && tgt, "out of memory");
-    rng r;
-    rng_init(&r, 1, 0, RNG_PURPOSE_DATA, 0);
-    for (int i = 0; i < B * T; i++) {
-        ids[i] = (int32_t)rng_below(&r, (uint32_t)spec->gpt2.vocab_size);
-        tgt[i] = (int32_t)rng_below(&r, (uint32_t)spec->gpt2.vocab_size);
-    }
+    model_batch batch = { 0 };
+    status st = model_init_on(m, spec, B, T, 1, true, &dev);
+    if (st != STATUS_OK) { free(m); device_close(&dev); return st; }
+    if ((st = device_optim_init(&opt, &dev, model_params(m))) == STATUS_OK) st = model_batch_init(&batch, m);
+    if (st == STATUS_OK) model_batch_synthetic(&batch, m, 1);
     double peak = -1;
 #ifdef NEBULA_CUDA
     if (st == STATUS_OK) peak = cuda_gemm_bf16_flops(8192);
 #endif
+    param_buffers *w = model_device_buffers(m);
+    const param_table *pt = model_params(m);
     adamw_hparams hp = { .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1 };
-    double flops_step = gpt2_flops_per_token(m) * B * T;
+    double units = model_units_per_step(m), flops_step = model_flops_per_step(m);
+    const char *unit = model_unit(m);
     if (st == STATUS_OK) {
         printf("# nebula-bench model --device cuda: %s (%.1fM parameters), B=%d T=%d, %s, AdamW\n", spec->name,
-               (double)m->pt.total / 1e6, B, T, dev.describe);
+               (double)pt->total / 1e6, B, T, dev.describe);
         printf("# bf16 GEMM 8192^3 in this process: %.1f TFLOP/s; model FLOPs per step %.1f G\n", peak / 1e12,
                flops_step / 1e9);
-        printf("# %4s %9s %9s %9s %10s %10s %8s %9s\n", "step", "fwd_ms", "bwd_ms", "opt_ms", "total_ms", "tok/s",
-               "MFU", "loss");
+        printf("# %4s %9s %9s %9s %10s %8s/s %8s %9s\n", "step", "fwd_ms", "bwd_ms", "opt_ms", "total_ms", unit, "MFU",
+               "loss");
     }
     double *tt = calloc((size_t)steps, sizeof(double));
     for (int s = -warm; s < steps && st == STATUS_OK; s++) {
         double t0 = omp_get_wtime();
-        m->ops->zero(m->w.grads, m->pt.total);
-        if ((st = gpt2_forward(m, ids, tgt)) != STATUS_OK) break;  /* ends with the loss copied back */
+        dev.ops->zero(w->grads, pt->total);
+        if ((st = model_forward(m, &batch, true)) != STATUS_OK) break;  /* ends with the losses copied back */
         double t1 = omp_get_wtime();
-        m->loss_scale = device_optim_loss_scale(&opt);  /* 1 unless fp16 */
-        gpt2_backward(m, ids);
+        model_set_loss_scale(m, device_optim_loss_scale(&opt));     /* 1 unless fp16 */
+        model_backward(m);
         if ((st = device_sync(&dev)) != STATUS_OK) break;
         double t2 = omp_get_wtime();
         bool skipped;
-        device_optim_adamw_step_scaled(&opt, &m->w, &hp, 3e-4, &skipped);
+        device_optim_adamw_step_scaled(&opt, w, &hp, 3e-4, &skipped);
         if ((st = device_sync(&dev)) != STATUS_OK) break;
         double t3 = omp_get_wtime();
         if (s < 0) continue;
         tt[s] = (t3 - t0) * 1e3;
         printf("  %4d %9.2f %9.2f %9.2f %10.2f %10.0f %7.1f%% %9.4f\n", s, (t1 - t0) * 1e3, (t2 - t1) * 1e3,
-               (t3 - t2) * 1e3, tt[s], B * T / (t3 - t0), 100 * flops_step / (t3 - t0) / peak, m->mean_loss);
+               (t3 - t2) * 1e3, tt[s], units / (t3 - t0), 100 * flops_step / (t3 - t0) / peak, model_loss(m));
     }
     if (st == STATUS_OK && steps > 0) {
         double mt = bench_median(tt, steps) / 1e3;
-        printf("# median: step %.2f ms, %.2f tok/s, MFU %.1f%% of the bf16 GEMM rate", mt * 1e3, B * T / mt,
+        printf("# median: step %.2f ms, %.2f %s/s, MFU %.1f%% of the bf16 GEMM rate", mt * 1e3, units / mt, unit,
                100 * flops_step / mt / peak);
         if (dev.precision == PRECISION_FP16)
             printf("; loss scale %g, %ld of %d steps skipped", opt.scaler.scale, opt.scaler.skipped, warm + steps);
         printf("\n");
     }
     free(tt);
-    free(ids);
-    free(tgt);
+    model_batch_free(&batch);
     device_optim_free(&opt);
-    gpt2_free(m);
+    model_free(m);
     free(m);
     device_close(&dev);
     return st;

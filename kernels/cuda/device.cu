@@ -146,9 +146,11 @@ extern "C" void cuda_launch_check(const char *what, const char *file, int line)
 {
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) {
+        bool first = ts.error == 0;  // only the first error is kept, with its own reason
         cuda_error_record((int)e, what, file, line);
-        snprintf(ts.message + strlen(ts.message), sizeof ts.message - strlen(ts.message), ": %s",
-                 cudaGetErrorString(e));
+        if (first)
+            snprintf(ts.message + strlen(ts.message), sizeof ts.message - strlen(ts.message), ": %s",
+                     cudaGetErrorString(e));
     }
 }
 
