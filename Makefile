@@ -244,5 +244,99 @@ $(B)/chaos/bin/nebula-train: $(CHAOS_OBJ) $(filter-out $(B)/lib/libcore.a,$(LIBS
 clean:
 	rm -rf $(B)
 
+# NCCL logic on a host fake ----------------------------------------------------
+# build/test/fake/test_nccl_fake{,_aware}: libcore/comm_nccl.c and
+# validation/gpu/test_nccl.c, both unchanged, compiled with -DNEBULA_CUDA against the
+# fake cuda_runtime.h, nccl.h and mpi-ext.h of validation/gpu/fake (first on the
+# include path) and linked with the fake's host implementation: "device" memory is
+# malloc'd, streams are deferred queues, NCCL is MPI point-to-point. A LOGIC test of
+# comm_nccl.c (buckets, leftover, staging, call order, events, deadline and abort),
+# run by `make check`; it proves nothing about CUDA or NCCL (make check-gpu does).
+# No nvcc needed; never linked with the real CUDA libraries, even where they exist.
+# runtime.c is compiled again too: only with NEBULA_CUDA does it assign rt->gpu.
+# _aware: MPI takes device pointers; the other stages through pinned slots.
+FAKE_NCCL_DIR    := validation/gpu/fake
+FAKE_NCCL_CFLAGS  = -I$(FAKE_NCCL_DIR) -DNEBULA_CUDA=1 $(CFLAGS)
+FAKE_NCCL_LDLIBS  = $(filter-out -lnccl -lcudnn -lcublasLt -lcublas -lcudart,$(LDLIBS))
+FAKE_NCCL_OBJ    := $(addprefix $(B)/fake/obj/,libcore/comm_nccl.o libcore/runtime.o validation/gpu/test_nccl.o \
+                      $(FAKE_NCCL_DIR)/fake_cuda.o $(FAKE_NCCL_DIR)/fake_nccl.o)
+FAKE_NCCL_BINS   := $(B)/test/fake/test_nccl_fake $(B)/test/fake/test_nccl_fake_aware
+all: $(FAKE_NCCL_BINS)
+
+$(B)/fake/obj/%.o: %.c | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	@$(if $(filter 1,$(VERBOSE)),,echo "  CC FAKE $<")
+	$(Q)$(CC) $(FAKE_NCCL_CFLAGS) -c $< -o $@
+
+$(B)/fake/obj/$(FAKE_NCCL_DIR)/fake_mpi_%.o: $(FAKE_NCCL_DIR)/fake_mpi.c | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	@$(if $(filter 1,$(VERBOSE)),,echo "  CC FAKE $< ($*)")
+	$(Q)$(CC) $(FAKE_NCCL_CFLAGS) -DFAKE_MPI_CUDA_AWARE=$(if $(filter aware,$*),1,0) -c $< -o $@
+
+# The fake objects come before libcore.a, so its comm_nccl.o and runtime.o are not pulled in.
+$(B)/test/fake/test_nccl_fake: $(FAKE_NCCL_OBJ) $(B)/fake/obj/$(FAKE_NCCL_DIR)/fake_mpi_staged.o
+$(B)/test/fake/test_nccl_fake_aware: $(FAKE_NCCL_OBJ) $(B)/fake/obj/$(FAKE_NCCL_DIR)/fake_mpi_aware.o
+$(FAKE_NCCL_BINS): $(B)/lib/libcore.a $(B)/lib/libkernels.a
+	@mkdir -p $(dir $@)
+	@$(if $(filter 1,$(VERBOSE)),,echo "  LINK    $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(B)/lib/libcore.a $(B)/lib/libkernels.a $(FAKE_NCCL_LDLIBS)
+
+-include $(shell find $(B)/fake -name '*.d' 2>/dev/null)
+# ------------------------------------------------------------ end of the NCCL fake
+
+# ---- CUDA kernels on the CPU emulator (validation/gpu/emu) ------------------------
+# The GPU tests again, without a GPU or nvcc, so `make check` catches indexing and
+# synchronisation regressions in kernels/cuda: tools/cuda-emu-rewrite turns
+# kernels/cuda/X.cu into $(B)/emu/X.cpp for validation/gpu/emu/cuda_emu.h (each CUDA
+# thread a fiber, blocks in parallel), and the unchanged test programs link those
+# objects (device.cu included) instead of libkernels_cuda.a. cuBLAS/cuDNN code
+# (matmul.cu, conv2d.cu) cannot run there: library_stubs.cpp stands in for it, and
+# test_cuda_cnn skips those checks when gpu_emulated. -ffp-contract=off: every float
+# operation rounds once, as the __*_rn intrinsics promise.
+EMU_CXX      ?= $(CXX)
+EMU_CXXFLAGS := -std=c++17 -O2 -g -pthread -ffp-contract=off -Wall -Wextra -Werror -MMD -MP \
+                -Ivalidation/gpu/emu -I. -Ikernels -Ilibcore
+EMU_LDLIBS   := $(filter-out -lnccl -lcudnn -lcublasLt -lcublas -lcudart -lstdc++,$(LDLIBS)) -lstdc++ -pthread
+EMU_PROGRAMS := test_cuda_device test_cuda_transformer test_cuda_optim test_cuda_cnn
+EMU_OBJ_test_cuda_device      :=
+EMU_OBJ_test_cuda_transformer := attention embed gelu layernorm residual xent
+EMU_OBJ_test_cuda_optim       := optim dgc precision
+EMU_OBJ_test_cuda_cnn         := batchnorm pool relu stubs/library_stubs
+# The models' GPU path (gpt2.c, bert.c through libcore/device_cuda.c) needs libcore
+# built with NEBULA_CUDA, i.e. nvcc present; its matmul is the CPU kernel there.
+ifdef CUDA_ON
+  EMU_PROGRAMS += test_models_cuda
+  EMU_OBJ_test_models_cuda := attention embed gelu layernorm residual xent optim dgc precision stubs/library_stubs
+endif
+EMU_TESTS    := $(patsubst %,$(B)/test/emu/%_emu,$(EMU_PROGRAMS))
+.PHONY: emu
+emu: $(EMU_TESTS)
+all: emu
+
+$(B)/emu/%.cpp: kernels/cuda/%.cu tools/cuda-emu-rewrite | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	@$(if $(filter 1,$(VERBOSE)),,echo "  EMU     $<")
+	$(Q)tools/cuda-emu-rewrite $< $@
+
+$(B)/emu/%.o: $(B)/emu/%.cpp validation/gpu/emu/cuda_emu.h
+	@$(if $(filter 1,$(VERBOSE)),,echo "  CXX     $<")
+	$(Q)$(EMU_CXX) $(EMU_CXXFLAGS) -c $< -o $@
+
+$(B)/emu/stubs/%.o: validation/gpu/emu/%.cpp | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	@$(if $(filter 1,$(VERBOSE)),,echo "  CXX     $<")
+	$(Q)$(EMU_CXX) $(EMU_CXXFLAGS) -c $< -o $@
+
+define EMU_TEST_RULE
+$(B)/test/emu/$(1)_emu: $(B)/obj/validation/gpu/$(1).o $(patsubst %,$(B)/emu/%.o,$(EMU_OBJ_$(1)) device) \
+                        $(B)/lib/libcore.a $(B)/lib/libkernels.a
+	@mkdir -p $$(dir $$@)
+	@$$(if $$(filter 1,$$(VERBOSE)),,echo "  LINK    $$@")
+	$$(Q)$$(CC) $$(LDFLAGS) -o $$@ $$(filter %.o,$$^) $(B)/lib/libcore.a $(B)/lib/libkernels.a $$(EMU_LDLIBS)
+endef
+$(foreach t,$(EMU_PROGRAMS),$(eval $(call EMU_TEST_RULE,$(t))))
+-include $(wildcard $(B)/emu/*.d $(B)/emu/stubs/*.d)
+# ---- end of the CPU emulator block ---------------------------------------------
+
 -include $(shell find $(B)/obj $(B)/san $(B)/fuzz $(B)/chaos -name '*.d' 2>/dev/null)
 .SECONDARY:

@@ -15,12 +15,7 @@
 #include "cpu/xent.h"
 #ifdef NEBULA_CUDA
 #include "cuda/device.h"
-/* device_cuda.c */
-const nn_ops *device_cuda_ops(precision_kind p);
-status device_cuda_optim_init(void **plan, const param_table *pt);
-void device_cuda_optim_free(void *plan);
-void device_cuda_adamw_step(void *plan, param_buffers *w, const adamw_hparams *hp, double lr, long t);
-bool device_cuda_unscale(float *grads, size_t n, float inv_scale, int *flag_dev);
+#include "device_impl.h"
 /* The check-macro family's CUDA member (STYLE.md): a failed runtime call is a bug or a
  * dead device, never expected trouble, so it dies with the call and CUDA's reason. */
 #define CUDA_CHECK(call) \

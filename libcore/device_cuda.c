@@ -13,12 +13,7 @@
 #include "cuda/optim.h"
 #include "cuda/precision.h"
 #include "cuda/transformer.h"
-
-const nn_ops *device_cuda_ops(precision_kind p);
-status device_cuda_optim_init(void **plan, const param_table *pt);
-void device_cuda_optim_free(void *plan);
-void device_cuda_adamw_step(void *plan, param_buffers *w, const adamw_hparams *hp, double lr, long t);
-bool device_cuda_unscale(float *grads, size_t n, float inv_scale, int *flag_dev);
+#include "device_impl.h"
 
 static void cuda_zero(float *x, size_t n)
 {
@@ -75,7 +70,6 @@ const nn_ops *device_cuda_ops(precision_kind p)
     return p == PRECISION_BF16 ? &nn_ops_cuda_bf16 : p == PRECISION_FP16 ? &nn_ops_cuda_fp16 : &nn_ops_cuda_fp32;
 }
 
-/* grads *= inv_scale; true when any gradient was inf or NaN (flag_dev: one device int). */
 bool device_cuda_unscale(float *grads, size_t n, float inv_scale, int *flag_dev)
 {
     int found = 0;

@@ -508,26 +508,31 @@ int main(void)
 {
     gpu_test_start("test_cuda_cnn");
 
-    /* matmul: (BT, C, OC), layout, bias, misaligned, NULL gradients (bits: dinp, dweight, dbias) */
-    test_matmul(1, 7, 5, MATMUL_LAYOUT_OUT_IN, true, 0, 0);
-    test_matmul(1, 7, 5, MATMUL_LAYOUT_IN_OUT, false, 0, 0);
-    test_matmul(33, 64, 48, MATMUL_LAYOUT_OUT_IN, false, 0, 1);
-    test_matmul(33, 64, 48, MATMUL_LAYOUT_IN_OUT, true, 0, 2);
-    test_matmul(257, 130, 67, MATMUL_LAYOUT_OUT_IN, true, 0, 4);
-    test_matmul(257, 130, 67, MATMUL_LAYOUT_IN_OUT, true, 1, 0);
-    test_matmul(128, 96, 200, MATMUL_LAYOUT_OUT_IN, true, 1, 0);
-    test_matmul(512, 768, 768, MATMUL_LAYOUT_IN_OUT, true, 0, 0);
-    test_matmul(256, 768, 2304, MATMUL_LAYOUT_OUT_IN, true, 0, 0);
+    /* cuBLAS and cuDNN do not run on the CPU emulator (make check's gpu-emu tests). */
+    if (gpu_emulated) {
+        printf("SKIP  matmul and conv2d (cuBLAS, cuDNN): not run on the CPU emulator\n");
+    } else {
+        /* matmul: (BT, C, OC), layout, bias, misaligned, NULL gradients (bits: dinp, dweight, dbias) */
+        test_matmul(1, 7, 5, MATMUL_LAYOUT_OUT_IN, true, 0, 0);
+        test_matmul(1, 7, 5, MATMUL_LAYOUT_IN_OUT, false, 0, 0);
+        test_matmul(33, 64, 48, MATMUL_LAYOUT_OUT_IN, false, 0, 1);
+        test_matmul(33, 64, 48, MATMUL_LAYOUT_IN_OUT, true, 0, 2);
+        test_matmul(257, 130, 67, MATMUL_LAYOUT_OUT_IN, true, 0, 4);
+        test_matmul(257, 130, 67, MATMUL_LAYOUT_IN_OUT, true, 1, 0);
+        test_matmul(128, 96, 200, MATMUL_LAYOUT_OUT_IN, true, 1, 0);
+        test_matmul(512, 768, 768, MATMUL_LAYOUT_IN_OUT, true, 0, 0);
+        test_matmul(256, 768, 2304, MATMUL_LAYOUT_OUT_IN, true, 0, 0);
 
-    /* conv2d: ResNet's stem 7x7/2 pad 3, 3x3/1 pad 1, 1x1/2 downsample, odd shapes */
-    test_conv(2, 3, 32, 32, 16, 7, 7, 2, 3, false);
-    test_conv(2, 3, 33, 31, 8, 7, 7, 2, 3, true);
-    test_conv(2, 16, 9, 9, 12, 3, 3, 1, 1, false);
-    test_conv(1, 5, 7, 10, 6, 3, 3, 2, 1, true);
-    test_conv(3, 20, 11, 11, 24, 1, 1, 2, 0, false);
-    test_conv(2, 64, 8, 8, 64, 3, 3, 1, 1, false);
-    test_conv(1, 3, 6, 5, 2, 1, 3, 1, 0, true);
-    test_conv_refuses_blocked();
+        /* conv2d: ResNet's stem 7x7/2 pad 3, 3x3/1 pad 1, 1x1/2 downsample, odd shapes */
+        test_conv(2, 3, 32, 32, 16, 7, 7, 2, 3, false);
+        test_conv(2, 3, 33, 31, 8, 7, 7, 2, 3, true);
+        test_conv(2, 16, 9, 9, 12, 3, 3, 1, 1, false);
+        test_conv(1, 5, 7, 10, 6, 3, 3, 2, 1, true);
+        test_conv(3, 20, 11, 11, 24, 1, 1, 2, 0, false);
+        test_conv(2, 64, 8, 8, 64, 3, 3, 1, 1, false);
+        test_conv(1, 3, 6, 5, 2, 1, 3, 1, 0, true);
+        test_conv_refuses_blocked();
+    }
 
     /* batchnorm: M = 2 (smallest), odd sizes, offset means (variance cancellation), fused relu */
     test_batchnorm(2, 5, 1, 1, 0.0f, false);

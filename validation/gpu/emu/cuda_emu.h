@@ -1,0 +1,1028 @@
+// cuda_emu — runs Nebula's CUDA kernels on the CPU, so `make check` catches indexing
+// and synchronisation regressions in kernels/cuda without a GPU (C++17, g++ -pthread).
+//
+// tools/cuda-emu-rewrite turns kernels/cuda/X.cu into build/emu/X.cpp that includes
+// this header instead of the CUDA headers; launches become EMU_LAUNCH, __shared__
+// declarations become per-block arena lookups (see the rewriter for the conventions).
+//
+// The one design decision: every CUDA thread is a fiber (its own 64 KiB stack, a
+// 7-instruction context switch on x86-64, ucontext elsewhere). The threads of a block
+// run on one OS thread, each until it reaches __syncthreads or a warp operation
+// (__shfl_*_sync, __ballot_sync, __syncwarp), then the next one; a barrier releases
+// when every live thread has arrived. Blocks run in parallel on a few OS threads
+// (NEBULA_GPU_EMU_THREADS, default min(4, cores)). A kernel without barriers costs one
+// context switch per CUDA thread, so grids of a million threads take tens of ms.
+//
+// What it checks, beyond the values the tests compare:
+//   - launch configuration (block <= 1024 threads, grid limits), dynamic shared memory
+//     over 48 KiB without cudaFuncSetAttribute, over 227 KiB: launch errors as CUDA;
+//   - kernel pointer arguments that are not device memory (cudaMalloc/cudaMallocHost);
+//     cudaMemcpy/cudaMemset ranges outside device allocations (fatal, with the call);
+//   - shared memory starts poisoned (0xff bytes: NaN floats, -1 integers), as does
+//     cudaMalloc'd memory; writes just past a shared array hit a guard checked at
+//     the end of each block;
+//   - __syncthreads reached from two different source lines in one phase (divergent
+//     barrier), deadlocks (a barrier or warp operation that can never complete), warp
+//     operations whose mask names a lane that exited, does not exist or is not the
+//     caller's, lanes of one warp in different warp operations;
+//   - missing __syncthreads between a shared-memory write and another thread's read:
+//     a block's threads run in order 0..n-1 up to their next sync point, then n-1..0,
+//     alternating (odd blocks start reversed), so a read of another thread's write with
+//     no barrier between sees stale or poisoned data in some pass.
+//
+// Where it cannot be faithful (so it cannot catch these):
+//   - memory ordering: within a block execution is sequential between switch points,
+//     so missing __threadfence/volatile and races between blocks go unseen (blocks run
+//     concurrently, but with CPU ordering); atomics are plain host atomics;
+//   - warp lockstep: lanes do not run in lockstep, so code that relies on implicit
+//     warp synchrony fails here (correct: that is a bug since Volta), and __activemask
+//     returns the lanes that have not exited, not the converged set;
+//   - device memory is host memory: a host dereference of a device pointer works here;
+//     kernels run synchronously at launch, so missing stream/event synchronisation is
+//     unseen; out-of-bounds global accesses are only caught by the tests' canaries;
+//   - arithmetic: g++ -ffp-contract=off, while nvcc fuses a*b+c into fma by default;
+//     expf/logf/erfcf/__expf are glibc's, not CUDA's (different ulps); the explicitly
+//     rounded intrinsics (__fmul_rn, __fmaf_rn, __dadd_rn, ...) and the fp16/bf16
+//     conversions are bit-exact; __launch_bounds__ and register limits are ignored.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <math.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#if !defined(__x86_64__)
+#include <ucontext.h>
+#endif
+
+// ---- qualifiers and built-in variables -------------------------------------------
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__
+#define __noinline__ __attribute__((noinline))
+#define __launch_bounds__(...)
+#define __align__(n) alignas(n)
+// __shared__ is deliberately not defined: the rewriter replaces every declaration,
+// and one it missed fails to compile instead of becoming a global.
+
+struct uint3 { unsigned x, y, z; };
+struct dim3 {
+    unsigned x, y, z;
+    constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+inline thread_local uint3 threadIdx;  // set by the scheduler before each switch into a thread
+inline thread_local uint3 blockIdx;
+inline thread_local dim3 blockDim;
+inline thread_local dim3 gridDim;
+constexpr int warpSize = 32;
+
+#define CUDART_INF_F HUGE_VALF
+#define CUDART_NAN_F __builtin_nanf("")
+#define CUDART_INF HUGE_VAL
+#define CUDART_NAN __builtin_nan("")
+#define CUDART_PI_F 3.141592654f
+#define CUDART_PI 3.1415926535897931e+0
+
+// ---- runtime types -------------------------------------------------------------
+enum cudaError {  // the values of CUDA's driver_types.h
+    cudaSuccess = 0,
+    cudaErrorInvalidValue = 1,
+    cudaErrorMemoryAllocation = 2,
+    cudaErrorInvalidConfiguration = 9,
+    cudaErrorNoDevice = 100,
+    cudaErrorInvalidDevice = 101,
+    cudaErrorInvalidResourceHandle = 400,
+    cudaErrorNotReady = 600,
+    cudaErrorIllegalAddress = 700,
+    cudaErrorLaunchFailure = 719,
+};
+typedef enum cudaError cudaError_t;
+enum cudaMemcpyKind {
+    cudaMemcpyHostToHost = 0,
+    cudaMemcpyHostToDevice = 1,
+    cudaMemcpyDeviceToHost = 2,
+    cudaMemcpyDeviceToDevice = 3,
+    cudaMemcpyDefault = 4,
+};
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+#define cudaStreamDefault 0x0
+#define cudaStreamNonBlocking 0x1
+struct CUstream_st { int flags; };
+struct CUevent_st { double ms; bool recorded; };
+typedef struct CUstream_st *cudaStream_t;
+typedef struct CUevent_st *cudaEvent_t;
+struct cudaDeviceProp {
+    char name[256];
+    int major, minor;
+    int multiProcessorCount;
+    size_t totalGlobalMem;
+    size_t sharedMemPerBlock;
+    size_t sharedMemPerBlockOptin;
+    int maxThreadsPerBlock;
+    int warpSize;
+};
+
+namespace emu {
+
+constexpr size_t kStaticSmemMax = 48 * 1024;    // static __shared__ per block
+constexpr size_t kDefaultDynSmemMax = 48 * 1024;  // dynamic without the attribute
+constexpr size_t kSmemOptinMax = 232448;          // sm_90: 227 KiB per block
+constexpr size_t kGuard = 64;                     // guard bytes after each shared array
+constexpr size_t kStackBytes = 64 * 1024;         // per CUDA thread
+constexpr unsigned char kGuardByte = 0xa5;
+
+[[noreturn]] inline void fatal(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "cuda_emu: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    fflush(stdout);
+    abort();
+}
+
+// ---- device memory registry ------------------------------------------------------
+struct memory_registry {
+    std::mutex mu;
+    std::map<uintptr_t, size_t> ranges;  // start -> bytes (cudaMalloc and cudaMallocHost)
+    std::map<const void *, size_t> func_smem;  // cudaFuncAttributeMaxDynamicSharedMemorySize
+    std::set<const void *> streams, events;
+};
+inline memory_registry &registry()
+{
+    static memory_registry r;
+    return r;
+}
+// True when [p, p + n) lies in one allocation (n = 0: p may be one past its end).
+inline bool is_device(const void *p, size_t n)
+{
+    memory_registry &r = registry();
+    std::lock_guard<std::mutex> g(r.mu);
+    uintptr_t a = (uintptr_t)p;
+    auto it = r.ranges.upper_bound(a);
+    if (it == r.ranges.begin()) return false;
+    --it;
+    return a >= it->first && a + n <= it->first + it->second;
+}
+
+inline thread_local cudaError_t last_error = cudaSuccess;
+inline cudaError_t set_error(cudaError_t e)
+{
+    if (e != cudaSuccess) last_error = e;
+    return e;
+}
+
+inline int env_int(const char *name, int dflt)
+{
+    const char *s = getenv(name);
+    return s && *s ? atoi(s) : dflt;
+}
+inline int workers()
+{
+    static int n = [] {
+        int hw = (int)std::thread::hardware_concurrency();
+        int w = env_int("NEBULA_GPU_EMU_THREADS", std::min(4, hw > 0 ? hw : 1));
+        return w < 1 ? 1 : w;
+    }();
+    return n;
+}
+
+// ---- fibers ------------------------------------------------------------------
+#if defined(__x86_64__)
+// Saves the callee-saved registers on the current stack, stores the stack pointer in
+// *save, loads `load` and pops the other context's registers (System V ABI).
+inline __attribute__((naked, noinline)) void ctx_switch(void ** /*save*/, void * /*load*/)
+{
+    __asm__ volatile(
+        "pushq %rbp\n\t"
+        "pushq %rbx\n\t"
+        "pushq %r12\n\t"
+        "pushq %r13\n\t"
+        "pushq %r14\n\t"
+        "pushq %r15\n\t"
+        "movq %rsp, (%rdi)\n\t"
+        "movq %rsi, %rsp\n\t"
+        "popq %r15\n\t"
+        "popq %r14\n\t"
+        "popq %r13\n\t"
+        "popq %r12\n\t"
+        "popq %rbx\n\t"
+        "popq %rbp\n\t"
+        "ret\n\t");
+}
+struct context { void *sp = nullptr; };
+inline void ctx_init(context &c, char *stack, size_t bytes, void (*entry)())
+{
+    uintptr_t top = ((uintptr_t)(stack + bytes)) & ~(uintptr_t)15;
+    void **sp = (void **)top;
+    *--sp = nullptr;         // entry's return address slot: rsp = 8 mod 16 at entry
+    *--sp = (void *)entry;   // ctx_switch's ret jumps here
+    for (int i = 0; i < 6; i++) *--sp = nullptr;  // rbp rbx r12-r15
+    c.sp = sp;
+}
+inline void ctx_swap(context &from, context &to) { ctx_switch(&from.sp, to.sp); }
+#else
+struct context { ucontext_t uc; };
+inline void ctx_init(context &c, char *stack, size_t bytes, void (*entry)())
+{
+    getcontext(&c.uc);
+    c.uc.uc_stack.ss_sp = stack;
+    c.uc.uc_stack.ss_size = bytes;
+    c.uc.uc_link = nullptr;
+    makecontext(&c.uc, entry, 0);
+}
+inline void ctx_swap(context &from, context &to) { swapcontext(&from.uc, &to.uc); }
+#endif
+
+enum fiber_state { FIBER_READY, FIBER_WAIT_BAR, FIBER_WAIT_WARP, FIBER_DONE };
+enum warp_op { WARP_NONE, WARP_SHFL, WARP_BALLOT, WARP_SYNC };
+inline const char *warp_op_name(int op)
+{
+    return op == WARP_SHFL ? "__shfl_*_sync" : op == WARP_BALLOT ? "__ballot/any/all_sync" : "__syncwarp";
+}
+
+struct fiber {
+    context ctx;
+    int state;
+    unsigned wait_gen;
+    uint3 tid;
+};
+
+struct warp_state {
+    unsigned exist;    // lanes that exist (partial last warp)
+    unsigned live;     // lanes that have not exited
+    unsigned arrived;  // lanes in the pending operation
+    unsigned mask;     // its mask
+    int op;
+    unsigned gen;      // completed operations
+    uint64_t slot[2][32];  // values of operation gen (slot[gen & 1])
+};
+
+// One worker's block: its fibers, barrier, warps and shared memory.
+struct block_ctx {
+    std::vector<char *> stacks;
+    std::vector<fiber> fibers;
+    std::vector<warp_state> warps;
+    context sched;
+    int current = 0;
+    unsigned alive = 0;
+    unsigned bar_arrived = 0, bar_gen = 0;
+    const char *bar_file = nullptr;
+    int bar_line = 0;
+    void (*thunk)(const void *) = nullptr;  // runs the kernel for the current thread
+    const void *thunk_arg = nullptr;
+    const char *kernel = "";
+    // Shared memory: [dynamic | guard | static 1 | guard | static 2 | guard ...].
+    alignas(64) unsigned char smem[kSmemOptinMax + 64 * kGuard];
+    size_t dyn_bytes = 0, used = 0, static_bytes = 0;
+    struct static_array { int key; size_t offset, bytes; };
+    std::vector<static_array> statics;  // in placement order
+
+    ~block_ctx()
+    {
+        for (char *s : stacks) munmap(s - 4096, kStackBytes + 4096);
+    }
+    void ensure_stacks(size_t n)
+    {
+        while (stacks.size() < n) {
+            void *m = mmap(nullptr, kStackBytes + 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (m == MAP_FAILED) fatal("mmap of a fiber stack failed");
+            mprotect(m, 4096, PROT_NONE);  // overflow faults instead of corrupting a neighbour
+            stacks.push_back((char *)m + 4096);
+        }
+    }
+    void guard(size_t off)
+    {
+        memset(smem + off, kGuardByte, kGuard);
+    }
+    void check_guards()
+    {
+        auto bad = [&](size_t off) {
+            for (size_t i = 0; i < kGuard; i++)
+                if (smem[off + i] != kGuardByte) return true;
+            return false;
+        };
+        if (bad(dyn_bytes))
+            fatal("kernel %s block (%u,%u,%u) wrote outside its shared arrays: the guard after the dynamic shared "
+                  "memory (%zu bytes) changed", kernel, blockIdx.x, blockIdx.y, blockIdx.z, dyn_bytes);
+        for (const static_array &s : statics)
+            if (bad(s.offset + s.bytes))
+                fatal("kernel %s block (%u,%u,%u) wrote outside its shared arrays: the guard after static "
+                      "__shared__ array #%d (%zu bytes) changed", kernel,
+                      blockIdx.x, blockIdx.y, blockIdx.z, s.key, s.bytes);
+    }
+};
+inline thread_local block_ctx *cur = nullptr;
+
+// Worker contexts are pooled: their stacks stay mapped and touched across launches.
+struct ctx_pool {
+    std::mutex mu;
+    std::vector<std::unique_ptr<block_ctx>> free;
+};
+inline ctx_pool &pool()
+{
+    static ctx_pool p;
+    return p;
+}
+inline std::unique_ptr<block_ctx> ctx_take()
+{
+    ctx_pool &p = pool();
+    std::lock_guard<std::mutex> g(p.mu);
+    if (p.free.empty()) return std::make_unique<block_ctx>();
+    std::unique_ptr<block_ctx> c = std::move(p.free.back());
+    p.free.pop_back();
+    return c;
+}
+inline void ctx_give(std::unique_ptr<block_ctx> c)
+{
+    ctx_pool &p = pool();
+    std::lock_guard<std::mutex> g(p.mu);
+    p.free.push_back(std::move(c));
+}
+
+inline void yield_to_scheduler()
+{
+    block_ctx *b = cur;
+    ctx_swap(b->fibers[b->current].ctx, b->sched);
+}
+
+inline void release_barrier_if_complete(block_ctx *b)
+{
+    if (b->bar_arrived > 0 && b->bar_arrived == b->alive) {
+        b->bar_arrived = 0;
+        b->bar_gen++;
+    }
+}
+
+inline void fiber_main()
+{
+    block_ctx *b = cur;
+    b->thunk(b->thunk_arg);
+    b = cur;
+    int t = b->current;
+    b->fibers[t].state = FIBER_DONE;
+    b->alive--;
+    b->warps[t / 32].live &= ~(1u << (t % 32));
+    // An exited thread counts as arrived at the block's barrier (PTX `exit`).
+    release_barrier_if_complete(b);
+    ctx_swap(b->fibers[t].ctx, b->sched);
+    fatal("a finished CUDA thread was resumed");
+}
+
+[[noreturn]] inline void deadlock(block_ctx *b)
+{
+    fprintf(stderr, "cuda_emu: kernel %s block (%u,%u,%u) deadlocked:\n", b->kernel, blockIdx.x, blockIdx.y,
+            blockIdx.z);
+    size_t shown = 0;
+    for (size_t t = 0; t < b->fibers.size() && shown < 8; t++) {
+        const fiber &f = b->fibers[t];
+        if (f.state == FIBER_WAIT_BAR) {
+            fprintf(stderr, "  thread %zu waits in __syncthreads (%s:%d); %u of %u live threads arrived\n", t,
+                    b->bar_file, b->bar_line, b->bar_arrived, b->alive);
+            shown++;
+        } else if (f.state == FIBER_WAIT_WARP) {
+            const warp_state &w = b->warps[t / 32];
+            fprintf(stderr, "  thread %zu waits in %s, mask 0x%08x: lanes 0x%08x arrived, 0x%08x live\n", t,
+                    warp_op_name(w.op), w.mask, w.arrived, w.live);
+            shown++;
+        }
+    }
+    fatal("deadlock (a barrier or warp operation not reached by every thread it waits for)");
+}
+
+// Runs one block: every thread from its start to its end, switching at sync points.
+inline void run_block(block_ctx *b, uint3 bid, dim3 bdim)
+{
+    unsigned n = bdim.x * bdim.y * bdim.z;
+    blockIdx = bid;
+    b->ensure_stacks(n);
+    b->fibers.resize(n);
+    b->warps.assign((n + 31) / 32, warp_state{});
+    for (unsigned w = 0; w < b->warps.size(); w++) {
+        unsigned lanes = std::min(32u, n - 32 * w);
+        b->warps[w].exist = b->warps[w].live = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1u;
+    }
+    for (unsigned t = 0; t < n; t++) {
+        fiber &f = b->fibers[t];
+        ctx_init(f.ctx, b->stacks[t], kStackBytes, fiber_main);
+        f.state = FIBER_READY;
+        f.tid = uint3{ t % bdim.x, (t / bdim.x) % bdim.y, t / (bdim.x * bdim.y) };
+    }
+    b->alive = n;
+    b->bar_arrived = 0;
+    memset(b->smem, 0xff, b->dyn_bytes);
+    b->guard(b->dyn_bytes);
+    b->used = b->dyn_bytes + kGuard;
+    b->static_bytes = 0;
+    b->statics.clear();
+    // Threads run in order 0..n-1 or n-1..0, alternating per pass (each pass runs every
+    // thread to its next sync point) and starting reversed in odd blocks: a read of
+    // another thread's write with no barrier between sees stale data in some pass.
+    bool odd_block = ((bid.z * gridDim.y + bid.y) * gridDim.x + bid.x) & 1;
+    for (unsigned pass = 0; b->alive > 0; pass++) {
+        bool progressed = false, reverse = odd_block ^ (pass & 1);
+        for (unsigned k = 0; k < n; k++) {
+            unsigned t = reverse ? n - 1 - k : k;
+            fiber &f = b->fibers[t];
+            if (f.state == FIBER_DONE) continue;
+            if (f.state == FIBER_WAIT_BAR && f.wait_gen == b->bar_gen) continue;
+            if (f.state == FIBER_WAIT_WARP && f.wait_gen == b->warps[t / 32].gen) continue;
+            f.state = FIBER_READY;
+            b->current = (int)t;
+            threadIdx = f.tid;
+            ctx_swap(b->sched, f.ctx);
+            progressed = true;
+        }
+        if (!progressed) deadlock(b);
+    }
+    b->check_guards();
+}
+
+// ---- synchronisation called from kernels --------------------------------------------
+inline void syncthreads(const char *file, int line)
+{
+    block_ctx *b = cur;
+    if (b->bar_arrived == 0) {
+        b->bar_file = file;
+        b->bar_line = line;
+    } else if (b->bar_line != line || strcmp(b->bar_file, file) != 0) {
+        fatal("kernel %s block (%u,%u,%u): divergent __syncthreads: thread %d at %s:%d while others wait at %s:%d",
+              b->kernel, blockIdx.x, blockIdx.y, blockIdx.z, b->current, file, line, b->bar_file, b->bar_line);
+    }
+    fiber &f = b->fibers[b->current];
+    b->bar_arrived++;
+    if (b->bar_arrived == b->alive) {
+        b->bar_arrived = 0;
+        b->bar_gen++;
+        return;
+    }
+    f.state = FIBER_WAIT_BAR;
+    f.wait_gen = b->bar_gen;
+    yield_to_scheduler();
+}
+
+// The calling lane joins warp operation `op` with `mask` and deposits v; returns the
+// slot row holding every participant's value once all lanes of mask have arrived.
+inline const uint64_t *warp_exchange(int op, unsigned mask, uint64_t v)
+{
+    block_ctx *b = cur;
+    int t = b->current, lane = t % 32;
+    warp_state &w = b->warps[t / 32];
+    if (!(mask >> lane & 1u))
+        fatal("kernel %s: thread %d calls %s with mask 0x%08x that does not name its lane %d", b->kernel, t,
+              warp_op_name(op), mask, lane);
+    if (mask & ~w.exist)
+        fatal("kernel %s: thread %d calls %s with mask 0x%08x naming lanes that do not exist (warp has 0x%08x)",
+              b->kernel, t, warp_op_name(op), mask, w.exist);
+    if (mask & ~w.live)
+        fatal("kernel %s: thread %d calls %s with mask 0x%08x naming lanes that have exited (live 0x%08x)", b->kernel,
+              t, warp_op_name(op), mask, w.live);
+    if (w.arrived == 0) {
+        w.op = op;
+        w.mask = mask;
+    } else if (w.op != op || w.mask != mask) {
+        fatal("kernel %s: thread %d calls %s (mask 0x%08x) while lanes 0x%08x of its warp wait in %s (mask 0x%08x)",
+              b->kernel, t, warp_op_name(op), mask, w.arrived, warp_op_name(w.op), w.mask);
+    }
+    unsigned g = w.gen;
+    w.slot[g & 1][lane] = v;
+    w.arrived |= 1u << lane;
+    if (w.arrived == mask) {
+        w.arrived = 0;
+        w.gen++;
+    } else {
+        fiber &f = b->fibers[t];
+        f.state = FIBER_WAIT_WARP;
+        f.wait_gen = g;
+        yield_to_scheduler();
+    }
+    return b->warps[t / 32].slot[g & 1];
+}
+
+template <class T> inline uint64_t to_bits(T v)
+{
+    static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value, "shuffle of a type over 8 bytes");
+    uint64_t u = 0;
+    memcpy(&u, &v, sizeof v);
+    return u;
+}
+template <class T> inline T from_bits(uint64_t u)
+{
+    T v;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+// Source lane src of a shuffle; a lane outside the mask gives poison (undefined in CUDA).
+template <class T> inline T shfl(unsigned mask, T v, int src)
+{
+    const uint64_t *row = warp_exchange(WARP_SHFL, mask, to_bits(v));
+    return (mask >> src & 1u) ? from_bits<T>(row[src]) : from_bits<T>(~(uint64_t)0);
+}
+inline int lane_id() { return cur->current % 32; }
+
+// ---- kernel launch ---------------------------------------------------------------
+template <class Tuple, size_t... I>
+inline void check_pointer_args(const char *kernel, const char *file, int line, const Tuple &t,
+                               std::index_sequence<I...>)
+{
+    auto one = [&](size_t i, const auto &a) {
+        using A = std::decay_t<decltype(a)>;
+        if constexpr (std::is_pointer<A>::value) {
+            if (a && !is_device((const void *)a, 0))
+                fatal("%s:%d: kernel %s argument %zu (%p) is not device memory", file, line, kernel, i + 1,
+                      (const void *)a);
+        }
+    };
+    (one(I, std::get<I>(t)), ...);
+}
+
+template <class... P> struct launcher {
+    const char *name;
+    void (*kernel)(P...);
+    dim3 grid, block;
+    size_t smem;
+    cudaStream_t stream;
+    const char *file;
+    int line;
+
+    using args_t = std::tuple<std::decay_t<P>...>;
+    struct call {
+        void (*kernel)(P...);
+        const args_t *args;
+    };
+    static void thunk(const void *p)
+    {
+        const call *c = (const call *)p;
+        std::apply(c->kernel, *c->args);  // each thread gets its own copy of the parameters
+    }
+
+    template <class... A> void operator()(A &&...a) const
+    {
+        static_assert(sizeof...(A) == sizeof...(P), "kernel launched with the wrong number of arguments");
+        args_t args(std::forward<A>(a)...);
+        if (!valid()) return;
+        check_pointer_args(name, file, line, args, std::index_sequence_for<P...>{});
+        call c{ kernel, &args };
+        run(&c);
+    }
+
+    bool valid() const
+    {
+        unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
+        if (!grid.x || !grid.y || !grid.z || !block.x || !block.y || !block.z || threads > 1024 || block.z > 64 ||
+            grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535) {
+            set_error(cudaErrorInvalidConfiguration);
+            return false;
+        }
+        size_t limit = kDefaultDynSmemMax;
+        {
+            memory_registry &r = registry();
+            std::lock_guard<std::mutex> g(r.mu);
+            auto it = r.func_smem.find((const void *)kernel);
+            if (it != r.func_smem.end()) limit = std::max(limit, it->second);
+            if (stream && !r.streams.count((const void *)stream)) {
+                last_error = cudaErrorInvalidResourceHandle;
+                return false;
+            }
+        }
+        if (smem > limit || smem > kSmemOptinMax) {
+            set_error(cudaErrorInvalidValue);
+            return false;
+        }
+        return true;
+    }
+
+    void run(const call *c) const
+    {
+        size_t nblocks = (size_t)grid.x * grid.y * grid.z;
+        std::atomic<size_t> next{ 0 };
+        auto work = [&] {
+            std::unique_ptr<block_ctx> b = ctx_take();
+            block_ctx *saved = cur;
+            cur = b.get();
+            gridDim = grid;
+            blockDim = block;
+            b->thunk = thunk;
+            b->thunk_arg = c;
+            b->kernel = name;
+            b->dyn_bytes = (smem + 15) & ~(size_t)15;
+            for (size_t i; (i = next.fetch_add(1)) < nblocks;)
+                run_block(b.get(), uint3{ (unsigned)(i % grid.x), (unsigned)(i / grid.x % grid.y),
+                                          (unsigned)(i / ((size_t)grid.x * grid.y)) },
+                          block);
+            cur = saved;
+            ctx_give(std::move(b));
+        };
+        size_t nw = std::min<size_t>((size_t)workers(), nblocks);
+        std::vector<std::thread> extra;
+        for (size_t w = 1; w < nw; w++) extra.emplace_back(work);
+        work();
+        for (auto &t : extra) t.join();
+    }
+};
+
+template <class... P>
+inline launcher<P...> make_launcher(const char *name, const char *file, int line, void (*k)(P...), dim3 grid,
+                                    dim3 block, size_t smem = 0, cudaStream_t stream = nullptr)
+{
+    return launcher<P...>{ name, k, grid, block, smem, stream, file, line };
+}
+
+// ---- shared memory ---------------------------------------------------------------
+// Static __shared__ T name[...]: the first thread of the block to reach the declaration
+// places it in the arena (poisoned, followed by a guard), the others find it by key.
+template <class T> inline T &shared_static(int key)
+{
+    block_ctx *b = cur;
+    for (const block_ctx::static_array &s : b->statics)
+        if (s.key == key) return *reinterpret_cast<T *>(b->smem + s.offset);
+    size_t off = (b->used + 15) & ~(size_t)15;
+    b->static_bytes += sizeof(T);
+    if (b->static_bytes > kStaticSmemMax)
+        fatal("kernel %s: static __shared__ memory over 48 KiB (%zu bytes)", b->kernel, b->static_bytes);
+    if (off + sizeof(T) + kGuard > sizeof b->smem)
+        fatal("kernel %s: shared memory over %zu bytes (dynamic %zu + static)", b->kernel, kSmemOptinMax,
+              b->dyn_bytes);
+    memset(b->smem + off, 0xff, sizeof(T));
+    b->guard(off + sizeof(T));
+    b->used = off + sizeof(T) + kGuard;
+    b->statics.push_back(block_ctx::static_array{ key, off, sizeof(T) });
+    return *reinterpret_cast<T *>(b->smem + off);
+}
+// extern __shared__ T name[]: the launch's dynamic shared memory.
+template <class T> inline T *shared_dynamic() { return reinterpret_cast<T *>(cur->smem); }
+
+}  // namespace emu
+
+#define EMU_LAUNCH(k, ...) ::emu::make_launcher(#k, __FILE__, __LINE__, k, __VA_ARGS__)
+#define __syncthreads() ::emu::syncthreads(__FILE__, __LINE__)
+
+// ---- warp intrinsics ---------------------------------------------------------------
+template <class T> inline T __shfl_sync(unsigned mask, T v, int src, int width = 32)
+{
+    int lane = emu::lane_id();
+    return emu::shfl(mask, v, (lane & ~(width - 1)) + (src & (width - 1)));
+}
+template <class T> inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32)
+{
+    int lane = emu::lane_id(), src = lane ^ lane_mask;
+    if (src >= ((lane & ~(width - 1)) + width)) src = lane;  // later groups: own value
+    return emu::shfl(mask, v, src);
+}
+template <class T> inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32)
+{
+    int lane = emu::lane_id(), src = lane + (int)delta;
+    if (src >= ((lane & ~(width - 1)) + width)) src = lane;
+    return emu::shfl(mask, v, src);
+}
+template <class T> inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32)
+{
+    int lane = emu::lane_id(), src = lane - (int)delta;
+    if (src < (lane & ~(width - 1))) src = lane;
+    return emu::shfl(mask, v, src);
+}
+inline unsigned __ballot_sync(unsigned mask, int pred)
+{
+    const uint64_t *row = emu::warp_exchange(emu::WARP_BALLOT, mask, pred != 0);
+    unsigned r = 0;
+    for (int l = 0; l < 32; l++)
+        if ((mask >> l & 1u) && row[l]) r |= 1u << l;
+    return r;
+}
+inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
+inline int __all_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) == mask; }
+inline void __syncwarp(unsigned mask = 0xffffffffu) { emu::warp_exchange(emu::WARP_SYNC, mask, 0); }
+inline unsigned __activemask()
+{
+    return emu::cur->warps[emu::cur->current / 32].live;
+}
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline void __threadfence_block() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+
+// ---- integer and bit intrinsics ----------------------------------------------------
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+inline int __ffs(int x) { return __builtin_ffs(x); }
+inline int __ffsll(long long x) { return __builtin_ffsll(x); }
+inline int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }
+inline int __clzll(long long x) { return x ? __builtin_clzll((unsigned long long)x) : 64; }
+inline unsigned __brev(unsigned x)
+{
+    unsigned r = 0;
+    for (int i = 0; i < 32; i++) r |= (x >> i & 1u) << (31 - i);
+    return r;
+}
+inline float __uint_as_float(unsigned u) { return emu::from_bits<float>(u); }
+inline unsigned __float_as_uint(float f) { return (unsigned)emu::to_bits(f); }
+inline float __int_as_float(int i) { return emu::from_bits<float>((unsigned)i); }
+inline int __float_as_int(float f) { return (int)(unsigned)emu::to_bits(f); }
+inline double __longlong_as_double(long long i) { return emu::from_bits<double>((uint64_t)i); }
+inline long long __double_as_longlong(double d) { return (long long)emu::to_bits(d); }
+template <class T> inline T __ldg(const T *p) { return *p; }
+
+// CUDA's overloaded device min/max (host C++ has only std::min/max).
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
+inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
+inline long long min(long long a, long long b) { return a < b ? a : b; }
+inline long long max(long long a, long long b) { return a > b ? a : b; }
+inline unsigned long long min(unsigned long long a, unsigned long long b) { return a < b ? a : b; }
+inline unsigned long long max(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
+inline long min(long a, long b) { return a < b ? a : b; }
+inline long max(long a, long b) { return a > b ? a : b; }
+inline unsigned long min(unsigned long a, unsigned long b) { return a < b ? a : b; }
+inline unsigned long max(unsigned long a, unsigned long b) { return a > b ? a : b; }
+inline float min(float a, float b) { return fminf(a, b); }
+inline float max(float a, float b) { return fmaxf(a, b); }
+inline double min(double a, double b) { return fmin(a, b); }
+inline double max(double a, double b) { return fmax(a, b); }
+
+// ---- floating-point intrinsics (compile with -ffp-contract=off: each op rounds once) --
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __frcp_rn(float a) { return 1.0f / a; }
+inline float __fsqrt_rn(float a) { return sqrtf(a); }
+inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dsub_rn(double a, double b) { return a - b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline double __ddiv_rn(double a, double b) { return a / b; }
+inline double __dsqrt_rn(double a) { return sqrt(a); }
+inline double __fma_rn(double a, double b, double c) { return fma(a, b, c); }
+inline float __expf(float x) { return expf(x); }
+inline float __logf(float x) { return logf(x); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float __saturatef(float x) { return x != x ? 0.0f : x < 0.0f ? 0.0f : x > 1.0f ? 1.0f : x; }
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+
+// ---- fp16 and bf16 (bit-exact round to nearest even, subnormals kept) --------------
+struct __half { unsigned short x; };
+struct __nv_bfloat16 { unsigned short x; };
+inline __half __float2half_rn(float f)
+{
+    uint32_t u = __float_as_uint(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return __half{ 0x7fffu };  // NaN: the hardware's canonical one
+    if (a >= 0x477ff000u) return __half{ (unsigned short)(sign | 0x7c00u) };  // >= 65520: inf
+    if (a >= 0x38800000u) {  // normal half
+        uint32_t r = a - 0x38000000u;
+        r += 0xfffu + ((r >> 13) & 1u);
+        return __half{ (unsigned short)(sign | (r >> 13)) };
+    }
+    if (a <= 0x33000000u) return __half{ (unsigned short)sign };  // <= 2^-25: ties to even 0
+    uint32_t mant = (a & 0x7fffffu) | 0x800000u, shift = 126u - (a >> 23);  // units of 2^-24
+    uint32_t q = mant >> shift, rem = mant & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (q & 1u))) q++;
+    return __half{ (unsigned short)(sign | q) };
+}
+inline __half __float2half(float f) { return __float2half_rn(f); }
+inline float __half2float(__half h)
+{
+    uint32_t sign = (uint32_t)(h.x & 0x8000u) << 16, e = (h.x >> 10) & 0x1fu, m = h.x & 0x3ffu;
+    if (e == 0x1f) return __uint_as_float(sign | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0u));
+    if (e == 0) {
+        float v = (float)m * 5.9604644775390625e-08f;  // m * 2^-24, exact
+        return sign ? -v : v;
+    }
+    return __uint_as_float(sign | ((e + 112u) << 23) | (m << 13));
+}
+inline unsigned short __half_as_ushort(__half h) { return h.x; }
+inline __half __ushort_as_half(unsigned short u) { return __half{ u }; }
+inline __nv_bfloat16 __float2bfloat16_rn(float f)
+{
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return __nv_bfloat16{ 0x7fffu };
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return __nv_bfloat16{ (unsigned short)(u >> 16) };
+}
+inline __nv_bfloat16 __float2bfloat16(float f) { return __float2bfloat16_rn(f); }
+inline float __bfloat162float(__nv_bfloat16 b) { return __uint_as_float((uint32_t)b.x << 16); }
+
+// ---- atomics (host atomics on the emulated global/shared memory) ------------------
+template <class T> inline T __emu_atomic_add(T *p, T v)
+{
+    if constexpr (std::is_integral<T>::value) {
+        return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+    } else {
+        T old = *p, sum;
+        do sum = old + v;
+        while (!__atomic_compare_exchange(p, &old, &sum, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+        return old;
+    }
+}
+inline int atomicAdd(int *p, int v) { return __emu_atomic_add(p, v); }
+inline unsigned atomicAdd(unsigned *p, unsigned v) { return __emu_atomic_add(p, v); }
+inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v) { return __emu_atomic_add(p, v); }
+inline float atomicAdd(float *p, float v) { return __emu_atomic_add(p, v); }
+inline double atomicAdd(double *p, double v) { return __emu_atomic_add(p, v); }
+template <class T> inline T atomicExch(T *p, T v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }
+template <class T> inline T atomicCAS(T *p, T cmp, T v)
+{
+    __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    return cmp;
+}
+template <class T> inline T atomicMax(T *p, T v)
+{
+    T old = *p;
+    while (old < v && !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
+    return old;
+}
+template <class T> inline T atomicMin(T *p, T v)
+{
+    T old = *p;
+    while (old > v && !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
+    return old;
+}
+
+// ---- host runtime API: device memory is host memory, work runs at launch ------------
+inline cudaError_t cudaGetDeviceCount(int *n)
+{
+    *n = 1;
+    return cudaSuccess;
+}
+inline cudaError_t cudaSetDevice(int d) { return emu::set_error(d == 0 ? cudaSuccess : cudaErrorInvalidDevice); }
+inline cudaError_t cudaGetDevice(int *d)
+{
+    *d = 0;
+    return cudaSuccess;
+}
+inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d)
+{
+    if (d != 0) return emu::set_error(cudaErrorInvalidDevice);
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "CPU emulator (validation/gpu/emu, %d threads)", emu::workers());
+    p->major = 9;
+    p->minor = 0;
+    p->multiProcessorCount = emu::workers();
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    p->totalGlobalMem = pages > 0 && page > 0 ? (size_t)pages * (size_t)page : (size_t)1 << 32;
+    p->sharedMemPerBlock = emu::kStaticSmemMax;
+    p->sharedMemPerBlockOptin = emu::kSmemOptinMax;
+    p->maxThreadsPerBlock = 1024;
+    p->warpSize = 32;
+    return cudaSuccess;
+}
+inline cudaError_t cudaGetLastError()
+{
+    cudaError_t e = emu::last_error;
+    emu::last_error = cudaSuccess;
+    return e;
+}
+inline cudaError_t cudaPeekAtLastError() { return emu::last_error; }
+inline const char *cudaGetErrorString(cudaError_t e)
+{
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    }
+    return "unknown error";
+}
+inline const char *cudaGetErrorName(cudaError_t e) { return cudaGetErrorString(e); }
+
+namespace emu {
+inline cudaError_t alloc(void **p, size_t bytes)
+{
+    void *m = aligned_alloc(256, (bytes + 255) & ~(size_t)255);
+    if (!m) {
+        *p = nullptr;
+        return set_error(cudaErrorMemoryAllocation);
+    }
+    memset(m, 0xff, bytes);  // poison: uninitialised floats read as NaN
+    memory_registry &r = registry();
+    std::lock_guard<std::mutex> g(r.mu);
+    r.ranges[(uintptr_t)m] = bytes;
+    *p = m;
+    return cudaSuccess;
+}
+inline cudaError_t release(void *p)
+{
+    if (!p) return cudaSuccess;
+    memory_registry &r = registry();
+    {
+        std::lock_guard<std::mutex> g(r.mu);
+        auto it = r.ranges.find((uintptr_t)p);
+        if (it == r.ranges.end()) fatal("cudaFree/cudaFreeHost of %p, which is not the start of an allocation", p);
+        r.ranges.erase(it);
+    }
+    free(p);
+    return cudaSuccess;
+}
+inline void check_range(const char *what, const void *p, size_t n)
+{
+    if (n && !is_device(p, n)) fatal("%s: [%p, +%zu) is not inside one device allocation", what, p, n);
+}
+}  // namespace emu
+
+inline cudaError_t cudaMalloc(void **p, size_t bytes) { return emu::alloc(p, bytes); }
+template <class T> inline cudaError_t cudaMalloc(T **p, size_t bytes) { return emu::alloc((void **)p, bytes); }
+inline cudaError_t cudaMallocHost(void **p, size_t bytes) { return emu::alloc(p, bytes); }
+template <class T> inline cudaError_t cudaMallocHost(T **p, size_t bytes) { return emu::alloc((void **)p, bytes); }
+inline cudaError_t cudaFree(void *p) { return emu::release(p); }
+inline cudaError_t cudaFreeHost(void *p) { return emu::release(p); }
+inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind)
+{
+    if (kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice) emu::check_range("cudaMemcpy dst", dst, n);
+    if (kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice) emu::check_range("cudaMemcpy src", src, n);
+    if (n) memmove(dst, src, n);
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t = nullptr)
+{
+    return cudaMemcpy(dst, src, n, kind);
+}
+inline cudaError_t cudaMemset(void *p, int byte, size_t n)
+{
+    emu::check_range("cudaMemset", p, n);
+    if (n) memset(p, byte, n);
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemsetAsync(void *p, int byte, size_t n, cudaStream_t = nullptr) { return cudaMemset(p, byte, n); }
+inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
+{
+    *s = new CUstream_st{ (int)flags };
+    emu::memory_registry &r = emu::registry();
+    std::lock_guard<std::mutex> g(r.mu);
+    r.streams.insert(*s);
+    return cudaSuccess;
+}
+inline cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
+inline cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+    emu::memory_registry &r = emu::registry();
+    {
+        std::lock_guard<std::mutex> g(r.mu);
+        if (!r.streams.erase(s)) return emu::set_error(cudaErrorInvalidResourceHandle);
+    }
+    delete s;
+    return cudaSuccess;
+}
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned = 0) { return cudaSuccess; }
+inline cudaError_t cudaEventCreate(cudaEvent_t *e)
+{
+    *e = new CUevent_st{ 0.0, false };
+    return cudaSuccess;
+}
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) { return cudaEventCreate(e); }
+inline cudaError_t cudaEventDestroy(cudaEvent_t e)
+{
+    delete e;
+    return cudaSuccess;
+}
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = nullptr)
+{
+    using namespace std::chrono;
+    e->ms = duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
+    e->recorded = true;
+    return cudaSuccess;
+}
+inline cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
+{
+    if (!a->recorded || !b->recorded) return emu::set_error(cudaErrorInvalidResourceHandle);
+    *ms = (float)(b->ms - a->ms);
+    return cudaSuccess;
+}
+template <class F> inline cudaError_t cudaFuncSetAttribute(F *func, cudaFuncAttribute attr, int value)
+{
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || (size_t)value > emu::kSmemOptinMax)
+        return emu::set_error(cudaErrorInvalidValue);
+    emu::memory_registry &r = emu::registry();
+    std::lock_guard<std::mutex> g(r.mu);
+    r.func_smem[(const void *)func] = (size_t)value;
+    return cudaSuccess;
+}

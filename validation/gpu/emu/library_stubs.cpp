@@ -1,0 +1,64 @@
+// library_stubs — the cuBLAS and cuDNN kernels (kernels/cuda/matmul.cu, conv2d.cu) for
+// test programs linked against the CPU emulator, which cannot run those libraries.
+// The exact-fp32 matmul is the CPU kernel (kernels/cpu/matmul.h): emulated device
+// memory is host memory, so the models' GPU path (test_models_cuda) runs end to end
+// with every other kernel emulated — it tests the callers, not cuBLAS. Every other
+// entry point stops the program with a message: a test that calls one on the
+// emulator must skip it first (gpu_check.h's gpu_emulated, as test_cuda_cnn does).
+// The signatures come from the real headers, so a change there fails to compile here.
+#include <cstdio>
+#include <cstdlib>
+
+extern "C" {
+#include "cpu/matmul.h"  // C linkage (the CPU headers have no extern "C" guard); first, so its guard holds
+}
+#include "cuda/cnn.h"
+#include "cuda/matmul.h"
+
+[[noreturn]] static void not_emulated(const char *what)
+{
+    fprintf(stderr, "cuda_emu: %s uses cuBLAS/cuDNN, which the CPU emulator cannot run; "
+                    "skip it when gpu_emulated (validation/gpu/gpu_check.h)\n", what);
+    fflush(stdout);
+    abort();
+}
+
+extern "C" {
+#define MATMUL_STUBS(sfx)                                                                                     \
+    void cuda_matmul_forward##sfx(float *, const float *, const float *, const float *, int, int, int,          \
+                                  matmul_layout)                                                               \
+    {                                                                                                         \
+        not_emulated("cuda_matmul_forward" #sfx);                                                             \
+    }                                                                                                         \
+    void cuda_matmul_backward##sfx(float *, float *, float *, const float *, const float *, const float *, int, \
+                                   int, int, matmul_layout)                                                    \
+    {                                                                                                         \
+        not_emulated("cuda_matmul_backward" #sfx);                                                            \
+    }
+void cuda_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int BT, int C, int OC,
+                         matmul_layout layout)
+{
+    matmul_forward(out, inp, weight, bias, BT, C, OC, layout);
+}
+void cuda_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                          const float *weight, int BT, int C, int OC, matmul_layout layout)
+{
+    matmul_backward(dinp, dweight, dbias, dout, inp, weight, BT, C, OC, layout);
+}
+MATMUL_STUBS(_tf32)
+MATMUL_STUBS(_bf16)
+MATMUL_STUBS(_f16)
+void cuda_conv2d_plan_init(cuda_conv2d_plan *, const conv2d_shape *, dnn_layout, dnn_layout, bool, bool)
+{
+    not_emulated("cuda_conv2d_plan_init");
+}
+void cuda_conv2d_plan_free(cuda_conv2d_plan *) { not_emulated("cuda_conv2d_plan_free"); }
+void cuda_conv2d_plan_forward(cuda_conv2d_plan *, float *, const float *, const float *, const float *)
+{
+    not_emulated("cuda_conv2d_plan_forward");
+}
+void cuda_conv2d_plan_backward(cuda_conv2d_plan *, float *, float *, float *, const float *, const float *)
+{
+    not_emulated("cuda_conv2d_plan_backward");
+}
+}
