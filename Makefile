@@ -302,11 +302,13 @@ EMU_OBJ_test_cuda_device      :=
 EMU_OBJ_test_cuda_transformer := attention embed gelu layernorm residual xent
 EMU_OBJ_test_cuda_optim       := optim dgc precision
 EMU_OBJ_test_cuda_cnn         := batchnorm pool relu stubs/library_stubs
-# The models' GPU path (gpt2.c, bert.c through libcore/device_cuda.c) needs libcore
-# built with NEBULA_CUDA, i.e. nvcc present; its matmul is the CPU kernel there.
+# The models' GPU path (gpt2.c, bert.c, resnet.c through libcore/device_cuda.c) needs
+# libcore built with NEBULA_CUDA, i.e. nvcc present; matmul and the convolution plans
+# are the CPU kernels there (library_stubs.cpp).
 ifdef CUDA_ON
   EMU_PROGRAMS += test_models_cuda
-  EMU_OBJ_test_models_cuda := attention embed gelu layernorm residual xent optim dgc precision stubs/library_stubs
+  EMU_OBJ_test_models_cuda := attention embed gelu layernorm residual xent optim dgc precision batchnorm pool relu \
+                              stubs/library_stubs
 endif
 EMU_TESTS    := $(patsubst %,$(B)/test/emu/%_emu,$(EMU_PROGRAMS))
 .PHONY: emu

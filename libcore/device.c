@@ -8,6 +8,9 @@
 
 #include "config.h"
 #include "cpu/attention.h"
+#include "cpu/batchnorm.h"
+#include "cpu/pool.h"
+#include "cpu/relu.h"
 #include "cpu/embed.h"
 #include "cpu/gelu.h"
 #include "cpu/layernorm.h"
@@ -27,8 +30,69 @@
 static void cpu_zero(float *x, size_t n) { memset(x, 0, n * sizeof *x); }
 static void cpu_copy(float *dst, const float *src, size_t n) { memcpy(dst, src, n * sizeof *dst); }
 
+/* oneDNN plans behind the opaque pointers of cnn_ops; activations nChw8c. */
+static void *cpu_conv_plan_new(const conv2d_shape *s, bool nchw_input, bool dinp, size_t *bytes)
+{
+    conv2d_plan *p = malloc(sizeof *p);
+    CHECK(p, "out of memory for a convolution plan");
+    conv2d_plan_init(p, s, nchw_input ? DNN_NCHW : DNN_NCHW8C, DNN_NCHW8C, false, dinp);
+    *bytes = p->bytes;
+    return p;
+}
+static void cpu_conv_plan_free(void *p) { if (p) { conv2d_plan_free(p); free(p); } }
+static void cpu_conv_forward(void *p, float *out, const float *inp, const float *w, const float *b)
+{
+    conv2d_plan_forward(p, out, inp, w, b);
+}
+static void cpu_conv_backward(void *p, float *dinp, float *dw, float *db, const float *dout, const float *inp)
+{
+    conv2d_plan_backward(p, dinp, dw, db, dout, inp);
+}
+static void *cpu_bn_plan_new(int N, int C, int H, int W, float eps, bool relu, size_t *bytes)
+{
+    batchnorm_plan *p = malloc(sizeof *p);
+    CHECK(p, "out of memory for a batch-norm plan");
+    batchnorm_plan_init(p, N, C, H, W, DNN_NCHW8C, eps, relu);
+    *bytes = p->bytes;
+    return p;
+}
+static void cpu_bn_plan_free(void *p) { if (p) { batchnorm_plan_free(p); free(p); } }
+static void cpu_bn_forward(void *p, float *out, const float *inp, const float *w, const float *b, float *rm, float *rv,
+                           float momentum, bool training)
+{
+    batchnorm_plan_forward(p, out, inp, w, b, rm, rv, momentum, training);
+}
+static void cpu_bn_backward(void *p, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                            const float *w, const float *b)
+{
+    batchnorm_plan_backward(p, dinp, dw, db, dout, inp, w, b);
+}
+static void cpu_add_scalar(float *x, float v) { *x += v; }
+
+static const cnn_ops cnn_ops_cpu = {
+    .conv_plan_new = cpu_conv_plan_new,
+    .conv_plan_free = cpu_conv_plan_free,
+    .conv_forward = cpu_conv_forward,
+    .conv_backward = cpu_conv_backward,
+    .bn_plan_new = cpu_bn_plan_new,
+    .bn_plan_free = cpu_bn_plan_free,
+    .bn_forward = cpu_bn_forward,
+    .bn_backward = cpu_bn_backward,
+    .to_nchw = dnn_blocked_to_nchw,
+    .from_nchw = dnn_nchw_to_blocked,
+    .maxpool2d_forward = maxpool2d_forward,
+    .maxpool2d_backward = maxpool2d_backward,
+    .avgpool_global_forward = avgpool_global_forward,
+    .avgpool_global_backward = avgpool_global_backward,
+    .relu_forward = relu_forward,
+    .relu_backward = relu_backward,
+    .residual_backward = residual_backward,
+    .add_scalar = cpu_add_scalar,
+};
+
 const nn_ops nn_ops_cpu = {
     .name = "cpu fp32",
+    .cnn = &cnn_ops_cpu,
     .zero = cpu_zero,
     .copy = cpu_copy,
     .embedding_forward = embedding_forward,

@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cpu/conv2d.h"
 #include "cpu/matmul.h"
 #include "log.h"
 #include "optim.h"
@@ -32,9 +33,44 @@ typedef enum device_kind {
     DEVICE_KIND_CUDA,
 } device_kind;
 
+/* The CNN kernels a ResNet calls, with the contracts of kernels/cpu (conv2d.h,
+ * batchnorm.h, pool.h, relu.h, residual.h). Convolution and batch-norm plans are
+ * opaque: oneDNN on the CPU, whose activations between convolutions are blocked
+ * nChw8c (to_nchw / from_nchw convert at the edges), cuDNN and Nebula's kernels on a
+ * GPU, where activations are NCHW throughout (the conversions are copies). */
+typedef struct cnn_ops {
+    /* input layout NCHW when nchw_input (conv1 reads the images), else the activations'
+     * layout; no bias; dinp: the plan computes the input gradient. *bytes: its memory. */
+    void *(*conv_plan_new)(const conv2d_shape *s, bool nchw_input, bool dinp, size_t *bytes);
+    void (*conv_plan_free)(void *plan);
+    void (*conv_forward)(void *plan, float *out, const float *inp, const float *weight, const float *bias);
+    void (*conv_backward)(void *plan, float *dinp, float *dweight, float *dbias, const float *dout,
+                          const float *inp);
+    void *(*bn_plan_new)(int N, int C, int H, int W, float eps, bool relu, size_t *bytes);
+    void (*bn_plan_free)(void *plan);
+    void (*bn_forward)(void *plan, float *out, const float *inp, const float *weight, const float *bias,
+                       float *running_mean, float *running_var, float momentum, bool training);
+    void (*bn_backward)(void *plan, float *dinp, float *dweight, float *dbias, const float *dout,
+                        const float *inp, const float *weight, const float *bias);
+    void (*to_nchw)(float *dst, const float *src, int N, int C, int HW);   /* from the activations' layout */
+    void (*from_nchw)(float *dst, const float *src, int N, int C, int HW); /* to the activations' layout */
+    void (*maxpool2d_forward)(float *out, int32_t *argmax, const float *inp, int N, int C, int H, int W, int K,
+                              int stride, int pad, int OH, int OW);
+    void (*maxpool2d_backward)(float *dinp, const float *dout, const int32_t *argmax, int N, int C, int H, int W,
+                               int K, int stride, int pad, int OH, int OW);
+    void (*avgpool_global_forward)(float *out, const float *inp, int N, int C, int HW);
+    void (*avgpool_global_backward)(float *dinp, const float *dout, int N, int C, int HW);
+    void (*relu_forward)(float *out, const float *inp, size_t n);
+    void (*relu_backward)(float *dinp, const float *out_or_inp, const float *dout, size_t n);
+    void (*residual_backward)(float *da, float *db, const float *dout, size_t N);
+    void (*add_scalar)(float *x, float v); /* *x += v (num_batches_tracked) */
+} cnn_ops;
+
 /* The kernels a transformer's forward and backward call (GPT-2, BERT); see the
- * kernels/cpu headers for each contract. `zero` clears n floats. */
+ * kernels/cpu headers for each contract. `zero` clears n floats. `cnn` is the
+ * device's CNN table. */
 typedef struct nn_ops {
+    const cnn_ops *cnn;
     const char *name;  /* "cpu fp32", "cuda fp32", "cuda bf16" */
     void (*zero)(float *x, size_t n);
     void (*copy)(float *dst, const float *src, size_t n); /* within the device */

@@ -8,6 +8,7 @@
 #ifdef NEBULA_CUDA
 #include <stdlib.h>
 
+#include "cuda/cnn.h"
 #include "cuda/device.h"
 #include "cuda/matmul.h"
 #include "cuda/optim.h"
@@ -27,7 +28,73 @@ static void cuda_copy(float *dst, const float *src, size_t n)
     if (e) cuda_error_record(e, "cudaMemcpyAsync", __FILE__, __LINE__);
 }
 
+/* cuDNN convolutions and Nebula's batch norm behind cnn_ops; activations NCHW. */
+static void *gpu_conv_plan_new(const conv2d_shape *s, bool nchw_input, bool dinp, size_t *bytes)
+{
+    (void)nchw_input;  /* everything is NCHW on the GPU */
+    cuda_conv2d_plan *p = calloc(1, sizeof *p);
+    CHECK(p, "out of memory for a convolution plan");
+    cuda_conv2d_plan_init(p, s, DNN_NCHW, DNN_NCHW, false, dinp);
+    *bytes = p->ws_bytes;
+    return p;
+}
+static void gpu_conv_plan_free(void *p) { if (p) { cuda_conv2d_plan_free(p); free(p); } }
+static void gpu_conv_forward(void *p, float *out, const float *inp, const float *w, const float *b)
+{
+    cuda_conv2d_plan_forward(p, out, inp, w, b);
+}
+static void gpu_conv_backward(void *p, float *dinp, float *dw, float *db, const float *dout, const float *inp)
+{
+    cuda_conv2d_plan_backward(p, dinp, dw, db, dout, inp);
+}
+static void *gpu_bn_plan_new(int N, int C, int H, int W, float eps, bool relu, size_t *bytes)
+{
+    cuda_batchnorm_plan *p = calloc(1, sizeof *p);
+    CHECK(p, "out of memory for a batch-norm plan");
+    cuda_batchnorm_plan_init(p, N, C, H, W, DNN_NCHW, eps, relu);
+    *bytes = p->bytes;
+    return p;
+}
+static void gpu_bn_plan_free(void *p) { if (p) { cuda_batchnorm_plan_free(p); free(p); } }
+static void gpu_bn_forward(void *p, float *out, const float *inp, const float *w, const float *b, float *rm, float *rv,
+                           float momentum, bool training)
+{
+    cuda_batchnorm_plan_forward(p, out, inp, w, b, rm, rv, momentum, training);
+}
+static void gpu_bn_backward(void *p, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                            const float *w, const float *b)
+{
+    cuda_batchnorm_plan_backward(p, dinp, dw, db, dout, inp, w, b);
+}
+static void gpu_layout_copy(float *dst, const float *src, int N, int C, int HW)
+{
+    int e = cuda_memcpy_d2d(dst, src, (size_t)N * (size_t)C * (size_t)HW * sizeof *dst);
+    if (e) cuda_error_record(e, "cudaMemcpyAsync", __FILE__, __LINE__);
+}
+
+static const cnn_ops cnn_ops_cuda = {
+    .conv_plan_new = gpu_conv_plan_new,
+    .conv_plan_free = gpu_conv_plan_free,
+    .conv_forward = gpu_conv_forward,
+    .conv_backward = gpu_conv_backward,
+    .bn_plan_new = gpu_bn_plan_new,
+    .bn_plan_free = gpu_bn_plan_free,
+    .bn_forward = gpu_bn_forward,
+    .bn_backward = gpu_bn_backward,
+    .to_nchw = gpu_layout_copy,
+    .from_nchw = gpu_layout_copy,
+    .maxpool2d_forward = cuda_maxpool2d_forward,
+    .maxpool2d_backward = cuda_maxpool2d_backward,
+    .avgpool_global_forward = cuda_avgpool_global_forward,
+    .avgpool_global_backward = cuda_avgpool_global_backward,
+    .relu_forward = cuda_relu_forward,
+    .relu_backward = cuda_relu_backward,
+    .residual_backward = cuda_residual_backward,
+    .add_scalar = cuda_add_scalar,
+};
+
 #define NN_OPS_CUDA_COMMON                                   \
+    .cnn = &cnn_ops_cuda,                                    \
     .zero = cuda_zero,                                       \
     .copy = cuda_copy,                                       \
     .embedding_forward = cuda_embedding_forward,             \

@@ -195,18 +195,13 @@ status model_init(model *m, const model_spec *s, int B, int T, uint64_t seed, bo
 status model_init_on(model *m, const model_spec *s, int B, int T, uint64_t seed, bool train, const device *dev)
 {
     memset(m, 0, sizeof *m);
-    if (s->family == MODEL_FAMILY_RESNET && device_is_gpu(dev)) {
-        log_error0("--device cuda: ResNets do not run on a GPU yet (their cuDNN kernels are built, the model does not "
-                   "call them)\nHINT: --device cpu, or a GPT-2 or BERT model");
-        return STATUS_INPUT;
-    }
     m->spec = *s;
     m->B = B;
     m->T = s->family == MODEL_FAMILY_RESNET ? 0 : T;
     status st;
     if (s->family == MODEL_FAMILY_GPT2) st = gpt2_init_on(&m->gpt2, &s->gpt2, B, T, seed, train, dev);
     else if (s->family == MODEL_FAMILY_BERT) st = bert_init_on(&m->bert, &s->bert, B, T, seed, train, dev);
-    else st = resnet_init(&m->resnet, &s->resnet, B, s->image_size, s->image_size, seed, train);
+    else st = resnet_init_on(&m->resnet, &s->resnet, B, s->image_size, s->image_size, seed, train, dev);
     if (st != STATUS_OK) model_free(m);  /* the family inits zero their object first: a partial one frees */
     return st;
 }
@@ -307,6 +302,7 @@ param_buffers *model_device_buffers(model *m)
 {
     if (m->spec.family == MODEL_FAMILY_GPT2 && device_is_gpu(m->gpt2.dev)) return &m->gpt2.w;
     if (m->spec.family == MODEL_FAMILY_BERT && device_is_gpu(m->bert.dev)) return &m->bert.w;
+    if (m->spec.family == MODEL_FAMILY_RESNET && device_is_gpu(m->resnet.dev)) return &m->resnet.w;
     return model_buffers(m);
 }
 
@@ -314,7 +310,7 @@ void model_set_loss_scale(model *m, float scale)
 {
     if (m->spec.family == MODEL_FAMILY_GPT2) m->gpt2.loss_scale = scale;
     else if (m->spec.family == MODEL_FAMILY_BERT) m->bert.loss_scale = scale;
-    else CHECK(scale == 1.0f, "loss scaling is for the fp16 GPU path, which ResNets do not have");
+    else m->resnet.loss_scale = scale;
 }
 
 param_buffers *model_buffers(model *m)

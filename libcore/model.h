@@ -128,9 +128,7 @@ typedef struct model {
  * its initial weights from `seed`; grads and optimizer moments when `train`. Call
  * model_spec_check_batch first for messages that name the caller's keys. */
 status model_init(model *m, const model_spec *s, int B, int T, uint64_t seed, bool train);
-/* The same on a device (device.h; NULL: the CPU). GPT-2 and BERT run on a GPU; a
- * ResNet on a GPU is refused (STATUS_INPUT: its cuDNN kernels exist, the model does
- * not call them yet). */
+/* The same on a device (device.h; NULL: the CPU): every family runs on a GPU. */
 status model_init_on(model *m, const model_spec *s, int B, int T, uint64_t seed, bool train, const device *dev);
 void model_free(model *m);
 

@@ -320,9 +320,10 @@ static float *alloc_floats(size_t n, const char *what)
 static void resnet_plan_unit(resnet *m, resnet_unit *u, bool first)
 {
     conv2d_shape s = { m->N, u->C, u->H, u->W, u->OC, u->K, u->K, u->stride, u->pad, u->OH, u->OW };
-    conv2d_plan_init(&u->cp, &s, first ? DNN_NCHW : DNN_NCHW8C, DNN_NCHW8C, false, !first);
-    batchnorm_plan_init(&u->bp, m->N, u->OC, u->OH, u->OW, DNN_NCHW8C, RESNET_BN_EPS, u->relu);
-    m->plan_bytes += u->cp.bytes + u->bp.bytes;
+    size_t cb = 0, bb = 0;
+    u->cp = m->ops->cnn->conv_plan_new(&s, first, !first, &cb);
+    u->bp = m->ops->cnn->bn_plan_new(m->N, u->OC, u->OH, u->OW, RESNET_BN_EPS, u->relu, &bb);
+    m->plan_bytes += cb + bb;
 }
 
 static void resnet_plan(resnet *m)
@@ -336,9 +337,50 @@ static void resnet_plan(resnet *m)
     }
 }
 
+static bool resnet_on_gpu(const resnet *m) { return device_is_gpu(m->dev); }
+/* The buffers the kernels read and write: host on the CPU, device copies on a GPU. */
+static float *resnet_params(const resnet *m) { return resnet_on_gpu(m) ? m->w.params : m->pb.params; }
+static float *resnet_grads(const resnet *m) { return resnet_on_gpu(m) ? m->w.grads : m->pb.grads; }
+static float *resnet_stats(const resnet *m) { return resnet_on_gpu(m) ? m->dstats : m->stats; }
+
+/* An arena on the model's device: sized with a NULL base, allocated, carved. */
+static status resnet_arena(resnet *m, void (*layout)(resnet *, float *, size_t *), float **memory, size_t *floats,
+                           const char *what)
+{
+    size_t used = 0;
+    layout(m, NULL, &used);
+    *floats = used;
+    *memory = resnet_on_gpu(m) ? device_alloc(m->dev, used * sizeof(float), what) : alloc_floats(used, what);
+    if (!*memory) return STATUS_NOMEM;
+    used = 0;
+    layout(m, *memory, &used);
+    return STATUS_OK;
+}
+
+/* The GPU's copies: params, grads, moments, the statistics, the labels; host staging. */
+static status resnet_init_device(resnet *m, bool train)
+{
+    const device *d = m->dev;
+    TRY(device_buffers_init(d, &m->w, &m->pb, train));
+    if (!(m->dstats = device_alloc(d, m->bt.total * sizeof(float), "batch-norm running statistics")) ||
+        !(m->dev_labels = device_alloc(d, (size_t)m->N * sizeof(int32_t), "labels")) ||
+        !(m->stage = malloc(2 * (size_t)m->N * sizeof(float))))
+        return STATUS_NOMEM;
+    device_upload(d, m->dstats, m->stats, m->bt.total * sizeof(float));
+    return STATUS_OK;
+}
+
 status resnet_init(resnet *m, const resnet_config *cfg, int N, int H, int W, uint64_t seed, bool train)
 {
+    return resnet_init_on(m, cfg, N, H, W, seed, train, NULL);
+}
+
+status resnet_init_on(resnet *m, const resnet_config *cfg, int N, int H, int W, uint64_t seed, bool train,
+                      const device *dev)
+{
     memset(m, 0, sizeof *m);
+    m->dev = dev;
+    m->ops = dev ? dev->ops : &nn_ops_cpu;
     TRY(resnet_config_check(cfg));
     int total_stride = cfg->stem == RESNET_STEM_IMAGENET ? 32 : 8;
     if (N < 1) {
@@ -358,56 +400,57 @@ status resnet_init(resnet *m, const resnet_config *cfg, int N, int H, int W, uin
     m->acts.nblocks = cfg->layers[0] + cfg->layers[1] + cfg->layers[2] + cfg->layers[3];
     if (!(m->acts.blocks = calloc((size_t)m->acts.nblocks, sizeof *m->acts.blocks))) return STATUS_NOMEM;
     resnet_build(m);
-    TRY(param_buffers_init(&m->pb, &m->pt, train));
+    TRY(param_buffers_init(&m->pb, &m->pt, train && !resnet_on_gpu(m)));
     if (!(m->stats = alloc_floats(m->bt.total, "batch-norm running statistics"))) return STATUS_NOMEM;
     memset(m->stats, 0, m->bt.total * sizeof(float));
     resnet_init_weights(m, seed);
-    size_t used = 0;
-    resnet_layout_acts(m, NULL, &used);
-    m->act_floats = used;
-    if (!(m->act_memory = alloc_floats(used, "activations"))) return STATUS_NOMEM;
-    used = 0;
-    resnet_layout_acts(m, m->act_memory, &used);
-    if (m->cfg.stem == RESNET_STEM_IMAGENET &&
-        !(m->acts.pool_argmax = malloc((size_t)N * RESNET_STEM_C * (size_t)m->acts.PH * (size_t)m->acts.PW *
-                                       sizeof *m->acts.pool_argmax)))
-        return STATUS_NOMEM;
-    if (train) {
-        used = 0;
-        resnet_layout_grads(m, NULL, &used);
-        m->grad_floats = used;
-        if (!(m->grad_memory = alloc_floats(used, "activation gradients"))) return STATUS_NOMEM;
-        used = 0;
-        resnet_layout_grads(m, m->grad_memory, &used);
+    TRY(resnet_arena(m, resnet_layout_acts, &m->act_memory, &m->act_floats, "activations"));
+    if (m->cfg.stem == RESNET_STEM_IMAGENET) {
+        size_t bytes = (size_t)N * RESNET_STEM_C * (size_t)m->acts.PH * (size_t)m->acts.PW * sizeof(int32_t);
+        m->acts.pool_argmax = resnet_on_gpu(m) ? device_alloc(dev, bytes, "maxpool argmax") : malloc(bytes);
+        if (!m->acts.pool_argmax) return STATUS_NOMEM;
     }
+    if (train) TRY(resnet_arena(m, resnet_layout_grads, &m->grad_memory, &m->grad_floats, "activation gradients"));
     resnet_plan(m);
     if (!(m->labels = malloc((size_t)N * sizeof *m->labels))) return STATUS_NOMEM;
+    if (resnet_on_gpu(m)) TRY(resnet_init_device(m, train));
     m->mean_loss = -1;
+    m->loss_scale = 1.0f;
     return STATUS_OK;
 }
 
-static void resnet_free_unit(resnet_unit *u)
+static void resnet_free_unit(const resnet *m, resnet_unit *u)
 {
-    conv2d_plan_free(&u->cp);
-    batchnorm_plan_free(&u->bp);
+    if (u->cp) m->ops->cnn->conv_plan_free(u->cp);
+    if (u->bp) m->ops->cnn->bn_plan_free(u->bp);
 }
 
 void resnet_free(resnet *m)
 {
     resnet_acts *a = &m->acts;
     if (a->blocks) {
-        resnet_free_unit(&a->stem);
+        resnet_free_unit(m, &a->stem);
         for (int i = 0; i < a->nblocks; i++) {
             resnet_block *b = &a->blocks[i];
-            for (int k = 0; k < b->nunits; k++) resnet_free_unit(&b->unit[k]);
-            if (b->has_down) resnet_free_unit(&b->down);
+            for (int k = 0; k < b->nunits; k++) resnet_free_unit(m, &b->unit[k]);
+            if (b->has_down) resnet_free_unit(m, &b->down);
         }
     }
-    free(m->act_memory);
-    free(m->grad_memory);
+    if (resnet_on_gpu(m)) {
+        device_free(m->dev, m->act_memory);
+        device_free(m->dev, m->grad_memory);
+        device_free(m->dev, a->pool_argmax);
+        device_free(m->dev, m->dstats);
+        device_free(m->dev, m->dev_labels);
+        device_buffers_free(m->dev, &m->w);
+    } else {
+        free(m->act_memory);
+        free(m->grad_memory);
+        free(a->pool_argmax);
+    }
+    free(m->stage);
     free(m->stats);
     free(m->labels);
-    free(a->pool_argmax);
     free(a->blocks);
     param_buffers_free(&m->pb);
     param_table_free(&m->pt);
@@ -418,12 +461,13 @@ void resnet_free(resnet *m)
 /* out = [relu](bn(conv(inp))); in training the running statistics move toward the batch's. */
 static void unit_forward(resnet *m, resnet_unit *u, const float *inp, bool training)
 {
-    const float *p = m->pb.params;
-    float *s = m->stats;
-    conv2d_plan_forward(&u->cp, u->conv, inp, p + u->w, NULL);
-    batchnorm_plan_forward(&u->bp, u->out, u->conv, p + u->bn_w, p + u->bn_b, s + u->rmean, s + u->rvar,
-                           RESNET_BN_MOMENTUM, training);
-    if (training) s[u->nbt] += 1.0f;
+    const cnn_ops *c = m->ops->cnn;
+    const float *p = resnet_params(m);
+    float *s = resnet_stats(m);
+    c->conv_forward(u->cp, u->conv, inp, p + u->w, NULL);
+    c->bn_forward(u->bp, u->out, u->conv, p + u->bn_w, p + u->bn_b, s + u->rmean, s + u->rvar, RESNET_BN_MOMENTUM,
+                  training);
+    if (training) c->add_scalar(s + u->nbt, 1.0f);
 }
 
 status resnet_forward(resnet *m, const float *images, const int32_t *labels, bool training)
@@ -442,14 +486,19 @@ status resnet_forward(resnet *m, const float *images, const int32_t *labels, boo
                   "least 2 (use a larger batch or larger images)", N, N * a->feat_HW);
         return STATUS_INPUT;
     }
-    memcpy(a->images, images, (size_t)N * 3 * (size_t)m->H * (size_t)m->W * sizeof *images);
+    const nn_ops *k = m->ops;
+    const cnn_ops *c = k->cnn;
+    bool gpu = resnet_on_gpu(m);
+    size_t nimg = (size_t)N * 3 * (size_t)m->H * (size_t)m->W;
+    if (gpu) device_upload(m->dev, a->images, images, nimg * sizeof *images);
+    else memcpy(a->images, images, nimg * sizeof *images);
     unit_forward(m, &a->stem, a->images, training);                       /* conv1, bn1, relu */
     if (m->cfg.stem == RESNET_STEM_IMAGENET) {                            /* maxpool, in NCHW */
         const resnet_unit *st = &a->stem;
         float *x = a->nchw, *y = a->nchw + (unit_out_size(m, st) + 15) / 16 * 16;
-        dnn_blocked_to_nchw(x, st->out, N, RESNET_STEM_C, st->OH * st->OW);
-        maxpool2d_forward(y, a->pool_argmax, x, N, RESNET_STEM_C, st->OH, st->OW, 3, 2, 1, a->PH, a->PW);
-        dnn_nchw_to_blocked(a->pool, y, N, RESNET_STEM_C, a->PH * a->PW);
+        c->to_nchw(x, st->out, N, RESNET_STEM_C, st->OH * st->OW);
+        c->maxpool2d_forward(y, a->pool_argmax, x, N, RESNET_STEM_C, st->OH, st->OW, 3, 2, 1, a->PH, a->PW);
+        c->from_nchw(a->pool, y, N, RESNET_STEM_C, a->PH * a->PW);
     }
     for (int i = 0; i < a->nblocks; i++) {
         resnet_block *b = &a->blocks[i];
@@ -461,21 +510,31 @@ status resnet_forward(resnet *m, const float *images, const int32_t *labels, boo
             unit_forward(m, &b->down, b->inp, training);
             identity = b->down.out;
         }
-        residual_forward(b->out, b->out, identity, n);                     /* out += identity */
-        relu_forward(b->out, b->out, n);                                   /* relu(out) */
+        k->residual_forward(b->out, b->out, identity, n);                  /* out += identity */
+        c->relu_forward(b->out, b->out, n);                                /* relu(out) */
     }
     const resnet_block *last = &a->blocks[a->nblocks - 1];
-    dnn_blocked_to_nchw(a->nchw, last->out, N, a->feat_C, a->feat_HW);
-    avgpool_global_forward(a->pooled, a->nchw, N, a->feat_C, a->feat_HW);  /* avgpool, flatten */
-    matmul_forward(a->logits, a->pooled, m->pb.params + m->fc_w, m->pb.params + m->fc_b, N, a->feat_C, V,
-                   MATMUL_LAYOUT_OUT_IN);                                  /* fc */
+    c->to_nchw(a->nchw, last->out, N, a->feat_C, a->feat_HW);
+    c->avgpool_global_forward(a->pooled, a->nchw, N, a->feat_C, a->feat_HW); /* avgpool, flatten */
+    const float *p = resnet_params(m);
+    k->matmul_forward(a->logits, a->pooled, p + m->fc_w, p + m->fc_b, N, a->feat_C, V, MATMUL_LAYOUT_OUT_IN); /* fc */
     if (!labels) return STATUS_OK;
     memcpy(m->labels, labels, (size_t)N * sizeof *labels);
-    xent_forward(a->losses, a->xent_lse, a->logits, labels, N, V, V);
+    const int32_t *tgt = labels;
+    const float *losses = a->losses;
+    if (gpu) {
+        device_upload(m->dev, m->dev_labels, labels, (size_t)N * sizeof *labels);
+        tgt = m->dev_labels;
+    }
+    k->xent_forward(a->losses, a->xent_lse, a->logits, tgt, N, V, V);
+    if (gpu) {
+        device_download(m->dev, m->stage, a->losses, (size_t)N * sizeof(float));
+        losses = m->stage;
+    }
     double sum = 0;
     int counted = 0;
     for (int i = 0; i < N; i++)
-        if (labels[i] >= 0) { sum += a->losses[i]; counted++; }
+        if (labels[i] >= 0) { sum += losses[i]; counted++; }
     m->mean_loss = counted ? (float)(sum / counted) : 0.0f;
     m->can_backward = training;
     return STATUS_OK;
@@ -486,10 +545,11 @@ status resnet_forward(resnet *m, const float *images, const int32_t *labels, boo
  * into gs.dbn before dinp is written). Adds the parameter gradients. */
 static void unit_backward(resnet *m, resnet_unit *u, const float *inp, float *dinp, const float *dout)
 {
-    const float *p = m->pb.params;
-    float *g = m->pb.grads;
-    batchnorm_plan_backward(&u->bp, m->gs.dbn, g + u->bn_w, g + u->bn_b, dout, u->conv, p + u->bn_w, p + u->bn_b);
-    conv2d_plan_backward(&u->cp, dinp, g + u->w, NULL, m->gs.dbn, inp);
+    const cnn_ops *c = m->ops->cnn;
+    const float *p = resnet_params(m);
+    float *g = resnet_grads(m);
+    c->bn_backward(u->bp, m->gs.dbn, g + u->bn_w, g + u->bn_b, dout, u->conv, p + u->bn_w, p + u->bn_b);
+    c->conv_backward(u->cp, dinp, g + u->w, NULL, m->gs.dbn, inp);
 }
 
 /* gs.dblock holds d(b->out) on entry and d(b->inp) on return. */
@@ -499,17 +559,18 @@ static void block_backward(resnet *m, resnet_block *b)
     resnet_unit *first = &b->unit[0], *last = &b->unit[b->nunits - 1];
     size_t n_out = unit_out_size(m, last);
     size_t n_in = (size_t)m->N * (size_t)first->C * (size_t)first->H * (size_t)first->W;
-    memset(s->dsum, 0, n_out * sizeof(float));
-    relu_backward(s->dsum, b->out, s->dblock, n_out);                      /* through relu(out) */
+    const nn_ops *k = m->ops;
+    k->zero(s->dsum, n_out);
+    k->cnn->relu_backward(s->dsum, b->out, s->dblock, n_out);              /* through relu(out) */
     if (b->has_down) unit_backward(m, &b->down, b->inp, s->dblock, s->dsum); /* dblock = d(b->inp) via downsample */
-    else memcpy(s->dblock, s->dsum, n_in * sizeof(float));                 /* identity branch */
+    else k->copy(s->dblock, s->dsum, n_in);                                /* identity branch */
     const float *dout = s->dsum;
     for (int k = b->nunits - 1; k > 0; k--) {                              /* main branch, last unit first */
         unit_backward(m, &b->unit[k], b->unit[k - 1].out, s->dmain, dout);
         dout = s->dmain;
     }
     unit_backward(m, first, b->inp, s->dmain, dout);
-    residual_backward(s->dblock, NULL, s->dmain, n_in);                    /* both branches meet at b->inp */
+    k->cnn->residual_backward(s->dblock, NULL, s->dmain, n_in);            /* both branches meet at b->inp */
 }
 
 void resnet_backward(resnet *m)
@@ -518,18 +579,25 @@ void resnet_backward(resnet *m)
     resnet_acts *a = &m->acts;
     resnet_grad_scratch *s = &m->gs;
     int N = m->N, V = m->cfg.num_classes;
+    const nn_ops *k = m->ops;
+    const cnn_ops *c = k->cnn;
+    bool gpu = resnet_on_gpu(m);
+    const float *p = resnet_params(m);
+    float *g = resnet_grads(m), *dlosses = gpu ? m->stage + N : s->dlosses;
     int counted = 0;
     for (int i = 0; i < N; i++) counted += m->labels[i] >= 0;
-    for (int i = 0; i < N; i++) s->dlosses[i] = counted ? 1.0f / (float)counted : 0.0f;
-    memset(s->dlogits, 0, (size_t)N * (size_t)V * sizeof(float));
-    xent_backward(s->dlogits, a->logits, a->xent_lse, m->labels, s->dlosses, N, V, V);
-    memset(s->dpooled, 0, (size_t)N * (size_t)a->feat_C * sizeof(float));
-    matmul_backward(s->dpooled, m->pb.grads + m->fc_w, m->pb.grads + m->fc_b, s->dlogits, a->pooled,
-                    m->pb.params + m->fc_w, N, a->feat_C, V, MATMUL_LAYOUT_OUT_IN);
+    /* loss_scale 1: exactly 1/counted; a power of two (fp16's scaler) scales exactly */
+    for (int i = 0; i < N; i++) dlosses[i] = counted ? m->loss_scale / (float)counted : 0.0f;
+    if (gpu) device_upload(m->dev, s->dlosses, dlosses, (size_t)N * sizeof(float));
+    k->zero(s->dlogits, (size_t)N * (size_t)V);
+    k->xent_backward(s->dlogits, a->logits, a->xent_lse, gpu ? m->dev_labels : m->labels, s->dlosses, N, V, V);
+    k->zero(s->dpooled, (size_t)N * (size_t)a->feat_C);
+    k->matmul_backward(s->dpooled, g + m->fc_w, g + m->fc_b, s->dlogits, a->pooled, p + m->fc_w, N, a->feat_C, V,
+                       MATMUL_LAYOUT_OUT_IN);
     size_t nfeat = (size_t)N * (size_t)a->feat_C * (size_t)a->feat_HW;
-    memset(a->nchw, 0, nfeat * sizeof(float));
-    avgpool_global_backward(a->nchw, s->dpooled, N, a->feat_C, a->feat_HW);
-    dnn_nchw_to_blocked(s->dblock, a->nchw, N, a->feat_C, a->feat_HW);
+    k->zero(a->nchw, nfeat);
+    c->avgpool_global_backward(a->nchw, s->dpooled, N, a->feat_C, a->feat_HW);
+    c->from_nchw(s->dblock, a->nchw, N, a->feat_C, a->feat_HW);
     param_layer_done(&m->hook, a->nblocks + 1);                            /* fc */
     for (int i = a->nblocks - 1; i >= 0; i--) {
         block_backward(m, &a->blocks[i]);
@@ -540,10 +608,10 @@ void resnet_backward(resnet *m)
         const resnet_unit *st = &a->stem;
         size_t n_stem = unit_out_size(m, st);
         float *dx = a->nchw, *dy = a->nchw + (n_stem + 15) / 16 * 16;
-        dnn_blocked_to_nchw(dy, s->dblock, N, RESNET_STEM_C, a->PH * a->PW);
-        memset(dx, 0, n_stem * sizeof(float));
-        maxpool2d_backward(dx, dy, a->pool_argmax, N, RESNET_STEM_C, st->OH, st->OW, 3, 2, 1, a->PH, a->PW);
-        dnn_nchw_to_blocked(s->dmain, dx, N, RESNET_STEM_C, st->OH * st->OW);
+        c->to_nchw(dy, s->dblock, N, RESNET_STEM_C, a->PH * a->PW);
+        k->zero(dx, n_stem);
+        c->maxpool2d_backward(dx, dy, a->pool_argmax, N, RESNET_STEM_C, st->OH, st->OW, 3, 2, 1, a->PH, a->PW);
+        c->from_nchw(s->dmain, dx, N, RESNET_STEM_C, st->OH * st->OW);
         dstem = s->dmain;
     }
     unit_backward(m, &a->stem, a->images, NULL, dstem);

@@ -36,6 +36,7 @@
 #include "cpu/batchnorm.h"
 #include "cpu/conv2d.h"
 #include "log.h"
+#include "device.h"
 #include "param.h"
 
 typedef enum resnet_block_kind {
@@ -78,8 +79,8 @@ typedef struct resnet_unit {
     size_t nbt;            /* offset of num_batches_tracked (scalar) in the statistics buffer */
     float *conv;           /* (N, OC, OH, OW) convolution output = BN input, nChw8c */
     float *out;            /* (N, OC, OH, OW) BN output, after the ReLU when relu, nChw8c */
-    conv2d_plan cp;        /* the convolution (input NCHW for conv1, nChw8c elsewhere) */
-    batchnorm_plan bp;     /* the BN, with the ReLU fused when relu; keeps the batch statistics */
+    void *cp;              /* the convolution plan (cnn_ops; CPU: input NCHW for conv1, nChw8c elsewhere) */
+    void *bp;              /* the BN plan, with the ReLU fused when relu; keeps the batch statistics */
 } resnet_unit;
 
 typedef struct resnet_block {
@@ -121,9 +122,17 @@ typedef struct resnet_grad_scratch {
 typedef struct resnet {
     resnet_config cfg;     /* architecture */
     param_table pt;        /* trainable tensors: torchvision names, shapes, offsets */
-    param_buffers pb;      /* params, grads, moments */
+    param_buffers pb;      /* params, grads, moments in host memory (on a GPU: params only, a mirror) */
+    const device *dev;     /* where the kernels run (device.h); NULL = the CPU */
+    const nn_ops *ops;     /* the device's kernels (ops->cnn: convolutions, BN, pooling) */
+    param_buffers w;       /* on a GPU: params, grads, moments in device memory; unused on the CPU */
     param_table bt;        /* BN running statistics: torchvision buffer names, no grads */
-    float *stats;          /* (bt.total) their values, same layout rules as params */
+    float *stats;          /* (bt.total) their values, same layout rules as params (host; on a GPU the
+                              initial values: training moves dstats) */
+    float *dstats;         /* (bt.total) the statistics on the GPU; NULL on the CPU */
+    int32_t *dev_labels;   /* (N) the labels on the GPU; NULL on the CPU */
+    float *stage;          /* (2N) host staging of losses and dlosses (GPU only) */
+    float loss_scale;      /* backward differentiates loss_scale * mean loss (fp16; 1 by default) */
     int N, H, W;           /* batch shape the activations are sized for */
     float *act_memory;     /* one allocation behind acts */
     size_t act_floats;     /* its size */
@@ -147,6 +156,9 @@ typedef struct resnet {
  * BN parameters and fc.bias do not. STATUS_INPUT when N < 1 or the image is smaller
  * than the network's total stride (32 imagenet, 8 cifar), naming the size. */
 status resnet_init(resnet *m, const resnet_config *cfg, int N, int H, int W, uint64_t seed, bool train);
+/* The same on a device (NULL: the CPU), as gpt2_init_on. */
+status resnet_init_on(resnet *m, const resnet_config *cfg, int N, int H, int W, uint64_t seed, bool train,
+                      const device *dev);
 void resnet_free(resnet *m);
 
 /* images (N, 3, H, W); labels (N) in [0, num_classes) or -1 (ignored), or NULL (no

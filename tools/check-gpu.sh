@@ -6,7 +6,7 @@
 # exits 0 having checked nothing: no line of its output claims a GPU result then.
 # NEBULA_GPU_BENCH=0 skips the benchmark; NEBULA_GPU_OUT=DIR keeps logs and tables there.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 
 if [ ! -x build/test/gpu/test_cuda_device ]; then
     echo "check-gpu: this build has no CUDA kernels (nvcc was not found at build time): nothing was checked"

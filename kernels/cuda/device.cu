@@ -154,6 +154,14 @@ extern "C" void cuda_launch_check(const char *what, const char *file, int line)
     }
 }
 
+__global__ static void add_scalar_kernel(float *x, float v) { *x += v; }
+
+extern "C" void cuda_add_scalar(float *x, float v)
+{
+    add_scalar_kernel<<<1, 1, 0, ts.stream>>>(x, v);
+    CUDA_LAUNCH_CHECK("add_scalar_kernel");
+}
+
 __global__ static void reduce_sum_f32_kernel(float *dst, const float *src, size_t n)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;

@@ -78,6 +78,9 @@ const char *cuda_error_name(int code);
 #define CUDA_LAUNCH_CHECK(what) cuda_launch_check((what), __FILE__, __LINE__)
 void cuda_launch_check(const char *what, const char *file, int line);
 
+/* *x += v for one float on the device (a counter such as num_batches_tracked). */
+void cuda_add_scalar(float *x, float v);
+
 /* dst[i] += src[i] for i < n on device pointers (kernels/cpu/reduce.c's float sum). */
 void cuda_reduce_sum_f32(float *dst, const float *src, size_t n);
 

@@ -73,7 +73,7 @@ class GPT2(nn.Module):
 BERT = {"bert-tiny": (2, 2, 128, 512), "bert-base": (12, 12, 768, 3072), "bert-large": (24, 16, 1024, 4096)}
 
 
-def bert_setup(name, B, T):
+def bert_setup(name, B, T, dev="cpu"):
     """BERT MLM as validation/reference/bert_ref.py writes it (HF modeling_bert maths),
     with HF's init; 15% of positions are MLM targets, as Nebula's benchmark."""
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "validation", "reference"))
@@ -93,16 +93,16 @@ def bert_setup(name, B, T):
         for n in ("attention.output.LayerNorm", "output.LayerNorm"):
             shapes[pre + n + ".weight"], shapes[pre + n + ".bias"] = (C,), (C,)
     P = {n: (torch.ones(s) if n.endswith("LayerNorm.weight") else torch.zeros(s) if len(s) == 1
-             else torch.randn(s) * 0.02).requires_grad_(True) for n, s in shapes.items()}
-    ids = torch.randint(104, V, (B, T))
-    types = torch.zeros(B, T, dtype=torch.long)
-    mask = torch.ones(B, T)
-    targets = torch.where(torch.rand(B, T) < 0.15, ids, torch.full_like(ids, -1))
+             else torch.randn(s) * 0.02).to(dev).requires_grad_(True) for n, s in shapes.items()}
+    ids = torch.randint(104, V, (B, T)).to(dev)
+    types = torch.zeros(B, T, dtype=torch.long).to(dev)
+    mask = torch.ones(B, T).to(dev)
+    targets = torch.where(torch.rand(B, T).to(dev) < 0.15, ids, torch.full_like(ids, -1))
     loss_fn = lambda: bert_ref.forward(P, ids, types, mask, targets, L, NH, 0)[1]
     return list(P.values()), loss_fn, B, "seq"
 
 
-def resnet_setup(name, B):
+def resnet_setup(name, B, dev="cpu"):
     import torchvision
     base = name.replace("-cifar", "")
     m = getattr(torchvision.models, base)(num_classes=10 if name.endswith("-cifar") else 1000)
@@ -111,9 +111,9 @@ def resnet_setup(name, B):
         m.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)
         m.maxpool = nn.Identity()
         hw = 32
-    m.train()
-    x = torch.rand(B, 3, hw, hw) - 0.5
-    y = torch.randint(0, m.fc.out_features, (B,))
+    m.to(dev).train()
+    x = (torch.rand(B, 3, hw, hw) - 0.5).to(dev)
+    y = torch.randint(0, m.fc.out_features, (B,)).to(dev)
     return list(m.parameters()), lambda: F.cross_entropy(m(x), y), B, "img"
 
 
@@ -127,6 +127,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--flops-per-image", type=float, default=0.0,
+                    help="ResNets on cuda: the training FLOPs per image for MFU (nebula-bench prints them)")
     a = ap.parse_args()
     if a.device == "cuda":
         return main_cuda(a)
@@ -169,16 +171,21 @@ def main():
 
 
 def main_cuda(a):
-    """GPT-2 on one GPU; times with CUDA synchronisation around each step."""
-    if not a.model.startswith("gpt2"):
-        sys.exit("--device cuda: GPT-2 models only (as nebula-bench model --device cuda)")
+    """One GPU, each family as nebula-bench model --device cuda runs it (AdamW for all);
+    times with CUDA synchronisation around each step."""
     dev = torch.device("cuda")
     torch.manual_seed(1)
-    npos, V, Vp, L, NH, C = CONFIGS[a.model]
-    m = GPT2(npos, V, Vp, L, NH, C).to(dev)
-    params = list(m.parameters())
-    idx = torch.randint(0, V, (a.batch, a.seq), device=dev)
-    tgt = torch.randint(0, V, (a.batch, a.seq), device=dev)
+    if a.model.startswith("bert"):
+        params, loss_fn, units, unit = bert_setup(a.model, a.batch, a.seq, dev)
+    elif a.model.startswith("resnet"):
+        params, loss_fn, units, unit = resnet_setup(a.model, a.batch, dev)
+    else:
+        npos, V, Vp, L, NH, C = CONFIGS[a.model]
+        m = GPT2(npos, V, Vp, L, NH, C).to(dev)
+        params = list(m.parameters())
+        idx = torch.randint(0, V, (a.batch, a.seq), device=dev)
+        tgt = torch.randint(0, V, (a.batch, a.seq), device=dev)
+        loss_fn, units, unit = (lambda: m(idx, tgt)), a.batch * a.seq, "tok"
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
@@ -190,7 +197,7 @@ def main_cuda(a):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=False)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
-            loss = m(idx, tgt)
+            loss = loss_fn()
         loss.backward()
         opt.step()
         torch.cuda.synchronize()
@@ -210,10 +217,13 @@ def main_cuda(a):
             rates.append(2 * n ** 3 / (time.perf_counter() - t0))
     peak = max(rates)
     nparams = sum(p.numel() for p in params)
-    flops = 6.0 * nparams * a.batch * a.seq  # as gpt2_flops_per_token: 6 per parameter per token
+    if unit == "img":  # as nebula-bench: 3 x the forward's multiply-adds x 2, from the model's own count
+        flops = a.flops_per_image * a.batch
+    else:  # as gpt2/bert_flops_per_token: 6 per parameter per token
+        flops = 6.0 * nparams * a.batch * a.seq
     print(f"# pytorch {torch.__version__} {a.model} ({nparams / 1e6:.1f}M parameters), B={a.batch} T={a.seq}, "
           f"{torch.cuda.get_device_name()}, {a.precision}: median step {med * 1e3:.2f} ms, "
-          f"{a.batch * a.seq / med:.2f} tok/s, bf16 GEMM {peak / 1e12:.1f} TFLOP/s, "
+          f"{units / med:.2f} {unit}/s, bf16 GEMM {peak / 1e12:.1f} TFLOP/s, "
           f"MFU {100 * flops / med / peak:.1f}%, peak GPU memory {torch.cuda.max_memory_allocated() / 2**20:.0f} MiB")
 
 

@@ -1,8 +1,9 @@
 // library_stubs — the cuBLAS and cuDNN kernels (kernels/cuda/matmul.cu, conv2d.cu) for
 // test programs linked against the CPU emulator, which cannot run those libraries.
-// The exact-fp32 matmul is the CPU kernel (kernels/cpu/matmul.h): emulated device
-// memory is host memory, so the models' GPU path (test_models_cuda) runs end to end
-// with every other kernel emulated — it tests the callers, not cuBLAS. Every other
+// The exact-fp32 matmul is the CPU kernel (kernels/cpu/matmul.h) and the convolution
+// plan a oneDNN plan on NCHW (kernels/cpu/conv2d.h): emulated device memory is host
+// memory, so the models' GPU path (test_models_cuda) runs end to end with every other
+// kernel emulated — it tests the callers, not cuBLAS or cuDNN. Every other
 // entry point stops the program with a message: a test that calls one on the
 // emulator must skip it first (gpu_check.h's gpu_emulated, as test_cuda_cnn does).
 // The signatures come from the real headers, so a change there fails to compile here.
@@ -10,8 +11,11 @@
 #include <cstdlib>
 
 extern "C" {
-#include "cpu/matmul.h"  // C linkage (the CPU headers have no extern "C" guard); first, so its guard holds
+// C linkage (the CPU headers have no extern "C" guard); first, so their guards hold
+#include "cpu/conv2d.h"
+#include "cpu/matmul.h"
 }
+#include <map>
 #include "cuda/cnn.h"
 #include "cuda/matmul.h"
 
@@ -48,17 +52,34 @@ void cuda_matmul_backward(float *dinp, float *dweight, float *dbias, const float
 MATMUL_STUBS(_tf32)
 MATMUL_STUBS(_bf16)
 MATMUL_STUBS(_f16)
-void cuda_conv2d_plan_init(cuda_conv2d_plan *, const conv2d_shape *, dnn_layout, dnn_layout, bool, bool)
+// The CPU plan behind each emulated cuDNN plan, by the plan's address.
+static std::map<const cuda_conv2d_plan *, conv2d_plan *> cpu_plans;
+
+void cuda_conv2d_plan_init(cuda_conv2d_plan *p, const conv2d_shape *s, dnn_layout in, dnn_layout out, bool bias,
+                           bool dinp)
 {
-    not_emulated("cuda_conv2d_plan_init");
+    if (in != DNN_NCHW || out != DNN_NCHW) not_emulated("cuda_conv2d_plan_init with a blocked layout");
+    conv2d_plan *c = new conv2d_plan;
+    conv2d_plan_init(c, s, DNN_NCHW, DNN_NCHW, bias, dinp);
+    cpu_plans[p] = c;
+    p->ws_bytes = c->bytes;
 }
-void cuda_conv2d_plan_free(cuda_conv2d_plan *) { not_emulated("cuda_conv2d_plan_free"); }
-void cuda_conv2d_plan_forward(cuda_conv2d_plan *, float *, const float *, const float *, const float *)
+void cuda_conv2d_plan_free(cuda_conv2d_plan *p)
 {
-    not_emulated("cuda_conv2d_plan_forward");
+    auto it = cpu_plans.find(p);
+    if (it == cpu_plans.end()) return;
+    conv2d_plan_free(it->second);
+    delete it->second;
+    cpu_plans.erase(it);
 }
-void cuda_conv2d_plan_backward(cuda_conv2d_plan *, float *, float *, float *, const float *, const float *)
+void cuda_conv2d_plan_forward(cuda_conv2d_plan *p, float *out, const float *inp, const float *weight,
+                              const float *bias)
 {
-    not_emulated("cuda_conv2d_plan_backward");
+    conv2d_plan_forward(cpu_plans.at(p), out, inp, weight, bias);
+}
+void cuda_conv2d_plan_backward(cuda_conv2d_plan *p, float *dinp, float *dweight, float *dbias, const float *dout,
+                               const float *inp)
+{
+    conv2d_plan_backward(cpu_plans.at(p), dinp, dweight, dbias, dout, inp);
 }
 }
