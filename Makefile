@@ -320,7 +320,7 @@ $(B)/emu/%.cpp: kernels/cuda/%.cu tools/cuda-emu-rewrite | $(DEPS_STAMP)
 	@$(if $(filter 1,$(VERBOSE)),,echo "  EMU     $<")
 	$(Q)tools/cuda-emu-rewrite $< $@
 
-$(B)/emu/%.o: $(B)/emu/%.cpp validation/gpu/emu/cuda_emu.h
+$(B)/emu/%.o: $(B)/emu/%.cpp validation/gpu/emu/cuda_emu.h validation/gpu/emu/cuda_emu_math.h
 	@$(if $(filter 1,$(VERBOSE)),,echo "  CXX     $<")
 	$(Q)$(EMU_CXX) $(EMU_CXXFLAGS) -c $< -o $@
 

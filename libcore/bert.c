@@ -282,19 +282,13 @@ status bert_init_on(bert *m, const bert_config *cfg, int B, int T, uint64_t seed
 
 void bert_free(bert *m)
 {
-    device_arena_free(m->dev, m->act_memory);
-    device_arena_free(m->dev, m->grad_memory);
-    if (bert_on_gpu(m)) {
-        device_free(m->dev, m->pos_ids);
-        device_free(m->dev, m->input_ids);
-        device_free(m->dev, m->type_ids);
-        device_free(m->dev, m->dev_targets);
-        device_buffers_free(m->dev, &m->w);
-    } else {
-        free(m->pos_ids);
-        free(m->input_ids);
-        free(m->type_ids);
-    }
+    device_free(m->dev, m->act_memory);
+    device_free(m->dev, m->grad_memory);
+    device_free(m->dev, m->pos_ids);  /* host memory on the CPU, device memory on a GPU */
+    device_free(m->dev, m->input_ids);
+    device_free(m->dev, m->type_ids);
+    device_free(m->dev, m->dev_targets);
+    device_buffers_free(m->dev, &m->w);
     free(m->stage_ids);
     free(m->stage);
     free(m->targets);

@@ -190,7 +190,7 @@ void *device_alloc(const device *d, size_t bytes, const char *what)
 {
     void *p = NULL;
 #ifdef NEBULA_CUDA
-    if (d->kind == DEVICE_KIND_CUDA) {
+    if (device_is_gpu(d)) {
         int e = cuda_malloc(&p, bytes);
         if (e == 0) e = cuda_memset(p, 0, bytes);
         if (e) {
@@ -214,7 +214,7 @@ void *device_alloc(const device *d, size_t bytes, const char *what)
 void device_free(const device *d, void *p)
 {
 #ifdef NEBULA_CUDA
-    if (d->kind == DEVICE_KIND_CUDA) { cuda_free(p); return; }
+    if (device_is_gpu(d)) { cuda_free(p); return; }
 #endif
     (void)d;
     free(p);
@@ -223,7 +223,7 @@ void device_free(const device *d, void *p)
 void device_upload(const device *d, void *dst, const void *src, size_t bytes)
 {
 #ifdef NEBULA_CUDA
-    if (d->kind == DEVICE_KIND_CUDA) {
+    if (device_is_gpu(d)) {
         CUDA_CHECK(cuda_memcpy_h2d(dst, src, bytes));
         return;
     }
@@ -235,7 +235,7 @@ void device_upload(const device *d, void *dst, const void *src, size_t bytes)
 void device_download(const device *d, void *dst, const void *src, size_t bytes)
 {
 #ifdef NEBULA_CUDA
-    if (d->kind == DEVICE_KIND_CUDA) {
+    if (device_is_gpu(d)) {
         CUDA_CHECK(cuda_memcpy_d2h(dst, src, bytes));
         return;
     }
@@ -257,11 +257,6 @@ status device_arena(const device *d, param_layout_fn layout, void *owner, float 
     return STATUS_OK;
 }
 
-void device_arena_free(const device *d, float *memory)
-{
-    if (device_is_gpu(d)) device_free(d, memory);
-    else free(memory);
-}
 
 status device_buffers_init(const device *d, param_buffers *w, const param_buffers *host, bool train)
 {

@@ -131,7 +131,8 @@ const char *device_kind_name(device_kind k);
 status device_open(device *d, device_kind kind, precision_kind precision, int ordinal);
 void device_close(device *d);
 
-/* Buffers of the device: allocated zeroed; NULL after a logged STATUS_NOMEM-worthy failure. */
+/* Buffers of the device: allocated zeroed; NULL after a logged STATUS_NOMEM-worthy failure.
+ * These four take d = NULL as the CPU (a model built without a device). */
 void *device_alloc(const device *d, size_t bytes, const char *what);
 void device_free(const device *d, void *p);
 /* Copies; on the cpu they are memcpy. */
@@ -139,10 +140,10 @@ void device_upload(const device *d, void *dst, const void *src, size_t bytes);
 void device_download(const device *d, void *dst, const void *src, size_t bytes);
 /* True for a GPU; NULL (a model built without a device) is the CPU. */
 static inline bool device_is_gpu(const device *d) { return d && d->kind != DEVICE_KIND_CPU; }
-/* param_arena_alloc on the device: sizes with a NULL base, allocates, carves. */
+/* param_arena_alloc on the device: sizes with a NULL base, allocates, carves; freed
+ * with device_free. */
 status device_arena(const device *d, param_layout_fn layout, void *owner, float **memory, size_t *floats,
                     const char *what);
-void device_arena_free(const device *d, float *memory);
 /* A model's buffers on a GPU: w gets params (uploaded from host->params), zeroed grads
  * and, when `train`, zeroed moments, all in the table's layout. */
 status device_buffers_init(const device *d, param_buffers *w, const param_buffers *host, bool train);

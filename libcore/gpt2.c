@@ -222,15 +222,11 @@ status gpt2_init_on(gpt2 *m, const gpt2_config *cfg, int B, int T, uint64_t seed
 
 void gpt2_free(gpt2 *m)
 {
-    device_arena_free(m->dev, m->act_memory);
-    device_arena_free(m->dev, m->grad_memory);
-    if (gpt2_on_gpu(m)) {
-        device_free(m->dev, m->pos_ids);
-        device_free(m->dev, m->dev_ids);
-        device_buffers_free(m->dev, &m->w);
-    } else {
-        free(m->pos_ids);
-    }
+    device_free(m->dev, m->act_memory);
+    device_free(m->dev, m->grad_memory);
+    device_free(m->dev, m->pos_ids);  /* host memory on the CPU, device memory on a GPU */
+    device_free(m->dev, m->dev_ids);
+    device_buffers_free(m->dev, &m->w);
     free(m->host_losses);
     free(m->targets);
     param_buffers_free(&m->pb);

@@ -248,8 +248,9 @@ static size_t resnet_nchw_floats(const resnet *m)
     return n;
 }
 
-static void resnet_layout_acts(resnet *m, float *base, size_t *used)
+static void resnet_layout_acts(void *owner, float *base, size_t *used)
 {
+    resnet *m = owner;
     resnet_acts *a = &m->acts;
     size_t N = (size_t)m->N;
     a->images = carve(base, used, N * 3 * (size_t)m->H * (size_t)m->W);
@@ -292,8 +293,9 @@ static size_t resnet_max_chw(const resnet *m)
     return mx;
 }
 
-static void resnet_layout_grads(resnet *m, float *base, size_t *used)
+static void resnet_layout_grads(void *owner, float *base, size_t *used)
 {
+    resnet *m = owner;
     size_t big = (size_t)m->N * resnet_max_chw(m), N = (size_t)m->N;
     resnet_grad_scratch *g = &m->gs;
     g->dblock = carve(base, used, big);
@@ -343,20 +345,6 @@ static float *resnet_params(const resnet *m) { return resnet_on_gpu(m) ? m->w.pa
 static float *resnet_grads(const resnet *m) { return resnet_on_gpu(m) ? m->w.grads : m->pb.grads; }
 static float *resnet_stats(const resnet *m) { return resnet_on_gpu(m) ? m->dstats : m->stats; }
 
-/* An arena on the model's device: sized with a NULL base, allocated, carved. */
-static status resnet_arena(resnet *m, void (*layout)(resnet *, float *, size_t *), float **memory, size_t *floats,
-                           const char *what)
-{
-    size_t used = 0;
-    layout(m, NULL, &used);
-    *floats = used;
-    *memory = resnet_on_gpu(m) ? device_alloc(m->dev, used * sizeof(float), what) : alloc_floats(used, what);
-    if (!*memory) return STATUS_NOMEM;
-    used = 0;
-    layout(m, *memory, &used);
-    return STATUS_OK;
-}
-
 /* The GPU's copies: params, grads, moments, the statistics, the labels; host staging. */
 static status resnet_init_device(resnet *m, bool train)
 {
@@ -404,13 +392,13 @@ status resnet_init_on(resnet *m, const resnet_config *cfg, int N, int H, int W, 
     if (!(m->stats = alloc_floats(m->bt.total, "batch-norm running statistics"))) return STATUS_NOMEM;
     memset(m->stats, 0, m->bt.total * sizeof(float));
     resnet_init_weights(m, seed);
-    TRY(resnet_arena(m, resnet_layout_acts, &m->act_memory, &m->act_floats, "activations"));
+    TRY(device_arena(dev, resnet_layout_acts, m, &m->act_memory, &m->act_floats, "activations"));
     if (m->cfg.stem == RESNET_STEM_IMAGENET) {
         size_t bytes = (size_t)N * RESNET_STEM_C * (size_t)m->acts.PH * (size_t)m->acts.PW * sizeof(int32_t);
-        m->acts.pool_argmax = resnet_on_gpu(m) ? device_alloc(dev, bytes, "maxpool argmax") : malloc(bytes);
+        m->acts.pool_argmax = device_alloc(dev, bytes, "maxpool argmax");
         if (!m->acts.pool_argmax) return STATUS_NOMEM;
     }
-    if (train) TRY(resnet_arena(m, resnet_layout_grads, &m->grad_memory, &m->grad_floats, "activation gradients"));
+    if (train) TRY(device_arena(dev, resnet_layout_grads, m, &m->grad_memory, &m->grad_floats, "activation gradients"));
     resnet_plan(m);
     if (!(m->labels = malloc((size_t)N * sizeof *m->labels))) return STATUS_NOMEM;
     if (resnet_on_gpu(m)) TRY(resnet_init_device(m, train));
@@ -436,18 +424,12 @@ void resnet_free(resnet *m)
             if (b->has_down) resnet_free_unit(m, &b->down);
         }
     }
-    if (resnet_on_gpu(m)) {
-        device_free(m->dev, m->act_memory);
-        device_free(m->dev, m->grad_memory);
-        device_free(m->dev, a->pool_argmax);
-        device_free(m->dev, m->dstats);
-        device_free(m->dev, m->dev_labels);
-        device_buffers_free(m->dev, &m->w);
-    } else {
-        free(m->act_memory);
-        free(m->grad_memory);
-        free(a->pool_argmax);
-    }
+    device_free(m->dev, m->act_memory);
+    device_free(m->dev, m->grad_memory);
+    device_free(m->dev, a->pool_argmax);
+    device_free(m->dev, m->dstats);
+    device_free(m->dev, m->dev_labels);
+    device_buffers_free(m->dev, &m->w);
     free(m->stage);
     free(m->stats);
     free(m->labels);
@@ -490,8 +472,7 @@ status resnet_forward(resnet *m, const float *images, const int32_t *labels, boo
     const cnn_ops *c = k->cnn;
     bool gpu = resnet_on_gpu(m);
     size_t nimg = (size_t)N * 3 * (size_t)m->H * (size_t)m->W;
-    if (gpu) device_upload(m->dev, a->images, images, nimg * sizeof *images);
-    else memcpy(a->images, images, nimg * sizeof *images);
+    device_upload(m->dev, a->images, images, nimg * sizeof *images);
     unit_forward(m, &a->stem, a->images, training);                       /* conv1, bn1, relu */
     if (m->cfg.stem == RESNET_STEM_IMAGENET) {                            /* maxpool, in NCHW */
         const resnet_unit *st = &a->stem;
