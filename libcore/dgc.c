@@ -85,6 +85,7 @@ void dgc_options_from_config(const config *cfg, dgc_options *o)
     o->sparsity = config_float(cfg, "dgc.sparsity");
     o->warmup_steps = (long)config_int(cfg, "dgc.warmup_steps");
     o->warmup_stages = (int)config_int(cfg, "dgc.warmup_stages");
+    o->warmup_sparsity = config_float(cfg, "dgc.warmup_sparsity");
     o->sample_fraction = config_float(cfg, "dgc.sample_fraction");
     o->exact_topk = config_bool(cfg, "dgc.exact_topk");
     o->values = !strcmp(config_str(cfg, "dgc.values"), "fp16") ? DGC_VALUES_FP16 : DGC_VALUES_FP32;
@@ -102,7 +103,7 @@ double dgc_density_at(const dgc_options *o, long step)
     if (step < 0) step = 0;
     if (step >= o->warmup_steps) return final;
     long stage = step * o->warmup_stages / o->warmup_steps;
-    double d = pow(0.25, (double)(stage + 1));
+    double d = (1.0 - o->warmup_sparsity) * pow(0.25, (double)stage);
     return d > final ? d : final;
 }
 

@@ -56,7 +56,8 @@ typedef struct dgc_options {
     dgc_mode mode;
     double sparsity;          /* final fraction NOT sent, e.g. 0.999 */
     long warmup_steps;        /* sparsity warm-up length; 0: final sparsity from the start */
-    int warmup_stages;        /* stage i of the warm-up sends 0.25^(i+1) (75%, 93.75%, ... sparsity) */
+    int warmup_stages;        /* stage i of the warm-up sends (1 - warmup_sparsity) * 0.25^i */
+    double warmup_sparsity;   /* of the first stage: 0.75 gives DGC's 75%, 93.75%, 98.4%, ... */
     double sample_fraction;   /* of each tensor's entries sampled for the threshold, (0, 1] */
     bool exact_topk;          /* exact k-th largest instead of the sampled threshold (tests) */
     double momentum;          /* momentum correction factor (SGD's momentum); 0: plain accumulation */
@@ -81,8 +82,10 @@ typedef struct dgc_options {
       .help = "final fraction of each compressed tensor not sent per step" },                              \
     { "dgc", "warmup_steps", CONFIG_TYPE_INT, "0", .min = 0, .max = 1L << 40,                              \
       .help = "steps of sparsity warm-up (stages of 75%, 93.75%, ... up to dgc.sparsity)" },               \
+    { "dgc", "warmup_sparsity", CONFIG_TYPE_FLOAT, "0.75", .min = 0, .max = 0.999999,                      \
+      .help = "sparsity of the first warm-up stage; each later stage sends a quarter of the one before" }, \
     { "dgc", "warmup_stages", CONFIG_TYPE_INT, "4", .min = 1, .max = 16,                                   \
-      .help = "stages of the warm-up; stage i sends 0.25^(i+1) of the entries" },                          \
+      .help = "stages of the warm-up (the schedule stops at dgc.sparsity)" },                                \
     { "dgc", "sample_fraction", CONFIG_TYPE_FLOAT, "0.01", .min = 1e-6, .max = 1,                          \
       .help = "fraction of each tensor sampled to choose the threshold" },                                 \
     { "dgc", "exact_topk", CONFIG_TYPE_BOOL, "false", .help = "exact top-k instead of a sampled threshold" }, \

@@ -328,9 +328,9 @@ static status train_dgc_setup(train_run *r)
     TRY(dgc_init(&r->dgc, r->rt, pt, &o));
     dgc_set_active(r->dgc, o.mode == DGC_MODE_ON);
     if (r->rt->rank == 0)
-        printf("dgc: %s: sparsity %.4g after %ld warm-up steps, %s values, %s threshold, momentum correction %s, "
+        printf("dgc: %s: sparsity %.4g after %ld warm-up steps in %d stages from %.4g, %s values, %s threshold, momentum correction %s, "
                "%d nodes x %d ranks\n", o.mode == DGC_MODE_ON ? "on" : "auto (decided in the first 5 steps)",
-               o.sparsity, o.warmup_steps, o.values == DGC_VALUES_FP16 ? "fp16" : "fp32",
+               o.sparsity, o.warmup_steps, o.warmup_stages, o.warmup_sparsity, o.values == DGC_VALUES_FP16 ? "fp16" : "fp32",
                o.exact_topk ? "exact top-k" : "sampled", o.momentum > 0 ? "on" : "off (AdamW: plain accumulation)",
                r->rt->nnodes, r->rt->local_size);
     return STATUS_OK;

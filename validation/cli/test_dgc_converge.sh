@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # DGC-Pro converges like dense training (2 virtual nodes x 1 rank, so every gradient
 # crosses the compressed link), at 99.9% final sparsity and >= 100x less gradient traffic
-# over the whole run, warm-up included:
+# over the whole run, warm-up included, within 1% of the dense run with the same steps
+# (the issue's target):
 #   resnet  ResNet-18 (CIFAR stem) on sklearn's digits, SGD with momentum, 400 steps:
-#           held-out accuracy within 1% of the dense run's (the issue's target);
+#           held-out accuracy of one seed;
 #   gpt     byte-level gpt2-tiny on the licence texts, SGD with momentum, 10000 steps of
-#           8 sequences: held-out loss within 4% of the dense run's. The issue's target is
-#           1%, NOT met at this scale (measured +2.9%, see README "DGC-Pro convergence");
-#           the test guards what holds. At width 64 the biases and norm weights are 1.5%
-#           of the parameters: sent dense they alone would cap the reduction near 66x, so
-#           every tensor is compressed (dgc.min_numel = 1; a tensor sends at least one
-#           entry a step).
+#           8 sequences: held-out loss, the mean over seeds 1337, 1 and 2 of each (one
+#           seed's loss moves by +-1.5% with the seed, dense or not, so one pair of runs
+#           cannot resolve 1%). Warm-up: 2000 steps in 3 stages from 93.75% sparsity.
+#           At width 64 the biases and norm weights are 1.5% of the parameters: sent
+#           dense they alone would cap the reduction near 66x, so every tensor is
+#           compressed (dgc.min_numel = 1; a tensor sends at least one entry a step).
 # usage: test_dgc_converge.sh resnet|gpt
 . "$(dirname "$0")/lib.sh"
 TRAIN=build/bin/nebula-train
@@ -25,16 +26,23 @@ train() {  # train NAME ARGS... -> the log in $tmp/NAME.log
 }
 last_eval() { sed -n "s/^eval step=$2 .*$3=\([0-9.]*\).*/\1/p" "$tmp/$1.log" | tail -1; }
 reduction() { sed -n 's/^dgc: gradient traffic .*: \([0-9.]*\)x less/\1/p' "$tmp/$1.log"; }
-judge() {  # judge LABEL DENSE DGC RATIO higher|lower LIMIT
+judge() {  # judge LABEL "DENSE..." "DGC..." "RATIO..." higher|lower LIMIT: means of the lists compared
     if $PY - "$@" <<'PYEOF'
 import sys
-label, dense, dgc, ratio, better = sys.argv[1], float(sys.argv[2] or "nan"), float(sys.argv[3] or "nan"), float(sys.argv[4] or "0"), sys.argv[5]
+def floats(s):
+    v = [float(x) for x in s.split()]
+    return v if v else [float("nan")]
+label, dense, dgc, ratios, better = sys.argv[1], floats(sys.argv[2]), floats(sys.argv[3]), floats(sys.argv[4]), sys.argv[5]
 limit = float(sys.argv[6])
-within = dgc >= (1 - limit) * dense if better == "higher" else dgc <= (1 + limit) * dense
-rel = (dgc - dense) / dense
-print(f"{'ok' if within and ratio >= 100 else 'FAIL'} - {label}: dense {dense:.4f}, DGC-Pro {dgc:.4f} "
-      f"({rel:+.2%}, limit {limit:.0%}), gradient traffic {ratio:.1f}x less (limit 100x)")
-sys.exit(0 if within and ratio >= 100 else 1)
+if len(dense) != len(dgc):
+    dense.append(float("nan"))  # a run is missing: fail
+md, mg, ratio = sum(dense) / len(dense), sum(dgc) / len(dgc), min(ratios)
+within = mg >= (1 - limit) * md if better == "higher" else mg <= (1 + limit) * md
+ok = within and ratio >= 100
+each = "" if len(dense) == 1 else " (per seed: " + ", ".join(f"{a:.4f}/{b:.4f}" for a, b in zip(dense, dgc)) + ")"
+print(f"{'ok' if ok else 'FAIL'} - {label}: dense {md:.4f}, DGC-Pro {mg:.4f} ({(mg - md) / md:+.2%}, limit "
+      f"{limit:.0%}){each}, gradient traffic {ratio:.1f}x less at least (limit 100x)")
+sys.exit(0 if ok else 1)
 PYEOF
     then :; else fails=$((fails + 1)); fi
 }
@@ -56,10 +64,16 @@ gpt)
        --set data.val="$tmp/data/val.bin" --steps 10000 --set train.global_batch=8 --set train.eval_interval=10000
        --set train.eval_batches=32 --set train.log_interval=1000 --set optim.name=sgd --set optim.lr=0.1
        --set optim.momentum=0.9 --set optim.weight_decay=0)
-    train gpt-dense "${G[@]}"
-    train gpt-dgc "${G[@]}" "${DGC[@]}" --set dgc.warmup_steps=200 --set dgc.min_numel=1
-    judge "gpt2-tiny on the licences, 10000 steps, held-out loss" "$(last_eval gpt-dense 10000 loss)" \
-        "$(last_eval gpt-dgc 10000 loss)" "$(reduction gpt-dgc)" lower 0.04
+    dense=() dgc=() ratio=()
+    for seed in 1337 1 2; do
+        train gpt-dense-$seed "${G[@]}" --set train.seed=$seed
+        train gpt-dgc-$seed "${G[@]}" "${DGC[@]}" --set train.seed=$seed --set dgc.min_numel=1 \
+            --set dgc.warmup_steps=2000 --set dgc.warmup_stages=3 --set dgc.warmup_sparsity=0.9375
+        dense+=("$(last_eval gpt-dense-$seed 10000 loss)") dgc+=("$(last_eval gpt-dgc-$seed 10000 loss)")
+        ratio+=("$(reduction gpt-dgc-$seed)")
+    done
+    judge "gpt2-tiny on the licences, 10000 steps, held-out loss, mean of 3 seeds" "${dense[*]}" "${dgc[*]}" \
+        "${ratio[*]}" lower 0.01
     ;;
 *) echo "usage: test_dgc_converge.sh resnet|gpt"; exit 2 ;;
 esac

@@ -97,7 +97,7 @@ static void test_codec(const runtime *rt)
 
 static void test_schedule(const runtime *rt)
 {
-    dgc_options o = { .sparsity = 0.999, .warmup_steps = 40, .warmup_stages = 4 };
+    dgc_options o = { .sparsity = 0.999, .warmup_steps = 40, .warmup_stages = 4, .warmup_sparsity = 0.75 };
     double want[] = { 0.25, 0.0625, 0.015625, 0.00390625, 0.001 };
     bool ok = true;
 #define NEAR(a, b) (fabs((a) - (b)) <= 1e-15)  /* 1 - 0.999 is not 0.001 in binary */
@@ -110,6 +110,13 @@ static void test_schedule(const runtime *rt)
     o.sparsity = 0.9, o.warmup_steps = 10, o.warmup_stages = 4;  /* stages below the final density stop there */
     ok = ok && NEAR(dgc_density_at(&o, 9), 0.1) && NEAR(dgc_density_at(&o, 0), 0.25);
     check(rt, ok, "warm-up: 75%, 93.75%, 98.4375%, 99.609% then 99.9% sparsity over 4 stages", "");
+    /* starting at 93.75%: 3 stages of 100 steps, then the final sparsity */
+    o = (dgc_options){ .sparsity = 0.999, .warmup_steps = 300, .warmup_stages = 3, .warmup_sparsity = 0.9375 };
+    double from[] = { 0.0625, 0.015625, 0.00390625, 0.001 };
+    ok = true;
+    for (long s = 0; s < 400; s++)
+        if (!NEAR(dgc_density_at(&o, s), from[s / 100])) ok = false;
+    check(rt, ok, "warm-up from dgc.warmup_sparsity: 93.75%, 98.4375%, 99.609% then 99.9%", "");
 }
 
 static void test_select(const runtime *rt)
@@ -253,7 +260,7 @@ static void test_exchange(const runtime *rt, double momentum, dgc_values vk, con
 {
     fixture f;
     fixture_init(&f);
-    dgc_options o = { .mode = DGC_MODE_ON, .sparsity = 0.99, .warmup_steps = 4, .warmup_stages = 2,
+    dgc_options o = { .mode = DGC_MODE_ON, .sparsity = 0.99, .warmup_steps = 4, .warmup_stages = 2, .warmup_sparsity = 0.75,
                       .sample_fraction = 0.01, .exact_topk = true, .momentum = momentum,
                       .weight_decay = momentum > 0 ? 0.5 : 0, .values = vk, .min_numel = 1000, .seed = 1 };
     dgc *d;
@@ -417,7 +424,7 @@ static void test_zero_predict(const runtime *rt, double momentum, dgc_values vk)
     fixture_init(&f);
     size_t T = f.pt.total;
     float *g2 = malloc(T * sizeof(float));
-    dgc_options o = { .mode = DGC_MODE_ON, .sparsity = 0.99, .warmup_steps = 2, .warmup_stages = 2,
+    dgc_options o = { .mode = DGC_MODE_ON, .sparsity = 0.99, .warmup_steps = 2, .warmup_stages = 2, .warmup_sparsity = 0.75,
                       .sample_fraction = 0.05, .momentum = momentum, .values = vk, .min_numel = 1000, .seed = 5,
                       .layer_ratios = true };
     dgc *on, *off;
