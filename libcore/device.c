@@ -257,7 +257,6 @@ status device_arena(const device *d, param_layout_fn layout, void *owner, float 
     return STATUS_OK;
 }
 
-
 status device_buffers_init(const device *d, param_buffers *w, const param_buffers *host, bool train)
 {
     size_t bytes = host->total * sizeof(float);

@@ -81,7 +81,7 @@ typedef struct dgc_options {
     { "dgc", "sparsity", CONFIG_TYPE_FLOAT, "0.999", .min = 0, .max = 0.999999,                            \
       .help = "final fraction of each compressed tensor not sent per step" },                              \
     { "dgc", "warmup_steps", CONFIG_TYPE_INT, "0", .min = 0, .max = 1L << 40,                              \
-      .help = "steps of sparsity warm-up (stages of 75%, 93.75%, ... up to dgc.sparsity)" },               \
+      .help = "steps of sparsity warm-up (stages from dgc.warmup_sparsity up to dgc.sparsity)" },          \
     { "dgc", "warmup_sparsity", CONFIG_TYPE_FLOAT, "0.75", .min = 0, .max = 0.999999,                      \
       .help = "sparsity of the first warm-up stage; each later stage sends a quarter of the one before" }, \
     { "dgc", "warmup_stages", CONFIG_TYPE_INT, "4", .min = 1, .max = 16,                                   \
