@@ -50,7 +50,7 @@ else
 endif
 
 B := build
-LIBCORE_SRC := $(wildcard libcore/*.c)
+LIBCORE_SRC := $(shell find libcore -name "*.c" | sort)
 KCPU_SRC    := $(wildcard kernels/cpu/*.c)
 KCUDA_SRC   := $(wildcard kernels/cuda/*.cu)
 APPS        := $(patsubst apps/%/,%,$(sort $(dir $(wildcard apps/*/*.c))))
@@ -112,7 +112,7 @@ $(B)/version.h: FORCE | $(DEPS_STAMP)
 	@v="git-$$(git describe --always --dirty 2>/dev/null || echo unknown)"; \
 	 line="#define NEBULA_VERSION \"$$v\""; \
 	 if [ "$$(cat $@ 2>/dev/null)" != "$$line" ]; then echo "$$line" > $@; fi
-$(B)/obj/libcore/cli.o: $(B)/version.h
+$(B)/obj/libcore/base/cli.o: $(B)/version.h
 FORCE:
 
 $(B)/lib/libcore.a: $(patsubst %.c,$(B)/obj/%.o,$(LIBCORE_SRC))
@@ -161,7 +161,7 @@ bench: all
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 600
 FUZZ_TARGETS := safetensors llmc
-FUZZ_LIBSRC  := libcore/safetensors.c libcore/llmc.c libcore/param.c libcore/path.c libcore/log.c
+FUZZ_LIBSRC  := libcore/ckpt/tool/safetensors.c libcore/ckpt/tool/llmc.c libcore/nn/param.c libcore/base/path.c libcore/base/log.c
 FUZZ_OPTS_safetensors := -max_len=4096 -dict=validation/fuzz/safetensors.dict
 FUZZ_OPTS_llmc        := -max_len=8192
 # Runs also reward new comparison operands (most of the header's checks are
@@ -221,7 +221,7 @@ fuzz-merge: $(FUZZ_BINS)
 	    rm -f validation/fuzz/corpus_$(t)/* && cp $(B)/fuzz/merged_$(t)/* validation/fuzz/corpus_$(t)/ &&) true
 
 # The CHAOS build (validation/cli/test_ckpt_faults.sh, nebula-chaos): nebula-train with
-# the checkpoint fault points that NEBULA_CHAOS_FAULT arms (libcore/ckpt_impl.h),
+# the checkpoint fault points that NEBULA_CHAOS_FAULT arms (libcore/ckpt/ckpt_impl.h),
 # libcore and the app compiled again with -DCHAOS into their own objects, so the
 # binaries under build/bin never carry them. Part of `all`: one more compile of
 # libcore and apps/train, in parallel with the rest under make -j.
@@ -234,7 +234,7 @@ $(B)/chaos/obj/%.o: %.c | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(filter 1,$(VERBOSE)),,echo "  CC CHAOS $<")
 	$(Q)$(CC) $(CFLAGS) -DCHAOS -c $< -o $@
-$(B)/chaos/obj/libcore/cli.o: $(B)/version.h
+$(B)/chaos/obj/libcore/base/cli.o: $(B)/version.h
 
 $(B)/chaos/bin/nebula-train: $(CHAOS_OBJ) $(filter-out $(B)/lib/libcore.a,$(LIBS))
 	@mkdir -p $(dir $@)
@@ -245,7 +245,7 @@ clean:
 	rm -rf $(B)
 
 # NCCL logic on a host fake ----------------------------------------------------
-# build/test/fake/test_nccl_fake{,_aware}: libcore/comm_nccl.c and
+# build/test/fake/test_nccl_fake{,_aware}: libcore/comm/comm_nccl.c and
 # validation/gpu/test_nccl.c, both unchanged, compiled with -DNEBULA_CUDA against the
 # fake cuda_runtime.h, nccl.h and mpi-ext.h of validation/gpu/fake (first on the
 # include path) and linked with the fake's host implementation: "device" memory is
@@ -258,7 +258,7 @@ clean:
 FAKE_NCCL_DIR    := validation/gpu/fake
 FAKE_NCCL_CFLAGS  = -I$(FAKE_NCCL_DIR) -DNEBULA_CUDA=1 $(CFLAGS)
 FAKE_NCCL_LDLIBS  = $(filter-out -lnccl -lcudnn -lcublasLt -lcublas -lcudart,$(LDLIBS))
-FAKE_NCCL_OBJ    := $(addprefix $(B)/fake/obj/,libcore/comm_nccl.o libcore/runtime.o validation/gpu/test_nccl.o \
+FAKE_NCCL_OBJ    := $(addprefix $(B)/fake/obj/,libcore/comm/comm_nccl.o libcore/base/runtime.o validation/gpu/test_nccl.o \
                       $(FAKE_NCCL_DIR)/fake_cuda.o $(FAKE_NCCL_DIR)/fake_nccl.o)
 FAKE_NCCL_BINS   := $(B)/test/fake/test_nccl_fake $(B)/test/fake/test_nccl_fake_aware
 all: $(FAKE_NCCL_BINS)
@@ -302,7 +302,7 @@ EMU_OBJ_test_cuda_device      :=
 EMU_OBJ_test_cuda_transformer := attention embed gelu layernorm residual xent
 EMU_OBJ_test_cuda_optim       := optim dgc precision
 EMU_OBJ_test_cuda_cnn         := batchnorm pool relu stubs/library_stubs
-# The models' GPU path (gpt2.c, bert.c, resnet.c through libcore/device_cuda.c) needs
+# The models' GPU path (gpt2.c, bert.c, resnet.c through libcore/nn/device_cuda.c) needs
 # libcore built with NEBULA_CUDA, i.e. nvcc present; matmul and the convolution plans
 # are the CPU kernels there (library_stubs.cpp).
 ifdef CUDA_ON

@@ -2,9 +2,9 @@
 #ifndef NEBULA_APPS_BENCH_H
 #define NEBULA_APPS_BENCH_H
 
-#include "comm.h"
-#include "config.h"
-#include "runtime.h"
+#include "comm/comm.h"
+#include "base/config.h"
+#include "base/runtime.h"
 
 /* The allreduce sweep in the style of nccl-tests; returns STATUS_CORRUPT on any wrong element. */
 status bench_comm_run(const config *cfg, runtime *rt, comm *c);

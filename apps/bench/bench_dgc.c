@@ -14,7 +14,7 @@
 #include <stdlib.h>
 
 #include "bench.h"
-#include "dgc.h"
+#include "dgc/dgc.h"
 
 static uint64_t mix(uint64_t z)
 {

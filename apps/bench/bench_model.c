@@ -11,9 +11,9 @@
 #include <sys/resource.h>
 
 #include "bench.h"
-#include "device.h"
-#include "model.h"
-#include "optim.h"
+#include "nn/device.h"
+#include "nn/model.h"
+#include "nn/optim.h"
 #ifdef NEBULA_CUDA
 #include "cuda/probe.h"
 #endif

@@ -11,9 +11,9 @@
 #include <unistd.h>
 
 #include "bench.h"
-#include "cli.h"
-#include "dgc.h"
-#include "model.h"
+#include "base/cli.h"
+#include "dgc/dgc.h"
+#include "nn/model.h"
 
 static const config_key bench_schema[] = {
     RUNTIME_CONFIG_KEYS,

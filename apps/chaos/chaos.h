@@ -13,7 +13,7 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-#include "config.h"
+#include "base/config.h"
 
 #define CHAOS_MAX_FAULTS   16
 #define CHAOS_MAX_LAUNCHES 64

@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "chaos.h"
-#include "log.h"
+#include "base/log.h"
 
 double chaos_now(void)
 {

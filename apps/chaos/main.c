@@ -20,9 +20,9 @@
 #include <unistd.h>
 
 #include "chaos.h"
-#include "cli.h"
-#include "log.h"
-#include "runtime.h"
+#include "base/cli.h"
+#include "base/log.h"
+#include "base/runtime.h"
 
 static const config_key schema[] = {
     { "scenario", "name", CONFIG_TYPE_STRING, "unnamed", .help = "the scenario's name (the report's title)" },

@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "chaos.h"
-#include "log.h"
+#include "base/log.h"
 
 /* splitmix64: the scenario's random steps and ranks, from fault.seed */
 static uint64_t mix(uint64_t *s)

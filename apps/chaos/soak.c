@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "chaos.h"
-#include "log.h"
+#include "base/log.h"
 
 typedef struct sample {
     double t;                  /* seconds since the soak started */

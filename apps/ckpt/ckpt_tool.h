@@ -11,10 +11,10 @@
 
 #include <stdbool.h>
 
-#include "ckpt.h"
-#include "config.h"
-#include "model.h"
-#include "runtime.h"
+#include "ckpt/ckpt.h"
+#include "base/config.h"
+#include "nn/model.h"
+#include "base/runtime.h"
 
 /* What a subcommand gets: its positional paths and the parsed options. */
 typedef struct tool_args {

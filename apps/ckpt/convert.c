@@ -25,9 +25,9 @@
 #include <string.h>
 
 #include "ckpt_tool.h"
-#include "data.h"
-#include "llmc.h"
-#include "safetensors.h"
+#include "data/data.h"
+#include "ckpt/tool/llmc.h"
+#include "ckpt/tool/safetensors.h"
 
 #define BCAST_FLOATS ((size_t)1 << 28)  /* floats per MPI_Bcast: counts are ints */
 

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "ckpt_tool.h"
-#include "data.h"
+#include "data/data.h"
 
 static const char *commit_str(ckpt_commit c)
 {

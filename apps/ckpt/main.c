@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli.h"
+#include "base/cli.h"
 #include "ckpt_tool.h"
 
 static const config_key tool_schema[] = {

@@ -7,7 +7,7 @@
 
 #include <stdbool.h>
 
-#include "ckpt.h"
+#include "ckpt/ckpt.h"
 #include "train.h"
 
 /* Rank 0, at setup: creates RUN_DIR/heartbeat at its fixed size (STATUS_IO when it cannot). */

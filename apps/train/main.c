@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
-#include "path.h"
-#include "dgc.h"
+#include "base/cli.h"
+#include "base/path.h"
+#include "dgc/dgc.h"
 #include "train.h"
 
 static const char usage[] =

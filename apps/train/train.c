@@ -14,9 +14,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "param.h"
-#include "path.h"
+#include "base/cli.h"
+#include "nn/param.h"
+#include "base/path.h"
 
 const config_key train_schema_keys[] = {
     { "train", "micro_batch", CONFIG_TYPE_INT, "0", .min = 0, .max = 1 << 20,

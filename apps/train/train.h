@@ -15,16 +15,16 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "bucket.h"
-#include "ckpt.h"
-#include "comm.h"
-#include "config.h"
-#include "data.h"
-#include "dgc.h"
-#include "model.h"
-#include "optim.h"
-#include "runtime.h"
-#include "zero.h"
+#include "comm/bucket.h"
+#include "ckpt/ckpt.h"
+#include "comm/comm.h"
+#include "base/config.h"
+#include "data/data.h"
+#include "dgc/dgc.h"
+#include "nn/model.h"
+#include "nn/optim.h"
+#include "base/runtime.h"
+#include "nn/zero.h"
 
 /* Global batch = micro_batch x accum x data-parallel size; any two given (0 = not
  * given), the third is derived; accum defaults to 1 when only one is given. */

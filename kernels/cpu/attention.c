@@ -21,7 +21,7 @@
 
 #include <cblas.h>
 
-#include "log.h"
+#include "base/log.h"
 
 #define ATTN_BR_MAX 64              /* query rows per tile, at most */
 #define ATTN_BC 64                  /* keys per tile */

@@ -8,7 +8,7 @@
 #include <omp.h>
 #endif
 
-#include "log.h"
+#include "base/log.h"
 
 /* Below this many elements of out/dout a call runs on one thread. */
 #define EMBED_PAR_MIN (1 << 16)

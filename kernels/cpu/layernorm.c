@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 
-#include "log.h"
+#include "base/log.h"
 
 /* Below this many elements a call runs on one thread (a parallel region costs a
  * few microseconds; a 32 x 768 layernorm is about that). */

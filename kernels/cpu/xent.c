@@ -6,7 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "log.h"
+#include "base/log.h"
 
 /* Shapes and targets are checked serially, before any parallel region, so a bad
  * target dies with one clear message. */

@@ -88,7 +88,7 @@ void cuda_scale(float *x, size_t n, float s);
 
 /* Bridges from libcore's types, for C callers (libcore headers are C only). */
 #ifndef __cplusplus
-#include <optim.h> /* libcore/optim.h through -Ilibcore (this file is also called optim.h) */
+#include "nn/optim.h" /* libcore/nn/optim.h */
 
 /* One range per tensor of the table (the whole-buffer step); plain: per entry or
  * NULL (sgd_hparams.plain). out: pt->count ranges. Returns the count. */

@@ -13,7 +13,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "path.h"
+#include "base/path.h"
 
 /* Writes data to a new memfd and its /proc path to `path`; returns the fd (the
  * caller closes it). A failure here is the machine's, not the input's: abort. */

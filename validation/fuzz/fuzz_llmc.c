@@ -3,7 +3,7 @@
  * file's parameters (abort otherwise). Built by `make fuzz` with libFuzzer, ASan
  * and UBSan, and by `make` as a replay program (replay.c). */
 #include "fuzz_input.h"
-#include "llmc.h"
+#include "ckpt/tool/llmc.h"
 
 #include <string.h>
 

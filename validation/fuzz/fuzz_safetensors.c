@@ -4,7 +4,7 @@
  * name, and every float tensor must read. Built by `make fuzz` with libFuzzer,
  * ASan and UBSan, and by `make` as a replay program (replay.c). */
 #include "fuzz_input.h"
-#include "safetensors.h"
+#include "ckpt/tool/safetensors.h"
 
 
 static void check_file(const st_file *f)

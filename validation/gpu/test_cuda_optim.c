@@ -19,10 +19,10 @@
 #include "cuda/dgc.h"
 #include "cuda/optim.h"
 #include "cuda/precision.h"
-#include "dgc.h"
-#include "optim.h"
-#include "param.h"
-#include "precision.h"
+#include "dgc/dgc.h"
+#include "nn/optim.h"
+#include "nn/param.h"
+#include "nn/precision.h"
 
 #define STEPS 4
 

@@ -30,7 +30,7 @@
 #include "cpu/residual.h"
 #include "cpu/xent.h"
 #include "cuda/transformer.h"
-#include "log.h" /* CHECK; also pulls libcore's die_at, which libkernels needs, into the link */
+#include "base/log.h" /* CHECK; also pulls libcore's die_at, which libkernels needs, into the link */
 
 #define EPS ((double)FLT_EPSILON)
 

@@ -32,11 +32,11 @@
 
 #include "gpu_check.h"
 
-#include "gpt2.h"
-#include "model.h"
-#include "optim.h"
-#include "rng.h"
-#include "safetensors.h"
+#include "nn/gpt2.h"
+#include "nn/model.h"
+#include "nn/optim.h"
+#include "base/rng.h"
+#include "ckpt/tool/safetensors.h"
 
 enum { STEPS = 10, WARMUP = 3 };
 

@@ -21,7 +21,7 @@
 
 #include "gpu_check.h"
 #include "../mpi/mpi_check.h"
-#include "comm_nccl.h"
+#include "comm/comm_nccl.h"
 
 #define BUCKET 4096                       /* floats per bucket here: several buckets stay cheap */
 #define MAX_COUNT (5 * BUCKET + 123)      /* the largest case: 6 buckets, a remainder */

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime.h"
+#include "base/runtime.h"
 
 static int failures;
 

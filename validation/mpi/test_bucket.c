@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bucket.h"
-#include "comm.h"
-#include "runtime.h"
+#include "comm/bucket.h"
+#include "comm/comm.h"
+#include "base/runtime.h"
 #include "mpi_check.h"
 
 enum { MAXT = 512 };

@@ -28,9 +28,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ckpt_impl.h"
-#include "rng.h"
-#include "runtime.h"
+#include "ckpt/ckpt_impl.h"
+#include "base/rng.h"
+#include "base/runtime.h"
 #include "mpi_check.h"
 
 enum { LOADER_BYTES = 40, WHY = 8192 };

@@ -12,8 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "comm.h"
-#include "runtime.h"
+#include "comm/comm.h"
+#include "base/runtime.h"
 
 static int failures;
 

@@ -11,8 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "data.h"
-#include "runtime.h"
+#include "data/data.h"
+#include "base/runtime.h"
 
 enum { B = 2, A = 2, T = 16, STEPS = 25, NIMG = 53, IH = 6, IW = 8 };
 

@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dgc.h"
-#include "param.h"
-#include "runtime.h"
+#include "dgc/dgc.h"
+#include "nn/param.h"
+#include "base/runtime.h"
 #include "mpi_check.h"
 
 

@@ -15,11 +15,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ckpt.h"
-#include "optim.h"
-#include "param.h"
-#include "runtime.h"
-#include "zero.h"
+#include "ckpt/ckpt.h"
+#include "nn/optim.h"
+#include "nn/param.h"
+#include "base/runtime.h"
+#include "nn/zero.h"
 #include "mpi_check.h"
 
 /* A small transformer-like table: matrices (decay), biases and norms (no decay), a

@@ -17,10 +17,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "bert.h"
-#include "optim.h"
-#include "rng.h"
-#include "safetensors.h"
+#include "nn/bert.h"
+#include "nn/optim.h"
+#include "base/rng.h"
+#include "ckpt/tool/safetensors.h"
 
 enum { B = 2, T = 16, V = 1000, STEPS = 10, WARMUP = 3, PAD_FROM = 11 };
 

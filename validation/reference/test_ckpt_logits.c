@@ -21,11 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt.h"
-#include "config.h"
-#include "model.h"
-#include "runtime.h"
-#include "safetensors.h"
+#include "ckpt/ckpt.h"
+#include "base/config.h"
+#include "nn/model.h"
+#include "base/runtime.h"
+#include "ckpt/tool/safetensors.h"
 
 enum { BATCH_SEED = 1234 };
 

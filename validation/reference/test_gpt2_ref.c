@@ -8,10 +8,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gpt2.h"
-#include "optim.h"
-#include "rng.h"
-#include "safetensors.h"
+#include "nn/gpt2.h"
+#include "nn/optim.h"
+#include "base/rng.h"
+#include "ckpt/tool/safetensors.h"
 
 enum { B = 2, T = 16, STEPS = 10, WARMUP = 3 };
 

@@ -29,10 +29,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "optim.h"
-#include "resnet.h"
-#include "rng.h"
-#include "safetensors.h"
+#include "nn/optim.h"
+#include "nn/resnet.h"
+#include "base/rng.h"
+#include "ckpt/tool/safetensors.h"
 
 enum { STEPS = 10, WARMUP = 2, STEP_SIZE = 4, MAX_RELU = 256, MASK_BITS = 24 };
 

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "data.h"
+#include "data/data.h"
 #include "unit_check.h"
 
 /* data_open must fail with `want` and a message containing the path and every

@@ -5,7 +5,7 @@
  * Runs without mpirun: MPI is never initialised, and the log functions work without it.
  * Bad inputs make config print its error messages to stderr; that is expected, only the
  * "ok"/"FAIL" lines on stdout are the verdict. Bugs (die) are checked in forked children. */
-#include "config.h"
+#include "base/config.h"
 #include "unit_check.h"
 
 #include <math.h>

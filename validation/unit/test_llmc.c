@@ -7,8 +7,8 @@
  *
  * Each hostile file must be refused with STATUS_INPUT and one message naming the
  * file; none may crash. Runs without mpirun. One line per check, exit 1 on failure. */
-#include "gpt2.h"
-#include "llmc.h"
+#include "nn/gpt2.h"
+#include "ckpt/tool/llmc.h"
 #include "unit_check.h"
 
 #include <float.h>

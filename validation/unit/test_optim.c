@@ -9,9 +9,9 @@
  * bit-identical results for 1, 2 and 3 OpenMP threads and for the AVX2 and
  * portable inner loops. One line per check, exit 1 on any failure. Run from the
  * repository root (the script is also found next to the binary's tree). */
-#include "optim.h"
-#include "param.h"
-#include "rng.h"
+#include "nn/optim.h"
+#include "nn/param.h"
+#include "base/rng.h"
 
 #include <math.h>
 #include <omp.h>

@@ -10,7 +10,7 @@
  * torch's GradScaler rule reproduced in validation/reference/loss_scaler_ref.py (a
  * missing python3 is a FAIL, never a skip). One line per check, exit 1 on any
  * failure. Run from the repository root. */
-#include "precision.h"
+#include "nn/precision.h"
 
 #include <math.h>
 #include <stdarg.h>

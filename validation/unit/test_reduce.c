@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "cpu/reduce.h"
-#include "rng.h"
+#include "base/rng.h"
 
 #define CANARY 0xA5
 

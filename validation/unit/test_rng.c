@@ -5,7 +5,7 @@
  * thresholds are set where a correct generator would fail with probability
  * about 1e-6 (5 sigma for means, the 1 - 1e-6 chi-square quantile), so a
  * failure means a bug, not bad luck. One line per check, exit 1 on any failure. */
-#include "rng.h"
+#include "base/rng.h"
 
 #include <math.h>
 #include <stdarg.h>

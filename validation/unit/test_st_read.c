@@ -7,7 +7,7 @@
  * the file and says what is wrong; none may crash (validation/fuzz replays the
  * fuzzers' finds under the sanitizers). Runs without mpirun. One line per check,
  * exit 1 on any failure. */
-#include "safetensors.h"
+#include "ckpt/tool/safetensors.h"
 #include "unit_check.h"
 
 #include <math.h>

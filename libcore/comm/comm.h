@@ -1,0 +1,154 @@
+/* comm — collectives for gradient exchange: flat, hierarchical and OpenMPI's own,
+ * blocking and non-blocking, every wait bounded by a deadline.
+ *
+ * Algorithms (all in-place on `buf`, deterministic reduction order per world layout):
+ *   mpi   OpenMPI's MPI_Iallreduce on a duplicate of the world communicator
+ *   flat  over all ranks: recursive doubling up to COMM_FLAT_RD_MAX_BYTES (latency);
+ *         above it Rabenseifner (halving reduce-scatter, doubling allgather) on a
+ *         power-of-two world, else a ring (reduce-scatter ring, allgather ring)
+ *   hier  intra-node reduce-scatter through node shared memory -> inter-node flat
+ *         allreduce among the ranks that own the same part on every node ->
+ *         intra-node allgather through shared memory; pipelined in chunks
+ *   ring  the flat engine's ring at every size and world: bandwidth-optimal and
+ *         gentle on rate-limited links, where halving-doubling runs at half the rate
+ *   auto  per message size, the algorithm a measured table chose (comm_tune)
+ * The algorithms are written once against a small backend interface (comm_impl.h);
+ * MPI is the backend today, NCCL and direct UCX come later.
+ *
+ * A wait that passes the deadline probes every rank and names the ranks that did
+ * not arrive, then returns STATUS_TIMEOUT. */
+#ifndef NEBULA_COMM_H
+#define NEBULA_COMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cpu/reduce.h"
+#include "base/log.h"
+#include "base/runtime.h"
+
+typedef enum comm_algo {
+    COMM_ALGO_AUTO = 0,
+    COMM_ALGO_MPI,
+    COMM_ALGO_FLAT,
+    COMM_ALGO_HIER,
+    COMM_ALGO_RING,
+    COMM_ALGO_COUNT,
+} comm_algo;
+
+typedef struct comm comm; /* opaque: backend and communicators live in comm_impl.h */
+
+typedef struct comm_options {
+    comm_algo algo;        /* algorithm of comm_allreduce when the caller passes AUTO */
+    double timeout_s;      /* deadline of every wait in seconds; 0 disables it */
+    const char *tune_file; /* JSON table of auto choices to load; NULL or "" for none */
+    size_t segment_bytes;  /* mpi and flat run larger messages in segments of this size; 0 = COMM_SEGMENT_BYTES */
+} comm_options;
+
+#define COMM_OP_MAXREQ 2                     /* requests one step keeps in flight */
+#define COMM_FLAT_RD_MAX_BYTES (64 * 1024)   /* flat: recursive doubling up to here */
+#define COMM_SHM_SLOT_BYTES (4u << 20)       /* hier: pipeline chunk per rank in node shared memory */
+#define COMM_SEGMENT_BYTES (1u << 30)        /* mpi, flat: default and largest segment (MPI counts are int) */
+
+/* The flat engine's state: an allreduce among the ranks of one backend group, by
+ * recursive doubling (small), Rabenseifner (power-of-two groups) or a ring. It runs
+ * the flat algorithm over the world, and hier's inter-node step over a chunk group. */
+typedef struct comm_flat {
+    int group;             /* backend group (comm_impl.h) */
+    int rank;              /* my rank in the group */
+    int size;              /* ranks in the group */
+    int sub;               /* COMM_FLAT_RD, COMM_FLAT_RAB or COMM_FLAT_RING */
+    int phase;             /* rd: 0 fold-in, 1 doubling, 2 fold-out; rab: 0 halving, 1 doubling; ring: 0 rs, 1 ag */
+    int step;              /* step within the phase */
+    void *buf;             /* data, reduced in place */
+    size_t count;          /* elements */
+    void *scratch;         /* receive buffer: count elements (rd, rab) or one ring chunk */
+    int tag;               /* message tag: the op's sequence number modulo 2^15 */
+} comm_flat;
+
+/* One in-flight allreduce. Embed it where it is used (a bucket owns one); its
+ * scratch is sized at first use and reused, so steady-state steps allocate nothing. */
+typedef struct comm_op {
+    int active;            /* started and not yet completed */
+    struct comm_op *next;  /* next op in flight, in start order (comm's list) */
+    comm_algo algo;        /* resolved algorithm (never AUTO) */
+    uint64_t seq;          /* collective sequence number, equal on every rank */
+    void *buf;             /* the data, reduced in place */
+    size_t count;          /* elements */
+    reduce_dtype dtype;    /* element type */
+    reduce_op op;          /* reduction */
+    int phase;             /* mpi: 0 post, 1 wait; hier: comm_hier.c's phases */
+    int posted;            /* the current step's requests are in flight */
+    uint64_t ticket;       /* mpi, hier: position in the algorithm's ordering class */
+    size_t seg_off;        /* mpi, flat: first element of the segment in progress */
+    size_t seg_len;        /* mpi, flat: elements in that segment */
+    size_t chunk_off;      /* hier: first element of the pipeline chunk in progress */
+    size_t chunk_len;      /* hier: elements in that chunk */
+    int part;              /* hier: the owned part whose inter-node allreduce runs */
+    uint64_t barrier_gen;  /* hier: node barrier generation being waited for */
+    double spin_since;     /* hier: when the current barrier wait started spinning, 0 = not yet */
+    comm_flat flat;        /* flat, and hier's inter-node step */
+    int nreq;              /* requests in flight */
+    uint64_t req[COMM_OP_MAXREQ]; /* backend request handles (MPI_Request for MPI) */
+    void *scratch;         /* algorithm scratch */
+    size_t scratch_bytes;  /* capacity of scratch */
+    double t_start;        /* MPI_Wtime at start */
+    double deadline;       /* absolute MPI_Wtime deadline, 0 = none */
+} comm_op;
+
+/* Config keys of [comm], for an app's schema. */
+#define COMM_CONFIG_KEYS                                                                             \
+    { "comm", "algo", CONFIG_TYPE_ENUM, "auto", .choices = "auto|mpi|flat|hier|ring",                  \
+      .help = "allreduce algorithm; auto picks per message size from the tuning table" },          \
+    { "comm", "timeout", CONFIG_TYPE_FLOAT, "300", .min = 0, .max = 1e6,                            \
+      .help = "seconds any collective may wait before naming the ranks that did not arrive (0: never)" }, \
+    { "comm", "tune_file", CONFIG_TYPE_STRING, "",                                                  \
+      .help = "JSON tuning table for auto (written by nebula-bench comm --save-tune)" },             \
+    { "comm", "segment_bytes", CONFIG_TYPE_SIZE, "1G", .min = 64, .max = 1 << 30,                   \
+      .help = "mpi and flat allreduce larger messages in segments of this size" }
+
+struct config;
+/* Fills options from the [comm] keys of cfg (tune_file points into cfg). */
+void comm_options_from_config(const struct config *cfg, comm_options *opt);
+
+status comm_init(comm **out, const runtime *rt, const comm_options *opt);
+/* After a failed wait (timeout), frees only local resources: collective frees
+ * would wait for the very ranks that did not arrive. */
+void comm_free(comm *c);
+
+/* "mpi (Open MPI v4.1.4, pml ob1)" — what the backend runs on. */
+const char *comm_describe(const comm *c);
+
+const char *comm_algo_name(comm_algo algo);
+/* "auto|mpi|flat|hier|ring" -> algo; false when the name is unknown. */
+bool comm_algo_parse(const char *name, comm_algo *algo);
+
+/* Blocking allreduce with the deadline of the options. */
+status comm_allreduce(comm *c, void *buf, size_t count, reduce_dtype dt, reduce_op op, comm_algo algo);
+
+/* Non-blocking: start, then test (progress) or wait. Ops must be started in the
+ * same order on every rank; they may complete in any order. */
+status comm_allreduce_start(comm *c, comm_op *o, void *buf, size_t count, reduce_dtype dt,
+                            reduce_op op, comm_algo algo);
+status comm_test(comm *c, comm_op *o, bool *done);
+status comm_wait(comm *c, comm_op *o);
+/* Advances every op in flight without blocking (one pass); an op is complete when
+ * its `active` is 0. Checks the deadline of the oldest op. */
+status comm_progress(comm *c);
+/* Releases an op's scratch. An op still in flight (after a failed wait) keeps it:
+ * MPI may still write there, and the job is ending anyway. */
+void comm_op_free(comm_op *o);
+
+/* The algorithm AUTO resolves to for a message of `bytes`. */
+comm_algo comm_auto_choice(const comm *c, size_t bytes);
+
+/* Measures mpi, flat and hier at each size (median of `reps` interleaved runs, the
+ * slowest rank's time) and records the fastest in the auto table. A Nebula
+ * algorithm replaces OpenMPI's only when it is at least 5% faster. Collective. */
+status comm_tune(comm *c, const size_t *bytes, int nsizes, int reps);
+/* The auto table as JSON, written atomically by rank 0 / read by every rank. */
+status comm_tune_save(const comm *c, const char *path);
+status comm_tune_load(comm *c, const char *path);
+
+#endif

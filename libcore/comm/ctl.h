@@ -1,0 +1,57 @@
+/* ctl — the control plane's collectives: the small, blocking exchanges around the
+ * gradient path (a loss sum, a broadcast of parameters or a decision, an agreement
+ * on sizes, DGC-Pro's sparse all-to-all, the checkpoint writer's votes), each waited
+ * on with a deadline.
+ *
+ * Every call is a non-blocking MPI collective polled until it completes or the
+ * deadline passes; a missed deadline logs which operation, on how many ranks, and
+ * how long it waited, and returns STATUS_TIMEOUT: the caller passes it up and the
+ * job ends with the documented exit code instead of hanging. A ctl is a value (a
+ * communicator and a deadline), not a context: it costs nothing to make one per call
+ * site from a runtime communicator.
+ *
+ * The one design decision: counts and types stay MPI's (MPI_Datatype, MPI_Op, int
+ * counts). The callers are the modules that already own MPI communicators (runtime's
+ * world/node/peers, the checkpoint writer's communicator that HDF5 also uses); what
+ * they gain is one place that bounds every wait. The gradient path itself (buckets,
+ * flat/hier/ring allreduce) is comm.h. */
+#ifndef NEBULA_COMM_CTL_H
+#define NEBULA_COMM_CTL_H
+
+#include <mpi.h>
+#include <stddef.h>
+
+#include "base/log.h"
+
+typedef struct comm_ctl {
+    MPI_Comm comm;       /* the communicator the collective runs on */
+    double timeout_s;    /* deadline of one call in seconds; 0 = wait forever */
+} comm_ctl;
+
+/* A ctl on `comm` with a deadline of timeout_s seconds (0: none). */
+static inline comm_ctl comm_ctl_make(MPI_Comm comm, double timeout_s)
+{
+    return (comm_ctl){ .comm = comm, .timeout_s = timeout_s };
+}
+
+/* sendbuf may be MPI_IN_PLACE where MPI allows it. */
+status comm_ctl_allreduce(comm_ctl c, const void *sendbuf, void *recvbuf, int count, MPI_Datatype dt, MPI_Op op);
+status comm_ctl_reduce(comm_ctl c, const void *sendbuf, void *recvbuf, int count, MPI_Datatype dt, MPI_Op op,
+                       int root);
+status comm_ctl_bcast(comm_ctl c, void *buf, int count, MPI_Datatype dt, int root);
+/* Broadcast of `bytes` bytes of any size (split into int-sized pieces). */
+status comm_ctl_bcast_bytes(comm_ctl c, void *buf, size_t bytes, int root);
+status comm_ctl_allgather(comm_ctl c, const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                          int recvcount, MPI_Datatype recvtype);
+status comm_ctl_allgatherv(comm_ctl c, const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                           const int *recvcounts, const int *displs, MPI_Datatype recvtype);
+status comm_ctl_alltoall(comm_ctl c, const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                         int recvcount, MPI_Datatype recvtype);
+status comm_ctl_alltoallv(comm_ctl c, const void *sendbuf, const int *sendcounts, const int *sdispls,
+                          MPI_Datatype sendtype, void *recvbuf, const int *recvcounts, const int *rdispls,
+                          MPI_Datatype recvtype);
+status comm_ctl_reduce_scatter(comm_ctl c, const void *sendbuf, void *recvbuf, const int *recvcounts,
+                               MPI_Datatype dt, MPI_Op op);
+status comm_ctl_barrier(comm_ctl c);
+
+#endif

@@ -1,0 +1,515 @@
+/* bert — see bert.h. The forward and backward are flat lists of layer calls in the
+ * order of HF modeling_bert (BertEmbeddings, BertLayer x L, BertLMPredictionHead);
+ * every buffer is sized in bert_init. */
+#include "bert.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/xent.h" /* XENT_IGNORE */
+#include "base/rng.h"
+
+#define BERT_LN_EPS 1e-12f  /* BertConfig.layer_norm_eps */
+
+typedef struct bert_named {
+    const char *name;
+    bert_config cfg;
+} bert_named;
+
+/* Google's released checkpoints (uncased WordPiece vocabulary, 512 positions, 2 types). */
+static const bert_named bert_configs[] = {
+    { "bert-tiny", { 512, 2, 30522, 2, 2, 128, 512, 0 } },
+    { "bert-base", { 512, 2, 30522, 12, 12, 768, 3072, 0 } },
+    { "bert-large", { 512, 2, 30522, 24, 16, 1024, 4096, 0 } },
+};
+
+status bert_config_named(bert_config *cfg, const char *name)
+{
+    for (size_t i = 0; i < sizeof bert_configs / sizeof bert_configs[0]; i++)
+        if (!strcmp(name, bert_configs[i].name)) { *cfg = bert_configs[i].cfg; return STATUS_OK; }
+    log_error0("unknown model '%s'; BERT models: bert-tiny, bert-base, bert-large", name);
+    return STATUS_INPUT;
+}
+
+status bert_config_check(const bert_config *c)
+{
+    if (c->num_layers < 1 || c->num_heads < 1 || c->channels < 1 || c->intermediate < 1 || c->vocab_size < 1 ||
+        c->max_position < 1 || c->type_vocab_size < 1) {
+        log_error0("model.n_layer = %d, model.n_head = %d, model.n_embd = %d, intermediate = %d, model.vocab_size = "
+                   "%d, model.max_seq_len = %d and type_vocab_size = %d must all be positive", c->num_layers,
+                   c->num_heads, c->channels, c->intermediate, c->vocab_size, c->max_position, c->type_vocab_size);
+        return STATUS_INPUT;
+    }
+    if (c->channels % c->num_heads != 0) {
+        log_error0("model.n_head = %d does not divide model.n_embd = %d", c->num_heads, c->channels);
+        return STATUS_INPUT;
+    }
+    if (c->max_position > BERT_MAX_POSITION) {
+        log_error0("model.max_seq_len = %d exceeds BERT's %d position embeddings", c->max_position,
+                   BERT_MAX_POSITION);
+        return STATUS_INPUT;
+    }
+    if (c->pad_token_id < 0 || c->pad_token_id >= c->vocab_size) {
+        log_error0("pad_token_id = %d is outside the vocabulary 0..%d (model.vocab_size = %d)", c->pad_token_id,
+                   c->vocab_size - 1, c->vocab_size);
+        return STATUS_INPUT;
+    }
+    return STATUS_OK;
+}
+
+static bool bert_is_special(int32_t id, const bert_special_tokens *s)
+{
+    return id == s->pad || id == s->unk || id == s->cls || id == s->sep || id == s->mask;
+}
+
+int bert_mask_tokens(int32_t *masked_ids, int32_t *targets, const int32_t *input_ids, const int32_t *attention_mask,
+                     int B, int T, int V, const bert_special_tokens *special, uint64_t seed, uint32_t rank,
+                     uint64_t step)
+{
+    CHECK(V > 0 && special->mask >= 0 && special->mask < V, "bert_mask_tokens needs V > 0 and [MASK] inside it");
+    int selected = 0;
+    for (int n = 0; n < B * T; n++) {
+        int32_t id = input_ids[n];
+        targets[n] = XENT_IGNORE;
+        masked_ids[n] = id;
+        if ((attention_mask && attention_mask[n] == 0) || bert_is_special(id, special)) continue;
+        rng r;  /* block n of the step's stream: outputs 4n (select), 4n+1 (action), 4n+2.. (id) */
+        rng_init(&r, seed, rank, RNG_PURPOSE_MASK, step);
+        rng_skip(&r, 4 * (uint64_t)n);
+        if (rng_uniform(&r) >= BERT_MASK_PROB) continue;
+        float action = rng_uniform(&r);
+        targets[n] = id;
+        selected++;
+        if (action < BERT_MASK_KEEP_MASK) masked_ids[n] = special->mask;
+        else if (action < BERT_MASK_KEEP_MASK + BERT_MASK_KEEP_RANDOM) masked_ids[n] = (int32_t)rng_below(&r, (uint32_t)V);
+    }
+    return selected;
+}
+
+/* Parameter table in BertForMaskedLM's state-dict order, with its names. */
+static void bert_build_table(bert *m)
+{
+    const bert_config *c = &m->cfg;
+    int C = c->channels, IC = c->intermediate, L = c->num_layers;
+    char n[96];
+    param_table_init(&m->pt);
+#define P(layer, name, nd, a, b) param_add(&m->pt, name, layer, param_decay_default(nd), nd, a, b, 0, 0)
+    P(0, "embeddings.word_embeddings.weight", 2, c->vocab_size, C);
+    P(0, "embeddings.position_embeddings.weight", 2, c->max_position, C);
+    P(0, "embeddings.token_type_embeddings.weight", 2, c->type_vocab_size, C);
+    P(0, "embeddings.LayerNorm.weight", 1, C, 0);
+    P(0, "embeddings.LayerNorm.bias", 1, C, 0);
+    for (int l = 0; l < L; l++) {
+#define PL(suffix, nd, a, b)                                          \
+    snprintf(n, sizeof n, "encoder.layer.%d.%s", l, suffix);          \
+    P(l + 1, n, nd, a, b)
+        PL("attention.self.query.weight", 2, C, C);
+        PL("attention.self.query.bias", 1, C, 0);
+        PL("attention.self.key.weight", 2, C, C);
+        PL("attention.self.key.bias", 1, C, 0);
+        PL("attention.self.value.weight", 2, C, C);
+        PL("attention.self.value.bias", 1, C, 0);
+        PL("attention.output.dense.weight", 2, C, C);
+        PL("attention.output.dense.bias", 1, C, 0);
+        PL("attention.output.LayerNorm.weight", 1, C, 0);
+        PL("attention.output.LayerNorm.bias", 1, C, 0);
+        PL("intermediate.dense.weight", 2, IC, C);
+        PL("intermediate.dense.bias", 1, IC, 0);
+        PL("output.dense.weight", 2, C, IC);
+        PL("output.dense.bias", 1, C, 0);
+        PL("output.LayerNorm.weight", 1, C, 0);
+        PL("output.LayerNorm.bias", 1, C, 0);
+#undef PL
+    }
+    P(L + 1, "cls.predictions.bias", 1, c->vocab_size, 0);
+    P(L + 1, "cls.predictions.transform.dense.weight", 2, C, C);
+    P(L + 1, "cls.predictions.transform.dense.bias", 1, C, 0);
+    P(L + 1, "cls.predictions.transform.LayerNorm.weight", 1, C, 0);
+    P(L + 1, "cls.predictions.transform.LayerNorm.bias", 1, C, 0);
+#undef P
+}
+
+/* Pointer to a named tensor in a flat buffer (params or grads); `fmt` may hold one %d (the layer). */
+static float *bert_at(const bert *m, float *base, const char *fmt, int l)
+{
+    char n[96];
+    snprintf(n, sizeof n, fmt, l);
+    int i = param_find(&m->pt, n);
+    CHECK(i >= 0, "bert looked up a tensor missing from its own table");
+    return base + m->pt.entries[i].offset;
+}
+
+static void bert_init_weights(bert *m, uint64_t seed)
+{
+    float *p = m->pb.params;
+    for (int i = 0; i < m->pt.count; i++) {
+        const param_entry *e = &m->pt.entries[i];
+        float *w = p + e->offset;
+        if (strstr(e->name, "LayerNorm.weight")) { for (size_t k = 0; k < e->count; k++) w[k] = 1.0f; continue; }
+        if (e->ndim < 2) { memset(w, 0, e->count * sizeof *w); continue; }  /* biases, LayerNorm biases */
+        rng r;  /* one stream per tensor: the init does not depend on table order */
+        rng_init(&r, seed, 0, RNG_PURPOSE_INIT, (uint64_t)i);
+        for (size_t k = 0; k < e->count; k++) w[k] = (float)(0.02 * rng_normal(&r));
+    }
+    /* nn.Embedding(padding_idx=pad_token_id): HF zeroes that row at init. */
+    memset(bert_at(m, p, "embeddings.word_embeddings.weight", 0) + (size_t)m->cfg.pad_token_id * m->cfg.channels, 0,
+           (size_t)m->cfg.channels * sizeof(float));
+}
+
+static void bert_layout_acts(void *owner, float *base, size_t *used)
+{
+    bert *m = owner;
+    size_t L = (size_t)m->cfg.num_layers, BT = (size_t)m->B * (size_t)m->T, C = (size_t)m->cfg.channels;
+    size_t NH = (size_t)m->cfg.num_heads, V = (size_t)m->cfg.vocab_size, IC = (size_t)m->cfg.intermediate;
+    bert_acts *a = &m->acts;
+    a->emb = param_carve(base, used, BT * C);
+    a->emb_ln = param_carve(base, used, BT * C);
+    a->emb_mean = param_carve(base, used, BT);
+    a->emb_rstd = param_carve(base, used, BT);
+    a->q = param_carve(base, used, L * BT * C);
+    a->k = param_carve(base, used, L * BT * C);
+    a->v = param_carve(base, used, L * BT * C);
+    a->atty = param_carve(base, used, L * BT * C);
+    a->att_lse = param_carve(base, used, L * BT * NH);
+    a->attproj = param_carve(base, used, L * BT * C);
+    a->res1 = param_carve(base, used, L * BT * C);
+    a->ln1 = param_carve(base, used, L * BT * C);
+    a->ln1_mean = param_carve(base, used, L * BT);
+    a->ln1_rstd = param_carve(base, used, L * BT);
+    a->fch = param_carve(base, used, L * BT * IC);
+    a->fch_gelu = param_carve(base, used, L * BT * IC);
+    a->fcproj = param_carve(base, used, L * BT * C);
+    a->res2 = param_carve(base, used, L * BT * C);
+    a->ln2 = param_carve(base, used, L * BT * C);
+    a->ln2_mean = param_carve(base, used, L * BT);
+    a->ln2_rstd = param_carve(base, used, L * BT);
+    a->tr = param_carve(base, used, BT * C);
+    a->tr_gelu = param_carve(base, used, BT * C);
+    a->tr_ln = param_carve(base, used, BT * C);
+    a->tr_mean = param_carve(base, used, BT);
+    a->tr_rstd = param_carve(base, used, BT);
+    a->logits = param_carve(base, used, BT * V);
+    a->losses = param_carve(base, used, BT);
+    a->xent_lse = param_carve(base, used, BT);
+    a->key_mask = param_carve(base, used, BT);
+}
+
+static void bert_layout_grads(void *owner, float *base, size_t *used)
+{
+    bert *m = owner;
+    size_t BT = (size_t)m->B * (size_t)m->T, C = (size_t)m->cfg.channels, V = (size_t)m->cfg.vocab_size;
+    size_t IC = (size_t)m->cfg.intermediate;
+    bert_grad_scratch *g = &m->gs;
+    g->dresidual = param_carve(base, used, BT * C);
+    g->dbtc = param_carve(base, used, BT * C);
+    g->dbtc2 = param_carve(base, used, BT * C);
+    g->dq = param_carve(base, used, BT * C);
+    g->dk = param_carve(base, used, BT * C);
+    g->dv = param_carve(base, used, BT * C);
+    g->dbti = param_carve(base, used, BT * IC);
+    g->dbti2 = param_carve(base, used, BT * IC);
+    g->dlogits = param_carve(base, used, BT * V);
+    g->dlosses = param_carve(base, used, BT);
+    g->pad_row = param_carve(base, used, C);
+}
+
+static bool bert_on_gpu(const bert *m) { return device_is_gpu(m->dev); }
+/* The buffers the kernels read and write: host on the CPU, device copies on a GPU. */
+static float *bert_params(const bert *m) { return bert_on_gpu(m) ? m->w.params : m->pb.params; }
+static float *bert_grads(const bert *m) { return bert_on_gpu(m) ? m->w.grads : m->pb.grads; }
+
+/* Device copies of the buffers and the id arrays; host staging for the per-batch uploads. */
+static status bert_init_device(bert *m, bool train)
+{
+    const device *d = m->dev;
+    size_t bt = (size_t)m->B * (size_t)m->T;
+    /* the id arrays first: from here on bert_free treats them as device memory */
+    int32_t *pos = m->pos_ids;
+    free(m->input_ids);
+    free(m->type_ids);
+    m->input_ids = m->type_ids = NULL;
+    m->pos_ids = device_alloc(d, bt * sizeof(int32_t), "positions");
+    if (m->pos_ids) device_upload(d, m->pos_ids, pos, bt * sizeof(int32_t));
+    free(pos);
+    if (!m->pos_ids || !(m->input_ids = device_alloc(d, bt * sizeof(int32_t), "input ids")) ||
+        !(m->type_ids = device_alloc(d, bt * sizeof(int32_t), "token type ids")) ||
+        !(m->dev_targets = device_alloc(d, bt * sizeof(int32_t), "targets")) ||
+        !(m->stage_ids = malloc(2 * bt * sizeof(int32_t))) || !(m->stage = malloc(2 * bt * sizeof(float))))
+        return STATUS_NOMEM;
+    return device_buffers_init(d, &m->w, &m->pb, train);
+}
+
+status bert_init(bert *m, const bert_config *cfg, int B, int T, uint64_t seed, bool train)
+{
+    return bert_init_on(m, cfg, B, T, seed, train, NULL);
+}
+
+status bert_init_on(bert *m, const bert_config *cfg, int B, int T, uint64_t seed, bool train, const device *dev)
+{
+    memset(m, 0, sizeof *m);
+    m->dev = dev;
+    m->ops = dev ? dev->ops : &nn_ops_cpu;
+    TRY(bert_config_check(cfg));
+    if (T < 1 || T > cfg->max_position) {
+        log_error0("sequence length T = %d is outside 1..model.max_seq_len = %d", T, cfg->max_position);
+        return STATUS_INPUT;
+    }
+    if (B < 1) {
+        log_error0("batch size B = %d must be positive", B);
+        return STATUS_INPUT;
+    }
+    m->cfg = *cfg;
+    m->B = B;
+    m->T = T;
+    bert_build_table(m);
+    TRY(param_buffers_init(&m->pb, &m->pt, train && !bert_on_gpu(m)));
+    bert_init_weights(m, seed);
+    TRY(device_arena(dev, bert_layout_acts, m, &m->act_memory, &m->act_floats, "activations"));
+    if (train) TRY(device_arena(dev, bert_layout_grads, m, &m->grad_memory, &m->grad_floats, "activation gradients"));
+    size_t bt = (size_t)B * (size_t)T;
+    m->pos_ids = malloc(bt * sizeof *m->pos_ids);
+    m->input_ids = malloc(bt * sizeof *m->input_ids);
+    m->type_ids = malloc(bt * sizeof *m->type_ids);
+    m->targets = malloc(bt * sizeof *m->targets);
+    if (!m->pos_ids || !m->input_ids || !m->type_ids || !m->targets) return STATUS_NOMEM;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) m->pos_ids[b * T + t] = t;
+    if (bert_on_gpu(m)) TRY(bert_init_device(m, train));
+    m->mean_loss = -1;
+    m->loss_scale = 1.0f;
+    return STATUS_OK;
+}
+
+void bert_free(bert *m)
+{
+    device_free(m->dev, m->act_memory);
+    device_free(m->dev, m->grad_memory);
+    device_free(m->dev, m->pos_ids);  /* host memory on the CPU, device memory on a GPU */
+    device_free(m->dev, m->input_ids);
+    device_free(m->dev, m->type_ids);
+    device_free(m->dev, m->dev_targets);
+    device_buffers_free(m->dev, &m->w);
+    free(m->stage_ids);
+    free(m->stage);
+    free(m->targets);
+    param_buffers_free(&m->pb);
+    param_table_free(&m->pt);
+    memset(m, 0, sizeof *m);
+}
+
+/* STATUS_INPUT naming the first position whose id, type, mask or target is out of range. */
+static status bert_check_inputs(const bert *m, const int32_t *ids, const int32_t *types, const int32_t *mask,
+                                const int32_t *targets)
+{
+    const bert_config *c = &m->cfg;
+    for (int i = 0; i < m->B * m->T; i++) {
+        const char *what = NULL, *also = "";
+        int32_t val = 0, hi = 0;
+        if (ids[i] < 0 || ids[i] >= c->vocab_size) what = "input_ids", val = ids[i], hi = c->vocab_size - 1;
+        else if (types && (types[i] < 0 || types[i] >= c->type_vocab_size))
+            what = "token_type_ids", val = types[i], hi = c->type_vocab_size - 1;
+        else if (mask && mask[i] != 0 && mask[i] != 1) what = "attention_mask", val = mask[i], hi = 1;
+        else if (targets && (targets[i] < -1 || targets[i] >= c->vocab_size))
+            what = "mlm_targets", val = targets[i], hi = c->vocab_size - 1, also = " or -1 (ignored)";
+        if (what) {
+            log_error("batch position %d (sequence %d, token %d): %s = %d outside 0..%d%s", i, i / m->T, i % m->T,
+                      what, val, hi, also);
+            return STATUS_INPUT;
+        }
+    }
+    return STATUS_OK;
+}
+
+status bert_forward(bert *m, const int32_t *input_ids, const int32_t *token_type_ids, const int32_t *attention_mask,
+                    const int32_t *mlm_targets)
+{
+    TRY(bert_check_inputs(m, input_ids, token_type_ids, attention_mask, mlm_targets));
+    const bert_config *c = &m->cfg;
+    int B = m->B, T = m->T, C = c->channels, NH = c->num_heads, IC = c->intermediate, V = c->vocab_size, BT = B * T;
+    size_t btc = (size_t)BT * (size_t)C, bti = (size_t)BT * (size_t)IC;
+    const nn_ops *kn = m->ops;
+    float *p = bert_params(m);
+    bert_acts *a = &m->acts;
+    bool gpu = bert_on_gpu(m);
+    int32_t *ids = gpu ? m->stage_ids : m->input_ids, *types = gpu ? m->stage_ids + BT : m->type_ids;
+    float *mask = gpu ? m->stage : a->key_mask;
+    memcpy(ids, input_ids, (size_t)BT * sizeof *input_ids);
+    for (int i = 0; i < BT; i++) {
+        types[i] = token_type_ids ? token_type_ids[i] : 0;
+        mask[i] = attention_mask ? (float)attention_mask[i] : 1.0f;
+    }
+    if (gpu) {  /* the batch goes to the device; the caller's arrays stay on the host */
+        device_upload(m->dev, m->input_ids, ids, (size_t)BT * sizeof *ids);
+        device_upload(m->dev, m->type_ids, types, (size_t)BT * sizeof *types);
+        device_upload(m->dev, a->key_mask, mask, (size_t)BT * sizeof *mask);
+    }
+    /* BertEmbeddings: LayerNorm(word + position + token_type). */
+    kn->embedding_forward(a->emb, m->input_ids, bert_at(m, p, "embeddings.word_embeddings.weight", 0), BT, C, 0);
+    kn->embedding_forward(a->emb, m->pos_ids, bert_at(m, p, "embeddings.position_embeddings.weight", 0), BT, C, 1);
+    kn->embedding_forward(a->emb, m->type_ids, bert_at(m, p, "embeddings.token_type_embeddings.weight", 0), BT, C, 1);
+    kn->layernorm_forward(a->emb_ln, a->emb_mean, a->emb_rstd, a->emb, bert_at(m, p, "embeddings.LayerNorm.weight", 0),
+                      bert_at(m, p, "embeddings.LayerNorm.bias", 0), BT, C, BERT_LN_EPS);
+    /* BertLayer: x1 = LN(x + Wo·attn(Wq x, Wk x, Wv x)), out = LN(x1 + W2·gelu(W1 x1)). */
+    for (int l = 0; l < c->num_layers; l++) {
+        const float *x = l == 0 ? a->emb_ln : a->ln2 + (size_t)(l - 1) * btc;
+        float *q = a->q + l * btc, *k = a->k + l * btc, *v = a->v + l * btc, *atty = a->atty + l * btc;
+        float *attproj = a->attproj + l * btc, *res1 = a->res1 + l * btc, *ln1 = a->ln1 + l * btc;
+        float *fch = a->fch + l * bti, *fchg = a->fch_gelu + l * bti, *fcproj = a->fcproj + l * btc;
+        float *res2 = a->res2 + l * btc, *ln2 = a->ln2 + l * btc;
+#define W(name) bert_at(m, p, "encoder.layer.%d." name, l)
+        kn->matmul_forward(q, x, W("attention.self.query.weight"), W("attention.self.query.bias"), BT, C, C,
+                       MATMUL_LAYOUT_OUT_IN);
+        kn->matmul_forward(k, x, W("attention.self.key.weight"), W("attention.self.key.bias"), BT, C, C,
+                       MATMUL_LAYOUT_OUT_IN);
+        kn->matmul_forward(v, x, W("attention.self.value.weight"), W("attention.self.value.bias"), BT, C, C,
+                       MATMUL_LAYOUT_OUT_IN);
+        kn->attention_forward(atty, a->att_lse + (size_t)l * BT * NH, q, k, v, C, a->key_mask, B, T, C, NH, 0);
+        kn->matmul_forward(attproj, atty, W("attention.output.dense.weight"), W("attention.output.dense.bias"), BT, C,
+                       C, MATMUL_LAYOUT_OUT_IN);
+        kn->residual_forward(res1, x, attproj, btc);
+        kn->layernorm_forward(ln1, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, res1,
+                          W("attention.output.LayerNorm.weight"), W("attention.output.LayerNorm.bias"), BT, C,
+                          BERT_LN_EPS);
+        kn->matmul_forward(fch, ln1, W("intermediate.dense.weight"), W("intermediate.dense.bias"), BT, C, IC,
+                       MATMUL_LAYOUT_OUT_IN);
+        kn->gelu_erf_forward(fchg, fch, bti);
+        kn->matmul_forward(fcproj, fchg, W("output.dense.weight"), W("output.dense.bias"), BT, IC, C,
+                       MATMUL_LAYOUT_OUT_IN);
+        kn->residual_forward(res2, ln1, fcproj, btc);
+        kn->layernorm_forward(ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, res2, W("output.LayerNorm.weight"),
+                          W("output.LayerNorm.bias"), BT, C, BERT_LN_EPS);
+#undef W
+    }
+    /* BertLMPredictionHead: LN(gelu(dense(h))) · word_embeddings^T + bias. */
+    const float *last = a->ln2 + (size_t)(c->num_layers - 1) * btc;
+    kn->matmul_forward(a->tr, last, bert_at(m, p, "cls.predictions.transform.dense.weight", 0),
+                   bert_at(m, p, "cls.predictions.transform.dense.bias", 0), BT, C, C, MATMUL_LAYOUT_OUT_IN);
+    kn->gelu_erf_forward(a->tr_gelu, a->tr, btc);
+    kn->layernorm_forward(a->tr_ln, a->tr_mean, a->tr_rstd, a->tr_gelu,
+                      bert_at(m, p, "cls.predictions.transform.LayerNorm.weight", 0),
+                      bert_at(m, p, "cls.predictions.transform.LayerNorm.bias", 0), BT, C, BERT_LN_EPS);
+    kn->matmul_forward(a->logits, a->tr_ln, bert_at(m, p, "embeddings.word_embeddings.weight", 0),
+                   bert_at(m, p, "cls.predictions.bias", 0), BT, C, V, MATMUL_LAYOUT_OUT_IN);
+    m->mean_loss = -1;
+    if (!mlm_targets) return STATUS_OK;
+    memcpy(m->targets, mlm_targets, (size_t)BT * sizeof *mlm_targets);
+    const int32_t *tgt = mlm_targets;
+    const float *losses = a->losses;
+    if (gpu) {
+        device_upload(m->dev, m->dev_targets, mlm_targets, (size_t)BT * sizeof *mlm_targets);
+        tgt = m->dev_targets;
+    }
+    kn->xent_forward(a->losses, a->xent_lse, a->logits, tgt, BT, V, V);
+    if (gpu) {
+        device_download(m->dev, m->stage + BT, a->losses, (size_t)BT * sizeof(float));
+        losses = m->stage + BT;
+    }
+    double sum = 0;
+    int counted = 0;
+    for (int i = 0; i < BT; i++)
+        if (mlm_targets[i] >= 0) { sum += losses[i]; counted++; }
+    m->mean_loss = counted ? (float)(sum / counted) : 0.0f;
+    return STATUS_OK;
+}
+
+void bert_backward(bert *m)
+{
+    CHECK(m->grad_memory && m->mean_loss >= 0, "bert_backward needs train=true and a forward with targets");
+    const bert_config *c = &m->cfg;
+    int B = m->B, T = m->T, C = c->channels, NH = c->num_heads, IC = c->intermediate, V = c->vocab_size, BT = B * T;
+    size_t btc = (size_t)BT * (size_t)C, bti = (size_t)BT * (size_t)IC;
+    const nn_ops *kn = m->ops;
+    float *p = bert_params(m), *g = bert_grads(m);
+    bert_acts *a = &m->acts;
+    bert_grad_scratch *s = &m->gs;
+    bool gpu = bert_on_gpu(m);
+    const int32_t *tgt = gpu ? m->dev_targets : m->targets;
+    float *dlosses = gpu ? m->stage + BT : s->dlosses;
+    int counted = 0;
+    for (int i = 0; i < BT; i++) counted += m->targets[i] >= 0;
+    /* loss_scale 1: exactly 1/counted; a power of two (fp16's scaler) scales exactly */
+    for (int i = 0; i < BT; i++) dlosses[i] = counted ? m->loss_scale / (float)counted : 0.0f;
+    if (gpu) device_upload(m->dev, s->dlosses, dlosses, (size_t)BT * sizeof(float));
+    kn->zero(s->dlogits, (size_t)BT * (size_t)V);
+    kn->xent_backward(s->dlogits, a->logits, a->xent_lse, tgt, s->dlosses, BT, V, V);
+    /* MLM head, tied decoder first: its weight gradient lands in word_embeddings. */
+    kn->zero(s->dbtc, btc);
+    kn->matmul_backward(s->dbtc, bert_at(m, g, "embeddings.word_embeddings.weight", 0),
+                    bert_at(m, g, "cls.predictions.bias", 0), s->dlogits, a->tr_ln,
+                    bert_at(m, p, "embeddings.word_embeddings.weight", 0), BT, C, V, MATMUL_LAYOUT_OUT_IN);
+    kn->zero(s->dbtc2, btc);
+    kn->layernorm_backward(s->dbtc2, bert_at(m, g, "cls.predictions.transform.LayerNorm.weight", 0),
+                       bert_at(m, g, "cls.predictions.transform.LayerNorm.bias", 0), s->dbtc, a->tr_gelu,
+                       bert_at(m, p, "cls.predictions.transform.LayerNorm.weight", 0), a->tr_mean, a->tr_rstd, BT, C);
+    kn->zero(s->dbtc, btc);
+    kn->gelu_erf_backward(s->dbtc, a->tr, s->dbtc2, btc);
+    kn->zero(s->dresidual, btc);
+    const float *last = a->ln2 + (size_t)(c->num_layers - 1) * btc;
+    kn->matmul_backward(s->dresidual, bert_at(m, g, "cls.predictions.transform.dense.weight", 0),
+                    bert_at(m, g, "cls.predictions.transform.dense.bias", 0), s->dbtc, last,
+                    bert_at(m, p, "cls.predictions.transform.dense.weight", 0), BT, C, C, MATMUL_LAYOUT_OUT_IN);
+    param_layer_done(&m->hook, c->num_layers + 1);                          /* cls.predictions */
+    for (int l = c->num_layers - 1; l >= 0; l--) {
+        const float *x = l == 0 ? a->emb_ln : a->ln2 + (size_t)(l - 1) * btc;
+        const float *q = a->q + l * btc, *k = a->k + l * btc, *v = a->v + l * btc, *atty = a->atty + l * btc;
+        const float *res1 = a->res1 + l * btc, *ln1 = a->ln1 + l * btc;
+        const float *fch = a->fch + l * bti, *fchg = a->fch_gelu + l * bti, *res2 = a->res2 + l * btc;
+#define W(name) bert_at(m, p, "encoder.layer.%d." name, l)
+#define G(name) bert_at(m, g, "encoder.layer.%d." name, l)
+        /* dresidual holds d(ln2), the block's output. dbtc = d(res2) = d(ln1) skip + d(fcproj). */
+        kn->zero(s->dbtc, btc);
+        kn->layernorm_backward(s->dbtc, G("output.LayerNorm.weight"), G("output.LayerNorm.bias"), s->dresidual, res2,
+                           W("output.LayerNorm.weight"), a->ln2_mean + l * BT, a->ln2_rstd + l * BT, BT, C);
+        kn->zero(s->dbti, bti);
+        kn->matmul_backward(s->dbti, G("output.dense.weight"), G("output.dense.bias"), s->dbtc, fchg,
+                        W("output.dense.weight"), BT, IC, C, MATMUL_LAYOUT_OUT_IN);
+        kn->zero(s->dbti2, bti);
+        kn->gelu_erf_backward(s->dbti2, fch, s->dbti, bti);
+        /* d(ln1) = the skip already in dbtc + the FFN input gradient, added in place. */
+        kn->matmul_backward(s->dbtc, G("intermediate.dense.weight"), G("intermediate.dense.bias"), s->dbti2, ln1,
+                        W("intermediate.dense.weight"), BT, C, IC, MATMUL_LAYOUT_OUT_IN);
+        /* dresidual = d(res1) = d(x) skip + d(attproj). */
+        kn->zero(s->dresidual, btc);
+        kn->layernorm_backward(s->dresidual, G("attention.output.LayerNorm.weight"), G("attention.output.LayerNorm.bias"),
+                           s->dbtc, res1, W("attention.output.LayerNorm.weight"), a->ln1_mean + l * BT,
+                           a->ln1_rstd + l * BT, BT, C);
+        kn->zero(s->dbtc2, btc);
+        kn->matmul_backward(s->dbtc2, G("attention.output.dense.weight"), G("attention.output.dense.bias"),
+                        s->dresidual, atty, W("attention.output.dense.weight"), BT, C, C, MATMUL_LAYOUT_OUT_IN);
+        kn->zero(s->dq, btc);
+        kn->zero(s->dk, btc);
+        kn->zero(s->dv, btc);
+        kn->attention_backward(s->dq, s->dk, s->dv, s->dbtc2, q, k, v, C, atty, a->att_lse + (size_t)l * BT * NH,
+                           a->key_mask, B, T, C, NH, 0);
+        /* d(x) = the skip already in dresidual + the three projections' input gradients. */
+        kn->matmul_backward(s->dresidual, G("attention.self.query.weight"), G("attention.self.query.bias"), s->dq, x,
+                        W("attention.self.query.weight"), BT, C, C, MATMUL_LAYOUT_OUT_IN);
+        kn->matmul_backward(s->dresidual, G("attention.self.key.weight"), G("attention.self.key.bias"), s->dk, x,
+                        W("attention.self.key.weight"), BT, C, C, MATMUL_LAYOUT_OUT_IN);
+        kn->matmul_backward(s->dresidual, G("attention.self.value.weight"), G("attention.self.value.bias"), s->dv, x,
+                        W("attention.self.value.weight"), BT, C, C, MATMUL_LAYOUT_OUT_IN);
+#undef W
+#undef G
+        param_layer_done(&m->hook, l + 1);                                  /* encoder.layer.l */
+    }
+    /* Embeddings: dresidual = d(emb_ln). */
+    kn->zero(s->dbtc, btc);
+    kn->layernorm_backward(s->dbtc, bert_at(m, g, "embeddings.LayerNorm.weight", 0),
+                       bert_at(m, g, "embeddings.LayerNorm.bias", 0), s->dresidual, a->emb,
+                       bert_at(m, p, "embeddings.LayerNorm.weight", 0), a->emb_mean, a->emb_rstd, BT, C);
+    /* padding_idx: the lookup adds nothing to the [PAD] row; the decoder's share stays. */
+    float *gwe = bert_at(m, g, "embeddings.word_embeddings.weight", 0), *gpad = gwe + (size_t)c->pad_token_id * C;
+    kn->copy(s->pad_row, gpad, (size_t)C);
+    kn->embedding_backward(gwe, s->dbtc, m->input_ids, BT, C);
+    kn->copy(gpad, s->pad_row, (size_t)C);
+    kn->embedding_backward(bert_at(m, g, "embeddings.position_embeddings.weight", 0), s->dbtc, m->pos_ids, BT, C);
+    kn->embedding_backward(bert_at(m, g, "embeddings.token_type_embeddings.weight", 0), s->dbtc, m->type_ids, BT, C);
+    param_layer_done(&m->hook, 0);                                          /* embeddings (and the tied decoder) */
+}
+
+/* 6 FLOPs per parameter per token (2 forward, 4 backward), as gpt2_flops_per_token;
+ * attention's T-dependent FLOPs are not counted. */
+double bert_flops_per_token(const bert *m)
+{
+    return 6.0 * (double)m->pt.total;
+}

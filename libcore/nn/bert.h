@@ -1,0 +1,192 @@
+/* bert — the BERT family with its masked-LM head on the CPU (Devlin et al., NAACL
+ * 2019; Hugging Face BertForMaskedLM): parameters in one flat buffer with HF names,
+ * activations sized once for (B, T), forward with fused loss, backward that fills the
+ * flat gradient buffer, and the MLM masking of the paper (15%; 80/10/10).
+ *
+ * The one design decision: every tensor keeps HF's name and nn.Linear layout (out, in),
+ * so the flat buffer is a BertForMaskedLM state dict as it stands — no transposes to
+ * convert either way. Names are those of BertForMaskedLM without its "bert." prefix on
+ * the encoder ("embeddings.*", "encoder.layer.{i}.*", then "cls.predictions.*"); the
+ * MLM decoder (cls.predictions.decoder.weight) is TIED to
+ * embeddings.word_embeddings.weight and is not a separate tensor.
+ *
+ * Semantics, as HF modeling_bert with dropout off: post-norm blocks, LayerNorm eps
+ * 1e-12, exact (erf) GELU in the FFN and the MLM transform; positions 0..T-1 in every
+ * sequence; attention_mask (B, T) 1 keep / 0 pad masks KEYS (padded queries are still
+ * computed); word_embeddings has padding_idx = pad_token_id as in HF: the embedding
+ * lookup adds no gradient to that row (the tied decoder still does). One difference at
+ * an edge no real batch reaches: a sequence whose every key is padding gets attention
+ * output 0 (attention.h) where HF averages the values uniformly. */
+#ifndef NEBULA_BERT_H
+#define NEBULA_BERT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/log.h"
+#include "device.h"
+#include "param.h"
+
+#define BERT_MAX_POSITION 512  /* rows of position_embeddings in every BERT checkpoint */
+
+typedef struct bert_config {
+    int max_position;     /* max_position_embeddings: rows of position_embeddings, T <= this */
+    int type_vocab_size;  /* rows of token_type_embeddings (2: sentence A / B) */
+    int vocab_size;       /* V: rows of word_embeddings, columns of the MLM logits */
+    int num_layers;       /* L */
+    int num_heads;        /* NH */
+    int channels;         /* C: hidden_size (the paper's H) */
+    int intermediate;     /* IC: intermediate_size of the FFN (4C in every named model) */
+    int pad_token_id;     /* [PAD]: padding_idx of word_embeddings (0 in the uncased vocabulary) */
+} bert_config;
+
+/* Named configurations with the uncased WordPiece vocabulary (V = 30522):
+ *   bert-tiny  L=2  C=128  NH=2  IC=512   (google/bert_uncased_L-2_H-128_A-2, Turc et al. 2019)
+ *   bert-base  L=12 C=768  NH=12 IC=3072
+ *   bert-large L=24 C=1024 NH=16 IC=4096
+ * Tests shrink vocab_size after looking up bert-tiny (test_bert_ref uses V = 1000); the
+ * special ids below stay valid for any V > 103. STATUS_INPUT listing the names when
+ * `name` is unknown. */
+status bert_config_named(bert_config *cfg, const char *name);
+/* Positive sizes, heads divide channels, max_position <= 512, pad id inside the
+ * vocabulary. STATUS_INPUT; the message names the field by its [model] config key
+ * (model.h: model.n_head, model.n_embd, model.max_seq_len, ...). */
+status bert_config_check(const bert_config *cfg);
+
+/* Special token ids of the uncased vocabulary (bert-base-uncased's vocab.txt). */
+typedef struct bert_special_tokens {
+    int32_t pad;   /* [PAD] = 0 */
+    int32_t unk;   /* [UNK] = 100 */
+    int32_t cls;   /* [CLS] = 101 */
+    int32_t sep;   /* [SEP] = 102 */
+    int32_t mask;  /* [MASK] = 103 */
+} bert_special_tokens;
+
+#define BERT_SPECIAL_TOKENS_UNCASED ((bert_special_tokens){ 0, 100, 101, 102, 103 })
+
+#define BERT_MASK_PROB        0.15  /* share of eligible positions selected for prediction */
+#define BERT_MASK_KEEP_MASK   0.80  /* of those: replaced by [MASK] */
+#define BERT_MASK_KEEP_RANDOM 0.10  /* of those: replaced by a uniform random id in [0, V) */
+                                    /* the remaining 0.10 keep their token */
+
+/* The MLM corruption of Devlin et al. §3.1 as HF's DataCollatorForLanguageModeling does
+ * it: each eligible position (attention_mask 1 — NULL means all — and not one of the
+ * special ids pad/unk/cls/sep/mask) is selected independently with probability 0.15;
+ * a selected one becomes [MASK] with probability 0.8, a uniform random id in [0, V) with
+ * 0.1 (which may be any id, as in HF), and stays with 0.1. targets = the original id at
+ * selected positions, -1 (XENT_IGNORE) elsewhere; masked_ids = the corrupted batch
+ * (it may be input_ids itself, for in-place use).
+ *
+ * Randomness: stream (seed, rank, RNG_PURPOSE_MASK, step); position n = b*T + t reads
+ * block n of it (outputs 4n..: selection, action, random id), so the result is a pure
+ * function of (seed, rank, step, batch) and each position's draw is independent of the
+ * others'. Returns the number of selected positions. */
+int bert_mask_tokens(int32_t *masked_ids,            /* (B, T) out */
+                     int32_t *targets,               /* (B, T) out */
+                     const int32_t *input_ids,       /* (B, T) */
+                     const int32_t *attention_mask,  /* (B, T) or NULL */
+                     int B, int T, int V, const bert_special_tokens *special,
+                     uint64_t seed, uint32_t rank, uint64_t step);
+
+typedef struct bert_acts {
+    float *emb;           /* (B, T, C) word + position + token-type embeddings */
+    float *emb_ln;        /* (B, T, C) embeddings.LayerNorm output: the input of layer 0 */
+    float *emb_mean;      /* (B, T) */
+    float *emb_rstd;      /* (B, T) */
+    float *q;             /* (L, B, T, C) attention.self.query output */
+    float *k;             /* (L, B, T, C) attention.self.key output */
+    float *v;             /* (L, B, T, C) attention.self.value output */
+    float *atty;          /* (L, B, T, C) heads concatenated */
+    float *att_lse;       /* (L, B, NH, T) */
+    float *attproj;       /* (L, B, T, C) attention.output.dense output */
+    float *res1;          /* (L, B, T, C) block input + attproj */
+    float *ln1;           /* (L, B, T, C) attention.output.LayerNorm output */
+    float *ln1_mean;      /* (L, B, T) */
+    float *ln1_rstd;      /* (L, B, T) */
+    float *fch;           /* (L, B, T, IC) intermediate.dense output */
+    float *fch_gelu;      /* (L, B, T, IC) */
+    float *fcproj;        /* (L, B, T, C) output.dense output */
+    float *res2;          /* (L, B, T, C) ln1 + fcproj */
+    float *ln2;           /* (L, B, T, C) output.LayerNorm output: the block's output */
+    float *ln2_mean;      /* (L, B, T) */
+    float *ln2_rstd;      /* (L, B, T) */
+    float *tr;            /* (B, T, C) cls.predictions.transform.dense output */
+    float *tr_gelu;       /* (B, T, C) */
+    float *tr_ln;         /* (B, T, C) transform.LayerNorm output */
+    float *tr_mean;       /* (B, T) */
+    float *tr_rstd;       /* (B, T) */
+    float *logits;        /* (B, T, V) */
+    float *losses;        /* (B, T) */
+    float *xent_lse;      /* (B, T) */
+    float *key_mask;      /* (B, T) attention_mask as 1.0 / 0.0 */
+} bert_acts;
+
+typedef struct bert_grad_scratch {
+    float *dresidual;     /* (B, T, C) gradient of the current block's output */
+    float *dbtc;          /* (B, T, C) */
+    float *dbtc2;         /* (B, T, C) */
+    float *dq;            /* (B, T, C) */
+    float *dk;            /* (B, T, C) */
+    float *dv;            /* (B, T, C) */
+    float *dbti;          /* (B, T, IC) */
+    float *dbti2;         /* (B, T, IC) */
+    float *dlogits;       /* (B, T, V) */
+    float *dlosses;       /* (B, T) */
+    float *pad_row;       /* (C) word_embeddings grad row of [PAD], kept across the lookup's backward */
+} bert_grad_scratch;
+
+typedef struct bert {
+    bert_config cfg;          /* sizes */
+    param_table pt;           /* names, shapes, offsets */
+    param_buffers pb;         /* params, grads, moments in host memory (on a GPU: params only, a mirror) */
+    const device *dev;        /* where the kernels run (device.h); NULL = the CPU */
+    const nn_ops *ops;        /* the device's kernels */
+    param_buffers w;          /* on a GPU: params, grads, moments in device memory; unused on the CPU */
+    int B, T;                 /* batch shape the activations are sized for */
+    float *act_memory;        /* one allocation behind acts */
+    size_t act_floats;        /* its size */
+    bert_acts acts;           /* views into act_memory */
+    float *grad_memory;       /* one allocation behind gs */
+    size_t grad_floats;       /* its size */
+    bert_grad_scratch gs;     /* views into grad_memory */
+    param_layer_hook hook;  /* backward reports each finished layer here (set by the caller) */
+    int32_t *pos_ids;         /* (B, T) position of each token, 0..T-1 (on the device) */
+    int32_t *input_ids;       /* (B, T) copy of the last forward's input_ids (on the device) */
+    int32_t *type_ids;        /* (B, T) copy of the last forward's token_type_ids, 0 when NULL (on the device) */
+    int32_t *targets;         /* (B, T) copy of the last forward's targets (host) */
+    int32_t *dev_targets;     /* (B, T) the targets on the device; NULL on the CPU */
+    int32_t *stage_ids;       /* (2, B, T) host staging of input and type ids (GPU only) */
+    float *stage;             /* (2, B, T) host staging of the key mask and of losses / dlosses (GPU only) */
+    float loss_scale;         /* backward differentiates loss_scale * mean loss (fp16; 1 by default) */
+    float mean_loss;          /* mean over targeted positions of the last forward, -1 without targets */
+} bert;
+
+/* Builds the table, allocates params (+ grads and moments when `train`) and the
+ * activations for (B, T); initialises as HF's BertPreTrainedModel._init_weights:
+ * normal(0, 0.02) for Linear and Embedding weights (the [PAD] row of word_embeddings
+ * zeroed), zero biases, LayerNorm weight 1 and bias 0, each tensor from its own
+ * counter-RNG stream (seed, 0, RNG_PURPOSE_INIT, tensor index). Weight decay on
+ * matrices and embeddings, none on biases and LayerNorm weights. STATUS_INPUT when T
+ * exceeds max_position (names the key) or the config is inconsistent. */
+status bert_init(bert *m, const bert_config *cfg, int B, int T, uint64_t seed, bool train);
+/* The same on a device (NULL: the CPU), as gpt2_init_on. */
+status bert_init_on(bert *m, const bert_config *cfg, int B, int T, uint64_t seed, bool train, const device *dev);
+void bert_free(bert *m);
+
+/* input_ids, token_type_ids, attention_mask, mlm_targets: (B, T). token_type_ids NULL
+ * means all 0, attention_mask NULL means no padding, mlm_targets NULL means no loss
+ * (logits only); targets hold -1 where nothing is predicted. Writes acts.logits
+ * (B, T, V) and mean_loss over the targeted positions (0 when none). The inputs are
+ * copied for bert_backward. STATUS_INPUT naming the position when an id, type, mask
+ * value or target is out of range. */
+status bert_forward(bert *m, const int32_t *input_ids, const int32_t *token_type_ids, const int32_t *attention_mask,
+                    const int32_t *mlm_targets);
+/* Gradient of the mean loss of the last forward, ADDED into the grad buffer. It reads
+ * the inputs that forward copied, so a mismatched batch cannot be passed. */
+void bert_backward(bert *m);
+
+/* Model FLOPs of one training step per token: 6 per parameter. */
+double bert_flops_per_token(const bert *m);
+
+#endif

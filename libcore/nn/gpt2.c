@@ -1,0 +1,383 @@
+/* gpt2 — see gpt2.h. The forward and backward are flat lists of layer calls, in
+ * the order of the paper's equations, through the device's kernel table (device.h),
+ * so the same lines run on the CPU and on a GPU; every buffer is sized in gpt2_init. */
+#include "gpt2.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/rng.h"
+
+#define GPT2_LN_EPS 1e-5f
+
+typedef struct gpt2_named {
+    const char *name;
+    gpt2_config cfg;
+} gpt2_named;
+
+/* HF's GPT-2 checkpoints: 1024 positions, vocabulary 50257 padded to 50304 (a
+ * multiple of 128, as llm.c); gpt2-tiny is a byte-level model for tests. */
+static const gpt2_named gpt2_configs[] = {
+    { "gpt2-tiny", { 64, 256, 256, 2, 4, 64 } },
+    { "gpt2", { 1024, 50257, 50304, 12, 12, 768 } },
+    { "gpt2-medium", { 1024, 50257, 50304, 24, 16, 1024 } },
+    { "gpt2-large", { 1024, 50257, 50304, 36, 20, 1280 } },
+    { "gpt2-xl", { 1024, 50257, 50304, 48, 25, 1600 } },
+};
+
+status gpt2_config_named(gpt2_config *cfg, const char *name)
+{
+    for (size_t i = 0; i < sizeof gpt2_configs / sizeof gpt2_configs[0]; i++)
+        if (!strcmp(name, gpt2_configs[i].name)) { *cfg = gpt2_configs[i].cfg; return STATUS_OK; }
+    log_error0("unknown model '%s'; GPT-2 models: gpt2-tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl", name);
+    return STATUS_INPUT;
+}
+
+status gpt2_config_check(const gpt2_config *c)
+{
+    if (c->num_layers < 1 || c->num_heads < 1 || c->channels < 1 || c->vocab_size < 1 || c->max_seq_len < 1) {
+        log_error0("model.n_layer = %d, model.n_head = %d, model.n_embd = %d, model.vocab_size = %d and "
+                   "model.max_seq_len = %d must all be positive", c->num_layers, c->num_heads, c->channels,
+                   c->vocab_size, c->max_seq_len);
+        return STATUS_INPUT;
+    }
+    if (c->channels % c->num_heads != 0) {
+        log_error0("model.n_head = %d does not divide model.n_embd = %d", c->num_heads, c->channels);
+        return STATUS_INPUT;
+    }
+    if (c->padded_vocab_size < c->vocab_size) {
+        log_error0("padded_vocab_size = %d is smaller than model.vocab_size = %d", c->padded_vocab_size,
+                   c->vocab_size);
+        return STATUS_INPUT;
+    }
+    return STATUS_OK;
+}
+
+/* Parameter table in forward order, with HF GPT-2 names. */
+static void gpt2_build_table(gpt2 *m)
+{
+    const gpt2_config *c = &m->cfg;
+    int C = c->channels;
+    char n[96];
+    param_table_init(&m->pt);
+    param_add(&m->pt, "wte.weight", 0, true, 2, c->padded_vocab_size, C, 0, 0);
+    param_add(&m->pt, "wpe.weight", 0, true, 2, c->max_seq_len, C, 0, 0);
+    for (int l = 0; l < c->num_layers; l++) {
+#define P(suffix, decay, nd, a, b)                                    \
+    snprintf(n, sizeof n, "h.%d.%s", l, suffix);                      \
+    param_add(&m->pt, n, l + 1, decay, nd, a, b, 0, 0)
+        P("ln_1.weight", false, 1, C, 0);
+        P("ln_1.bias", false, 1, C, 0);
+        P("attn.c_attn.weight", true, 2, C, 3 * C);
+        P("attn.c_attn.bias", false, 1, 3 * C, 0);
+        P("attn.c_proj.weight", true, 2, C, C);
+        P("attn.c_proj.bias", false, 1, C, 0);
+        P("ln_2.weight", false, 1, C, 0);
+        P("ln_2.bias", false, 1, C, 0);
+        P("mlp.c_fc.weight", true, 2, C, 4 * C);
+        P("mlp.c_fc.bias", false, 1, 4 * C, 0);
+        P("mlp.c_proj.weight", true, 2, 4 * C, C);
+        P("mlp.c_proj.bias", false, 1, C, 0);
+#undef P
+    }
+    param_add(&m->pt, "ln_f.weight", c->num_layers + 1, false, 1, C, 0, 0, 0);
+    param_add(&m->pt, "ln_f.bias", c->num_layers + 1, false, 1, C, 0, 0, 0);
+}
+
+/* Pointer to a named tensor in a flat buffer (params or grads). */
+static float *gpt2_at(const gpt2 *m, float *base, const char *fmt, int l)
+{
+    char n[96];
+    snprintf(n, sizeof n, fmt, l);
+    int i = param_find(&m->pt, n);
+    CHECK(i >= 0, "gpt2 looked up a tensor missing from its own table");
+    return base + m->pt.entries[i].offset;
+}
+
+static void gpt2_init_weights(gpt2 *m, uint64_t seed)
+{
+    float *p = m->pb.params;
+    double proj_std = 0.02 / sqrt(2.0 * m->cfg.num_layers);
+    for (int i = 0; i < m->pt.count; i++) {
+        const param_entry *e = &m->pt.entries[i];
+        float *w = p + e->offset;
+        bool is_norm = strstr(e->name, "ln_") != NULL, is_bias = strstr(e->name, ".bias") != NULL;
+        if (is_bias) { memset(w, 0, e->count * sizeof *w); continue; }
+        if (is_norm) { for (size_t k = 0; k < e->count; k++) w[k] = 1.0f; continue; }
+        double std = strstr(e->name, "c_proj.weight") ? proj_std : 0.02;
+        rng r;  /* one stream per tensor: the init does not depend on table order */
+        rng_init(&r, seed, 0, RNG_PURPOSE_INIT, (uint64_t)i);
+        for (size_t k = 0; k < e->count; k++) w[k] = (float)(std * rng_normal(&r));
+    }
+    /* Padded vocabulary rows never receive gradient; keep them zero. */
+    const gpt2_config *c = &m->cfg;
+    memset(p + (size_t)c->vocab_size * (size_t)c->channels, 0,
+           (size_t)(c->padded_vocab_size - c->vocab_size) * (size_t)c->channels * sizeof(float));
+}
+
+static void gpt2_layout_acts(void *owner, float *base, size_t *used)
+{
+    gpt2 *m = owner;
+    size_t L = (size_t)m->cfg.num_layers, BT = (size_t)m->B * (size_t)m->T, C = (size_t)m->cfg.channels;
+    size_t NH = (size_t)m->cfg.num_heads, Vp = (size_t)m->cfg.padded_vocab_size;
+    gpt2_acts *a = &m->acts;
+    a->encoded = param_carve(base, used, BT * C);
+    a->ln1 = param_carve(base, used, L * BT * C);
+    a->ln1_mean = param_carve(base, used, L * BT);
+    a->ln1_rstd = param_carve(base, used, L * BT);
+    a->qkv = param_carve(base, used, L * BT * 3 * C);
+    a->atty = param_carve(base, used, L * BT * C);
+    a->att_lse = param_carve(base, used, L * BT * NH);
+    a->attproj = param_carve(base, used, L * BT * C);
+    a->residual2 = param_carve(base, used, L * BT * C);
+    a->ln2 = param_carve(base, used, L * BT * C);
+    a->ln2_mean = param_carve(base, used, L * BT);
+    a->ln2_rstd = param_carve(base, used, L * BT);
+    a->fch = param_carve(base, used, L * BT * 4 * C);
+    a->fch_gelu = param_carve(base, used, L * BT * 4 * C);
+    a->fcproj = param_carve(base, used, L * BT * C);
+    a->residual3 = param_carve(base, used, L * BT * C);
+    a->lnf = param_carve(base, used, BT * C);
+    a->lnf_mean = param_carve(base, used, BT);
+    a->lnf_rstd = param_carve(base, used, BT);
+    a->logits = param_carve(base, used, BT * Vp);
+    a->losses = param_carve(base, used, BT);
+    a->xent_lse = param_carve(base, used, BT);
+}
+
+static void gpt2_layout_grads(void *owner, float *base, size_t *used)
+{
+    gpt2 *m = owner;
+    size_t BT = (size_t)m->B * (size_t)m->T, C = (size_t)m->cfg.channels, Vp = (size_t)m->cfg.padded_vocab_size;
+    gpt2_grad_scratch *g = &m->gs;
+    g->dresidual = param_carve(base, used, BT * C);
+    g->dbt4c = param_carve(base, used, BT * 4 * C);
+    g->dbt4c2 = param_carve(base, used, BT * 4 * C);
+    g->dbt3c = param_carve(base, used, BT * 3 * C);
+    g->dbtc = param_carve(base, used, BT * C);
+    g->dbtc2 = param_carve(base, used, BT * C);
+    g->dlogits = param_carve(base, used, BT * Vp);
+    g->dlosses = param_carve(base, used, BT);
+}
+
+static bool gpt2_on_gpu(const gpt2 *m) { return device_is_gpu(m->dev); }
+/* The buffers the kernels read and write: host on the CPU, device copies on a GPU. */
+static float *gpt2_params(const gpt2 *m) { return gpt2_on_gpu(m) ? m->w.params : m->pb.params; }
+static float *gpt2_grads(const gpt2 *m) { return gpt2_on_gpu(m) ? m->w.grads : m->pb.grads; }
+
+/* The device copies: params, grads and moments (device_buffers_init), positions and
+ * the (tokens, targets) staging area. */
+static status gpt2_init_device(gpt2 *m, bool train)
+{
+    const device *d = m->dev;
+    size_t bt = (size_t)m->B * (size_t)m->T;
+    /* positions first: from here on gpt2_free treats pos_ids as device memory */
+    int32_t *pos = m->pos_ids;
+    m->pos_ids = device_alloc(d, bt * sizeof(int32_t), "positions");
+    if (m->pos_ids) device_upload(d, m->pos_ids, pos, bt * sizeof(int32_t));
+    free(pos);
+    if (!m->pos_ids) return STATUS_NOMEM;
+    TRY(device_buffers_init(d, &m->w, &m->pb, train));
+    if (!(m->dev_ids = device_alloc(d, 2 * bt * sizeof(int32_t), "token ids")) ||
+        !(m->host_losses = malloc(bt * sizeof(float))))
+        return STATUS_NOMEM;
+    return STATUS_OK;
+}
+
+status gpt2_init(gpt2 *m, const gpt2_config *cfg, int B, int T, uint64_t seed, bool train)
+{
+    return gpt2_init_on(m, cfg, B, T, seed, train, NULL);
+}
+
+status gpt2_init_on(gpt2 *m, const gpt2_config *cfg, int B, int T, uint64_t seed, bool train, const device *dev)
+{
+    memset(m, 0, sizeof *m);
+    m->dev = dev;
+    m->ops = dev ? dev->ops : &nn_ops_cpu;
+    TRY(gpt2_config_check(cfg));
+    if (T > cfg->max_seq_len || B < 1 || T < 1) {
+        log_error0("sequence length T = %d is outside 1..model.max_seq_len = %d (the context), or batch B = %d < 1",
+                   T, cfg->max_seq_len, B);
+        return STATUS_INPUT;
+    }
+    m->cfg = *cfg;
+    m->B = B;
+    m->T = T;
+    gpt2_build_table(m);
+    TRY(param_buffers_init(&m->pb, &m->pt, train && !gpt2_on_gpu(m)));
+    gpt2_init_weights(m, seed);
+    TRY(device_arena(dev, gpt2_layout_acts, m, &m->act_memory, &m->act_floats, "activations"));
+    if (train) TRY(device_arena(dev, gpt2_layout_grads, m, &m->grad_memory, &m->grad_floats, "activation gradients"));
+    m->pos_ids = malloc((size_t)B * (size_t)T * sizeof *m->pos_ids);
+    m->targets = malloc((size_t)B * (size_t)T * sizeof *m->targets);
+    if (!m->pos_ids || !m->targets) return STATUS_NOMEM;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) m->pos_ids[b * T + t] = t;
+    if (gpt2_on_gpu(m)) TRY(gpt2_init_device(m, train));
+    m->mean_loss = -1;
+    m->loss_scale = 1.0f;
+    return STATUS_OK;
+}
+
+void gpt2_free(gpt2 *m)
+{
+    device_free(m->dev, m->act_memory);
+    device_free(m->dev, m->grad_memory);
+    device_free(m->dev, m->pos_ids);  /* host memory on the CPU, device memory on a GPU */
+    device_free(m->dev, m->dev_ids);
+    device_buffers_free(m->dev, &m->w);
+    free(m->host_losses);
+    free(m->targets);
+    param_buffers_free(&m->pb);
+    param_table_free(&m->pt);
+    memset(m, 0, sizeof *m);
+}
+
+status gpt2_forward(gpt2 *m, const int32_t *tokens, const int32_t *targets)
+{
+    const gpt2_config *c = &m->cfg;
+    int B = m->B, T = m->T, C = c->channels, NH = c->num_heads, Vp = c->padded_vocab_size, BT = B * T;
+    size_t btc = (size_t)BT * (size_t)C;
+    for (int i = 0; i < BT; i++)
+        if (tokens[i] < 0 || tokens[i] >= c->vocab_size || (targets && (targets[i] < -1 || targets[i] >= c->vocab_size))) {
+            log_error("batch position %d (sequence %d, token %d): id %d outside the vocabulary 0..%d", i, i / T,
+                      i % T, tokens[i] < 0 || tokens[i] >= c->vocab_size ? tokens[i] : targets[i], c->vocab_size - 1);
+            return STATUS_INPUT;
+        }
+    const nn_ops *k = m->ops;
+    float *p = gpt2_params(m);
+    gpt2_acts *a = &m->acts;
+    const int32_t *ids = tokens, *tgt = targets;
+    if (gpt2_on_gpu(m)) {  /* the batch goes to the device; the host copies stay the caller's */
+        device_upload(m->dev, m->dev_ids, tokens, (size_t)BT * sizeof *tokens);
+        if (targets) device_upload(m->dev, m->dev_ids + BT, targets, (size_t)BT * sizeof *targets);
+        ids = m->dev_ids;
+        tgt = m->dev_ids + BT;
+    }
+    k->embedding_forward(a->encoded, ids, gpt2_at(m, p, "wte.weight", 0), BT, C, 0);
+    k->embedding_forward(a->encoded, m->pos_ids, gpt2_at(m, p, "wpe.weight", 0), BT, C, 1);
+    for (int l = 0; l < c->num_layers; l++) {
+        const float *residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * btc;
+        float *ln1 = a->ln1 + l * btc, *qkv = a->qkv + l * btc * 3, *atty = a->atty + l * btc;
+        float *attproj = a->attproj + l * btc, *res2 = a->residual2 + l * btc, *ln2 = a->ln2 + l * btc;
+        float *fch = a->fch + l * btc * 4, *fchg = a->fch_gelu + l * btc * 4, *fcproj = a->fcproj + l * btc;
+        float *res3 = a->residual3 + l * btc;
+        k->layernorm_forward(ln1, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, residual, gpt2_at(m, p, "h.%d.ln_1.weight", l),
+                          gpt2_at(m, p, "h.%d.ln_1.bias", l), BT, C, GPT2_LN_EPS);
+        k->matmul_forward(qkv, ln1, gpt2_at(m, p, "h.%d.attn.c_attn.weight", l), gpt2_at(m, p, "h.%d.attn.c_attn.bias", l),
+                       BT, C, 3 * C, MATMUL_LAYOUT_IN_OUT);
+        k->attention_forward(atty, a->att_lse + (size_t)l * BT * NH, qkv, qkv + C, qkv + 2 * C, 3 * C, NULL, B, T, C, NH, 1);
+        k->matmul_forward(attproj, atty, gpt2_at(m, p, "h.%d.attn.c_proj.weight", l),
+                       gpt2_at(m, p, "h.%d.attn.c_proj.bias", l), BT, C, C, MATMUL_LAYOUT_IN_OUT);
+        k->residual_forward(res2, residual, attproj, btc);
+        k->layernorm_forward(ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, res2, gpt2_at(m, p, "h.%d.ln_2.weight", l),
+                          gpt2_at(m, p, "h.%d.ln_2.bias", l), BT, C, GPT2_LN_EPS);
+        k->matmul_forward(fch, ln2, gpt2_at(m, p, "h.%d.mlp.c_fc.weight", l), gpt2_at(m, p, "h.%d.mlp.c_fc.bias", l), BT,
+                       C, 4 * C, MATMUL_LAYOUT_IN_OUT);
+        k->gelu_tanh_forward(fchg, fch, btc * 4);
+        k->matmul_forward(fcproj, fchg, gpt2_at(m, p, "h.%d.mlp.c_proj.weight", l),
+                       gpt2_at(m, p, "h.%d.mlp.c_proj.bias", l), BT, 4 * C, C, MATMUL_LAYOUT_IN_OUT);
+        k->residual_forward(res3, res2, fcproj, btc);
+    }
+    const float *last = a->residual3 + (size_t)(c->num_layers - 1) * btc;
+    k->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, gpt2_at(m, p, "ln_f.weight", 0),
+                      gpt2_at(m, p, "ln_f.bias", 0), BT, C, GPT2_LN_EPS);
+    /* Tied head: wte (Vp, C) is an nn.Linear-layout weight of the logits. */
+    k->matmul_forward(a->logits, a->lnf, gpt2_at(m, p, "wte.weight", 0), NULL, BT, C, Vp, MATMUL_LAYOUT_OUT_IN);
+    m->mean_loss = -1;
+    if (!targets) return STATUS_OK;
+    memcpy(m->targets, targets, (size_t)BT * sizeof *targets);
+    k->xent_forward(a->losses, a->xent_lse, a->logits, tgt, BT, c->vocab_size, Vp);
+    const float *losses = a->losses;
+    if (gpt2_on_gpu(m)) {
+        device_download(m->dev, m->host_losses, a->losses, (size_t)BT * sizeof(float));
+        losses = m->host_losses;
+    }
+    double sum = 0;
+    int counted = 0;
+    for (int i = 0; i < BT; i++)
+        if (targets[i] >= 0) { sum += losses[i]; counted++; }
+    m->mean_loss = counted ? (float)(sum / counted) : 0.0f;
+    return STATUS_OK;
+}
+
+void gpt2_backward(gpt2 *m, const int32_t *tokens)
+{
+    CHECK(m->grad_memory && m->mean_loss >= 0, "gpt2_backward needs train=true and a forward with targets");
+    const gpt2_config *c = &m->cfg;
+    int B = m->B, T = m->T, C = c->channels, NH = c->num_heads, Vp = c->padded_vocab_size, BT = B * T;
+    size_t btc = (size_t)BT * (size_t)C;
+    const nn_ops *k = m->ops;
+    float *p = gpt2_params(m), *g = gpt2_grads(m);
+    gpt2_acts *a = &m->acts;
+    gpt2_grad_scratch *s = &m->gs;
+    const int32_t *ids = tokens, *tgt = m->targets;
+    float *dlosses = s->dlosses;
+    if (gpt2_on_gpu(m)) {
+        ids = m->dev_ids;
+        tgt = m->dev_ids + BT;
+        dlosses = m->host_losses;
+    }
+    int counted = 0;
+    for (int i = 0; i < BT; i++) counted += m->targets[i] >= 0;
+    /* loss_scale 1: exactly 1/counted as before; a power of two (fp16's scaler) scales exactly */
+    for (int i = 0; i < BT; i++) dlosses[i] = counted ? m->loss_scale / (float)counted : 0.0f;
+    if (dlosses != s->dlosses) device_upload(m->dev, s->dlosses, dlosses, (size_t)BT * sizeof(float));
+    k->zero(s->dlogits, (size_t)BT * (size_t)Vp);
+    k->xent_backward(s->dlogits, a->logits, a->xent_lse, tgt, s->dlosses, BT, c->vocab_size, Vp);
+    k->zero(s->dbtc, btc);
+    k->matmul_backward(s->dbtc, gpt2_at(m, g, "wte.weight", 0), NULL, s->dlogits, a->lnf, gpt2_at(m, p, "wte.weight", 0),
+                    BT, C, Vp, MATMUL_LAYOUT_OUT_IN);
+    k->zero(s->dresidual, btc);
+    const float *last = a->residual3 + (size_t)(c->num_layers - 1) * btc;
+    k->layernorm_backward(s->dresidual, gpt2_at(m, g, "ln_f.weight", 0), gpt2_at(m, g, "ln_f.bias", 0), s->dbtc, last,
+                       gpt2_at(m, p, "ln_f.weight", 0), a->lnf_mean, a->lnf_rstd, BT, C);
+    param_layer_done(&m->hook, c->num_layers + 1);                         /* ln_f */
+    for (int l = c->num_layers - 1; l >= 0; l--) {
+        const float *residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * btc;
+        const float *ln1 = a->ln1 + l * btc, *qkv = a->qkv + l * btc * 3, *atty = a->atty + l * btc;
+        const float *res2 = a->residual2 + l * btc, *ln2 = a->ln2 + l * btc;
+        const float *fch = a->fch + l * btc * 4, *fchg = a->fch_gelu + l * btc * 4;
+        /* dresidual holds d(residual3); residual3 = residual2 + fcproj. */
+        k->zero(s->dbt4c, btc * 4);
+        k->matmul_backward(s->dbt4c, gpt2_at(m, g, "h.%d.mlp.c_proj.weight", l), gpt2_at(m, g, "h.%d.mlp.c_proj.bias", l),
+                        s->dresidual, fchg, gpt2_at(m, p, "h.%d.mlp.c_proj.weight", l), BT, 4 * C, C,
+                        MATMUL_LAYOUT_IN_OUT);
+        k->zero(s->dbt4c2, btc * 4);
+        k->gelu_tanh_backward(s->dbt4c2, fch, s->dbt4c, btc * 4);
+        k->zero(s->dbtc, btc);
+        k->matmul_backward(s->dbtc, gpt2_at(m, g, "h.%d.mlp.c_fc.weight", l), gpt2_at(m, g, "h.%d.mlp.c_fc.bias", l),
+                        s->dbt4c2, ln2, gpt2_at(m, p, "h.%d.mlp.c_fc.weight", l), BT, C, 4 * C, MATMUL_LAYOUT_IN_OUT);
+        /* d(residual2) = dresidual (the skip) + layernorm_2's input gradient, added in place. */
+        k->layernorm_backward(s->dresidual, gpt2_at(m, g, "h.%d.ln_2.weight", l), gpt2_at(m, g, "h.%d.ln_2.bias", l),
+                           s->dbtc, res2, gpt2_at(m, p, "h.%d.ln_2.weight", l), a->ln2_mean + l * BT,
+                           a->ln2_rstd + l * BT, BT, C);
+        k->zero(s->dbtc, btc);
+        k->matmul_backward(s->dbtc, gpt2_at(m, g, "h.%d.attn.c_proj.weight", l),
+                        gpt2_at(m, g, "h.%d.attn.c_proj.bias", l), s->dresidual, atty,
+                        gpt2_at(m, p, "h.%d.attn.c_proj.weight", l), BT, C, C, MATMUL_LAYOUT_IN_OUT);
+        k->zero(s->dbt3c, btc * 3);
+        k->attention_backward(s->dbt3c, s->dbt3c + C, s->dbt3c + 2 * C, s->dbtc, qkv, qkv + C, qkv + 2 * C, 3 * C, atty,
+                           a->att_lse + (size_t)l * BT * NH, NULL, B, T, C, NH, 1);
+        k->zero(s->dbtc2, btc);
+        k->matmul_backward(s->dbtc2, gpt2_at(m, g, "h.%d.attn.c_attn.weight", l),
+                        gpt2_at(m, g, "h.%d.attn.c_attn.bias", l), s->dbt3c, ln1,
+                        gpt2_at(m, p, "h.%d.attn.c_attn.weight", l), BT, C, 3 * C, MATMUL_LAYOUT_IN_OUT);
+        /* d(residual) = d(residual2) (the skip) + layernorm_1's input gradient. */
+        k->layernorm_backward(s->dresidual, gpt2_at(m, g, "h.%d.ln_1.weight", l), gpt2_at(m, g, "h.%d.ln_1.bias", l),
+                           s->dbtc2, residual, gpt2_at(m, p, "h.%d.ln_1.weight", l), a->ln1_mean + l * BT,
+                           a->ln1_rstd + l * BT, BT, C);
+        param_layer_done(&m->hook, l + 1);                                 /* h.l */
+    }
+    k->embedding_backward(gpt2_at(m, g, "wte.weight", 0), s->dresidual, ids, BT, C);
+    k->embedding_backward(gpt2_at(m, g, "wpe.weight", 0), s->dresidual, m->pos_ids, BT, C);
+    param_layer_done(&m->hook, 0);                                         /* wte (also the tied head), wpe */
+}
+
+/* 6 FLOPs per parameter per token (2 forward, 4 backward), the convention of the
+ * benchmark tables; attention's own T-dependent FLOPs are not counted. */
+double gpt2_flops_per_token(const gpt2 *m)
+{
+    return 6.0 * (double)m->pt.total;
+}

@@ -1,0 +1,111 @@
+/* gpt2 — the GPT-2 family on the CPU: parameters in one flat buffer with Hugging
+ * Face names, activations sized once for (B, T), forward with fused loss, backward
+ * that fills the flat gradient buffer (Radford et al. 2019; llm.c's train_gpt2.c
+ * layout). Linear weights keep HF's Conv1D layout (in, out), so a checkpoint
+ * converts to HF safetensors without transposes; the LM head is tied to wte. */
+#ifndef NEBULA_GPT2_H
+#define NEBULA_GPT2_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "device.h"
+#include "base/log.h"
+#include "param.h"
+
+typedef struct gpt2_config {
+    int max_seq_len;       /* n_positions: rows of wpe */
+    int vocab_size;        /* V: real tokens */
+    int padded_vocab_size; /* Vp >= V: rows of wte (padding masked out of the loss) */
+    int num_layers;        /* L */
+    int num_heads;         /* NH */
+    int channels;          /* C */
+} gpt2_config;
+
+/* Named configurations: gpt2-tiny (tests), gpt2 (124M), gpt2-medium, gpt2-large, gpt2-xl.
+ * STATUS_INPUT with the list of names when `name` is unknown. */
+status gpt2_config_named(gpt2_config *cfg, const char *name);
+/* Consistency: heads divide the width, Vp >= V, positive sizes. STATUS_INPUT; the message
+ * names the field by its [model] config key (model.h: model.n_head, model.n_embd, ...). */
+status gpt2_config_check(const gpt2_config *cfg);
+
+typedef struct gpt2_acts {
+    float *encoded;        /* (B, T, C) */
+    float *ln1;            /* (L, B, T, C) */
+    float *ln1_mean;       /* (L, B, T) */
+    float *ln1_rstd;       /* (L, B, T) */
+    float *qkv;            /* (L, B, T, 3C) */
+    float *atty;           /* (L, B, T, C) */
+    float *att_lse;        /* (L, B, NH, T) */
+    float *attproj;        /* (L, B, T, C) */
+    float *residual2;      /* (L, B, T, C) */
+    float *ln2;            /* (L, B, T, C) */
+    float *ln2_mean;       /* (L, B, T) */
+    float *ln2_rstd;       /* (L, B, T) */
+    float *fch;            /* (L, B, T, 4C) */
+    float *fch_gelu;       /* (L, B, T, 4C) */
+    float *fcproj;         /* (L, B, T, C) */
+    float *residual3;      /* (L, B, T, C) */
+    float *lnf;            /* (B, T, C) */
+    float *lnf_mean;       /* (B, T) */
+    float *lnf_rstd;       /* (B, T) */
+    float *logits;         /* (B, T, Vp) */
+    float *losses;         /* (B, T) */
+    float *xent_lse;       /* (B, T) */
+} gpt2_acts;
+
+typedef struct gpt2_grad_scratch {
+    float *dresidual;      /* (B, T, C) gradient flowing down the residual stream */
+    float *dbt4c;          /* (B, T, 4C) */
+    float *dbt4c2;         /* (B, T, 4C) */
+    float *dbt3c;          /* (B, T, 3C) */
+    float *dbtc;           /* (B, T, C) */
+    float *dbtc2;          /* (B, T, C) */
+    float *dlogits;        /* (B, T, Vp) */
+    float *dlosses;        /* (B, T) */
+} gpt2_grad_scratch;
+
+typedef struct gpt2 {
+    gpt2_config cfg;       /* sizes */
+    param_table pt;        /* names, shapes, offsets */
+    param_buffers pb;      /* params, grads, moments in host memory (on a GPU: params only, a mirror) */
+    const device *dev;     /* where the kernels run (device.h); NULL = the CPU */
+    const nn_ops *ops;     /* the device's kernels */
+    param_buffers w;       /* on a GPU: params, grads, moments in device memory; unused (zero) on the CPU */
+    int B, T;              /* batch shape the activations are sized for */
+    float *act_memory;     /* one allocation behind acts */
+    size_t act_floats;     /* its size */
+    gpt2_acts acts;        /* views into act_memory */
+    float *grad_memory;    /* one allocation behind gs */
+    size_t grad_floats;    /* its size */
+    gpt2_grad_scratch gs;  /* views into grad_memory */
+    param_layer_hook hook;  /* backward reports each finished layer here (set by the caller) */
+    int32_t *pos_ids;      /* (B, T) position of each token, 0..T-1 (on the device) */
+    int32_t *targets;      /* (B, T) copy of the last forward's targets (host) */
+    int32_t *dev_ids;      /* (2, B, T) tokens and targets of the last forward on the device; NULL on the CPU */
+    float *host_losses;    /* (B, T) losses copied back, and dlosses staged for upload (GPU only) */
+    float mean_loss;       /* mean over counted targets of the last forward, -1 without targets */
+    float loss_scale;      /* backward differentiates loss_scale * mean loss (fp16 loss scaling; 1 by default) */
+} gpt2;
+
+/* Builds the table, allocates params (+ grads and moments when `train`) and the
+ * activations for (B, T); initialises weights like GPT-2 (normal 0.02, residual
+ * projections 0.02/sqrt(2L), zero biases, unit norms) from the counter RNG. */
+status gpt2_init(gpt2 *m, const gpt2_config *cfg, int B, int T, uint64_t seed, bool train);
+/* The same on a device (NULL: the CPU). On a GPU the weights are initialised on the
+ * host exactly as on the CPU and uploaded; w holds params, grads and (when `train`)
+ * moments in device memory, pb only the host mirror of the parameters. */
+status gpt2_init_on(gpt2 *m, const gpt2_config *cfg, int B, int T, uint64_t seed, bool train, const device *dev);
+void gpt2_free(gpt2 *m);
+
+/* tokens, targets (B, T); targets may be NULL (no loss) and may hold -1 (ignored).
+ * STATUS_INPUT when a token is outside the vocabulary (names the position). */
+status gpt2_forward(gpt2 *m, const int32_t *tokens, const int32_t *targets);
+/* Gradient of the mean loss of the last forward, ADDED into the grad buffer (w.grads).
+ * On a GPU `tokens` is not read: the forward's copy on the device is used. */
+void gpt2_backward(gpt2 *m, const int32_t *tokens);
+
+/* Model FLOPs of one training step per token: 6 per parameter. */
+double gpt2_flops_per_token(const gpt2 *m);
+
+#endif

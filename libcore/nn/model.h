@@ -1,0 +1,173 @@
+/* model — one interface over the three model families (GPT-2, BERT, ResNet) for the
+ * executables: the [model] config section (a preset chosen by name, optionally with
+ * its architecture fields overridden), checks of the architecture and of the batch
+ * shape whose errors name the config key, and init / forward / backward / free of
+ * whichever family the name selects.
+ *
+ * The one design decision: resolving and checking a configuration (model_spec_*) is
+ * separate from building the model (model_init) and allocates nothing, so any
+ * configuration — gpt2-xl included — can be validated on a laptop before a job is
+ * submitted (nebula-bench model --dry-run), and bad input never gets as far as an
+ * allocation. configs/models/NAME.ini spells out every preset.
+ *
+ * Keys (0, or "preset" for model.stem, means "the preset's value"):
+ *   model.name         one of MODEL_NAMES
+ *   model.n_layer      transformer blocks                          GPT-2, BERT
+ *   model.n_head       attention heads; must divide n_embd         GPT-2, BERT
+ *   model.n_embd       width C (BERT's FFN is 4 C, as in every named BERT)
+ *   model.max_seq_len  positions: the longest sequence T (BERT: at most 512)
+ *   model.vocab_size   real tokens V (GPT-2 pads the embedding rows to a multiple
+ *                      of 128, as its presets do; BERT needs V >= 104 for its
+ *                      special ids [PAD] 0 .. [MASK] 103)
+ *   model.stem         imagenet | cifar                            ResNet
+ *   model.num_classes  rows of fc.weight                           ResNet
+ *   model.image_size   input height = width (0: 224 for the imagenet stem, 32 for cifar)
+ * A key set for a family it does not apply to is an error, not silently ignored. */
+#ifndef NEBULA_MODEL_H
+#define NEBULA_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "bert.h"
+#include "base/config.h"
+#include "gpt2.h"
+#include "base/log.h"
+#include "param.h"
+#include "resnet.h"
+
+/* Every preset: the GPT-2 sizes of Hugging Face (gpt2-tiny is a byte-level model for
+ * tests), Google's BERT checkpoints, torchvision's ResNets with the ImageNet stem and
+ * 1000 classes or ("-cifar") the CIFAR stem and 10 classes. */
+#define MODEL_NAMES                                                                                  \
+    "gpt2-tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl|bert-tiny|bert-base|bert-large|"                 \
+    "resnet18|resnet34|resnet50|resnet101|resnet152|"                                               \
+    "resnet18-cifar|resnet34-cifar|resnet50-cifar|resnet101-cifar|resnet152-cifar"
+
+/* The [model] section of every executable that builds a model. */
+#define MODEL_CONFIG_KEYS                                                                            \
+    { "model", "name", CONFIG_TYPE_ENUM, "gpt2", .choices = MODEL_NAMES,                            \
+      .help = "model preset (configs/models/NAME.ini spells out each one)" },                       \
+    { "model", "n_layer", CONFIG_TYPE_INT, "0", .min = 0, .max = 1024,                              \
+      .help = "GPT-2/BERT: transformer blocks (0: the preset's)" },                                 \
+    { "model", "n_head", CONFIG_TYPE_INT, "0", .min = 0, .max = 4096,                               \
+      .help = "GPT-2/BERT: attention heads, must divide n_embd (0: the preset's)" },                \
+    { "model", "n_embd", CONFIG_TYPE_INT, "0", .min = 0, .max = 65536,                              \
+      .help = "GPT-2/BERT: width C (0: the preset's)" },                                            \
+    { "model", "max_seq_len", CONFIG_TYPE_INT, "0", .min = 0, .max = 1 << 20,                       \
+      .help = "GPT-2/BERT: context, the longest sequence (BERT: at most 512; 0: the preset's)" },   \
+    { "model", "vocab_size", CONFIG_TYPE_INT, "0", .min = 0, .max = 1 << 24,                        \
+      .help = "GPT-2/BERT: vocabulary size V (BERT: at least 104; 0: the preset's)" },             \
+    { "model", "stem", CONFIG_TYPE_ENUM, "preset", .choices = "preset|imagenet|cifar",             \
+      .help = "ResNet: input stem (preset: the one the name implies)" },                            \
+    { "model", "num_classes", CONFIG_TYPE_INT, "0", .min = 0, .max = 1 << 20,                       \
+      .help = "ResNet: output classes (0: the preset's)" },                                         \
+    { "model", "image_size", CONFIG_TYPE_INT, "0", .min = 0, .max = 16384,                          \
+      .help = "ResNet: input height = width (0: 224 for the imagenet stem, 32 for cifar)" }
+
+typedef enum model_family {
+    MODEL_FAMILY_GPT2 = 0,  /* causal LM, tok/s */
+    MODEL_FAMILY_BERT,      /* masked LM, seq/s */
+    MODEL_FAMILY_RESNET,    /* image classifier, img/s */
+} model_family;
+
+/* A resolved architecture: the preset with the overrides applied. Nothing allocated. */
+typedef struct model_spec {
+    char name[32];          /* model.name, the preset */
+    model_family family;    /* selects which config below is live */
+    gpt2_config gpt2;       /* GPT-2 sizes (family GPT2) */
+    bert_config bert;       /* BERT sizes (family BERT) */
+    resnet_config resnet;   /* ResNet architecture (family RESNET) */
+    int image_size;         /* ResNet input H = W */
+} model_spec;
+
+/* Resolves the [model] keys of cfg (whose schema must hold MODEL_CONFIG_KEYS) and checks
+ * the architecture on its own: heads divide the width, BERT's 512 positions and special
+ * ids, the image covers the ResNet's total stride, no key set for another family.
+ * STATUS_INPUT with a message that names the key, its value and the rule. */
+status model_spec_from_config(model_spec *s, const config *cfg);
+
+/* The [model] section of a stored run config (a checkpoint's `config` attribute: every
+ * section of nebula-train's schema, INI text) into *mc, initialised here with
+ * MODEL_CONFIG_KEYS alone; the other sections are skipped. STATUS_INPUT, logged,
+ * when the text is not INI or a [model] key does not fit the schema. */
+status model_config_from_ini(config *mc, const char *ini);
+
+/* Checks a training batch shape against the architecture: B >= 1; for GPT-2 and BERT
+ * 1 <= T <= max_seq_len; for ResNet (T unused) enough values per channel for the last
+ * batch norm (B * final map >= 2). `batch_key` and `seq_key` are the caller's config
+ * keys for B and T (e.g. "bench.batch", "bench.seq"), named in the messages. */
+status model_spec_check_batch(const model_spec *s, int B, int T, const char *batch_key, const char *seq_key);
+
+/* One line: the name, family and every architecture field, e.g.
+ * "gpt2 (GPT-2): n_layer 12, n_head 12, n_embd 768, max_seq_len 1024, vocab_size 50257 (padded to 50304)". */
+void model_spec_print(const model_spec *s, FILE *f);
+
+/* One batch in the layout of the model's family. */
+typedef struct model_batch {
+    int32_t *ids;           /* (B, T) token ids: GPT-2, BERT; NULL for ResNet */
+    int32_t *targets;       /* (B, T) next-token (GPT-2) or MLM (BERT) targets, -1 ignored; (B) labels: ResNet */
+    int32_t *mask;          /* (B, T) BERT attention mask, 1 keep / 0 pad; NULL otherwise */
+    float *images;          /* (B, 3, H, W) ResNet; NULL otherwise */
+} model_batch;
+
+/* A model of any family, sized for one batch shape. Only the family object that
+ * spec.family selects is live. */
+typedef struct model {
+    model_spec spec;        /* what was built */
+    int B, T;               /* batch shape (ResNet: T = 0; H = W = spec.image_size) */
+    gpt2 gpt2;              /* the family object, by spec.family */
+    bert bert;
+    resnet resnet;
+    const model_batch *last; /* batch of the last forward, read by model_backward */
+} model;
+
+/* Builds the family's model for (B, T) — ResNet: (B, 3, image_size, image_size) — with
+ * its initial weights from `seed`; grads and optimizer moments when `train`. Call
+ * model_spec_check_batch first for messages that name the caller's keys. */
+status model_init(model *m, const model_spec *s, int B, int T, uint64_t seed, bool train);
+/* The same on a device (device.h; NULL: the CPU): every family runs on a GPU. */
+status model_init_on(model *m, const model_spec *s, int B, int T, uint64_t seed, bool train, const device *dev);
+void model_free(model *m);
+
+/* Allocates a batch for m's shape (mask filled with 1). */
+status model_batch_init(model_batch *b, const model *m);
+/* Fills a batch with synthetic data from the counter RNG (seed, 0, RNG_PURPOSE_DATA, 0):
+ * uniform token ids (BERT: clear of the special ids when V > 104), GPT-2 targets
+ * uniform, BERT targets = the input id at 15% of positions; ResNet images uniform in
+ * [-0.5, 0.5) and uniform labels. */
+void model_batch_synthetic(model_batch *b, const model *m, uint64_t seed);
+void model_batch_free(model_batch *b);
+
+/* Forward with the loss. `training` matters for ResNet (batch statistics; the running
+ * ones move) and is required for model_backward. The batch must stay unchanged until
+ * model_backward. STATUS_INPUT when an id, target or label is out of range. */
+status model_forward(model *m, const model_batch *b, bool training);
+/* Gradient of the mean loss of the last forward, ADDED into the grad buffer. */
+void model_backward(model *m);
+/* Mean loss of the last forward. */
+float model_loss(const model *m);
+/* The buffers the kernels use: model_buffers on the CPU, the device copies on a GPU. */
+param_buffers *model_device_buffers(model *m);
+/* model_backward differentiates scale * loss from now on (fp16 loss scaling; default 1). */
+void model_set_loss_scale(model *m, float scale);
+
+/* Trainable tensors and their flat buffers (params, grads, moments). */
+param_table *model_params(model *m);
+param_buffers *model_buffers(model *m);
+/* Non-trainable state saved with the model (ResNet's batch-norm running statistics,
+ * torchvision buffer names) and its values; NULL for GPT-2 and BERT. */
+const param_table *model_state_table(const model *m);
+float *model_state(model *m);
+
+/* Model FLOPs of one training step on the whole batch (each family's own count). */
+double model_flops_per_step(const model *m);
+/* Bytes of activations and activation gradients. */
+size_t model_activation_bytes(const model *m);
+/* What throughput counts ("tok", "seq" or "img") and how many of them one batch holds. */
+const char *model_unit(const model *m);
+double model_units_per_step(const model *m);
+
+#endif
