@@ -4,7 +4,7 @@
 #   make           build libcore, kernels and every executable into build/
 #   make check     build and run all tests; last line "N passed, N failed"
 #   make demo      run the main job on an embedded default
-#   make bench     the communication benchmark table of the README
+#   make bench     the communication benchmark table (docs/benchmarks.md)
 #   make fuzz      fuzz the checkpoint file readers, FUZZ_SECONDS (600) per target (needs clang)
 #   make chaos     build/chaos/bin/nebula-train with the checkpoint fault points (-DCHAOS); part of `make`
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make bench: the README's allreduce table (configs/bench-comm.ini) at NP=4 ranks as 2
+# make bench: the allreduce table of docs/benchmarks.md (configs/bench-comm.ini) at NP=4 ranks as 2
 # virtual nodes x 2, RUNS times (default 3; the machine is shared and noisy), then the
 # Markdown table of medians across runs: build/bench/comm-np4.md.
 set -euo pipefail

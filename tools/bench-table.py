@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench-table.py — the README's allreduce table from one or more `nebula-bench comm --out` files.
+"""bench-table.py — the allreduce table of docs/benchmarks.md from one or more `nebula-bench comm --out` files.
 
     tools/bench-table.py build/bench/comm-np4-run*.json > table.md
 

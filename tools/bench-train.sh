@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench-train.sh — the nebula-train benchmarks of the README, each beside its peer in
+# bench-train.sh — the nebula-train benchmarks of docs/benchmarks.md, each beside its peer in
 # the same run:
 #   overlap  GPT-2 124M on 4 ranks (2 virtual nodes x 2), micro-batch 1 x T=64: time a
 #            step waits for gradient communication after backward, against the time

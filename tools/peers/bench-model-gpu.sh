@@ -5,7 +5,7 @@
 # 124M, BERT-base and ResNet-50; each run measures its own dense bf16 GEMM rate for the
 # MFU column (ResNet FLOPs: Nebula's count, passed to the peer). REPS (default 3) runs
 # each, medians.
-# Writes OUT_DIR/gpu-bench.md (the README table rows) and the raw outputs beside it.
+# Writes OUT_DIR/gpu-bench.md (the table rows of docs/gpu.md) and the raw outputs beside it.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 out=${1:?usage: bench-model-gpu.sh OUT_DIR}

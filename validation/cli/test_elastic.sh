@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# nebula-train's elastic control file and heartbeat (README, "Elastic control and
+# nebula-train's elastic control file and heartbeat (docs/training.md, "Elastic control and
 # heartbeat"), with gpt2-tiny on the licence texts at a constant learning rate. The
 # control file is written before launch, so rank 0 takes it at the end of step 1:
 #   - heartbeat: present after a run, its step is the final step, every field parses;
