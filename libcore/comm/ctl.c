@@ -106,6 +106,14 @@ status comm_ctl_bcast_bytes(comm_ctl c, void *buf, size_t bytes, int root)
     return STATUS_OK;
 }
 
+status comm_ctl_gather(comm_ctl c, const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                       int recvcount, MPI_Datatype recvtype, int root)
+{
+    MPI_Request r;
+    return ctl_wait(c, &r, "gather",
+                    MPI_Igather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, c.comm, &r));
+}
+
 status comm_ctl_allgather(comm_ctl c, const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
                           int recvcount, MPI_Datatype recvtype)
 {

@@ -51,6 +51,9 @@ status comm_ctl_reduce(comm_ctl c, const void *sendbuf, void *recvbuf, int count
 status comm_ctl_bcast(comm_ctl c, void *buf, int count, MPI_Datatype dt, int root);
 /* Broadcast of `bytes` bytes of any size (split into int-sized pieces). */
 status comm_ctl_bcast_bytes(comm_ctl c, void *buf, size_t bytes, int root);
+/* recvbuf is read on root only. */
+status comm_ctl_gather(comm_ctl c, const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                       int recvcount, MPI_Datatype recvtype, int root);
 status comm_ctl_allgather(comm_ctl c, const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
                           int recvcount, MPI_Datatype recvtype);
 status comm_ctl_allgatherv(comm_ctl c, const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
