@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "comm/ctl.h"
 
 enum { ROW_OMPI = COMM_ALGO_COUNT, NROWKINDS };  /* row kinds: comm_algo values + the peer */
 
@@ -48,7 +49,7 @@ static MPI_Datatype mpi_type(reduce_dtype dt)
 static status run_once(runtime *rt, comm *c, int kind, void *buf, size_t count, reduce_dtype dt)
 {
     if (kind == ROW_OMPI) {
-        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(dt), MPI_SUM, rt->world));
+        comm_mpi_allreduce_blocking(buf, (int)count, mpi_type(dt), MPI_SUM, rt->world);  /* the peer: no deadline, no polling */
         return STATUS_OK;
     }
     return comm_allreduce(c, buf, count, dt, REDUCE_OP_SUM, (comm_algo)kind);
@@ -60,7 +61,8 @@ static double exact_input(int rank, size_t i)
     return (double)((int)((i * 5 + (size_t)rank * 7) % 17) - 8);
 }
 
-static status check_kind(runtime *rt, comm *c, int kind, void *buf, size_t count, reduce_dtype dt, size_t *wrong)
+static status check_kind(runtime *rt, comm *c, comm_ctl ctl, int kind, void *buf, size_t count, reduce_dtype dt,
+                         size_t *wrong)
 {
     for (size_t i = 0; i < count; i++) reduce_set(buf, i, dt, exact_input(rt->rank, i));
     TRY(run_once(rt, c, kind, buf, count, dt));
@@ -70,7 +72,7 @@ static status check_kind(runtime *rt, comm *c, int kind, void *buf, size_t count
         for (int r = 0; r < rt->size; r++) e += exact_input(r, i);
         w += reduce_get(buf, i, dt) != e;
     }
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &w, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, rt->world));
+    TRY(comm_ctl_allreduce(ctl, MPI_IN_PLACE, &w, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM));
     *wrong = (size_t)w;
     return STATUS_OK;
 }
@@ -88,6 +90,7 @@ static status bench_size(const config *cfg, runtime *rt, comm *c, const int *kin
     size_t count = bytes / reduce_dtype_size(dt);
     int warmup = (int)config_int(cfg, "bench.warmup"), rounds = (int)config_int(cfg, "bench.rounds");
     int iters = (int)config_int(cfg, "bench.iters");
+    comm_ctl ctl = comm_ctl_named(rt->world, config_float(cfg, "comm.timeout"), "bench world");  /* outside the timing */
     memset(buf, 0, bytes);
     for (int k = 0; k < nkinds; k++)
         for (int w = 0; w < warmup; w++) TRY(run_once(rt, c, kinds[k], buf, count, dt));
@@ -95,7 +98,7 @@ static status bench_size(const config *cfg, runtime *rt, comm *c, const int *kin
         double t0 = MPI_Wtime();
         TRY(run_once(rt, c, kinds[0], buf, count, dt));
         double t = MPI_Wtime() - t0;
-        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, rt->world));
+        TRY(comm_ctl_allreduce(ctl, MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX));
         iters = t > 0 ? (int)(0.1 / t) : 1000;
         iters = iters < 3 ? 3 : iters > 1000 ? 1000 : iters;
     }
@@ -109,13 +112,13 @@ static status bench_size(const config *cfg, runtime *rt, comm *c, const int *kin
             for (int i = 0; i < iters; i++) TRY(run_once(rt, c, kinds[k], buf, count, dt));
             t[k * rounds + r] = (MPI_Wtime() - t0) / iters;
         }
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t, nkinds * rounds, MPI_DOUBLE, MPI_MAX, rt->world));
+    TRY(comm_ctl_allreduce(ctl, MPI_IN_PLACE, t, nkinds * rounds, MPI_DOUBLE, MPI_MAX));
     for (int k = 0; k < nkinds; k++) {
         qsort(t + k * rounds, (size_t)rounds, sizeof *t, cmp_double);
         rows[k] = (bench_row){ .bytes = bytes, .count = count, .kind = kinds[k],
                                .picked = kinds[k] == COMM_ALGO_AUTO ? comm_auto_choice(c, bytes) : (comm_algo)kinds[k],
                                .us = t[k * rounds + rounds / 2] * 1e6 };
-        if (config_bool(cfg, "bench.check")) TRY(check_kind(rt, c, kinds[k], buf, count, dt, &rows[k].wrong));
+        if (config_bool(cfg, "bench.check")) TRY(check_kind(rt, c, ctl, kinds[k], buf, count, dt, &rows[k].wrong));
     }
     free(t);
     return STATUS_OK;

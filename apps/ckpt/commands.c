@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ckpt_tool.h"
+#include "comm/ctl.h"
 
 #define CHANGES_MAX 8192  /* bytes of the lines an upgrade reports */
 
@@ -60,7 +61,10 @@ int tool_verify(const tool_args *a)
     }
     problems += nbad;
     int st_tables = rank == 0 ? (int)verify_tables(&cat, tables, sizeof tables) : STATUS_OK;
-    MPI_Bcast(&st_tables, 1, MPI_INT, 0, a->rt->world);
+    if (comm_ctl_bcast(comm_ctl_make(a->rt->world, 0), &st_tables, 1, MPI_INT, 0) != STATUS_OK) {  /* offline: no deadline */
+        ckpt_catalog_free(&cat);
+        return 1;
+    }
     problems += st_tables != STATUS_OK;
     if (rank == 0) {
         uint64_t bytes = 0;

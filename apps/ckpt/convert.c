@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "ckpt_tool.h"
+#include "comm/ctl.h"
 #include "data/data.h"
 #include "ckpt/tool/llmc.h"
 #include "ckpt/tool/safetensors.h"
@@ -94,7 +95,7 @@ static int convert_to(const tool_args *a, const char *format, const char *out)
         int n = 0;
         if (st == STATUS_OK && a->rt->rank == 0)
             st = !strcmp(format, "llmc") ? write_llmc(&tm, out) : write_safetensors(&tm, &cat, out, &n);
-        MPI_Bcast(&st, 1, MPI_INT, 0, a->rt->world);
+        if (comm_ctl_bcast(comm_ctl_make(a->rt->world, 0), &st, 1, MPI_INT, 0) != STATUS_OK) st = STATUS_PEER;
         if (st == STATUS_OK && a->rt->rank == 0)
             printf("converted %s (%s, step %" PRId64 ") to %s%s%s\n", cat.dir, cat.h.model, cat.h.step, out,
                    !strcmp(format, "llmc") ? " (llm.c GPT-2 model file, fp32)" : " (safetensors, float32)",
@@ -203,7 +204,7 @@ static status read_llmc(tool_model *tm, const tool_args *a, const char *path)
 static void bcast_floats(float *p, size_t n, MPI_Comm comm)
 {
     for (size_t at = 0; at < n; at += BCAST_FLOATS)
-        MPI_Bcast(p + at, (int)(n - at < BCAST_FLOATS ? n - at : BCAST_FLOATS), MPI_FLOAT, 0, comm);
+        CHECK(comm_ctl_bcast(comm_ctl_make(comm, 0), p + at, (int)(n - at < BCAST_FLOATS ? n - at : BCAST_FLOATS), MPI_FLOAT, 0) == STATUS_OK, "see the MPI error above");
 }
 
 /* step 0 of DIR: parameters (and buffers), zero moments, the loader at its start. */
@@ -237,12 +238,12 @@ static int convert_from(const tool_args *a, const char *format, const char *out)
     status st = STATUS_OK;
     if (rank == 0)
         st = !strcmp(format, "llmc") ? read_llmc(&tm, a, a->paths[0]) : read_safetensors(&tm, a, a->paths[0], &ignored);
-    MPI_Bcast(&st, 1, MPI_INT, 0, comm);
+    if (comm_ctl_bcast(comm_ctl_make(comm, 0), &st, 1, MPI_INT, 0) != STATUS_OK) st = STATUS_PEER;
     if (st != STATUS_OK) return status_exit_code(st);
-    MPI_Bcast(tm.ini, (int)sizeof tm.ini, MPI_CHAR, 0, comm);
+    if (comm_ctl_bcast(comm_ctl_make(comm, 0), tm.ini, (int)sizeof tm.ini, MPI_CHAR, 0) != STATUS_OK) return 1;
     if (rank != 0) st = tool_model_from_ini(&tm, tm.ini, a->paths[0], NULL);
     int failed = st != STATUS_OK, any;  /* rank 0 built this model: only memory can fail here */
-    MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, comm);
+    if (comm_ctl_allreduce(comm_ctl_make(comm, 0), &failed, &any, 1, MPI_INT, MPI_MAX) != STATUS_OK) return 1;
     if (any) {
         if (!failed) tool_model_free(&tm);
         return 1;

@@ -4,38 +4,6 @@
 
 #include <stdint.h>
 
-size_t reduce_dtype_size(reduce_dtype dt)
-{
-    switch (dt) {
-    case REDUCE_DTYPE_F32: return sizeof(float);
-    case REDUCE_DTYPE_F64: return sizeof(double);
-    case REDUCE_DTYPE_I32: return sizeof(int32_t);
-    case REDUCE_DTYPE_I64: return sizeof(int64_t);
-    }
-    return 0;
-}
-
-double reduce_get(const void *buf, size_t i, reduce_dtype dt)
-{
-    switch (dt) {
-    case REDUCE_DTYPE_F32: return ((const float *)buf)[i];
-    case REDUCE_DTYPE_F64: return ((const double *)buf)[i];
-    case REDUCE_DTYPE_I32: return ((const int32_t *)buf)[i];
-    case REDUCE_DTYPE_I64: return (double)((const int64_t *)buf)[i];
-    }
-    return 0;
-}
-
-void reduce_set(void *buf, size_t i, reduce_dtype dt, double v)
-{
-    switch (dt) {
-    case REDUCE_DTYPE_F32: ((float *)buf)[i] = (float)v; break;
-    case REDUCE_DTYPE_F64: ((double *)buf)[i] = v; break;
-    case REDUCE_DTYPE_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
-    case REDUCE_DTYPE_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
-    }
-}
-
 /* a op b with a the left operand: sum a + b; max keeps a unless b > a; min keeps a
  * unless b < a (so NaN and signed zeros resolve by operand position). */
 #define REDUCE_LOOPS(T, d, s, n, rev)                                                    \

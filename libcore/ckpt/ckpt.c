@@ -29,17 +29,17 @@
 #include <time.h>
 #include <unistd.h>
 
-status ckpt_agree(MPI_Comm comm, status st, char *why, size_t len)
+status ckpt_agree(comm_ctl ctl, status st, char *why, size_t len)
 {
     int rank, size, first;
-    MPI_Comm_rank(comm, &rank);
-    MPI_Comm_size(comm, &size);
+    MPI_Comm_rank(ctl.comm, &rank);
+    MPI_Comm_size(ctl.comm, &size);
     int mine = st != STATUS_OK ? rank : size;
-    MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
+    TRY(comm_ctl_allreduce(ctl, &mine, &first, 1, MPI_INT, MPI_MIN));
     if (first == size) return STATUS_OK;
     int code = (int)st;
-    MPI_CHECK(MPI_Bcast(&code, 1, MPI_INT, first, comm));
-    if (why) MPI_CHECK(MPI_Bcast(why, (int)len, MPI_CHAR, first, comm));
+    TRY(comm_ctl_bcast(ctl, &code, 1, MPI_INT, first));
+    if (why) TRY(comm_ctl_bcast(ctl, why, (int)len, MPI_CHAR, first));
     return (status)code;
 }
 
@@ -62,16 +62,14 @@ static bool host_little_endian(void)
     return *(const uint8_t *)&one == 1;
 }
 
-/* The largest shared-memory node of comm. */
-static int count_ranks_per_node(MPI_Comm comm)
+/* *n = the largest shared-memory node of ctl's communicator. */
+static status count_ranks_per_node(comm_ctl ctl, int *n)
 {
     MPI_Comm node;
-    int n;
-    MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
-    MPI_CHECK(MPI_Comm_size(node, &n));
+    MPI_CHECK(MPI_Comm_split_type(ctl.comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+    MPI_CHECK(MPI_Comm_size(node, n));
     MPI_CHECK(MPI_Comm_free(&node));
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &n, 1, MPI_INT, MPI_MAX, comm));
-    return n;
+    return comm_ctl_allreduce(ctl, MPI_IN_PLACE, n, 1, MPI_INT, MPI_MAX);
 }
 
 static size_t round_up(size_t n, size_t to)
@@ -120,6 +118,7 @@ status ckpt_writer_init(ckpt_writer **out, MPI_Comm comm, const char *dir, int k
     ckpt_writer *w = calloc(1, sizeof *w);
     CHECK(w, "out of memory for a checkpoint writer");
     MPI_CHECK(MPI_Comm_dup(comm, &w->comm));
+    w->ctl = ckpt_ctl(w->comm, shape->timeout_s);
     MPI_Comm_rank(w->comm, &w->rank);
     MPI_Comm_size(w->comm, &w->size);
     snprintf(w->dir, sizeof w->dir, "%s", dir);
@@ -139,8 +138,8 @@ status ckpt_writer_init(ckpt_writer **out, MPI_Comm comm, const char *dir, int k
         snprintf(w->blob_name[b], CKPT_GROUP_MAX, "%s", shape->blobs[b].name);
         w->blob_bytes[b] = shape->blobs[b].bytes;
     }
-    w->ranks_per_node = count_ranks_per_node(w->comm);
-    status st = STATUS_OK;
+    status st = count_ranks_per_node(w->ctl, &w->ranks_per_node);
+    if (st != STATUS_OK) return st;  /* w leaks: a rank did not arrive, the job is ending */
 #ifdef CHAOS
     st = ckpt_chaos_init(&w->chaos);
 #endif
@@ -150,7 +149,8 @@ status ckpt_writer_init(ckpt_writer **out, MPI_Comm comm, const char *dir, int k
     pthread_cond_init(&w->copied_cond, NULL);
     if (st == STATUS_OK && w->rank == 0) st = path_mkdirs(w->dir, "checkpoint directory");
     if (st == STATUS_OK && async && w->rank == 0) st = staging_init(w, shape);
-    st = ckpt_agree(w->comm, st, NULL, 0);
+    st = ckpt_agree(w->ctl, st, NULL, 0);
+    if (st == STATUS_TIMEOUT) return st;  /* no collective free */
     if (st != STATUS_OK) {
         ckpt_writer_free(w);
         return st;
@@ -185,9 +185,10 @@ static int ranks_per_node(const ckpt_writer *w, const ckpt_content *c)
 /* ckpt_write_step with the CHAOS faults of `chaos` (NULL: none). A failure not
  * stopped by `fault` removes what the save left (ckpt_dir_discard); *err is then
  * ENOSPC when any rank ran out of space, else rank 0's errno (0: unknown). */
-static status write_step(MPI_Comm comm, const char *dir, ckpt_plan *p, const ckpt_content *c, int ranks_per_node,
+static status write_step(comm_ctl ctl, const char *dir, ckpt_plan *p, const ckpt_content *c, int ranks_per_node,
                          int keep_last, ckpt_fault fault, const ckpt_chaos *chaos, int *err)
 {
+    MPI_Comm comm = ctl.comm;  /* HDF5's */
     int rank;
     MPI_Comm_rank(comm, &rank);
     char why[CKPT_WHY_MAX] = "", h5[CKPT_PATH_MAX];
@@ -196,16 +197,17 @@ static status write_step(MPI_Comm comm, const char *dir, ckpt_plan *p, const ckp
     *err = 0;
     status st = rank == 0 ? ckpt_dir_prepare_tmp(dir, c->step) : STATUS_OK;
     if (st != STATUS_OK) *err = errno;
-    st = ckpt_agree(comm, st, NULL, 0);
+    st = ckpt_agree(ctl, st, NULL, 0);
+    if (st == STATUS_TIMEOUT) return st;  /* a rank did not arrive: nothing more is collective */
     if (st == STATUS_OK) {
-        ckpt_checksums_parallel(comm, p, c);
+        TRY(ckpt_checksums_parallel(ctl, p, c));
         hid_t f;
         st = ckpt_file_create(h5, comm, p, c, ranks_per_node, &f, why);
-        st = ckpt_agree(comm, st, why, sizeof why);
+        st = ckpt_agree(ctl, st, why, sizeof why);
         if (st == STATUS_OK) {
             int inject = rank == 0 ? CKPT_CHAOS_ERRNO(chaos, CKPT_CHAOS_WRITE, c->step) : 0;
             st = ckpt_file_write_parallel(f, comm, p, c, inject, why, err);
-            st = ckpt_agree(comm, st, why, sizeof why);
+            st = ckpt_agree(ctl, st, why, sizeof why);
         }
         if (st != STATUS_OK) {
             log_error0("checkpoint of step %" PRId64 " not saved: %s", c->step, why);
@@ -215,13 +217,14 @@ static status write_step(MPI_Comm comm, const char *dir, ckpt_plan *p, const ckp
                 if (st == STATUS_OK) st = ckpt_dir_commit_at(dir, c->step, keep_last, fault, chaos);
                 if (st != STATUS_OK) *err = errno;
             }
-            st = ckpt_agree(comm, st, NULL, 0);
+            st = ckpt_agree(ctl, st, NULL, 0);
         }
     }
     if (st == STATUS_OK) return STATUS_OK;
     if (rank == 0 && fault == CKPT_FAULT_NONE) ckpt_dir_discard(dir, c->step);
+    if (st == STATUS_TIMEOUT) return st;
     int nospc = *err == ENOSPC;  /* also holds the others until rank 0 has cleaned up */
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &nospc, 1, MPI_INT, MPI_MAX, comm));
+    TRY(comm_ctl_allreduce(ctl, MPI_IN_PLACE, &nospc, 1, MPI_INT, MPI_MAX));
     if (nospc) *err = ENOSPC;
     return st;
 }
@@ -230,7 +233,7 @@ status ckpt_write_step(MPI_Comm comm, const char *dir, ckpt_plan *p, const ckpt_
                        int keep_last, ckpt_fault fault)
 {
     int err;
-    return write_step(comm, dir, p, c, ranks_per_node, keep_last, fault, NULL, &err);
+    return write_step(ckpt_ctl(comm, c->timeout_s), dir, p, c, ranks_per_node, keep_last, fault, NULL, &err);
 }
 
 static size_t checkpoint_bytes(const ckpt_writer *w)
@@ -270,12 +273,13 @@ static void log_save_failure(const ckpt_writer *w, int64_t step, int err)
 static status save_sync(ckpt_writer *w, const ckpt_content *c)
 {
     int err;
-    status st = write_step(w->comm, w->dir, &w->plan, c, ranks_per_node(w, c), w->keep_last, w->fault, &w->chaos,
+    status st = write_step(w->ctl, w->dir, &w->plan, c, ranks_per_node(w, c), w->keep_last, w->fault, &w->chaos,
                            &err);
+    if (st == STATUS_TIMEOUT) return st;
     if (st != STATUS_OK) {
         log_save_failure(w, c->step, err);
         /* The caller's abort on another rank would cut rank 0's message short. */
-        MPI_CHECK(MPI_Barrier(w->comm));
+        TRY(comm_ctl_barrier(w->ctl));
     }
     return st;
 }
@@ -469,8 +473,8 @@ static status save_async(ckpt_writer *w, const ckpt_content *c)
     for (int b = 0; b < c->nblobs; b++) {
         const ckpt_dset *d = &w->plan.dsets[w->plan.ntensors + b];
         int n = (int)c->blobs[b].bytes;
-        MPI_CHECK(MPI_Gather(c->blobs[b].data, n, MPI_BYTE, w->rank == 0 ? (void *)d->src : NULL, n, MPI_BYTE, 0,
-                             w->comm));
+        TRY(comm_ctl_gather(w->ctl, c->blobs[b].data, n, MPI_BYTE, w->rank == 0 ? (void *)d->src : NULL, n, MPI_BYTE,
+                            0));
     }
     status st = w->rank == 0 ? stage_and_start(w, c, why) : STATUS_OK;
     if (st != STATUS_OK) {  /* rank 0, before the agreement lets the others go on to abort */
@@ -479,7 +483,7 @@ static status save_async(ckpt_writer *w, const ckpt_content *c)
         if (w->fault == CKPT_FAULT_NONE) ckpt_dir_discard(w->dir, c->step);
         log_save_failure(w, c->step, err);
     }
-    return ckpt_agree(w->comm, st, NULL, 0);
+    return ckpt_agree(w->ctl, st, NULL, 0);
 }
 
 /* Rank 0, calling thread, after the background write: the checksums it computed go
@@ -553,7 +557,7 @@ static status wait_previous(ckpt_writer *w)
         w->deferred = STATUS_OK;
         if (st != STATUS_OK) log_save_failure(w, w->deferred_step, w->deferred_err);
     }
-    MPI_CHECK(MPI_Bcast(&st, 1, MPI_INT, 0, w->comm));
+    TRY(comm_ctl_bcast(w->ctl, &st, 1, MPI_INT, 0));
     return (status)st;
 }
 
@@ -610,8 +614,9 @@ static status load_one(MPI_Comm comm, const char *path, ckpt_content *c, ckpt_in
             st = ckpt_dir_marker(path, &marker_step, why);
         }
     }
-    TRY(ckpt_agree(comm, st, why, CKPT_WHY_MAX));
-    MPI_CHECK(MPI_Bcast(&marker_step, 1, MPI_INT64_T, 0, comm));
+    comm_ctl ctl = ckpt_ctl(comm, c->timeout_s);
+    TRY(ckpt_agree(ctl, st, why, CKPT_WHY_MAX));
+    TRY(comm_ctl_bcast(ctl, &marker_step, 1, MPI_INT64_T, 0));
     char h5[CKPT_PATH_MAX];
     snprintf(h5, sizeof h5, "%s/%s", path, CKPT_FILE);
     TRY(ckpt_file_read(comm, h5, marker_step, c, info, why));
@@ -647,13 +652,14 @@ static status load_auto(MPI_Comm comm, const char *dir, ckpt_content *c, ckpt_in
     int rank, n = 0, skipped = 0, tried = 0;
     MPI_Comm_rank(comm, &rank);
     ckpt_entry *e = NULL;
-    TRY(ckpt_agree(comm, rank == 0 ? ckpt_dir_list(dir, &e, &n) : STATUS_OK, NULL, 0));
-    MPI_CHECK(MPI_Bcast(&n, 1, MPI_INT, 0, comm));
+    comm_ctl ctl = ckpt_ctl(comm, c->timeout_s);
+    TRY(ckpt_agree(ctl, rank == 0 ? ckpt_dir_list(dir, &e, &n) : STATUS_OK, NULL, 0));
+    TRY(comm_ctl_bcast(ctl, &n, 1, MPI_INT, 0));
     if (rank != 0 && n > 0) {
         e = malloc((size_t)n * sizeof *e);
         CHECK(e, "out of memory listing checkpoints");
     }
-    if (n > 0) MPI_CHECK(MPI_Bcast(e, n * (int)sizeof *e, MPI_BYTE, 0, comm));
+    if (n > 0) TRY(comm_ctl_bcast(ctl, e, n * (int)sizeof *e, MPI_BYTE, 0));
     status st = STATUS_OK;
     bool loaded = false;
     for (int i = 0; i < n && !loaded && st == STATUS_OK; i++) {

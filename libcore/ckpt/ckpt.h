@@ -106,6 +106,10 @@ typedef struct ckpt_content {
                                    0: counted from the communicator's shared-memory nodes */
     int resharded_from;         /* save only: 0, or the world size whose rank 0 rows every blob row
                                    holds (ckpt_reshard); a load then reports info.resharded */
+    double timeout_s;           /* deadline in seconds of each of the module's control collectives
+                                   (agreements, votes, broadcasts; comm.timeout): a rank that does not
+                                   arrive makes the others return STATUS_TIMEOUT; 0: none. The
+                                   writer takes it from the shape given at init, loads from c */
     ckpt_tensors groups[CKPT_MAX_GROUPS];
     int ngroups;
     const ckpt_shards *shards[CKPT_MAX_GROUPS]; /* per group: NULL when its data is the full flat

@@ -168,17 +168,18 @@ static void crc_combine_op(void *in, void *inout, int *n, MPI_Datatype *type)
     }
 }
 
-void ckpt_crc_allreduce(MPI_Comm comm, ckpt_crc_piece *p, int n)
+status ckpt_crc_allreduce(comm_ctl ctl, ckpt_crc_piece *p, int n)
 {
-    if (n == 0) return;
+    if (n == 0) return STATUS_OK;
     MPI_Datatype type;
     MPI_Op op;
     MPI_CHECK(MPI_Type_contiguous(2, MPI_UINT64_T, &type));
     MPI_CHECK(MPI_Type_commit(&type));
     MPI_CHECK(MPI_Op_create(crc_combine_op, 0 /* not commutative: rank order */, &op));
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p, n, type, op, comm));
+    TRY(comm_ctl_allreduce(ctl, MPI_IN_PLACE, p, n, type, op));  /* on failure the op stays: MPI may still use it */
     MPI_CHECK(MPI_Op_free(&op));
     MPI_CHECK(MPI_Type_free(&type));
+    return STATUS_OK;
 }
 
 uint32_t ckpt_crc_rows(const uint32_t *rows, int n, size_t row_bytes)
@@ -188,8 +189,9 @@ uint32_t ckpt_crc_rows(const uint32_t *rows, int n, size_t row_bytes)
     return crc;
 }
 
-void ckpt_checksums_parallel(MPI_Comm comm, ckpt_plan *p, const ckpt_content *c)
+status ckpt_checksums_parallel(comm_ctl ctl, ckpt_plan *p, const ckpt_content *c)
 {
+    MPI_Comm comm = ctl.comm;
     ckpt_crc_piece *pc = p->pieces;
     for (int k = 0; k < p->ntensors; k++) {
         const ckpt_tensors *g = &c->groups[p->dsets[k].group];
@@ -203,14 +205,14 @@ void ckpt_checksums_parallel(MPI_Comm comm, ckpt_plan *p, const ckpt_content *c)
         pc[k].len = (b - a) * sizeof(float);
         pc[k].crc = pc[k].len ? ckpt_crc_copy(NULL, g->data + e->offset + a, pc[k].len) : 0;
     }
-    ckpt_crc_allreduce(comm, pc, p->ntensors);
+    TRY(ckpt_crc_allreduce(ctl, pc, p->ntensors));
     for (int k = 0; k < p->ntensors; k++) p->dsets[k].crc = (uint32_t)pc[k].crc;
     for (int g = 0; g < c->ngroups; g++) {
         const ckpt_shards *s = c->shards[g];
         if (!s) continue;
         uint32_t *crc = malloc(((size_t)c->groups[g].table->count + 1) * sizeof *crc);
         CHECK(crc, "out of memory for the checksums of a sharded group");
-        ckpt_shard_group_crcs(comm, s, c->groups[g].table, c->groups[g].data, crc);
+        TRY(ckpt_shard_group_crcs(ctl, s, c->groups[g].table, c->groups[g].data, crc));  /* crc leaks on a timeout */
         for (int k = 0; k < p->ntensors; k++)
             if (p->dsets[k].group == g) p->dsets[k].crc = crc[p->dsets[k].index];
         free(crc);
@@ -223,10 +225,11 @@ void ckpt_checksums_parallel(MPI_Comm comm, ckpt_plan *p, const ckpt_content *c)
             for (int r = 0; r < p->world_size; r++) d->row_crcs[r] = crc;
         } else {
             uint32_t mine = ckpt_crc_bytes(0, bl->data, bl->bytes);
-            MPI_CHECK(MPI_Allgather(&mine, 1, MPI_UINT32_T, d->row_crcs, 1, MPI_UINT32_T, comm));
+            TRY(comm_ctl_allgather(ctl, &mine, 1, MPI_UINT32_T, d->row_crcs, 1, MPI_UINT32_T));
         }
         d->crc = ckpt_crc_rows(d->row_crcs, p->world_size, bl->bytes);
     }
+    return STATUS_OK;
 }
 
 /* ---- selections ---------------------------------------------------------------- */
@@ -329,8 +332,8 @@ size_t ckpt_select_shards(hid_t space, const param_entry *e, const ckpt_shards *
     return n;
 }
 
-void ckpt_shard_group_crcs(MPI_Comm comm, const ckpt_shards *s, const param_table *t, const float *data,
-                           uint32_t *out)
+status ckpt_shard_group_crcs(comm_ctl ctl, const ckpt_shards *s, const param_table *t, const float *data,
+                             uint32_t *out)
 {
     uint32_t *crc = malloc(((size_t)s->n + 1) * sizeof *crc);
     CHECK(crc, "out of memory for the checksums of a sharded group");
@@ -338,7 +341,7 @@ void ckpt_shard_group_crcs(MPI_Comm comm, const ckpt_shards *s, const param_tabl
     for (int i = 0; i < s->n; i++)
         crc[i] = s->mine[i] ? ckpt_crc_bytes(0, data + s->packed[i], s->count[i] * sizeof(float)) : 0;
     /* every range has exactly one holder, the others contribute 0 */
-    if (s->n) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, crc, s->n, MPI_UINT32_T, MPI_BOR, comm));
+    if (s->n) TRY(comm_ctl_allreduce(ctl, MPI_IN_PLACE, crc, s->n, MPI_UINT32_T, MPI_BOR));  /* crc leaks on a timeout */
     for (int i = 0; i < t->count; i++) {
         int a, b;
         ckpt_shard_span(s, &t->entries[i], &a, &b);
@@ -346,6 +349,7 @@ void ckpt_shard_group_crcs(MPI_Comm comm, const ckpt_shards *s, const param_tabl
         for (int k = a + 1; k < b; k++) out[i] = crc_join(out[i], crc[k], s->count[k] * sizeof(float));
     }
     free(crc);
+    return STATUS_OK;
 }
 
 void ckpt_select_row(hid_t space, hsize_t row, hsize_t bytes)

@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 
 #include "ckpt.h"
+#include "comm/ctl.h"
 
 #define CKPT_PATH_MAX  4096
 #define CKPT_GROUP_MAX 32    /* bytes of a group or blob name including its NUL */
@@ -95,6 +96,7 @@ int ckpt_chaos_errno(const ckpt_chaos *ch, ckpt_chaos_point point, int64_t step)
 
 struct ckpt_writer {
     MPI_Comm comm;                       /* duplicate of the caller's communicator */
+    comm_ctl ctl;                        /* comm with the deadline of the shape given at init */
     int rank, size;                      /* in comm */
     char dir[CKPT_PATH_MAX];             /* RUN/ckpt */
     int keep_last;                       /* committed checkpoints kept */
@@ -132,9 +134,17 @@ struct ckpt_writer {
     int waited;                          /* saves that had to wait for a running write */
 };
 
-/* Agrees on a status across comm: the first failing rank's status and `why` (of
- * `len` bytes on every rank) are broadcast; STATUS_OK when every rank succeeded. */
-status ckpt_agree(MPI_Comm comm, status st, char *why, size_t len);
+/* The module's control collectives on comm (HDF5 uses the same communicator), with a
+ * deadline of timeout_s seconds (0: none). */
+static inline comm_ctl ckpt_ctl(MPI_Comm comm, double timeout_s)
+{
+    return comm_ctl_named(comm, timeout_s, "checkpoint");
+}
+
+/* Agrees on a status across ctl's communicator: the first failing rank's status and
+ * `why` (of `len` bytes on every rank) are broadcast; STATUS_OK when every rank
+ * succeeded; STATUS_TIMEOUT (on the ranks that waited) when one did not arrive. */
+status ckpt_agree(comm_ctl ctl, status st, char *why, size_t len);
 
 /* HDF5 prints an error stack for every failed call. Failures here are expected (a
  * damaged checkpoint) and reported once by this module, so between begin and end
@@ -149,7 +159,8 @@ void ckpt_h5_quiet_end(ckpt_h5_quiet q);
 
 /* Collective: writes c (laid out by p, whose world_size may differ from comm's size
  * when p->same_rows) as dir/step_N through the commit protocol — .step_N.tmp, the
- * parallel write, fsync, rename, marker — then prunes to keep_last. Logs a failure. */
+ * parallel write, fsync, rename, marker — then prunes to keep_last. Logs a failure.
+ * The deadline is c->timeout_s. */
 status ckpt_write_step(MPI_Comm comm, const char *dir, ckpt_plan *p, const ckpt_content *c, int ranks_per_node,
                        int keep_last, ckpt_fault fault);
 
@@ -169,7 +180,7 @@ typedef struct ckpt_crc_piece {
     uint64_t len;  /* their length */
 } ckpt_crc_piece;
 /* Collective: p[i] becomes the combination of every rank's p[i], in rank order. */
-void ckpt_crc_allreduce(MPI_Comm comm, ckpt_crc_piece *p, int n);
+status ckpt_crc_allreduce(comm_ctl ctl, ckpt_crc_piece *p, int n);
 
 /* The floats [*lo, *hi) of a flat buffer of `total` that `rank` of `size` owns: whole
  * blocks of PARAM_ALIGN_FLOATS, as equal as possible. */
@@ -189,8 +200,8 @@ size_t ckpt_select_shards(hid_t space, const param_entry *e, const ckpt_shards *
 /* Collective: out[i] = the CRC-32 of tensor i of t, whose ranges of s are held across the
  * ranks in their data (each rank hashes the ranges it holds, one bitwise-or reduction,
  * the ranges' CRC-32s combined in offset order). */
-void ckpt_shard_group_crcs(MPI_Comm comm, const ckpt_shards *s, const param_table *t, const float *data,
-                           uint32_t *out);
+status ckpt_shard_group_crcs(comm_ctl ctl, const ckpt_shards *s, const param_table *t, const float *data,
+                             uint32_t *out);
 /* Dies unless the ranges of s tile every tensor of t. */
 void ckpt_shards_check(const ckpt_shards *s, const param_table *t);
 void ckpt_select_row(hid_t space, hsize_t row, hsize_t bytes);
@@ -207,7 +218,7 @@ hid_t ckpt_file_access(MPI_Comm comm);
 
 /* Collective: fills every dataset's crc (and blobs' row_crcs) from c's buffers,
  * each rank hashing its slice. */
-void ckpt_checksums_parallel(MPI_Comm comm, ckpt_plan *p, const ckpt_content *c);
+status ckpt_checksums_parallel(comm_ctl ctl, ckpt_plan *p, const ckpt_content *c);
 /* Creates the file with every group, dataset and attribute (checksums included) and
  * returns it open; on failure it is closed. comm == MPI_COMM_NULL: serial (sec2) on
  * the calling rank; else collective with the MPI-IO driver. */
@@ -223,7 +234,7 @@ status ckpt_file_write_parallel(hid_t file, MPI_Comm comm, const ckpt_plan *p, c
 status ckpt_file_offsets_close(hid_t file, ckpt_plan *p, char *why);
 
 /* ckpt_read.c — collective: opens, checks and reads one checkpoint file into c (see
- * ckpt_load); marker_step is what its COMMITTED marker says. */
+ * ckpt_load); marker_step is what its COMMITTED marker says; the deadline is c->timeout_s. */
 status ckpt_file_read(MPI_Comm comm, const char *path, int64_t marker_step, ckpt_content *c, ckpt_info *info,
                       char *why);
 /* The root attributes: STATUS_CORRUPT without the magic or with a missing or malformed

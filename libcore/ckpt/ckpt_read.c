@@ -274,10 +274,10 @@ static status read_shards(const hid_t *ids, hid_t dxpl, ckpt_content *c, int g, 
 
 /* The sharded groups' tensors' CRC-32s, whole, as rank 0's piece (the others' are
  * empty), so that verify's reduction yields them unchanged. */
-static void shard_pieces(MPI_Comm comm, const ckpt_content *c, ckpt_crc_piece *pc)
+static status shard_pieces(comm_ctl ctl, const ckpt_content *c, ckpt_crc_piece *pc)
 {
     int rank, k = 0;
-    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_rank(ctl.comm, &rank);
     for (int g = 0; g < c->ngroups; g++) {
         const param_table *t = c->groups[g].table;
         const ckpt_shards *s = c->shards[g];
@@ -287,13 +287,14 @@ static void shard_pieces(MPI_Comm comm, const ckpt_content *c, ckpt_crc_piece *p
         }
         uint32_t *crc = malloc(((size_t)t->count + 1) * sizeof *crc);
         CHECK(crc, "out of memory for the checksums of a sharded group");
-        ckpt_shard_group_crcs(comm, s, t, c->groups[g].data, crc);
+        TRY(ckpt_shard_group_crcs(ctl, s, t, c->groups[g].data, crc));  /* crc leaks on a timeout */
         for (int i = 0; i < t->count; i++, k++) {
             pc[k].crc = rank == 0 ? crc[i] : 0;
             pc[k].len = rank == 0 ? t->entries[i].count * sizeof(float) : 0;
         }
         free(crc);
     }
+    return STATUS_OK;
 }
 
 /* Collective reads of this rank's slices (and blob row) with their CRC-32 pieces and
@@ -374,10 +375,10 @@ static status read_data(MPI_Comm comm, const hid_t *ids, const ckpt_header *h, c
 
 /* Every rank has the CRC-32 of every tensor after one reduction; the first mismatch is
  * named. The same verdict on every rank. */
-static status verify(MPI_Comm comm, const ckpt_content *c, ckpt_crc_piece *pc, const uint32_t *file_crc, int n,
+static status verify(comm_ctl ctl, const ckpt_content *c, ckpt_crc_piece *pc, const uint32_t *file_crc, int n,
                      char *why)
 {
-    ckpt_crc_allreduce(comm, pc, n);
+    TRY(ckpt_crc_allreduce(ctl, pc, n));
     int bad = 0, k = 0;
     for (int g = 0; g < c->ngroups; g++)
         for (int i = 0; i < c->groups[g].table->count; i++, k++) {
@@ -396,17 +397,18 @@ static status verify(MPI_Comm comm, const ckpt_content *c, ckpt_crc_piece *pc, c
 
 /* Each rank read its slice of every buffer: one MPI_Allgatherv per buffer, in blocks
  * of PARAM_ALIGN_FLOATS (slices are whole blocks), gives every rank all of them. */
-static void replicate(MPI_Comm comm, ckpt_content *c)
+static status replicate(comm_ctl ctl, ckpt_content *c)
 {
     int size;
-    MPI_Comm_size(comm, &size);
-    if (size == 1) return;
+    MPI_Comm_size(ctl.comm, &size);
+    if (size == 1) return STATUS_OK;
     int *counts = malloc((size_t)size * sizeof *counts), *displs = malloc((size_t)size * sizeof *displs);
     CHECK(counts && displs, "out of memory replicating a checkpoint");
     MPI_Datatype line;
     MPI_CHECK(MPI_Type_contiguous(PARAM_ALIGN_FLOATS, MPI_FLOAT, &line));
     MPI_CHECK(MPI_Type_commit(&line));
-    for (int g = 0; g < c->ngroups; g++) {
+    status st = STATUS_OK;
+    for (int g = 0; g < c->ngroups && st == STATUS_OK; g++) {
         if (c->shards[g]) continue;  /* each rank keeps only what it holds */
         size_t total = c->groups[g].table->total;
         CHECK(total / PARAM_ALIGN_FLOATS <= (size_t)INT32_MAX, "a flat buffer of more than 2^31 cache lines");
@@ -416,11 +418,13 @@ static void replicate(MPI_Comm comm, ckpt_content *c)
             counts[r] = (int)((hi - lo) / PARAM_ALIGN_FLOATS);
             displs[r] = (int)(lo / PARAM_ALIGN_FLOATS);
         }
-        MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, c->groups[g].data, counts, displs, line, comm));
+        st = comm_ctl_allgatherv(ctl, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, c->groups[g].data, counts, displs, line);
     }
+    if (st != STATUS_OK) return st;  /* counts, displs and line stay: MPI may still read them */
     MPI_CHECK(MPI_Type_free(&line));
     free(counts);
     free(displs);
+    return STATUS_OK;
 }
 
 status ckpt_file_read(MPI_Comm comm, const char *path, int64_t marker_step, ckpt_content *c, ckpt_info *info,
@@ -434,6 +438,7 @@ status ckpt_file_read(MPI_Comm comm, const char *path, int64_t marker_step, ckpt
     uint32_t *file_crc = calloc((size_t)n + 1, sizeof *file_crc);
     CHECK(ids && pc && file_crc, "out of memory loading a checkpoint");
     for (int k = 0; k < n + c->nblobs; k++) ids[k] = -1;
+    comm_ctl ctl = ckpt_ctl(comm, c->timeout_s);
     hid_t fapl = ckpt_file_access(comm);
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
     H5Pclose(fapl);
@@ -442,15 +447,16 @@ status ckpt_file_read(MPI_Comm comm, const char *path, int64_t marker_step, ckpt
         snprintf(why, CKPT_WHY_MAX, "cannot open %s: truncated, damaged or not an HDF5 file", path);
         st = STATUS_CORRUPT;
     }
-    st = ckpt_agree(comm, st, why, CKPT_WHY_MAX);
+    st = ckpt_agree(ctl, st, why, CKPT_WHY_MAX);
     ckpt_header h;
-    if (st == STATUS_OK) st = ckpt_agree(comm, read_header(f, path, marker_step, c, &h, why), why, CKPT_WHY_MAX);
-    if (st == STATUS_OK) st = ckpt_agree(comm, ckpt_check_layout(f, &h, c, ids, why), why, CKPT_WHY_MAX);
-    if (st == STATUS_OK) st = ckpt_agree(comm, read_data(comm, ids, &h, c, pc, file_crc, why), why, CKPT_WHY_MAX);
-    if (st == STATUS_OK) shard_pieces(comm, c, pc);
-    if (st == STATUS_OK) st = verify(comm, c, pc, file_crc, n, why);
+    if (st == STATUS_OK) st = ckpt_agree(ctl, read_header(f, path, marker_step, c, &h, why), why, CKPT_WHY_MAX);
+    if (st == STATUS_OK) st = ckpt_agree(ctl, ckpt_check_layout(f, &h, c, ids, why), why, CKPT_WHY_MAX);
+    if (st == STATUS_OK) st = ckpt_agree(ctl, read_data(comm, ids, &h, c, pc, file_crc, why), why, CKPT_WHY_MAX);
+    if (st == STATUS_OK) st = shard_pieces(ctl, c, pc);
+    if (st == STATUS_OK) st = verify(ctl, c, pc, file_crc, n, why);
+    if (st == STATUS_OK) st = replicate(ctl, c);
+    if (st == STATUS_TIMEOUT) return st;  /* closing the file is collective: left to the ending job */
     if (st == STATUS_OK) {
-        replicate(comm, c);
         info->step = h.step;
         info->world_size = h.resharded_from ? h.resharded_from : h.world_size;
         info->ranks_per_node = h.ranks_per_node;

@@ -126,20 +126,21 @@ static status reshard_read(MPI_Comm comm, const ckpt_catalog *cat, ckpt_content 
 {
     int rank;
     MPI_Comm_rank(comm, &rank);
+    comm_ctl ctl = ckpt_ctl(comm, c->timeout_s);
     char why[CKPT_WHY_MAX] = "";
     ckpt_content tensors = *c;
     tensors.nblobs = 0;
     const ckpt_dataset *src[CKPT_MAX_BLOBS];
     status st = ckpt_catalog_load(comm, cat, &tensors);
-    if (st == STATUS_OK) st = ckpt_agree(comm, plan_blobs(cat, c, src, rows), NULL, 0);
+    if (st == STATUS_OK) st = ckpt_agree(ctl, plan_blobs(cat, c, src, rows), NULL, 0);
     if (st == STATUS_OK)
-        st = ckpt_agree(comm, rank == 0 ? read_rows(cat, src, c->nblobs, source_row(cat, world_size), rows, why)
+        st = ckpt_agree(ctl, rank == 0 ? read_rows(cat, src, c->nblobs, source_row(cat, world_size), rows, why)
                                         : STATUS_OK, why, sizeof why);
     if (st != STATUS_OK) {
         if (why[0]) log_error0("cannot reshard %s: %s", cat->dir, why);
         return st;
     }
-    for (int b = 0; b < c->nblobs; b++) MPI_CHECK(MPI_Bcast(rows[b], (int)c->blobs[b].bytes, MPI_BYTE, 0, comm));
+    for (int b = 0; b < c->nblobs; b++) TRY(comm_ctl_bcast(ctl, rows[b], (int)c->blobs[b].bytes, MPI_BYTE, 0));
     return STATUS_OK;
 }
 
@@ -159,7 +160,7 @@ status ckpt_reshard(MPI_Comm comm, const ckpt_catalog *cat, const ckpt_content *
     ckpt_h5_quiet q = ckpt_h5_quiet_begin();
     status st = reshard_read(comm, cat, &c, world_size, rows);
     if (st == STATUS_OK && rank == 0) st = path_mkdirs(root, "output checkpoint directory");
-    st = ckpt_agree(comm, st, NULL, 0);
+    if (st != STATUS_TIMEOUT) st = ckpt_agree(ckpt_ctl(comm, c.timeout_s), st, NULL, 0);
     if (st == STATUS_OK) {
         ckpt_plan p;
         ckpt_plan_build(&p, &c, world_size);

@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cpu/reduce.h"
+#include "base/dtype.h"
 #include "base/log.h"
 #include "base/runtime.h"
 

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "comm_impl.h"
+#include "cpu/reduce.h"
 
 static int pow2_floor(int n)
 {

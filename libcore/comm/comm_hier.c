@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "comm_impl.h"
+#include "cpu/reduce.h"
 
 enum { HIER_ENTER = 0, HIER_COPYIN, HIER_REDUCE, HIER_INTER, HIER_COPYOUT, HIER_DONE };
 

@@ -1,7 +1,38 @@
 /* ctl — blocking control-plane collectives with a deadline (ctl.h). */
 #include "ctl.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
+
+/* "0-3,6" — c's members as world ranks, into out (truncated with "..."), and my rank in c. */
+static void ctl_members(comm_ctl c, char *out, size_t len, int *me)
+{
+    int n = 0, used = 0;
+    MPI_Comm_size(c.comm, &n);
+    MPI_Comm_rank(c.comm, me);
+    out[0] = 0;
+    int *mine = malloc(sizeof(int) * (size_t)n * 2);
+    if (!mine) return;
+    int *world = mine + n;
+    MPI_Group g, gw;
+    MPI_Comm_group(c.comm, &g);
+    MPI_Comm_group(MPI_COMM_WORLD, &gw);
+    for (int r = 0; r < n; r++) mine[r] = r;
+    MPI_Group_translate_ranks(g, n, mine, gw, world);
+    MPI_Group_free(&g);
+    MPI_Group_free(&gw);
+    int r = 0;
+    for (; r < n && used + 24 < (int)len; r++) {
+        int e = r;  /* a run of consecutive world ranks */
+        while (e + 1 < n && world[e + 1] == world[e] + 1) e++;
+        used += snprintf(out + used, len - (size_t)used, e > r ? "%s%d-%d" : "%s%d", r ? "," : "", world[r], world[e]);
+        r = e;
+    }
+    if (r < n) snprintf(out + used, len - (size_t)used, ",...");
+    free(mine);
+}
 
 /* Polls `req` until it completes or c's deadline passes. The poll sleeps a little
  * between tests once the wait is long, so a rank waiting on a stalled peer does not
@@ -29,11 +60,12 @@ static status ctl_wait(comm_ctl c, MPI_Request *req, const char *what, int start
         if (done) return STATUS_OK;
         double now = MPI_Wtime();
         if (end > 0 && now > end) {
-            int size = 0;
-            MPI_Comm_size(c.comm, &size);
-            log_error("%s on %d ranks did not complete within comm.timeout = %g s: a rank of this "
-                      "communicator stopped, died or is still computing",
-                      what, size, c.timeout_s);
+            char members[256];
+            int me = 0;
+            ctl_members(c, members, sizeof members, &me);
+            log_error("%s on %s (world ranks %s; I am its rank %d) did not complete within comm.timeout = %g s: "
+                      "one of those ranks stopped, died or is still computing",
+                      what, c.name ? c.name : "a communicator", members, me, c.timeout_s);
             log_error("HINT: see the other ranks' last messages; raise comm.timeout if a rank is legitimately slow");
             /* The request stays posted: MPI may still write its buffers, and the job is ending. */
             return STATUS_TIMEOUT;
@@ -72,6 +104,14 @@ status comm_ctl_bcast_bytes(comm_ctl c, void *buf, size_t bytes, int root)
         TRY(comm_ctl_bcast(c, (char *)buf + at, (int)n, MPI_BYTE, root));
     }
     return STATUS_OK;
+}
+
+status comm_ctl_gather(comm_ctl c, const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                       int recvcount, MPI_Datatype recvtype, int root)
+{
+    MPI_Request r;
+    return ctl_wait(c, &r, "gather",
+                    MPI_Igather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, c.comm, &r));
 }
 
 status comm_ctl_allgather(comm_ctl c, const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
@@ -120,4 +160,9 @@ status comm_ctl_barrier(comm_ctl c)
 {
     MPI_Request r;
     return ctl_wait(c, &r, "barrier", MPI_Ibarrier(c.comm, &r));
+}
+
+void comm_mpi_allreduce_blocking(void *buf, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm)
+{
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, count, dt, op, comm));
 }

@@ -4,11 +4,14 @@
  * on with a deadline.
  *
  * Every call is a non-blocking MPI collective polled until it completes or the
- * deadline passes; a missed deadline logs which operation, on how many ranks, and
- * how long it waited, and returns STATUS_TIMEOUT: the caller passes it up and the
- * job ends with the documented exit code instead of hanging. A ctl is a value (a
- * communicator and a deadline), not a context: it costs nothing to make one per call
- * site from a runtime communicator.
+ * deadline passes; a missed deadline logs which operation on which communicator (its
+ * name and its members as world ranks: the ranks one of which did not arrive) and how
+ * long it waited, and returns STATUS_TIMEOUT: the caller passes it up and the job
+ * ends with the documented exit code instead of hanging. A ctl is a value (a
+ * communicator, a deadline, a name), not a context: it costs nothing to make one per
+ * call site from a runtime communicator. Having no state, it cannot tell which
+ * members did not arrive (comm.h's gradient path can: its ranks answer probes on a
+ * channel of their own while they wait); the members it names are the candidates.
  *
  * The one design decision: counts and types stay MPI's (MPI_Datatype, MPI_Op, int
  * counts). The callers are the modules that already own MPI communicators (runtime's
@@ -26,12 +29,19 @@
 typedef struct comm_ctl {
     MPI_Comm comm;       /* the communicator the collective runs on */
     double timeout_s;    /* deadline of one call in seconds; 0 = wait forever */
+    const char *name;    /* what the communicator is, for messages ("dgc peers"); NULL: unnamed */
 } comm_ctl;
 
 /* A ctl on `comm` with a deadline of timeout_s seconds (0: none). */
 static inline comm_ctl comm_ctl_make(MPI_Comm comm, double timeout_s)
 {
-    return (comm_ctl){ .comm = comm, .timeout_s = timeout_s };
+    return (comm_ctl){ .comm = comm, .timeout_s = timeout_s, .name = NULL };
+}
+
+/* The same, named for the timeout message; `name` must outlive the ctl (a literal). */
+static inline comm_ctl comm_ctl_named(MPI_Comm comm, double timeout_s, const char *name)
+{
+    return (comm_ctl){ .comm = comm, .timeout_s = timeout_s, .name = name };
 }
 
 /* sendbuf may be MPI_IN_PLACE where MPI allows it. */
@@ -41,6 +51,9 @@ status comm_ctl_reduce(comm_ctl c, const void *sendbuf, void *recvbuf, int count
 status comm_ctl_bcast(comm_ctl c, void *buf, int count, MPI_Datatype dt, int root);
 /* Broadcast of `bytes` bytes of any size (split into int-sized pieces). */
 status comm_ctl_bcast_bytes(comm_ctl c, void *buf, size_t bytes, int root);
+/* recvbuf is read on root only. */
+status comm_ctl_gather(comm_ctl c, const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                       int recvcount, MPI_Datatype recvtype, int root);
 status comm_ctl_allgather(comm_ctl c, const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
                           int recvcount, MPI_Datatype recvtype);
 status comm_ctl_allgatherv(comm_ctl c, const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
@@ -53,5 +66,10 @@ status comm_ctl_alltoallv(comm_ctl c, const void *sendbuf, const int *sendcounts
 status comm_ctl_reduce_scatter(comm_ctl c, const void *sendbuf, void *recvbuf, const int *recvcounts,
                                MPI_Datatype dt, MPI_Op op);
 status comm_ctl_barrier(comm_ctl c);
+
+/* The peer row of a benchmark: OpenMPI's own blocking MPI_Allreduce, in place, with no
+ * deadline and no polling (what is measured is MPI's blocking call itself). Nothing
+ * else calls it; a failure dies. */
+void comm_mpi_allreduce_blocking(void *buf, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm);
 
 #endif

@@ -2,6 +2,7 @@
  * hierarchical exchange. */
 #include "dgc.h"
 #include "base/config.h"
+#include "comm/ctl.h"
 
 #include <float.h>
 #include <math.h>
@@ -37,6 +38,7 @@ typedef struct dgc_header {
 
 struct dgc {
     const runtime *rt;
+    comm_ctl node, peers;            /* the node's ranks; the same local rank on every node (with the deadline) */
     const param_table *pt;
     dgc_options o;
     int L, lrank, P, prank;          /* node size and my rank in it; peers (nodes) and mine */
@@ -95,6 +97,7 @@ void dgc_options_from_config(const config *cfg, dgc_options *o)
     o->zero_predict = config_bool(cfg, "dgc.zero_predict");
     o->min_params = config_int(cfg, "dgc.min_params");
     o->min_comm_fraction = config_float(cfg, "dgc.min_comm_fraction");
+    o->timeout_s = config_float(cfg, "comm.timeout");
 }
 
 double dgc_density_at(const dgc_options *o, long step)
@@ -130,7 +133,7 @@ status dgc_init(dgc **out, const runtime *rt, const param_table *pt, const dgc_o
 {
     *out = NULL;
     int sizes[2] = { rt->local_size, -rt->local_size }, agreed[2];
-    MPI_Allreduce(sizes, agreed, 2, MPI_INT, MPI_MAX, rt->world);
+    TRY(comm_ctl_allreduce(comm_ctl_named(rt->world, o->timeout_s, "dgc world"), sizes, agreed, 2, MPI_INT, MPI_MAX));
     if (agreed[0] != -agreed[1]) {
         log_error0("dgc: every node needs the same number of ranks (between %d and %d here)", -agreed[1], agreed[0]);
         return STATUS_INPUT;
@@ -139,6 +142,8 @@ status dgc_init(dgc **out, const runtime *rt, const param_table *pt, const dgc_o
     dgc *d = calloc(1, sizeof *d);
     CHECK(d, "out of memory");
     d->rt = rt;
+    d->node = comm_ctl_named(rt->node, o->timeout_s, "dgc node");
+    d->peers = comm_ctl_named(rt->peers, o->timeout_s, "dgc peers");
     d->pt = pt;
     d->o = *o;
     d->L = rt->local_size;
@@ -457,7 +462,7 @@ static void select_entry(dgc *d, int e, size_t at, double base, long step, doubl
  * behind, normalised so that the node's sparse tensors select as many entries as the
  * schedule (the traffic budget), and kept within 1/8 .. 8. The energies are sums over
  * nodes, so every node chooses the same. Collective over the node. */
-static void layer_ratios(dgc *d, long step)
+static status layer_ratios(dgc *d, long step)
 {
     double weight = 0, sum = 0;
     for (int e = d->first; e < d->last; e++) {
@@ -471,9 +476,9 @@ static void layer_ratios(dgc *d, long step)
         sum += n * (1.0 - es->concentration + 0.02);
     }
     double ws[2] = { weight, sum };  /* the budget is the node's: every local rank's tensors share it */
-    MPI_Allreduce(MPI_IN_PLACE, ws, 2, MPI_DOUBLE, MPI_SUM, d->rt->node);
+    TRY(comm_ctl_allreduce(d->node, MPI_IN_PLACE, ws, 2, MPI_DOUBLE, MPI_SUM));
     weight = ws[0], sum = ws[1];
-    if (weight == 0) return;
+    if (weight == 0) return STATUS_OK;
     double mean = sum / weight, total = 0;
     for (int e = d->first; e < d->last; e++) {
         dgc_entry_state *es = &d->es[e];
@@ -482,13 +487,14 @@ static void layer_ratios(dgc *d, long step)
         es->scale = sc < DGC_SCALE_MIN ? DGC_SCALE_MIN : sc > DGC_SCALE_MAX ? DGC_SCALE_MAX : sc;
         total += (double)d->pt->entries[e].count * es->scale;
     }
-    MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_DOUBLE, MPI_SUM, d->rt->node);
+    TRY(comm_ctl_allreduce(d->node, MPI_IN_PLACE, &total, 1, MPI_DOUBLE, MPI_SUM));
     float norm = (float)(weight / total);  /* the clamps moved the budget: restore it */
     for (int e = d->first; e < d->last; e++)
         if (!d->es[e].dense) d->es[e].scale *= norm;
+    return STATUS_OK;
 }
 
-void dgc_layer_table(dgc *d, float *density, float *concentration, uint8_t *dense, long step)
+status dgc_layer_table(dgc *d, float *density, float *concentration, uint8_t *dense, long step)
 {
     int n = d->pt->count;
     double base = dgc_density_at(&d->o, step);
@@ -500,14 +506,16 @@ void dgc_layer_table(dgc *d, float *density, float *concentration, uint8_t *dens
         f[n + e] = d->es[e].concentration;
         b[e] = d->es[e].dense;
     }
-    MPI_Reduce(d->rt->local_rank == 0 ? MPI_IN_PLACE : f, f, 2 * n, MPI_FLOAT, MPI_MAX, 0, d->rt->node);
-    MPI_Reduce(d->rt->local_rank == 0 ? MPI_IN_PLACE : b, b, n, MPI_UINT8_T, MPI_MAX, 0, d->rt->node);
-    if (d->rt->local_rank == 0) {
+    status st = comm_ctl_reduce(d->node, d->rt->local_rank == 0 ? MPI_IN_PLACE : f, f, 2 * n, MPI_FLOAT, MPI_MAX, 0);
+    if (st == STATUS_OK)
+        st = comm_ctl_reduce(d->node, d->rt->local_rank == 0 ? MPI_IN_PLACE : b, b, n, MPI_UINT8_T, MPI_MAX, 0);
+    if (st == STATUS_OK && d->rt->local_rank == 0) {
         memcpy(density, f, (size_t)n * sizeof(float));
         memcpy(concentration, f + n, (size_t)n * sizeof(float));
         memcpy(dense, b, (size_t)n);
     }
-    free(f), free(b);
+    if (st == STATUS_OK) free(f), free(b);  /* after a timeout MPI may still write them: left to the ending job */
+    return st;
 }
 
 /* ---- the exchange among peers ------------------------------------------------------ */
@@ -594,14 +602,14 @@ static status exchange(dgc *d, dgc_stats *st)
         off += len;
     }
     double t1 = MPI_Wtime();
-    MPI_Alltoall(d->scount, 1, MPI_INT, d->rcount, 1, MPI_INT, d->rt->peers);
+    TRY(comm_ctl_alltoall(d->peers, d->scount, 1, MPI_INT, d->rcount, 1, MPI_INT));
     size_t rtotal = 0;
     for (int r = 0; r < P; r++) {
         d->rdispl[r] = (int)rtotal;
         rtotal += (size_t)d->rcount[r];
     }
     reserve(&d->rbuf, &d->rbuf_cap, rtotal + 1);
-    MPI_Alltoallv(d->sbuf, d->scount, d->sdispl, MPI_BYTE, d->rbuf, d->rcount, d->rdispl, MPI_BYTE, d->rt->peers);
+    TRY(comm_ctl_alltoallv(d->peers, d->sbuf, d->scount, d->sdispl, MPI_BYTE, d->rbuf, d->rcount, d->rdispl, MPI_BYTE));
     for (int r = 0; r < P; r++)
         if (r != d->prank) {
             st->bytes_sent += (size_t)d->scount[r];
@@ -662,14 +670,14 @@ static status exchange(dgc *d, dgc_stats *st)
     }
     double t_enc = MPI_Wtime();
     int mylen = (int)len;
-    MPI_Allgather(&mylen, 1, MPI_INT, d->rcount, 1, MPI_INT, d->rt->peers);
+    TRY(comm_ctl_allgather(d->peers, &mylen, 1, MPI_INT, d->rcount, 1, MPI_INT));
     rtotal = 0;
     for (int r = 0; r < P; r++) {
         d->rdispl[r] = (int)rtotal;
         rtotal += (size_t)d->rcount[r];
     }
     reserve(&d->rbuf, &d->rbuf_cap, rtotal + 1);
-    MPI_Allgatherv(d->sbuf, mylen, MPI_BYTE, d->rbuf, d->rcount, d->rdispl, MPI_BYTE, d->rt->peers);
+    TRY(comm_ctl_allgatherv(d->peers, d->sbuf, mylen, MPI_BYTE, d->rbuf, d->rcount, d->rdispl, MPI_BYTE));
     st->bytes_sent += (size_t)mylen * (size_t)(P - 1);
     st->bytes_recv += rtotal - (size_t)mylen;
     double t3 = MPI_Wtime();
@@ -699,13 +707,13 @@ status dgc_exchange(dgc *d, float *grads, const float *params, long step, double
     const runtime *rt = d->rt;
     d->out = grads + d->s0;
     d->slice = d->L > 1 ? d->own_slice : d->out;
-    if (d->L > 1) MPI_Reduce_scatter(grads, d->slice, d->cnt, MPI_FLOAT, MPI_SUM, rt->node);
+    if (d->L > 1) TRY(comm_ctl_reduce_scatter(d->node, grads, d->slice, d->cnt, MPI_FLOAT, MPI_SUM));
     float scale = 1.0f / (float)rt->size;
     if (d->o.clip > 0) {  /* local clipping of the node's contribution to clip / sqrt(nodes) */
         double ss = 0, all;
 #pragma omp parallel for simd reduction(+ : ss) schedule(static)
         for (size_t i = 0; i < d->S; i++) ss += (double)d->slice[i] * d->slice[i];
-        MPI_Allreduce(&ss, &all, 1, MPI_DOUBLE, MPI_SUM, rt->node);
+        TRY(comm_ctl_allreduce(d->node, &ss, &all, 1, MPI_DOUBLE, MPI_SUM));
         double norm = sqrt(all) * scale, limit = d->o.clip / sqrt((double)d->P);
         if (norm > limit) scale = (float)(scale * limit / (norm + 1e-6));
     }
@@ -742,7 +750,7 @@ status dgc_exchange(dgc *d, float *grads, const float *params, long step, double
     st->residual_norm = sqrt(rn);
     st->select_s = MPI_Wtime() - ts;
     /* Tell the other ranks of the node which entries are plain (every rank's optimizer needs all). */
-    MPI_Allreduce(MPI_IN_PLACE, d->plain, d->pt->count, MPI_UINT8_T, MPI_MAX, rt->node);
+    TRY(comm_ctl_allreduce(d->node, MPI_IN_PLACE, d->plain, d->pt->count, MPI_UINT8_T, MPI_MAX));
     if (d->P > 1) {
         TRY(exchange(d, st));
     } else {
@@ -766,7 +774,7 @@ status dgc_exchange(dgc *d, float *grads, const float *params, long step, double
      * dense; Pro 2: the others' densities for the next step. */
     int ne = d->last - d->first;
     if (d->o.min_energy > 0 || d->o.layer_ratios) {
-        if (ne > 0) MPI_Allreduce(MPI_IN_PLACE, d->energy + 3 * d->first, 3 * ne, MPI_DOUBLE, MPI_SUM, rt->peers);
+        if (ne > 0) TRY(comm_ctl_allreduce(d->peers, MPI_IN_PLACE, d->energy + 3 * d->first, 3 * ne, MPI_DOUBLE, MPI_SUM));
         for (int e = d->first; e < d->last && d->o.min_energy > 0; e++) {
             if (d->es[e].dense) continue;
             double tot = d->energy[3 * e + 1];
@@ -774,10 +782,10 @@ status dgc_exchange(dgc *d, float *grads, const float *params, long step, double
             if (tot > 0 && d->es[e].energy < d->o.min_energy)
                 d->es[e].dense = 1;  /* its residual goes out with its next (dense) gradient */
         }
-        if (d->o.layer_ratios) layer_ratios(d, step);
+        if (d->o.layer_ratios) TRY(layer_ratios(d, step));
     }
     if (d->L > 1)
-        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, grads, d->cnt, d->dsp, MPI_FLOAT, rt->node);
+        TRY(comm_ctl_allgatherv(d->node, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, grads, d->cnt, d->dsp, MPI_FLOAT));
     st->dense_bytes = d->P > 1 ? (size_t)(2.0 * (d->P - 1) / d->P * (double)d->S * 4) : 0;
     st->total_s = MPI_Wtime() - t0;
     return STATUS_OK;

@@ -29,7 +29,11 @@
  *
  * Conservation: what a node accumulated equals, to float rounding, what it sent
  * plus its residual v; with fp16 values the rounding of each sent value stays in the
- * residual of the rank that rounded it. Every rank ends with the same bits. */
+ * residual of the rank that rounded it. Every rank ends with the same bits.
+ *
+ * Every collective goes through comm/ctl.h with the deadline dgc_options.timeout_s
+ * (comm.timeout): a node or a rank that does not arrive makes the others return
+ * STATUS_TIMEOUT instead of hanging. */
 #ifndef NEBULA_DGC_H
 #define NEBULA_DGC_H
 
@@ -72,6 +76,7 @@ typedef struct dgc_options {
     uint64_t seed;            /* of the threshold samples */
     int64_t min_params;       /* auto: off below this many parameters */
     double min_comm_fraction; /* auto: off when communication takes less than this fraction of compute */
+    double timeout_s;         /* deadline of each collective in seconds (comm.timeout); 0: none */
 } dgc_options;
 
 /* Config keys of [dgc], for an app's schema. */
@@ -105,7 +110,8 @@ typedef struct dgc_options {
       .help = "auto: off when dense communication takes less than this fraction of compute; else a 2-step trial decides" }
 
 struct config;
-/* Fills the [dgc] keys; momentum, nesterov, weight_decay and clip come from the
+/* Fills the [dgc] keys and the deadline from comm.timeout (the schema must hold
+ * COMM_CONFIG_KEYS); momentum, nesterov, weight_decay and clip come from the
  * optimizer (the caller sets them). */
 void dgc_options_from_config(const struct config *cfg, dgc_options *o);
 
@@ -128,7 +134,8 @@ typedef struct dgc_stats {
     size_t zero_skipped;       /* entries skipped (exactly the hits) */
 } dgc_stats;
 
-/* Collective over rt->world. Every node must have the same number of ranks. */
+/* Collective over rt->world. Every node must have the same number of ranks.
+ * STATUS_TIMEOUT when a rank did not arrive within o->timeout_s. */
 status dgc_init(dgc **out, const runtime *rt, const param_table *pt, const dgc_options *o);
 void dgc_free(dgc *d);
 
@@ -140,7 +147,9 @@ void dgc_free(dgc *d);
  * applies lr_ref * sum(s_t u_t) = sum(lr_t u_t) over the steps a coordinate waited:
  * what dense momentum SGD applied over those steps, at the rates of the steps that
  * produced it rather than the (decayed) rate of the step that sends it. Pass 1 for
- * DGC's original form (accumulated gradient applied at the sending step's rate). */
+ * DGC's original form (accumulated gradient applied at the sending step's rate).
+ * STATUS_TIMEOUT when a collective missed the deadline (grads is then undefined, and
+ * collectives on the runtime's node and peers communicators unsafe: the job ends). */
 status dgc_exchange(dgc *d, float *grads, const float *params, long step, double lr_scale, dgc_stats *st);
 
 /* This rank's residual (accumulated, not yet sent): elements [*offset, *offset + *count)
@@ -149,8 +158,8 @@ const float *dgc_residual(const dgc *d, size_t *offset, size_t *count);
 
 /* Collective over the node: each tensor's density at `step` (1 for dense tensors),
  * its concentration (Pro 2) and whether it is sent dense, on local rank 0 of every
- * node (arrays of pt->count; untouched elsewhere). */
-void dgc_layer_table(dgc *d, float *density, float *concentration, uint8_t *dense, long step);
+ * node (arrays of pt->count; untouched elsewhere). STATUS_TIMEOUT past the deadline. */
+status dgc_layer_table(dgc *d, float *density, float *concentration, uint8_t *dense, long step);
 
 /* Whether compression runs (auto mode may decide after measuring); part of the state. */
 bool dgc_active(const dgc *d);

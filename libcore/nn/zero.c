@@ -1,6 +1,7 @@
 /* zero — ZeRO-1 shards, consistent-hash ownership, the sharded step and the
  * parameter all-gather (see zero.h for the design). */
 #include "zero.h"
+#include "comm/ctl.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -202,7 +203,7 @@ void zero_allgather_params(zero *z, float *params, float *scratch)
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < z->nmine; i++)
         memcpy(block + z->mine[i].packed, params + z->mine[i].offset, z->mine[i].count * sizeof(float));
-    MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, scratch, z->counts, z->displs, MPI_FLOAT, z->comm));
+    CHECK(comm_ctl_allgatherv(comm_ctl_named(z->comm, 0, "zero"), MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, scratch, z->counts, z->displs, MPI_FLOAT) == STATUS_OK, "see the MPI error above");
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < z->nshards; i++) {
         const zero_shard *s = &z->shards[i];

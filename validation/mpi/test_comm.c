@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "comm/comm.h"
+#include "comm/ctl.h"
 #include "base/runtime.h"
 
 static int failures;
@@ -238,6 +239,34 @@ static void test_tune(runtime *rt, comm *c)
     if (rt->rank == 0) unlink(path);
 }
 
+/* ctl's deadline: the last rank stays out of an allreduce until the others have
+ * timed out (it waits in a barrier they enter only after), so every other rank gets
+ * STATUS_TIMEOUT in about the deadline whatever the machine's load; then it joins the
+ * allreduce the others left posted (MPI completes it during the barrier that follows),
+ * so the job ends cleanly. On a duplicate communicator: the posted request never
+ * mixes with later collectives. */
+static void test_ctl_deadline(runtime *rt)
+{
+    if (rt->size < 2) return;
+    MPI_Comm dup;
+    MPI_CHECK(MPI_Comm_dup(rt->world, &dup));
+    int x = 1, sum = 0;
+    bool late = rt->rank == rt->size - 1, ok = true;
+    char what[160] = "ctl: a missing rank makes the others' allreduce return STATUS_TIMEOUT";
+    if (!late) {
+        double t0 = MPI_Wtime();
+        status st = comm_ctl_allreduce(comm_ctl_named(dup, 0.3, "test"), &x, &sum, 1, MPI_INT, MPI_SUM);
+        double t = MPI_Wtime() - t0;
+        ok = st == STATUS_TIMEOUT && t >= 0.3;
+        snprintf(what + strlen(what), sizeof what - strlen(what), " (%s after %.2f s)", status_str(st), t);
+    }
+    MPI_CHECK(MPI_Barrier(rt->world));
+    if (late) ok = comm_ctl_allreduce(comm_ctl_make(dup, 0), &x, &sum, 1, MPI_INT, MPI_SUM) == STATUS_OK &&
+                   sum == rt->size;
+    MPI_CHECK(MPI_Barrier(rt->world));
+    check(rt, ok, what);
+}
+
 int main(int argc, char **argv)
 {
     runtime_options ro = { .ranks_per_node = 0, .bind = RUNTIME_BIND_NONE };
@@ -273,6 +302,7 @@ int main(int argc, char **argv)
     test_many_inflight(&rt, c);
     test_segments(&rt);
     test_tune(&rt, c);
+    test_ctl_deadline(&rt);
     comm_free(c);
     int f = failures;
     runtime_free(&rt);

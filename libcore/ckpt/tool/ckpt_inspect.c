@@ -470,7 +470,7 @@ static status verify_read(MPI_Comm comm, const ckpt_catalog *cat, ckpt_crc_piece
     hid_t fapl = ckpt_file_access(comm);
     hid_t f = H5Fopen(cat->file, H5F_ACC_RDONLY, fapl);
     H5Pclose(fapl);
-    status st = ckpt_agree(comm, f < 0 ? STATUS_IO : STATUS_OK, NULL, 0);
+    status st = ckpt_agree(ckpt_ctl(comm, 0), f < 0 ? STATUS_IO : STATUS_OK, NULL, 0);  /* offline: no deadline */
     if (st != STATUS_OK) {
         log_error0("cannot open %s with the MPI-IO driver", cat->file);
         if (f >= 0) H5Fclose(f);
@@ -492,14 +492,15 @@ static status verify_read(MPI_Comm comm, const ckpt_catalog *cat, ckpt_crc_piece
     return STATUS_OK;
 }
 
-static void reduce_verdicts(MPI_Comm comm, verdict *v, int n)
+static status reduce_verdicts(comm_ctl ctl, verdict *v, int n)
 {
     for (int k = 0; k < n; k++) {
         int mx[2] = { v[k].unreadable, v[k].rows_missing }, mn = v[k].bad_row;
-        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, mx, 2, MPI_INT, MPI_MAX, comm));
-        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &mn, 1, MPI_INT, MPI_MIN, comm));
+        TRY(comm_ctl_allreduce(ctl, MPI_IN_PLACE, mx, 2, MPI_INT, MPI_MAX));
+        TRY(comm_ctl_allreduce(ctl, MPI_IN_PLACE, &mn, 1, MPI_INT, MPI_MIN));
         v[k].unreadable = mx[0], v[k].rows_missing = mx[1], v[k].bad_row = mn;
     }
+    return STATUS_OK;
 }
 
 /* Rank 0: the verdicts as messages, and the first problem in file order. */
@@ -560,13 +561,14 @@ status ckpt_verify(MPI_Comm comm, const ckpt_catalog *cat, int *nbad, ckpt_damag
     ckpt_h5_quiet q = ckpt_h5_quiet_begin();
     status st = verify_read(comm, cat, pc, v);
     ckpt_h5_quiet_end(q);
+    comm_ctl ctl = ckpt_ctl(comm, 0);  /* offline: no deadline */
+    if (st == STATUS_OK) st = ckpt_crc_allreduce(ctl, pc, cat->n);
+    if (st == STATUS_OK) st = reduce_verdicts(ctl, v, cat->n);
     if (st == STATUS_OK) {
-        ckpt_crc_allreduce(comm, pc, cat->n);
-        reduce_verdicts(comm, v, cat->n);
         if (rank == 0) *nbad = report(cat, pc, v, first);
-        MPI_CHECK(MPI_Bcast(nbad, 1, MPI_INT, 0, comm));
-        MPI_CHECK(MPI_Bcast(first, (int)sizeof *first, MPI_BYTE, 0, comm));
-        st = *nbad ? STATUS_CORRUPT : STATUS_OK;
+        st = comm_ctl_bcast(ctl, nbad, 1, MPI_INT, 0);
+        if (st == STATUS_OK) st = comm_ctl_bcast(ctl, first, (int)sizeof *first, MPI_BYTE, 0);
+        if (st == STATUS_OK) st = *nbad ? STATUS_CORRUPT : STATUS_OK;
     }
     free(pc);
     free(v);

@@ -154,7 +154,8 @@ status ckpt_upgrade(MPI_Comm comm, const ckpt_catalog *cat, const char *out_root
     ckpt_h5_quiet q = ckpt_h5_quiet_begin();
     status st = rank == 0 ? upgrade_copy(cat, root, &out) : STATUS_OK;
     ckpt_h5_quiet_end(q);
-    st = ckpt_agree(comm, st, NULL, 0);
-    MPI_CHECK(MPI_Bcast(changes, (int)len, MPI_CHAR, 0, comm));
+    comm_ctl ctl = ckpt_ctl(comm, 0);  /* offline: no deadline */
+    st = ckpt_agree(ctl, st, NULL, 0);
+    TRY(comm_ctl_bcast(ctl, changes, (int)len, MPI_CHAR, 0));
     return st;
 }
