@@ -11,7 +11,7 @@
 
 #include <stdbool.h>
 
-#include "ckpt/ckpt.h"
+#include "ckpt/tool/offline.h"
 #include "base/config.h"
 #include "nn/model.h"
 #include "base/runtime.h"

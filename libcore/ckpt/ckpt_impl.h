@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 
 #include "ckpt.h"
+#include "format.h"
 #include "comm/ctl.h"
 
 #define CKPT_PATH_MAX  4096
@@ -245,21 +246,13 @@ status ckpt_header_read(hid_t f, ckpt_header *h, char *why);
  * and the missing, unexpected and reshaped tensors in why. */
 status ckpt_check_layout(hid_t f, const ckpt_header *h, const ckpt_content *c, hid_t *ids, char *why);
 
-/* ckpt_inspect.c — one row of blob d of the open file f, checked against its
- * row_checksums: STATUS_CORRUPT with why when it cannot be read or does not match. */
-status ckpt_blob_row_read(hid_t f, const ckpt_dataset *d, hsize_t row, void *dst, char *why);
-
-/* ckpt_reshard.c — the rule of a world-size change, shared by ckpt_load and nebula-ckpt
+/* ckpt_read.c — the rule of a world-size change, shared by ckpt_load and nebula-ckpt
  * reshard: the blob row that rank `rank` of a run of `world` ranks continues from, in
  * a file whose blobs have `rows` rows — its own at the same size, else rank 0's. */
 hsize_t ckpt_reshard_row(int rows, int world, int rank);
 /* Whether a load at `world` ranks is resharded: another size, or rows that were
  * already resharded offline (rank 0's everywhere). */
 bool ckpt_resharded(const ckpt_header *h, int world);
-/* Where a rewrite of cat goes: out_root, or (NULL) the directory that holds the
- * checkpoint, whose name must then be step_N of its step. STATUS_INPUT logged. */
-status ckpt_out_root(const ckpt_catalog *cat, const char *out_root, char *root);
-
 /* ckpt_dir.c — plain POSIX; safe in the background thread. */
 typedef enum ckpt_entry_kind {
     CKPT_ENTRY_COMMITTED = 0,  /* step_N with COMMITTED */

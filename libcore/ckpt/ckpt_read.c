@@ -470,3 +470,15 @@ status ckpt_file_read(MPI_Comm comm, const char *path, int64_t marker_step, ckpt
     free(file_crc);
     return st;
 }
+
+/* ---- the reshard rule (ckpt_impl.h), which nebula-ckpt reshard applies ahead of time */
+
+hsize_t ckpt_reshard_row(int rows, int world, int rank)
+{
+    return rows == world ? (hsize_t)rank : 0;
+}
+
+bool ckpt_resharded(const ckpt_header *h, int world)
+{
+    return h->world_size != world || h->resharded_from > 0;
+}

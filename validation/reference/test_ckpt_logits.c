@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt/ckpt.h"
+#include "ckpt/tool/offline.h"
 #include "base/config.h"
 #include "nn/model.h"
 #include "base/runtime.h"

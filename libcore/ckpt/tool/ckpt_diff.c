@@ -8,7 +8,7 @@
  * is not identical), and the statistics are sums of double products over each rank's
  * slice, combined by one reduction per dataset, so a tensor of any size is compared
  * in bounded memory and in parallel. */
-#include "ckpt/ckpt_impl.h"
+#include "tool_impl.h"
 
 #include <math.h>
 #include <stdlib.h>

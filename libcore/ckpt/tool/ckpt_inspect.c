@@ -9,7 +9,7 @@
  * extent against the file's size before its bytes are — so damage is a message that
  * names the dataset and the file offset, never a crash or a read past the end. The
  * header reader and the layout check are ckpt_read.c's, the same code ckpt_load runs. */
-#include "ckpt/ckpt_impl.h"
+#include "tool_impl.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -16,7 +16,7 @@
  * below, and keep a checkpoint of the old version under validation/fixtures/ckpt/vOLD/
  * (validation/cli/test_ckpt_tool.sh upgrades every fixture there and checks that the
  * result verifies, reports the current version and resumes). */
-#include "ckpt/ckpt_impl.h"
+#include "tool_impl.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
-/* ckpt_reshard — a checkpoint for another data-parallel size: the rule ckpt_load
- * applies when a run resumes at another world size, and the offline rewrite of
- * nebula-ckpt reshard, which applies the same rule ahead of time.
+/* ckpt_reshard — a checkpoint for another data-parallel size: the offline rewrite of
+ * nebula-ckpt reshard, which applies ahead of time the rule ckpt_load applies when a
+ * run resumes at another world size (ckpt_reshard_row, with the reader in ckpt_read.c).
  *
  * The one design decision: there is one rule, ckpt_reshard_row, and the offline
  * rewrite gives new rank r exactly the blob row a load at the new size would give
@@ -15,7 +15,7 @@
  * counter-based on (seed, rank, purpose, step)). The tensors go through ckpt_load's
  * reader and out through the synchronous saver, both in parallel over the ranks the
  * tool runs on, and the result is committed like any save. */
-#include "ckpt_impl.h"
+#include "tool_impl.h"
 
 #include <inttypes.h>
 #include <limits.h>
@@ -24,16 +24,6 @@
 #include <string.h>
 
 #include "base/path.h"
-
-hsize_t ckpt_reshard_row(int rows, int world, int rank)
-{
-    return rows == world ? (hsize_t)rank : 0;
-}
-
-bool ckpt_resharded(const ckpt_header *h, int world)
-{
-    return h->world_size != world || h->resharded_from > 0;
-}
 
 status ckpt_out_root(const ckpt_catalog *cat, const char *out_root, char *root)
 {
