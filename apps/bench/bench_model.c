@@ -2,6 +2,8 @@
  * per step forward / backward / optimizer time, tokens/s, model FLOPs and their
  * ratio to a GEMM rate measured in the same process (the honest ceiling on a CPU),
  * and peak RSS. Single process; the peer is tools/peers/bench_model_torch.py.
+ * The step is the trainer's (train_step_batch: zero, forward, backward, update),
+ * the same numerics nebula-train runs, without the reduction of a single process.
  * The model is any libcore/model preset ([model] keys, --model NAME or
  * --config configs/models/NAME.ini) on a synthetic batch. */
 #include <cblas.h>
@@ -14,6 +16,7 @@
 #include "nn/device.h"
 #include "nn/model.h"
 #include "nn/optim.h"
+#include "train/train.h"
 #ifdef NEBULA_CUDA
 #include "cuda/probe.h"
 #endif
@@ -58,9 +61,9 @@ static void print_dry_run(const model_spec *spec, int B, int T)
     else printf("batch: B=%d T=%d\n", B, T);
 }
 
-/* --device cuda: one GPU. The same step as the CPU loop below (zero grads, forward,
- * backward, AdamW) through the device's kernel table; each phase ends with a device
- * synchronisation so that the host clock times the GPU's work. MFU is model FLOPs per
+/* --device cuda: one GPU. The same trainer step as the CPU loop below (zero grads,
+ * forward, backward, AdamW) through the device's kernel table; each phase ends with a
+ * device synchronisation so that the host clock times the GPU's work. MFU is model FLOPs per
  * second over the bf16 GEMM rate measured in this process (kernels/cuda/probe.h). */
 static status bench_model_device(const config *cfg, const model_spec *spec, int B, int T)
 {
@@ -69,19 +72,17 @@ static status bench_model_device(const config *cfg, const model_spec *spec, int 
     int steps = (int)config_int(cfg, "bench.steps"), warm = (int)config_int(cfg, "bench.model_warmup");
     model *m = calloc(1, sizeof *m);
     CHECK(m, "out of memory");
-    device_optim opt = { 0 };
+    train_optim opt = { 0 };
     model_batch batch = { 0 };
     status st = model_init_on(m, spec, B, T, 1, true, &dev);
     if (st != STATUS_OK) { free(m); device_close(&dev); return st; }
-    if ((st = device_optim_init(&opt, &dev, model_params(m))) == STATUS_OK) st = model_batch_init(&batch, m);
+    if ((st = train_optim_init_default(&opt, m, &dev)) == STATUS_OK) st = model_batch_init(&batch, m);
     if (st == STATUS_OK) model_batch_synthetic(&batch, m, 1);
     double peak = -1;
 #ifdef NEBULA_CUDA
     if (st == STATUS_OK) peak = cuda_gemm_bf16_flops(8192);
 #endif
-    param_buffers *w = model_device_buffers(m);
     const param_table *pt = model_params(m);
-    adamw_hparams hp = { .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1 };
     double units = model_units_per_step(m), flops_step = model_flops_per_step(m);
     const char *unit = model_unit(m);
     if (st == STATUS_OK) {
@@ -94,34 +95,25 @@ static status bench_model_device(const config *cfg, const model_spec *spec, int 
     }
     double *tt = calloc((size_t)steps, sizeof(double));
     for (int s = -warm; s < steps && st == STATUS_OK; s++) {
-        double t0 = omp_get_wtime();
-        dev.ops->zero(w->grads, pt->total);
-        if ((st = model_forward(m, &batch, true)) != STATUS_OK) break;  /* ends with the losses copied back */
-        double t1 = omp_get_wtime();
-        model_set_loss_scale(m, device_optim_loss_scale(&opt));     /* 1 unless fp16 */
-        model_backward(m);
-        if ((st = device_sync(&dev)) != STATUS_OK) break;
-        double t2 = omp_get_wtime();
-        bool skipped;
-        device_optim_adamw_step_scaled(&opt, w, &hp, 3e-4, &skipped);
-        if ((st = device_sync(&dev)) != STATUS_OK) break;
-        double t3 = omp_get_wtime();
+        train_step_stats ss;
+        if ((st = train_step_batch(m, &opt, &batch, 3e-4, s + warm + 1, &ss)) != STATUS_OK) break;
         if (s < 0) continue;
-        tt[s] = (t3 - t0) * 1e3;
-        printf("  %4d %9.2f %9.2f %9.2f %10.2f %10.0f %7.1f%% %9.4f\n", s, (t1 - t0) * 1e3, (t2 - t1) * 1e3,
-               (t3 - t2) * 1e3, tt[s], units / (t3 - t0), 100 * flops_step / (t3 - t0) / peak, model_loss(m));
+        tt[s] = ss.step_ms;
+        printf("  %4d %9.2f %9.2f %9.2f %10.2f %10.0f %7.1f%% %9.4f\n", s, ss.fwd_ms, ss.bwd_ms, ss.opt_ms, tt[s],
+               units / (tt[s] / 1e3), 100 * flops_step / (tt[s] / 1e3) / peak, ss.loss);
     }
     if (st == STATUS_OK && steps > 0) {
         double mt = bench_median(tt, steps) / 1e3;
         printf("# median: step %.2f ms, %.2f %s/s, MFU %.1f%% of the bf16 GEMM rate", mt * 1e3, units / mt, unit,
                100 * flops_step / mt / peak);
         if (dev.precision == PRECISION_FP16)
-            printf("; loss scale %g, %ld of %d steps skipped", opt.scaler.scale, opt.scaler.skipped, warm + steps);
+            printf("; loss scale %g, %ld of %d steps skipped", opt.dopt.scaler.scale, opt.dopt.scaler.skipped,
+                   warm + steps);
         printf("\n");
     }
     free(tt);
     model_batch_free(&batch);
-    device_optim_free(&opt);
+    train_optim_free(&opt);
     model_free(m);
     free(m);
     device_close(&dev);
@@ -154,12 +146,16 @@ status bench_model_run(const config *cfg)
     if ((st = model_batch_init(&batch, m)) != STATUS_OK) { model_free(m); free(m); return st; }
     model_batch_synthetic(&batch, m, 1);
     param_table *pt = model_params(m);
-    param_buffers *pb = model_buffers(m);
-    bool sgd = spec.family == MODEL_FAMILY_RESNET;  /* SGD with momentum for ResNets, AdamW otherwise */
+    train_optim opt;
+    if ((st = train_optim_init_default(&opt, m, NULL)) != STATUS_OK) {
+        model_batch_free(&batch);
+        model_free(m);
+        free(m);
+        return st;
+    }
+    bool sgd = opt.use_sgd;  /* SGD with momentum for ResNets, AdamW otherwise */
     const char *unit = model_unit(m);
     double units = model_units_per_step(m), flops_step = model_flops_per_step(m);
-    adamw_hparams hp = { .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1 };
-    sgd_hparams sp = { .momentum = 0.9, .weight_decay = 1e-4 };
     double gflops = sgemm_gflops(2048);
     bool csv = !strcmp(config_str(cfg, "bench.format"), "csv");
     char shape[64];
@@ -176,21 +172,14 @@ status bench_model_run(const config *cfg)
     double *tf = calloc((size_t)steps, sizeof(double)), *tb = calloc((size_t)steps, sizeof(double));
     double *to = calloc((size_t)steps, sizeof(double)), *tt = calloc((size_t)steps, sizeof(double));
     for (int s = -warm; s < steps && st == STATUS_OK; s++) {
-        double t0 = omp_get_wtime();
-        param_zero_grads(pb, pt);
-        st = model_forward(m, &batch, true);
+        train_step_stats ss;
+        st = train_step_batch(m, &opt, &batch, sgd ? 0.01 : 3e-4, s + warm + 1, &ss);
         if (st != STATUS_OK) break;
-        double t1 = omp_get_wtime();
-        model_backward(m);
-        double t2 = omp_get_wtime();
-        if (sgd) optim_sgd_step(pt, pb, &sp, 0.01, s + warm + 1);
-        else optim_adamw_step(pt, pb, &hp, 3e-4, s + warm + 1);
-        double t3 = omp_get_wtime();
         if (s < 0) continue;
-        tf[s] = (t1 - t0) * 1e3; tb[s] = (t2 - t1) * 1e3; to[s] = (t3 - t2) * 1e3; tt[s] = (t3 - t0) * 1e3;
-        double ups = units / (t3 - t0), gf = flops_step / (t3 - t0) / 1e9;
+        tf[s] = ss.fwd_ms; tb[s] = ss.bwd_ms; to[s] = ss.opt_ms; tt[s] = ss.step_ms;
+        double ups = units / (tt[s] / 1e3), gf = flops_step / (tt[s] / 1e3) / 1e9;
         printf(csv ? "%d,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.1f,%.4f\n" : "  %4d %9.2f %9.2f %9.2f %10.2f %10.2f %9.2f %7.1f%% %9.4f\n",
-               s, tf[s], tb[s], to[s], tt[s], ups, gf, 100 * gf / gflops, model_loss(m));
+               s, tf[s], tb[s], to[s], tt[s], ups, gf, 100 * gf / gflops, ss.loss);
     }
     if (st == STATUS_OK && steps > 0) {
         double mt = bench_median(tt, steps), ups = units / (mt / 1e3), gf = flops_step / (mt / 1e3) / 1e9;
@@ -201,6 +190,7 @@ status bench_model_run(const config *cfg)
                gf, 100 * gf / gflops, ru.ru_maxrss / 1024.0);
     }
     free(tf); free(tb); free(to); free(tt);
+    train_optim_free(&opt);
     model_batch_free(&batch);
     model_free(m);
     free(m);

@@ -15,6 +15,7 @@
 #include "base/config.h"
 #include "nn/model.h"
 #include "base/runtime.h"
+#include "train/train.h"
 
 /* What a subcommand gets: its positional paths and the parsed options. */
 typedef struct tool_args {
@@ -49,8 +50,8 @@ status tool_model_from_config(tool_model *tm, const config *cfg);
 status tool_model_from_ini(tool_model *tm, const char *ini, const char *origin, const char *want);
 void tool_model_free(tool_model *tm);
 
-/* A group of the checkpoint format with the model's table for it: params, optim/m and
- * optim/v (the parameter table), buffers (the state table). With data, the group's
+/* A group of the checkpoint format (train.h's TRAIN_CKPT_*, the trainer's schema) with
+ * the model's table for it (train_ckpt_group_table). With data, the group's
  * memory: the model's own for params and buffers, zeros allocated here for the
  * moments (tool_content_free). STATUS_INPUT, logged naming origin, for a group the
  * model does not keep. */

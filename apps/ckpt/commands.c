@@ -212,9 +212,9 @@ static void print_blob_rules(const ckpt_catalog *cat, int world)
         const ckpt_dataset *d = &cat->items[k];
         if (!d->blob) continue;
         printf("  %-14s %d rows, each rank 0's: ", d->path, world);
-        if (!strcmp(d->path, "/rank/loader"))
+        if (!strcmp(d->path, "/rank/" TRAIN_CKPT_LOADER))
             printf("the loader position is global (epoch, next global sample), the same on every rank\n");
-        else if (!strcmp(d->path, "/rank/dgc"))
+        else if (!strcmp(d->path, "/rank/" TRAIN_CKPT_DGC))
             printf("DGC-Pro's residuals and velocities belong to the %d-rank layout's slices and cannot be mapped; "
                    "nebula-train resets them on resume (resharded_from) and keeps the on/off decision, as when it "
                    "loads the original at %d ranks\n", cat->h.world_size, world);

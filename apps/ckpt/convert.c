@@ -38,7 +38,7 @@
 static bool is_padded_wte(const model *m, const param_entry *e)
 {
     return m->spec.family == MODEL_FAMILY_GPT2 && !strcmp(e->name, "wte.weight") &&
-           m->spec.gpt2.padded_vocab_size != m->spec.gpt2.vocab_size;
+           model_padded_vocab_size(&m->spec) != model_vocab_size(&m->spec);
 }
 
 static status write_safetensors(const tool_model *tm, const ckpt_catalog *cat, const char *out, int *n)
@@ -52,7 +52,7 @@ static status write_safetensors(const tool_model *tm, const ckpt_catalog *cat, c
     *n = st_add_table(t, 0, names, pt, "", model_buffers((model *)m)->params);
     if (bt) *n = st_add_table(t, *n, names, bt, "", model_state((model *)m));
     for (int i = 0; i < pt->count; i++)
-        if (is_padded_wte(m, &pt->entries[i])) t[i].shape[0] = m->spec.gpt2.vocab_size;
+        if (is_padded_wte(m, &pt->entries[i])) t[i].shape[0] = model_vocab_size(&m->spec);
     char step[32];
     snprintf(step, sizeof step, "%" PRId64, cat->h.step);
     json_t *meta = json_pack("{s:s, s:s, s:s, s:s}", "format", "pt", "nebula_model", cat->h.model, "nebula_step", step,
@@ -75,7 +75,7 @@ static status write_llmc(const tool_model *tm, const char *out)
         return STATUS_INPUT;
     }
     llmc_model lm;
-    TRY(llmc_from_table(&lm, &m->spec.gpt2, model_params((model *)m), model_buffers((model *)m)->params));
+    TRY(llmc_from_table(&lm, model_gpt2_config(&m->spec), model_params((model *)m), model_buffers((model *)m)->params));
     status st = llmc_write(&lm, out, LLMC_VERSION_FP32);
     llmc_free(&lm);
     return st;
@@ -99,8 +99,8 @@ static int convert_to(const tool_args *a, const char *format, const char *out)
         if (st == STATUS_OK && a->rt->rank == 0)
             printf("converted %s (%s, step %" PRId64 ") to %s%s%s\n", cat.dir, cat.h.model, cat.h.step, out,
                    !strcmp(format, "llmc") ? " (llm.c GPT-2 model file, fp32)" : " (safetensors, float32)",
-                   n && tm.m.spec.family == MODEL_FAMILY_GPT2 && tm.m.spec.gpt2.padded_vocab_size !=
-                   tm.m.spec.gpt2.vocab_size ? "; wte.weight without its padding rows, as Hugging Face's GPT-2" : "");
+                   n && tm.m.spec.family == MODEL_FAMILY_GPT2 && model_padded_vocab_size(&tm.m.spec) !=
+                   model_vocab_size(&tm.m.spec) ? "; wte.weight without its padding rows, as Hugging Face's GPT-2" : "");
         tool_content_free(&c, &tm.m);
         tool_model_free(&tm);
     }
@@ -129,7 +129,7 @@ static status read_tensor(const st_file *f, const model *m, const param_entry *e
     }
     bool same = t->ndim == e->ndim;
     for (int d = 0; d < e->ndim && same; d++) same = (uint64_t)t->shape[d] == e->shape[d];
-    bool vocab_rows = is_padded_wte(m, e) && t->ndim == 2 && t->shape[0] == m->spec.gpt2.vocab_size &&
+    bool vocab_rows = is_padded_wte(m, e) && t->ndim == 2 && t->shape[0] == model_vocab_size(&m->spec) &&
                       (uint64_t)t->shape[1] == e->shape[1];
     if (!same && !vocab_rows) {
         int64_t want[PARAM_MAX_DIMS];
@@ -211,17 +211,16 @@ static void bcast_floats(float *p, size_t n, MPI_Comm comm)
 static status write_checkpoint(tool_model *tm, MPI_Comm comm, const char *dir)
 {
     model *m = &tm->m;
-    ckpt_content c;
-    memset(&c, 0, sizeof c);
-    c.model = m->spec.name;
-    c.table_hash = param_table_hash(model_params(m));
-    c.config_text = tm->ini;
-    status st = STATUS_OK;
-    const char *groups[] = { "params", "optim/m", "optim/v", "buffers" };
-    for (int g = 0; g < 4 && st == STATUS_OK; g++)
-        if (g < 3 || model_state_table(m)) st = tool_add_group(&c, m, groups[g], true, dir);
+    const param_table *pt = model_params(m);
+    float *mm = tool_zeros(pt), *mv = tool_zeros(pt);
     data_state loader = { 0, 0 };
-    c.blobs[c.nblobs++] = (ckpt_blob){ "loader", &loader, sizeof loader, false, false };
+    ckpt_content c;
+    train_ckpt_model_content(&c, m, mm, mv, &loader, tm->ini);
+    status st = STATUS_OK;
+    if (!mm || !mv) {
+        log_error0("cannot allocate 2 x %zu bytes for the optimizer moments", pt->total * sizeof(float));
+        st = STATUS_NOMEM;
+    }
     ckpt_writer *w = NULL;
     if (st == STATUS_OK) st = ckpt_writer_init(&w, comm, dir, 1, false, &c);
     if (st == STATUS_OK) st = ckpt_save(w, &c);

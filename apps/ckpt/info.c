@@ -25,7 +25,7 @@ static bool has_group(const ckpt_catalog *cat, const char *prefix)
 /* nebula-train's optimizers: AdamW keeps m and v, SGD with momentum m alone. */
 static const char *optimizer(const ckpt_catalog *cat)
 {
-    bool m = has_group(cat, "/optim/m/"), v = has_group(cat, "/optim/v/");
+    bool m = has_group(cat, "/" TRAIN_CKPT_OPTIM_M "/"), v = has_group(cat, "/" TRAIN_CKPT_OPTIM_V "/");
     return m && v ? "adamw" : m ? "sgd" : "none";
 }
 
@@ -33,7 +33,7 @@ static const char *optimizer(const ckpt_catalog *cat)
  * when the blob is absent, of another size, or unreadable. */
 static bool loader_state(const ckpt_catalog *cat, data_state *s)
 {
-    const ckpt_dataset *d = ckpt_catalog_find(cat, "/rank/loader");
+    const ckpt_dataset *d = ckpt_catalog_find(cat, "/rank/" TRAIN_CKPT_LOADER);
     return d && d->dims[1] == sizeof *s && ckpt_catalog_read_row(cat, d, 0, s) == STATUS_OK;
 }
 
@@ -60,15 +60,15 @@ static void print_text(const ckpt_catalog *cat)
     if (h->resharded_from) printf(" (resharded offline from %d ranks: every blob row is rank 0's)", h->resharded_from);
     printf("\noptimizer   %s\n", !strcmp(optimizer(cat), "adamw") ? "AdamW moments (optim/m, optim/v)"
                                  : !strcmp(optimizer(cat), "sgd") ? "SGD momentum (optim/m)" : "no optimizer state");
-    printf("buffers     %s\n", has_group(cat, "/buffers/") ? "batch-norm running statistics (buffers)" : "none");
+    printf("buffers     %s\n", has_group(cat, "/" TRAIN_CKPT_BUFFERS "/") ? "batch-norm running statistics (buffers)" : "none");
     data_state ls;
     if (loader_state(cat, &ls))
         printf("loader      epoch %" PRIu64 ", next global sample %" PRIu64 " (the same on every rank)\n", ls.epoch,
                ls.cursor);
     else
-        printf("loader      %s\n", ckpt_catalog_find(cat, "/rank/loader") ? "present, not nebula-train's 16-byte "
+        printf("loader      %s\n", ckpt_catalog_find(cat, "/rank/" TRAIN_CKPT_LOADER) ? "present, not nebula-train's 16-byte "
                "position" : "none");
-    const ckpt_dataset *dgc = ckpt_catalog_find(cat, "/rank/dgc");
+    const ckpt_dataset *dgc = ckpt_catalog_find(cat, "/rank/" TRAIN_CKPT_DGC);
     if (dgc) printf("dgc         DGC-Pro state: %" PRIu64 " rows of %" PRIu64 " bytes (velocities, residuals and "
                     "decisions of each rank's slice)\n", dgc->dims[0], dgc->dims[1]);
     else printf("dgc         none (trained without DGC-Pro)\n");
@@ -108,11 +108,11 @@ static json_t *dataset_json(const ckpt_dataset *d)
 static json_t *state_json(const ckpt_catalog *cat)
 {
     data_state ls;
-    const ckpt_dataset *dgc = ckpt_catalog_find(cat, "/rank/dgc");
-    return json_pack("{s:s, s:b, s:o, s:o, s:b}", "optimizer", optimizer(cat), "buffers",
-                     has_group(cat, "/buffers/"), "loader", loader_state(cat, &ls) ?
+    const ckpt_dataset *dgc = ckpt_catalog_find(cat, "/rank/" TRAIN_CKPT_DGC);
+    return json_pack("{s:s, s:b, s:o, s:o, s:b}", "optimizer", optimizer(cat), TRAIN_CKPT_BUFFERS,
+                     has_group(cat, "/" TRAIN_CKPT_BUFFERS "/"), TRAIN_CKPT_LOADER, loader_state(cat, &ls) ?
                          json_pack("{s:I, s:I}", "epoch", (json_int_t)ls.epoch, "cursor", (json_int_t)ls.cursor) :
-                         json_null(), "dgc", dgc ? json_pack("{s:I, s:I}", "rows", (json_int_t)dgc->dims[0],
+                         json_null(), TRAIN_CKPT_DGC, dgc ? json_pack("{s:I, s:I}", "rows", (json_int_t)dgc->dims[0],
                                                              "row_bytes", (json_int_t)dgc->dims[1]) : json_null(),
                      "rng", ckpt_catalog_find(cat, "/rank/rng") != NULL);
 }

@@ -60,7 +60,7 @@ void tool_model_free(tool_model *tm)
     model_free(&tm->m);
 }
 
-/* "/optim/m/wte.weight" -> "optim/m" in out; false for a dataset outside a group. */
+/* "/GROUP/wte.weight" -> "GROUP" in out (a group may hold a slash); false for a dataset outside a group. */
 static bool group_of(const ckpt_dataset *d, char *out, size_t len)
 {
     const char *slash = strrchr(d->path, '/');
@@ -78,23 +78,24 @@ float *tool_zeros(const param_table *t)
 
 status tool_add_group(ckpt_content *c, model *m, const char *name, bool data, const char *origin)
 {
-    static const char *names[] = { "params", "optim/m", "optim/v", "buffers" };
     for (int g = 0; g < c->ngroups; g++)
         if (!strcmp(c->groups[g].group, name)) return STATUS_OK;
-    int kind = 0;
-    while (kind < 4 && strcmp(names[kind], name) != 0) kind++;
-    const param_table *t = kind == 3 ? model_state_table(m) : kind < 4 ? model_params(m) : NULL;
+    int kind = train_ckpt_group_find(name);
+    const param_table *t = kind >= 0 ? train_ckpt_group_table(m, (train_ckpt_group)kind) : NULL;
     if (!t) {
-        log_error0("%s: group /%s is not one the model '%s' keeps (params, optim/m, optim/v%s)", origin, name,
-                   m->spec.name, model_state_table(m) ? ", buffers" : "");
+        log_error0("%s: group /%s is not one the model '%s' keeps (%s, %s, %s%s%s)", origin, name, m->spec.name,
+                   TRAIN_CKPT_PARAMS, TRAIN_CKPT_OPTIM_M, TRAIN_CKPT_OPTIM_V, model_state_table(m) ? ", " : "",
+                   model_state_table(m) ? TRAIN_CKPT_BUFFERS : "");
         return STATUS_INPUT;
     }
     float *buf = NULL;
-    if (data && !(buf = kind == 0 ? model_buffers(m)->params : kind == 3 ? model_state(m) : tool_zeros(t))) {
+    if (data && !(buf = kind == TRAIN_CKPT_GROUP_PARAMS    ? model_buffers(m)->params
+                        : kind == TRAIN_CKPT_GROUP_BUFFERS ? model_state(m)
+                                                           : tool_zeros(t))) {
         log_error0("cannot allocate %zu bytes for /%s", t->total * sizeof(float), name);
         return STATUS_NOMEM;
     }
-    c->groups[c->ngroups++] = (ckpt_tensors){ names[kind], t, buf, false };
+    c->groups[c->ngroups++] = (ckpt_tensors){ train_ckpt_group_name((train_ckpt_group)kind), t, buf, false };
     return STATUS_OK;
 }
 
@@ -106,7 +107,9 @@ status tool_content(ckpt_content *c, const ckpt_catalog *cat, model *m, bool dat
     c->step = cat->h.step;
     for (int k = 0; k < cat->n; k++) {
         char name[CKPT_ITEM_PATH];
-        if (!group_of(&cat->items[k], name, sizeof name) || (!moments && !strncmp(name, "optim/", 6))) continue;
+        if (!group_of(&cat->items[k], name, sizeof name)) continue;
+        int g = train_ckpt_group_find(name);
+        if (!moments && g >= 0 && train_ckpt_group_is_optim((train_ckpt_group)g)) continue;
         status st = tool_add_group(c, m, name, data, cat->file);
         if (st != STATUS_OK) {
             tool_content_free(c, m);

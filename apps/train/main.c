@@ -3,16 +3,17 @@
  *   mpirun -np 4 nebula-train --config configs/train/gpt2-tiny-licenses.ini [--set k=v ...]
  *   nebula-train prepare OUT_DIR FILE...   byte-level token files train.bin and val.bin
  *
- * main() reads like a script: parse -> runtime -> comm -> setup (data, model,
- * buckets, checkpoints) -> resume -> loop -> free. */
+ * main() reads like a script over libcore/train: parse -> runtime -> comm -> setup
+ * (data, model, buckets, checkpoints) -> resume -> loop -> free. The process's
+ * signal handlers live here; the trainer reads the requests they leave. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/cli.h"
 #include "base/path.h"
-#include "dgc/dgc.h"
-#include "train.h"
+#include "train/train.h"
 
 static const char usage[] =
     "usage: mpirun -np N nebula-train --config FILE [--set section.key=value ...] [options]\n"
@@ -40,6 +41,30 @@ static const cli_option train_options[] = {
     { "device", "device.kind", NULL },
     { "precision", "device.precision", NULL },
 };
+
+/* What the handlers ask the trainer for: SIGUSR1 a checkpoint, SIGTERM / SIGUSR2 a
+ * checkpoint and a stop (exit 3). SIGUSR2 exists because launchers forward it
+ * untouched (mpirun and srun both do), while both turn a SIGTERM they receive into
+ * killing the ranks. */
+static train_signals signals;
+
+static void on_signal(int sig)
+{
+    if (sig == SIGUSR1) signals.checkpoint = 1;
+    else signals.stop = 1;
+}
+
+static void install_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR2, &sa, NULL);
+}
 
 /* nebula-train prepare OUT_DIR FILE... [--val-fraction F]: no MPI. */
 static int prepare_main(int argc, char **argv)
@@ -87,17 +112,12 @@ int main(int argc, char **argv)
     runtime_preinit(argv[0]);
     /* first: a stop request that arrives during start-up (a job script forwards Slurm's
      * pre-timeout signal whenever it comes) must not kill the process */
-    train_install_signals();
+    install_signals();
     if (argc >= 2 && !strcmp(argv[1], "prepare")) return prepare_main(argc, argv);
 
     static config_key schema[256];
-    const config_key base[] = { RUNTIME_CONFIG_KEYS, COMM_CONFIG_KEYS, MODEL_CONFIG_KEYS, DGC_CONFIG_KEYS,
-                                DEVICE_CONFIG_KEYS };
-    int n = 0;
-    for (size_t i = 0; i < sizeof base / sizeof base[0]; i++) schema[n++] = base[i];
-    for (int i = 0; i < train_schema_nkeys; i++) schema[n++] = train_schema_keys[i];
     config cfg;
-    config_init(&cfg, schema, n);
+    config_init(&cfg, schema, train_config_schema(schema, 256));
     cli_action action;
     status st = cli_parse(&cfg, train_options, (int)(sizeof train_options / sizeof train_options[0]), argc, argv, 1,
                           usage, &action);
@@ -115,17 +135,6 @@ int main(int argc, char **argv)
     }
     runtime_print_placement(&rt, stdout);
 
-    /* GPT-2 runs on a GPU in nebula-bench model --device cuda; the training loop's
-     * buckets, DGC-Pro, ZeRO and checkpoints still read host memory. */
-    device dev;
-    st = device_open_from_config(&dev, &cfg, rt.gpu);
-    if (st == STATUS_OK && dev.kind != DEVICE_KIND_CPU) {
-        log_error0("--device cuda: nebula-train's loop (buckets, DGC-Pro, ZeRO, checkpoints) runs on host memory "
-                   "so far; GPT-2 on a GPU runs in nebula-bench model --device cuda\nHINT: use --device cpu");
-        st = STATUS_INPUT;
-    }
-    if (st != STATUS_OK) runtime_exit(&rt, st);
-
     comm_options co;
     comm_options_from_config(&cfg, &co);
     comm *c = NULL;
@@ -134,26 +143,8 @@ int main(int argc, char **argv)
 
     train_run *run = malloc(sizeof *run);
     CHECK(run, "out of memory for the run");
-    st = train_setup(run, &cfg, &rt, c);
-    if (st == STATUS_OK && rt.rank == 0) {
-        model_spec_print(&run->spec, stdout);
-        printf("batch: global %d = micro-batch %d x accumulation %d x %d ranks%s; %d threads per rank\n",
-               run->tb.global_batch, run->tb.micro_batch, run->tb.accum, rt.size, run->T ? "" : " (images)",
-               run->threads);
-        char line[512];
-        data_describe(run->train_data, line, sizeof line);
-        printf("data.train: %s\n", line);
-        if (run->val_data) {
-            data_describe(run->val_data, line, sizeof line);
-            printf("data.val: %s\n", line);
-        }
-        if (run->use_zero)
-            zero_print_memory(&run->zero, model_params(&run->m), model_activation_bytes(&run->m), 0, stdout);
-        else
-            param_print_memory(model_params(&run->m), model_activation_bytes(&run->m), 0, NULL, stdout);
-        bucket_print(&run->bm, stdout);
-        fflush(stdout);
-    }
+    st = train_setup(run, &cfg, &rt, c, &signals);
+    if (st == STATUS_OK) train_print(run, stdout);
     if (st == STATUS_OK) st = train_resume(run);
     if (st == STATUS_OK) st = train_loop(run);
     if (runtime_must_abort(st)) runtime_exit(&rt, st);

@@ -170,4 +170,23 @@ size_t model_activation_bytes(const model *m);
 const char *model_unit(const model *m);
 double model_units_per_step(const model *m);
 
+
+/* ---- The trainer's view of a model ------------------------------------------------
+ * What libcore/train and the checkpoint tools need from a family without naming its
+ * struct fields: the layer hook, the classifier's logits, the vocabulary. */
+
+/* Installs the hook the backward calls as each layer's gradients become final
+ * (param_layer_hook; {NULL, NULL} removes it). */
+void model_set_layer_hook(model *m, param_layer_hook h);
+/* ResNet: the logits of the last forward, (B, *num_classes); NULL for the other families. */
+const float *model_class_logits(const model *m, int *num_classes);
+/* GPT-2 and BERT: the real vocabulary V (token ids in [0, V)); 0 for ResNet. */
+int model_vocab_size(const model_spec *s);
+/* GPT-2: the embedding's rows, V padded to a multiple of 128; model_vocab_size otherwise. */
+int model_padded_vocab_size(const model_spec *s);
+/* ResNet: the classes (labels in [0, num_classes)); 0 for the other families. */
+int model_num_classes(const model_spec *s);
+/* GPT-2's sizes (llm.c's file header), NULL for the other families. */
+const gpt2_config *model_gpt2_config(const model_spec *s);
+
 #endif

@@ -1,4 +1,4 @@
-/* elastic — nebula-train's side of a supervisor: the heartbeat it writes and the
+/* elastic — the trainer's side of a supervisor: the heartbeat it writes and the
  * control file it reads (README, "Elastic control and heartbeat").
  *
  * Heartbeat: rank 0 rewrites RUN_DIR/heartbeat in place before the first step and
@@ -25,7 +25,7 @@
  * the training loader, which cannot change its batch, is reopened at the position the
  * old one reached, so the steps after a change read exactly what a run resumed from a
  * checkpoint at that step would. */
-#include "elastic.h"
+#include "train_impl.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -107,9 +107,7 @@ static status train_set_batch(train_run *r, int64_t gb, double lr_factor)
  * set before it was written. Absent (an older checkpoint): the config's. */
 status train_elastic_resume(train_run *r, const ckpt_content *c)
 {
-    const ckpt_blob *b = NULL;
-    for (int i = 0; i < c->nblobs; i++)
-        if (!strcmp(c->blobs[i].name, "elastic")) b = &c->blobs[i];
+    const ckpt_blob *b = train_ckpt_blob(c, TRAIN_CKPT_ELASTIC);
     CHECK(b, "train_ckpt_content lists the elastic blob");
     if (!b->loaded) {
         r->elastic = (train_elastic){ r->config_batch, 1.0 };
@@ -293,7 +291,7 @@ status train_control(train_run *r, int *relaunch)
 {
     train_control_decision d;
     if (r->rt->rank == 0) train_control_decide(r, &d);
-    MPI_Bcast(&d, (int)sizeof d, MPI_BYTE, 0, r->rt->world);
+    TRY(comm_ctl_bcast_bytes(train_ctl(r), &d, sizeof d, 0));
     char path[4200], to[4200];
     train_control_path(r, "", path, sizeof path);
     train_control_path(r, ".applied", to, sizeof to);

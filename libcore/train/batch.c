@@ -1,0 +1,96 @@
+/* batch — the batch arithmetic (global = micro-batch x accumulation x ranks), the
+ * loaders of a run, and filling one micro-batch: tokens, images, or BERT's masked
+ * tokens. BERT's masking is keyed by each sample's index in the file and the epoch,
+ * so that it depends on neither the rank that reads it nor the world size. */
+#include <stdio.h>
+#include <string.h>
+
+#include "train_impl.h"
+
+status train_batch_resolve(train_batch *tb, const config *cfg, int world)
+{
+    long b = config_int(cfg, "train.micro_batch"), A = config_int(cfg, "train.accum");
+    long GB = config_int(cfg, "train.global_batch");
+    int given = (b > 0) + (A > 0) + (GB > 0);
+    if (given == 0) {
+        log_error0("train.micro_batch or train.global_batch must be set (global batch = micro_batch x accum x %d "
+                   "ranks; give any two)", world);
+        return STATUS_INPUT;
+    }
+    if (given == 1 && A == 0) A = 1;
+    if (b > 0 && A > 0 && GB > 0 && b * A * world != GB) {
+        log_error0("train.global_batch = %ld but train.micro_batch x train.accum x ranks = %ld x %ld x %d = %ld; "
+                   "give any two of the three", GB, b, A, world, b * A * world);
+        return STATUS_INPUT;
+    }
+    if (GB == 0) GB = b * A * world;
+    if (b == 0 || A == 0) {
+        long known = b ? b : A, per = (long)world * known;
+        if (GB % per != 0) {
+            log_error0("train.global_batch = %ld is not a multiple of train.%s x ranks = %ld x %d = %ld", GB,
+                       b ? "micro_batch" : "accum", known, world, per);
+            return STATUS_INPUT;
+        }
+        if (b == 0) b = GB / per;
+        else A = GB / per;
+    }
+    tb->micro_batch = (int)b, tb->accum = (int)A, tb->global_batch = (int)GB;
+    return STATUS_OK;
+}
+
+/* "0.49,0.48,0.45" into three floats. */
+static status parse3(const config *cfg, const char *key, float out[3])
+{
+    const char *s = config_str(cfg, key);
+    if (sscanf(s, "%f,%f,%f", &out[0], &out[1], &out[2]) != 3) {
+        log_error0("%s = '%s' (%s): expected three comma-separated numbers, e.g. 0.5,0.5,0.5", key, s,
+                   config_origin(cfg, key));
+        return STATUS_INPUT;
+    }
+    return STATUS_OK;
+}
+
+status train_open_data(train_run *r, data_loader **out, const char *path, bool train)
+{
+    const config *cfg = r->cfg;
+    data_config dc;
+    memset(&dc, 0, sizeof dc);
+    dc.path = path;
+    dc.images = r->spec.family == MODEL_FAMILY_RESNET;
+    dc.vocab_size = model_vocab_size(&r->spec);
+    dc.T = r->T;
+    dc.H = dc.W = r->spec.image_size;
+    dc.num_classes = model_num_classes(&r->spec);
+    dc.pad_crop = train ? (int)config_int(cfg, "data.pad_crop") : 0;
+    dc.flip = train && config_bool(cfg, "data.flip");
+    TRY(parse3(cfg, "data.mean", dc.mean));
+    TRY(parse3(cfg, "data.std", dc.std));
+    dc.micro_batch = r->tb.micro_batch;
+    dc.accum = train ? r->tb.accum : 1;
+    dc.dp_rank = r->rt->rank;
+    dc.dp_size = r->rt->size;
+    dc.seed = r->seed;
+    dc.shuffle = train && config_bool(cfg, "data.shuffle");
+    return data_open(out, &dc);
+}
+
+/* Fills the model's micro-batch a of the current step. */
+status train_fill(train_run *r, data_loader *d, int a)
+{
+    model_batch *b = &r->batch;
+    if (r->spec.family == MODEL_FAMILY_RESNET) return data_next_images(d, a, b->images, b->targets);
+    if (r->spec.family == MODEL_FAMILY_GPT2) return data_next_tokens(d, a, b->ids, b->targets);
+    /* BERT: masked LM over the raw tokens, each sample's masking keyed by its index
+     * in the file and the epoch, so that it depends on neither the rank that reads
+     * it nor the world size. */
+    TRY(data_next_tokens(d, a, r->raw_ids, NULL));
+    data_batch_samples(d, a, r->samples);
+    bert_special_tokens sp = BERT_SPECIAL_TOKENS_UNCASED;
+    uint64_t epoch = data_get_state(d).epoch;
+    for (int i = 0; i < r->tb.micro_batch; i++) {
+        size_t at = (size_t)i * (size_t)r->T;
+        bert_mask_tokens(b->ids + at, b->targets + at, r->raw_ids + at, b->mask + at, 1, r->T,
+                         model_vocab_size(&r->spec), &sp, r->seed, (uint32_t)r->samples[i], epoch);
+    }
+    return STATUS_OK;
+}

@@ -1,0 +1,68 @@
+/* eval — loss (perplexity for the language models, accuracy for ResNet) on the
+ * held-out data, in its file order, every rank its share of each global batch; the
+ * sums meet in one allreduce with the control plane's deadline. */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+
+#include "train_impl.h"
+
+/* Loss (and perplexity or accuracy) over up to train.eval_batches global batches of
+ * the held-out data, in its file order, every rank its share. */
+static status train_eval_sums(train_run *r, double *loss, double *acc, long *samples)
+{
+    data_state start = { 0, 0 };
+    TRY(data_set_state(r->val_data, &start));
+    long nb = (long)config_int(r->cfg, "train.eval_batches");
+    long have = (long)data_steps_per_epoch(r->val_data);
+    if (nb > have) nb = have;
+    double sums[3] = { 0, 0, 0 };  /* loss sum over micro-batches, correct labels, labels */
+    for (long i = 0; i < nb; i++) {
+        TRY(train_fill(r, r->val_data, 0));
+        TRY(model_forward(&r->m, &r->batch, false));
+        sums[0] += model_loss(&r->m);
+        int V = 0;
+        const float *lg = model_class_logits(&r->m, &V);
+        if (lg) {
+            for (int n = 0; n < r->tb.micro_batch; n++) {
+                int best = 0;
+                for (int k = 1; k < V; k++)
+                    if (lg[(size_t)n * V + k] > lg[(size_t)n * V + best]) best = k;
+                sums[1] += best == r->batch.targets[n];
+                sums[2] += 1;
+            }
+        }
+        data_advance(r->val_data);
+    }
+    double tot[3];
+    TRY(comm_ctl_allreduce(train_ctl(r), sums, tot, 3, MPI_DOUBLE, MPI_SUM));
+    *loss = nb ? tot[0] / ((double)nb * r->rt->size) : NAN;
+    *acc = tot[2] > 0 ? tot[1] / tot[2] : NAN;
+    *samples = nb * r->tb.micro_batch * r->rt->size;
+    return STATUS_OK;
+}
+
+static void train_log_eval(train_run *r, double loss, double acc, long samples)
+{
+    if (r->rt->rank != 0) return;
+    if (r->spec.family == MODEL_FAMILY_RESNET)
+        printf("eval step=%ld loss=%.6f acc=%.4f samples=%ld\n", r->step, loss, acc, samples);
+    else
+        printf("eval step=%ld loss=%.6f ppl=%.3f samples=%ld\n", r->step, loss, exp(loss), samples);
+    json_t *j = json_pack("{s:s, s:I, s:f, s:I}", "kind", "eval", "step", (json_int_t)r->step, "loss", loss,
+                          "samples", (json_int_t)samples);
+    if (r->spec.family == MODEL_FAMILY_RESNET) json_object_set_new(j, "acc", json_real(acc));
+    else json_object_set_new(j, "ppl", json_real(exp(loss)));
+    train_metrics_write(r, j);
+    fflush(stdout);
+}
+
+
+status train_evaluate(train_run *r)
+{
+    double loss, acc;
+    long n;
+    TRY(train_eval_sums(r, &loss, &acc, &n));
+    train_log_eval(r, loss, acc, n);
+    return STATUS_OK;
+}

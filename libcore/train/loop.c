@@ -1,0 +1,130 @@
+/* loop — the step loop of a run: a step, the heartbeat, the metrics line, DGC-Pro's
+ * auto decision, evaluation, and at each step end one agreement of every rank on
+ * the checkpoint triggers, signals and the elastic control file (rank 0's clock and
+ * file system decide); then the last checkpoint, the final evaluation and the
+ * summary line.
+ *
+ * The one design decision: everything a step end acts on is agreed in one small
+ * allreduce (MAX of three flags) before anyone acts, so every rank checkpoints,
+ * applies a control file or stops at the same step — never some ranks alone. */
+#include <jansson.h>
+#include <stdio.h>
+
+#include "train_impl.h"
+
+static status train_checkpoint(train_run *r)
+{
+    ckpt_content c;
+    train_ckpt_content(r, &c);
+    double t0 = train_now_s();
+    TRY(ckpt_save(r->ckpt, &c));
+    double ms = (train_now_s() - t0) * 1e3;
+    if (r->rt->rank != 0) return STATUS_OK;
+    if (!config_bool(r->cfg, "ckpt.async")) {
+        printf("checkpoint step=%ld stall_ms=%.1f\n", r->step, ms);
+        return STATUS_OK;
+    }
+    /* The previous async save has finished inside ckpt_save at the latest: its whole
+     * cost to the step loop is known now. */
+    ckpt_stats p;
+    ckpt_get_stats(r->ckpt, &p);
+    printf("checkpoint step=%ld save_ms=%.1f memcpy_ms=%.1f (async: copied and written in the background)", r->step,
+           ms, p.memcpy_s * 1e3);
+    if (p.write_s > 0)
+        printf(" previous_stall_ms=%.1f previous_save_ms=%.1f previous_fence_ms=%.1f previous_finish_ms=%.1f "
+               "previous_copy_ms=%.1f bytes=%zu previous_write_MB/s=%.0f",
+               (p.save_s + p.fence_s + p.finish_s) * 1e3, p.save_s * 1e3, p.fence_s * 1e3, p.finish_s * 1e3,
+               p.copy_s * 1e3, p.bytes, (double)p.bytes / p.write_s / 1e6);
+    printf("\n");
+    return STATUS_OK;
+}
+
+status train_loop(train_run *r)
+{
+    const runtime *rt = r->rt;
+    const config *cfg = r->cfg;
+    long log_every = (long)config_int(cfg, "train.log_interval"), eval_every = (long)config_int(cfg, "train.eval_interval");
+    long ck_steps = (long)config_int(cfg, "ckpt.every_steps");
+    double ck_minutes = config_float(cfg, "ckpt.every_minutes");
+    const char *unit;
+    double units = train_units(r, &unit);
+    double t_run = train_now_s(), t_ckpt = t_run, sum_ms = 0, sum_wait = 0;
+    long timed = 0, first = r->step, saved = -1;
+    bool stopped = false;
+    int relaunch = 0;  /* the world size a control file asked for */
+    train_step_stats ss = { 0 };
+    train_heartbeat(r);
+    while (r->step < r->steps) {
+        TRY(train_step(r, &ss));
+        train_heartbeat(r);
+        ckpt_poll(r->ckpt);  /* commits a finished background checkpoint without waiting */
+        if (r->step - first > 1) { sum_ms += ss.step_ms; sum_wait += ss.comm_wait_ms; timed++; }  /* skip warm-up */
+        bool log_now = r->step % log_every == 0 || r->step == r->steps;
+        if (log_now && r->dgc && dgc_active(r->dgc)) train_log_dgc_layers(r);
+        if (log_now) train_log_step(r, &ss, units, unit);
+        /* after the step's line: it describes the step as it ran */
+        if (r->dgc) TRY(train_dgc_auto(r, &ss, first));
+        if (r->val_data && eval_every > 0 && r->step % eval_every == 0 && r->step < r->steps) {
+            TRY(train_evaluate(r));
+        }
+        /* Checkpoint triggers, signals and a control file, agreed by every rank (rank 0's
+         * clock and file system decide). */
+        train_signals *sig = r->signals;
+        int flags[3] = { sig->checkpoint || sig->stop, (int)sig->stop, rt->rank == 0 && train_control_exists(r) };
+        if (rt->rank == 0 && ck_minutes > 0 && train_now_s() - t_ckpt >= ck_minutes * 60) flags[0] = 1;
+        if (r->ckpt && ck_steps > 0 && r->step % ck_steps == 0) flags[0] = 1;
+        int agreed[3];
+        TRY(comm_ctl_allreduce(train_ctl(r), flags, agreed, 3, MPI_INT, MPI_MAX));
+        sig->checkpoint = 0;
+        if (agreed[2]) {  /* before the checkpoint: a batch change is part of the state it saves */
+            TRY(train_control(r, &relaunch));
+            units = train_units(r, NULL);
+            if (relaunch) agreed[0] = 1;
+        }
+        if (agreed[0] && r->ckpt) {
+            TRY(train_checkpoint(r));
+            t_ckpt = train_now_s();
+            saved = r->step;
+        }
+        if (relaunch) {
+            stopped = true;
+            break;
+        }
+        if (agreed[1]) {
+            if (rt->rank == 0)
+                printf("stopping at step %ld of %ld on request (SIGTERM or SIGUSR2): %s; exit code 3\n", r->step,
+                       r->steps, r->ckpt ? "checkpoint committed, a relaunch resumes from it" : "checkpoints are off");
+            stopped = r->step < r->steps;
+            break;
+        }
+    }
+    if (r->ckpt && r->step == r->steps && saved != r->step) TRY(train_checkpoint(r));
+    if (r->ckpt) {
+        TRY(ckpt_wait(r->ckpt));
+        ckpt_stats cs;
+        ckpt_get_stats(r->ckpt, &cs);
+        if (rt->rank == 0 && cs.write_s > 0)
+            printf("checkpoint last background write: %.0f MB in %.2f s = %.0f MB/s\n", (double)cs.bytes / 1e6,
+                   cs.write_s, (double)cs.bytes / cs.write_s / 1e6);
+    }
+    if (relaunch && rt->rank == 0) TRY(train_relaunch_write(r, relaunch));  /* after the commit it points to */
+    if (r->val_data && !stopped) {  /* a stop is often on a deadline: evaluation waits for the end */
+        TRY(train_evaluate(r));
+    }
+    double traffic[2] = { r->dgc_sent, r->dgc_dense };
+    TRY(comm_ctl_allreduce(train_ctl(r), MPI_IN_PLACE, traffic, 2, MPI_DOUBLE, MPI_SUM));
+    if (rt->rank == 0 && traffic[0] > 0)
+        printf("dgc: gradient traffic between nodes %.3f MB against %.3f MB for dense ring allreduces: %.1fx less\n",
+               traffic[0] / 1e6, traffic[1] / 1e6, traffic[1] / traffic[0]);
+    if (rt->rank == 0) {
+        double mean = timed ? sum_ms / timed : ss.step_ms, wait = timed ? sum_wait / timed : ss.comm_wait_ms;
+        printf("summary: steps=%ld final_loss=%.6f mean_step_ms=%.1f %s=%.1f comm_wait_ms=%.2f comm_ms=%.2f "
+               "exposed_comm=%.0f%% time_s=%.1f run_dir=%s\n", r->step, ss.loss, mean, unit, units / (mean / 1e3),
+               wait, r->comm_ms, r->comm_ms > 0 ? 100 * wait / r->comm_ms : 0.0, train_now_s() - t_run, r->run_dir);
+        json_t *j = json_pack("{s:s, s:I, s:f, s:f, s:f, s:f}", "kind", "summary", "steps", (json_int_t)r->step,
+                              "final_loss", ss.loss, "mean_step_ms", mean, "comm_wait_ms", wait, "comm_ms", r->comm_ms);
+        train_metrics_write(r, j);
+        fflush(stdout);
+    }
+    return relaunch ? STATUS_RELAUNCH : stopped ? STATUS_STOPPED : STATUS_OK;
+}

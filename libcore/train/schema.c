@@ -1,0 +1,165 @@
+/* schema — the trainer's config keys and the one definition of a training
+ * checkpoint's content: the tensor groups and blobs (train.h, TRAIN_CKPT_*), for a
+ * run (train_ckpt_content) and for a model alone (train_ckpt_model_content, what
+ * nebula-ckpt convert writes). Readers name groups only through these functions,
+ * so a new group is added here and nowhere else. */
+#include <string.h>
+
+#include "train_impl.h"
+
+const config_key train_schema_keys[] = {
+    { "train", "micro_batch", CONFIG_TYPE_INT, "0", .min = 0, .max = 1 << 20,
+      .help = "b: samples per forward on each rank (0: derived from global_batch and accum)" },
+    { "train", "accum", CONFIG_TYPE_INT, "0", .min = 0, .max = 1 << 20,
+      .help = "A: forwards per optimizer step (0: derived; 1 when only one other size is given)" },
+    { "train", "global_batch", CONFIG_TYPE_INT, "0", .min = 0, .max = 1 << 30,
+      .help = "GB = micro_batch x accum x ranks (0: derived)" },
+    { "train", "seq_len", CONFIG_TYPE_INT, "64", .min = 1, .max = 1 << 20,
+      .help = "T: tokens per sample (GPT-2, BERT); at most model.max_seq_len" },
+    { "train", "steps", CONFIG_TYPE_INT, "100", .min = 1, .max = 1e12, .help = "optimizer steps of the run" },
+    { "train", "seed", CONFIG_TYPE_INT, "1337", .min = 0, .max = 9e15,
+      .help = "initialisation, data order, augmentation and masking" },
+    { "train", "log_interval", CONFIG_TYPE_INT, "10", .min = 1, .max = 1e9, .help = "steps between metrics lines" },
+    { "train", "eval_interval", CONFIG_TYPE_INT, "0", .min = 0, .max = 1e9,
+      .help = "steps between evaluations on data.val (0: only at the end, when data.val is set)" },
+    { "train", "eval_batches", CONFIG_TYPE_INT, "16", .min = 1, .max = 1e9,
+      .help = "global batches of held-out data per evaluation (fewer when the file is smaller)" },
+    { "train", "run_dir", CONFIG_TYPE_STRING, "runs/train",
+      .help = "where metrics.jsonl, config.ini and ckpt/ go (created)" },
+    { "train", "clip", CONFIG_TYPE_FLOAT, "1.0", .min = 0, .max = 1e30,
+      .help = "max global gradient L2 norm (0: no clipping)" },
+    { "train", "threads", CONFIG_TYPE_INT, "0", .min = 0, .max = 4096,
+      .help = "OpenMP and BLAS threads per rank (0: the cores this rank is bound to)" },
+    { "train", "bucket_bytes", CONFIG_TYPE_SIZE, "25M", .min = 4096, .max = 1ull << 34,
+      .help = "gradient bucket size (PyTorch DDP's bucket_cap_mb = 25)" },
+    { "train", "zero", CONFIG_TYPE_INT, "0", .min = 0, .max = 1,
+      .help = "ZeRO stage: 1 shards the optimizer state (AdamW m, v; SGD momentum) over the ranks" },
+    { "zero", "shard_numel", CONFIG_TYPE_INT, "65536", .min = 16, .max = 1 << 30,
+      .help = "ZeRO: most floats per shard (tensors are cut into chunks of this size)" },
+    { "zero", "vnodes", CONFIG_TYPE_INT, "256", .min = 1, .max = 4096,
+      .help = "ZeRO: points per rank on the consistent-hashing ring (more: better balance)" },
+    { "optim", "name", CONFIG_TYPE_ENUM, "auto", .choices = "auto|adamw|sgd",
+      .help = "optimizer (auto: AdamW for GPT-2 and BERT, SGD with momentum for ResNet)" },
+    { "optim", "lr", CONFIG_TYPE_FLOAT, "3e-4", .min = 0, .max = 1e3, .help = "peak learning rate" },
+    { "optim", "weight_decay", CONFIG_TYPE_FLOAT, "0.1", .min = 0, .max = 1e3,
+      .help = "AdamW: decoupled; SGD: coupled L2 (weights only, never biases and norms)" },
+    { "optim", "beta1", CONFIG_TYPE_FLOAT, "0.9", .min = 0, .max = 0.999999, .help = "AdamW" },
+    { "optim", "beta2", CONFIG_TYPE_FLOAT, "0.95", .min = 0, .max = 0.999999999, .help = "AdamW" },
+    { "optim", "eps", CONFIG_TYPE_FLOAT, "1e-8", .min = 1e-30, .max = 1, .help = "AdamW" },
+    { "optim", "momentum", CONFIG_TYPE_FLOAT, "0.9", .min = 0, .max = 0.999999, .help = "SGD" },
+    { "optim", "nesterov", CONFIG_TYPE_BOOL, "false", .help = "SGD: Nesterov momentum" },
+    { "optim", "schedule", CONFIG_TYPE_ENUM, "cosine", .choices = "constant|cosine|linear|step",
+      .help = "learning-rate shape after warmup (cosine and linear reach min_lr at train.steps)" },
+    { "optim", "warmup_steps", CONFIG_TYPE_INT, "0", .min = 0, .max = 1e12, .help = "linear warmup" },
+    { "optim", "min_lr", CONFIG_TYPE_FLOAT, "0", .min = 0, .max = 1e3, .help = "cosine/linear floor" },
+    { "optim", "step_size", CONFIG_TYPE_INT, "1000", .min = 1, .max = 1e12, .help = "step schedule: period" },
+    { "optim", "gamma", CONFIG_TYPE_FLOAT, "0.1", .min = 0, .max = 1e3, .help = "step schedule: factor" },
+    { "data", "train", CONFIG_TYPE_STRING, "synthetic",
+      .help = "training data: Nebula or llm.c token file, HDF5 or CIFAR-10 images, or synthetic" },
+    { "data", "val", CONFIG_TYPE_STRING, "", .help = "held-out data in the same format (empty: no evaluation)" },
+    { "data", "shuffle", CONFIG_TYPE_BOOL, "true", .help = "a new permutation of the training samples every epoch" },
+    { "data", "pad_crop", CONFIG_TYPE_INT, "0", .min = 0, .max = 1024,
+      .help = "images: random crop after zero padding by this many pixels (CIFAR: 4)" },
+    { "data", "flip", CONFIG_TYPE_BOOL, "false", .help = "images: random horizontal flip" },
+    { "data", "mean", CONFIG_TYPE_STRING, "0.5,0.5,0.5",
+      .help = "images: per-channel mean of x/255 (the file's attribute wins)" },
+    { "data", "std", CONFIG_TYPE_STRING, "0.5,0.5,0.5",
+      .help = "images: per-channel std of x/255 (the file's attribute wins)" },
+    { "ckpt", "every_steps", CONFIG_TYPE_INT, "0", .min = 0, .max = 1e12,
+      .help = "checkpoint every N steps (0: off; the last step is always saved when checkpoints are on)" },
+    { "ckpt", "every_minutes", CONFIG_TYPE_FLOAT, "0", .min = 0, .max = 1e9,
+      .help = "checkpoint when this many minutes passed since the last one (0: off)" },
+    { "ckpt", "keep", CONFIG_TYPE_INT, "3", .min = 1, .max = 1e6, .help = "committed checkpoints kept" },
+    { "ckpt", "async", CONFIG_TYPE_BOOL, "false",
+      .help = "copy the state to memory and write it in a background thread" },
+    { "ckpt", "resume", CONFIG_TYPE_STRING, "auto",
+      .help = "auto (newest committed checkpoint of run_dir, if any), none, or a checkpoint directory" },
+    { "elastic", "lr_rule", CONFIG_TYPE_ENUM, "linear", .choices = "linear|sqrt|none",
+      .help = "how lr follows a global_batch change from run_dir/control (linear: Goyal et al. 2017; sqrt: "
+              "Adam-family, Malladi et al. 2022), unless the file names lr_rule" },
+};
+const int train_schema_nkeys = (int)(sizeof train_schema_keys / sizeof train_schema_keys[0]);
+
+int train_config_schema(config_key *out, int cap)
+{
+    const config_key base[] = { RUNTIME_CONFIG_KEYS, COMM_CONFIG_KEYS, MODEL_CONFIG_KEYS, DGC_CONFIG_KEYS,
+                                DEVICE_CONFIG_KEYS };
+    int n = 0, nbase = (int)(sizeof base / sizeof base[0]);
+    CHECK(nbase + train_schema_nkeys <= cap, "the schema array holds every key");
+    for (int i = 0; i < nbase; i++) out[n++] = base[i];
+    for (int i = 0; i < train_schema_nkeys; i++) out[n++] = train_schema_keys[i];
+    return n;
+}
+
+static const char *const train_ckpt_group_names[TRAIN_CKPT_NGROUPS] = {
+    TRAIN_CKPT_PARAMS, TRAIN_CKPT_OPTIM_M, TRAIN_CKPT_OPTIM_V, TRAIN_CKPT_BUFFERS,
+};
+
+const char *train_ckpt_group_name(train_ckpt_group g)
+{
+    CHECK(g >= 0 && g < TRAIN_CKPT_NGROUPS, "a checkpoint group of train_ckpt_group");
+    return train_ckpt_group_names[g];
+}
+
+int train_ckpt_group_find(const char *name)
+{
+    for (int g = 0; g < TRAIN_CKPT_NGROUPS; g++)
+        if (!strcmp(train_ckpt_group_names[g], name)) return g;
+    return -1;
+}
+
+const param_table *train_ckpt_group_table(model *m, train_ckpt_group g)
+{
+    return g == TRAIN_CKPT_GROUP_BUFFERS ? model_state_table(m) : model_params(m);
+}
+
+bool train_ckpt_group_is_optim(train_ckpt_group g)
+{
+    return g == TRAIN_CKPT_GROUP_OPTIM_M || g == TRAIN_CKPT_GROUP_OPTIM_V;
+}
+
+void train_ckpt_model_content(ckpt_content *c, model *m, float *moment_m, float *moment_v, data_state *loader,
+                              const char *config_text)
+{
+    memset(c, 0, sizeof *c);
+    param_table *pt = model_params(m);
+    c->model = m->spec.name;
+    c->table_hash = param_table_hash(pt);
+    c->config_text = config_text;
+    c->groups[c->ngroups++] = (ckpt_tensors){ TRAIN_CKPT_PARAMS, pt, model_buffers(m)->params, false };
+    if (moment_m) c->groups[c->ngroups++] = (ckpt_tensors){ TRAIN_CKPT_OPTIM_M, pt, moment_m, false };
+    if (moment_v) c->groups[c->ngroups++] = (ckpt_tensors){ TRAIN_CKPT_OPTIM_V, pt, moment_v, false };
+    /* ResNet's running statistics change in the forward pass: staged at once (copy_in_save) */
+    if (model_state_table(m))
+        c->groups[c->ngroups++] = (ckpt_tensors){ TRAIN_CKPT_BUFFERS, model_state_table(m), model_state(m), true };
+    if (loader) c->blobs[c->nblobs++] = (ckpt_blob){ TRAIN_CKPT_LOADER, loader, sizeof *loader, false, false };
+}
+
+/* What a checkpoint of this run holds: parameters, optimizer moments, ResNet's BN
+ * statistics, and the loader position (the same on every rank; a blob so that later
+ * per-rank state joins it the same way). */
+void train_ckpt_content(train_run *r, ckpt_content *c)
+{
+    param_buffers *pb = model_buffers(&r->m);
+    float *mm = r->use_zero ? r->zero.m : pb->m, *mv = r->use_zero ? r->zero.v : pb->v;
+    train_ckpt_model_content(c, &r->m, mm, r->opt.use_sgd ? NULL : mv, &r->loader_state, r->config_text);
+    c->step = r->step;
+    c->ranks_per_node = r->rt->max_local_size;
+    /* ZeRO: each rank holds and writes its shards of the moments; the file holds full
+     * tensors either way, so checkpoints load with or without ZeRO at any world size */
+    if (r->use_zero)
+        for (int g = 0; g < c->ngroups; g++)
+            if (train_ckpt_group_is_optim(train_ckpt_group_find(c->groups[g].group))) c->shards[g] = &r->zero.ck;
+    /* optional: checkpoints older than elastic control resume with the config's batch */
+    c->blobs[c->nblobs++] = (ckpt_blob){ TRAIN_CKPT_ELASTIC, &r->elastic, sizeof r->elastic, true, false };
+    /* optional: a checkpoint written without compression, or at another node size, resumes with a fresh state */
+    if (r->dgc)
+        c->blobs[c->nblobs++] = (ckpt_blob){ TRAIN_CKPT_DGC, dgc_state(r->dgc), dgc_state_bytes(r->dgc), true, false };
+}
+
+const ckpt_blob *train_ckpt_blob(const ckpt_content *c, const char *name)
+{
+    for (int i = 0; i < c->nblobs; i++)
+        if (!strcmp(c->blobs[i].name, name)) return &c->blobs[i];
+    return NULL;
+}

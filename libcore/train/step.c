@@ -1,0 +1,270 @@
+/* step — one optimizer step: the micro-batches forward and backward (the buckets
+ * launched from the last backward's layer hook, DDP's no_sync before it), the wait
+ * for the buckets or DGC-Pro's exchange, the loss sum, clipping, the update (ZeRO's
+ * owned shards and all-gather, or the whole buffer), ResNet's statistics from rank 0.
+ * train_step_batch is the same numerics on one process for nebula-bench model.
+ *
+ * The one design decision: AdamW goes through the device table's optimizer
+ * (device_optim), whose CPU step is optim_adamw_step itself, so the trainer and the
+ * benchmark run one update and the CPU results stay bit-identical; SGD with momentum
+ * (and ZeRO's ranges, DGC-Pro's plain entries) is host-only so far. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <omp.h>
+
+#include "train_impl.h"
+
+/* Forward and backward of one micro-batch (the backward ADDS into the gradients);
+ * returns the loss. With dev (a GPU), it ends with a device synchronisation. */
+static double train_forward_backward(model *m, const model_batch *b, const device *dev, status *st)
+{
+    *st = model_forward(m, b, true);
+    if (*st != STATUS_OK) return 0;
+    double loss = model_loss(m);
+    model_backward(m);
+    if (device_is_gpu(dev)) *st = device_sync(dev);
+    return loss;
+}
+
+/* The update of the whole flat buffer at rate lr, step t (from 1). */
+static void train_optim_update(train_optim *o, const param_table *pt, param_buffers *pb, double lr, long t)
+{
+    if (o->use_sgd) optim_sgd_step(pt, pb, &o->sgd, lr, t);
+    else device_optim_adamw_step(&o->dopt, pb, &o->adamw, lr, t);
+}
+
+/* The hook a model's backward calls as each layer's gradients become final: marks
+ * the layer's tensors, which launches every bucket they complete. */
+static void train_layer_done(void *ctx, int layer)
+{
+    train_run *r = ctx;
+    if (r->hook_status != STATUS_OK || layer < 0 || layer >= r->nlayers) return;
+    for (int i = 0; i < r->layer_count[layer]; i++) {
+        status st = bucket_mark_ready(&r->bm, r->layer_first[layer] + i);
+        if (st != STATUS_OK) {
+            r->hook_status = st;
+            return;
+        }
+    }
+}
+
+static void train_set_hook(train_run *r, bool on)
+{
+    model_set_layer_hook(&r->m, (param_layer_hook){ on ? train_layer_done : NULL, r });
+}
+
+/* This step's learning rate relative to the peak: DGC-Pro folds it into what it
+ * accumulates (dgc_exchange), so a delayed coordinate gets the rates of the steps
+ * that produced it. */
+static double train_lr_scale(const train_run *r)
+{
+    double s = lr_at(&r->sched, r->step) * r->elastic.lr_factor / r->sched.base_lr;
+    return s > 0 ? s : 1.0;
+}
+
+/* One optimizer step: A micro-batches forward and backward (buckets launched from
+ * the last backward), the wait for the buckets, clipping, the update. */
+status train_step(train_run *r, train_step_stats *ss)
+{
+    param_table *pt = model_params(&r->m);
+    param_buffers *pb = model_buffers(&r->m);
+    double t0 = train_now_s(), loss = 0;
+    status st = STATUS_OK;
+    param_zero_grads(pb, pt);
+    if (r->dgc_flush) {  /* DGC-Pro was switched off: its residuals go out with this dense step */
+        dgc_flush(r->dgc, pb->grads, (float)(r->tb.accum * r->rt->size), train_lr_scale(r));
+        r->dgc_flush = false;
+    }
+    r->hook_status = STATUS_OK;
+    bool compress = r->dgc && dgc_active(r->dgc);
+    for (int a = 0; a < r->tb.accum; a++) {
+        TRY(train_fill(r, r->train_data, a));
+        train_set_hook(r, !compress && a == r->tb.accum - 1);  /* earlier micro-batches only accumulate (DDP's no_sync) */
+        loss += train_forward_backward(&r->m, &r->batch, NULL, &st);
+        TRY(st);
+        TRY(r->hook_status);
+    }
+    train_set_hook(r, false);
+    double t1 = train_now_s();
+    if (compress) {
+        if (r->tb.accum > 1) {
+            float inv = 1.0f / (float)r->tb.accum;
+            for (size_t i = 0; i < pt->total; i++) pb->grads[i] *= inv;
+        }
+        TRY(dgc_exchange(r->dgc, pb->grads, pb->params, r->step, train_lr_scale(r), &r->dstats));
+        r->dgc_sent += (double)r->dstats.bytes_sent;
+        r->dgc_dense += (double)r->dstats.dense_bytes;
+    } else {
+        TRY(bucket_wait_all(&r->bm));
+    }
+    ss->comm_wait_ms = (train_now_s() - t1) * 1e3;
+    double local = loss / r->tb.accum;
+    TRY(comm_ctl_allreduce(train_ctl(r), &local, &ss->loss, 1, MPI_DOUBLE, MPI_SUM));
+    ss->loss /= r->rt->size;
+    ss->gnorm = 0;
+    /* the norm either way; DGC clipped each node's contribution before compressing */
+    optim_clip_grad_norm(pb->grads, pt->total, r->opt.clip > 0 && !compress ? r->opt.clip : INFINITY, &ss->gnorm);
+    ss->lr = lr_at(&r->sched, r->step) * r->elastic.lr_factor;
+    ckpt_fence(r->ckpt);  /* an async checkpoint's background copy of the state must be done */
+    if (!isfinite(ss->gnorm)) {
+        log_error0("step %ld: the gradient norm is %g; the step is skipped (lower optim.lr or set train.clip)",
+                   r->step, ss->gnorm);
+    } else if (r->use_zero) {
+        /* only the owned shards; then every rank's to every rank, through the gradient
+         * buffer, which nothing reads after the update (zeroed at the next step) */
+        if (r->opt.use_sgd) zero_sgd_step(&r->zero, pt, pb, &r->opt.sgd, ss->lr, r->step + 1);
+        else zero_adamw_step(&r->zero, pt, pb, &r->opt.adamw, ss->lr, r->step + 1);
+        zero_allgather_params(&r->zero, pb->params, pb->grads);
+    } else {
+        r->opt.sgd.plain = compress ? dgc_plain_entries(r->dgc) : NULL;
+        train_optim_update(&r->opt, pt, pb, ss->lr, r->step + 1);
+    }
+    /* ResNet's running statistics: rank 0's everywhere, as DDP's broadcast_buffers. */
+    if (model_state_table(&r->m))
+        TRY(comm_ctl_bcast(train_ctl(r), model_state(&r->m), (int)model_state_table(&r->m)->total, MPI_FLOAT, 0));
+    data_advance(r->train_data);
+    r->loader_state = data_get_state(r->train_data);
+    r->step++;
+    ss->step_ms = (train_now_s() - t0) * 1e3;
+    return STATUS_OK;
+}
+
+/* DGC-Pro: off, forced on, or auto — ruled out here for small models and single
+ * nodes; the rest of auto's decision (communication against compute) is taken after
+ * the first steps have been measured (train_dgc_decide). */
+status train_dgc_setup(train_run *r)
+{
+    dgc_options o;
+    dgc_options_from_config(r->cfg, &o);
+    if (o.mode == DGC_MODE_OFF) return STATUS_OK;
+    if (r->use_zero) {
+        if (o.mode == DGC_MODE_ON) {
+            log_error0("dgc.mode = on and train.zero = 1 (%s) are not supported together: DGC-Pro's momentum "
+                       "correction keeps full-size per-rank state and applies the update itself; set dgc.mode = off "
+                       "or train.zero = 0", config_origin(r->cfg, "train.zero"));
+            return STATUS_INPUT;
+        }
+        if (r->rt->rank == 0) printf("dgc: off (auto): not with train.zero = 1\n");
+        return STATUS_OK;
+    }
+    const param_table *pt = model_params(&r->m);
+    size_t nparams = 0;
+    for (int e = 0; e < pt->count; e++) nparams += pt->entries[e].count;
+    const char *why = NULL;
+    char buf[256];
+    if (o.mode == DGC_MODE_AUTO && r->rt->nnodes == 1) {
+        why = "one node: its gradients are reduced densely in shared memory";
+    } else if (o.mode == DGC_MODE_AUTO && (int64_t)nparams < o.min_params) {
+        snprintf(buf, sizeof buf, "%zu parameters is below dgc.min_params = %" PRId64 " (set dgc.mode = on to force)",
+                 nparams, o.min_params);
+        why = buf;
+    }
+    if (why) {
+        if (r->rt->rank == 0) printf("dgc: off (auto): %s\n", why);
+        return STATUS_OK;
+    }
+    o.momentum = r->opt.use_sgd ? r->opt.sgd.momentum : 0;
+    o.nesterov = r->opt.use_sgd && r->opt.sgd.nesterov;
+    o.weight_decay = r->opt.use_sgd ? r->opt.sgd.weight_decay : 0;
+    o.clip = r->opt.clip;
+    o.seed = r->seed;
+    TRY(dgc_init(&r->dgc, r->rt, pt, &o));
+    dgc_set_active(r->dgc, o.mode == DGC_MODE_ON);
+    if (r->rt->rank == 0)
+        printf("dgc: %s: sparsity %.4g after %ld warm-up steps in %d stages from %.4g, %s values, %s threshold, momentum correction %s, "
+               "%d nodes x %d ranks\n", o.mode == DGC_MODE_ON ? "on" : "auto (decided in the first 5 steps)",
+               o.sparsity, o.warmup_steps, o.warmup_stages, o.warmup_sparsity, o.values == DGC_VALUES_FP16 ? "fp16" : "fp32",
+               o.exact_topk ? "exact top-k" : "sampled", o.momentum > 0 ? "on" : "off (AdamW: plain accumulation)",
+               r->rt->nnodes, r->rt->local_size);
+    return STATUS_OK;
+}
+
+/* Auto mode, in the first steps of a fresh run. After dense steps 1-3: off when dense
+ * communication is under dgc.min_comm_fraction of the compute; otherwise steps 4-5 run
+ * compressed as a trial, and after step 5 DGC-Pro stays on only if its steps were
+ * faster than the dense ones (steps 2-3; step 1 warms up). Switching off flushes the
+ * residuals into the next dense step, so nothing accumulated is lost. Rank 0 decides
+ * for everyone; the decision is part of the checkpointed state. */
+status train_dgc_auto(train_run *r, const train_step_stats *ss, long first)
+{
+    long k = r->step - first;  /* steps of this run */
+    if (first != 0 || k > 5) return STATUS_OK;  /* a resumed run keeps what its checkpoint says */
+    if (strcmp(config_str(r->cfg, "dgc.mode"), "auto") != 0) return STATUS_OK;
+    if (k >= 2 && k <= 3) r->dense_ms += ss->step_ms / 2, r->compute_ms += (ss->step_ms - ss->comm_wait_ms) / 2;
+    if (k >= 4) r->trial_ms += ss->step_ms / 2;
+    dgc_options o;
+    dgc_options_from_config(r->cfg, &o);
+    int on = -1;
+    char why[256] = "";
+    if (k == 3) {
+        on = r->comm_ms >= o.min_comm_fraction * r->compute_ms;
+        snprintf(why, sizeof why, "dense communication %.1f ms is %.0f%% of compute %.1f ms (dgc.min_comm_fraction = %g)%s",
+                 r->comm_ms, 100 * r->comm_ms / r->compute_ms, r->compute_ms, o.min_comm_fraction,
+                 on ? "; trying it for 2 steps" : "");
+    } else if (k == 5) {
+        on = r->trial_ms < r->dense_ms;
+        snprintf(why, sizeof why, "its steps took %.1f ms against %.1f ms dense", r->trial_ms, r->dense_ms);
+    }
+    if (on < 0) return STATUS_OK;
+    TRY(comm_ctl_bcast(train_ctl(r), &on, 1, MPI_INT, 0));
+    if (!on && dgc_active(r->dgc)) r->dgc_flush = true;
+    dgc_set_active(r->dgc, on);
+    if (r->rt->rank == 0) printf("dgc: %s (auto): %s\n", on ? "on" : "off", why);
+    return STATUS_OK;
+}
+
+
+status train_optim_init_default(train_optim *o, model *m, const device *dev)
+{
+    memset(o, 0, sizeof *o);
+    /* SGD with momentum for ResNets, AdamW otherwise (nebula-train's optim.name = auto);
+     * on a GPU AdamW for every family: the device table has no SGD step yet */
+    o->use_sgd = m->spec.family == MODEL_FAMILY_RESNET && !device_is_gpu(dev);
+    o->adamw = (adamw_hparams){ .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1 };
+    o->sgd = (sgd_hparams){ .momentum = 0.9, .weight_decay = 1e-4 };
+    o->clip = 0;
+    static const device cpu = { .kind = DEVICE_KIND_CPU, .precision = PRECISION_FP32, .ordinal = -1,
+                                .ops = &nn_ops_cpu, .describe = "cpu" };
+    return device_optim_init(&o->dopt, dev ? dev : &cpu, model_params(m));
+}
+
+void train_optim_free(train_optim *o)
+{
+    device_optim_free(&o->dopt);
+}
+
+status train_step_batch(model *m, train_optim *o, const model_batch *b, double lr, long t, train_step_stats *ss)
+{
+    const device *dev = o->dopt.dev;
+    bool gpu = device_is_gpu(dev);
+    const param_table *pt = model_params(m);
+    param_buffers *w = model_device_buffers(m);
+    double t0 = omp_get_wtime();
+    if (gpu) dev->ops->zero(w->grads, pt->total);
+    else param_zero_grads(w, pt);
+    TRY(model_forward(m, b, true));  /* on a GPU it ends with the losses copied back */
+    double t1 = omp_get_wtime();
+    model_set_loss_scale(m, device_optim_loss_scale(&o->dopt));  /* 1 unless fp16 */
+    model_backward(m);
+    if (gpu) TRY(device_sync(dev));
+    double t2 = omp_get_wtime();
+    ss->gnorm = NAN;
+    if (o->clip > 0) optim_clip_grad_norm(w->grads, pt->total, o->clip, &ss->gnorm);
+    if (gpu) {
+        bool skipped;
+        device_optim_adamw_step_scaled(&o->dopt, w, &o->adamw, lr, &skipped);  /* loss scaling's own count */
+        TRY(device_sync(dev));
+    } else {
+        train_optim_update(o, pt, w, lr, t);
+    }
+    double t3 = omp_get_wtime();
+    ss->loss = model_loss(m);
+    ss->lr = lr;
+    ss->comm_wait_ms = 0;
+    ss->fwd_ms = (t1 - t0) * 1e3, ss->bwd_ms = (t2 - t1) * 1e3, ss->opt_ms = (t3 - t2) * 1e3;
+    ss->step_ms = (t3 - t0) * 1e3;
+    return STATUS_OK;
+}

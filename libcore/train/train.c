@@ -1,0 +1,271 @@
+/* train — see train.h: the run's setup (batch, optimizer and schedule checked before
+ * anything big is allocated; then data, model, ZeRO, buckets, DGC-Pro, checkpoint
+ * writer, run directory), resume, the setup table and free. */
+#include <errno.h>
+#include <inttypes.h>
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/path.h"
+#include "nn/param.h"
+#include "train_impl.h"
+
+/* Per layer, the range of its tensors in the table (the three families add each
+ * layer's tensors consecutively; anything else is a bug). */
+static status train_layers(train_run *r)
+{
+    const param_table *pt = model_params(&r->m);
+    int L = 0;
+    for (int i = 0; i < pt->count; i++) L = pt->entries[i].layer + 1 > L ? pt->entries[i].layer + 1 : L;
+    r->nlayers = L;
+    r->layer_first = calloc((size_t)L, sizeof *r->layer_first);
+    r->layer_count = calloc((size_t)L, sizeof *r->layer_count);
+    if (!r->layer_first || !r->layer_count) return STATUS_NOMEM;
+    for (int i = pt->count - 1; i >= 0; i--) {
+        int l = pt->entries[i].layer;
+        CHECK(l >= 0, "every tensor of a model belongs to a layer");
+        CHECK(r->layer_count[l] == 0 || r->layer_first[l] == i + 1, "a layer's tensors are consecutive in the table");
+        r->layer_first[l] = i;
+        r->layer_count[l]++;
+    }
+    return STATUS_OK;
+}
+
+/* The time of one bucket pass without overlap: every tensor marked at once, then
+ * waited; the grads are zero here. Median of 3: the communication a step would
+ * expose with no overlap at all, against which comm_wait is reported. */
+static status train_calibrate_comm(train_run *r)
+{
+    param_buffers *pb = model_buffers(&r->m);
+    const param_table *pt = model_params(&r->m);
+    double t[3];
+    param_zero_grads(pb, pt);
+    for (int k = 0; k < 3; k++) {
+        TRY(comm_ctl_barrier(train_ctl(r)));
+        double t0 = train_now_s();
+        for (int i = pt->count - 1; i >= 0; i--) TRY(bucket_mark_ready(&r->bm, i));
+        TRY(bucket_wait_all(&r->bm));
+        t[k] = train_now_s() - t0;
+    }
+    double lo = fmin(t[0], fmin(t[1], t[2])), hi = fmax(t[0], fmax(t[1], t[2]));
+    double med = t[0] + t[1] + t[2] - lo - hi;
+    TRY(comm_ctl_allreduce(train_ctl(r), &med, &r->comm_ms, 1, MPI_DOUBLE, MPI_MAX));
+    r->comm_ms *= 1e3;
+    return STATUS_OK;
+}
+
+status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, train_signals *signals)
+{
+    memset(r, 0, sizeof *r);
+    r->cfg = cfg, r->rt = rt, r->c = c;
+    r->signals = signals ? signals : &r->no_signals;
+    r->timeout_s = config_float(cfg, "comm.timeout");
+    r->heartbeat_fd = -1;
+    r->seed = (uint64_t)config_int(cfg, "train.seed");
+    r->steps = (long)config_int(cfg, "train.steps");
+    r->opt.clip = config_float(cfg, "train.clip");
+    snprintf(r->run_dir, sizeof r->run_dir, "%s", config_str(cfg, "train.run_dir"));
+    config_dump(cfg, r->config_text, sizeof r->config_text);
+    r->threads = (int)config_int(cfg, "train.threads");
+    if (r->threads == 0) {  /* the binding's cores: more threads than that would fight over them */
+        cpu_set_t set;
+        r->threads = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+        if (r->threads < 1) r->threads = 1;
+    }
+    omp_set_num_threads(r->threads);
+    openblas_set_num_threads(r->threads);
+    /* The model runs on a GPU in nebula-bench model --device cuda; the loop's buckets,
+     * DGC-Pro, ZeRO and checkpoints still read host memory. */
+    TRY(device_open_from_config(&r->dev, cfg, rt->gpu));
+    if (r->dev.kind != DEVICE_KIND_CPU) {
+        log_error0("--device cuda: nebula-train's loop (buckets, DGC-Pro, ZeRO, checkpoints) runs on host memory "
+                   "so far; GPT-2 on a GPU runs in nebula-bench model --device cuda\nHINT: use --device cpu");
+        return STATUS_INPUT;
+    }
+    TRY(model_spec_from_config(&r->spec, cfg));
+    TRY(train_batch_resolve(&r->tb, cfg, rt->size));
+    r->config_batch = r->tb.global_batch;
+    r->elastic = (train_elastic){ r->tb.global_batch, 1.0 };
+    r->T = r->spec.family == MODEL_FAMILY_RESNET ? 0 : (int)config_int(cfg, "train.seq_len");
+    TRY(model_spec_check_batch(&r->spec, r->tb.micro_batch, r->T ? r->T : 1, "train.micro_batch", "train.seq_len"));
+
+    /* Optimizer and schedule, checked before anything big is allocated. */
+    const char *opt = config_str(cfg, "optim.name");
+    r->opt.use_sgd = !strcmp(opt, "sgd") || (!strcmp(opt, "auto") && r->spec.family == MODEL_FAMILY_RESNET);
+    r->opt.adamw = (adamw_hparams){ .beta1 = config_float(cfg, "optim.beta1"), .beta2 = config_float(cfg, "optim.beta2"),
+                                .eps = config_float(cfg, "optim.eps"),
+                                .weight_decay = config_float(cfg, "optim.weight_decay") };
+    r->opt.sgd = (sgd_hparams){ .momentum = config_float(cfg, "optim.momentum"),
+                            .nesterov = config_bool(cfg, "optim.nesterov"),
+                            .weight_decay = config_float(cfg, "optim.weight_decay") };
+    if (r->opt.sgd.nesterov && r->opt.sgd.momentum == 0) {
+        log_error0("optim.nesterov = true needs optim.momentum > 0");
+        return STATUS_INPUT;
+    }
+    CHECK(lr_schedule_kind_parse(config_str(cfg, "optim.schedule"), &r->sched.kind), "schedule enum out of sync");
+    r->sched.base_lr = config_float(cfg, "optim.lr");
+    r->sched.warmup_steps = (long)config_int(cfg, "optim.warmup_steps");
+    r->sched.total_steps = r->steps;
+    r->sched.min_lr = config_float(cfg, "optim.min_lr");
+    r->sched.step_size = (long)config_int(cfg, "optim.step_size");
+    r->sched.gamma = config_float(cfg, "optim.gamma");
+    const char *why = NULL;
+    if (!lr_schedule_valid(&r->sched, &why)) {
+        log_error0("the learning-rate schedule is not usable: %s (see the [optim] keys)", why);
+        return STATUS_INPUT;
+    }
+
+    r->use_zero = config_int(cfg, "train.zero") == 1;
+    if (r->use_zero && config_bool(cfg, "ckpt.async")) {
+        log_error0("ckpt.async = true and train.zero = 1 (%s) are not supported together: the asynchronous writer "
+                   "stages every tensor on rank 0, which a ZeRO run does not hold (gathering the moments there "
+                   "would undo the memory ZeRO saves); set ckpt.async = false (ZeRO checkpoints are written in "
+                   "parallel, each rank its shards)", config_origin(cfg, "train.zero"));
+        return STATUS_INPUT;
+    }
+
+    /* Data before the model: a bad file fails fast. */
+    TRY(train_open_data(r, &r->train_data, config_str(cfg, "data.train"), true));
+    const char *val = config_str(cfg, "data.val");
+    if (val[0]) TRY(train_open_data(r, &r->val_data, val, false));
+
+    TRY(model_init(&r->m, &r->spec, r->tb.micro_batch, r->T, r->seed, true));
+    TRY(device_optim_init(&r->opt.dopt, &r->dev, model_params(&r->m)));
+    TRY(model_batch_init(&r->batch, &r->m));
+    if (r->spec.family == MODEL_FAMILY_BERT) {
+        r->raw_ids = malloc((size_t)r->tb.micro_batch * (size_t)r->T * sizeof *r->raw_ids);
+        r->samples = malloc((size_t)r->tb.micro_batch * sizeof *r->samples);
+        if (!r->raw_ids || !r->samples) return STATUS_NOMEM;
+    }
+    /* Identical initial weights everywhere (they are already: same seed; DDP broadcasts
+     * anyway, and so does Nebula, so a rank can never start from another state). */
+    param_table *pt = model_params(&r->m);
+    param_buffers *pb = model_buffers(&r->m);
+    TRY(comm_ctl_bcast(train_ctl(r), pb->params, (int)pt->total, MPI_FLOAT, 0));
+    if (r->use_zero) {
+        /* The moments live in zero's packed buffers, 1/N of them per rank. The models
+         * allocate full ones when training (model_init has no flag to leave them out):
+         * released here, before anything else is allocated. */
+        free(pb->m), free(pb->v);
+        pb->m = pb->v = NULL;
+        zero_options zo = { (size_t)config_int(cfg, "zero.shard_numel"), (int)config_int(cfg, "zero.vnodes"),
+                            r->opt.use_sgd ? 1 : 2 };
+        TRY(zero_init(&r->zero, rt->world, pt, &zo));
+    }
+
+    TRY(train_layers(r));
+    size_t *off = malloc((size_t)pt->count * sizeof *off), *cnt = malloc((size_t)pt->count * sizeof *cnt);
+    if (!off || !cnt) return STATUS_NOMEM;
+    param_table_slices(pt, off, cnt);
+    status st = bucket_init(&r->bm, c, pb->grads, REDUCE_DTYPE_F32, off, cnt, pt->count,
+                            (size_t)config_size(cfg, "train.bucket_bytes"), COMM_ALGO_AUTO,
+                            1.0 / ((double)r->tb.accum * rt->size));
+    free(off), free(cnt);
+    TRY(st);
+    /* forced DGC-Pro never sends the dense gradient: no need to time it (slow links: minutes) */
+    if (strcmp(config_str(cfg, "dgc.mode"), "on") != 0) TRY(train_calibrate_comm(r));
+    TRY(train_dgc_setup(r));
+
+    if (rt->rank == 0) TRY(path_mkdirs(r->run_dir, "run directory"));
+    TRY(comm_ctl_barrier(train_ctl(r)));
+    if (config_int(cfg, "ckpt.every_steps") > 0 || config_float(cfg, "ckpt.every_minutes") > 0) {
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s/ckpt", r->run_dir);
+        ckpt_content shape;
+        train_ckpt_content(r, &shape);
+        TRY(ckpt_writer_init(&r->ckpt, rt->world, dir, (int)config_int(cfg, "ckpt.keep"),
+                             config_bool(cfg, "ckpt.async"), &shape));
+    }
+    if (rt->rank == 0) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/metrics.jsonl", r->run_dir);
+        if (!(r->metrics = fopen(path, "a"))) {
+            log_error("cannot open %s: %s", path, strerror(errno));
+            return STATUS_IO;
+        }
+        TRY(train_heartbeat_open(r));
+    }
+    return STATUS_OK;
+}
+
+status train_resume(train_run *r)
+{
+    const char *which = config_str(r->cfg, "ckpt.resume");
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/ckpt", r->run_dir);
+    ckpt_content c;
+    train_ckpt_content(r, &c);
+    ckpt_info info;
+    TRY(ckpt_load(r->rt->world, dir, which, &c, &info));
+    if (info.step < 0) return STATUS_OK;
+    r->step = (long)info.step;
+    TRY(train_elastic_resume(r, &c));
+    TRY(data_set_state(r->train_data, &r->loader_state));
+    if (r->dgc && !train_ckpt_blob(&c, TRAIN_CKPT_DGC)->loaded) {
+        dgc_state_reset(r->dgc);
+        dgc_set_active(r->dgc, !strcmp(config_str(r->cfg, "dgc.mode"), "on"));
+        log_warn0("dgc: the checkpoint holds no compression state for this layout (written without DGC-Pro, or "
+                  "with another number of ranks per node): residuals and velocities start from zero");
+    } else if (r->dgc && (info.resharded || dgc_state_loaded(r->dgc) != STATUS_OK)) {
+        dgc_state_reset(r->dgc);
+        log_warn0("dgc: the checkpoint's compression state belongs to another layout of ranks or an older "
+                  "state format; residuals and velocities start from zero (what they held is not applied)");
+    }
+    if (r->use_zero && info.world_size != r->rt->size) {
+        double fs, fe;
+        TRY(zero_moved_fraction(&r->zero, info.world_size, &fs, &fe));
+        int a = info.world_size, b = r->rt->size;
+        if (r->rt->rank == 0)
+            printf("zero: resharded from %d to %d ranks: %.1f%% of the optimizer shards (%.1f%% of the floats) "
+                   "change owner (consistent hashing; expected about 1 - %d/%d = %.1f%%)\n", a, b, 100 * fs, 100 * fe,
+                   a < b ? a : b, a < b ? b : a, 100.0 * (1.0 - (double)(a < b ? a : b) / (a < b ? b : a)));
+    }
+    if (r->rt->rank == 0)
+        printf("resumed from %s at step %ld%s%s\n", info.path, r->step,
+               info.resharded ? " (written at another world size: same global batch, accumulation recomputed)" : "",
+               info.skipped ? " (newer checkpoints were skipped, see the warnings above)" : "");
+    return STATUS_OK;
+}
+
+void train_print(const train_run *r, FILE *f)
+{
+    if (r->rt->rank != 0) return;
+    model *m = (model *)&r->m;
+    model_spec_print(&r->spec, f);
+    fprintf(f, "batch: global %d = micro-batch %d x accumulation %d x %d ranks%s; %d threads per rank\n",
+            r->tb.global_batch, r->tb.micro_batch, r->tb.accum, r->rt->size, r->T ? "" : " (images)", r->threads);
+    char line[512];
+    data_describe(r->train_data, line, sizeof line);
+    fprintf(f, "data.train: %s\n", line);
+    if (r->val_data) {
+        data_describe(r->val_data, line, sizeof line);
+        fprintf(f, "data.val: %s\n", line);
+    }
+    if (r->use_zero) zero_print_memory(&r->zero, model_params(m), model_activation_bytes(m), 0, f);
+    else param_print_memory(model_params(m), model_activation_bytes(m), 0, NULL, f);
+    bucket_print(&r->bm, f);
+    fflush(f);
+}
+
+void train_free(train_run *r)
+{
+    if (r->ckpt) ckpt_writer_free(r->ckpt);
+    dgc_free(r->dgc);
+    if (r->use_zero) zero_free(&r->zero);
+    device_optim_free(&r->opt.dopt);
+    if (r->metrics) fclose(r->metrics);
+    if (r->heartbeat_fd >= 0) close(r->heartbeat_fd);
+    bucket_free(&r->bm);
+    free(r->layer_first), free(r->layer_count), free(r->raw_ids), free(r->samples);
+    if (r->val_data) data_free(r->val_data);
+    if (r->train_data) data_free(r->train_data);
+    model_batch_free(&r->batch);
+    if (r->m.spec.name[0]) model_free(&r->m);
+    if (r->dev.ops) device_close(&r->dev);
+    memset(r, 0, sizeof *r);
+}

@@ -1,0 +1,205 @@
+/* train — the trainer: one data-parallel training run of any model family. It owns
+ * the step (micro-batches forward, backward with the bucket hooks, gradient
+ * reduction or DGC-Pro's exchange, clipping, the optimizer, ZeRO), evaluation, the
+ * metrics lines and file, the checkpoint content and its schema (the group and blob
+ * names every program that reads or writes a training checkpoint uses), and the
+ * elastic control (heartbeat, control file, relaunch). nebula-train's main() is a
+ * script over train_setup -> train_resume -> train_loop -> train_free, and
+ * nebula-bench model times train_step_batch, the same step on one process.
+ *
+ * Files: schema.c (config keys, checkpoint content), batch.c (batch arithmetic, the
+ * loaders, filling a micro-batch), step.c (the step and DGC-Pro's auto mode),
+ * eval.c, metrics.c, elastic.c, loop.c (the step loop, checkpoints), train.c
+ * (setup, resume, free). Layering inside: batch.c <- elastic.c <- train.c, loop.c;
+ * elastic never calls back into the loop.
+ *
+ * The one design decision: every source of randomness after initialisation is a
+ * counter-based function of (seed, step, sample) — the data order and augmentation
+ * (data.h), BERT's masking (keyed by the sample's index in the file) — so the whole
+ * state of a run is the flat buffers plus (step, data position). That is what makes
+ * a resumed run bit-identical to an uninterrupted one, and a run at another world
+ * size with the same global batch read the same samples. */
+#ifndef NEBULA_TRAIN_H
+#define NEBULA_TRAIN_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "base/config.h"
+#include "base/runtime.h"
+#include "ckpt/ckpt.h"
+#include "comm/bucket.h"
+#include "comm/comm.h"
+#include "data/data.h"
+#include "dgc/dgc.h"
+#include "nn/device.h"
+#include "nn/model.h"
+#include "nn/optim.h"
+#include "nn/zero.h"
+
+/* ---- checkpoint schema: the one definition of what a training checkpoint holds ---- */
+
+/* Tensor groups (one dataset per tensor under /GROUP/) and per-rank blobs (/rank/NAME). */
+#define TRAIN_CKPT_PARAMS  "params"   /* the parameters (parameter table) */
+#define TRAIN_CKPT_OPTIM_M "optim/m"  /* AdamW's first moment, SGD's momentum (parameter table) */
+#define TRAIN_CKPT_OPTIM_V "optim/v"  /* AdamW's second moment (parameter table) */
+#define TRAIN_CKPT_BUFFERS "buffers"  /* non-trainable state: ResNet's BN statistics (state table) */
+#define TRAIN_CKPT_LOADER  "loader"   /* blob: data_state, the training loader's position */
+#define TRAIN_CKPT_ELASTIC "elastic"  /* blob, optional: train_elastic */
+#define TRAIN_CKPT_DGC     "dgc"      /* blob, optional: DGC-Pro's per-rank state */
+
+/* The tensor groups of a model's checkpoint, in the order they are written. */
+typedef enum train_ckpt_group {
+    TRAIN_CKPT_GROUP_PARAMS = 0,
+    TRAIN_CKPT_GROUP_OPTIM_M,
+    TRAIN_CKPT_GROUP_OPTIM_V,
+    TRAIN_CKPT_GROUP_BUFFERS,
+    TRAIN_CKPT_NGROUPS
+} train_ckpt_group;
+
+/* "params", "optim/m", ... */
+const char *train_ckpt_group_name(train_ckpt_group g);
+/* The group a name denotes, or -1. */
+int train_ckpt_group_find(const char *name);
+/* The table a group is laid out by in m: the parameter table, or the state table for
+ * buffers (NULL when the model keeps none). */
+const param_table *train_ckpt_group_table(model *m, train_ckpt_group g);
+/* Whether a group holds optimizer state (a reader may leave it out). */
+bool train_ckpt_group_is_optim(train_ckpt_group g);
+
+/* The content of a checkpoint of model m alone: params (m's own buffer), the moments
+ * given (moment_m / moment_v, each NULL to leave the group out), buffers (m's state,
+ * when the family keeps any) and, when loader is not NULL, the loader blob. Header
+ * fields: model name, table hash, config_text; step 0. Allocates nothing. */
+void train_ckpt_model_content(ckpt_content *c, model *m, float *moment_m, float *moment_v, data_state *loader,
+                              const char *config_text);
+
+/* ---- configuration ---- */
+
+/* Config keys of nebula-train beyond runtime/comm/model/dgc/device. */
+extern const config_key train_schema_keys[];
+extern const int train_schema_nkeys;
+/* Every key nebula-train reads (runtime, comm, model, dgc, device and the trainer's)
+ * into out[cap]; returns how many. */
+int train_config_schema(config_key *out, int cap);
+
+/* Global batch = micro_batch x accum x data-parallel size; any two given (0 = not
+ * given), the third is derived; accum defaults to 1 when only one is given. */
+typedef struct train_batch {
+    int micro_batch;           /* b: samples per forward */
+    int accum;                 /* A: forwards per optimizer step */
+    int global_batch;          /* GB = b * A * world */
+} train_batch;
+
+/* STATUS_INPUT naming the keys when the three given values disagree or GB does not
+ * split evenly. */
+status train_batch_resolve(train_batch *tb, const config *cfg, int world);
+
+/* The elastic state that outlives a step: checkpointed as the optional blob "elastic"
+ * (fixed layout, no padding). The factor is relative to the configured global batch,
+ * so successive changes do not compound. */
+typedef struct train_elastic {
+    int64_t global_batch;      /* GB in force: the config's until a control file changes it */
+    double lr_factor;          /* multiplies the schedule's rate: lr_rule applied to GB / configured GB */
+} train_elastic;
+
+/* Requests from signal handlers, owned by the program: the handler sets a field, the
+ * loop reads them at each step end (all ranks agree on them there). */
+typedef struct train_signals {
+    volatile sig_atomic_t checkpoint;  /* SIGUSR1: checkpoint and go on (cleared by train_loop) */
+    volatile sig_atomic_t stop;        /* SIGTERM / SIGUSR2: checkpoint and stop (exit 3) */
+} train_signals;
+
+/* The optimizer of a step: AdamW through the device table's optimizer, or SGD with
+ * momentum on the host. */
+typedef struct train_optim {
+    bool use_sgd;
+    adamw_hparams adamw;
+    sgd_hparams sgd;
+    device_optim dopt;         /* AdamW's; on the CPU the host step itself */
+    double clip;               /* max global gradient norm, 0 = off */
+} train_optim;
+
+/* What one step reports. */
+typedef struct train_step_stats {
+    double loss;               /* mean over the global batch */
+    double gnorm;              /* global gradient norm before clipping */
+    double lr;
+    double step_ms, comm_wait_ms;
+    double fwd_ms, bwd_ms, opt_ms; /* the phases (fwd, bwd summed over the micro-batches) */
+} train_step_stats;
+
+/* Everything a run owns. */
+typedef struct train_run {
+    const config *cfg;
+    const runtime *rt;
+    comm *c;
+    double timeout_s;          /* comm.timeout: the deadline of the trainer's own collectives */
+    device dev;                /* the CPU so far (device.kind = cuda is refused at setup) */
+    model_spec spec;
+    model m;                   /* sized for one micro-batch */
+    model_batch batch;         /* the micro-batch fed to the model */
+    int32_t *raw_ids;          /* (b, T) BERT: the tokens before masking */
+    uint64_t *samples;         /* (b) BERT: the file's samples of the micro-batch (masking keys) */
+    train_batch tb;
+    int T;                     /* sequence length (transformers), 0 for ResNet */
+    data_loader *train_data;
+    data_loader *val_data;     /* NULL without held-out data */
+    bucket_manager bm;
+    int nlayers;               /* 1 + the highest param_entry.layer */
+    int *layer_first, *layer_count; /* [nlayers] each layer's tensors as a range of table indices */
+    status hook_status;        /* first failure inside the hook */
+    train_optim opt;
+    lr_schedule sched;
+    ckpt_writer *ckpt;         /* NULL when checkpoints are off */
+    FILE *metrics;             /* run_dir/metrics.jsonl on rank 0 */
+    char run_dir[4096];
+    long step;                 /* optimizer steps completed */
+    long steps;                /* total steps of the run */
+    uint64_t seed;
+    int threads;               /* OpenMP / BLAS threads of this rank */
+    double comm_ms;            /* calibrated: one blocking allreduce of all buckets */
+    bool use_zero;             /* train.zero = 1: optimizer state sharded over the ranks (ZeRO-1) */
+    zero zero;                 /* the shards, their packed moments and the all-gather; use_zero only */
+    dgc *dgc;                  /* DGC-Pro when configured and not ruled out at setup; NULL otherwise */
+    dgc_stats dstats;          /* of the last step it ran */
+    double dgc_sent, dgc_dense;/* bytes sent between nodes by this rank over the run, and a dense ring's */
+    double compute_ms;         /* auto mode: mean compute time of dense steps 2-3 */
+    double dense_ms, trial_ms; /* auto mode: mean step time of dense steps 2-3 and compressed steps 4-5 */
+    bool dgc_flush;            /* auto switched DGC-Pro off: flush its residuals into the next step */
+    data_state loader_state;   /* the training loader's position after the last step (checkpointed) */
+    train_elastic elastic;     /* checkpointed; see train_elastic */
+    int config_batch;          /* the global batch the config resolves to at this world size */
+    int heartbeat_fd;          /* run_dir/heartbeat on rank 0, -1 elsewhere */
+    train_signals *signals;    /* the program's, or no_signals; never NULL after train_setup */
+    train_signals no_signals;  /* stays zero: a run set up without signals */
+    char config_text[65536];   /* the resolved config, as config_dump writes it */
+} train_run;
+
+/* Builds the run: batch, data, model, optimizer, ZeRO, buckets, DGC-Pro, checkpoint
+ * writer, run directory. signals: the program's (NULL: none arrive). */
+status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, train_signals *signals);
+/* Rank 0: the model, batch, data, memory and bucket tables. */
+void train_print(const train_run *r, FILE *f);
+/* Loads the checkpoint ckpt.resume names (auto|PATH|none); no-op without one. */
+status train_resume(train_run *r);
+/* The step loop up to train.steps, with logging, evaluation, checkpoints and signals.
+ * STATUS_STOPPED after a stop request, STATUS_RELAUNCH after a world-size change. */
+status train_loop(train_run *r);
+void train_free(train_run *r);
+
+/* ---- the step on one process (nebula-bench model) ---- */
+
+/* The optimizer nebula-train would use for m's family with the default [optim] keys
+ * of a benchmark (AdamW: beta 0.9/0.95, eps 1e-8, decay 0.1; SGD for ResNet: momentum
+ * 0.9, decay 1e-4), through the device table of dev (NULL: the CPU). */
+status train_optim_init_default(train_optim *o, model *m, const device *dev);
+void train_optim_free(train_optim *o);
+/* One optimizer step of m on one batch without reduction (one process): zero the
+ * gradients, forward, backward, clip, update at rate lr (step t, from 1). Each phase
+ * ends with a device synchronisation so the host clock times it. */
+status train_step_batch(model *m, train_optim *o, const model_batch *b, double lr, long t, train_step_stats *ss);
+
+#endif
