@@ -1,13 +1,19 @@
-# Nebula — one entry point: deps, all, check, demo, bench.
+# Nebula — one entry point: deps, all, test, check, demo, bench.
 #
 #   make deps      install every missing Debian package (as root), or say what is missing
 #   make           build libcore, kernels and every executable into build/
-#   make check     build and run all tests; last line "N passed, N failed"
+#   make test      the quick tier: unit, MPI, reference-vs-PyTorch, emulated GPU kernels,
+#                  fuzz replays and CLI errors (lines tagged `tier=quick` in
+#                  validation/tests.list); last line "N passed, N failed, N skipped"
+#   make check     build and run all tests (the whole validation/tests.list), same last line
+#   make check-gpu the GPU tests (validation/gpu/tests.list) and the GPU benchmark table
 #   make demo      run the main job on an embedded default
 #   make bench     the communication benchmark table (docs/benchmarks.md)
 #   make fuzz      fuzz the checkpoint file readers, FUZZ_SECONDS (600) per target (needs clang)
 #   make chaos     build/chaos/bin/nebula-train with the checkpoint fault points (-DCHAOS); part of `make`
 #
+# A test that cannot run here (not root, no GPU) exits 77 and is counted as skipped, never
+# as passed; the runner's exit status is non-zero only when a test failed.
 # USE_CUDA=auto|0|1 (auto: build kernels/cuda when nvcc is present), VERBOSE=1 for full commands.
 
 USE_CUDA ?= auto
@@ -77,7 +83,7 @@ endif
 
 DEPS_STAMP := $(B)/.deps-ok
 
-.PHONY: all deps deps-report check check-gpu demo bench clean FORCE
+.PHONY: all deps deps-report test check check-gpu demo bench clean FORCE
 .DEFAULT_GOAL := all
 
 all: $(DEPS_STAMP) $(BINS) $(TESTS)
@@ -136,13 +142,19 @@ $(B)/test/%: $(B)/obj/validation/%.o $(LIBS)
 	@$(if $(filter 1,$(VERBOSE)),,echo "  LINK    $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
 
+# The quick tier (`# tier=quick` in validation/tests.list): 53 tests, measured at 3 min 36 s
+# end to end with the build up to date, on the 2-core machine while other builds ran (its
+# sum alone is about 2.5 min; reference/resnet-vs-pytorch is a fifth of it). Budget: 5 min.
+test: all
+	$(Q)tools/run-tests.sh --tier quick validation/tests.list
+
 check: all
 	$(Q)tools/run-tests.sh validation/tests.list
 
-# The GPU tests and benchmark (validation/gpu/tests.list); without a CUDA device it
-# says so and exits 0 without claiming anything.
+# The GPU tests and benchmark (validation/gpu/tests.list); without CUDA kernels or a
+# CUDA device it says so and is skipped (exit 77), which is no failure of the target.
 check-gpu: all
-	$(Q)tools/check-gpu.sh
+	$(Q)tools/check-gpu.sh || [ $$? -eq 77 ]
 
 demo: all
 	$(Q)tools/demo.sh

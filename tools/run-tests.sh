@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
-# run-tests.sh — the one test runner: one line per test, then "N passed, N failed".
+# run-tests.sh — the one test runner: one line per test, then "N passed, N failed, N skipped".
 #
-#   tools/run-tests.sh validation/tests.list [FILTER]
+#   tools/run-tests.sh [--tier quick] LIST [FILTER]
 #
 # Each non-comment line of the list is `name | command`; a test passes when its
 # command exits 0 within NEBULA_TEST_TIMEOUT seconds (default 600), or within N
-# seconds for a command ending in the comment `# timeout=N` (long trainings). The output of a
-# failing test is printed after its line; all output is kept in build/test-logs/ (or
-# NEBULA_TEST_LOGS). FILTER keeps the tests whose names contain it.
+# seconds for a command ending in the comment `# timeout=N` (long trainings). A test
+# that cannot run here (no GPU, not root) exits 77, as under automake, after printing
+# one line that says why ("SKIP: needs root"): it is reported as SKIP with that reason
+# and counted apart, never as passed. The output of a failing test is printed after its
+# line; all output is kept in build/test-logs/ (or NEBULA_TEST_LOGS). FILTER keeps the
+# tests whose names contain it; --tier quick keeps the lines tagged `# tier=quick`
+# (`make test`). The exit status is non-zero only when a test failed.
 set -uo pipefail
 
-list=${1:?usage: tools/run-tests.sh LIST [FILTER]}
+tier=
+if [ "${1:-}" = --tier ]; then tier=${2:?usage: tools/run-tests.sh [--tier quick] LIST [FILTER]}; shift 2; fi
+list=${1:?usage: tools/run-tests.sh [--tier quick] LIST [FILTER]}
 filter=${2:-}
 logdir=${NEBULA_TEST_LOGS:-build/test-logs}
 mkdir -p "$logdir"
@@ -21,16 +27,18 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
 export MPIRUN="mpirun --oversubscribe"
 
-passed=0 failed=0 failed_names=()
+SKIP_RC=77
+passed=0 failed=0 skipped=0 failed_names=()
 while IFS= read -r line; do
     [[ -z "${line// }" || "$line" =~ ^[[:space:]]*# ]] && continue
     name=$(sed 's/[[:space:]]*|.*//' <<<"$line")
     cmd=$(sed 's/^[^|]*|[[:space:]]*//' <<<"$line")
     [[ -n "$filter" && "$name" != *"$filter"* ]] && continue
+    [[ -n "$tier" && ! "$cmd" =~ \#.*tier=$tier([[:space:]]|$) ]] && continue
     log="$logdir/${name//[^A-Za-z0-9_.-]/_}.log"
     start=$(date +%s%N)
     limit=${NEBULA_TEST_TIMEOUT:-600}
-    [[ "$cmd" =~ \#[[:space:]]*timeout=([0-9]+)[[:space:]]*$ ]] && limit=${BASH_REMATCH[1]}
+    [[ "$cmd" =~ \#.*timeout=([0-9]+) ]] && limit=${BASH_REMATCH[1]}
     timeout --kill-after=10 "$limit" bash -c "$cmd" </dev/null >"$log" 2>&1
     rc=$?
     ms=$((($(date +%s%N) - start) / 1000000))
@@ -38,6 +46,11 @@ while IFS= read -r line; do
     if [ $rc -eq 0 ]; then
         passed=$((passed + 1))
         printf 'PASS  %-44s %6ss\n' "$name" "$secs"
+    elif [ $rc -eq $SKIP_RC ]; then
+        skipped=$((skipped + 1))
+        # the reason: the test's last line that starts with SKIP (or "skipped"), without the word
+        why=$(grep -iE '^(SKIP|skipped)' "$log" | tail -n 1 | sed -E 's/^(SKIP|skipped)[[:space:]:-]*//I')
+        printf 'SKIP  %-44s %6ss  (%s)\n' "$name" "$secs" "${why:-no reason given}"
     else
         failed=$((failed + 1))
         failed_names+=("$name")
@@ -47,5 +60,5 @@ while IFS= read -r line; do
 done <"$list"
 
 [ $failed -gt 0 ] && printf 'failed: %s\n' "${failed_names[*]}"
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed, $skipped skipped"
 [ $failed -eq 0 ]

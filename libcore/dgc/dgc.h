@@ -44,6 +44,7 @@
 #include "base/log.h"
 #include "nn/param.h"
 #include "base/runtime.h"
+#include "cpu/dgc.h" /* dgc_kth_abs, dgc_select: the selection kernels */
 
 typedef enum dgc_mode {
     DGC_MODE_AUTO = 0,  /* on unless the model or the measured communication is too small (dgc_auto_decide) */
@@ -206,19 +207,14 @@ status dgc_decode_add(const uint8_t *msg, size_t len, float *acc, size_t n, cons
 /* The value an entry has after encoding (fp16 rounding, or itself). */
 float dgc_round_value(float v, dgc_values vk);
 
-/* ---- selection (dgc_select.c), exposed for tests and nebula-bench ------------- */
-/* The threshold: the k-th largest |x| of n values, exactly (scratch: n floats). */
-float dgc_kth_abs(const float *x, size_t n, size_t k, float *scratch);
+/* ---- selection (dgc_select.c; its kernels dgc_kth_abs and dgc_select in
+ * kernels/cpu/dgc.h), exposed for tests and nebula-bench ------------------------- */
 /* The threshold estimated from a stratified sample of about m = ceil(fraction * n)
  * entries (a window of 16 consecutive entries uniformly placed in each of m/16 equal
  * strata, positions from seed): the ceil(density * m)-th largest |x| of the sample
  * (scratch: m floats). */
 float dgc_sampled_threshold(const float *x, size_t n, double density, double fraction, uint64_t seed,
                             float *scratch);
-/* Writes the indices of the entries with |x| >= thr (thr > 0) to idx (capacity cap)
- * in ascending order and returns how many there are (those beyond cap are counted,
- * not written). Vectorised; ~1 G entries/s per core. */
-size_t dgc_select(const float *x, size_t n, float thr, uint32_t *idx, size_t cap);
 /* The thresholds of `count` densities from one sample (the same sample for each, as
  * dgc_sampled_threshold would draw it). */
 void dgc_sampled_thresholds(const float *x, size_t n, const double *density, float *thr, int count, double fraction,

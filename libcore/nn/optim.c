@@ -8,44 +8,18 @@
  * for bit against torch on an AVX2 host); addcdiv is self + value*t1/t2; a
  * Python scalar operand is rounded to float before use.
  *
- * Each step runs one OpenMP parallel region; every thread updates its static
- * share (whole 64-byte lines) of each entry's slice, without barriers between
- * entries. Inner loops: AVX2+FMA intrinsics where the CPU has them, else the
- * portable loop with the same operations (fmaf is exact everywhere), so the
- * bits do not depend on which one runs. */
+ * Here: the hyper-parameters, each update's coefficients and which slice each
+ * thread updates. Each step runs one OpenMP parallel region; every thread updates
+ * its static share (whole 64-byte lines) of each entry's slice, without barriers
+ * between entries. The element loops (AVX2+FMA or portable, the same bits) and the
+ * clip norm's fixed-order sum are kernels: kernels/cpu/optim.c, with
+ * kernels/cuda/optim.cu their device twin. */
 #include "optim.h"
 
 #include <math.h>
-#include <omp.h>
 #include <string.h>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#define OPTIM_HAVE_AVX2 1
-#endif
-
-#define LINE_FLOATS   16    /* floats in one 64-byte cache line */
-#define NORM_BLOCKS   1024  /* fixed blocks of the clip-norm sum (thread-count independent) */
-
-/* This thread's share of [0, n) in whole lines, balanced over the team. */
-static void thread_share(size_t n, size_t *lo, size_t *hi)
-{
-    size_t nth = (size_t)omp_get_num_threads(), tid = (size_t)omp_get_thread_num();
-    size_t lines = (n + LINE_FLOATS - 1) / LINE_FLOATS, q = lines / nth, r = lines % nth;
-    size_t a = tid * q + (tid < r ? tid : r), b = a + q + (tid < r);
-    *lo = a * LINE_FLOATS < n ? a * LINE_FLOATS : n;
-    *hi = b * LINE_FLOATS < n ? b * LINE_FLOATS : n;
-}
-
-static bool use_avx2(bool portable)
-{
-#ifdef OPTIM_HAVE_AVX2
-    return !portable && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-    (void)portable;
-    return false;
-#endif
-}
+#include "cpu/optim.h"
 
 static void check_buffers(const param_table *pt, const param_buffers *pb)
 {
@@ -54,55 +28,6 @@ static void check_buffers(const param_table *pt, const param_buffers *pb)
 }
 
 /* ---- AdamW ----------------------------------------------------------------- */
-
-typedef struct adamw_coef {
-    float decay;     /* 1 - lr*wd for decay entries, exactly 1 otherwise */
-    float b1;        /* beta1 */
-    float a1;        /* 1 - beta1 */
-    float b2;        /* beta2 */
-    float a2;        /* 1 - beta2 */
-    float bc2_sqrt;  /* sqrt(1 - beta2^t) */
-    float eps;       /* eps */
-    float neg_step;  /* -(lr / (1 - beta1^t)) */
-} adamw_coef;
-
-static void adamw_portable(float *restrict p, const float *restrict g, float *restrict m, float *restrict v,
-                           size_t n, const adamw_coef *c)
-{
-    for (size_t i = 0; i < n; i++) {
-        float pi = p[i] * c->decay;
-        float mi = fmaf(g[i], c->a1, m[i] * c->b1);
-        float vi = fmaf(c->a2 * g[i], g[i], v[i] * c->b2);
-        float denom = sqrtf(vi) / c->bc2_sqrt + c->eps;
-        p[i] = pi + (c->neg_step * mi) / denom;
-        m[i] = mi;
-        v[i] = vi;
-    }
-}
-
-#ifdef OPTIM_HAVE_AVX2
-__attribute__((target("avx2,fma")))
-static void adamw_avx2(float *restrict p, const float *restrict g, float *restrict m, float *restrict v, size_t n,
-                       const adamw_coef *c)
-{
-    const __m256 decay = _mm256_set1_ps(c->decay), b1 = _mm256_set1_ps(c->b1), a1 = _mm256_set1_ps(c->a1);
-    const __m256 b2 = _mm256_set1_ps(c->b2), a2 = _mm256_set1_ps(c->a2), bc2 = _mm256_set1_ps(c->bc2_sqrt);
-    const __m256 eps = _mm256_set1_ps(c->eps), neg_step = _mm256_set1_ps(c->neg_step);
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 gi = _mm256_loadu_ps(g + i);
-        __m256 pi = _mm256_mul_ps(_mm256_loadu_ps(p + i), decay);
-        __m256 mi = _mm256_fmadd_ps(gi, a1, _mm256_mul_ps(_mm256_loadu_ps(m + i), b1));
-        __m256 vi = _mm256_fmadd_ps(_mm256_mul_ps(a2, gi), gi, _mm256_mul_ps(_mm256_loadu_ps(v + i), b2));
-        __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), bc2), eps);
-        pi = _mm256_add_ps(pi, _mm256_div_ps(_mm256_mul_ps(neg_step, mi), denom));
-        _mm256_storeu_ps(p + i, pi);
-        _mm256_storeu_ps(m + i, mi);
-        _mm256_storeu_ps(v + i, vi);
-    }
-    adamw_portable(p + i, g + i, m + i, v + i, n - i, c);
-}
-#endif
 
 /* The coefficients of update t, exactly as torch forms them (Python doubles, rounded
  * to float in the kernel); *decay is the factor of decay entries. Shared by the
@@ -127,37 +52,23 @@ static adamw_coef adamw_coefs(const adamw_hparams *hp, double lr, long t, float 
     };
 }
 
-/* n elements: p, g from the flat layout, m, v wherever the caller keeps them. */
-static void adamw_run(float *p, const float *g, float *m, float *v, size_t n, const adamw_coef *c, bool avx2)
-{
-#ifdef OPTIM_HAVE_AVX2
-    if (avx2) {
-        adamw_avx2(p, g, m, v, n, c);
-        return;
-    }
-#endif
-    (void)avx2;
-    adamw_portable(p, g, m, v, n, c);
-}
-
 void optim_adamw_step(const param_table *pt, param_buffers *pb, const adamw_hparams *hp, double lr, long t)
 {
     check_buffers(pt, pb);
     CHECK(pb->m && pb->v, "AdamW needs moments: param_buffers_init(pb, pt, true)");
     float decay;
     const adamw_coef base = adamw_coefs(hp, lr, t, &decay);
-    const bool avx2 = use_avx2(hp->portable);
 
 #pragma omp parallel
     for (int e = 0; e < pt->count; e++) {
         const param_entry *pe = &pt->entries[e];
         size_t lo, hi;
-        thread_share(pe->count, &lo, &hi);
+        optim_thread_share(pe->count, &lo, &hi);
         if (hi == lo) continue;
         adamw_coef c = base;
         if (pe->decay) c.decay = decay;
         size_t o = pe->offset + lo;
-        adamw_run(pb->params + o, pb->grads + o, pb->m + o, pb->v + o, hi - lo, &c, avx2);
+        adamw_update(pb->params + o, pb->grads + o, pb->m + o, pb->v + o, hi - lo, &c, hp->portable);
     }
 }
 
@@ -180,66 +91,20 @@ void optim_adamw_step_ranges(const param_table *pt, param_buffers *pb, const opt
     check_ranges(pt, r, n);
     float decay;
     const adamw_coef base = adamw_coefs(hp, lr, t, &decay);
-    const bool avx2 = use_avx2(hp->portable);
 
 #pragma omp parallel
     for (int i = 0; i < n; i++) {
         size_t lo, hi;
-        thread_share(r[i].count, &lo, &hi);
+        optim_thread_share(r[i].count, &lo, &hi);
         if (hi == lo) continue;
         adamw_coef c = base;
         if (pt->entries[r[i].entry].decay) c.decay = decay;
         size_t o = r[i].offset + lo, q = r[i].packed + lo;
-        adamw_run(pb->params + o, pb->grads + o, m + q, v + q, hi - lo, &c, avx2);
+        adamw_update(pb->params + o, pb->grads + o, m + q, v + q, hi - lo, &c, hp->portable);
     }
 }
 
 /* ---- SGD ------------------------------------------------------------------- */
-
-typedef struct sgd_coef {
-    float wd;       /* weight decay of this entry (0: not applied) */
-    float mu;       /* momentum */
-    float neg_lr;   /* -lr */
-    bool momentum;  /* a momentum buffer is kept */
-    bool first;     /* t == 1: the buffer starts as the gradient */
-    bool nesterov;  /* Nesterov update */
-} sgd_coef;
-
-static void sgd_portable(float *restrict p, const float *restrict g, float *restrict b, size_t n,
-                         const sgd_coef *c)
-{
-    for (size_t i = 0; i < n; i++) {
-        float d = c->wd != 0.0f ? fmaf(p[i], c->wd, g[i]) : g[i];
-        if (c->momentum) {
-            float bi = c->first ? d : b[i] * c->mu + d;
-            b[i] = bi;
-            d = c->nesterov ? fmaf(bi, c->mu, d) : bi;
-        }
-        p[i] = fmaf(d, c->neg_lr, p[i]);
-    }
-}
-
-#ifdef OPTIM_HAVE_AVX2
-__attribute__((target("avx2,fma")))
-static void sgd_avx2(float *restrict p, const float *restrict g, float *restrict b, size_t n, const sgd_coef *c)
-{
-    const __m256 wd = _mm256_set1_ps(c->wd), mu = _mm256_set1_ps(c->mu), neg_lr = _mm256_set1_ps(c->neg_lr);
-    const bool has_wd = c->wd != 0.0f;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 pi = _mm256_loadu_ps(p + i);
-        __m256 d = _mm256_loadu_ps(g + i);
-        if (has_wd) d = _mm256_fmadd_ps(pi, wd, d);
-        if (c->momentum) {
-            __m256 bi = c->first ? d : _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(b + i), mu), d);
-            _mm256_storeu_ps(b + i, bi);
-            d = c->nesterov ? _mm256_fmadd_ps(bi, mu, d) : bi;
-        }
-        _mm256_storeu_ps(p + i, _mm256_fmadd_ps(d, neg_lr, pi));
-    }
-    sgd_portable(p + i, g + i, b ? b + i : NULL, n - i, c);
-}
-#endif
 
 static sgd_coef sgd_coefs(const sgd_hparams *hp, double lr, long t)
 {
@@ -259,19 +124,12 @@ static sgd_coef sgd_coefs(const sgd_hparams *hp, double lr, long t)
 
 /* The coefficients of tensor e; b: its momentum buffer at the same element, or NULL. */
 static void sgd_run(float *p, const float *g, float *b, size_t n, const sgd_hparams *hp, int e, bool decay,
-                    sgd_coef c, bool avx2)
+                    sgd_coef c)
 {
     if (decay) c.wd = (float)hp->weight_decay;
     if (hp->plain && hp->plain[e]) c.wd = 0.0f, c.momentum = false, c.nesterov = false;
     if (!c.momentum) b = NULL;
-#ifdef OPTIM_HAVE_AVX2
-    if (avx2) {
-        sgd_avx2(p, g, b, n, &c);
-        return;
-    }
-#endif
-    (void)avx2;
-    sgd_portable(p, g, b, n, &c);
+    sgd_update(p, g, b, n, &c, hp->portable);
 }
 
 void optim_sgd_step(const param_table *pt, param_buffers *pb, const sgd_hparams *hp, double lr, long t)
@@ -279,16 +137,15 @@ void optim_sgd_step(const param_table *pt, param_buffers *pb, const sgd_hparams 
     check_buffers(pt, pb);
     const sgd_coef base = sgd_coefs(hp, lr, t);
     CHECK(hp->momentum == 0 || pb->m, "SGD momentum keeps its buffer in pb->m: param_buffers_init(pb, pt, true)");
-    const bool avx2 = use_avx2(hp->portable);
 
 #pragma omp parallel
     for (int e = 0; e < pt->count; e++) {
         const param_entry *pe = &pt->entries[e];
         size_t lo, hi;
-        thread_share(pe->count, &lo, &hi);
+        optim_thread_share(pe->count, &lo, &hi);
         if (hi == lo) continue;
         size_t o = pe->offset + lo;
-        sgd_run(pb->params + o, pb->grads + o, pb->m ? pb->m + o : NULL, hi - lo, hp, e, pe->decay, base, avx2);
+        sgd_run(pb->params + o, pb->grads + o, pb->m ? pb->m + o : NULL, hi - lo, hp, e, pe->decay, base);
     }
 }
 
@@ -299,61 +156,31 @@ void optim_sgd_step_ranges(const param_table *pt, param_buffers *pb, const optim
     const sgd_coef base = sgd_coefs(hp, lr, t);
     CHECK(n == 0 || hp->momentum == 0 || b, "SGD momentum over ranges needs the packed buffer b");
     check_ranges(pt, r, n);
-    const bool avx2 = use_avx2(hp->portable);
 
 #pragma omp parallel
     for (int i = 0; i < n; i++) {
         size_t lo, hi;
-        thread_share(r[i].count, &lo, &hi);
+        optim_thread_share(r[i].count, &lo, &hi);
         if (hi == lo) continue;
         int e = r[i].entry;
         size_t o = r[i].offset + lo;
         sgd_run(pb->params + o, pb->grads + o, b ? b + r[i].packed + lo : NULL, hi - lo, hp, e,
-                pt->entries[e].decay, base, avx2);
+                pt->entries[e].decay, base);
     }
 }
 
 /* ---- gradient clipping ------------------------------------------------------- */
 
-/* Sum of squares in double; 8 lanes combined in a fixed tree (squares of floats are exact). */
-static double sum_squares(const float *x, size_t n)
-{
-    double lane[8] = { 0 };
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) lane[k] += (double)x[i + k] * (double)x[i + k];
-    for (int k = 0; i < n; i++, k++) lane[k] += (double)x[i] * (double)x[i];
-    return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
-}
-
 float optim_clip_grad_norm(float *grads, size_t n, double max_norm, double *norm)
 {
     CHECK(max_norm > 0, "max_norm must be > 0 (validate the config)");
-    double partial[NORM_BLOCKS];
-    size_t block = (n + NORM_BLOCKS - 1) / NORM_BLOCKS;
-    block = (block + LINE_FLOATS - 1) / LINE_FLOATS * LINE_FLOATS;
-
-#pragma omp parallel for schedule(static)
-    for (int b = 0; b < NORM_BLOCKS; b++) {
-        size_t lo = (size_t)b * block, hi = lo + block;
-        if (lo > n) lo = n;
-        if (hi > n) hi = n;
-        partial[b] = sum_squares(grads + lo, hi - lo);
-    }
-    double sum = 0.0;
-    for (int b = 0; b < NORM_BLOCKS; b++) sum += partial[b];
-    double total = sqrt(sum);
+    double total = sqrt(grad_norm_sq(grads, n));
     if (norm) *norm = total;
 
     double coef = max_norm / (total + 1e-6);
     if (!isfinite(total) || !(coef < 1.0)) return 1.0f;
     const float s = (float)coef;
-#pragma omp parallel
-    {
-        size_t lo, hi;
-        thread_share(n, &lo, &hi);
-        for (size_t i = lo; i < hi; i++) grads[i] *= s;
-    }
+    grad_scale(grads, n, s);
     return s;
 }
 

@@ -1,18 +1,7 @@
-/* precision — mixed-precision training on the host: the precision a run trains in,
- * the fp32 <-> bf16 / fp16 conversions, and the dynamic loss scaler.
- *
- * The one design decision: these conversions are the bit-level specification of
- * every cast in Nebula (kernels/cuda/precision.cu is tested against them pattern
- * for pattern), so each is written on the integer bits, independent of the
- * compiler's _Float16 and of the FPU's rounding mode:
- *   - rounding is to nearest, ties to even (IEEE 754 roundTiesToEven);
- *   - values beyond the largest finite value round to +-inf, as RNE does;
- *   - fp16 keeps subnormals (2^-24 .. 2^-14); bf16 keeps fp32's subnormals;
- *   - a NaN stays a NaN of the same sign: narrowing keeps the top payload bits and
- *     sets the quiet bit (x86 soft-fp's _Float16 and AVX512-BF16 do the same);
- *     widening fp16 -> fp32 also sets the quiet bit (as gcc's _Float16 does);
- *     widening bf16 -> fp32 is the exact 16-bit shift.
- * bf16 and fp16 values are held as uint16_t bit patterns.
+/* precision — mixed-precision training on the host: the precision a run trains in
+ * and the dynamic loss scaler. The fp32 <-> bf16 / fp16 casts, the bit-level
+ * specification of every cast in Nebula, are kernels: kernels/cpu/precision.h (with
+ * kernels/cuda/precision.h their device twin), included here for libcore's callers.
  *
  * The loss scaler is torch.cuda.amp.GradScaler's update rule (torch 1.13,
  * _amp_update_scale_cuda_kernel): a step with an inf/NaN gradient is skipped, the
@@ -28,6 +17,8 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+
+#include "cpu/precision.h" /* bf16_from_f32, f32_from_bf16, f16_from_f32, f32_from_f16 */
 
 typedef enum precision_kind {
     PRECISION_FP32 = 0,  /* everything in fp32 */
@@ -46,15 +37,9 @@ bool precision_kind_parse(const char *s, precision_kind *out, const char **why);
 /* Bytes of one value stored in this precision (4 or 2). */
 int precision_kind_bytes(precision_kind k);
 
-/* Conversions (see the top of the file for the rules). */
-uint16_t bf16_from_f32(float x);
-float f32_from_bf16(uint16_t h);
-uint16_t f16_from_f32(float x);
-float f32_from_f16(uint16_t h);
-
 /* Dynamic loss scaling (GradScaler). Per step: loss * scale -> backward ->
  * unscale the gradients by loss_scaler_inv_scale and detect inf/NaN
- * (cuda_unscale_check_finite) -> skipped = loss_scaler_update(ls, found_inf) ->
+ * (unscale_check_finite, cuda_unscale_check_finite) -> skipped = loss_scaler_update(ls, found_inf) ->
  * step only when not skipped. With the defaults every scale is a power of two, so
  * scaling and unscaling are exact. */
 typedef struct loss_scaler {

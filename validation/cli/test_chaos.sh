@@ -9,8 +9,8 @@
 #   errors     usage and input errors exit 2 naming the problem, and the invariants can
 #              fail: a run allowed only one launch does not reach its target (exit 1,
 #              the report says which invariant failed).
-# Root-only scenarios (packet loss: namespaces; disk-full: a tmpfs) say so and pass
-# when not root.
+# Root-only scenarios (packet loss: namespaces; disk-full: a tmpfs) say so and are skipped
+# (exit 77) when not root.
 . "$(dirname "$0")/lib.sh"
 what=${1:?usage: test_chaos.sh SCENARIO|soak|errors}
 CHAOS=build/bin/nebula-chaos
@@ -94,7 +94,7 @@ PYEOF
     ini=chaos/$what.ini
     [ -f "$ini" ] || { echo "FAIL - no scenario $ini"; exit 1; }
     if [ "$(id -u)" -ne 0 ] && grep -qE "^(launcher = netns|kind = disk-full)" "$ini"; then
-        echo "skipped: $what needs root (namespaces or a tmpfs)"; exit 0
+        echo "SKIP: $what needs root (namespaces or a tmpfs)"; exit 77
     fi
     out=$tmp/$what
     expect "$what: every invariant holds" 0 "### nebula-chaos $what: PASS" -- $CHAOS run "$ini" --out "$out"

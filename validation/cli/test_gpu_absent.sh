@@ -1,23 +1,25 @@
 #!/usr/bin/env bash
 # test_gpu_absent — the GPU path on a machine without a GPU (DESIGN.md: CUDA is
 # optional and detected): the CUDA objects are built when nvcc is present, every GPU
-# test program links, starts and says it checked nothing, `make check-gpu` exits 0
-# without claiming a result, and asking for a GPU fails with exit 2 and a hint.
-# On a machine with a GPU this test has nothing to prove and says so.
+# test program links, starts, says it checked nothing and exits 77 (skipped),
+# `make check-gpu` reports every GPU test as skipped without claiming a result, and
+# asking for a GPU fails with exit 2 and a hint. On a machine with a GPU this test has
+# nothing to prove: it says so and is skipped itself (exit 77).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . validation/cli/lib.sh
 TRAIN=build/bin/nebula-train
 
 if ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
-    expect "check-gpu without CUDA kernels" 0 "this build has no CUDA kernels" -- tools/check-gpu.sh
+    expect "check-gpu without CUDA kernels skips" 77 "this build has no CUDA kernels" -- tools/check-gpu.sh
     expect "--device cuda without CUDA kernels" 2 "this build has no CUDA kernels" -- \
         $BENCH model --model gpt2-tiny --device cuda
     finish; exit
 fi
-if [ -x build/test/gpu/test_cuda_device ] && ! build/test/gpu/test_cuda_device | grep -q '^SKIP'; then
-    echo "ok - a CUDA device is visible: nothing to check here (make check-gpu runs the GPU tests)"
-    exit 0
+# (it exits 77 when it skips: its output, not its status, says whether a device is there)
+if [ -x build/test/gpu/test_cuda_device ] && [[ "$(build/test/gpu/test_cuda_device 2>&1)" != SKIP* ]]; then
+    echo "SKIP: a CUDA device is visible: nothing to check here (make check-gpu runs the GPU tests)"
+    exit 77
 fi
 
 # Every kernels/cuda source became an object with Hopper machine code in it.
@@ -29,14 +31,16 @@ done
 
 # Every GPU test program (validation/gpu/tests.list) exists, starts, and skips.
 for t in $(sed -n 's/^[^#|]*|.*\(build\/test\/gpu\/[a-z_0-9]*\).*/\1/p' validation/gpu/tests.list | sort -u); do
-    expect "$t starts and skips" 0 "nothing was checked" -- $t
+    expect "$t starts and skips" 77 "nothing was checked" -- $t
 done
-expect "test_nccl at 2 ranks skips on every rank" 0 "nothing was checked" -- \
+expect "test_nccl at 2 ranks skips on every rank" 77 "nothing was checked" -- \
     $MPIRUN -np 2 build/test/gpu/test_nccl --ranks-per-node 1
 
 out=$(tools/check-gpu.sh 2>&1); rc=$?
-check "make check-gpu exits 0 without a GPU" test "$rc" -eq 0
+ngpu=$(grep -c '^[^#].*|' validation/gpu/tests.list)
+check "make check-gpu is skipped without a GPU (exit 77)" test "$rc" -eq 77
 check "make check-gpu says nothing was checked" grep -q "no CUDA device is visible.*nothing was checked" <<<"$out"
+check "make check-gpu counts its $ngpu tests as skipped" grep -q "^0 passed, 0 failed, $ngpu skipped$" <<<"$out"
 check "make check-gpu claims no result" bash -c "! grep -qE '^(PASS|ok)' <<<'$out'"
 
 expect "bench --device cuda without a GPU" 2 "no CUDA device is visible" -- \

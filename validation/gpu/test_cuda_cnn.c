@@ -31,7 +31,8 @@
  *     kernels repeat the CPU's expressions in the CPU's order).
  * Backward tests pre-fill every ADDED gradient with random values (and every
  * WRITTEN one with garbage) on both sides. */
-#include "gpu_check.h"
+#define CHECK_GPU  /* the CUDA checks */
+#include "../check.h"
 
 #include <float.h>
 #include <stdbool.h>

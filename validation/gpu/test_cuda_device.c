@@ -1,7 +1,8 @@
 /* test_cuda_device — the device layer itself: copies round-trip bit for bit, the
  * workspace grows and keeps its alignment, events order two streams, and the
  * float sum kernel equals kernels/cpu/reduce.c's (one addition per element: exact). */
-#include "gpu_check.h"
+#define CHECK_GPU  /* the CUDA checks */
+#include "../check.h"
 
 #include "cpu/reduce.h"
 

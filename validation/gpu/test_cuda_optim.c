@@ -12,9 +12,10 @@
  *     dgc_sampled_threshold, gathered values (fp32, fp16) vs dgc_round_value;
  *   - casts: every bf16 and fp16 pattern widened, ~7 M floats narrowed, vs
  *     libcore/precision.c; unscale_check_finite's product and flag.
- * Device outputs sit between canaries where gpu_check.h provides them. Without a
- * CUDA device: one SKIP line, exit 0. */
-#include "gpu_check.h"
+ * Device outputs sit between canaries where check.h provides them. Without a
+ * CUDA device: one SKIP line, exit 77 (skipped). */
+#define CHECK_GPU  /* the CUDA checks */
+#include "../check.h"
 
 #include "cuda/dgc.h"
 #include "cuda/optim.h"

@@ -19,7 +19,8 @@
  * Each test derives its own atol from the magnitudes of its inputs; see there.
  * Elementwise kernels with one rounding (residual, embedding copy/add, embedding
  * backward which adds in the same order of n as the CPU) must match exactly. */
-#include "gpu_check.h"
+#define CHECK_GPU  /* the CUDA checks */
+#include "../check.h"
 
 #include <float.h>
 

@@ -24,13 +24,14 @@
  *     resnet18 with the ImageNet stem and its maxpool (64x64), BN in training mode,
  *     gradients compared in relative L2 norm (see model_gpu_vs_cpu).
  *
- * Without a GPU it prints SKIP and exits 0. --skip-pytorch skips parts 2 and 3. */
+ * Without a GPU it prints SKIP and exits 77 (skipped). --skip-pytorch skips parts 2 and 3. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "gpu_check.h"
+#define CHECK_GPU  /* the CUDA checks */
+#include "../check.h"
 
 #include "nn/gpt2.h"
 #include "nn/model.h"

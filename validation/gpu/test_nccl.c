@@ -15,12 +15,13 @@
  * rank its own virtual node):
  *   mpirun -np 1 test_nccl
  *   mpirun -np 2 test_nccl --ranks-per-node 1
- * Without a CUDA device: rank 0 prints SKIP, every rank exits 0. */
+ * Without a CUDA device: rank 0 prints SKIP, every rank exits 77 (skipped). */
 #include <float.h>
 #include <unistd.h>
 
-#include "gpu_check.h"
-#include "../mpi/mpi_check.h"
+#define CHECK_GPU  /* the CUDA checks */
+#define CHECK_MPI  /* check() agreed by every rank */
+#include "../check.h"
 #include "comm/comm_nccl.h"
 
 #define BUCKET 4096                       /* floats per bucket here: several buckets stay cheap */
@@ -34,7 +35,7 @@ static float input(size_t i, int r)
     return (float)((int)((i * 7 + (size_t)r * 13) % 61) - 30);
 }
 
-/* Local verdict counted for gpu_check.h, global verdict through mpi_check.h. */
+/* Local verdict counted for check.h's GPU section, global verdict through its MPI check(). */
 static void verdict(const runtime *rt, bool ok, const char *what, const char *why)
 {
     ok ? gpu_passed++ : gpu_failed++;
@@ -125,7 +126,7 @@ int main(int argc, char **argv)
     if (!have) {
         if (rt.rank == 0) printf("SKIP  test_nccl: no CUDA device visible to every rank; nothing was checked\n");
         runtime_free(&rt);
-        return 0;
+        return CHECK_SKIP;
     }
     comm_nccl_options o = { .max_count = MAX_COUNT, .bucket_bytes = BUCKET * sizeof(float), .timeout_s = 60 };
     comm_nccl_options oa = o;

@@ -20,7 +20,8 @@
 #include "nn/param.h"
 #include "base/runtime.h"
 #include "nn/zero.h"
-#include "mpi_check.h"
+#define CHECK_MPI  /* check() agreed by every rank */
+#include "../check.h"
 
 /* A small transformer-like table: matrices (decay), biases and norms (no decay), a
  * scalar; sizes not multiples of the shard size, so tails are short. */

@@ -6,7 +6,7 @@
  * Bad inputs make config print its error messages to stderr; that is expected, only the
  * "ok"/"FAIL" lines on stdout are the verdict. Bugs (die) are checked in forked children. */
 #include "base/config.h"
-#include "unit_check.h"
+#include "../check.h"
 
 #include <math.h>
 #include <signal.h>

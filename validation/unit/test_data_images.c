@@ -9,7 +9,8 @@
  * Source pixel (n, c, y, x) = (31 n + 17 y + 5 x + 80 c) mod 256 in every file, so
  * the expected output is computed here without reading the files. Runs without
  * mpirun; ranks are separate loaders in one process. */
-#include "data_check.h"
+#include "data/data.h"  /* before check.h: expect_open_error */
+#include "../check.h"
 
 #include <stdint.h>
 

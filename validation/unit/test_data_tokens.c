@@ -7,7 +7,8 @@
  * Token i of the test files is i itself (mod the vocabulary), so a window names its
  * own start and every check is exact. Runs without mpirun: ranks are simulated by
  * opening one loader per dp_rank in one process. */
-#include "data_check.h"
+#include "data/data.h"  /* before check.h: expect_open_error */
+#include "../check.h"
 
 #include <stdint.h>
 

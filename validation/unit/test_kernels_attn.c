@@ -22,7 +22,7 @@
 
 #include "cpu/attention.h"
 #include "cpu/xent.h"
-#include "kernel_check.h"
+#include "../check.h"
 
 #define SEED UINT64_C(20240607)
 

@@ -27,7 +27,7 @@
 #include "cpu/conv2d.h"
 #include "cpu/pool.h"
 #include "cpu/relu.h"
-#include "kernel_check.h"
+#include "../check.h"
 
 /* ---- buffers ------------------------------------------------------------------ */
 

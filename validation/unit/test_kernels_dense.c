@@ -24,7 +24,7 @@
 #include "cpu/layernorm.h"
 #include "cpu/matmul.h"
 #include "cpu/residual.h"
-#include "kernel_check.h"
+#include "../check.h"
 
 /* Central differences in double with h = 1e-5: rounding noise ~ 1e-16 |L| / h,
  * below 1e-9 for the |L| < 100 used here; truncation ~ h^2 |f'''| ~ 1e-10. */

@@ -9,7 +9,7 @@
  * file; none may crash. Runs without mpirun. One line per check, exit 1 on failure. */
 #include "nn/gpt2.h"
 #include "ckpt/tool/llmc.h"
-#include "unit_check.h"
+#include "../check.h"
 
 #include <float.h>
 #include <math.h>

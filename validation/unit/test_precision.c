@@ -327,11 +327,47 @@ static void test_scaler_vs_torch(const char *init, double growth, double backoff
           first_bad);
 }
 
+/* The array casts and the unscale of kernels/cpu/precision.h (the twins of
+ * kernels/cuda/precision.h): each element equals the scalar cast, and the unscale
+ * multiplies every element and raises the flag only for a non-finite input. */
+static void test_arrays(void)
+{
+    enum { N = 65536 };
+    uint16_t *h = malloc(N * sizeof *h), *y = malloc(N * sizeof *y);
+    float *x = malloc(N * sizeof *x), *f = malloc(N * sizeof *f);
+    for (size_t i = 0; i < N; i++) h[i] = (uint16_t)i;
+    size_t bad = 0;
+    bf16_to_f32(h, f, N);
+    for (size_t i = 0; i < N; i++) bad += bits_of(f[i]) != bits_of(f32_from_bf16(h[i]));
+    f16_to_f32(h, f, N);
+    for (size_t i = 0; i < N; i++) bad += bits_of(f[i]) != bits_of(f32_from_f16(h[i]));
+    uint64_t rng = 0x61727261797321u;
+    for (size_t i = 0; i < N; i++) x[i] = float_of((uint32_t)xorshift(&rng));
+    f32_to_bf16(x, y, N);
+    for (size_t i = 0; i < N; i++) bad += y[i] != bf16_from_f32(x[i]);
+    f32_to_f16(x, y, N);
+    for (size_t i = 0; i < N; i++) bad += y[i] != f16_from_f32(x[i]);
+    check(bad == 0, "the array casts equal the scalar casts on all 65536 patterns and 65536 random floats (%zu wrong)",
+          bad);
+
+    float g[4] = { 1.5f, -3.0f, 0.25f, 8.0f };
+    int flag = 0;
+    unscale_check_finite(g, 4, 0.5f, &flag);
+    bool clean = flag == 0 && g[0] == 0.75f && g[1] == -1.5f && g[2] == 0.125f && g[3] == 4.0f;
+    g[2] = INFINITY;
+    unscale_check_finite(g, 4, 0.5f, &flag);
+    bool raised = flag == 1 && g[0] == 0.375f;
+    unscale_check_finite(g, 2, 0.5f, &flag);
+    check(clean && raised && flag == 1, "unscale_check_finite multiplies, raises the flag on inf and never clears it");
+    free(h), free(y), free(x), free(f);
+}
+
 int main(void)
 {
     test_kinds();
     test_bf16();
     test_f16();
+    test_arrays();
     test_scaler_by_hand();
 
     char flags[401];

@@ -8,7 +8,7 @@
  * fuzzers' finds under the sanitizers). Runs without mpirun. One line per check,
  * exit 1 on any failure. */
 #include "ckpt/tool/safetensors.h"
-#include "unit_check.h"
+#include "../check.h"
 
 #include <math.h>
 #include <stdbool.h>

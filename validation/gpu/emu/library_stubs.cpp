@@ -5,7 +5,7 @@
 // memory, so the models' GPU path (test_models_cuda) runs end to end with every other
 // kernel emulated — it tests the callers, not cuBLAS or cuDNN. Every other
 // entry point stops the program with a message: a test that calls one on the
-// emulator must skip it first (gpu_check.h's gpu_emulated, as test_cuda_cnn does).
+// emulator must skip it first (check.h's gpu_emulated, as test_cuda_cnn does).
 // The signatures come from the real headers, so a change there fails to compile here.
 #include <cstdio>
 #include <cstdlib>
@@ -22,7 +22,7 @@ extern "C" {
 [[noreturn]] static void not_emulated(const char *what)
 {
     fprintf(stderr, "cuda_emu: %s uses cuBLAS/cuDNN, which the CPU emulator cannot run; "
-                    "skip it when gpu_emulated (validation/gpu/gpu_check.h)\n", what);
+                    "skip it when gpu_emulated (validation/check.h)\n", what);
     fflush(stdout);
     abort();
 }
