@@ -60,7 +60,7 @@ status train_loop(train_run *r)
         ckpt_poll(r->ckpt);  /* commits a finished background checkpoint without waiting */
         if (r->step - first > 1) { sum_ms += ss.step_ms; sum_wait += ss.comm_wait_ms; timed++; }  /* skip warm-up */
         bool log_now = r->step % log_every == 0 || r->step == r->steps;
-        if (log_now && r->dgc && dgc_active(r->dgc)) train_log_dgc_layers(r);
+        if (log_now && r->dgc && dgc_active(r->dgc)) TRY(train_log_dgc_layers(r));
         if (log_now) train_log_step(r, &ss, units, unit);
         /* after the step's line: it describes the step as it ran */
         if (r->dgc) TRY(train_dgc_auto(r, &ss, first));

@@ -63,15 +63,15 @@ void train_log_step(train_run *r, const train_step_stats *ss, double units, cons
 
 /* DGC-Pro's choice per tensor (collective): rank 0 writes every tensor's density,
  * concentration and dense flag to metrics.jsonl ("dgc_layers") and prints a summary. */
-void train_log_dgc_layers(train_run *r)
+status train_log_dgc_layers(train_run *r)
 {
     const param_table *pt = model_params(&r->m);
     int n = pt->count;
     float *dens = calloc((size_t)n, sizeof(float)), *conc = calloc((size_t)n, sizeof(float));
     uint8_t *dense = calloc((size_t)n, 1);
     CHECK(dens && conc && dense, "out of memory");
-    dgc_layer_table(r->dgc, dens, conc, dense, r->step);
-    if (r->rt->rank == 0) {
+    status st = dgc_layer_table(r->dgc, dens, conc, dense, r->step);
+    if (st == STATUS_OK && r->rt->rank == 0) {
         json_t *layers = json_array();
         int nd = 0;
         float lo = INFINITY, hi = 0;
@@ -88,4 +88,5 @@ void train_log_dgc_layers(train_run *r)
                                          "layers", layers));
     }
     free(dens), free(conc), free(dense);
+    return st;
 }

@@ -145,6 +145,7 @@ void train_ckpt_content(train_run *r, ckpt_content *c)
     train_ckpt_model_content(c, &r->m, mm, r->opt.use_sgd ? NULL : mv, &r->loader_state, r->config_text);
     c->step = r->step;
     c->ranks_per_node = r->rt->max_local_size;
+    c->timeout_s = r->timeout_s;  /* comm.timeout bounds the writer's and the loader's collectives */
     /* ZeRO: each rank holds and writes its shards of the moments; the file holds full
      * tensors either way, so checkpoints load with or without ZeRO at any world size */
     if (r->use_zero)

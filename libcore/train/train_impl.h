@@ -66,7 +66,7 @@ void train_metrics_write(train_run *r, void *j);
 /* Rank 0: the step's metrics line and record. */
 void train_log_step(train_run *r, const train_step_stats *ss, double units, const char *unit);
 /* Collective: DGC-Pro's choice per tensor; rank 0 logs it. */
-void train_log_dgc_layers(train_run *r);
+status train_log_dgc_layers(train_run *r);
 /* Throughput units of one global batch: images, or tokens. */
 double train_units(const train_run *r, const char **unit);
 

@@ -68,8 +68,8 @@ check "... within 1e-5 of the 4-rank trajectory" same_losses $tmp/z1-4 $tmp/r2n 
 # --- refused combinations ----------------------------------------------------------------------
 expect "ZeRO with asynchronous checkpoints exits 2 saying why" 2 "ckpt.async = true and train.zero = 1" -- \
     $MPIRUN -np 2 $TRAIN --config configs/train/gpt2-tiny-licenses.ini --run-dir $tmp/bad \
-    --set data.train="$data/train.bin" --steps 2 --set optim.warmup_steps=0 --zero 1 --async-ckpt
+    --set data.train="$data/train.bin" --set data.val= --steps 2 --set optim.warmup_steps=0 --zero 1 --async-ckpt
 expect "ZeRO with forced DGC-Pro exits 2 saying why" 2 "not supported together" -- \
     $MPIRUN -np 2 $TRAIN --config configs/train/gpt2-tiny-licenses.ini --run-dir $tmp/bad \
-    --set data.train="$data/train.bin" --steps 2 --set optim.warmup_steps=0 --zero 1 --set dgc.mode=on
+    --set data.train="$data/train.bin" --set data.val= --steps 2 --set optim.warmup_steps=0 --zero 1 --set dgc.mode=on
 finish
