@@ -265,12 +265,11 @@ clean:
 # comm_nccl.c (buckets, leftover, staging, call order, events, deadline and abort),
 # run by `make check`; it proves nothing about CUDA or NCCL (make check-gpu does).
 # No nvcc needed; never linked with the real CUDA libraries, even where they exist.
-# runtime.c is compiled again too: only with NEBULA_CUDA does it assign rt->gpu.
 # _aware: MPI takes device pointers; the other stages through pinned slots.
 FAKE_NCCL_DIR    := validation/gpu/fake
 FAKE_NCCL_CFLAGS  = -I$(FAKE_NCCL_DIR) -DNEBULA_CUDA=1 $(CFLAGS)
 FAKE_NCCL_LDLIBS  = $(filter-out -lnccl -lcudnn -lcublasLt -lcublas -lcudart,$(LDLIBS))
-FAKE_NCCL_OBJ    := $(addprefix $(B)/fake/obj/,libcore/comm/comm_nccl.o libcore/base/runtime.o validation/gpu/test_nccl.o \
+FAKE_NCCL_OBJ    := $(addprefix $(B)/fake/obj/,libcore/comm/comm_nccl.o validation/gpu/test_nccl.o \
                       $(FAKE_NCCL_DIR)/fake_cuda.o $(FAKE_NCCL_DIR)/fake_nccl.o)
 FAKE_NCCL_BINS   := $(B)/test/fake/test_nccl_fake $(B)/test/fake/test_nccl_fake_aware
 all: $(FAKE_NCCL_BINS)
@@ -285,7 +284,8 @@ $(B)/fake/obj/$(FAKE_NCCL_DIR)/fake_mpi_%.o: $(FAKE_NCCL_DIR)/fake_mpi.c | $(DEP
 	@$(if $(filter 1,$(VERBOSE)),,echo "  CC FAKE $< ($*)")
 	$(Q)$(CC) $(FAKE_NCCL_CFLAGS) -DFAKE_MPI_CUDA_AWARE=$(if $(filter aware,$*),1,0) -c $< -o $@
 
-# The fake objects come before libcore.a, so its comm_nccl.o and runtime.o are not pulled in.
+# The fake objects come before libcore.a, so its comm_nccl.o is not pulled in; the test
+# hands the fake GPUs to the runtime (mpi_test_start_gpus).
 $(B)/test/fake/test_nccl_fake: $(FAKE_NCCL_OBJ) $(B)/fake/obj/$(FAKE_NCCL_DIR)/fake_mpi_staged.o
 $(B)/test/fake/test_nccl_fake_aware: $(FAKE_NCCL_OBJ) $(B)/fake/obj/$(FAKE_NCCL_DIR)/fake_mpi_aware.o
 $(FAKE_NCCL_BINS): $(B)/lib/libcore.a $(B)/lib/libkernels.a

@@ -341,14 +341,20 @@ static void check(const runtime *rt, bool ok, const char *what, const char *why)
 }
 
 /* The runtime of a test program that takes only --ranks-per-node N (virtual nodes),
- * unbound; exits through runtime_exit when it cannot start. */
-static inline void mpi_test_start(runtime *rt, int *argc, char ***argv)
+ * unbound, with `gpus` GPUs on the host handed out by local rank (mpi_test_start: none);
+ * exits through runtime_exit when it cannot start. */
+static inline void mpi_test_start_gpus(runtime *rt, int *argc, char ***argv, int gpus)
 {
-    runtime_options ro = { .ranks_per_node = 0, .bind = RUNTIME_BIND_NONE };
+    runtime_options ro = { .ranks_per_node = 0, .bind = RUNTIME_BIND_NONE, .gpus = gpus };
     for (int i = 1; i < *argc; i++)
         if (!strcmp((*argv)[i], "--ranks-per-node") && i + 1 < *argc) ro.ranks_per_node = atoi((*argv)[++i]);
     status st = runtime_init(rt, argc, argv, &ro);
     if (st != STATUS_OK) runtime_exit(rt, st);
+}
+
+static inline void mpi_test_start(runtime *rt, int *argc, char ***argv)
+{
+    mpi_test_start_gpus(rt, argc, argv, 0);
 }
 
 /* A fresh directory $TMPDIR/nebula-test-TAG-XXXXXX made by rank 0, its name given to

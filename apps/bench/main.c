@@ -152,6 +152,7 @@ int main(int argc, char **argv)
     }
     runtime_options ro;
     runtime_options_from_config(&cfg, &ro);
+    ro.gpus = device_gpu_count();
     runtime rt;
     st = runtime_init(&rt, &argc, &argv, &ro);
     if (st != STATUS_OK) runtime_exit(&rt, st);

@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #ifdef NEBULA_CUDA
-#include "cuda/device.h"
 #endif
 
 static int env_int(const char *name, int def)
@@ -145,10 +144,7 @@ status runtime_init(runtime *rt, int *argc, char ***argv, const runtime_options 
         rt->oversubscribed = npus > 0 && rt->host_size > npus;
         hwloc_topology_destroy(topo);
     }
-#ifdef NEBULA_CUDA
-    int ngpu = cuda_device_count();
-    if (ngpu > 0) rt->gpu = rt->host_local_rank % ngpu;
-#endif
+    if (opt->gpus > 0) rt->gpu = rt->host_local_rank % opt->gpus;
     return STATUS_OK;
 }
 
@@ -217,6 +213,7 @@ void runtime_options_from_config(const config *cfg, runtime_options *opt)
 {
     const char *bind = config_str(cfg, "runtime.bind");
     opt->ranks_per_node = (int)config_int(cfg, "runtime.ranks_per_node");
+    opt->gpus = 0;  /* the caller counts them (device_gpu_count): base knows no devices */
     opt->bind = !strcmp(bind, "core") ? RUNTIME_BIND_CORE : !strcmp(bind, "none") ? RUNTIME_BIND_NONE
                                                                                  : RUNTIME_BIND_AUTO;
 }

@@ -23,6 +23,8 @@ typedef enum runtime_bind {
 typedef struct runtime_options {
     int ranks_per_node;    /* >0: virtual nodes of this many ranks; 0: NEBULA_RANKS_PER_NODE or real nodes */
     runtime_bind bind;     /* core binding policy */
+    int gpus;              /* GPUs visible on this host (nn/device.h: device_gpu_count()); a rank is
+                              given GPU host_local_rank % gpus; 0: none (rt->gpu = -1) */
 } runtime_options;
 
 typedef struct runtime {

@@ -58,22 +58,14 @@
 #define CKPT_MAX_GROUPS 8
 #define CKPT_MAX_BLOBS 8
 
-/* A group held in shards (ZeRO, zero.h) rather than as a full flat buffer: the flat
- * layout is cut into n ranges that tile every tensor of the table (ascending offsets,
- * never crossing a tensor), each held by exactly one rank, which keeps the ranges it
- * holds packed in offset order. Save writes each rank's ranges with a union of
- * hyperslab selections (H5S_SELECT_OR) in one collective write per tensor; load reads
- * them the same way (from any checkpoint, sharded or not: the file holds full tensors
- * either way), and nothing is replicated. Checksums: one CRC-32 per range, exchanged
- * with one reduction, combined in offset order (crc32_combine). Not with async saves
- * (rank 0 would have to hold the whole group). */
-typedef struct ckpt_shards {
-    int n;                      /* ranges */
-    const size_t *offset;       /* [n] first float of each range in the flat layout, ascending */
-    const size_t *count;        /* [n] floats */
-    const uint8_t *mine;        /* [n] 1 for the ranges this rank holds */
-    const size_t *packed;       /* [n] where a range this rank holds starts in the group's data */
-} ckpt_shards;
+/* A group held in shards (ZeRO) rather than as a full flat buffer: param_shards
+ * (nn/param.h) says which ranges this rank holds. Save writes each rank's ranges with a
+ * union of hyperslab selections (H5S_SELECT_OR) in one collective write per tensor; load
+ * reads them the same way (from any checkpoint, sharded or not: the file holds full
+ * tensors either way), and nothing is replicated. Checksums: one CRC-32 per range,
+ * exchanged with one reduction, combined in offset order (crc32_combine). Not with async
+ * saves (rank 0 would have to hold the whole group). */
+typedef param_shards ckpt_shards;
 
 /* A flat buffer laid out by `table`, stored as one dataset per tensor under `group`. */
 typedef struct ckpt_tensors {

@@ -119,6 +119,15 @@ bool device_kind_parse(const char *s, device_kind *out)
     return false;
 }
 
+int device_gpu_count(void)
+{
+#ifdef NEBULA_CUDA
+    return cuda_device_count();
+#else
+    return 0;
+#endif
+}
+
 const char *device_kind_name(device_kind k) { return k == DEVICE_KIND_CUDA ? "cuda" : "cpu"; }
 
 status device_open(device *d, device_kind kind, precision_kind precision, int ordinal)

@@ -121,6 +121,9 @@ struct config;
 /* device_open with the [device] keys of cfg. */
 status device_open_from_config(device *d, const struct config *cfg, int ordinal);
 
+/* CUDA devices visible to this process (runtime_options.gpus); 0 without CUDA, driver or GPU. */
+int device_gpu_count(void);
+
 bool device_kind_parse(const char *s, device_kind *out);
 const char *device_kind_name(device_kind k);
 

@@ -11,7 +11,7 @@
 #include "cuda/cnn.h"
 #include "cuda/device.h"
 #include "cuda/matmul.h"
-#include "cuda/optim.h"
+#include "optim_cuda.h"
 #include "cuda/precision.h"
 #include "cuda/transformer.h"
 #include "device_impl.h"

@@ -51,6 +51,18 @@ typedef struct param_table {
     size_t total;          /* floats in each flat buffer, padding included; multiple of PARAM_ALIGN_FLOATS */
 } param_table;
 
+/* A flat layout held in shards (ZeRO, zero.h): it is cut into n ranges that tile every
+ * tensor of the table (ascending offsets, never crossing a tensor), each held by exactly
+ * one rank, which keeps the ranges it holds packed in offset order. Checkpoints write
+ * and read such a group range by range (ckpt/ckpt.h). */
+typedef struct param_shards {
+    int n;                      /* ranges */
+    const size_t *offset;       /* [n] first float of each range in the flat layout, ascending */
+    const size_t *count;        /* [n] floats */
+    const uint8_t *mine;        /* [n] 1 for the ranges this rank holds */
+    const size_t *packed;       /* [n] where a range this rank holds starts in the group's data */
+} param_shards;
+
 typedef struct param_buffers {
     float *params;  /* (total) parameter values, PARAM_ALIGN_BYTES-aligned */
     float *grads;   /* (total) gradients, same layout */

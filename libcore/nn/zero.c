@@ -161,7 +161,7 @@ status zero_init(zero *z, MPI_Comm comm, const param_table *pt, const zero_optio
     }
     for (int i = 0; i < z->nshards; i++) z->shards[i].gather += (size_t)z->displs[z->shards[i].owner];
     free(own);
-    z->ck = (ckpt_shards){ z->nshards, z->ck_offset, z->ck_count, z->ck_mine, z->ck_packed };
+    z->ck = (param_shards){ z->nshards, z->ck_offset, z->ck_count, z->ck_mine, z->ck_packed };
     size_t bytes = (z->owned ? z->owned : 1) * sizeof(float);
     bytes = (bytes + PARAM_ALIGN_BYTES - 1) / PARAM_ALIGN_BYTES * PARAM_ALIGN_BYTES;
     for (int k = 0; k < o->moments; k++) {

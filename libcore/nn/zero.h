@@ -33,7 +33,6 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "ckpt/ckpt.h"
 #include "base/log.h"
 #include "optim.h"
 #include "param.h"
@@ -92,10 +91,10 @@ typedef struct zero {
     float *m;                /* (owned) AdamW first moment / SGD momentum; NULL when moments == 0 */
     float *v;                /* (owned) AdamW second moment; NULL unless moments == 2 */
     int *counts, *displs;    /* [size] all-gather: each rank's owned floats and block start */
-    /* the moments as checkpoint groups (ckpt_shards) */
+    /* the moments' ranges, as a checkpoint writes and reads them */
     size_t *ck_offset, *ck_count, *ck_packed;  /* [nshards] */
     uint8_t *ck_mine;        /* [nshards] */
-    ckpt_shards ck;          /* points at the arrays above */
+    param_shards ck;         /* points at the arrays above */
 } zero;
 
 /* Collective only in that every rank must pass the same table and options (nothing

@@ -18,7 +18,7 @@
 #include "../check.h"
 
 #include "cuda/dgc.h"
-#include "cuda/optim.h"
+#include "nn/optim_cuda.h"
 #include "cuda/precision.h"
 #include "dgc/dgc.h"
 #include "nn/optim.h"

@@ -120,7 +120,7 @@ static void run_deadline(const runtime *rt, comm_nccl *c)
 int main(int argc, char **argv)
 {
     runtime rt;
-    mpi_test_start(&rt, &argc, &argv);
+    mpi_test_start_gpus(&rt, &argc, &argv, cuda_device_count());
     int have = cuda_device_count() > 0;
     MPI_Allreduce(MPI_IN_PLACE, &have, 1, MPI_INT, MPI_MIN, rt.world);
     if (!have) {
