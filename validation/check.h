@@ -191,6 +191,132 @@ static inline double kc_rtol_f32(size_t k)
     return 4.0 * (double)FLT_EPSILON * (double)(k < 1 ? 1 : k);
 }
 
+/* ---- kernels: buffers and shared checks of the layer tests ------------------------------------------------------------------ */
+
+static inline float *kc_frand(kc *k, size_t n, float lo, float hi)
+{
+    float *p = malloc((n ? n : 1) * sizeof *p);
+    kc_uniform(k, p, n, lo, hi);
+    return p;
+}
+
+static inline float *kc_gzero(size_t n) /* guarded, zeroed */
+{
+    float *p = kc_guarded(n);
+    memset(p, 0, n * sizeof *p);
+    return p;
+}
+
+static inline float *kc_gcopy(const float *src, size_t n) /* guarded copy */
+{
+    float *p = kc_guarded(n);
+    memcpy(p, src, n * sizeof *p);
+    return p;
+}
+
+static inline double *kc_dzero(size_t n)
+{
+    return calloc(n ? n : 1, sizeof(double));
+}
+
+static inline double *kc_dfrom(const float *src, size_t n)
+{
+    double *p = kc_dzero(n);
+    kc_to_double(p, src, n);
+    return p;
+}
+
+static inline double *kc_dabs_of(const double *x, size_t n)
+{
+    double *p = kc_dzero(n);
+    for (size_t i = 0; i < n; i++) p[i] = fabs(x[i]);
+    return p;
+}
+
+static inline double kc_dmaxabs(const double *x, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
+    return m;
+}
+
+static inline double kc_fmaxabs(const float *x, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)x[i]));
+    return m;
+}
+
+static inline double kc_ddot(const double *a, const double *b, size_t n)
+{
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* int32 buffers with canaries, for argmax */
+#define KC_IGUARD 0x5eadbeef
+static inline int32_t *kc_iguarded(size_t n)
+{
+    int32_t *p = malloc((n + 2 * KC_GUARD) * sizeof *p);
+    for (size_t i = 0; i < n + 2 * KC_GUARD; i++) p[i] = KC_IGUARD;
+    return p + KC_GUARD;
+}
+
+static inline bool kc_iguards_intact(const int32_t *p, size_t n)
+{
+    for (size_t i = 1; i <= KC_GUARD; i++)
+        if (p[-(long)i] != KC_IGUARD || p[n + i - 1] != KC_IGUARD) return false;
+    return true;
+}
+
+
+/* Central differences of L = sum(out*R) with h = 1e-5. Each evaluation of L is off
+ * by at most n*eps*S (S = sum|out*R|, n terms), so the quotient by n*eps*S/h; the
+ * truncation error h^2/6 |L'''| is zero for the piecewise linear layers and below
+ * 1e-9 for batchnorm at these sizes. */
+static inline double kc_fd_atol(size_t n, double S)
+{
+    return (double)n * DBL_EPSILON * S / 1e-5 + 1e-9;
+}
+
+static inline double kc_abs_dot(const double *a, const double *b, size_t n)
+{
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += fabs(a[i] * b[i]);
+    return s;
+}
+
+/* Checks a reference gradient against central differences of f over x. */
+static inline void kc_check_fd(kc *k, double *x, size_t n, kc_scalar_fn f, void *ctx, const double *grad, double atol,
+                     const char *what)
+{
+    double *g = kc_dzero(n);
+    kc_numeric_grad(x, n, f, ctx, g);
+    kc_close_d(k, grad, g, n, atol, 1e-6, what);
+    free(g);
+}
+
+/* (d): `got` started as g0 and had a gradient `ref` added: compare with g0 + ref;
+ * the extra addition costs one rounding of |g0| + |ref|. */
+static inline void kc_check_adds(kc *k, const float *got, const float *g0, const double *ref, size_t n, double atol,
+                       double rtol, const char *what)
+{
+    double *want = kc_dzero(n);
+    for (size_t i = 0; i < n; i++) want[i] = (double)g0[i] + ref[i];
+    kc_close(k, got, want, n, atol + kc_rtol_f32(1) * (kc_fmaxabs(g0, n) + kc_dmaxabs(ref, n)), rtol, what);
+    free(want);
+}
+
+/* The same for the reference backward, in double. */
+static inline void kc_check_adds_d(kc *k, const double *got, const float *g0, const double *ref, size_t n, const char *what)
+{
+    double *want = kc_dzero(n);
+    for (size_t i = 0; i < n; i++) want[i] = (double)g0[i] + ref[i];
+    kc_close_d(k, got, want, n, 1e-12, 1e-12, what);
+    free(want);
+}
+
 #if !defined(CHECK_MPI) && !defined(CHECK_GPU)
 /* ---- single process: checks, captured error messages, scratch files ------------- */
 

@@ -29,135 +29,8 @@
 #include "cpu/relu.h"
 #include "../check.h"
 
-/* ---- buffers ------------------------------------------------------------------ */
-
-static float *frand(kc *k, size_t n, float lo, float hi)
-{
-    float *p = malloc((n ? n : 1) * sizeof *p);
-    kc_uniform(k, p, n, lo, hi);
-    return p;
-}
-
-static float *gzero(size_t n) /* guarded, zeroed */
-{
-    float *p = kc_guarded(n);
-    memset(p, 0, n * sizeof *p);
-    return p;
-}
-
-static float *gcopy(const float *src, size_t n) /* guarded copy */
-{
-    float *p = kc_guarded(n);
-    memcpy(p, src, n * sizeof *p);
-    return p;
-}
-
-static double *dzero(size_t n)
-{
-    return calloc(n ? n : 1, sizeof(double));
-}
-
-static double *dfrom(const float *src, size_t n)
-{
-    double *p = dzero(n);
-    kc_to_double(p, src, n);
-    return p;
-}
-
-static double *dabs_of(const double *x, size_t n)
-{
-    double *p = dzero(n);
-    for (size_t i = 0; i < n; i++) p[i] = fabs(x[i]);
-    return p;
-}
-
-static double dmaxabs(const double *x, size_t n)
-{
-    double m = 0;
-    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
-    return m;
-}
-
-static double fmaxabs(const float *x, size_t n)
-{
-    double m = 0;
-    for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)x[i]));
-    return m;
-}
-
-static double ddot(const double *a, const double *b, size_t n)
-{
-    double s = 0;
-    for (size_t i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
-/* int32 buffers with canaries, for argmax */
-#define IGUARD 0x5eadbeef
-static int32_t *iguarded(size_t n)
-{
-    int32_t *p = malloc((n + 2 * KC_GUARD) * sizeof *p);
-    for (size_t i = 0; i < n + 2 * KC_GUARD; i++) p[i] = IGUARD;
-    return p + KC_GUARD;
-}
-
-static bool iguards_intact(const int32_t *p, size_t n)
-{
-    for (size_t i = 1; i <= KC_GUARD; i++)
-        if (p[-(long)i] != IGUARD || p[n + i - 1] != IGUARD) return false;
-    return true;
-}
-
 /* The check line, formatted into the caller's `what` buffer. */
 #define LABEL(...) (snprintf(what, sizeof what, __VA_ARGS__), what)
-
-/* ---- shared checks -------------------------------------------------------------- */
-
-/* Central differences of L = sum(out*R) with h = 1e-5. Each evaluation of L is off
- * by at most n*eps*S (S = sum|out*R|, n terms), so the quotient by n*eps*S/h; the
- * truncation error h^2/6 |L'''| is zero for the piecewise linear layers and below
- * 1e-9 for batchnorm at these sizes. */
-static double fd_atol(size_t n, double S)
-{
-    return (double)n * DBL_EPSILON * S / 1e-5 + 1e-9;
-}
-
-static double abs_dot(const double *a, const double *b, size_t n)
-{
-    double s = 0;
-    for (size_t i = 0; i < n; i++) s += fabs(a[i] * b[i]);
-    return s;
-}
-
-/* Checks a reference gradient against central differences of f over x. */
-static void check_fd(kc *k, double *x, size_t n, kc_scalar_fn f, void *ctx, const double *grad, double atol,
-                     const char *what)
-{
-    double *g = dzero(n);
-    kc_numeric_grad(x, n, f, ctx, g);
-    kc_close_d(k, grad, g, n, atol, 1e-6, what);
-    free(g);
-}
-
-/* (d): `got` started as g0 and had a gradient `ref` added: compare with g0 + ref;
- * the extra addition costs one rounding of |g0| + |ref|. */
-static void check_adds(kc *k, const float *got, const float *g0, const double *ref, size_t n, double atol,
-                       double rtol, const char *what)
-{
-    double *want = dzero(n);
-    for (size_t i = 0; i < n; i++) want[i] = (double)g0[i] + ref[i];
-    kc_close(k, got, want, n, atol + kc_rtol_f32(1) * (fmaxabs(g0, n) + dmaxabs(ref, n)), rtol, what);
-    free(want);
-}
-
-/* The same for the reference backward, in double. */
-static void check_adds_d(kc *k, const double *got, const float *g0, const double *ref, size_t n, const char *what)
-{
-    double *want = dzero(n);
-    for (size_t i = 0; i < n; i++) want[i] = (double)g0[i] + ref[i];
-    kc_close_d(k, got, want, n, 1e-12, 1e-12, what);
-    free(want);
-}
 
 /* ---- conv2d ------------------------------------------------------------------- */
 
@@ -182,7 +55,7 @@ static double conv_loss(void *p)
     const conv_shape *s = c->s;
     conv2d_forward_ref(c->out, c->x, c->w, c->b, s->N, s->C, s->H, s->W, s->OC, s->KH, s->KW, s->stride, s->pad,
                        c->OH, c->OW);
-    return ddot(c->out, c->R, c->no);
+    return kc_ddot(c->out, c->R, c->no);
 }
 
 #define CONV_ARGS(s, OH, OW) (s)->N, (s)->C, (s)->H, (s)->W, (s)->OC, (s)->KH, (s)->KW, (s)->stride, (s)->pad, OH, OW
@@ -220,9 +93,9 @@ static void test_conv(kc *k, const conv_shape *s, dnn_layout lin, dnn_layout lou
     char what[400], name[120];
     snprintf(name, sizeof name, "%s %s->%s", s->name, layout_name(lin), layout_name(lout));
 
-    float *x = frand(k, ni, -1, 1), *w = frand(k, nw, -1, 1), *b = frand(k, nb, -1, 1), *R = frand(k, no, -1, 1);
+    float *x = kc_frand(k, ni, -1, 1), *w = kc_frand(k, nw, -1, 1), *b = kc_frand(k, nb, -1, 1), *R = kc_frand(k, no, -1, 1);
     const float *bias = s->bias ? b : NULL;
-    double *xd = dfrom(x, ni), *wd = dfrom(w, nw), *bd = s->bias ? dfrom(b, nb) : NULL, *Rd = dfrom(R, no);
+    double *xd = kc_dfrom(x, ni), *wd = kc_dfrom(w, nw), *bd = s->bias ? kc_dfrom(b, nb) : NULL, *Rd = kc_dfrom(R, no);
     conv2d_plan p;
     conv2d_shape cs = { s->N, s->C, s->H, s->W, s->OC, s->KH, s->KW, s->stride, s->pad, OH, OW };
     conv2d_plan_init(&p, &cs, lin, lout, s->bias, true);
@@ -233,42 +106,42 @@ static void test_conv(kc *k, const conv_shape *s, dnn_layout lin, dnn_layout lou
     kc_report(k, p.gemm == want_gemm && (strstr(s->name, "GEMM engine") != NULL) == want_gemm, what, 0);
 
     /* (a) forward; the magnitude bound is the convolution of the absolute values */
-    float *outl = kc_guarded(no), *out = gzero(no);
+    float *outl = kc_guarded(no), *out = kc_gzero(no);
     conv2d_plan_forward(&p, outl, xl, w, bias);
     from_layout(out, outl, lout, s->N, s->OC, HWo);
-    double *outd = dzero(no), *xa = dabs_of(xd, ni), *wa = dabs_of(wd, nw), *ba = bd ? dabs_of(bd, nb) : NULL,
-           *Ra = dabs_of(Rd, no), *outa = dzero(no);
+    double *outd = kc_dzero(no), *xa = kc_dabs_of(xd, ni), *wa = kc_dabs_of(wd, nw), *ba = bd ? kc_dabs_of(bd, nb) : NULL,
+           *Ra = kc_dabs_of(Rd, no), *outa = kc_dzero(no);
     conv2d_forward_ref(outd, xd, wd, bd, CONV_ARGS(s, OH, OW));
     conv2d_forward_ref(outa, xa, wa, ba, CONV_ARGS(s, OH, OW));
     snprintf(what, sizeof what, "conv2d %s: forward fast vs reference (%zu-term sums)", name, K + 1);
-    kc_close(k, out, outd, no, kc_rtol_f32(K + 1) * dmaxabs(outa, no), kc_rtol_f32(K + 1), what);
+    kc_close(k, out, outd, no, kc_rtol_f32(K + 1) * kc_dmaxabs(outa, no), kc_rtol_f32(K + 1), what);
     snprintf(what, sizeof what, "conv2d %s: forward canaries intact", name);
     kc_report(k, kc_guards_intact(outl, no), what, 0);
 
     /* (b) reference backward vs central differences */
-    double *dxd = dzero(ni), *dwd = dzero(nw), *dbd = dzero(nb);
+    double *dxd = kc_dzero(ni), *dwd = kc_dzero(nw), *dbd = kc_dzero(nb);
     conv2d_backward_ref(dxd, dwd, dbd, Rd, xd, wd, CONV_ARGS(s, OH, OW));
-    conv_ctx ctx = { s, OH, OW, xd, wd, bd, Rd, dzero(no), no };
-    double fa = fd_atol(no, abs_dot(outd, Rd, no));
+    conv_ctx ctx = { s, OH, OW, xd, wd, bd, Rd, kc_dzero(no), no };
+    double fa = kc_fd_atol(no, kc_abs_dot(outd, Rd, no));
     if (lin == DNN_NCHW && lout == DNN_NCHW) {  /* the reference does not depend on the layout */
         snprintf(what, sizeof what, "conv2d %s: reference dinp vs central differences", s->name);
-        check_fd(k, xd, ni, conv_loss, &ctx, dxd, fa, what);
+        kc_check_fd(k, xd, ni, conv_loss, &ctx, dxd, fa, what);
         snprintf(what, sizeof what, "conv2d %s: reference dweight vs central differences", s->name);
-        check_fd(k, wd, nw, conv_loss, &ctx, dwd, fa, what);
+        kc_check_fd(k, wd, nw, conv_loss, &ctx, dwd, fa, what);
         if (bd) {
             snprintf(what, sizeof what, "conv2d %s: reference dbias vs central differences", s->name);
-            check_fd(k, bd, nb, conv_loss, &ctx, dbd, fa, what);
+            kc_check_fd(k, bd, nb, conv_loss, &ctx, dbd, fa, what);
         }
     }
 
     /* (c) fast backward vs reference; bounds from the backward of absolute values.
      * dinp starts as garbage: it must be overwritten, not added to. */
-    double *dxa = dzero(ni), *dwa = dzero(nw), *dba = dzero(nb);
+    double *dxa = kc_dzero(ni), *dwa = kc_dzero(nw), *dba = kc_dzero(nb);
     conv2d_backward_ref(dxa, dwa, dba, Ra, xa, wa, CONV_ARGS(s, OH, OW));
     const double tx = kc_rtol_f32(Kdx), tw = kc_rtol_f32(Kdw);
-    const double ax = tx * dmaxabs(dxa, ni), aw = tw * dmaxabs(dwa, nw), ab = tw * dmaxabs(dba, nb);
-    float *garbage = frand(k, ni, 100, 200);
-    float *dxl = to_layout(garbage, lin, s->N, s->C, HWi), *dx = gzero(ni), *dw = gzero(nw), *db = gzero(nb);
+    const double ax = tx * kc_dmaxabs(dxa, ni), aw = tw * kc_dmaxabs(dwa, nw), ab = tw * kc_dmaxabs(dba, nb);
+    float *garbage = kc_frand(k, ni, 100, 200);
+    float *dxl = to_layout(garbage, lin, s->N, s->C, HWi), *dx = kc_gzero(ni), *dw = kc_gzero(nw), *db = kc_gzero(nb);
     conv2d_plan_backward(&p, dxl, dw, s->bias ? db : NULL, Rl, xl);
     from_layout(dx, dxl, lin, s->N, s->C, HWi);
     snprintf(what, sizeof what, "conv2d %s: backward dinp fast vs reference, overwritten (%zu-term sums)", name, Kdx);
@@ -283,28 +156,28 @@ static void test_conv(kc *k, const conv_shape *s, dnn_layout lin, dnn_layout lou
     kc_report(k, kc_guards_intact(dxl, ni) && kc_guards_intact(dw, nw) && kc_guards_intact(db, nb), what, 0);
 
     /* NULL gradients are skipped and do not change the others */
-    float *dxl2 = to_layout(garbage, lin, s->N, s->C, HWi), *dw2 = gzero(nw);
+    float *dxl2 = to_layout(garbage, lin, s->N, s->C, HWi), *dw2 = kc_gzero(nw);
     conv2d_plan_backward(&p, dxl2, NULL, NULL, Rl, xl);
     conv2d_plan_backward(&p, NULL, dw2, NULL, Rl, xl);
     snprintf(what, sizeof what, "conv2d %s: NULL gradients skipped, others bit-identical", name);
     kc_report(k, !memcmp(dxl2, dxl, ni * sizeof *dx) && !memcmp(dw2, dw, nw * sizeof *dw), what, 0);
 
     /* (d) dweight and dbias accumulate, fast and reference; the reference adds into dinp too */
-    float *g0x = frand(k, ni, -1, 1), *g0w = frand(k, nw, -1, 1), *g0b = frand(k, nb, -1, 1);
-    float *dw3 = gcopy(g0w, nw), *db3 = gcopy(g0b, nb);
+    float *g0x = kc_frand(k, ni, -1, 1), *g0w = kc_frand(k, nw, -1, 1), *g0b = kc_frand(k, nb, -1, 1);
+    float *dw3 = kc_gcopy(g0w, nw), *db3 = kc_gcopy(g0b, nb);
     conv2d_plan_backward(&p, NULL, dw3, s->bias ? db3 : NULL, Rl, xl);
     snprintf(what, sizeof what, "conv2d %s: backward adds into dweight", name);
-    check_adds(k, dw3, g0w, dwd, nw, aw, tw, what);
+    kc_check_adds(k, dw3, g0w, dwd, nw, aw, tw, what);
     if (s->bias) {
         snprintf(what, sizeof what, "conv2d %s: backward adds into dbias", name);
-        check_adds(k, db3, g0b, dbd, nb, ab, tw, what);
+        kc_check_adds(k, db3, g0b, dbd, nb, ab, tw, what);
     }
-    double *rx = dfrom(g0x, ni), *rw = dfrom(g0w, nw), *rb = dfrom(g0b, nb);
+    double *rx = kc_dfrom(g0x, ni), *rw = kc_dfrom(g0w, nw), *rb = kc_dfrom(g0b, nb);
     conv2d_backward_ref(rx, rw, rb, Rd, xd, wd, CONV_ARGS(s, OH, OW));
     if (lin == DNN_NCHW && lout == DNN_NCHW) {
-        check_adds_d(k, rx, g0x, dxd, ni, LABEL("conv2d %s: reference backward adds into dinp", s->name));
-        check_adds_d(k, rw, g0w, dwd, nw, LABEL("conv2d %s: reference backward adds into dweight", s->name));
-        check_adds_d(k, rb, g0b, dbd, nb, LABEL("conv2d %s: reference backward adds into dbias", s->name));
+        kc_check_adds_d(k, rx, g0x, dxd, ni, LABEL("conv2d %s: reference backward adds into dinp", s->name));
+        kc_check_adds_d(k, rw, g0w, dwd, nw, LABEL("conv2d %s: reference backward adds into dweight", s->name));
+        kc_check_adds_d(k, rb, g0b, dbd, nb, LABEL("conv2d %s: reference backward adds into dbias", s->name));
     }
 
     conv2d_plan_free(&p);
@@ -331,14 +204,14 @@ static double bn_loss(void *p)
     const bn_ctx *c = p;
     batchnorm_forward_ref(c->out, c->mean, c->rstd, NULL, NULL, c->x, c->w, c->b, c->N, c->C, c->HW, c->eps, 0.1,
                           1);
-    return ddot(c->out, c->R, (size_t)c->N * c->C * c->HW);
+    return kc_ddot(c->out, c->R, (size_t)c->N * c->C * c->HW);
 }
 
 /* Channel c's values of x (N, C, HW) get offset `off * (c + 1)`: a large mean tests
  * the two-pass variance. */
 static float *bn_input(kc *k, int N, int C, int HW, float off)
 {
-    float *x = frand(k, (size_t)N * C * HW, -1, 1);
+    float *x = kc_frand(k, (size_t)N * C * HW, -1, 1);
     for (int n = 0; n < N; n++)
         for (int c = 0; c < C; c++)
             for (int i = 0; i < HW; i++) x[((size_t)n * C + c) * HW + i] += off * (float)(c + 1);
@@ -359,24 +232,24 @@ static void test_batchnorm(kc *k, int N, int C, int H, int W, float off, float e
     snprintf(name, sizeof name, "N=%d C=%d HW=%d mean~%g eps=%g %s%s", N, C, HW, (double)off, (double)eps,
              layout_name(l), relu ? " +relu" : "");
 
-    float *x = bn_input(k, N, C, HW, off), *w = frand(k, (size_t)C, 0.5f, 1.5f), *b = frand(k, (size_t)C, -1, 1);
-    float *R = frand(k, n, -1, 1);
-    double *xd = dfrom(x, n), *wd = dfrom(w, (size_t)C), *bd = dfrom(b, (size_t)C), *Rd = dfrom(R, n);
+    float *x = bn_input(k, N, C, HW, off), *w = kc_frand(k, (size_t)C, 0.5f, 1.5f), *b = kc_frand(k, (size_t)C, -1, 1);
+    float *R = kc_frand(k, n, -1, 1);
+    double *xd = kc_dfrom(x, n), *wd = kc_dfrom(w, (size_t)C), *bd = kc_dfrom(b, (size_t)C), *Rd = kc_dfrom(R, n);
     batchnorm_plan p;
     batchnorm_plan_init(&p, N, C, H, W, l, eps, relu);
     float *xl = to_layout(x, l, N, C, HW);
 
     /* (a) training forward */
-    float *outl = kc_guarded(n), *out = gzero(n), *rm = kc_guarded((size_t)C), *rv = kc_guarded((size_t)C);
+    float *outl = kc_guarded(n), *out = kc_gzero(n), *rm = kc_guarded((size_t)C), *rv = kc_guarded((size_t)C);
     for (int c = 0; c < C; c++) rm[c] = 0.0f, rv[c] = 1.0f;
     batchnorm_plan_forward(&p, outl, xl, w, b, rm, rv, momentum, true);
     from_layout(out, outl, l, N, C, HW);
-    double *outd = dzero(n), *meand = dzero((size_t)C), *rstdd = dzero((size_t)C), *rmd = dzero((size_t)C),
-           *rvd = dzero((size_t)C);
+    double *outd = kc_dzero(n), *meand = kc_dzero((size_t)C), *rstdd = kc_dzero((size_t)C), *rmd = kc_dzero((size_t)C),
+           *rvd = kc_dzero((size_t)C);
     for (int c = 0; c < C; c++) rvd[c] = 1.0;
     batchnorm_forward_ref(outd, meand, rstdd, rmd, rvd, xd, wd, bd, N, C, HW, eps, momentum, 1);
     if (relu) relu_forward_ref(outd, outd, n);
-    const double xm = fmaxabs(x, n), rsm = dmaxabs(rstdd, (size_t)C), wm = fmaxabs(w, (size_t)C);
+    const double xm = kc_fmaxabs(x, n), rsm = kc_dmaxabs(rstdd, (size_t)C), wm = kc_fmaxabs(w, (size_t)C);
     const double tM = kc_rtol_f32(M), em = tM * xm, ev = tM * 4 * xm * xm;
     double rel_rstd = 0; /* worst relative error of rstd implied by ev */
     for (int c = 0; c < C; c++) {
@@ -384,10 +257,10 @@ static void test_batchnorm(kc *k, int N, int C, int H, int W, float off, float e
         rel_rstd = fmax(rel_rstd, 0.5 * ev / var + kc_rtol_f32(2));
     }
     const double X = 2 * xm * rsm; /* bounds |xhat| */
-    const double ay = wm * (em * rsm + X * rel_rstd) + kc_rtol_f32(4) * (X * wm + fmaxabs(b, (size_t)C));
+    const double ay = wm * (em * rsm + X * rel_rstd) + kc_rtol_f32(4) * (X * wm + kc_fmaxabs(b, (size_t)C));
     snprintf(what, sizeof what, "batchnorm %s: training forward out fast vs reference", name);
     kc_close(k, out, outd, n, ay, kc_rtol_f32(4), what);
-    double *rstdf = dzero((size_t)C);
+    double *rstdf = kc_dzero((size_t)C);
     for (int c = 0; c < C; c++) rstdf[c] = 1.0 / sqrt((double)p.var[c] + eps);
     kc_close(k, p.mean, meand, (size_t)C, em, kc_rtol_f32(1), LABEL("batchnorm %s: saved mean fast vs reference", name));
     kc_close_d(k, rstdf, rstdd, (size_t)C, 0, rel_rstd, LABEL("batchnorm %s: saved variance fast vs reference", name));
@@ -398,20 +271,20 @@ static void test_batchnorm(kc *k, int N, int C, int H, int W, float off, float e
               what, 0);
 
     /* (b) reference backward vs central differences (once per shape: NCHW, no relu) */
-    double *Rm = dfrom(R, n); /* dout masked by the ReLU, as the fused backward sees it */
+    double *Rm = kc_dfrom(R, n); /* dout masked by the ReLU, as the fused backward sees it */
     if (relu)
         for (size_t i = 0; i < n; i++) Rm[i] = outd[i] > 0 ? Rm[i] : 0.0;
-    double *dxd = dzero(n), *dwd = dzero((size_t)C), *dbd = dzero((size_t)C);
+    double *dxd = kc_dzero(n), *dwd = kc_dzero((size_t)C), *dbd = kc_dzero((size_t)C);
     batchnorm_backward_ref(dxd, dwd, dbd, Rm, xd, wd, meand, rstdd, N, C, HW);
-    bn_ctx ctx = { N, C, HW, xd, wd, bd, Rd, dzero(n), dzero((size_t)C), dzero((size_t)C), eps };
+    bn_ctx ctx = { N, C, HW, xd, wd, bd, Rd, kc_dzero(n), kc_dzero((size_t)C), kc_dzero((size_t)C), eps };
     if (l == DNN_NCHW && !relu) {
-        double fa = fd_atol(n, abs_dot(outd, Rd, n));
+        double fa = kc_fd_atol(n, kc_abs_dot(outd, Rd, n));
         snprintf(what, sizeof what, "batchnorm %s: reference dinp vs central differences", name);
-        check_fd(k, xd, n, bn_loss, &ctx, dxd, fa, what);
+        kc_check_fd(k, xd, n, bn_loss, &ctx, dxd, fa, what);
         snprintf(what, sizeof what, "batchnorm %s: reference dweight vs central differences", name);
-        check_fd(k, wd, (size_t)C, bn_loss, &ctx, dwd, fa, what);
+        kc_check_fd(k, wd, (size_t)C, bn_loss, &ctx, dwd, fa, what);
         snprintf(what, sizeof what, "batchnorm %s: reference dbias vs central differences", name);
-        check_fd(k, bd, (size_t)C, bn_loss, &ctx, dbd, fa, what);
+        kc_check_fd(k, bd, (size_t)C, bn_loss, &ctx, dbd, fa, what);
     }
 
     /* (c) fast backward vs reference: dinp = w*rstd*(dy - mean dy - xhat*mean(dy*xhat))
@@ -420,8 +293,8 @@ static void test_batchnorm(kc *k, int N, int C, int H, int W, float off, float e
     const double exh = em * rsm + X * rel_rstd; /* error of xhat */
     const double ax = wm * rsm * ((tM + kc_rtol_f32(8)) * (2 + 2 * X * X) + exh * (1 + 2 * X) + rel_rstd * (2 + X * X));
     const double aw = tM * X * (double)M + exh * (double)M, ab = tM * (double)M;
-    float *Rl = to_layout(R, l, N, C, HW), *garbage = frand(k, n, 100, 200), *dxl = to_layout(garbage, l, N, C, HW);
-    float *dx = gzero(n), *dw = gzero((size_t)C), *db = gzero((size_t)C);
+    float *Rl = to_layout(R, l, N, C, HW), *garbage = kc_frand(k, n, 100, 200), *dxl = to_layout(garbage, l, N, C, HW);
+    float *dx = kc_gzero(n), *dw = kc_gzero((size_t)C), *db = kc_gzero((size_t)C);
     batchnorm_plan_backward(&p, dxl, dw, db, Rl, xl, w, b);
     from_layout(dx, dxl, l, N, C, HW);
     snprintf(what, sizeof what, "batchnorm %s: backward dinp fast vs reference, overwritten", name);
@@ -435,24 +308,24 @@ static void test_batchnorm(kc *k, int N, int C, int H, int W, float off, float e
               what, 0);
 
     /* (d) dweight and dbias accumulate; the reference adds into dinp too */
-    float *g0x = frand(k, n, -1, 1), *g0w = frand(k, (size_t)C, -1, 1), *g0b = frand(k, (size_t)C, -1, 1);
-    float *dw3 = gcopy(g0w, (size_t)C), *db3 = gcopy(g0b, (size_t)C);
+    float *g0x = kc_frand(k, n, -1, 1), *g0w = kc_frand(k, (size_t)C, -1, 1), *g0b = kc_frand(k, (size_t)C, -1, 1);
+    float *dw3 = kc_gcopy(g0w, (size_t)C), *db3 = kc_gcopy(g0b, (size_t)C);
     batchnorm_plan_backward(&p, dxl, dw3, db3, Rl, xl, w, b);
-    check_adds(k, dw3, g0w, dwd, (size_t)C, aw, kc_rtol_f32(8), LABEL("batchnorm %s: backward adds into dweight", name));
-    check_adds(k, db3, g0b, dbd, (size_t)C, ab, kc_rtol_f32(1), LABEL("batchnorm %s: backward adds into dbias", name));
-    double *rx = dfrom(g0x, n), *rw = dfrom(g0w, (size_t)C), *rb = dfrom(g0b, (size_t)C);
+    kc_check_adds(k, dw3, g0w, dwd, (size_t)C, aw, kc_rtol_f32(8), LABEL("batchnorm %s: backward adds into dweight", name));
+    kc_check_adds(k, db3, g0b, dbd, (size_t)C, ab, kc_rtol_f32(1), LABEL("batchnorm %s: backward adds into dbias", name));
+    double *rx = kc_dfrom(g0x, n), *rw = kc_dfrom(g0w, (size_t)C), *rb = kc_dfrom(g0b, (size_t)C);
     if (l == DNN_NCHW && !relu) {
         batchnorm_backward_ref(rx, rw, rb, Rd, xd, wd, meand, rstdd, N, C, HW);
-        check_adds_d(k, rx, g0x, dxd, n, LABEL("batchnorm %s: reference backward adds into dinp", name));
-        check_adds_d(k, rw, g0w, dwd, (size_t)C, LABEL("batchnorm %s: reference backward adds into dweight", name));
-        check_adds_d(k, rb, g0b, dbd, (size_t)C, LABEL("batchnorm %s: reference backward adds into dbias", name));
+        kc_check_adds_d(k, rx, g0x, dxd, n, LABEL("batchnorm %s: reference backward adds into dinp", name));
+        kc_check_adds_d(k, rw, g0w, dwd, (size_t)C, LABEL("batchnorm %s: reference backward adds into dweight", name));
+        kc_check_adds_d(k, rb, g0b, dbd, (size_t)C, LABEL("batchnorm %s: reference backward adds into dbias", name));
     }
 
     /* (e) a second training step on new data, then eval. Expected values come from
      * the formula written out here, not from the reference implementation. */
     float *x2 = bn_input(k, N, C, HW, off), *x2l = to_layout(x2, l, N, C, HW);
     batchnorm_plan_forward(&p, outl, x2l, w, b, rm, rv, momentum, true);
-    double *wantm = dzero((size_t)C), *wantv = dzero((size_t)C);
+    double *wantm = kc_dzero((size_t)C), *wantv = kc_dzero((size_t)C);
     for (int c = 0; c < C; c++) {
         double e_m = 0.0, e_v = 1.0; /* PyTorch's initial running stats */
         for (int step = 0; step < 2; step++) {
@@ -479,7 +352,7 @@ static void test_batchnorm(kc *k, int N, int C, int H, int W, float off, float e
     float *x3 = bn_input(k, N, C, HW, off), *x3l = to_layout(x3, l, N, C, HW);
     batchnorm_plan_forward(&p, outl, x3l, w, b, rm, rv, momentum, false);
     from_layout(out, outl, l, N, C, HW);
-    double *wanty = dzero(n);
+    double *wanty = kc_dzero(n);
     for (int i = 0; i < N; i++)
         for (int c = 0; c < C; c++)
             for (int j = 0; j < HW; j++) {
@@ -489,7 +362,7 @@ static void test_batchnorm(kc *k, int N, int C, int H, int W, float off, float e
             }
     double rs_eval = 0;
     for (int c = 0; c < C; c++) rs_eval = fmax(rs_eval, 1.0 / sqrt((double)rv[c] + eps));
-    const double ay_eval = kc_rtol_f32(4) * ((xm + fmaxabs(rm, (size_t)C)) * rs_eval * wm + fmaxabs(b, (size_t)C));
+    const double ay_eval = kc_rtol_f32(4) * ((xm + kc_fmaxabs(rm, (size_t)C)) * rs_eval * wm + kc_fmaxabs(b, (size_t)C));
     snprintf(what, sizeof what, "batchnorm %s: eval normalises with the running statistics", name);
     kc_close(k, out, wanty, n, ay_eval, kc_rtol_f32(4), what);
     snprintf(what, sizeof what, "batchnorm %s: eval leaves running statistics untouched", name);
@@ -527,7 +400,7 @@ static double pool_loss(void *p)
     const pool_ctx *c = p;
     const pool_shape *s = c->s;
     maxpool2d_forward_ref(c->out, c->arg, c->x, s->N, s->C, s->H, s->W, s->K, s->stride, s->pad, c->OH, c->OW);
-    return ddot(c->out, c->R, c->no);
+    return kc_ddot(c->out, c->R, c->no);
 }
 
 #define POOL_ARGS(s, OH, OW) (s)->N, (s)->C, (s)->H, (s)->W, (s)->K, (s)->stride, (s)->pad, OH, OW
@@ -553,13 +426,13 @@ static void test_maxpool(kc *k, const pool_shape *s)
     const size_t per = (size_t)((s->K + s->stride - 1) / s->stride) * (size_t)((s->K + s->stride - 1) / s->stride);
     char what[200];
 
-    float *x = distinct(k, ni), *R = frand(k, no, -1, 1);
-    double *xd = dfrom(x, ni), *Rd = dfrom(R, no);
+    float *x = distinct(k, ni), *R = kc_frand(k, no, -1, 1);
+    double *xd = kc_dfrom(x, ni), *Rd = kc_dfrom(R, no);
 
     /* (a) forward: a max is one of the inputs, so fast and reference agree exactly */
     float *out = kc_guarded(no);
-    int32_t *arg = iguarded(no), *argd = iguarded(no);
-    double *outd = dzero(no);
+    int32_t *arg = kc_iguarded(no), *argd = kc_iguarded(no);
+    double *outd = kc_dzero(no);
     maxpool2d_forward(out, arg, x, POOL_ARGS(s, OH, OW));
     maxpool2d_forward_ref(outd, argd, xd, POOL_ARGS(s, OH, OW));
     bool same = !memcmp(arg, argd, no * sizeof *arg);
@@ -567,30 +440,30 @@ static void test_maxpool(kc *k, const pool_shape *s)
     snprintf(what, sizeof what, "maxpool %s: forward fast vs reference (values exact, argmax equal)", s->name);
     kc_report(k, same, what, 0);
     snprintf(what, sizeof what, "maxpool %s: forward canaries intact (out, argmax)", s->name);
-    kc_report(k, kc_guards_intact(out, no) && iguards_intact(arg, no), what, 0);
+    kc_report(k, kc_guards_intact(out, no) && kc_iguards_intact(arg, no), what, 0);
 
     /* (b) */
-    double *dxd = dzero(ni);
+    double *dxd = kc_dzero(ni);
     maxpool2d_backward_ref(dxd, Rd, argd, POOL_ARGS(s, OH, OW));
-    pool_ctx ctx = { s, OH, OW, xd, Rd, dzero(no), iguarded(no), no };
+    pool_ctx ctx = { s, OH, OW, xd, Rd, kc_dzero(no), kc_iguarded(no), no };
     snprintf(what, sizeof what, "maxpool %s: reference dinp vs central differences", s->name);
-    check_fd(k, xd, ni, pool_loss, &ctx, dxd, fd_atol(no, abs_dot(outd, Rd, no)), what);
+    kc_check_fd(k, xd, ni, pool_loss, &ctx, dxd, kc_fd_atol(no, kc_abs_dot(outd, Rd, no)), what);
 
     /* (c), (d) */
-    float *dx = gzero(ni);
+    float *dx = kc_gzero(ni);
     maxpool2d_backward(dx, R, arg, POOL_ARGS(s, OH, OW));
     snprintf(what, sizeof what, "maxpool %s: backward fast vs reference", s->name);
     kc_close(k, dx, dxd, ni, kc_rtol_f32(per) * (double)per, kc_rtol_f32(per), what);
-    float *g0 = frand(k, ni, -1, 1), *dx3 = gcopy(g0, ni);
+    float *g0 = kc_frand(k, ni, -1, 1), *dx3 = kc_gcopy(g0, ni);
     maxpool2d_backward(dx3, R, arg, POOL_ARGS(s, OH, OW));
-    check_adds(k, dx3, g0, dxd, ni, kc_rtol_f32(per) * (double)per, kc_rtol_f32(per),
+    kc_check_adds(k, dx3, g0, dxd, ni, kc_rtol_f32(per) * (double)per, kc_rtol_f32(per),
                LABEL("maxpool %s: backward adds", s->name));
     kc_report(k, kc_guards_intact(dx, ni) && kc_guards_intact(dx3, ni),
               LABEL("maxpool %s: backward canaries intact", s->name), 0);
-    double *rx = dfrom(g0, ni);
+    double *rx = kc_dfrom(g0, ni);
     maxpool2d_backward_ref(rx, Rd, argd, POOL_ARGS(s, OH, OW));
     snprintf(what, sizeof what, "maxpool %s: reference backward adds", s->name);
-    check_adds_d(k, rx, g0, dxd, ni, what);
+    kc_check_adds_d(k, rx, g0, dxd, ni, what);
 
     /* Semantics. Ties: a constant image makes every window a tie; the winner is the
      * window's first in-image position. Padding is -inf, not 0: an all-negative
@@ -633,7 +506,7 @@ static double avg_loss(void *p)
 {
     const avg_ctx *c = p;
     avgpool_global_forward_ref(c->out, c->x, c->N, c->C, c->HW);
-    return ddot(c->out, c->R, (size_t)c->N * c->C);
+    return kc_ddot(c->out, c->R, (size_t)c->N * c->C);
 }
 
 static void test_avgpool(kc *k, int N, int C, int HW)
@@ -641,8 +514,8 @@ static void test_avgpool(kc *k, int N, int C, int HW)
     const size_t ni = (size_t)N * C * HW, no = (size_t)N * C;
     char what[200], name[64];
     snprintf(name, sizeof name, "N=%d C=%d HW=%d", N, C, HW);
-    float *x = frand(k, ni, -1, 1), *R = frand(k, no, -1, 1);
-    double *xd = dfrom(x, ni), *Rd = dfrom(R, no), *outd = dzero(no), *dxd = dzero(ni);
+    float *x = kc_frand(k, ni, -1, 1), *R = kc_frand(k, no, -1, 1);
+    double *xd = kc_dfrom(x, ni), *Rd = kc_dfrom(R, no), *outd = kc_dzero(no), *dxd = kc_dzero(ni);
     float *out = kc_guarded(no);
     avgpool_global_forward(out, x, N, C, HW);
     avgpool_global_forward_ref(outd, xd, N, C, HW);
@@ -651,22 +524,22 @@ static void test_avgpool(kc *k, int N, int C, int HW)
     kc_report(k, kc_guards_intact(out, no), LABEL("avgpool_global %s: forward canaries intact", name), 0);
 
     avgpool_global_backward_ref(dxd, Rd, N, C, HW);
-    avg_ctx ctx = { N, C, HW, xd, Rd, dzero(no) };
+    avg_ctx ctx = { N, C, HW, xd, Rd, kc_dzero(no) };
     snprintf(what, sizeof what, "avgpool_global %s: reference dinp vs central differences", name);
-    check_fd(k, xd, ni, avg_loss, &ctx, dxd, fd_atol(no * (size_t)HW, abs_dot(outd, Rd, no)), what);
+    kc_check_fd(k, xd, ni, avg_loss, &ctx, dxd, kc_fd_atol(no * (size_t)HW, kc_abs_dot(outd, Rd, no)), what);
 
-    float *dx = gzero(ni), *g0 = frand(k, ni, -1, 1), *dx3 = gcopy(g0, ni);
+    float *dx = kc_gzero(ni), *g0 = kc_frand(k, ni, -1, 1), *dx3 = kc_gcopy(g0, ni);
     avgpool_global_backward(dx, R, N, C, HW);
     avgpool_global_backward(dx3, R, N, C, HW);
     snprintf(what, sizeof what, "avgpool_global %s: backward fast vs reference", name);
     kc_close(k, dx, dxd, ni, 0, kc_rtol_f32(2), what);
-    check_adds(k, dx3, g0, dxd, ni, 0, kc_rtol_f32(2), LABEL("avgpool_global %s: backward adds", name));
+    kc_check_adds(k, dx3, g0, dxd, ni, 0, kc_rtol_f32(2), LABEL("avgpool_global %s: backward adds", name));
     kc_report(k, kc_guards_intact(dx, ni) && kc_guards_intact(dx3, ni),
               LABEL("avgpool_global %s: backward canaries intact", name), 0);
-    double *rx = dfrom(g0, ni);
+    double *rx = kc_dfrom(g0, ni);
     avgpool_global_backward_ref(rx, Rd, N, C, HW);
     snprintf(what, sizeof what, "avgpool_global %s: reference backward adds", name);
-    check_adds_d(k, rx, g0, dxd, ni, what);
+    kc_check_adds_d(k, rx, g0, dxd, ni, what);
 
     free(x), free(R), free(xd), free(Rd), free(outd), free(dxd), free(ctx.out), free(g0), free(rx);
     kc_guarded_free(out), kc_guarded_free(dx), kc_guarded_free(dx3);
@@ -684,18 +557,18 @@ static double relu_loss(void *p)
 {
     const relu_ctx *c = p;
     relu_forward_ref(c->out, c->x, c->n);
-    return ddot(c->out, c->R, c->n);
+    return kc_ddot(c->out, c->R, c->n);
 }
 
 static void test_relu(kc *k, size_t n)
 {
     char what[200];
-    float *x = frand(k, n, -1, 1), *R = frand(k, n, -1, 1);
+    float *x = kc_frand(k, n, -1, 1), *R = kc_frand(k, n, -1, 1);
     for (size_t i = 0; i < n; i++) /* keep clear of the kink for central differences */
         if (fabsf(x[i]) < 1e-3f) x[i] = x[i] < 0 ? -1e-3f : 1e-3f;
-    double *xd = dfrom(x, n), *Rd = dfrom(R, n), *outd = dzero(n), *dxd = dzero(n);
+    double *xd = kc_dfrom(x, n), *Rd = kc_dfrom(R, n), *outd = kc_dzero(n), *dxd = kc_dzero(n);
 
-    float *out = kc_guarded(n), *inplace = gcopy(x, n);
+    float *out = kc_guarded(n), *inplace = kc_gcopy(x, n);
     relu_forward(out, x, n);
     relu_forward(inplace, inplace, n);
     relu_forward_ref(outd, xd, n);
@@ -704,24 +577,24 @@ static void test_relu(kc *k, size_t n)
               LABEL("relu n=%zu: in-place forward bit-identical, canaries intact", n), 0);
 
     relu_backward_ref(dxd, outd, Rd, n);
-    relu_ctx ctx = { xd, Rd, dzero(n), n };
+    relu_ctx ctx = { xd, Rd, kc_dzero(n), n };
     snprintf(what, sizeof what, "relu n=%zu: reference dinp vs central differences", n);
-    check_fd(k, xd, n, relu_loss, &ctx, dxd, fd_atol(n, abs_dot(outd, Rd, n)), what);
+    kc_check_fd(k, xd, n, relu_loss, &ctx, dxd, kc_fd_atol(n, kc_abs_dot(outd, Rd, n)), what);
 
-    float *dxo = gzero(n), *dxi = gzero(n), *g0 = frand(k, n, -1, 1), *dx3 = gcopy(g0, n);
+    float *dxo = kc_gzero(n), *dxi = kc_gzero(n), *g0 = kc_frand(k, n, -1, 1), *dx3 = kc_gcopy(g0, n);
     relu_backward(dxo, out, R, n);
     relu_backward(dxi, x, R, n);
     relu_backward(dx3, out, R, n);
     kc_close(k, dxo, dxd, n, 0, 0, LABEL("relu n=%zu: backward from the output vs reference (exact)", n));
     kc_report(k, !memcmp(dxo, dxi, n * sizeof *dxo), LABEL("relu n=%zu: backward from the input is bit-identical", n),
               0);
-    check_adds(k, dx3, g0, dxd, n, 0, 0, LABEL("relu n=%zu: backward adds", n));
+    kc_check_adds(k, dx3, g0, dxd, n, 0, 0, LABEL("relu n=%zu: backward adds", n));
     kc_report(k, kc_guards_intact(dxo, n) && kc_guards_intact(dxi, n) && kc_guards_intact(dx3, n),
               LABEL("relu n=%zu: backward canaries intact", n), 0);
-    double *rx = dfrom(g0, n);
+    double *rx = kc_dfrom(g0, n);
     relu_backward_ref(rx, outd, Rd, n);
     snprintf(what, sizeof what, "relu n=%zu: reference backward adds", n);
-    check_adds_d(k, rx, g0, dxd, n, what);
+    kc_check_adds_d(k, rx, g0, dxd, n, what);
 
     free(x), free(R), free(xd), free(Rd), free(outd), free(dxd), free(ctx.out), free(g0), free(rx);
     kc_guarded_free(out), kc_guarded_free(inplace), kc_guarded_free(dxo), kc_guarded_free(dxi);
@@ -823,7 +696,7 @@ static size_t run_all(float *res, const float *src, bool conv)
 static void test_threads(kc *k)
 {
     const size_t nsrc = (size_t)1 << 20, nres = (size_t)1 << 21;
-    float *src = frand(k, nsrc, -1, 1), *r1 = calloc(nres, sizeof *r1), *r2 = calloc(nres, sizeof *r2);
+    float *src = kc_frand(k, nsrc, -1, 1), *r1 = calloc(nres, sizeof *r1), *r2 = calloc(nres, sizeof *r2);
     omp_set_num_threads(1);
     size_t n1 = run_all(r1, src, false);
     omp_set_num_threads(2);
