@@ -370,8 +370,8 @@ status bert_forward(bert *m, const int32_t *input_ids, const int32_t *token_type
     kn->embedding_forward(a->emb, m->input_ids, p + vw->word_emb, BT, C, 0);
     kn->embedding_forward(a->emb, m->pos_ids, p + vw->pos_emb, BT, C, 1);
     kn->embedding_forward(a->emb, m->type_ids, p + vw->type_emb, BT, C, 1);
-    kn->layernorm_forward(a->emb_ln, a->emb_mean, a->emb_rstd, a->emb, p + vw->emb_ln_w,
-                      p + vw->emb_ln_b, BT, C, BERT_LN_EPS);
+    kn->layernorm_forward(a->emb_ln, a->emb_mean, a->emb_rstd, a->emb, p + vw->emb_ln_w, p + vw->emb_ln_b, BT, C,
+                          BERT_LN_EPS);
     /* BertLayer: x1 = LN(x + Wo·attn(Wq x, Wk x, Wv x)), out = LN(x1 + W2·gelu(W1 x1)). */
     for (int l = 0; l < c->num_layers; l++) {
         const float *x = l == 0 ? a->emb_ln : a->ln2 + (size_t)(l - 1) * btc;
@@ -380,38 +380,28 @@ status bert_forward(bert *m, const int32_t *input_ids, const int32_t *token_type
         float *fch = a->fch + l * bti, *fchg = a->fch_gelu + l * bti, *fcproj = a->fcproj + l * btc;
         float *res2 = a->res2 + l * btc, *ln2 = a->ln2 + l * btc;
         const bert_layer_views *h = &vw->layer[l];
-        kn->matmul_forward(q, x, p + h->q_w, p + h->q_b, BT, C, C,
-                       MATMUL_LAYOUT_OUT_IN);
-        kn->matmul_forward(k, x, p + h->k_w, p + h->k_b, BT, C, C,
-                       MATMUL_LAYOUT_OUT_IN);
-        kn->matmul_forward(v, x, p + h->v_w, p + h->v_b, BT, C, C,
-                       MATMUL_LAYOUT_OUT_IN);
+        kn->matmul_forward(q, x, p + h->q_w, p + h->q_b, BT, C, C, MATMUL_LAYOUT_OUT_IN);
+        kn->matmul_forward(k, x, p + h->k_w, p + h->k_b, BT, C, C, MATMUL_LAYOUT_OUT_IN);
+        kn->matmul_forward(v, x, p + h->v_w, p + h->v_b, BT, C, C, MATMUL_LAYOUT_OUT_IN);
         kn->attention_forward(atty, a->att_lse + (size_t)l * BT * NH, q, k, v, C, a->key_mask, B, T, C, NH, 0);
-        kn->matmul_forward(attproj, atty, p + h->attn_out_w, p + h->attn_out_b, BT, C,
-                       C, MATMUL_LAYOUT_OUT_IN);
+        kn->matmul_forward(attproj, atty, p + h->attn_out_w, p + h->attn_out_b, BT, C, C, MATMUL_LAYOUT_OUT_IN);
         kn->residual_forward(res1, x, attproj, btc);
-        kn->layernorm_forward(ln1, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, res1,
-                          p + h->attn_ln_w, p + h->attn_ln_b, BT, C,
-                          BERT_LN_EPS);
-        kn->matmul_forward(fch, ln1, p + h->inter_w, p + h->inter_b, BT, C, IC,
-                       MATMUL_LAYOUT_OUT_IN);
+        kn->layernorm_forward(ln1, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, res1, p + h->attn_ln_w, p + h->attn_ln_b,
+                              BT, C, BERT_LN_EPS);
+        kn->matmul_forward(fch, ln1, p + h->inter_w, p + h->inter_b, BT, C, IC, MATMUL_LAYOUT_OUT_IN);
         kn->gelu_erf_forward(fchg, fch, bti);
-        kn->matmul_forward(fcproj, fchg, p + h->out_w, p + h->out_b, BT, IC, C,
-                       MATMUL_LAYOUT_OUT_IN);
+        kn->matmul_forward(fcproj, fchg, p + h->out_w, p + h->out_b, BT, IC, C, MATMUL_LAYOUT_OUT_IN);
         kn->residual_forward(res2, ln1, fcproj, btc);
-        kn->layernorm_forward(ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, res2, p + h->out_ln_w,
-                          p + h->out_ln_b, BT, C, BERT_LN_EPS);
+        kn->layernorm_forward(ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, res2, p + h->out_ln_w, p + h->out_ln_b,
+                              BT, C, BERT_LN_EPS);
     }
     /* BertLMPredictionHead: LN(gelu(dense(h))) · word_embeddings^T + bias. */
     const float *last = a->ln2 + (size_t)(c->num_layers - 1) * btc;
-    kn->matmul_forward(a->tr, last, p + vw->tr_w,
-                   p + vw->tr_b, BT, C, C, MATMUL_LAYOUT_OUT_IN);
+    kn->matmul_forward(a->tr, last, p + vw->tr_w, p + vw->tr_b, BT, C, C, MATMUL_LAYOUT_OUT_IN);
     kn->gelu_erf_forward(a->tr_gelu, a->tr, btc);
-    kn->layernorm_forward(a->tr_ln, a->tr_mean, a->tr_rstd, a->tr_gelu,
-                      p + vw->tr_ln_w,
-                      p + vw->tr_ln_b, BT, C, BERT_LN_EPS);
-    kn->matmul_forward(a->logits, a->tr_ln, p + vw->word_emb,
-                   p + vw->cls_b, BT, C, V, MATMUL_LAYOUT_OUT_IN);
+    kn->layernorm_forward(a->tr_ln, a->tr_mean, a->tr_rstd, a->tr_gelu, p + vw->tr_ln_w, p + vw->tr_ln_b, BT, C,
+                          BERT_LN_EPS);
+    kn->matmul_forward(a->logits, a->tr_ln, p + vw->word_emb, p + vw->cls_b, BT, C, V, MATMUL_LAYOUT_OUT_IN);
     m->mean_loss = -1;
     if (!mlm_targets) return STATUS_OK;
     memcpy(m->targets, mlm_targets, (size_t)BT * sizeof *mlm_targets);
@@ -458,20 +448,17 @@ void bert_backward(bert *m)
     kn->xent_backward(s->dlogits, a->logits, a->xent_lse, tgt, s->dlosses, BT, V, V);
     /* MLM head, tied decoder first: its weight gradient lands in word_embeddings. */
     kn->zero(s->dbtc, btc);
-    kn->matmul_backward(s->dbtc, g + vw->word_emb,
-                    g + vw->cls_b, s->dlogits, a->tr_ln,
-                    p + vw->word_emb, BT, C, V, MATMUL_LAYOUT_OUT_IN);
+    kn->matmul_backward(s->dbtc, g + vw->word_emb, g + vw->cls_b, s->dlogits, a->tr_ln, p + vw->word_emb, BT, C, V,
+                        MATMUL_LAYOUT_OUT_IN);
     kn->zero(s->dbtc2, btc);
-    kn->layernorm_backward(s->dbtc2, g + vw->tr_ln_w,
-                       g + vw->tr_ln_b, s->dbtc, a->tr_gelu,
-                       p + vw->tr_ln_w, a->tr_mean, a->tr_rstd, BT, C);
+    kn->layernorm_backward(s->dbtc2, g + vw->tr_ln_w, g + vw->tr_ln_b, s->dbtc, a->tr_gelu, p + vw->tr_ln_w, a->tr_mean,
+                           a->tr_rstd, BT, C);
     kn->zero(s->dbtc, btc);
     kn->gelu_erf_backward(s->dbtc, a->tr, s->dbtc2, btc);
     kn->zero(s->dresidual, btc);
     const float *last = a->ln2 + (size_t)(c->num_layers - 1) * btc;
-    kn->matmul_backward(s->dresidual, g + vw->tr_w,
-                    g + vw->tr_b, s->dbtc, last,
-                    p + vw->tr_w, BT, C, C, MATMUL_LAYOUT_OUT_IN);
+    kn->matmul_backward(s->dresidual, g + vw->tr_w, g + vw->tr_b, s->dbtc, last, p + vw->tr_w, BT, C, C,
+                        MATMUL_LAYOUT_OUT_IN);
     param_layer_done(&m->hook, c->num_layers + 1);                          /* cls.predictions */
     for (int l = c->num_layers - 1; l >= 0; l--) {
         const float *x = l == 0 ? a->emb_ln : a->ln2 + (size_t)(l - 1) * btc;
@@ -481,43 +468,38 @@ void bert_backward(bert *m)
         const bert_layer_views *h = &vw->layer[l];
         /* dresidual holds d(ln2), the block's output. dbtc = d(res2) = d(ln1) skip + d(fcproj). */
         kn->zero(s->dbtc, btc);
-        kn->layernorm_backward(s->dbtc, g + h->out_ln_w, g + h->out_ln_b, s->dresidual, res2,
-                           p + h->out_ln_w, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, BT, C);
+        kn->layernorm_backward(s->dbtc, g + h->out_ln_w, g + h->out_ln_b, s->dresidual, res2, p + h->out_ln_w,
+                               a->ln2_mean + l * BT, a->ln2_rstd + l * BT, BT, C);
         kn->zero(s->dbti, bti);
-        kn->matmul_backward(s->dbti, g + h->out_w, g + h->out_b, s->dbtc, fchg,
-                        p + h->out_w, BT, IC, C, MATMUL_LAYOUT_OUT_IN);
+        kn->matmul_backward(s->dbti, g + h->out_w, g + h->out_b, s->dbtc, fchg, p + h->out_w, BT, IC, C,
+                            MATMUL_LAYOUT_OUT_IN);
         kn->zero(s->dbti2, bti);
         kn->gelu_erf_backward(s->dbti2, fch, s->dbti, bti);
         /* d(ln1) = the skip already in dbtc + the FFN input gradient, added in place. */
-        kn->matmul_backward(s->dbtc, g + h->inter_w, g + h->inter_b, s->dbti2, ln1,
-                        p + h->inter_w, BT, C, IC, MATMUL_LAYOUT_OUT_IN);
+        kn->matmul_backward(s->dbtc, g + h->inter_w, g + h->inter_b, s->dbti2, ln1, p + h->inter_w, BT, C, IC,
+                            MATMUL_LAYOUT_OUT_IN);
         /* dresidual = d(res1) = d(x) skip + d(attproj). */
         kn->zero(s->dresidual, btc);
-        kn->layernorm_backward(s->dresidual, g + h->attn_ln_w, g + h->attn_ln_b,
-                           s->dbtc, res1, p + h->attn_ln_w, a->ln1_mean + l * BT,
-                           a->ln1_rstd + l * BT, BT, C);
+        kn->layernorm_backward(s->dresidual, g + h->attn_ln_w, g + h->attn_ln_b, s->dbtc, res1, p + h->attn_ln_w,
+                               a->ln1_mean + l * BT, a->ln1_rstd + l * BT, BT, C);
         kn->zero(s->dbtc2, btc);
-        kn->matmul_backward(s->dbtc2, g + h->attn_out_w, g + h->attn_out_b,
-                        s->dresidual, atty, p + h->attn_out_w, BT, C, C, MATMUL_LAYOUT_OUT_IN);
+        kn->matmul_backward(s->dbtc2, g + h->attn_out_w, g + h->attn_out_b, s->dresidual, atty, p + h->attn_out_w, BT,
+                            C, C, MATMUL_LAYOUT_OUT_IN);
         kn->zero(s->dq, btc);
         kn->zero(s->dk, btc);
         kn->zero(s->dv, btc);
         kn->attention_backward(s->dq, s->dk, s->dv, s->dbtc2, q, k, v, C, atty, a->att_lse + (size_t)l * BT * NH,
-                           a->key_mask, B, T, C, NH, 0);
+                               a->key_mask, B, T, C, NH, 0);
         /* d(x) = the skip already in dresidual + the three projections' input gradients. */
-        kn->matmul_backward(s->dresidual, g + h->q_w, g + h->q_b, s->dq, x,
-                        p + h->q_w, BT, C, C, MATMUL_LAYOUT_OUT_IN);
-        kn->matmul_backward(s->dresidual, g + h->k_w, g + h->k_b, s->dk, x,
-                        p + h->k_w, BT, C, C, MATMUL_LAYOUT_OUT_IN);
-        kn->matmul_backward(s->dresidual, g + h->v_w, g + h->v_b, s->dv, x,
-                        p + h->v_w, BT, C, C, MATMUL_LAYOUT_OUT_IN);
+        kn->matmul_backward(s->dresidual, g + h->q_w, g + h->q_b, s->dq, x, p + h->q_w, BT, C, C, MATMUL_LAYOUT_OUT_IN);
+        kn->matmul_backward(s->dresidual, g + h->k_w, g + h->k_b, s->dk, x, p + h->k_w, BT, C, C, MATMUL_LAYOUT_OUT_IN);
+        kn->matmul_backward(s->dresidual, g + h->v_w, g + h->v_b, s->dv, x, p + h->v_w, BT, C, C, MATMUL_LAYOUT_OUT_IN);
         param_layer_done(&m->hook, l + 1);                                  /* encoder.layer.l */
     }
     /* Embeddings: dresidual = d(emb_ln). */
     kn->zero(s->dbtc, btc);
-    kn->layernorm_backward(s->dbtc, g + vw->emb_ln_w,
-                       g + vw->emb_ln_b, s->dresidual, a->emb,
-                       p + vw->emb_ln_w, a->emb_mean, a->emb_rstd, BT, C);
+    kn->layernorm_backward(s->dbtc, g + vw->emb_ln_w, g + vw->emb_ln_b, s->dresidual, a->emb, p + vw->emb_ln_w,
+                           a->emb_mean, a->emb_rstd, BT, C);
     /* padding_idx: the lookup adds nothing to the [PAD] row; the decoder's share stays. */
     float *gwe = g + vw->word_emb, *gpad = gwe + (size_t)c->pad_token_id * C;
     kn->copy(s->pad_row, gpad, (size_t)C);

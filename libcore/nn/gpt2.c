@@ -291,26 +291,21 @@ status gpt2_forward(gpt2 *m, const int32_t *tokens, const int32_t *targets)
         float *fch = a->fch + l * btc * 4, *fchg = a->fch_gelu + l * btc * 4, *fcproj = a->fcproj + l * btc;
         float *res3 = a->residual3 + l * btc;
         const gpt2_layer_views *h = &v->h[l];
-        k->layernorm_forward(ln1, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, residual, p + h->ln_1_w,
-                          p + h->ln_1_b, BT, C, GPT2_LN_EPS);
-        k->matmul_forward(qkv, ln1, p + h->c_attn_w, p + h->c_attn_b,
-                       BT, C, 3 * C, MATMUL_LAYOUT_IN_OUT);
+        k->layernorm_forward(ln1, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, residual, p + h->ln_1_w, p + h->ln_1_b,
+                             BT, C, GPT2_LN_EPS);
+        k->matmul_forward(qkv, ln1, p + h->c_attn_w, p + h->c_attn_b, BT, C, 3 * C, MATMUL_LAYOUT_IN_OUT);
         k->attention_forward(atty, a->att_lse + (size_t)l * BT * NH, qkv, qkv + C, qkv + 2 * C, 3 * C, NULL, B, T, C, NH, 1);
-        k->matmul_forward(attproj, atty, p + h->attn_proj_w,
-                       p + h->attn_proj_b, BT, C, C, MATMUL_LAYOUT_IN_OUT);
+        k->matmul_forward(attproj, atty, p + h->attn_proj_w, p + h->attn_proj_b, BT, C, C, MATMUL_LAYOUT_IN_OUT);
         k->residual_forward(res2, residual, attproj, btc);
-        k->layernorm_forward(ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, res2, p + h->ln_2_w,
-                          p + h->ln_2_b, BT, C, GPT2_LN_EPS);
-        k->matmul_forward(fch, ln2, p + h->fc_w, p + h->fc_b, BT,
-                       C, 4 * C, MATMUL_LAYOUT_IN_OUT);
+        k->layernorm_forward(ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, res2, p + h->ln_2_w, p + h->ln_2_b, BT, C,
+                             GPT2_LN_EPS);
+        k->matmul_forward(fch, ln2, p + h->fc_w, p + h->fc_b, BT, C, 4 * C, MATMUL_LAYOUT_IN_OUT);
         k->gelu_tanh_forward(fchg, fch, btc * 4);
-        k->matmul_forward(fcproj, fchg, p + h->fc_proj_w,
-                       p + h->fc_proj_b, BT, 4 * C, C, MATMUL_LAYOUT_IN_OUT);
+        k->matmul_forward(fcproj, fchg, p + h->fc_proj_w, p + h->fc_proj_b, BT, 4 * C, C, MATMUL_LAYOUT_IN_OUT);
         k->residual_forward(res3, res2, fcproj, btc);
     }
     const float *last = a->residual3 + (size_t)(c->num_layers - 1) * btc;
-    k->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, p + v->ln_f_w,
-                      p + v->ln_f_b, BT, C, GPT2_LN_EPS);
+    k->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, p + v->ln_f_w, p + v->ln_f_b, BT, C, GPT2_LN_EPS);
     /* Tied head: wte (Vp, C) is an nn.Linear-layout weight of the logits. */
     k->matmul_forward(a->logits, a->lnf, p + v->wte, NULL, BT, C, Vp, MATMUL_LAYOUT_OUT_IN);
     m->mean_loss = -1;
@@ -357,12 +352,11 @@ void gpt2_backward(gpt2 *m, const int32_t *tokens)
     k->zero(s->dlogits, (size_t)BT * (size_t)Vp);
     k->xent_backward(s->dlogits, a->logits, a->xent_lse, tgt, s->dlosses, BT, c->vocab_size, Vp);
     k->zero(s->dbtc, btc);
-    k->matmul_backward(s->dbtc, g + v->wte, NULL, s->dlogits, a->lnf, p + v->wte,
-                    BT, C, Vp, MATMUL_LAYOUT_OUT_IN);
+    k->matmul_backward(s->dbtc, g + v->wte, NULL, s->dlogits, a->lnf, p + v->wte, BT, C, Vp, MATMUL_LAYOUT_OUT_IN);
     k->zero(s->dresidual, btc);
     const float *last = a->residual3 + (size_t)(c->num_layers - 1) * btc;
-    k->layernorm_backward(s->dresidual, g + v->ln_f_w, g + v->ln_f_b, s->dbtc, last,
-                       p + v->ln_f_w, a->lnf_mean, a->lnf_rstd, BT, C);
+    k->layernorm_backward(s->dresidual, g + v->ln_f_w, g + v->ln_f_b, s->dbtc, last, p + v->ln_f_w, a->lnf_mean,
+                          a->lnf_rstd, BT, C);
     param_layer_done(&m->hook, c->num_layers + 1);                         /* ln_f */
     for (int l = c->num_layers - 1; l >= 0; l--) {
         const float *residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * btc;
@@ -372,33 +366,28 @@ void gpt2_backward(gpt2 *m, const int32_t *tokens)
         const gpt2_layer_views *h = &v->h[l];
         /* dresidual holds d(residual3); residual3 = residual2 + fcproj. */
         k->zero(s->dbt4c, btc * 4);
-        k->matmul_backward(s->dbt4c, g + h->fc_proj_w, g + h->fc_proj_b,
-                        s->dresidual, fchg, p + h->fc_proj_w, BT, 4 * C, C,
-                        MATMUL_LAYOUT_IN_OUT);
+        k->matmul_backward(s->dbt4c, g + h->fc_proj_w, g + h->fc_proj_b, s->dresidual, fchg, p + h->fc_proj_w, BT,
+                           4 * C, C, MATMUL_LAYOUT_IN_OUT);
         k->zero(s->dbt4c2, btc * 4);
         k->gelu_tanh_backward(s->dbt4c2, fch, s->dbt4c, btc * 4);
         k->zero(s->dbtc, btc);
-        k->matmul_backward(s->dbtc, g + h->fc_w, g + h->fc_b,
-                        s->dbt4c2, ln2, p + h->fc_w, BT, C, 4 * C, MATMUL_LAYOUT_IN_OUT);
+        k->matmul_backward(s->dbtc, g + h->fc_w, g + h->fc_b, s->dbt4c2, ln2, p + h->fc_w, BT, C, 4 * C,
+                           MATMUL_LAYOUT_IN_OUT);
         /* d(residual2) = dresidual (the skip) + layernorm_2's input gradient, added in place. */
-        k->layernorm_backward(s->dresidual, g + h->ln_2_w, g + h->ln_2_b,
-                           s->dbtc, res2, p + h->ln_2_w, a->ln2_mean + l * BT,
-                           a->ln2_rstd + l * BT, BT, C);
+        k->layernorm_backward(s->dresidual, g + h->ln_2_w, g + h->ln_2_b, s->dbtc, res2, p + h->ln_2_w,
+                              a->ln2_mean + l * BT, a->ln2_rstd + l * BT, BT, C);
         k->zero(s->dbtc, btc);
-        k->matmul_backward(s->dbtc, g + h->attn_proj_w,
-                        g + h->attn_proj_b, s->dresidual, atty,
-                        p + h->attn_proj_w, BT, C, C, MATMUL_LAYOUT_IN_OUT);
+        k->matmul_backward(s->dbtc, g + h->attn_proj_w, g + h->attn_proj_b, s->dresidual, atty, p + h->attn_proj_w, BT,
+                           C, C, MATMUL_LAYOUT_IN_OUT);
         k->zero(s->dbt3c, btc * 3);
         k->attention_backward(s->dbt3c, s->dbt3c + C, s->dbt3c + 2 * C, s->dbtc, qkv, qkv + C, qkv + 2 * C, 3 * C, atty,
-                           a->att_lse + (size_t)l * BT * NH, NULL, B, T, C, NH, 1);
+                              a->att_lse + (size_t)l * BT * NH, NULL, B, T, C, NH, 1);
         k->zero(s->dbtc2, btc);
-        k->matmul_backward(s->dbtc2, g + h->c_attn_w,
-                        g + h->c_attn_b, s->dbt3c, ln1,
-                        p + h->c_attn_w, BT, C, 3 * C, MATMUL_LAYOUT_IN_OUT);
+        k->matmul_backward(s->dbtc2, g + h->c_attn_w, g + h->c_attn_b, s->dbt3c, ln1, p + h->c_attn_w, BT, C, 3 * C,
+                           MATMUL_LAYOUT_IN_OUT);
         /* d(residual) = d(residual2) (the skip) + layernorm_1's input gradient. */
-        k->layernorm_backward(s->dresidual, g + h->ln_1_w, g + h->ln_1_b,
-                           s->dbtc2, residual, p + h->ln_1_w, a->ln1_mean + l * BT,
-                           a->ln1_rstd + l * BT, BT, C);
+        k->layernorm_backward(s->dresidual, g + h->ln_1_w, g + h->ln_1_b, s->dbtc2, residual, p + h->ln_1_w,
+                              a->ln1_mean + l * BT, a->ln1_rstd + l * BT, BT, C);
         param_layer_done(&m->hook, l + 1);                                 /* h.l */
     }
     k->embedding_backward(g + v->wte, s->dresidual, ids, BT, C);
