@@ -8,7 +8,8 @@
  * convert either way. Names are those of BertForMaskedLM without its "bert." prefix on
  * the encoder ("embeddings.*", "encoder.layer.{i}.*", then "cls.predictions.*"); the
  * MLM decoder (cls.predictions.decoder.weight) is TIED to
- * embeddings.word_embeddings.weight and is not a separate tensor.
+ * embeddings.word_embeddings.weight and is not a separate tensor. The forward and
+ * backward reach each tensor through named views (bert_views, as gpt2.h).
  *
  * Semantics, as HF modeling_bert with dropout off: post-norm blocks, LayerNorm eps
  * 1e-12, exact (erf) GELU in the FFN and the MLM transform; positions 0..T-1 in every

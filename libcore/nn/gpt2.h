@@ -2,7 +2,9 @@
  * Face names, activations sized once for (B, T), forward with fused loss, backward
  * that fills the flat gradient buffer (Radford et al. 2019; llm.c's train_gpt2.c
  * layout). Linear weights keep HF's Conv1D layout (in, out), so a checkpoint
- * converts to HF safetensors without transposes; the LM head is tied to wte. */
+ * converts to HF safetensors without transposes; the LM head is tied to wte. The
+ * forward and backward reach each tensor through named views (gpt2_views: offsets
+ * resolved once at init), never by looking a name up. */
 #ifndef NEBULA_GPT2_H
 #define NEBULA_GPT2_H
 
