@@ -86,57 +86,77 @@ int bert_mask_tokens(int32_t *masked_ids, int32_t *targets, const int32_t *input
     return selected;
 }
 
-/* Parameter table in BertForMaskedLM's state-dict order, with its names. */
-static void bert_build_table(bert *m)
+/* Appends one tensor to the table; returns its offset (the view field's value). */
+static size_t bert_add(param_table *pt, const char *name, int layer, int ndim, int d0, int d1)
+{
+    int i = param_add(pt, name, layer, param_decay_default(ndim), ndim, (size_t)d0, (size_t)d1, 0, 0);
+    return pt->entries[i].offset;
+}
+
+/* Parameter table in BertForMaskedLM's state-dict order, with its names, and the named
+ * views: each line names a tensor, its shape and the view field that holds its offset
+ * (as gpt2_build_table). STATUS_NOMEM when the per-block views cannot be allocated. */
+static status bert_build_table(bert *m)
 {
     const bert_config *c = &m->cfg;
     int C = c->channels, IC = c->intermediate, L = c->num_layers;
-    char n[96];
+    bert_views *v = &m->views;
+    char n[PARAM_NAME_MAX];
+    if (!(v->layer = malloc((size_t)L * sizeof *v->layer))) return STATUS_NOMEM;
     param_table_init(&m->pt);
-#define P(layer, name, nd, a, b) param_add(&m->pt, name, layer, param_decay_default(nd), nd, a, b, 0, 0)
-    P(0, "embeddings.word_embeddings.weight", 2, c->vocab_size, C);
-    P(0, "embeddings.position_embeddings.weight", 2, c->max_position, C);
-    P(0, "embeddings.token_type_embeddings.weight", 2, c->type_vocab_size, C);
-    P(0, "embeddings.LayerNorm.weight", 1, C, 0);
-    P(0, "embeddings.LayerNorm.bias", 1, C, 0);
+    v->word_emb = bert_add(&m->pt, "embeddings.word_embeddings.weight", 0, 2, c->vocab_size, C);
+    v->pos_emb = bert_add(&m->pt, "embeddings.position_embeddings.weight", 0, 2, c->max_position, C);
+    v->type_emb = bert_add(&m->pt, "embeddings.token_type_embeddings.weight", 0, 2, c->type_vocab_size, C);
+    v->emb_ln_w = bert_add(&m->pt, "embeddings.LayerNorm.weight", 0, 1, C, 0);
+    v->emb_ln_b = bert_add(&m->pt, "embeddings.LayerNorm.bias", 0, 1, C, 0);
     for (int l = 0; l < L; l++) {
-#define PL(suffix, nd, a, b)                                          \
+        bert_layer_views *h = &v->layer[l];
+#define PL(field, suffix, nd, a, b)                                   \
     snprintf(n, sizeof n, "encoder.layer.%d.%s", l, suffix);          \
-    P(l + 1, n, nd, a, b)
-        PL("attention.self.query.weight", 2, C, C);
-        PL("attention.self.query.bias", 1, C, 0);
-        PL("attention.self.key.weight", 2, C, C);
-        PL("attention.self.key.bias", 1, C, 0);
-        PL("attention.self.value.weight", 2, C, C);
-        PL("attention.self.value.bias", 1, C, 0);
-        PL("attention.output.dense.weight", 2, C, C);
-        PL("attention.output.dense.bias", 1, C, 0);
-        PL("attention.output.LayerNorm.weight", 1, C, 0);
-        PL("attention.output.LayerNorm.bias", 1, C, 0);
-        PL("intermediate.dense.weight", 2, IC, C);
-        PL("intermediate.dense.bias", 1, IC, 0);
-        PL("output.dense.weight", 2, C, IC);
-        PL("output.dense.bias", 1, C, 0);
-        PL("output.LayerNorm.weight", 1, C, 0);
-        PL("output.LayerNorm.bias", 1, C, 0);
+    h->field = bert_add(&m->pt, n, l + 1, nd, a, b)
+        PL(q_w, "attention.self.query.weight", 2, C, C);
+        PL(q_b, "attention.self.query.bias", 1, C, 0);
+        PL(k_w, "attention.self.key.weight", 2, C, C);
+        PL(k_b, "attention.self.key.bias", 1, C, 0);
+        PL(v_w, "attention.self.value.weight", 2, C, C);
+        PL(v_b, "attention.self.value.bias", 1, C, 0);
+        PL(attn_out_w, "attention.output.dense.weight", 2, C, C);
+        PL(attn_out_b, "attention.output.dense.bias", 1, C, 0);
+        PL(attn_ln_w, "attention.output.LayerNorm.weight", 1, C, 0);
+        PL(attn_ln_b, "attention.output.LayerNorm.bias", 1, C, 0);
+        PL(inter_w, "intermediate.dense.weight", 2, IC, C);
+        PL(inter_b, "intermediate.dense.bias", 1, IC, 0);
+        PL(out_w, "output.dense.weight", 2, C, IC);
+        PL(out_b, "output.dense.bias", 1, C, 0);
+        PL(out_ln_w, "output.LayerNorm.weight", 1, C, 0);
+        PL(out_ln_b, "output.LayerNorm.bias", 1, C, 0);
 #undef PL
     }
-    P(L + 1, "cls.predictions.bias", 1, c->vocab_size, 0);
-    P(L + 1, "cls.predictions.transform.dense.weight", 2, C, C);
-    P(L + 1, "cls.predictions.transform.dense.bias", 1, C, 0);
-    P(L + 1, "cls.predictions.transform.LayerNorm.weight", 1, C, 0);
-    P(L + 1, "cls.predictions.transform.LayerNorm.bias", 1, C, 0);
-#undef P
+    v->cls_b = bert_add(&m->pt, "cls.predictions.bias", L + 1, 1, c->vocab_size, 0);
+    v->tr_w = bert_add(&m->pt, "cls.predictions.transform.dense.weight", L + 1, 2, C, C);
+    v->tr_b = bert_add(&m->pt, "cls.predictions.transform.dense.bias", L + 1, 1, C, 0);
+    v->tr_ln_w = bert_add(&m->pt, "cls.predictions.transform.LayerNorm.weight", L + 1, 1, C, 0);
+    v->tr_ln_b = bert_add(&m->pt, "cls.predictions.transform.LayerNorm.bias", L + 1, 1, C, 0);
+    return STATUS_OK;
 }
 
-/* Pointer to a named tensor in a flat buffer (params or grads); `fmt` may hold one %d (the layer). */
-static float *bert_at(const bert *m, float *base, const char *fmt, int l)
+/* Every tensor of the table named by exactly one view field. */
+_Static_assert(sizeof(bert_layer_views) == BERT_LAYER_TENSORS * sizeof(size_t),
+               "bert_layer_views holds one size_t offset per block tensor");
+static status bert_check_views(const bert *m)
 {
-    char n[96];
-    snprintf(n, sizeof n, fmt, l);
-    int i = param_find(&m->pt, n);
-    CHECK(i >= 0, "bert looked up a tensor missing from its own table");
-    return base + m->pt.entries[i].offset;
+    const bert_views *v = &m->views;
+    const size_t top[] = { v->word_emb, v->pos_emb, v->type_emb, v->emb_ln_w, v->emb_ln_b,
+                           v->cls_b,    v->tr_w,    v->tr_b,     v->tr_ln_w,  v->tr_ln_b };
+    size_t L = (size_t)m->cfg.num_layers, n = sizeof top / sizeof top[0];
+    size_t *all = malloc((n + L * BERT_LAYER_TENSORS) * sizeof *all);
+    if (!all) return STATUS_NOMEM;
+    memcpy(all, top, sizeof top);
+    for (size_t l = 0; l < L; l++, n += BERT_LAYER_TENSORS)
+        memcpy(all + n, &v->layer[l], sizeof v->layer[l]);
+    param_views_check(&m->pt, all, n, "bert");
+    free(all);
+    return STATUS_OK;
 }
 
 static void bert_init_weights(bert *m, uint64_t seed)
@@ -152,7 +172,7 @@ static void bert_init_weights(bert *m, uint64_t seed)
         for (size_t k = 0; k < e->count; k++) w[k] = (float)(0.02 * rng_normal(&r));
     }
     /* nn.Embedding(padding_idx=pad_token_id): HF zeroes that row at init. */
-    memset(bert_at(m, p, "embeddings.word_embeddings.weight", 0) + (size_t)m->cfg.pad_token_id * m->cfg.channels, 0,
+    memset(p + m->views.word_emb + (size_t)m->cfg.pad_token_id * m->cfg.channels, 0,
            (size_t)m->cfg.channels * sizeof(float));
 }
 
@@ -261,7 +281,8 @@ status bert_init_on(bert *m, const bert_config *cfg, int B, int T, uint64_t seed
     m->cfg = *cfg;
     m->B = B;
     m->T = T;
-    bert_build_table(m);
+    TRY(bert_build_table(m));
+    TRY(bert_check_views(m));
     TRY(param_buffers_init(&m->pb, &m->pt, train && !bert_on_gpu(m)));
     bert_init_weights(m, seed);
     TRY(device_arena(dev, bert_layout_acts, m, &m->act_memory, &m->act_floats, "activations"));
@@ -294,6 +315,7 @@ void bert_free(bert *m)
     free(m->targets);
     param_buffers_free(&m->pb);
     param_table_free(&m->pt);
+    free(m->views.layer);
     memset(m, 0, sizeof *m);
 }
 
@@ -328,7 +350,8 @@ status bert_forward(bert *m, const int32_t *input_ids, const int32_t *token_type
     int B = m->B, T = m->T, C = c->channels, NH = c->num_heads, IC = c->intermediate, V = c->vocab_size, BT = B * T;
     size_t btc = (size_t)BT * (size_t)C, bti = (size_t)BT * (size_t)IC;
     const nn_ops *kn = m->ops;
-    float *p = bert_params(m);
+    const float *p = bert_params(m);
+    const bert_views *vw = &m->views;
     bert_acts *a = &m->acts;
     bool gpu = bert_on_gpu(m);
     int32_t *ids = gpu ? m->stage_ids : m->input_ids, *types = gpu ? m->stage_ids + BT : m->type_ids;
@@ -344,11 +367,11 @@ status bert_forward(bert *m, const int32_t *input_ids, const int32_t *token_type
         device_upload(m->dev, a->key_mask, mask, (size_t)BT * sizeof *mask);
     }
     /* BertEmbeddings: LayerNorm(word + position + token_type). */
-    kn->embedding_forward(a->emb, m->input_ids, bert_at(m, p, "embeddings.word_embeddings.weight", 0), BT, C, 0);
-    kn->embedding_forward(a->emb, m->pos_ids, bert_at(m, p, "embeddings.position_embeddings.weight", 0), BT, C, 1);
-    kn->embedding_forward(a->emb, m->type_ids, bert_at(m, p, "embeddings.token_type_embeddings.weight", 0), BT, C, 1);
-    kn->layernorm_forward(a->emb_ln, a->emb_mean, a->emb_rstd, a->emb, bert_at(m, p, "embeddings.LayerNorm.weight", 0),
-                      bert_at(m, p, "embeddings.LayerNorm.bias", 0), BT, C, BERT_LN_EPS);
+    kn->embedding_forward(a->emb, m->input_ids, p + vw->word_emb, BT, C, 0);
+    kn->embedding_forward(a->emb, m->pos_ids, p + vw->pos_emb, BT, C, 1);
+    kn->embedding_forward(a->emb, m->type_ids, p + vw->type_emb, BT, C, 1);
+    kn->layernorm_forward(a->emb_ln, a->emb_mean, a->emb_rstd, a->emb, p + vw->emb_ln_w, p + vw->emb_ln_b, BT, C,
+                          BERT_LN_EPS);
     /* BertLayer: x1 = LN(x + Wo·attn(Wq x, Wk x, Wv x)), out = LN(x1 + W2·gelu(W1 x1)). */
     for (int l = 0; l < c->num_layers; l++) {
         const float *x = l == 0 ? a->emb_ln : a->ln2 + (size_t)(l - 1) * btc;
@@ -356,40 +379,29 @@ status bert_forward(bert *m, const int32_t *input_ids, const int32_t *token_type
         float *attproj = a->attproj + l * btc, *res1 = a->res1 + l * btc, *ln1 = a->ln1 + l * btc;
         float *fch = a->fch + l * bti, *fchg = a->fch_gelu + l * bti, *fcproj = a->fcproj + l * btc;
         float *res2 = a->res2 + l * btc, *ln2 = a->ln2 + l * btc;
-#define W(name) bert_at(m, p, "encoder.layer.%d." name, l)
-        kn->matmul_forward(q, x, W("attention.self.query.weight"), W("attention.self.query.bias"), BT, C, C,
-                       MATMUL_LAYOUT_OUT_IN);
-        kn->matmul_forward(k, x, W("attention.self.key.weight"), W("attention.self.key.bias"), BT, C, C,
-                       MATMUL_LAYOUT_OUT_IN);
-        kn->matmul_forward(v, x, W("attention.self.value.weight"), W("attention.self.value.bias"), BT, C, C,
-                       MATMUL_LAYOUT_OUT_IN);
+        const bert_layer_views *h = &vw->layer[l];
+        kn->matmul_forward(q, x, p + h->q_w, p + h->q_b, BT, C, C, MATMUL_LAYOUT_OUT_IN);
+        kn->matmul_forward(k, x, p + h->k_w, p + h->k_b, BT, C, C, MATMUL_LAYOUT_OUT_IN);
+        kn->matmul_forward(v, x, p + h->v_w, p + h->v_b, BT, C, C, MATMUL_LAYOUT_OUT_IN);
         kn->attention_forward(atty, a->att_lse + (size_t)l * BT * NH, q, k, v, C, a->key_mask, B, T, C, NH, 0);
-        kn->matmul_forward(attproj, atty, W("attention.output.dense.weight"), W("attention.output.dense.bias"), BT, C,
-                       C, MATMUL_LAYOUT_OUT_IN);
+        kn->matmul_forward(attproj, atty, p + h->attn_out_w, p + h->attn_out_b, BT, C, C, MATMUL_LAYOUT_OUT_IN);
         kn->residual_forward(res1, x, attproj, btc);
-        kn->layernorm_forward(ln1, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, res1,
-                          W("attention.output.LayerNorm.weight"), W("attention.output.LayerNorm.bias"), BT, C,
-                          BERT_LN_EPS);
-        kn->matmul_forward(fch, ln1, W("intermediate.dense.weight"), W("intermediate.dense.bias"), BT, C, IC,
-                       MATMUL_LAYOUT_OUT_IN);
+        kn->layernorm_forward(ln1, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, res1, p + h->attn_ln_w, p + h->attn_ln_b,
+                              BT, C, BERT_LN_EPS);
+        kn->matmul_forward(fch, ln1, p + h->inter_w, p + h->inter_b, BT, C, IC, MATMUL_LAYOUT_OUT_IN);
         kn->gelu_erf_forward(fchg, fch, bti);
-        kn->matmul_forward(fcproj, fchg, W("output.dense.weight"), W("output.dense.bias"), BT, IC, C,
-                       MATMUL_LAYOUT_OUT_IN);
+        kn->matmul_forward(fcproj, fchg, p + h->out_w, p + h->out_b, BT, IC, C, MATMUL_LAYOUT_OUT_IN);
         kn->residual_forward(res2, ln1, fcproj, btc);
-        kn->layernorm_forward(ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, res2, W("output.LayerNorm.weight"),
-                          W("output.LayerNorm.bias"), BT, C, BERT_LN_EPS);
-#undef W
+        kn->layernorm_forward(ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, res2, p + h->out_ln_w, p + h->out_ln_b,
+                              BT, C, BERT_LN_EPS);
     }
     /* BertLMPredictionHead: LN(gelu(dense(h))) · word_embeddings^T + bias. */
     const float *last = a->ln2 + (size_t)(c->num_layers - 1) * btc;
-    kn->matmul_forward(a->tr, last, bert_at(m, p, "cls.predictions.transform.dense.weight", 0),
-                   bert_at(m, p, "cls.predictions.transform.dense.bias", 0), BT, C, C, MATMUL_LAYOUT_OUT_IN);
+    kn->matmul_forward(a->tr, last, p + vw->tr_w, p + vw->tr_b, BT, C, C, MATMUL_LAYOUT_OUT_IN);
     kn->gelu_erf_forward(a->tr_gelu, a->tr, btc);
-    kn->layernorm_forward(a->tr_ln, a->tr_mean, a->tr_rstd, a->tr_gelu,
-                      bert_at(m, p, "cls.predictions.transform.LayerNorm.weight", 0),
-                      bert_at(m, p, "cls.predictions.transform.LayerNorm.bias", 0), BT, C, BERT_LN_EPS);
-    kn->matmul_forward(a->logits, a->tr_ln, bert_at(m, p, "embeddings.word_embeddings.weight", 0),
-                   bert_at(m, p, "cls.predictions.bias", 0), BT, C, V, MATMUL_LAYOUT_OUT_IN);
+    kn->layernorm_forward(a->tr_ln, a->tr_mean, a->tr_rstd, a->tr_gelu, p + vw->tr_ln_w, p + vw->tr_ln_b, BT, C,
+                          BERT_LN_EPS);
+    kn->matmul_forward(a->logits, a->tr_ln, p + vw->word_emb, p + vw->cls_b, BT, C, V, MATMUL_LAYOUT_OUT_IN);
     m->mean_loss = -1;
     if (!mlm_targets) return STATUS_OK;
     memcpy(m->targets, mlm_targets, (size_t)BT * sizeof *mlm_targets);
@@ -419,7 +431,9 @@ void bert_backward(bert *m)
     int B = m->B, T = m->T, C = c->channels, NH = c->num_heads, IC = c->intermediate, V = c->vocab_size, BT = B * T;
     size_t btc = (size_t)BT * (size_t)C, bti = (size_t)BT * (size_t)IC;
     const nn_ops *kn = m->ops;
-    float *p = bert_params(m), *g = bert_grads(m);
+    const float *p = bert_params(m);
+    float *g = bert_grads(m);
+    const bert_views *vw = &m->views;
     bert_acts *a = &m->acts;
     bert_grad_scratch *s = &m->gs;
     bool gpu = bert_on_gpu(m);
@@ -434,76 +448,65 @@ void bert_backward(bert *m)
     kn->xent_backward(s->dlogits, a->logits, a->xent_lse, tgt, s->dlosses, BT, V, V);
     /* MLM head, tied decoder first: its weight gradient lands in word_embeddings. */
     kn->zero(s->dbtc, btc);
-    kn->matmul_backward(s->dbtc, bert_at(m, g, "embeddings.word_embeddings.weight", 0),
-                    bert_at(m, g, "cls.predictions.bias", 0), s->dlogits, a->tr_ln,
-                    bert_at(m, p, "embeddings.word_embeddings.weight", 0), BT, C, V, MATMUL_LAYOUT_OUT_IN);
+    kn->matmul_backward(s->dbtc, g + vw->word_emb, g + vw->cls_b, s->dlogits, a->tr_ln, p + vw->word_emb, BT, C, V,
+                        MATMUL_LAYOUT_OUT_IN);
     kn->zero(s->dbtc2, btc);
-    kn->layernorm_backward(s->dbtc2, bert_at(m, g, "cls.predictions.transform.LayerNorm.weight", 0),
-                       bert_at(m, g, "cls.predictions.transform.LayerNorm.bias", 0), s->dbtc, a->tr_gelu,
-                       bert_at(m, p, "cls.predictions.transform.LayerNorm.weight", 0), a->tr_mean, a->tr_rstd, BT, C);
+    kn->layernorm_backward(s->dbtc2, g + vw->tr_ln_w, g + vw->tr_ln_b, s->dbtc, a->tr_gelu, p + vw->tr_ln_w, a->tr_mean,
+                           a->tr_rstd, BT, C);
     kn->zero(s->dbtc, btc);
     kn->gelu_erf_backward(s->dbtc, a->tr, s->dbtc2, btc);
     kn->zero(s->dresidual, btc);
     const float *last = a->ln2 + (size_t)(c->num_layers - 1) * btc;
-    kn->matmul_backward(s->dresidual, bert_at(m, g, "cls.predictions.transform.dense.weight", 0),
-                    bert_at(m, g, "cls.predictions.transform.dense.bias", 0), s->dbtc, last,
-                    bert_at(m, p, "cls.predictions.transform.dense.weight", 0), BT, C, C, MATMUL_LAYOUT_OUT_IN);
+    kn->matmul_backward(s->dresidual, g + vw->tr_w, g + vw->tr_b, s->dbtc, last, p + vw->tr_w, BT, C, C,
+                        MATMUL_LAYOUT_OUT_IN);
     param_layer_done(&m->hook, c->num_layers + 1);                          /* cls.predictions */
     for (int l = c->num_layers - 1; l >= 0; l--) {
         const float *x = l == 0 ? a->emb_ln : a->ln2 + (size_t)(l - 1) * btc;
         const float *q = a->q + l * btc, *k = a->k + l * btc, *v = a->v + l * btc, *atty = a->atty + l * btc;
         const float *res1 = a->res1 + l * btc, *ln1 = a->ln1 + l * btc;
         const float *fch = a->fch + l * bti, *fchg = a->fch_gelu + l * bti, *res2 = a->res2 + l * btc;
-#define W(name) bert_at(m, p, "encoder.layer.%d." name, l)
-#define G(name) bert_at(m, g, "encoder.layer.%d." name, l)
+        const bert_layer_views *h = &vw->layer[l];
         /* dresidual holds d(ln2), the block's output. dbtc = d(res2) = d(ln1) skip + d(fcproj). */
         kn->zero(s->dbtc, btc);
-        kn->layernorm_backward(s->dbtc, G("output.LayerNorm.weight"), G("output.LayerNorm.bias"), s->dresidual, res2,
-                           W("output.LayerNorm.weight"), a->ln2_mean + l * BT, a->ln2_rstd + l * BT, BT, C);
+        kn->layernorm_backward(s->dbtc, g + h->out_ln_w, g + h->out_ln_b, s->dresidual, res2, p + h->out_ln_w,
+                               a->ln2_mean + l * BT, a->ln2_rstd + l * BT, BT, C);
         kn->zero(s->dbti, bti);
-        kn->matmul_backward(s->dbti, G("output.dense.weight"), G("output.dense.bias"), s->dbtc, fchg,
-                        W("output.dense.weight"), BT, IC, C, MATMUL_LAYOUT_OUT_IN);
+        kn->matmul_backward(s->dbti, g + h->out_w, g + h->out_b, s->dbtc, fchg, p + h->out_w, BT, IC, C,
+                            MATMUL_LAYOUT_OUT_IN);
         kn->zero(s->dbti2, bti);
         kn->gelu_erf_backward(s->dbti2, fch, s->dbti, bti);
         /* d(ln1) = the skip already in dbtc + the FFN input gradient, added in place. */
-        kn->matmul_backward(s->dbtc, G("intermediate.dense.weight"), G("intermediate.dense.bias"), s->dbti2, ln1,
-                        W("intermediate.dense.weight"), BT, C, IC, MATMUL_LAYOUT_OUT_IN);
+        kn->matmul_backward(s->dbtc, g + h->inter_w, g + h->inter_b, s->dbti2, ln1, p + h->inter_w, BT, C, IC,
+                            MATMUL_LAYOUT_OUT_IN);
         /* dresidual = d(res1) = d(x) skip + d(attproj). */
         kn->zero(s->dresidual, btc);
-        kn->layernorm_backward(s->dresidual, G("attention.output.LayerNorm.weight"), G("attention.output.LayerNorm.bias"),
-                           s->dbtc, res1, W("attention.output.LayerNorm.weight"), a->ln1_mean + l * BT,
-                           a->ln1_rstd + l * BT, BT, C);
+        kn->layernorm_backward(s->dresidual, g + h->attn_ln_w, g + h->attn_ln_b, s->dbtc, res1, p + h->attn_ln_w,
+                               a->ln1_mean + l * BT, a->ln1_rstd + l * BT, BT, C);
         kn->zero(s->dbtc2, btc);
-        kn->matmul_backward(s->dbtc2, G("attention.output.dense.weight"), G("attention.output.dense.bias"),
-                        s->dresidual, atty, W("attention.output.dense.weight"), BT, C, C, MATMUL_LAYOUT_OUT_IN);
+        kn->matmul_backward(s->dbtc2, g + h->attn_out_w, g + h->attn_out_b, s->dresidual, atty, p + h->attn_out_w, BT,
+                            C, C, MATMUL_LAYOUT_OUT_IN);
         kn->zero(s->dq, btc);
         kn->zero(s->dk, btc);
         kn->zero(s->dv, btc);
         kn->attention_backward(s->dq, s->dk, s->dv, s->dbtc2, q, k, v, C, atty, a->att_lse + (size_t)l * BT * NH,
-                           a->key_mask, B, T, C, NH, 0);
+                               a->key_mask, B, T, C, NH, 0);
         /* d(x) = the skip already in dresidual + the three projections' input gradients. */
-        kn->matmul_backward(s->dresidual, G("attention.self.query.weight"), G("attention.self.query.bias"), s->dq, x,
-                        W("attention.self.query.weight"), BT, C, C, MATMUL_LAYOUT_OUT_IN);
-        kn->matmul_backward(s->dresidual, G("attention.self.key.weight"), G("attention.self.key.bias"), s->dk, x,
-                        W("attention.self.key.weight"), BT, C, C, MATMUL_LAYOUT_OUT_IN);
-        kn->matmul_backward(s->dresidual, G("attention.self.value.weight"), G("attention.self.value.bias"), s->dv, x,
-                        W("attention.self.value.weight"), BT, C, C, MATMUL_LAYOUT_OUT_IN);
-#undef W
-#undef G
+        kn->matmul_backward(s->dresidual, g + h->q_w, g + h->q_b, s->dq, x, p + h->q_w, BT, C, C, MATMUL_LAYOUT_OUT_IN);
+        kn->matmul_backward(s->dresidual, g + h->k_w, g + h->k_b, s->dk, x, p + h->k_w, BT, C, C, MATMUL_LAYOUT_OUT_IN);
+        kn->matmul_backward(s->dresidual, g + h->v_w, g + h->v_b, s->dv, x, p + h->v_w, BT, C, C, MATMUL_LAYOUT_OUT_IN);
         param_layer_done(&m->hook, l + 1);                                  /* encoder.layer.l */
     }
     /* Embeddings: dresidual = d(emb_ln). */
     kn->zero(s->dbtc, btc);
-    kn->layernorm_backward(s->dbtc, bert_at(m, g, "embeddings.LayerNorm.weight", 0),
-                       bert_at(m, g, "embeddings.LayerNorm.bias", 0), s->dresidual, a->emb,
-                       bert_at(m, p, "embeddings.LayerNorm.weight", 0), a->emb_mean, a->emb_rstd, BT, C);
+    kn->layernorm_backward(s->dbtc, g + vw->emb_ln_w, g + vw->emb_ln_b, s->dresidual, a->emb, p + vw->emb_ln_w,
+                           a->emb_mean, a->emb_rstd, BT, C);
     /* padding_idx: the lookup adds nothing to the [PAD] row; the decoder's share stays. */
-    float *gwe = bert_at(m, g, "embeddings.word_embeddings.weight", 0), *gpad = gwe + (size_t)c->pad_token_id * C;
+    float *gwe = g + vw->word_emb, *gpad = gwe + (size_t)c->pad_token_id * C;
     kn->copy(s->pad_row, gpad, (size_t)C);
     kn->embedding_backward(gwe, s->dbtc, m->input_ids, BT, C);
     kn->copy(gpad, s->pad_row, (size_t)C);
-    kn->embedding_backward(bert_at(m, g, "embeddings.position_embeddings.weight", 0), s->dbtc, m->pos_ids, BT, C);
-    kn->embedding_backward(bert_at(m, g, "embeddings.token_type_embeddings.weight", 0), s->dbtc, m->type_ids, BT, C);
+    kn->embedding_backward(g + vw->pos_emb, s->dbtc, m->pos_ids, BT, C);
+    kn->embedding_backward(g + vw->type_emb, s->dbtc, m->type_ids, BT, C);
     param_layer_done(&m->hook, 0);                                          /* embeddings (and the tied decoder) */
 }
 

@@ -8,7 +8,8 @@
  * convert either way. Names are those of BertForMaskedLM without its "bert." prefix on
  * the encoder ("embeddings.*", "encoder.layer.{i}.*", then "cls.predictions.*"); the
  * MLM decoder (cls.predictions.decoder.weight) is TIED to
- * embeddings.word_embeddings.weight and is not a separate tensor.
+ * embeddings.word_embeddings.weight and is not a separate tensor. The forward and
+ * backward reach each tensor through named views (bert_views, as gpt2.h).
  *
  * Semantics, as HF modeling_bert with dropout off: post-norm blocks, LayerNorm eps
  * 1e-12, exact (erf) GELU in the FFN and the MLM transform; positions 0..T-1 in every
@@ -26,6 +27,7 @@
 
 #include "base/log.h"
 #include "device.h"
+#include "model_base.h"
 #include "param.h"
 
 #define BERT_MAX_POSITION 512  /* rows of position_embeddings in every BERT checkpoint */
@@ -136,13 +138,35 @@ typedef struct bert_grad_scratch {
     float *pad_row;       /* (C) word_embeddings grad row of [PAD], kept across the lookup's backward */
 } bert_grad_scratch;
 
+/* Named views: each tensor's offset in every flat buffer (params, grads, moments; host
+ * or device), resolved once at init as the table is built (gpt2.h says why offsets). */
+typedef struct bert_layer_views {
+    size_t q_w, q_b;                  /* encoder.layer.l.attention.self.query.weight (C, C), .bias (C) */
+    size_t k_w, k_b;                  /* .attention.self.key (C, C), (C) */
+    size_t v_w, v_b;                  /* .attention.self.value (C, C), (C) */
+    size_t attn_out_w, attn_out_b;    /* .attention.output.dense (C, C), (C) */
+    size_t attn_ln_w, attn_ln_b;      /* .attention.output.LayerNorm (C), (C) */
+    size_t inter_w, inter_b;          /* .intermediate.dense (IC, C), (IC) */
+    size_t out_w, out_b;              /* .output.dense (C, IC), (C) */
+    size_t out_ln_w, out_ln_b;        /* .output.LayerNorm (C), (C) */
+} bert_layer_views;
+#define BERT_LAYER_TENSORS 16        /* fields of bert_layer_views = tensors per block in the table */
+
+typedef struct bert_views {
+    size_t word_emb;                  /* embeddings.word_embeddings.weight (V, C), also the tied MLM decoder */
+    size_t pos_emb;                   /* embeddings.position_embeddings.weight (max_position, C) */
+    size_t type_emb;                  /* embeddings.token_type_embeddings.weight (type_vocab_size, C) */
+    size_t emb_ln_w, emb_ln_b;        /* embeddings.LayerNorm (C), (C) */
+    bert_layer_views *layer;          /* [L] the blocks */
+    size_t cls_b;                     /* cls.predictions.bias (V) */
+    size_t tr_w, tr_b;                /* cls.predictions.transform.dense (C, C), (C) */
+    size_t tr_ln_w, tr_ln_b;          /* cls.predictions.transform.LayerNorm (C), (C) */
+} bert_views;
+
 typedef struct bert {
+    MODEL_BASE_GROUP;         /* pt, pb, dev, ops, w, hook, loss_scale, mean_loss (model_base.h) */
     bert_config cfg;          /* sizes */
-    param_table pt;           /* names, shapes, offsets */
-    param_buffers pb;         /* params, grads, moments in host memory (on a GPU: params only, a mirror) */
-    const device *dev;        /* where the kernels run (device.h); NULL = the CPU */
-    const nn_ops *ops;        /* the device's kernels */
-    param_buffers w;          /* on a GPU: params, grads, moments in device memory; unused on the CPU */
+    bert_views views;         /* every tensor's offset by name, resolved at init */
     int B, T;                 /* batch shape the activations are sized for */
     float *act_memory;        /* one allocation behind acts */
     size_t act_floats;        /* its size */
@@ -150,7 +174,6 @@ typedef struct bert {
     float *grad_memory;       /* one allocation behind gs */
     size_t grad_floats;       /* its size */
     bert_grad_scratch gs;     /* views into grad_memory */
-    param_layer_hook hook;  /* backward reports each finished layer here (set by the caller) */
     int32_t *pos_ids;         /* (B, T) position of each token, 0..T-1 (on the device) */
     int32_t *input_ids;       /* (B, T) copy of the last forward's input_ids (on the device) */
     int32_t *type_ids;        /* (B, T) copy of the last forward's token_type_ids, 0 when NULL (on the device) */
@@ -158,8 +181,6 @@ typedef struct bert {
     int32_t *dev_targets;     /* (B, T) the targets on the device; NULL on the CPU */
     int32_t *stage_ids;       /* (2, B, T) host staging of input and type ids (GPU only) */
     float *stage;             /* (2, B, T) host staging of the key mask and of losses / dlosses (GPU only) */
-    float loss_scale;         /* backward differentiates loss_scale * mean loss (fp16; 1 by default) */
-    float mean_loss;          /* mean over targeted positions of the last forward, -1 without targets */
 } bert;
 
 /* Builds the table, allocates params (+ grads and moments when `train`) and the

@@ -54,45 +54,69 @@ status gpt2_config_check(const gpt2_config *c)
     return STATUS_OK;
 }
 
-/* Parameter table in forward order, with HF GPT-2 names. */
-static void gpt2_build_table(gpt2 *m)
+/* Appends one tensor to the table; returns its offset (the view field's value). */
+static size_t gpt2_add(param_table *pt, const char *name, int layer, bool decay, int ndim, int d0, int d1)
 {
-    const gpt2_config *c = &m->cfg;
-    int C = c->channels;
-    char n[96];
-    param_table_init(&m->pt);
-    param_add(&m->pt, "wte.weight", 0, true, 2, c->padded_vocab_size, C, 0, 0);
-    param_add(&m->pt, "wpe.weight", 0, true, 2, c->max_seq_len, C, 0, 0);
-    for (int l = 0; l < c->num_layers; l++) {
-#define P(suffix, decay, nd, a, b)                                    \
-    snprintf(n, sizeof n, "h.%d.%s", l, suffix);                      \
-    param_add(&m->pt, n, l + 1, decay, nd, a, b, 0, 0)
-        P("ln_1.weight", false, 1, C, 0);
-        P("ln_1.bias", false, 1, C, 0);
-        P("attn.c_attn.weight", true, 2, C, 3 * C);
-        P("attn.c_attn.bias", false, 1, 3 * C, 0);
-        P("attn.c_proj.weight", true, 2, C, C);
-        P("attn.c_proj.bias", false, 1, C, 0);
-        P("ln_2.weight", false, 1, C, 0);
-        P("ln_2.bias", false, 1, C, 0);
-        P("mlp.c_fc.weight", true, 2, C, 4 * C);
-        P("mlp.c_fc.bias", false, 1, 4 * C, 0);
-        P("mlp.c_proj.weight", true, 2, 4 * C, C);
-        P("mlp.c_proj.bias", false, 1, C, 0);
-#undef P
-    }
-    param_add(&m->pt, "ln_f.weight", c->num_layers + 1, false, 1, C, 0, 0, 0);
-    param_add(&m->pt, "ln_f.bias", c->num_layers + 1, false, 1, C, 0, 0, 0);
+    int i = param_add(pt, name, layer, decay, ndim, (size_t)d0, (size_t)d1, 0, 0);
+    return pt->entries[i].offset;
 }
 
-/* Pointer to a named tensor in a flat buffer (params or grads). */
-static float *gpt2_at(const gpt2 *m, float *base, const char *fmt, int l)
+/* Parameter table in forward order, with HF GPT-2 names, and the named views: each
+ * line names a tensor, its shape and the view field that holds its offset, so a view
+ * cannot disagree with the table; param_views_check then proves every tensor has
+ * exactly one field. STATUS_NOMEM when the per-block views cannot be allocated. */
+static status gpt2_build_table(gpt2 *m)
 {
-    char n[96];
-    snprintf(n, sizeof n, fmt, l);
-    int i = param_find(&m->pt, n);
-    CHECK(i >= 0, "gpt2 looked up a tensor missing from its own table");
-    return base + m->pt.entries[i].offset;
+    const gpt2_config *c = &m->cfg;
+    int C = c->channels, L = c->num_layers;
+    gpt2_views *v = &m->views;
+    char n[PARAM_NAME_MAX];
+    if (!(v->h = malloc((size_t)L * sizeof *v->h))) return STATUS_NOMEM;
+    param_table_init(&m->pt);
+    v->wte = gpt2_add(&m->pt, "wte.weight", 0, true, 2, c->padded_vocab_size, C);
+    v->wpe = gpt2_add(&m->pt, "wpe.weight", 0, true, 2, c->max_seq_len, C);
+    for (int l = 0; l < L; l++) {
+        gpt2_layer_views *h = &v->h[l];
+#define P(field, suffix, decay, nd, a, b)                             \
+    snprintf(n, sizeof n, "h.%d.%s", l, suffix);                      \
+    h->field = gpt2_add(&m->pt, n, l + 1, decay, nd, a, b)
+        P(ln_1_w, "ln_1.weight", false, 1, C, 0);
+        P(ln_1_b, "ln_1.bias", false, 1, C, 0);
+        P(c_attn_w, "attn.c_attn.weight", true, 2, C, 3 * C);
+        P(c_attn_b, "attn.c_attn.bias", false, 1, 3 * C, 0);
+        P(attn_proj_w, "attn.c_proj.weight", true, 2, C, C);
+        P(attn_proj_b, "attn.c_proj.bias", false, 1, C, 0);
+        P(ln_2_w, "ln_2.weight", false, 1, C, 0);
+        P(ln_2_b, "ln_2.bias", false, 1, C, 0);
+        P(fc_w, "mlp.c_fc.weight", true, 2, C, 4 * C);
+        P(fc_b, "mlp.c_fc.bias", false, 1, 4 * C, 0);
+        P(fc_proj_w, "mlp.c_proj.weight", true, 2, 4 * C, C);
+        P(fc_proj_b, "mlp.c_proj.bias", false, 1, C, 0);
+#undef P
+    }
+    v->ln_f_w = gpt2_add(&m->pt, "ln_f.weight", L + 1, false, 1, C, 0);
+    v->ln_f_b = gpt2_add(&m->pt, "ln_f.bias", L + 1, false, 1, C, 0);
+    return STATUS_OK;
+}
+
+/* Every tensor of the table named by exactly one view field. */
+_Static_assert(sizeof(gpt2_layer_views) == GPT2_LAYER_TENSORS * sizeof(size_t),
+               "gpt2_layer_views holds one size_t offset per block tensor");
+static status gpt2_check_views(const gpt2 *m)
+{
+    const gpt2_views *v = &m->views;
+    size_t L = (size_t)m->cfg.num_layers, n = 0;
+    size_t *all = malloc((4 + L * GPT2_LAYER_TENSORS) * sizeof *all);
+    if (!all) return STATUS_NOMEM;
+    all[n++] = v->wte;
+    all[n++] = v->wpe;
+    all[n++] = v->ln_f_w;
+    all[n++] = v->ln_f_b;
+    for (size_t l = 0; l < L; l++, n += GPT2_LAYER_TENSORS)
+        memcpy(all + n, &v->h[l], sizeof v->h[l]);
+    param_views_check(&m->pt, all, n, "gpt2");
+    free(all);
+    return STATUS_OK;
 }
 
 static void gpt2_init_weights(gpt2 *m, uint64_t seed)
@@ -204,7 +228,8 @@ status gpt2_init_on(gpt2 *m, const gpt2_config *cfg, int B, int T, uint64_t seed
     m->cfg = *cfg;
     m->B = B;
     m->T = T;
-    gpt2_build_table(m);
+    TRY(gpt2_build_table(m));
+    TRY(gpt2_check_views(m));
     TRY(param_buffers_init(&m->pb, &m->pt, train && !gpt2_on_gpu(m)));
     gpt2_init_weights(m, seed);
     TRY(device_arena(dev, gpt2_layout_acts, m, &m->act_memory, &m->act_floats, "activations"));
@@ -231,6 +256,7 @@ void gpt2_free(gpt2 *m)
     free(m->targets);
     param_buffers_free(&m->pb);
     param_table_free(&m->pt);
+    free(m->views.h);
     memset(m, 0, sizeof *m);
 }
 
@@ -246,7 +272,8 @@ status gpt2_forward(gpt2 *m, const int32_t *tokens, const int32_t *targets)
             return STATUS_INPUT;
         }
     const nn_ops *k = m->ops;
-    float *p = gpt2_params(m);
+    const float *p = gpt2_params(m);
+    const gpt2_views *v = &m->views;
     gpt2_acts *a = &m->acts;
     const int32_t *ids = tokens, *tgt = targets;
     if (gpt2_on_gpu(m)) {  /* the batch goes to the device; the host copies stay the caller's */
@@ -255,36 +282,32 @@ status gpt2_forward(gpt2 *m, const int32_t *tokens, const int32_t *targets)
         ids = m->dev_ids;
         tgt = m->dev_ids + BT;
     }
-    k->embedding_forward(a->encoded, ids, gpt2_at(m, p, "wte.weight", 0), BT, C, 0);
-    k->embedding_forward(a->encoded, m->pos_ids, gpt2_at(m, p, "wpe.weight", 0), BT, C, 1);
+    k->embedding_forward(a->encoded, ids, p + v->wte, BT, C, 0);
+    k->embedding_forward(a->encoded, m->pos_ids, p + v->wpe, BT, C, 1);
     for (int l = 0; l < c->num_layers; l++) {
         const float *residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * btc;
         float *ln1 = a->ln1 + l * btc, *qkv = a->qkv + l * btc * 3, *atty = a->atty + l * btc;
         float *attproj = a->attproj + l * btc, *res2 = a->residual2 + l * btc, *ln2 = a->ln2 + l * btc;
         float *fch = a->fch + l * btc * 4, *fchg = a->fch_gelu + l * btc * 4, *fcproj = a->fcproj + l * btc;
         float *res3 = a->residual3 + l * btc;
-        k->layernorm_forward(ln1, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, residual, gpt2_at(m, p, "h.%d.ln_1.weight", l),
-                          gpt2_at(m, p, "h.%d.ln_1.bias", l), BT, C, GPT2_LN_EPS);
-        k->matmul_forward(qkv, ln1, gpt2_at(m, p, "h.%d.attn.c_attn.weight", l), gpt2_at(m, p, "h.%d.attn.c_attn.bias", l),
-                       BT, C, 3 * C, MATMUL_LAYOUT_IN_OUT);
+        const gpt2_layer_views *h = &v->h[l];
+        k->layernorm_forward(ln1, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, residual, p + h->ln_1_w, p + h->ln_1_b,
+                             BT, C, GPT2_LN_EPS);
+        k->matmul_forward(qkv, ln1, p + h->c_attn_w, p + h->c_attn_b, BT, C, 3 * C, MATMUL_LAYOUT_IN_OUT);
         k->attention_forward(atty, a->att_lse + (size_t)l * BT * NH, qkv, qkv + C, qkv + 2 * C, 3 * C, NULL, B, T, C, NH, 1);
-        k->matmul_forward(attproj, atty, gpt2_at(m, p, "h.%d.attn.c_proj.weight", l),
-                       gpt2_at(m, p, "h.%d.attn.c_proj.bias", l), BT, C, C, MATMUL_LAYOUT_IN_OUT);
+        k->matmul_forward(attproj, atty, p + h->attn_proj_w, p + h->attn_proj_b, BT, C, C, MATMUL_LAYOUT_IN_OUT);
         k->residual_forward(res2, residual, attproj, btc);
-        k->layernorm_forward(ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, res2, gpt2_at(m, p, "h.%d.ln_2.weight", l),
-                          gpt2_at(m, p, "h.%d.ln_2.bias", l), BT, C, GPT2_LN_EPS);
-        k->matmul_forward(fch, ln2, gpt2_at(m, p, "h.%d.mlp.c_fc.weight", l), gpt2_at(m, p, "h.%d.mlp.c_fc.bias", l), BT,
-                       C, 4 * C, MATMUL_LAYOUT_IN_OUT);
+        k->layernorm_forward(ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, res2, p + h->ln_2_w, p + h->ln_2_b, BT, C,
+                             GPT2_LN_EPS);
+        k->matmul_forward(fch, ln2, p + h->fc_w, p + h->fc_b, BT, C, 4 * C, MATMUL_LAYOUT_IN_OUT);
         k->gelu_tanh_forward(fchg, fch, btc * 4);
-        k->matmul_forward(fcproj, fchg, gpt2_at(m, p, "h.%d.mlp.c_proj.weight", l),
-                       gpt2_at(m, p, "h.%d.mlp.c_proj.bias", l), BT, 4 * C, C, MATMUL_LAYOUT_IN_OUT);
+        k->matmul_forward(fcproj, fchg, p + h->fc_proj_w, p + h->fc_proj_b, BT, 4 * C, C, MATMUL_LAYOUT_IN_OUT);
         k->residual_forward(res3, res2, fcproj, btc);
     }
     const float *last = a->residual3 + (size_t)(c->num_layers - 1) * btc;
-    k->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, gpt2_at(m, p, "ln_f.weight", 0),
-                      gpt2_at(m, p, "ln_f.bias", 0), BT, C, GPT2_LN_EPS);
+    k->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, p + v->ln_f_w, p + v->ln_f_b, BT, C, GPT2_LN_EPS);
     /* Tied head: wte (Vp, C) is an nn.Linear-layout weight of the logits. */
-    k->matmul_forward(a->logits, a->lnf, gpt2_at(m, p, "wte.weight", 0), NULL, BT, C, Vp, MATMUL_LAYOUT_OUT_IN);
+    k->matmul_forward(a->logits, a->lnf, p + v->wte, NULL, BT, C, Vp, MATMUL_LAYOUT_OUT_IN);
     m->mean_loss = -1;
     if (!targets) return STATUS_OK;
     memcpy(m->targets, targets, (size_t)BT * sizeof *targets);
@@ -309,7 +332,9 @@ void gpt2_backward(gpt2 *m, const int32_t *tokens)
     int B = m->B, T = m->T, C = c->channels, NH = c->num_heads, Vp = c->padded_vocab_size, BT = B * T;
     size_t btc = (size_t)BT * (size_t)C;
     const nn_ops *k = m->ops;
-    float *p = gpt2_params(m), *g = gpt2_grads(m);
+    const float *p = gpt2_params(m);
+    float *g = gpt2_grads(m);
+    const gpt2_views *v = &m->views;
     gpt2_acts *a = &m->acts;
     gpt2_grad_scratch *s = &m->gs;
     const int32_t *ids = tokens, *tgt = m->targets;
@@ -327,51 +352,46 @@ void gpt2_backward(gpt2 *m, const int32_t *tokens)
     k->zero(s->dlogits, (size_t)BT * (size_t)Vp);
     k->xent_backward(s->dlogits, a->logits, a->xent_lse, tgt, s->dlosses, BT, c->vocab_size, Vp);
     k->zero(s->dbtc, btc);
-    k->matmul_backward(s->dbtc, gpt2_at(m, g, "wte.weight", 0), NULL, s->dlogits, a->lnf, gpt2_at(m, p, "wte.weight", 0),
-                    BT, C, Vp, MATMUL_LAYOUT_OUT_IN);
+    k->matmul_backward(s->dbtc, g + v->wte, NULL, s->dlogits, a->lnf, p + v->wte, BT, C, Vp, MATMUL_LAYOUT_OUT_IN);
     k->zero(s->dresidual, btc);
     const float *last = a->residual3 + (size_t)(c->num_layers - 1) * btc;
-    k->layernorm_backward(s->dresidual, gpt2_at(m, g, "ln_f.weight", 0), gpt2_at(m, g, "ln_f.bias", 0), s->dbtc, last,
-                       gpt2_at(m, p, "ln_f.weight", 0), a->lnf_mean, a->lnf_rstd, BT, C);
+    k->layernorm_backward(s->dresidual, g + v->ln_f_w, g + v->ln_f_b, s->dbtc, last, p + v->ln_f_w, a->lnf_mean,
+                          a->lnf_rstd, BT, C);
     param_layer_done(&m->hook, c->num_layers + 1);                         /* ln_f */
     for (int l = c->num_layers - 1; l >= 0; l--) {
         const float *residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * btc;
         const float *ln1 = a->ln1 + l * btc, *qkv = a->qkv + l * btc * 3, *atty = a->atty + l * btc;
         const float *res2 = a->residual2 + l * btc, *ln2 = a->ln2 + l * btc;
         const float *fch = a->fch + l * btc * 4, *fchg = a->fch_gelu + l * btc * 4;
+        const gpt2_layer_views *h = &v->h[l];
         /* dresidual holds d(residual3); residual3 = residual2 + fcproj. */
         k->zero(s->dbt4c, btc * 4);
-        k->matmul_backward(s->dbt4c, gpt2_at(m, g, "h.%d.mlp.c_proj.weight", l), gpt2_at(m, g, "h.%d.mlp.c_proj.bias", l),
-                        s->dresidual, fchg, gpt2_at(m, p, "h.%d.mlp.c_proj.weight", l), BT, 4 * C, C,
-                        MATMUL_LAYOUT_IN_OUT);
+        k->matmul_backward(s->dbt4c, g + h->fc_proj_w, g + h->fc_proj_b, s->dresidual, fchg, p + h->fc_proj_w, BT,
+                           4 * C, C, MATMUL_LAYOUT_IN_OUT);
         k->zero(s->dbt4c2, btc * 4);
         k->gelu_tanh_backward(s->dbt4c2, fch, s->dbt4c, btc * 4);
         k->zero(s->dbtc, btc);
-        k->matmul_backward(s->dbtc, gpt2_at(m, g, "h.%d.mlp.c_fc.weight", l), gpt2_at(m, g, "h.%d.mlp.c_fc.bias", l),
-                        s->dbt4c2, ln2, gpt2_at(m, p, "h.%d.mlp.c_fc.weight", l), BT, C, 4 * C, MATMUL_LAYOUT_IN_OUT);
+        k->matmul_backward(s->dbtc, g + h->fc_w, g + h->fc_b, s->dbt4c2, ln2, p + h->fc_w, BT, C, 4 * C,
+                           MATMUL_LAYOUT_IN_OUT);
         /* d(residual2) = dresidual (the skip) + layernorm_2's input gradient, added in place. */
-        k->layernorm_backward(s->dresidual, gpt2_at(m, g, "h.%d.ln_2.weight", l), gpt2_at(m, g, "h.%d.ln_2.bias", l),
-                           s->dbtc, res2, gpt2_at(m, p, "h.%d.ln_2.weight", l), a->ln2_mean + l * BT,
-                           a->ln2_rstd + l * BT, BT, C);
+        k->layernorm_backward(s->dresidual, g + h->ln_2_w, g + h->ln_2_b, s->dbtc, res2, p + h->ln_2_w,
+                              a->ln2_mean + l * BT, a->ln2_rstd + l * BT, BT, C);
         k->zero(s->dbtc, btc);
-        k->matmul_backward(s->dbtc, gpt2_at(m, g, "h.%d.attn.c_proj.weight", l),
-                        gpt2_at(m, g, "h.%d.attn.c_proj.bias", l), s->dresidual, atty,
-                        gpt2_at(m, p, "h.%d.attn.c_proj.weight", l), BT, C, C, MATMUL_LAYOUT_IN_OUT);
+        k->matmul_backward(s->dbtc, g + h->attn_proj_w, g + h->attn_proj_b, s->dresidual, atty, p + h->attn_proj_w, BT,
+                           C, C, MATMUL_LAYOUT_IN_OUT);
         k->zero(s->dbt3c, btc * 3);
         k->attention_backward(s->dbt3c, s->dbt3c + C, s->dbt3c + 2 * C, s->dbtc, qkv, qkv + C, qkv + 2 * C, 3 * C, atty,
-                           a->att_lse + (size_t)l * BT * NH, NULL, B, T, C, NH, 1);
+                              a->att_lse + (size_t)l * BT * NH, NULL, B, T, C, NH, 1);
         k->zero(s->dbtc2, btc);
-        k->matmul_backward(s->dbtc2, gpt2_at(m, g, "h.%d.attn.c_attn.weight", l),
-                        gpt2_at(m, g, "h.%d.attn.c_attn.bias", l), s->dbt3c, ln1,
-                        gpt2_at(m, p, "h.%d.attn.c_attn.weight", l), BT, C, 3 * C, MATMUL_LAYOUT_IN_OUT);
+        k->matmul_backward(s->dbtc2, g + h->c_attn_w, g + h->c_attn_b, s->dbt3c, ln1, p + h->c_attn_w, BT, C, 3 * C,
+                           MATMUL_LAYOUT_IN_OUT);
         /* d(residual) = d(residual2) (the skip) + layernorm_1's input gradient. */
-        k->layernorm_backward(s->dresidual, gpt2_at(m, g, "h.%d.ln_1.weight", l), gpt2_at(m, g, "h.%d.ln_1.bias", l),
-                           s->dbtc2, residual, gpt2_at(m, p, "h.%d.ln_1.weight", l), a->ln1_mean + l * BT,
-                           a->ln1_rstd + l * BT, BT, C);
+        k->layernorm_backward(s->dresidual, g + h->ln_1_w, g + h->ln_1_b, s->dbtc2, residual, p + h->ln_1_w,
+                              a->ln1_mean + l * BT, a->ln1_rstd + l * BT, BT, C);
         param_layer_done(&m->hook, l + 1);                                 /* h.l */
     }
-    k->embedding_backward(gpt2_at(m, g, "wte.weight", 0), s->dresidual, ids, BT, C);
-    k->embedding_backward(gpt2_at(m, g, "wpe.weight", 0), s->dresidual, m->pos_ids, BT, C);
+    k->embedding_backward(g + v->wte, s->dresidual, ids, BT, C);
+    k->embedding_backward(g + v->wpe, s->dresidual, m->pos_ids, BT, C);
     param_layer_done(&m->hook, 0);                                         /* wte (also the tied head), wpe */
 }
 

@@ -2,7 +2,9 @@
  * Face names, activations sized once for (B, T), forward with fused loss, backward
  * that fills the flat gradient buffer (Radford et al. 2019; llm.c's train_gpt2.c
  * layout). Linear weights keep HF's Conv1D layout (in, out), so a checkpoint
- * converts to HF safetensors without transposes; the LM head is tied to wte. */
+ * converts to HF safetensors without transposes; the LM head is tied to wte. The
+ * forward and backward reach each tensor through named views (gpt2_views: offsets
+ * resolved once at init), never by looking a name up. */
 #ifndef NEBULA_GPT2_H
 #define NEBULA_GPT2_H
 
@@ -11,6 +13,7 @@
 
 #include "device.h"
 #include "base/log.h"
+#include "model_base.h"
 #include "param.h"
 
 typedef struct gpt2_config {
@@ -65,13 +68,31 @@ typedef struct gpt2_grad_scratch {
     float *dlosses;        /* (B, T) */
 } gpt2_grad_scratch;
 
+/* Named views: each tensor's offset in every flat buffer (params, grads, moments),
+ * resolved once at init as the table is built. An offset rather than a pointer, so one
+ * set of views serves the host buffers and the device copies alike: the forward reads
+ * `p + h->c_attn_w` on whichever buffer it runs on. */
+typedef struct gpt2_layer_views {
+    size_t ln_1_w, ln_1_b;              /* h.l.ln_1.weight, .bias (C) */
+    size_t c_attn_w, c_attn_b;          /* h.l.attn.c_attn.weight (C, 3C), .bias (3C) */
+    size_t attn_proj_w, attn_proj_b;    /* h.l.attn.c_proj.weight (C, C), .bias (C) */
+    size_t ln_2_w, ln_2_b;              /* h.l.ln_2.weight, .bias (C) */
+    size_t fc_w, fc_b;                  /* h.l.mlp.c_fc.weight (C, 4C), .bias (4C) */
+    size_t fc_proj_w, fc_proj_b;        /* h.l.mlp.c_proj.weight (4C, C), .bias (C) */
+} gpt2_layer_views;
+#define GPT2_LAYER_TENSORS 12          /* fields of gpt2_layer_views = tensors per block in the table */
+
+typedef struct gpt2_views {
+    size_t wte;                         /* wte.weight (Vp, C), also the tied LM head */
+    size_t wpe;                         /* wpe.weight (max_seq_len, C) */
+    gpt2_layer_views *h;                /* [L] the blocks */
+    size_t ln_f_w, ln_f_b;              /* ln_f.weight, .bias (C) */
+} gpt2_views;
+
 typedef struct gpt2 {
+    MODEL_BASE_GROUP;      /* pt, pb, dev, ops, w, hook, loss_scale, mean_loss (model_base.h) */
     gpt2_config cfg;       /* sizes */
-    param_table pt;        /* names, shapes, offsets */
-    param_buffers pb;      /* params, grads, moments in host memory (on a GPU: params only, a mirror) */
-    const device *dev;     /* where the kernels run (device.h); NULL = the CPU */
-    const nn_ops *ops;     /* the device's kernels */
-    param_buffers w;       /* on a GPU: params, grads, moments in device memory; unused (zero) on the CPU */
+    gpt2_views views;      /* every tensor's offset by name, resolved at init */
     int B, T;              /* batch shape the activations are sized for */
     float *act_memory;     /* one allocation behind acts */
     size_t act_floats;     /* its size */
@@ -79,13 +100,10 @@ typedef struct gpt2 {
     float *grad_memory;    /* one allocation behind gs */
     size_t grad_floats;    /* its size */
     gpt2_grad_scratch gs;  /* views into grad_memory */
-    param_layer_hook hook;  /* backward reports each finished layer here (set by the caller) */
     int32_t *pos_ids;      /* (B, T) position of each token, 0..T-1 (on the device) */
     int32_t *targets;      /* (B, T) copy of the last forward's targets (host) */
     int32_t *dev_ids;      /* (2, B, T) tokens and targets of the last forward on the device; NULL on the CPU */
     float *host_losses;    /* (B, T) losses copied back, and dlosses staged for upload (GPU only) */
-    float mean_loss;       /* mean over counted targets of the last forward, -1 without targets */
-    float loss_scale;      /* backward differentiates loss_scale * mean loss (fp16 loss scaling; 1 by default) */
 } gpt2;
 
 /* Builds the table, allocates params (+ grads and moments when `train`) and the

@@ -113,11 +113,17 @@ typedef struct model_batch {
     float *images;          /* (B, 3, H, W) ResNet; NULL otherwise */
 } model_batch;
 
+struct model_family_ops;     /* model_impl.h: what each family implements */
+
 /* A model of any family, sized for one batch shape. Only the family object that
- * spec.family selects is live. */
+ * spec.family selects is live; `base` points at its shared part (model_base.h: the
+ * table, buffers, device, layer hook, loss scale and loss), so a model is never
+ * copied by value. */
 typedef struct model {
     model_spec spec;        /* what was built */
     int B, T;               /* batch shape (ResNet: T = 0; H = W = spec.image_size) */
+    const struct model_family_ops *ops; /* the family's functions (set by model_init_on) */
+    model_base *base;       /* &gpt2.base, &bert.base or &resnet.base: whichever is live */
     gpt2 gpt2;              /* the family object, by spec.family */
     bert bert;
     resnet resnet;

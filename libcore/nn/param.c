@@ -36,6 +36,18 @@ int param_find(const param_table *pt, const char *name)
     return -1;
 }
 
+void param_views_check(const param_table *pt, const size_t *offsets, size_t n, const char *family)
+{
+    for (int i = 0; i < pt->count; i++) {
+        size_t hits = 0;
+        for (size_t k = 0; k < n; k++) hits += offsets[k] == pt->entries[i].offset;
+        if (hits != 1)
+            die(pt->entries[i].name, hits ? "two view fields name one tensor" : "a tensor has no view field",
+                "every param_add of the family fills exactly one field of its views struct");
+    }
+    if (n != (size_t)pt->count) die(family, "a view field names no tensor", "fill every field of the views struct");
+}
+
 int param_add(param_table *pt, const char *name, int layer, bool decay, int ndim, size_t d0, size_t d1,
               size_t d2, size_t d3)
 {

@@ -102,6 +102,13 @@ bool param_decay_default(int ndim);
 /* Index of `name`, or -1. Linear search: for init and tools, not the step loop. */
 int param_find(const param_table *pt, const char *name);
 
+/* The init-time check of a family's named views (gpt2_views, bert_views, ResNet's
+ * units): `offsets` holds every view field, n of them. Each table entry must be named
+ * by exactly one of them and n must equal the entry count, so no field is left
+ * unresolved and no tensor is reached by two names. Dies naming the first tensor that
+ * breaks it. O(n * count) without allocation: for init, not the step loop. */
+void param_views_check(const param_table *pt, const size_t *offsets, size_t n, const char *family);
+
 /* Floats in all tensors, padding excluded (the model's parameter count). */
 size_t param_numel(const param_table *pt);
 

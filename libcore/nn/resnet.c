@@ -182,6 +182,45 @@ static void resnet_build(resnet *m)
     m->fc_b = resnet_add(&m->pt, "fc", "bias", bi + 1, false, 1, c->num_classes, 0, 0, 0);
 }
 
+/* The units are ResNet's named views: resnet_add_unit fills each unit's offsets as it
+ * adds the unit's tensors. Checked once here: every trainable tensor is the weight, BN
+ * weight or BN bias of exactly one unit or one of fc.weight and fc.bias, and every
+ * statistic belongs to exactly one unit. STATUS_NOMEM when the lists cannot be allocated. */
+static status resnet_check_views(const resnet *m)
+{
+    const resnet_acts *a = &m->acts;
+    size_t units = 1 + 4 * (size_t)a->nblocks, np = 0, ns = 0;  /* the stem, then at most 3 + down per block */
+    size_t *po = malloc((3 * units + 2) * sizeof *po), *so = malloc(3 * units * sizeof *so);
+    if (!po || !so) {
+        free(po);
+        free(so);
+        return STATUS_NOMEM;
+    }
+#define UNIT(u)                        \
+    do {                               \
+        po[np++] = (u)->w;             \
+        po[np++] = (u)->bn_w;          \
+        po[np++] = (u)->bn_b;          \
+        so[ns++] = (u)->rmean;         \
+        so[ns++] = (u)->rvar;          \
+        so[ns++] = (u)->nbt;           \
+    } while (0)
+    UNIT(&a->stem);
+    for (int i = 0; i < a->nblocks; i++) {
+        const resnet_block *b = &a->blocks[i];
+        for (int j = 0; j < b->nunits; j++) UNIT(&b->unit[j]);
+        if (b->has_down) UNIT(&b->down);
+    }
+#undef UNIT
+    po[np++] = m->fc_w;
+    po[np++] = m->fc_b;
+    param_views_check(&m->pt, po, np, "resnet");
+    param_views_check(&m->bt, so, ns, "resnet batch-norm statistics");
+    free(po);
+    free(so);
+    return STATUS_OK;
+}
+
 /* torchvision's ResNet.__init__ init: kaiming_normal_(fan_out, relu) for every conv,
  * BN weight 1 bias 0; fc keeps nn.Linear.reset_parameters (kaiming_uniform_ with
  * a = sqrt(5), i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in)), and the same bound for the bias). */
@@ -388,6 +427,7 @@ status resnet_init_on(resnet *m, const resnet_config *cfg, int N, int H, int W, 
     m->acts.nblocks = cfg->layers[0] + cfg->layers[1] + cfg->layers[2] + cfg->layers[3];
     if (!(m->acts.blocks = calloc((size_t)m->acts.nblocks, sizeof *m->acts.blocks))) return STATUS_NOMEM;
     resnet_build(m);
+    TRY(resnet_check_views(m));
     TRY(param_buffers_init(&m->pb, &m->pt, train && !resnet_on_gpu(m)));
     if (!(m->stats = alloc_floats(m->bt.total, "batch-norm running statistics"))) return STATUS_NOMEM;
     memset(m->stats, 0, m->bt.total * sizeof(float));

@@ -37,6 +37,7 @@
 #include "cpu/conv2d.h"
 #include "base/log.h"
 #include "device.h"
+#include "model_base.h"
 #include "param.h"
 
 typedef enum resnet_block_kind {
@@ -120,19 +121,15 @@ typedef struct resnet_grad_scratch {
 } resnet_grad_scratch;
 
 typedef struct resnet {
+    MODEL_BASE_GROUP;      /* pt, pb, dev, ops (ops->cnn: convolutions, BN, pooling), w, hook, loss_scale,
+                              mean_loss (model_base.h) */
     resnet_config cfg;     /* architecture */
-    param_table pt;        /* trainable tensors: torchvision names, shapes, offsets */
-    param_buffers pb;      /* params, grads, moments in host memory (on a GPU: params only, a mirror) */
-    const device *dev;     /* where the kernels run (device.h); NULL = the CPU */
-    const nn_ops *ops;     /* the device's kernels (ops->cnn: convolutions, BN, pooling) */
-    param_buffers w;       /* on a GPU: params, grads, moments in device memory; unused on the CPU */
     param_table bt;        /* BN running statistics: torchvision buffer names, no grads */
     float *stats;          /* (bt.total) their values, same layout rules as params (host; on a GPU the
                               initial values: training moves dstats) */
     float *dstats;         /* (bt.total) the statistics on the GPU; NULL on the CPU */
     int32_t *dev_labels;   /* (N) the labels on the GPU; NULL on the CPU */
     float *stage;          /* (2N) host staging of losses and dlosses (GPU only) */
-    float loss_scale;      /* backward differentiates loss_scale * mean loss (fp16; 1 by default) */
     int N, H, W;           /* batch shape the activations are sized for */
     float *act_memory;     /* one allocation behind acts */
     size_t act_floats;     /* its size */
@@ -141,10 +138,8 @@ typedef struct resnet {
     float *grad_memory;    /* one allocation behind gs */
     size_t grad_floats;    /* its size */
     resnet_grad_scratch gs; /* views into grad_memory */
-    param_layer_hook hook;  /* backward reports each finished layer here (set by the caller) */
     size_t fc_w, fc_b;     /* offsets of fc.weight (num_classes, feat_C) and fc.bias */
     int32_t *labels;       /* (N) copy of the last forward's labels */
-    float mean_loss;       /* mean over counted labels of the last forward, -1 without labels */
     bool can_backward;     /* the last forward was in training mode with labels */
 } resnet;
 
