@@ -262,31 +262,38 @@ status model_config_from_ini(config *mc, const char *ini)
 
 void model_set_layer_hook(model *m, param_layer_hook h)
 {
-    m->gpt2.hook = h, m->bert.hook = h, m->resnet.hook = h;
+    m->base->hook = h;
 }
 
 const float *model_class_logits(const model *m, int *num_classes)
 {
-    if (m->spec.family != MODEL_FAMILY_RESNET) return NULL;
-    *num_classes = m->spec.resnet.num_classes;
-    return m->resnet.acts.logits;
+    if (!m->ops->class_logits) return NULL;
+    *num_classes = model_num_classes(&m->spec);
+    return m->ops->class_logits(m);
 }
 
 int model_vocab_size(const model_spec *s)
 {
-    return s->family == MODEL_FAMILY_GPT2 ? s->gpt2.vocab_size : s->family == MODEL_FAMILY_BERT ? s->bert.vocab_size : 0;
+    int v, pv, c;
+    model_family_of(s->family)->spec_outputs(s, &v, &pv, &c);
+    return v;
 }
 
 int model_padded_vocab_size(const model_spec *s)
 {
-    return s->family == MODEL_FAMILY_GPT2 ? s->gpt2.padded_vocab_size : model_vocab_size(s);
+    int v, pv, c;
+    model_family_of(s->family)->spec_outputs(s, &v, &pv, &c);
+    return pv;
 }
 
 int model_num_classes(const model_spec *s)
 {
-    return s->family == MODEL_FAMILY_RESNET ? s->resnet.num_classes : 0;
+    int v, pv, c;
+    model_family_of(s->family)->spec_outputs(s, &v, &pv, &c);
+    return c;
 }
 
+/* The one family-specific accessor: llm.c's file format exists for GPT-2 only. */
 const gpt2_config *model_gpt2_config(const model_spec *s)
 {
     return s->family == MODEL_FAMILY_GPT2 ? &s->gpt2 : NULL;

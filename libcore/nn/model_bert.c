@@ -96,6 +96,11 @@ static size_t model_bert_activation_bytes(const model *m)
     return (m->bert.act_floats + m->bert.grad_floats) * sizeof(float);
 }
 
+static void model_bert_outputs(const model_spec *s, int *vocab, int *padded_vocab, int *classes)
+{
+    *vocab = *padded_vocab = s->bert.vocab_size, *classes = 0;
+}
+
 const model_family_ops model_family_bert = {
     .name = "BERT",
     .prefix = "bert",
@@ -115,5 +120,6 @@ const model_family_ops model_family_bert = {
     .backward = model_bert_backward,
     .flops_per_step = model_bert_flops,
     .activation_bytes = model_bert_activation_bytes,
+    .spec_outputs = model_bert_outputs,
     /* no state besides the parameters: state_table and state stay NULL */
 };

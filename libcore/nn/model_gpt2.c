@@ -82,6 +82,11 @@ static size_t model_gpt2_activation_bytes(const model *m)
     return (m->gpt2.act_floats + m->gpt2.grad_floats) * sizeof(float);
 }
 
+static void model_gpt2_outputs(const model_spec *s, int *vocab, int *padded_vocab, int *classes)
+{
+    *vocab = s->gpt2.vocab_size, *padded_vocab = s->gpt2.padded_vocab_size, *classes = 0;
+}
+
 const model_family_ops model_family_gpt2 = {
     .name = "GPT-2",
     .prefix = "gpt2",
@@ -101,5 +106,6 @@ const model_family_ops model_family_gpt2 = {
     .backward = model_gpt2_backward,
     .flops_per_step = model_gpt2_flops,
     .activation_bytes = model_gpt2_activation_bytes,
+    .spec_outputs = model_gpt2_outputs,
     /* no state besides the parameters: state_table and state stay NULL */
 };

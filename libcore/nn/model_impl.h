@@ -39,6 +39,11 @@ typedef struct model_family_ops {
 
     double (*flops_per_step)(const model *m);
     size_t (*activation_bytes)(const model *m);
+    /* What the outputs index: the real and the padded vocabulary (0 for a classifier)
+     * and the classes (0 for a language model). */
+    void (*spec_outputs)(const model_spec *s, int *vocab, int *padded_vocab, int *classes);
+    /* A classifier's logits of the last forward, (B, classes); NULL for the others. */
+    const float *(*class_logits)(const model *m);
     /* Non-trainable state saved with the model; both NULL when the family has none. */
     const param_table *(*state_table)(const model *m);
     float *(*state)(model *m);

@@ -108,6 +108,16 @@ static const param_table *model_resnet_state_table(const model *m) { return &m->
 
 static float *model_resnet_state(model *m) { return m->resnet.stats; }
 
+static void model_resnet_outputs(const model_spec *s, int *vocab, int *padded_vocab, int *classes)
+{
+    *vocab = *padded_vocab = 0, *classes = s->resnet.num_classes;
+}
+
+static const float *model_resnet_class_logits(const model *m)
+{
+    return m->resnet.acts.logits;
+}
+
 const model_family_ops model_family_resnet = {
     .name = "ResNet",
     .prefix = "resnet",
@@ -127,6 +137,8 @@ const model_family_ops model_family_resnet = {
     .backward = model_resnet_backward,
     .flops_per_step = model_resnet_flops,
     .activation_bytes = model_resnet_activation_bytes,
+    .spec_outputs = model_resnet_outputs,
+    .class_logits = model_resnet_class_logits,
     .state_table = model_resnet_state_table,
     .state = model_resnet_state,
 };
