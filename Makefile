@@ -296,6 +296,10 @@ $(FAKE_NCCL_BINS): $(B)/lib/libcore.a $(B)/lib/libkernels.a
 	@$(if $(filter 1,$(VERBOSE)),,echo "  LINK    $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(B)/lib/libcore.a $(B)/lib/libkernels.a $(FAKE_NCCL_LDLIBS)
 
+# The compiler writes the dependency files; make never remakes them. Without this
+# rule make's built-in `%: %.o` would try to link fake_mpi_staged.d from a
+# fake_mpi_staged.d.o that the fake_mpi_% rule above knows how to compile.
+$(B)/fake/%.d: ;
 -include $(shell find $(B)/fake -name '*.d' 2>/dev/null)
 # ------------------------------------------------------------ end of the NCCL fake
 

@@ -444,6 +444,15 @@ static status nccl_op_start(comm *c, comm_op *o)
         return STATUS_USAGE;
     }
     CHECK(o->count <= ((size_t)1 << 20) * n->chunk_count, "more than 2^20 chunks: raise nccl_chunk_bytes");
+    /* A host buffer would fail inside NCCL's kernels (or MPI), far from the cause. */
+    struct cudaPointerAttributes at;
+    cudaError_t e = cudaPointerGetAttributes(&at, o->buf);
+    if (e != cudaSuccess || (at.type != cudaMemoryTypeDevice && at.type != cudaMemoryTypeManaged)) {
+        if (e != cudaSuccess) cudaGetLastError();  /* clear it: it is the caller's mistake, not a CUDA failure */
+        log_error("nccl: allreduce buffer %p is not device memory", o->buf);
+        log_error("HINT: the nccl backend reduces device buffers; reduce host buffers on a comm with comm.backend = mpi");
+        return STATUS_USAGE;
+    }
     TRY(nccl_usable(n));
     if (n->producer) {
         CU_TRY(n, cudaEventRecord(n->ev_ready, n->producer));

@@ -10,7 +10,7 @@
  * waits for the upload on the test's stream through comm_set_stream only.
  * Ops in flight together (comm serialises them in start order) and a bucket manager
  * over a device gradient buffer (several buckets launched in order, waited, exact)
- * go through the same backend; host algorithms and non-f32 sums are refused.
+ * go through the same backend; host algorithms, non-f32 sums and host buffers are refused.
  *
  * Deadline (2+ ranks, a second comm with a 2 s comm.timeout): the last rank skips
  * the allreduce for 6 s; the others must return STATUS_TIMEOUT within the deadline
@@ -216,10 +216,13 @@ static void run_refusals(const runtime *rt, comm *c)
     status ring = comm_allreduce_start(c, &op, d, 16, REDUCE_DTYPE_F32, REDUCE_OP_SUM, COMM_ALGO_RING);
     status max = comm_allreduce_start(c, &op, d, 16, REDUCE_DTYPE_F32, REDUCE_OP_MAX, COMM_ALGO_AUTO);
     status f64 = comm_allreduce_start(c, &op, d, 8, REDUCE_DTYPE_F64, REDUCE_OP_SUM, COMM_ALGO_AUTO);
+    float host[16] = { 0 };
+    status hb = comm_allreduce_start(c, &op, host, 16, REDUCE_DTYPE_F32, REDUCE_OP_SUM, COMM_ALGO_AUTO);
     char why[160];
-    snprintf(why, sizeof why, "ring: %s, max: %s, f64: %s", status_str(ring), status_str(max), status_str(f64));
-    verdict(rt, ring == STATUS_USAGE && max == STATUS_USAGE && f64 == STATUS_USAGE && !op.active,
-            "ring, max and f64 on device buffers are refused (STATUS_USAGE)", why);
+    snprintf(why, sizeof why, "ring: %s, max: %s, f64: %s, host buffer: %s", status_str(ring), status_str(max),
+             status_str(f64), status_str(hb));
+    verdict(rt, ring == STATUS_USAGE && max == STATUS_USAGE && f64 == STATUS_USAGE && hb == STATUS_USAGE && !op.active,
+            "ring, max, f64 and host buffers are refused on the nccl backend (STATUS_USAGE)", why);
     gpu_release(d, 1);
 }
 
