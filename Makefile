@@ -257,13 +257,15 @@ clean:
 	rm -rf $(B)
 
 # NCCL logic on a host fake ----------------------------------------------------
-# build/test/fake/test_nccl_fake{,_aware}: libcore/comm/comm_nccl.c and
-# validation/gpu/test_nccl.c, both unchanged, compiled with -DNEBULA_CUDA against the
-# fake cuda_runtime.h, nccl.h and mpi-ext.h of validation/gpu/fake (first on the
-# include path) and linked with the fake's host implementation: "device" memory is
-# malloc'd, streams are deferred queues, NCCL is MPI point-to-point. A LOGIC test of
-# comm_nccl.c (buckets, leftover, staging, call order, events, deadline and abort),
-# run by `make check`; it proves nothing about CUDA or NCCL (make check-gpu does).
+# build/test/fake/test_nccl_fake{,_aware}: libcore/comm/comm_nccl.c (comm's nccl
+# backend) and validation/gpu/test_nccl.c, both unchanged, compiled with -DNEBULA_CUDA
+# against the fake cuda_runtime.h, nccl.h and mpi-ext.h of validation/gpu/fake (first
+# on the include path) and linked with the fake's host implementation: "device" memory
+# is malloc'd, streams are deferred queues, NCCL is MPI point-to-point. The rest of
+# comm (comm.c, comm_diag.c, bucket.c) calls no CUDA and comes from libcore.a as is.
+# A LOGIC test of the nccl backend through comm.h and the bucket manager (chunks,
+# leftover, staging, call order, serialised ops, events, deadline and abort), run by
+# `make check`; it proves nothing about CUDA or NCCL (make check-gpu does).
 # No nvcc needed; never linked with the real CUDA libraries, even where they exist.
 # _aware: MPI takes device pointers; the other stages through pinned slots.
 FAKE_NCCL_DIR    := validation/gpu/fake
@@ -284,7 +286,8 @@ $(B)/fake/obj/$(FAKE_NCCL_DIR)/fake_mpi_%.o: $(FAKE_NCCL_DIR)/fake_mpi.c | $(DEP
 	@$(if $(filter 1,$(VERBOSE)),,echo "  CC FAKE $< ($*)")
 	$(Q)$(CC) $(FAKE_NCCL_CFLAGS) -DFAKE_MPI_CUDA_AWARE=$(if $(filter aware,$*),1,0) -c $< -o $@
 
-# The fake objects come before libcore.a, so its comm_nccl.o is not pulled in; the test
+# The fake objects come before libcore.a, so its comm_nccl.o is not pulled in (comm.c's
+# comm_nccl_backend_init resolves to the fake build's); the test
 # hands the fake GPUs to the runtime (mpi_test_start_gpus).
 $(B)/test/fake/test_nccl_fake: $(FAKE_NCCL_OBJ) $(B)/fake/obj/$(FAKE_NCCL_DIR)/fake_mpi_staged.o
 $(B)/test/fake/test_nccl_fake_aware: $(FAKE_NCCL_OBJ) $(B)/fake/obj/$(FAKE_NCCL_DIR)/fake_mpi_aware.o
@@ -293,6 +296,10 @@ $(FAKE_NCCL_BINS): $(B)/lib/libcore.a $(B)/lib/libkernels.a
 	@$(if $(filter 1,$(VERBOSE)),,echo "  LINK    $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(B)/lib/libcore.a $(B)/lib/libkernels.a $(FAKE_NCCL_LDLIBS)
 
+# The compiler writes the dependency files; make never remakes them. Without this
+# rule make's built-in `%: %.o` would try to link fake_mpi_staged.d from a
+# fake_mpi_staged.d.o that the fake_mpi_% rule above knows how to compile.
+$(B)/fake/%.d: ;
 -include $(shell find $(B)/fake -name '*.d' 2>/dev/null)
 # ------------------------------------------------------------ end of the NCCL fake
 

@@ -112,6 +112,7 @@ status bucket_init(bucket_manager *bm, comm *c, void *grads, reduce_dtype dt, co
     bm->esz = esz;
     bm->algo = algo;
     bm->scale = scale;
+    bm->on_device = comm_on_device(c);
     bm->bucket_bytes = bucket_bytes ? bucket_bytes : BUCKET_DEFAULT_BYTES;
     bm->ntensors = ntensors;
     bm->nbuckets = layout(offsets, counts, ntensors, esz, bm->bucket_bytes, NULL);
@@ -135,10 +136,11 @@ status bucket_init(bucket_manager *bm, comm *c, void *grads, reduce_dtype dt, co
     return STATUS_OK;
 }
 
-/* Multiplies a finished slice by the scale (after the allreduce, per element). */
+/* Multiplies a finished slice by the scale (after the allreduce, per element).
+ * Device buffers (nccl) were scaled by the allreduce itself (launch_ready). */
 static void bucket_scale(bucket_manager *bm, bucket *k)
 {
-    if (bm->scale == 1.0) return;
+    if (bm->scale == 1.0 || bm->on_device) return;
     char *base = (char *)bm->grads + k->offset * bm->esz;
     size_t n = k->count;
     if (bm->dtype == REDUCE_DTYPE_F32) {
@@ -168,8 +170,11 @@ static status launch_ready(bucket_manager *bm)
     while (bm->next_launch < bm->nbuckets && bm->buckets[bm->next_launch].state == BUCKET_STATE_COMPLETE) {
         int b = bm->next_launch;
         bucket *k = &bm->buckets[b];
-        TRY(comm_allreduce_start(bm->c, &k->op, (char *)bm->grads + k->offset * bm->esz, k->count, bm->dtype,
-                                 REDUCE_OP_SUM, bm->algo));
+        void *slice = (char *)bm->grads + k->offset * bm->esz;
+        if (bm->on_device)  /* the host cannot touch device memory: the backend scales */
+            TRY(comm_allreduce_start_scaled(bm->c, &k->op, slice, k->count, bm->dtype, bm->scale, bm->algo));
+        else
+            TRY(comm_allreduce_start(bm->c, &k->op, slice, k->count, bm->dtype, REDUCE_OP_SUM, bm->algo));
         k->state = BUCKET_STATE_INFLIGHT;
         if (b == 0) bm->nlaunched = 0; /* the log of the previous step ends here */
         bm->launched[bm->nlaunched++] = b;

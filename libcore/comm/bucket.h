@@ -25,12 +25,17 @@
  * bucket_progress (between layers) and every mark advance the buckets in flight.
  * bucket_wait_all waits for the rest, scales each slice, and rearms the manager.
  *
+ * Device buffers: with an nccl comm (comm_on_device) `grads` is device memory; the
+ * same protocol holds, and each slice is scaled by the allreduce itself
+ * (comm_allreduce_start_scaled), never by the host.
+ *
  * Memory: everything is sized in bucket_init; mark, progress and wait allocate
  * nothing (each bucket's comm_op sizes its scratch at first use and reuses it).
  * After a status other than STATUS_OK the step is lost: the app ends the job. */
 #ifndef NEBULA_BUCKET_H
 #define NEBULA_BUCKET_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -64,6 +69,7 @@ typedef struct bucket_manager {
     size_t esz;            /* bytes of one element */
     comm_algo algo;        /* allreduce algorithm of every bucket (AUTO: per bucket size) */
     double scale;          /* applied to each slice after its allreduce; 1.0 skips it */
+    bool on_device;        /* grads is device memory (nccl comm): the allreduce applies scale */
     size_t bucket_bytes;   /* the size at which a bucket closes */
     int ntensors;          /* entries of the tensor table */
     int nbuckets;          /* buckets in the layout */

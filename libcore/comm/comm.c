@@ -6,7 +6,10 @@
  * steps carry the op's sequence number as tag, and algorithms that use a
  * collective or a shared resource (mpi: a collective on one communicator; hier:
  * the node segment) run in start order within their ordering class (tickets).
- * Ops in flight form a list in start order; there is no limit on their number. */
+ * Ops in flight form a list in start order; there is no limit on their number.
+ * A backend with its own engine (nccl) gets its ops through the op_* entries of
+ * its vtable, one at a time in start order (ordering class COMM_CLASS_NCCL). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,10 +17,24 @@
 #include "base/config.h"
 
 static const char *algo_names[COMM_ALGO_COUNT] = { "auto", "mpi", "flat", "hier", "ring" };
+static const char *backend_names[COMM_BACKEND_COUNT] = { "mpi", "nccl" };
 
 const char *comm_algo_name(comm_algo algo)
 {
+    if (algo == COMM_ALGO_NCCL) return "nccl";
     return algo >= 0 && algo < COMM_ALGO_COUNT ? algo_names[algo] : "?";
+}
+
+const char *comm_backend_name(comm_backend_kind b)
+{
+    return b >= 0 && b < COMM_BACKEND_COUNT ? backend_names[b] : "?";
+}
+
+bool comm_backend_parse(const char *name, comm_backend_kind *b)
+{
+    for (int i = 0; i < COMM_BACKEND_COUNT; i++)
+        if (!strcmp(name, backend_names[i])) { *b = (comm_backend_kind)i; return true; }
+    return false;
 }
 
 bool comm_algo_parse(const char *name, comm_algo *algo)
@@ -32,12 +49,54 @@ const char *comm_describe(const comm *c)
     return c->be.describe;
 }
 
+bool comm_on_device(const comm *c)
+{
+    return c->opt.backend == COMM_BACKEND_NCCL;
+}
+
+const char *comm_late_ranks(const comm *c)
+{
+    return c->diag_late;
+}
+
+status comm_set_stream(comm *c, cuda_stream s)
+{
+    return c->be.ops->set_stream ? c->be.ops->set_stream(c, s) : STATUS_OK;
+}
+
 void comm_options_from_config(const config *cfg, comm_options *opt)
 {
+    *opt = (comm_options){ 0 };
+    comm_backend_parse(config_str(cfg, "comm.backend"), &opt->backend);
     comm_algo_parse(config_str(cfg, "comm.algo"), &opt->algo);
     opt->timeout_s = config_float(cfg, "comm.timeout");
     opt->tune_file = config_str(cfg, "comm.tune_file");
     opt->segment_bytes = config_size(cfg, "comm.segment_bytes");
+}
+
+/* The nccl backend: no node segment, no tuning table (one algorithm); the algorithm
+ * named in the options must be one it runs, so a wrong comm.algo fails here, once,
+ * on every rank, instead of at each allreduce. */
+static status nccl_init(comm **out, comm *c, const char *tune_file)
+{
+    if (c->opt.algo != COMM_ALGO_AUTO && c->opt.algo != COMM_ALGO_HIER) {
+        log_error0("comm.algo = %s: the nccl backend runs one hierarchical algorithm on device buffers",
+                   comm_algo_name(c->opt.algo));
+        log_error0("HINT: set comm.algo = auto (or hier) with comm.backend = nccl, or use comm.backend = mpi");
+        free(c);
+        return STATUS_USAGE;
+    }
+    if (tune_file && tune_file[0])
+        log_info0("comm: the nccl backend has one algorithm; comm.tune_file is not read");
+    MPI_CHECK(MPI_Comm_dup(c->rt->world, &c->diag));
+    status st = comm_nccl_backend_init(c);
+    if (st != STATUS_OK) {  /* the backend freed its own part */
+        MPI_Comm_free(&c->diag);
+        free(c);
+        return st;
+    }
+    *out = c;
+    return STATUS_OK;
 }
 
 status comm_init(comm **out, const runtime *rt, const comm_options *opt)
@@ -50,6 +109,8 @@ status comm_init(comm **out, const runtime *rt, const comm_options *opt)
     if (c->opt.segment_bytes == 0 || c->opt.segment_bytes > COMM_SEGMENT_BYTES) c->opt.segment_bytes = COMM_SEGMENT_BYTES;
     c->shm_win = MPI_WIN_NULL;
     c->diag = MPI_COMM_NULL;
+    CHECK(opt->backend >= 0 && opt->backend < COMM_BACKEND_COUNT, "comm_options.backend out of range");
+    if (opt->backend == COMM_BACKEND_NCCL) return nccl_init(out, c, opt->tune_file);
     status st = comm_mpi_backend_init(&c->be, rt);
     if (st != STATUS_OK) { free(c); return st; }
     MPI_CHECK(MPI_Comm_dup(rt->world, &c->diag));
@@ -65,6 +126,7 @@ void comm_free(comm *c)
     if (!c) return;
     comm_op_free(&c->blocking);
     if (c->failed || c->head) {  /* peers may never arrive: skip every collective free */
+        if (c->be.ops && c->be.ops->op_test) c->be.ops->free(&c->be);  /* nccl: host memory only (it checks) */
         free(c);
         return;
     }
@@ -84,6 +146,7 @@ void comm_op_free(comm_op *o)
 
 comm_algo comm_auto_choice(const comm *c, size_t bytes)
 {
+    if (comm_on_device(c)) return COMM_ALGO_HIER;
     if (c->rt->size == 1 || c->ntune == 0) return COMM_ALGO_MPI;
     int best = 0;  /* nearest measured size on a log scale */
     double best_d = 1e300;
@@ -123,20 +186,39 @@ static void op_segment(const comm *c, comm_op *o)
     o->seg_len = o->count - o->seg_off < max ? o->count - o->seg_off : max;
 }
 
-status comm_allreduce_start(comm *c, comm_op *o, void *buf, size_t count, reduce_dtype dt,
-                            reduce_op op, comm_algo algo)
+/* nccl: auto and hier are its pipeline; the host algorithms cannot run on device
+ * buffers. Every rank passes the same algo, so every rank refuses alike. */
+static status nccl_algo(comm_algo algo)
+{
+    if (algo == COMM_ALGO_AUTO || algo == COMM_ALGO_HIER) return STATUS_OK;
+    log_error0("allreduce with algorithm %s on the nccl backend: mpi, flat and ring run on host buffers only",
+               comm_algo_name(algo));
+    log_error0("HINT: pass COMM_ALGO_AUTO (or HIER) with comm.backend = nccl, or use comm.backend = mpi");
+    return STATUS_USAGE;
+}
+
+static status op_start(comm *c, comm_op *o, void *buf, size_t count, reduce_dtype dt, reduce_op op, double scale,
+                       comm_algo algo)
 {
     CHECK(!o->active, "starting a comm_op that is still in flight");
     size_t esz = reduce_dtype_size(dt);
+    bool own = c->be.ops->op_test != NULL;  /* the backend's own engine (nccl) */
+    if (own) {
+        TRY(nccl_algo(algo));
+        algo = COMM_ALGO_NCCL;
+    }
     if (algo == COMM_ALGO_AUTO) algo = c->opt.algo;
     if (algo == COMM_ALGO_AUTO) algo = comm_auto_choice(c, count * esz);
-    if (c->rt->size == 1) algo = COMM_ALGO_MPI;
+    if (c->rt->size == 1 && !own) algo = COMM_ALGO_MPI;
     *o = (comm_op){ .algo = algo, .seq = ++c->seq, .buf = buf, .count = count, .dtype = dt, .op = op,
-                    .scratch = o->scratch, .scratch_bytes = o->scratch_bytes, .t_start = MPI_Wtime() };
+                    .scale = scale, .scratch = o->scratch, .scratch_bytes = o->scratch_bytes, .t_start = MPI_Wtime() };
     o->deadline = c->opt.timeout_s > 0 ? o->t_start + c->opt.timeout_s : 0;
     if (count == 0) return STATUS_OK;  /* nothing to exchange; the op is complete */
     op_segment(c, o);
-    if (algo == COMM_ALGO_FLAT || algo == COMM_ALGO_RING) {
+    if (own) {
+        TRY(c->be.ops->op_start(c, o));
+        o->ticket = c->ticket_issued[COMM_CLASS_NCCL]++;
+    } else if (algo == COMM_ALGO_FLAT || algo == COMM_ALGO_RING) {
         bool ring = algo == COMM_ALGO_RING;
         TRY(comm_op_scratch(o, comm_flat_scratch_bytes(c, COMM_GROUP_WORLD_P2P, o->seg_len, dt, ring)));
         comm_flat_begin(c, &o->flat, COMM_GROUP_WORLD_P2P, buf, o->seg_len, dt, o->scratch, o->seq, ring);
@@ -151,6 +233,21 @@ status comm_allreduce_start(comm *c, comm_op *o, void *buf, size_t count, reduce
     c->tail = o;
     o->active = 1;
     return STATUS_OK;
+}
+
+status comm_allreduce_start(comm *c, comm_op *o, void *buf, size_t count, reduce_dtype dt,
+                            reduce_op op, comm_algo algo)
+{
+    return op_start(c, o, buf, count, dt, op, 1.0, algo);
+}
+
+status comm_allreduce_start_scaled(comm *c, comm_op *o, void *buf, size_t count, reduce_dtype dt, double scale,
+                                   comm_algo algo)
+{
+    CHECK(isfinite(scale), "the allreduce scale must be finite");
+    if ((dt == REDUCE_DTYPE_I32 || dt == REDUCE_DTYPE_I64) && scale != 1.0)
+        die("comm_allreduce_start_scaled", "integer buffers cannot be scaled", "pass scale = 1 for integer dtypes");
+    return op_start(c, o, buf, count, dt, REDUCE_OP_SUM, scale, algo);
 }
 
 status comm_op_test_reqs(comm *c, comm_op *o, bool *done)
@@ -199,10 +296,40 @@ static status flat_segments_progress(comm *c, comm_op *o, bool *done)
     }
 }
 
+/* nccl: the backend runs one op at a time; the op whose ticket is next is posted
+ * when the one before it completed (the list is in start order, so that happens in
+ * the same pass). */
+static status nccl_progress(comm *c, comm_op *o, bool *done)
+{
+    *done = false;
+    if (!o->posted) {
+        if (c->ticket_next[COMM_CLASS_NCCL] != o->ticket) return STATUS_OK;
+        o->posted = 1;
+        TRY(c->be.ops->op_post(c, o));
+    }
+    TRY(c->be.ops->op_test(c, o, done));
+    if (*done) c->ticket_next[COMM_CLASS_NCCL]++;
+    return STATUS_OK;
+}
+
+/* mpi: the sum, then scale in double with one rounding (bucket.c's formula). */
+static void op_scale_host(comm_op *o)
+{
+    if (o->dtype == REDUCE_DTYPE_F32) {
+        float *g = o->buf;
+        double s = o->scale;
+        for (size_t i = 0; i < o->count; i++) g[i] = (float)(g[i] * s);
+    } else {
+        double *g = o->buf, s = o->scale;
+        for (size_t i = 0; i < o->count; i++) g[i] *= s;
+    }
+}
+
 static status op_progress(comm *c, comm_op *o, bool *done)
 {
     if (o->algo == COMM_ALGO_FLAT || o->algo == COMM_ALGO_RING) return flat_segments_progress(c, o, done);
     if (o->algo == COMM_ALGO_HIER) return comm_hier_progress(c, o, done);
+    if (o->algo == COMM_ALGO_NCCL) return nccl_progress(c, o, done);
     return mpi_progress(c, o, done);
 }
 
@@ -220,6 +347,7 @@ static status progress_until(comm *c, const comm_op *last)
             return st;
         }
         if (fin) {  /* unlink */
+            if (p->scale != 1.0 && p->algo != COMM_ALGO_NCCL) op_scale_host(p);
             p->active = 0;
             p->next = NULL;
             if (prev) prev->next = next;
@@ -240,7 +368,7 @@ static status check_deadline(comm *c, const comm_op *o)
     comm_diag_service(c, o->seq, false);
     if (MPI_Wtime() <= o->deadline) return STATUS_OK;
     c->failed = true;
-    return comm_diag_timeout(c, o);
+    return c->be.ops->op_timeout ? c->be.ops->op_timeout(c, o) : comm_diag_timeout(c, o);
 }
 
 /* An op may already have completed while another op was being tested. */

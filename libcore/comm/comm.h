@@ -12,8 +12,17 @@
  *   ring  the flat engine's ring at every size and world: bandwidth-optimal and
  *         gentle on rate-limited links, where halving-doubling runs at half the rate
  *   auto  per message size, the algorithm a measured table chose (comm_tune)
- * The algorithms are written once against a small backend interface (comm_impl.h);
- * MPI is the backend today, NCCL and direct UCX come later.
+ * The algorithms are written once against a small backend interface (comm_impl.h).
+ *
+ * Backends (comm_options.backend, config key comm.backend):
+ *   mpi   host buffers; every algorithm above
+ *   nccl  DEVICE buffers, one GPU per rank: NCCL reduce-scatter inside the node, MPI
+ *         allreduce of each rank's part between nodes, NCCL all-gather, pipelined in
+ *         chunks of nccl_chunk_bytes (comm_nccl.c). Its one algorithm is hierarchical:
+ *         auto and hier select it; mpi, flat and ring are refused (STATUS_USAGE).
+ *         f32 sums only. Ops run one at a time in start order (comm_nccl.c says why);
+ *         comm_set_stream orders each op after the work that produced its buffer.
+ * The same calls (start / test / wait / progress, the bucket manager) serve both.
  *
  * A wait that passes the deadline probes every rank and names the ranks that did
  * not arrive, then returns STATUS_TIMEOUT. */
@@ -27,6 +36,7 @@
 #include "base/dtype.h"
 #include "base/log.h"
 #include "base/runtime.h"
+#include "cuda/device.h"
 
 typedef enum comm_algo {
     COMM_ALGO_AUTO = 0,
@@ -37,19 +47,31 @@ typedef enum comm_algo {
     COMM_ALGO_COUNT,
 } comm_algo;
 
+typedef enum comm_backend_kind {
+    COMM_BACKEND_MPI = 0,  /* host buffers (the default) */
+    COMM_BACKEND_NCCL,     /* device buffers: NCCL in the node, MPI between nodes */
+    COMM_BACKEND_COUNT,
+} comm_backend_kind;
+
 typedef struct comm comm; /* opaque: backend and communicators live in comm_impl.h */
 
 typedef struct comm_options {
+    comm_backend_kind backend; /* mpi (host buffers) or nccl (device buffers) */
     comm_algo algo;        /* algorithm of comm_allreduce when the caller passes AUTO */
     double timeout_s;      /* deadline of every wait in seconds; 0 disables it */
     const char *tune_file; /* JSON table of auto choices to load; NULL or "" for none */
     size_t segment_bytes;  /* mpi and flat run larger messages in segments of this size; 0 = COMM_SEGMENT_BYTES */
+    size_t nccl_chunk_bytes; /* nccl: pipeline chunk (reduce-scatter, MPI, all-gather overlap); 0 = COMM_NCCL_CHUNK_BYTES */
+    bool nccl_staged;      /* nccl: stage the MPI step through pinned host memory even when MPI is CUDA-aware */
 } comm_options;
 
 #define COMM_OP_MAXREQ 2                     /* requests one step keeps in flight */
 #define COMM_FLAT_RD_MAX_BYTES (64 * 1024)   /* flat: recursive doubling up to here */
 #define COMM_SHM_SLOT_BYTES (4u << 20)       /* hier: pipeline chunk per rank in node shared memory */
 #define COMM_SEGMENT_BYTES (1u << 30)        /* mpi, flat: default and largest segment (MPI counts are int) */
+#define COMM_NCCL_CHUNK_BYTES (25u << 20)    /* nccl: default pipeline chunk, PyTorch DDP's 25 MiB */
+#define COMM_NCCL_STAGE_SLOTS 4              /* nccl: staged MPI steps in flight (pinned slots) */
+#define COMM_NCCL_INIT_MIN_S 30.0            /* nccl: NCCL's bootstrap waits at least this long (s) */
 
 /* The flat engine's state: an allreduce among the ranks of one backend group, by
  * recursive doubling (small), Rabenseifner (power-of-two groups) or a ring. It runs
@@ -78,9 +100,10 @@ typedef struct comm_op {
     size_t count;          /* elements */
     reduce_dtype dtype;    /* element type */
     reduce_op op;          /* reduction */
+    double scale;          /* comm_allreduce_start_scaled's factor; 1 = plain reduction */
     int phase;             /* mpi: 0 post, 1 wait; hier: comm_hier.c's phases */
-    int posted;            /* the current step's requests are in flight */
-    uint64_t ticket;       /* mpi, hier: position in the algorithm's ordering class */
+    int posted;            /* the current step's requests are in flight (nccl: the op is enqueued) */
+    uint64_t ticket;       /* mpi, hier, nccl: position in the algorithm's ordering class */
     size_t seg_off;        /* mpi, flat: first element of the segment in progress */
     size_t seg_len;        /* mpi, flat: elements in that segment */
     size_t chunk_off;      /* hier: first element of the pipeline chunk in progress */
@@ -99,6 +122,8 @@ typedef struct comm_op {
 
 /* Config keys of [comm], for an app's schema. */
 #define COMM_CONFIG_KEYS                                                                             \
+    { "comm", "backend", CONFIG_TYPE_ENUM, "mpi", .choices = "mpi|nccl",                            \
+      .help = "gradient allreduce backend: mpi (host buffers) or nccl (device buffers, one GPU per rank)" }, \
     { "comm", "algo", CONFIG_TYPE_ENUM, "auto", .choices = "auto|mpi|flat|hier|ring",                  \
       .help = "allreduce algorithm; auto picks per message size from the tuning table" },          \
     { "comm", "timeout", CONFIG_TYPE_FLOAT, "300", .min = 0, .max = 1e6,                            \
@@ -120,6 +145,23 @@ void comm_free(comm *c);
 /* "mpi (Open MPI v4.1.4, pml ob1)" — what the backend runs on. */
 const char *comm_describe(const comm *c);
 
+/* True when the backend reduces device buffers (nccl): every buffer passed to an
+ * allreduce is then device memory of this rank's GPU, never touched by the host. */
+bool comm_on_device(const comm *c);
+
+const char *comm_backend_name(comm_backend_kind b);
+/* "mpi|nccl" -> backend; false when the name is unknown. */
+bool comm_backend_parse(const char *name, comm_backend_kind *b);
+
+/* nccl: the CUDA stream that produces and consumes the buffers. Each allreduce's
+ * first device work waits for what was queued on it before the start call (an
+ * event); a completed op's result is visible to every stream. NULL (the default):
+ * no wait, the caller has synchronised before starting. No-op on mpi. */
+status comm_set_stream(comm *c, cuda_stream s);
+
+/* The ranks the last timeout named as not arrived, e.g. "1" or "2-3,5" ("" if none). */
+const char *comm_late_ranks(const comm *c);
+
 const char *comm_algo_name(comm_algo algo);
 /* "auto|mpi|flat|hier|ring" -> algo; false when the name is unknown. */
 bool comm_algo_parse(const char *name, comm_algo *algo);
@@ -131,6 +173,11 @@ status comm_allreduce(comm *c, void *buf, size_t count, reduce_dtype dt, reduce_
  * same order on every rank; they may complete in any order. */
 status comm_allreduce_start(comm *c, comm_op *o, void *buf, size_t count, reduce_dtype dt,
                             reduce_op op, comm_algo algo);
+/* Sum of scale * x over ranks. nccl: each input is multiplied on the device before
+ * the sum (NCCL's pre-multiplied sum; 1/world averages, exactly for power-of-two
+ * worlds); mpi: the sum, then each element times scale in double, rounded once. */
+status comm_allreduce_start_scaled(comm *c, comm_op *o, void *buf, size_t count, reduce_dtype dt, double scale,
+                                   comm_algo algo);
 status comm_test(comm *c, comm_op *o, bool *done);
 status comm_wait(comm *c, comm_op *o);
 /* Advances every op in flight without blocking (one pass); an op is complete when
@@ -140,12 +187,13 @@ status comm_progress(comm *c);
  * MPI may still write there, and the job is ending anyway. */
 void comm_op_free(comm_op *o);
 
-/* The algorithm AUTO resolves to for a message of `bytes`. */
+/* The algorithm AUTO resolves to for a message of `bytes` (nccl: always hier). */
 comm_algo comm_auto_choice(const comm *c, size_t bytes);
 
 /* Measures mpi, flat and hier at each size (median of `reps` interleaved runs, the
  * slowest rank's time) and records the fastest in the auto table. A Nebula
- * algorithm replaces OpenMPI's only when it is at least 5% faster. Collective. */
+ * algorithm replaces OpenMPI's only when it is at least 5% faster. Collective.
+ * mpi backend only (nccl has one algorithm: STATUS_USAGE). */
 status comm_tune(comm *c, const size_t *bytes, int nsizes, int reps);
 /* The auto table as JSON, written atomically by rank 0 / read by every rank. */
 status comm_tune_save(const comm *c, const char *path);

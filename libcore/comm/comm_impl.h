@@ -1,5 +1,5 @@
 /* comm_impl — the backend interface and the communicator context, shared by
- * comm.c (algorithms, deadlines, tuning) and the backends (comm_mpi.c).
+ * comm.c (algorithms, deadlines, tuning) and the backends (comm_mpi.c, comm_nccl.c).
  * Never included from apps/. */
 #ifndef NEBULA_COMM_IMPL_H
 #define NEBULA_COMM_IMPL_H
@@ -18,7 +18,11 @@ enum comm_group {
 #define COMM_NGROUPS (COMM_GROUP_CHUNK0 + COMM_MAX_LOCAL)
 
 enum { COMM_FLAT_RING = 0, COMM_FLAT_RD, COMM_FLAT_RAB };  /* comm_flat.sub */
-enum { COMM_CLASS_MPI = 0, COMM_CLASS_HIER, COMM_NCLASSES }; /* ordering classes */
+enum { COMM_CLASS_MPI = 0, COMM_CLASS_HIER, COMM_CLASS_NCCL, COMM_NCLASSES }; /* ordering classes */
+
+/* The resolved algorithm of every op of the nccl backend (comm_nccl.c's hierarchical
+ * pipeline). Internal: never a table index, never parsed; comm_algo_name says "nccl". */
+#define COMM_ALGO_NCCL ((comm_algo)COMM_ALGO_COUNT)
 
 typedef struct comm_backend comm_backend;
 
@@ -39,6 +43,14 @@ typedef struct comm_backend_ops {
     /* *done = true when all n requests completed (their handles are then released). */
     status (*testall)(comm_backend *be, uint64_t *reqs, int n, bool *done);
     void (*free)(comm_backend *be);
+    /* A backend with an allreduce engine of its own (nccl: device buffers) sets the
+     * rest and none of the primitives above; comm.c then runs every op through it,
+     * one op at a time in start order (COMM_CLASS_NCCL). NULL for mpi. */
+    status (*op_start)(comm *c, comm_op *o);                /* at comm_allreduce_start: check, order after the producer */
+    status (*op_post)(comm *c, comm_op *o);                 /* its turn came: enqueue it */
+    status (*op_test)(comm *c, comm_op *o, bool *done);     /* advance without blocking */
+    status (*op_timeout)(comm *c, const comm_op *o);        /* deadline passed: say where, name late ranks, abort */
+    status (*set_stream)(comm *c, cuda_stream s);           /* comm_set_stream */
 } comm_backend_ops;
 
 struct comm_backend {
@@ -80,8 +92,10 @@ size_t comm_hier_scratch_bytes(const comm *c, size_t count, reduce_dtype dt);
 /* Advances a hier op as far as it can without blocking; *done when complete. */
 status comm_hier_progress(comm *c, comm_op *o, bool *done);
 
-/* Backends. */
+/* Backends. The nccl backend reads c->rt and c->opt and needs c->diag; built
+ * without CUDA it says so and returns STATUS_USAGE. */
 status comm_mpi_backend_init(comm_backend *be, const runtime *rt);
+status comm_nccl_backend_init(comm *c);
 
 typedef struct comm_tune_entry {
     size_t bytes;                       /* measured message size */

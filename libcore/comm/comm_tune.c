@@ -76,6 +76,11 @@ static status tune_one(comm *c, void *buf, size_t bytes, int reps, comm_op *op, 
 status comm_tune(comm *c, const size_t *bytes, int nsizes, int reps)
 {
     CHECK(c->head == NULL, "comm_tune needs every rank idle: wait for the ops in flight first");
+    if (comm_on_device(c)) {
+        log_error0("comm_tune: the nccl backend has one algorithm (hier): nothing to tune");
+        log_error0("HINT: tune with comm.backend=mpi");
+        return STATUS_USAGE;
+    }
     size_t max = 0;
     for (int i = 0; i < nsizes; i++) max = bytes[i] > max ? bytes[i] : max;
     float *buf = calloc(max / sizeof(float) + 1, sizeof(float));

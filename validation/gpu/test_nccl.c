@@ -1,15 +1,22 @@
-/* test_nccl — comm_nccl's allreduce on GPUs against the exact answer, and its deadline.
+/* test_nccl — comm's nccl backend (comm.h with comm_options.backend = NCCL) on GPUs
+ * against the exact answer, through the same calls and bucket manager as the MPI
+ * backend, and its deadline.
  *
  * Inputs are small integers stored as floats, so every partial sum is exact in any
  * order and the check is bit-exact; averaging is exact too when the world size is a
  * power of two (x * 1/size is then exact), else within the rounding of that product.
- * Counts: 0, 1, odd, not a multiple of the node size, exactly one and two buckets,
- * several buckets with a remainder. The device buffer sits between canaries.
+ * Counts: 0, 1, odd, not a multiple of the node size, exactly one and two chunks,
+ * several chunks with a remainder. The device buffer sits between canaries. Each op
+ * waits for the upload on the test's stream through comm_set_stream only.
+ * Ops in flight together (comm serialises them in start order) and a bucket manager
+ * over a device gradient buffer (several buckets launched in order, waited, exact)
+ * go through the same backend; host algorithms, non-f32 sums and host buffers are refused.
  *
- * Deadline (2+ ranks): the last rank skips the allreduce for 6 s; the others must
- * return STATUS_TIMEOUT within the 2 s deadline plus the probe's grace and name it.
- * It then joins late, which completes the inter-node MPI step the others left
- * posted, so every rank reaches MPI_Finalize with nothing pending and exits 0.
+ * Deadline (2+ ranks, a second comm with a 2 s comm.timeout): the last rank skips
+ * the allreduce for 6 s; the others must return STATUS_TIMEOUT within the deadline
+ * plus the probe's grace and name it (comm_late_ranks). It then joins late, which
+ * completes the inter-node MPI step the others left posted, so every rank reaches
+ * MPI_Finalize with nothing pending and exits 0.
  *
  * Usage (NCCL refuses two ranks of one communicator on one GPU; on one GPU make each
  * rank its own virtual node):
@@ -22,12 +29,14 @@
 #define CHECK_GPU  /* the CUDA checks */
 #define CHECK_MPI  /* check() agreed by every rank */
 #include "../check.h"
-#include "comm/comm_nccl.h"
+#include "comm/bucket.h"
+#include "comm/comm.h"
 
-#define BUCKET 4096                       /* floats per bucket here: several buckets stay cheap */
-#define MAX_COUNT (5 * BUCKET + 123)      /* the largest case: 6 buckets, a remainder */
-#define DEADLINE_S 2.0                    /* the deadline test's wait */
+#define CHUNK 4096                        /* floats per pipeline chunk here: several chunks stay cheap */
+#define MAX_COUNT (5 * CHUNK + 123)       /* the largest case: 6 chunks, a remainder */
+#define DEADLINE_S 2.0                    /* the deadline test's comm.timeout */
 #define SKIP_S 6.0                        /* the skipping rank's absence: deadline + grace (<= 2 s) + margin */
+#define NOPS 3                            /* ops in flight together */
 
 /* Rank r's element i: an integer in [-30, 30]. */
 static float input(size_t i, int r)
@@ -42,53 +51,183 @@ static void verdict(const runtime *rt, bool ok, const char *what, const char *wh
     check(rt, ok, what, why);
 }
 
-/* Allreduce of `count` floats after an event on the test's own stream; compares every
- * value with the expected sum (or average) within atol, and the canaries bit for bit. */
-static void run_case(const runtime *rt, comm_nccl *c, cuda_stream s, cuda_event ready, size_t count, bool average,
-                     double atol, const char *what)
+/* The expected result of element i: the sum (or average) over ranks. */
+static float expected(const runtime *rt, size_t i, bool average)
 {
-    float *h = malloc((count + 2 * GPU_GUARD) * sizeof(float)), *ref = malloc((count ? count : 1) * sizeof(float));
-    CHECK(h && ref, "out of memory");
-    for (size_t i = 0; i < count; i++) {
-        double sum = 0;
-        for (int r = 0; r < rt->size; r++) sum += input(i, r);
-        h[i] = input(i, rt->rank);
-        ref[i] = (float)(average ? sum / rt->size : sum);
-    }
-    cuda_stream_use(s);
-    float *d = gpu_guarded(h, count);  /* uploaded on s */
-    int e = cuda_event_record(ready, s);
-    if (e) gpu_die("cuda_event_record", e);
-    status st = comm_nccl_allreduce_start(c, d, count, ready);
-    if (st == STATUS_OK) st = comm_nccl_wait(c, 0);
-    char why[256] = "";
-    bool ok = st == STATUS_OK;
-    if (!ok) snprintf(why, sizeof why, "allreduce returned %s", status_str(st));
-    if (ok && (e = cuda_memcpy_d2h(h, d - GPU_GUARD, (count + 2 * GPU_GUARD) * sizeof(float)))) gpu_die("d2h", e);
+    double sum = 0;
+    for (int r = 0; r < rt->size; r++) sum += input(i, r);
+    return (float)(average ? sum * (1.0 / rt->size) : sum);
+}
+
+/* Rank's inputs of `count` floats uploaded between canaries on the current stream. */
+static float *upload_inputs(const runtime *rt, size_t count)
+{
+    float *h = malloc((count ? count : 1) * sizeof(float));
+    CHECK(h, "out of memory");
+    for (size_t i = 0; i < count; i++) h[i] = input(i, rt->rank);
+    float *d = gpu_guarded(h, count);
+    free(h);
+    return d;
+}
+
+/* Downloads d (guarded) and compares each value with `want(i)` within atol (gaps:
+ * want is the rank's own input), the canaries bit for bit; "" when all match. */
+static bool compare(const runtime *rt, const float *d, size_t count, const unsigned char *untouched, bool average,
+                    double atol, char *why, size_t why_len)
+{
+    float *h = malloc((count + 2 * GPU_GUARD) * sizeof(float));
+    CHECK(h, "out of memory");
+    int e = cuda_memcpy_d2h(h, d - GPU_GUARD, (count + 2 * GPU_GUARD) * sizeof(float));
+    if (e) gpu_die("d2h", e);
+    bool ok = true;
     for (size_t i = 0; ok && i < 2 * GPU_GUARD; i++) {
         uint32_t bits;
         memcpy(&bits, &h[i < GPU_GUARD ? i : count + i], 4);
         if (bits != GPU_CANARY_BITS) {
             ok = false;
-            snprintf(why, sizeof why, "canary float %zu %s the buffer overwritten", i % GPU_GUARD,
+            snprintf(why, why_len, "canary float %zu %s the buffer overwritten", i % GPU_GUARD,
                      i < GPU_GUARD ? "before" : "after");
         }
     }
     for (size_t i = 0; ok && i < count; i++) {
-        double got = h[GPU_GUARD + i];
-        if (!(fabs(got - ref[i]) <= atol)) {
+        double got = h[GPU_GUARD + i], ref = untouched && untouched[i] ? input(i, rt->rank) : expected(rt, i, average);
+        if (!(fabs(got - ref) <= atol)) {
             ok = false;
-            snprintf(why, sizeof why, "[%zu] = %.9g, expected %.9g", i, got, (double)ref[i]);
+            snprintf(why, why_len, "[%zu] = %.9g, expected %.9g%s", i, got, ref,
+                     untouched && untouched[i] ? " (a gap between buckets, never sent)" : "");
         }
     }
-    verdict(rt, ok, what, why);
-    gpu_release(d, 1);
     free(h);
-    free(ref);
+    return ok;
+}
+
+/* One allreduce of `count` floats: start + wait, or the blocking call. */
+static void run_case(const runtime *rt, comm *c, size_t count, bool average, bool blocking, double atol,
+                     const char *what)
+{
+    float *d = upload_inputs(rt, count);
+    status st = blocking ? comm_allreduce(c, d, count, REDUCE_DTYPE_F32, REDUCE_OP_SUM, COMM_ALGO_AUTO)
+                         : STATUS_OK;
+    comm_op op = { 0 };
+    if (!blocking) {
+        st = average ? comm_allreduce_start_scaled(c, &op, d, count, REDUCE_DTYPE_F32, 1.0 / rt->size, COMM_ALGO_AUTO)
+                     : comm_allreduce_start(c, &op, d, count, REDUCE_DTYPE_F32, REDUCE_OP_SUM, COMM_ALGO_HIER);
+        if (st == STATUS_OK) st = comm_wait(c, &op);
+    }
+    char why[256] = "";
+    bool ok = st == STATUS_OK;
+    if (!ok) snprintf(why, sizeof why, "allreduce returned %s", status_str(st));
+    if (ok) ok = compare(rt, d, count, NULL, average, atol, why, sizeof why);
+    verdict(rt, ok, what, why);
+    comm_op_free(&op);
+    gpu_release(d, 1);
+}
+
+/* NOPS ops started back to back (comm runs them one at a time, in start order),
+ * progressed together, waited newest first. */
+static void run_in_flight(const runtime *rt, comm *c)
+{
+    static const size_t counts[NOPS] = { 3 * CHUNK + 5, 17, 2 * CHUNK };
+    float *d[NOPS];
+    comm_op op[NOPS] = { { 0 } };
+    status st = STATUS_OK;
+    for (int k = 0; k < NOPS; k++) d[k] = upload_inputs(rt, counts[k]);
+    for (int k = 0; k < NOPS && st == STATUS_OK; k++)
+        st = comm_allreduce_start(c, &op[k], d[k], counts[k], REDUCE_DTYPE_F32, REDUCE_OP_SUM, COMM_ALGO_AUTO);
+    if (st == STATUS_OK) st = comm_progress(c);
+    for (int k = NOPS - 1; k >= 0 && st == STATUS_OK; k--) st = comm_wait(c, &op[k]);
+    char why[256] = "";
+    bool ok = st == STATUS_OK;
+    if (!ok) snprintf(why, sizeof why, "returned %s", status_str(st));
+    for (int k = 0; k < NOPS && ok; k++) ok = compare(rt, d[k], counts[k], NULL, false, 0, why, sizeof why);
+    verdict(rt, ok, "3 allreduces in flight together, waited newest first, exact", why);
+    for (int k = 0; k < NOPS; k++) {
+        comm_op_free(&op[k]);
+        gpu_release(d[k], 1);
+    }
+}
+
+/* A device gradient buffer of 9 tensors (one gap of 3 floats) in buckets of at most
+ * 2 chunks: marked ready last tensor first as backward would, progressed between
+ * marks, waited; buckets start in index order; every element exact, gaps untouched. */
+static void run_buckets(const runtime *rt, comm *c, bool average, double atol, const char *what)
+{
+    enum { NT = 9 };
+    static const size_t counts[NT] = { 1000, 7, 3000, 2500, 4096, 5, 8000, 1234, 2600 };
+    size_t offsets[NT], total = 0;
+    for (int t = 0; t < NT; t++) {
+        offsets[t] = total;
+        total += counts[t] + (t == 4 ? 3 : 0);  /* a gap after tensor 4 */
+    }
+    float *d = upload_inputs(rt, total);
+    bucket_manager bm;
+    status st = bucket_init(&bm, c, d, REDUCE_DTYPE_F32, offsets, counts, NT, 2 * CHUNK * sizeof(float),
+                            COMM_ALGO_AUTO, average ? 1.0 / rt->size : 1.0);
+    char why[256] = "";
+    bool ok = st == STATUS_OK && bucket_count(&bm) >= 3;
+    if (!ok) snprintf(why, sizeof why, "bucket_init returned %s with %d buckets", status_str(st),
+                      st == STATUS_OK ? bucket_count(&bm) : 0);
+    for (int step = 0; ok && step < 2; step++) {  /* twice: the manager rearms, ops reuse their state */
+        if (step == 1) {  /* fresh inputs in the same buffer */
+            float *h = malloc(total * sizeof(float));
+            CHECK(h, "out of memory");
+            for (size_t i = 0; i < total; i++) h[i] = input(i, rt->rank);
+            int e = cuda_memcpy_h2d(d, h, total * sizeof(float));
+            if (e) gpu_die("h2d", e);
+            free(h);
+        }
+        for (int t = NT - 1; t >= 0 && st == STATUS_OK; t--) {
+            st = bucket_mark_ready(&bm, t);
+            if (st == STATUS_OK) st = bucket_progress(&bm);
+        }
+        if (st == STATUS_OK) st = bucket_wait_all(&bm);
+        ok = st == STATUS_OK;
+        if (!ok) snprintf(why, sizeof why, "step %d returned %s", step, status_str(st));
+        for (int b = 0; ok && b < bm.nlaunched; b++)
+            if (bm.launched[b] != b) {
+                ok = false;
+                snprintf(why, sizeof why, "bucket %d started in position %d", bm.launched[b], b);
+            }
+        if (ok && bm.nlaunched != bucket_count(&bm)) {
+            ok = false;
+            snprintf(why, sizeof why, "%d of %d buckets started", bm.nlaunched, bucket_count(&bm));
+        }
+        unsigned char *gap = calloc(total, 1);
+        CHECK(gap, "out of memory");
+        for (size_t i = 0; i < total; i++) gap[i] = 1;
+        for (int b = 0; b < bucket_count(&bm); b++) {
+            size_t off, n;
+            bucket_range(&bm, b, &off, &n, NULL, NULL);
+            memset(gap + off, 0, n);
+        }
+        if (ok) ok = compare(rt, d, total, gap, average, atol, why, sizeof why);
+        free(gap);
+    }
+    verdict(rt, ok, what, why);
+    if (st == STATUS_OK) bucket_free(&bm);
+    gpu_release(d, 1);
+}
+
+/* Host algorithms and other reductions are refused on device buffers, by every rank alike. */
+static void run_refusals(const runtime *rt, comm *c)
+{
+    float *d = upload_inputs(rt, 16);
+    comm_op op = { 0 };
+    status ring = comm_allreduce_start(c, &op, d, 16, REDUCE_DTYPE_F32, REDUCE_OP_SUM, COMM_ALGO_RING);
+    status max = comm_allreduce_start(c, &op, d, 16, REDUCE_DTYPE_F32, REDUCE_OP_MAX, COMM_ALGO_AUTO);
+    status f64 = comm_allreduce_start(c, &op, d, 8, REDUCE_DTYPE_F64, REDUCE_OP_SUM, COMM_ALGO_AUTO);
+    float host[16] = { 0 };
+    status hb = comm_allreduce_start(c, &op, host, 16, REDUCE_DTYPE_F32, REDUCE_OP_SUM, COMM_ALGO_AUTO);
+    char why[160];
+    snprintf(why, sizeof why, "ring: %s, max: %s, f64: %s, host buffer: %s", status_str(ring), status_str(max),
+             status_str(f64), status_str(hb));
+    verdict(rt, ring == STATUS_USAGE && max == STATUS_USAGE && f64 == STATUS_USAGE && hb == STATUS_USAGE && !op.active,
+            "ring, max, f64 and host buffers are refused on the nccl backend (STATUS_USAGE)", why);
+    gpu_release(d, 1);
 }
 
 /* The last rank is absent for SKIP_S; the others time out and name it; it then joins. */
-static void run_deadline(const runtime *rt, comm_nccl *c)
+static void run_deadline(const runtime *rt, comm *c)
 {
     const size_t n = 256;  /* small: every message of the abandoned MPI step goes eagerly */
     float *h = calloc(n, sizeof(float)), *d = gpu_upload(h, n * sizeof(float));
@@ -96,18 +235,20 @@ static void run_deadline(const runtime *rt, comm_nccl *c)
     char why[256] = "", name[16];
     snprintf(name, sizeof name, "%d", victim);
     bool ok = true;
+    comm_op op = { 0 };
     MPI_Barrier(rt->world);  /* start together: the deadline is measured from here */
     if (rt->rank == victim) {
         usleep((useconds_t)(SKIP_S * 1e6));
         /* Late: completes the MPI step the others posted (with one GPU per node the
          * NCCL part is local); its own verdict does not depend on the outcome. */
-        if (comm_nccl_allreduce_start(c, d, n, NULL) == STATUS_OK) comm_nccl_wait(c, DEADLINE_S);
+        if (comm_allreduce_start(c, &op, d, n, REDUCE_DTYPE_F32, REDUCE_OP_SUM, COMM_ALGO_AUTO) == STATUS_OK)
+            comm_wait(c, &op);
     } else {
         double t0 = MPI_Wtime();
-        status st = comm_nccl_allreduce_start(c, d, n, NULL);
-        if (st == STATUS_OK) st = comm_nccl_wait(c, DEADLINE_S);
+        status st = comm_allreduce_start(c, &op, d, n, REDUCE_DTYPE_F32, REDUCE_OP_SUM, COMM_ALGO_AUTO);
+        if (st == STATUS_OK) st = comm_wait(c, &op);
         double dt = MPI_Wtime() - t0;
-        const char *late = comm_nccl_late_ranks(c);
+        const char *late = comm_late_ranks(c);
         ok = st == STATUS_TIMEOUT && dt < DEADLINE_S + 2.0 + 1.0 && !strcmp(late, name);
         snprintf(why, sizeof why, "returned %s after %.2f s naming \"%s\" (expected TIMEOUT within %.1f s naming \"%s\")",
                  status_str(st), dt, late, DEADLINE_S + 3.0, name);
@@ -128,46 +269,57 @@ int main(int argc, char **argv)
         runtime_free(&rt);
         return CHECK_SKIP;
     }
-    comm_nccl_options o = { .max_count = MAX_COUNT, .bucket_bytes = BUCKET * sizeof(float), .timeout_s = 60 };
-    comm_nccl_options oa = o;
-    oa.average = true;
-    comm_nccl *c, *ca;
-    status st = comm_nccl_init(&c, &rt, &o);
-    if (st == STATUS_OK) st = comm_nccl_init(&ca, &rt, &oa);
+    comm_options o = { .backend = COMM_BACKEND_NCCL, .timeout_s = 60, .nccl_chunk_bytes = CHUNK * sizeof(float) };
+    comm *c;
+    status st = comm_init(&c, &rt, &o);
     if (st != STATUS_OK) runtime_exit(&rt, st);  /* init said why (e.g. two ranks of a node on one GPU) */
     if (rt.rank == 0) {
-        printf("# test_nccl: %d ranks, %d nodes of %d\n# %s\n", rt.size, rt.nnodes, rt.local_size,
-               comm_nccl_describe(c));
+        printf("# test_nccl: %d ranks, %d nodes of %d\n# %s\n", rt.size, rt.nnodes, rt.local_size, comm_describe(c));
         fflush(stdout);
     }
     cuda_stream s;
-    cuda_event ready;
-    if (cuda_stream_create(&s) || cuda_event_create(&ready)) gpu_die("stream/event", 1);
+    if (cuda_stream_create(&s)) gpu_die("stream", 1);
+    cuda_stream_use(s);  /* uploads run on s; every op waits for them through comm_set_stream */
+    if (comm_set_stream(c, s) != STATUS_OK) gpu_die("comm_set_stream", 1);
+    check(&rt, comm_on_device(c) && comm_auto_choice(c, 1 << 20) == COMM_ALGO_HIER,
+          "the nccl comm reduces device buffers and auto resolves to its hierarchical path", "");
 
     size_t L = (size_t)rt.local_size;
-    run_case(&rt, c, s, ready, 0, false, 0, "count 0 is a no-op");
-    run_case(&rt, c, s, ready, 1, false, 0, "sum of 1 float, exact");
-    run_case(&rt, c, s, ready, 7, false, 0, "sum of 7 floats (odd), exact");
-    run_case(&rt, c, s, ready, 3 * L + 1, false, 0, "sum of 3L+1 floats (not a multiple of the node size), exact");
-    run_case(&rt, c, s, ready, BUCKET, false, 0, "sum of exactly one bucket, exact");
-    run_case(&rt, c, s, ready, 2 * BUCKET, false, 0, "sum of exactly two buckets, exact");
-    run_case(&rt, c, s, ready, MAX_COUNT, false, 0, "sum of 6 buckets with a remainder, exact");
-    run_case(&rt, c, s, ready, MAX_COUNT, false, 0, "the same again (events and staging reused), exact");
+    run_case(&rt, c, 0, false, false, 0, "count 0 is a no-op");
+    run_case(&rt, c, 1, false, false, 0, "sum of 1 float, exact");
+    run_case(&rt, c, 7, false, true, 0, "sum of 7 floats (odd, blocking comm_allreduce), exact");
+    run_case(&rt, c, 3 * L + 1, false, false, 0, "sum of 3L+1 floats (not a multiple of the node size), exact");
+    run_case(&rt, c, CHUNK, false, false, 0, "sum of exactly one chunk, exact");
+    run_case(&rt, c, 2 * CHUNK, false, false, 0, "sum of exactly two chunks, exact");
+    run_case(&rt, c, MAX_COUNT, false, false, 0, "sum of 6 chunks with a remainder, exact");
+    run_case(&rt, c, MAX_COUNT, false, true, 0, "the same again (events and staging reused), exact");
 
     /* x * (1/size) is exact for power-of-two sizes; otherwise each product rounds once
      * (half an ulp of 30/size) and the sum of `size` of them once per addition. */
     bool pow2 = (rt.size & (rt.size - 1)) == 0;
     double atol = pow2 ? 0.0 : 2.0 * rt.size * 32.0 * FLT_EPSILON;
-    run_case(&rt, ca, s, ready, 7, true, atol, "average of 7 floats");
-    run_case(&rt, ca, s, ready, MAX_COUNT, true, atol, "average of 6 buckets with a remainder");
+    run_case(&rt, c, 7, true, false, atol, "average of 7 floats (scaled start)");
+    run_case(&rt, c, MAX_COUNT, true, false, atol, "average of 6 chunks with a remainder (scaled start)");
+    run_case(&rt, c, 2 * CHUNK + 3, false, false, 0, "a sum after averages (plain sum restored), exact");
 
-    if (rt.size > 1) run_deadline(&rt, c);
-    else if (rt.rank == 0) printf("# deadline: not tested with one rank (nobody to miss the allreduce)\n");
+    run_in_flight(&rt, c);
+    run_buckets(&rt, c, false, 0, "bucket manager on a device buffer: buckets in order, 2 steps, exact sums");
+    run_buckets(&rt, c, true, atol, "bucket manager with scale 1/world: averages on the device");
+    run_refusals(&rt, c);
 
-    comm_nccl_free(ca);
-    comm_nccl_free(c);  /* after the deadline test: local frees only on the ranks that timed out */
+    if (rt.size > 1) {
+        comm_options od = o;
+        od.timeout_s = DEADLINE_S;
+        comm *cd;
+        if ((st = comm_init(&cd, &rt, &od)) != STATUS_OK) runtime_exit(&rt, st);
+        run_deadline(&rt, cd);
+        comm_free(cd);  /* local frees only on the ranks that timed out */
+    } else if (rt.rank == 0) {
+        printf("# deadline: not tested with one rank (nobody to miss the allreduce)\n");
+    }
+
+    comm_free(c);
     cuda_stream_use(NULL);
-    cuda_event_destroy(ready);
     cuda_stream_destroy(s);
     int f = failures;
     if (rt.rank == 0) printf("test_nccl: %d ranks, %s\n", rt.size, f ? "FAILED" : "all checks passed");

@@ -1,4 +1,4 @@
-/* cuda_runtime.h (fake) — the part of the CUDA runtime API that libcore/comm_nccl.c
+/* cuda_runtime.h (fake) — the part of the CUDA runtime API that libcore/comm/comm_nccl.c
  * and the fake's own kernels/cuda/device.h use, implemented on the host by
  * fake_cuda.c. Only for the NCCL logic test (fake_cuda.c's header says what it can
  * and cannot show): comm_nccl.c compiles unchanged with -DNEBULA_CUDA on a machine
@@ -34,6 +34,21 @@ typedef struct CUevent_st *cudaEvent_t;   /* as kernels/cuda/device.h's cuda_eve
 #define cudaEventDefault 0x00
 #define cudaEventDisableTiming 0x02
 
+enum cudaMemoryType {
+    cudaMemoryTypeUnregistered = 0,
+    cudaMemoryTypeHost = 1,
+    cudaMemoryTypeDevice = 2,
+    cudaMemoryTypeManaged = 3,
+};
+
+struct cudaPointerAttributes {
+    enum cudaMemoryType type;
+    int device;
+    void *devicePointer;
+    void *hostPointer;
+    long reserved[8];
+};
+
 const char *cudaGetErrorString(cudaError_t error);
 cudaError_t cudaGetLastError(void);
 cudaError_t cudaPeekAtLastError(void);
@@ -43,6 +58,7 @@ cudaError_t cudaSetDevice(int device);
 cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device);
 cudaError_t cudaDeviceSynchronize(void);
 
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, const void *ptr);
 cudaError_t cudaMalloc(void **devPtr, size_t size);
 cudaError_t cudaMallocHost(void **ptr, size_t size);
 cudaError_t cudaFree(void *devPtr);

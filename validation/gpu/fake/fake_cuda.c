@@ -1,5 +1,5 @@
 /* fake_cuda — a host-only stand-in for the CUDA runtime and for kernels/cuda/device.h,
- * so that libcore/comm_nccl.c and validation/gpu/test_nccl.c, both unchanged, build
+ * so that libcore/comm/comm_nccl.c and validation/gpu/test_nccl.c, both unchanged, build
  * and run on a machine without a GPU (build/test/fake/test_nccl_fake, `make check`).
  *
  * What it is for: a LOGIC test of comm_nccl.c — bucket boundaries, the leftover
@@ -159,6 +159,18 @@ static void check_host(const void *p, size_t bytes, const char *what)
         if (!blocks[i].pinned && (const char *)p < blocks[i].base + blocks[i].bytes &&
             blocks[i].base < (const char *)p + bytes)
             fake_fail("%s: host side %p overlaps a device block", what, p);
+}
+
+/* Device blocks are device memory, pinned blocks host memory, the rest unregistered. */
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p)
+{
+    memset(a, 0, sizeof *a);
+    int i = block_of(p);
+    a->type = i < 0 ? cudaMemoryTypeUnregistered : blocks[i].pinned ? cudaMemoryTypeHost : cudaMemoryTypeDevice;
+    a->device = i < 0 ? -2 : 0;
+    if (a->type == cudaMemoryTypeDevice) a->devicePointer = (void *)p;
+    else a->hostPointer = (void *)p;
+    return cudaSuccess;
 }
 
 static bool overlaps(const void *a, size_t na, const void *b, size_t nb)

@@ -1,5 +1,5 @@
 /* mpi-ext.h (fake) — shadows Open MPI's extension header in the fake build of
- * libcore/comm_nccl.c, so whether MPI "is CUDA-aware" is the test binary's choice
+ * libcore/comm/comm_nccl.c, so whether MPI "is CUDA-aware" is the test binary's choice
  * (fake_mpi.c, built once staged and once CUDA-aware), not the installed MPI's.
  * The macro renames the query so no MPI library's own symbol is replaced. */
 #ifndef NEBULA_FAKE_MPI_EXT_H

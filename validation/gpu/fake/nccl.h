@@ -1,4 +1,4 @@
-/* nccl.h (fake) — the part of the NCCL API that libcore/comm_nccl.c uses, implemented
+/* nccl.h (fake) — the part of the NCCL API that libcore/comm/comm_nccl.c uses, implemented
  * by fake_nccl.c over MPI point-to-point messages between the communicator's ranks.
  * Only for the NCCL logic test; signatures and enum values follow NCCL 2.2x. */
 #ifndef NEBULA_FAKE_NCCL_H
