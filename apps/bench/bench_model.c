@@ -2,15 +2,25 @@
  * per step forward / backward / optimizer time, tokens/s, model FLOPs and their
  * ratio to a GEMM rate measured in the same process (the honest ceiling on a CPU),
  * and peak RSS. Single process; the peer is tools/peers/bench_model_torch.py.
- * The step is the trainer's (train_step_batch: zero, forward, backward, update),
- * the same numerics nebula-train runs, without the reduction of a single process.
- * The model is any libcore/model preset ([model] keys, --model NAME or
- * --config configs/models/NAME.ini) on a synthetic batch. */
+ *
+ * The one design decision: on the CPU the step timed is the trainer's own
+ * (train_step, what nebula-train runs), set up by train_setup at one rank from the
+ * bench keys — data.train = synthetic-fixed (one synthetic batch, seeded by
+ * bench.seed, as every step's micro-batch, as in Horovod's and PyTorch's synthetic
+ * benchmarks), the optimizer below, no checkpoints, a temporary run directory
+ * removed after. The model is any libcore/nn preset ([model] keys, --model NAME or
+ * --config configs/models/NAME.ini). --device cuda steps through train_step_batch
+ * until the trainer runs on a GPU. */
 #include <cblas.h>
+#include <dirent.h>
+#include <errno.h>
 #include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "bench.h"
 #include "nn/device.h"
@@ -120,7 +130,136 @@ static status bench_model_device(const config *cfg, const model_spec *spec, int 
     return st;
 }
 
-status bench_model_run(const config *cfg)
+/* The trainer of the benchmark: its config (schema, values) and run. */
+typedef struct bench_trainer {
+    config_key schema[256];    /* train_config_schema's keys; cfg refers to them */
+    config cfg;
+    train_run run;
+    char dir[256];             /* the temporary run directory ("" before it exists) */
+} bench_trainer;
+
+/* "section.key=value" on the trainer's config; a key of the trainer's schema, so a
+ * refusal is a bug. */
+static void bench_set(bench_trainer *bt, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void bench_set(bench_trainer *bt, const char *fmt, ...)
+{
+    char line[CONFIG_STR_MAX + 128];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    CHECK(config_set(&bt->cfg, line) == STATUS_OK, "the trainer's schema holds every key nebula-bench sets");
+}
+
+/* The trainer's config: every runtime, comm, model, device and dgc key given to
+ * nebula-bench, then one rank's run of warm + steps steps on one synthetic batch,
+ * B x T, with the benchmark's optimizer — AdamW (beta 0.9/0.95, eps 1e-8, decay 0.1)
+ * at 3e-4, or for ResNets SGD (momentum 0.9, decay 1e-4) at 0.01 — at a constant
+ * rate, without clipping, checkpoints, evaluation or DGC-Pro. */
+static void bench_train_config(bench_trainer *bt, const config *cfg, bool resnet)
+{
+    config_init(&bt->cfg, bt->schema, train_config_schema(bt->schema, 256));
+    for (int k = 0; k < cfg->nkeys; k++) {
+        const config_key *key = &cfg->schema[k];
+        if (!strcmp(key->section, "bench") || !strcmp(cfg->values[k].origin, "default")) continue;
+        bench_set(bt, "%s.%s=%s", key->section, key->name, cfg->values[k].text);
+    }
+    int threads = (int)config_int(cfg, "bench.threads");
+    bench_set(bt, "train.micro_batch=%d", (int)config_int(cfg, "bench.batch"));
+    bench_set(bt, "train.accum=1");
+    bench_set(bt, "train.seq_len=%d", (int)config_int(cfg, "bench.seq"));
+    bench_set(bt, "train.steps=%d", (int)(config_int(cfg, "bench.model_warmup") + config_int(cfg, "bench.steps")));
+    bench_set(bt, "train.seed=%lld", (long long)config_int(cfg, "bench.seed"));
+    bench_set(bt, "train.threads=%d", threads > 0 ? threads : omp_get_max_threads());  /* 0: OMP_NUM_THREADS or all cores */
+    bench_set(bt, "train.clip=0");
+    bench_set(bt, "train.run_dir=%s", bt->dir);
+    bench_set(bt, "train.zero=0");
+    bench_set(bt, "data.train=" TRAIN_DATA_SYNTHETIC_FIXED);
+    bench_set(bt, "data.val=");
+    bench_set(bt, "optim.name=auto");
+    bench_set(bt, "optim.schedule=constant");
+    bench_set(bt, "optim.warmup_steps=0");
+    bench_set(bt, "optim.lr=%s", resnet ? "0.01" : "3e-4");
+    bench_set(bt, "optim.weight_decay=%s", resnet ? "1e-4" : "0.1");
+    bench_set(bt, "optim.beta1=0.9");
+    bench_set(bt, "optim.beta2=0.95");
+    bench_set(bt, "optim.eps=1e-8");
+    bench_set(bt, "optim.momentum=0.9");
+    bench_set(bt, "optim.nesterov=false");
+    bench_set(bt, "ckpt.every_steps=0");
+    bench_set(bt, "ckpt.every_minutes=0");
+    bench_set(bt, "ckpt.resume=none");
+    bench_set(bt, "dgc.mode=off");
+}
+
+/* Removes the temporary run directory and the files the trainer left in it. */
+static void bench_remove_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        char path[512];
+        while ((e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            if (unlink(path) != 0) log_warn("cannot remove %s", path);
+        }
+        closedir(d);
+    }
+    if (rmdir(dir) != 0) log_warn("cannot remove the temporary run directory %s", dir);
+}
+
+/* The CPU benchmark proper: the header, the memory table and one row per timed step
+ * of train_step. */
+static status bench_model_steps(const config *cfg, train_run *r, int B, int T)
+{
+    int steps = (int)config_int(cfg, "bench.steps"), warm = (int)config_int(cfg, "bench.model_warmup");
+    model *m = &r->m;
+    const model_spec *spec = &r->spec;
+    param_table *pt = model_params(m);
+    bool sgd = r->opt.use_sgd;  /* SGD with momentum for ResNets, AdamW otherwise */
+    const char *unit = model_unit(m);
+    double units = model_units_per_step(m), flops_step = model_flops_per_step(m);
+    double gflops = sgemm_gflops(2048);
+    bool csv = !strcmp(config_str(cfg, "bench.format"), "csv");
+    char shape[64];
+    if (spec->family == MODEL_FAMILY_RESNET) snprintf(shape, sizeof shape, "B=%d %dx%d", B, spec->image_size, spec->image_size);
+    else snprintf(shape, sizeof shape, "B=%d T=%d", B, T);
+    printf("# nebula-bench model: %s (%.1fM parameters), %s, %d threads, fp32, %s\n# model: ", spec->name,
+           (double)pt->total / 1e6, shape, omp_get_max_threads(), sgd ? "SGD momentum" : "AdamW");
+    model_spec_print(spec, stdout);
+    printf("# sgemm 2048^3 in this process: %.1f GFLOP/s; model FLOPs per step %.1f G\n", gflops, flops_step / 1e9);
+    param_print_memory(pt, model_activation_bytes(m), 0, NULL, stdout);
+    if (csv) printf("step,fwd_ms,bwd_ms,opt_ms,total_ms,%s_per_s,gflops,pct_sgemm,loss\n", unit);
+    else printf("# %4s %9s %9s %9s %10s %8s/s %9s %8s %9s\n", "step", "fwd_ms", "bwd_ms", "opt_ms", "total_ms", unit,
+                "GFLOP/s", "%sgemm", "loss");
+    double *tf = calloc((size_t)steps, sizeof(double)), *tb = calloc((size_t)steps, sizeof(double));
+    double *to = calloc((size_t)steps, sizeof(double)), *tt = calloc((size_t)steps, sizeof(double));
+    CHECK(tf && tb && to && tt, "out of memory");
+    status st = STATUS_OK;
+    for (int s = -warm; s < steps; s++) {
+        train_step_stats ss;
+        if ((st = train_step(r, &ss)) != STATUS_OK) break;
+        if (s < 0) continue;
+        /* opt also holds the step's comm wait (nothing at one rank) and its data (none) */
+        tf[s] = ss.fwd_ms; tb[s] = ss.bwd_ms; tt[s] = ss.step_ms; to[s] = tt[s] - tf[s] - tb[s];
+        double ups = units / (tt[s] / 1e3), gf = flops_step / (tt[s] / 1e3) / 1e9;
+        printf(csv ? "%d,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.1f,%.4f\n" : "  %4d %9.2f %9.2f %9.2f %10.2f %10.2f %9.2f %7.1f%% %9.4f\n",
+               s, tf[s], tb[s], to[s], tt[s], ups, gf, 100 * gf / gflops, ss.loss);
+    }
+    if (st == STATUS_OK) {
+        double mt = bench_median(tt, steps), ups = units / (mt / 1e3), gf = flops_step / (mt / 1e3) / 1e9;
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        printf("# median: fwd %.2f ms, bwd %.2f ms, opt %.2f ms, step %.2f ms, %.2f %s/s, %.2f GFLOP/s = %.1f%% of "
+               "sgemm, peak RSS %.0f MiB\n", bench_median(tf, steps), bench_median(tb, steps), bench_median(to, steps), mt, ups, unit,
+               gf, 100 * gf / gflops, ru.ru_maxrss / 1024.0);
+    }
+    free(tf); free(tb); free(to); free(tt);
+    return st;
+}
+
+status bench_model_run(const config *cfg, const runtime *rt, comm *c)
 {
     model_spec spec;
     TRY(model_spec_from_config(&spec, cfg));
@@ -132,67 +271,25 @@ status bench_model_run(const config *cfg)
     }
     if (strcmp(config_str(cfg, "device.kind"), "cpu") != 0 || strcmp(config_str(cfg, "device.precision"), "fp32") != 0)
         return bench_model_device(cfg, &spec, B, T);
-    int steps = (int)config_int(cfg, "bench.steps"), warm = (int)config_int(cfg, "bench.model_warmup");
-    int threads = (int)config_int(cfg, "bench.threads");
-    if (threads > 0) {
-        omp_set_num_threads(threads);
-        openblas_set_num_threads(threads);
+    if (rt->size != 1) {
+        log_error0("nebula-bench model is one process (%d were launched); data-parallel throughput is nebula-train's "
+                   "with data.train = %s (jobscripts/bench.sbatch)", rt->size, TRAIN_DATA_SYNTHETIC_FIXED);
+        return STATUS_USAGE;
     }
-    model *m = malloc(sizeof *m);
-    CHECK(m, "out of memory");
-    status st = model_init(m, &spec, B, T, 1, true);
-    if (st != STATUS_OK) { free(m); return st; }
-    model_batch batch;
-    if ((st = model_batch_init(&batch, m)) != STATUS_OK) { model_free(m); free(m); return st; }
-    model_batch_synthetic(&batch, m, 1);
-    param_table *pt = model_params(m);
-    train_optim opt;
-    if ((st = train_optim_init_default(&opt, m, NULL)) != STATUS_OK) {
-        model_batch_free(&batch);
-        model_free(m);
-        free(m);
-        return st;
+    bench_trainer *bt = calloc(1, sizeof *bt);
+    CHECK(bt, "out of memory");
+    const char *tmp = getenv("TMPDIR");
+    snprintf(bt->dir, sizeof bt->dir, "%s/nebula-bench-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    if (!mkdtemp(bt->dir)) {
+        log_error("cannot create a temporary run directory %s: %s", bt->dir, strerror(errno));
+        free(bt);
+        return STATUS_IO;
     }
-    bool sgd = opt.use_sgd;  /* SGD with momentum for ResNets, AdamW otherwise */
-    const char *unit = model_unit(m);
-    double units = model_units_per_step(m), flops_step = model_flops_per_step(m);
-    double gflops = sgemm_gflops(2048);
-    bool csv = !strcmp(config_str(cfg, "bench.format"), "csv");
-    char shape[64];
-    if (sgd) snprintf(shape, sizeof shape, "B=%d %dx%d", B, spec.image_size, spec.image_size);
-    else snprintf(shape, sizeof shape, "B=%d T=%d", B, T);
-    printf("# nebula-bench model: %s (%.1fM parameters), %s, %d threads, fp32, %s\n# model: ", spec.name,
-           (double)pt->total / 1e6, shape, omp_get_max_threads(), sgd ? "SGD momentum" : "AdamW");
-    model_spec_print(&spec, stdout);
-    printf("# sgemm 2048^3 in this process: %.1f GFLOP/s; model FLOPs per step %.1f G\n", gflops, flops_step / 1e9);
-    param_print_memory(pt, model_activation_bytes(m), 0, NULL, stdout);
-    if (csv) printf("step,fwd_ms,bwd_ms,opt_ms,total_ms,%s_per_s,gflops,pct_sgemm,loss\n", unit);
-    else printf("# %4s %9s %9s %9s %10s %8s/s %9s %8s %9s\n", "step", "fwd_ms", "bwd_ms", "opt_ms", "total_ms", unit,
-                "GFLOP/s", "%sgemm", "loss");
-    double *tf = calloc((size_t)steps, sizeof(double)), *tb = calloc((size_t)steps, sizeof(double));
-    double *to = calloc((size_t)steps, sizeof(double)), *tt = calloc((size_t)steps, sizeof(double));
-    for (int s = -warm; s < steps && st == STATUS_OK; s++) {
-        train_step_stats ss;
-        st = train_step_batch(m, &opt, &batch, sgd ? 0.01 : 3e-4, s + warm + 1, &ss);
-        if (st != STATUS_OK) break;
-        if (s < 0) continue;
-        tf[s] = ss.fwd_ms; tb[s] = ss.bwd_ms; to[s] = ss.opt_ms; tt[s] = ss.step_ms;
-        double ups = units / (tt[s] / 1e3), gf = flops_step / (tt[s] / 1e3) / 1e9;
-        printf(csv ? "%d,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.1f,%.4f\n" : "  %4d %9.2f %9.2f %9.2f %10.2f %10.2f %9.2f %7.1f%% %9.4f\n",
-               s, tf[s], tb[s], to[s], tt[s], ups, gf, 100 * gf / gflops, ss.loss);
-    }
-    if (st == STATUS_OK && steps > 0) {
-        double mt = bench_median(tt, steps), ups = units / (mt / 1e3), gf = flops_step / (mt / 1e3) / 1e9;
-        struct rusage ru;
-        getrusage(RUSAGE_SELF, &ru);
-        printf("# median: fwd %.2f ms, bwd %.2f ms, opt %.2f ms, step %.2f ms, %.2f %s/s, %.2f GFLOP/s = %.1f%% of "
-               "sgemm, peak RSS %.0f MiB\n", bench_median(tf, steps), bench_median(tb, steps), bench_median(to, steps), mt, ups, unit,
-               gf, 100 * gf / gflops, ru.ru_maxrss / 1024.0);
-    }
-    free(tf); free(tb); free(to); free(tt);
-    train_optim_free(&opt);
-    model_batch_free(&batch);
-    model_free(m);
-    free(m);
+    bench_train_config(bt, cfg, spec.family == MODEL_FAMILY_RESNET);
+    status st = train_setup(&bt->run, &bt->cfg, rt, c, NULL);
+    if (st == STATUS_OK) st = bench_model_steps(cfg, &bt->run, B, T);
+    train_free(&bt->run);
+    bench_remove_dir(bt->dir);
+    free(bt);
     return st;
 }

@@ -46,6 +46,8 @@ static const config_key bench_schema[] = {
     { "bench", "model_warmup", CONFIG_TYPE_INT, "1", .min = 0, .max = 1000, .help = "model: untimed steps first" },
     { "bench", "threads", CONFIG_TYPE_INT, "0", .min = 0, .max = 4096,
       .help = "model: OpenMP and OpenBLAS threads (0: OMP_NUM_THREADS or all cores)" },
+    { "bench", "seed", CONFIG_TYPE_INT, "1", .min = 0, .max = 9e15,
+      .help = "model: initialisation and the synthetic batch (the trainer's train.seed)" },
     { "bench", "dry_run", CONFIG_TYPE_BOOL, "false",
       .help = "model: resolve and check the model and batch shape, print them, allocate nothing" },
 };
@@ -73,6 +75,7 @@ static const cli_option bench_options[] = {
     { "seq", "bench.seq", NULL },
     { "steps", "bench.steps", NULL },
     { "threads", "bench.threads", NULL },
+    { "seed", "bench.seed", NULL },
     { "dry-run", "bench.dry_run", "true" },
     { "device", "device.kind", NULL },
     { "precision", "device.precision", NULL },
@@ -81,9 +84,11 @@ static const cli_option bench_options[] = {
 static const char usage[] =
     "usage: nebula-bench comm [options]   allreduce sweep (nccl-tests style), Nebula vs OpenMPI\n"
     "                                     launch with mpirun -np N (--ranks-per-node K: virtual nodes)\n"
-    "       nebula-bench model [options]  training-step throughput of one model on synthetic data:\n"
+    "       nebula-bench model [options]  training-step throughput of one model on synthetic data, timing\n"
+    "                                     nebula-train's own step at one rank (data.train = synthetic-fixed):\n"
     "                                     --model NAME (or --config configs/models/NAME.ini) --batch B --seq T\n"
-    "                                     --steps N --threads N; --dry-run: check model and shapes, allocate nothing;\n"
+    "                                     --steps N --threads N --seed S; --dry-run: check model and shapes,\n"
+    "                                     allocate nothing;\n"
     "                                     --device cuda [--precision bf16|fp16]: GPT-2 or BERT on one GPU, MFU\n"
     "                                     against the bf16 GEMM rate measured in the same process\n"
     "       nebula-bench dgc [options]    DGC-Pro threshold selection on one core: --count N --rounds R,\n"
@@ -146,16 +151,26 @@ int main(int argc, char **argv)
     if (st != STATUS_OK) return status_exit_code(st);
     if (action == CLI_ACTION_EXIT) return 0;
 
-    if (model || dgc) {  /* one process: no MPI needed */
-        st = model ? bench_model_run(&cfg) : bench_dgc_run(&cfg);
-        return status_exit_code(st);
-    }
+    if (dgc) return status_exit_code(bench_dgc_run(&cfg));  /* one process: no MPI needed */
     runtime_options ro;
     runtime_options_from_config(&cfg, &ro);
     ro.gpus = device_gpu_count();
+    /* model: one process on the cores it was given, as a benchmark of its threads
+     * needs (binding auto would pin a lone process to one core) */
+    if (model && !strcmp(config_origin(&cfg, "runtime.bind"), "default")) ro.bind = RUNTIME_BIND_NONE;
     runtime rt;
     st = runtime_init(&rt, &argc, &argv, &ro);
     if (st != STATUS_OK) runtime_exit(&rt, st);
+    if (model) {  /* the trainer's step at world size 1 (bench_model.c) */
+        comm_options co;
+        comm_options_from_config(&cfg, &co);
+        comm *c = NULL;
+        st = comm_init(&c, &rt, &co);
+        if (st == STATUS_OK) st = bench_model_run(&cfg, &rt, c);
+        if (runtime_must_abort(st)) runtime_exit(&rt, st);
+        if (c) comm_free(c);
+        runtime_exit(&rt, st);
+    }
     /* Machine-readable stdout (csv, json) keeps the human preamble on stderr. */
     FILE *info = strcmp(config_str(&cfg, "bench.format"), "table") ? stderr : stdout;
     if (rt.rank == 0) {

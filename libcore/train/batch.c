@@ -53,6 +53,16 @@ static status parse3(const config *cfg, const char *key, float out[3])
 status train_open_data(train_run *r, data_loader **out, const char *path, bool train)
 {
     const config *cfg = r->cfg;
+    if (!strcmp(path, TRAIN_DATA_SYNTHETIC_FIXED)) {
+        if (!train) {
+            log_error0("data.val = %s (%s): evaluating on the one batch the model trains on measures nothing; use "
+                       "data.val = synthetic (held-out synthetic samples), a file, or leave data.val empty",
+                       path, config_origin(cfg, "data.val"));
+            return STATUS_INPUT;
+        }
+        r->fixed_batch = true;
+        path = "synthetic";  /* the position advances over the synthetic stream; its samples are not read */
+    }
     data_config dc;
     memset(&dc, 0, sizeof dc);
     dc.path = path;
@@ -78,6 +88,7 @@ status train_open_data(train_run *r, data_loader **out, const char *path, bool t
 status train_fill(train_run *r, data_loader *d, int a)
 {
     model_batch *b = &r->batch;
+    if (r->fixed_batch && d == r->train_data) return STATUS_OK;  /* synthetic-fixed: filled at setup, never changed */
     if (r->spec.family == MODEL_FAMILY_RESNET) return data_next_images(d, a, b->images, b->targets);
     if (r->spec.family == MODEL_FAMILY_GPT2) return data_next_tokens(d, a, b->ids, b->targets);
     /* BERT: masked LM over the raw tokens, each sample's masking keyed by its index

@@ -55,7 +55,9 @@ const config_key train_schema_keys[] = {
     { "optim", "step_size", CONFIG_TYPE_INT, "1000", .min = 1, .max = 1e12, .help = "step schedule: period" },
     { "optim", "gamma", CONFIG_TYPE_FLOAT, "0.1", .min = 0, .max = 1e3, .help = "step schedule: factor" },
     { "data", "train", CONFIG_TYPE_STRING, "synthetic",
-      .help = "training data: Nebula or llm.c token file, HDF5 or CIFAR-10 images, or synthetic" },
+      .help = "training data: Nebula or llm.c token file, HDF5 or CIFAR-10 images, synthetic (a stream of random "
+              "samples, a function of train.seed), or synthetic-fixed (one random batch from train.seed as every "
+              "micro-batch, as nebula-bench model times it; not for data.val)" },
     { "data", "val", CONFIG_TYPE_STRING, "", .help = "held-out data in the same format (empty: no evaluation)" },
     { "data", "shuffle", CONFIG_TYPE_BOOL, "true", .help = "a new permutation of the training samples every epoch" },
     { "data", "pad_crop", CONFIG_TYPE_INT, "0", .min = 0, .max = 1024,

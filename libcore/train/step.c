@@ -2,38 +2,64 @@
  * launched from the last backward's layer hook, DDP's no_sync before it), the wait
  * for the buckets or DGC-Pro's exchange, the loss sum, clipping, the update (ZeRO's
  * owned shards and all-gather, or the whole buffer), ResNet's statistics from rank 0.
- * train_step_batch is the same numerics on one process for nebula-bench model.
+ * train_step is what nebula-train runs and what nebula-bench model times on the CPU;
+ * train_step_batch is the GPU-only twin of nebula-bench model --device cuda, built
+ * from the same helpers (zeroing, forward + backward, update).
  *
  * The one design decision: AdamW goes through the device table's optimizer
  * (device_optim), whose CPU step is optim_adamw_step itself, so the trainer and the
  * benchmark run one update and the CPU results stay bit-identical; SGD with momentum
- * (and ZeRO's ranges, DGC-Pro's plain entries) is host-only so far. */
+ * (and ZeRO's ranges, DGC-Pro's plain entries) is host-only so far. The phase timings
+ * cost a few clock reads per micro-batch and no synchronisation on the CPU. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include <omp.h>
-
 #include "train_impl.h"
 
-/* Forward and backward of one micro-batch (the backward ADDS into the gradients);
- * returns the loss. With dev (a GPU), it ends with a device synchronisation. */
-static double train_forward_backward(model *m, const model_batch *b, const device *dev, status *st)
+/* Zeroes the gradients (on the device that holds them); returns the milliseconds. */
+static double train_zero_grads(const device *dev, const param_table *pt, param_buffers *w)
 {
-    *st = model_forward(m, b, true);
-    if (*st != STATUS_OK) return 0;
-    double loss = model_loss(m);
-    model_backward(m);
-    if (device_is_gpu(dev)) *st = device_sync(dev);
-    return loss;
+    double t0 = train_now_s();
+    if (device_is_gpu(dev)) dev->ops->zero(w->grads, pt->total);
+    else param_zero_grads(w, pt);
+    return (train_now_s() - t0) * 1e3;
 }
 
-/* The update of the whole flat buffer at rate lr, step t (from 1). */
-static void train_optim_update(train_optim *o, const param_table *pt, param_buffers *pb, double lr, long t)
+/* Forward and backward of one micro-batch (the backward ADDS into the gradients);
+ * adds the loss to *loss and the phase times to ss->fwd_ms, ss->bwd_ms. On a GPU
+ * the forward ends with the losses copied back and the backward with a device
+ * synchronisation, so the host clock times the device's work. */
+static status train_forward_backward(model *m, const model_batch *b, const device *dev, double *loss,
+                                     train_step_stats *ss)
 {
-    if (o->use_sgd) optim_sgd_step(pt, pb, &o->sgd, lr, t);
-    else device_optim_adamw_step(&o->dopt, pb, &o->adamw, lr, t);
+    double t0 = train_now_s();
+    TRY(model_forward(m, b, true));
+    double t1 = train_now_s();
+    *loss += model_loss(m);
+    model_backward(m);
+    if (device_is_gpu(dev)) TRY(device_sync(dev));
+    double t2 = train_now_s();
+    ss->fwd_ms += (t1 - t0) * 1e3, ss->bwd_ms += (t2 - t1) * 1e3;
+    return STATUS_OK;
+}
+
+/* The update of the whole flat buffer at rate lr, step t (from 1): SGD on the host,
+ * AdamW through the device table (on a GPU with loss scaling's own step count, then
+ * a synchronisation). */
+static status train_optim_update(train_optim *o, const param_table *pt, param_buffers *pb, double lr, long t)
+{
+    if (o->use_sgd) {
+        optim_sgd_step(pt, pb, &o->sgd, lr, t);
+    } else if (device_is_gpu(o->dopt.dev)) {
+        bool skipped;
+        device_optim_adamw_step_scaled(&o->dopt, pb, &o->adamw, lr, &skipped);
+        TRY(device_sync(o->dopt.dev));
+    } else {
+        device_optim_adamw_step(&o->dopt, pb, &o->adamw, lr, t);
+    }
+    return STATUS_OK;
 }
 
 /* The hook a model's backward calls as each layer's gradients become final: marks
@@ -66,14 +92,17 @@ static double train_lr_scale(const train_run *r)
 }
 
 /* One optimizer step: A micro-batches forward and backward (buckets launched from
- * the last backward), the wait for the buckets, clipping, the update. */
+ * the last backward), the wait for the buckets, clipping, the update. Phases in ss:
+ * fwd = zeroing the gradients + the forwards, bwd = the backwards (with the bucket
+ * launches), comm_wait = the wait for the buckets or DGC-Pro's exchange, opt = the
+ * loss sum, clipping, the update and ResNet's statistics; step = all of it with the
+ * data. */
 status train_step(train_run *r, train_step_stats *ss)
 {
     param_table *pt = model_params(&r->m);
     param_buffers *pb = model_buffers(&r->m);
     double t0 = train_now_s(), loss = 0;
-    status st = STATUS_OK;
-    param_zero_grads(pb, pt);
+    ss->fwd_ms = train_zero_grads(&r->dev, pt, pb), ss->bwd_ms = 0;
     if (r->dgc_flush) {  /* DGC-Pro was switched off: its residuals go out with this dense step */
         dgc_flush(r->dgc, pb->grads, (float)(r->tb.accum * r->rt->size), train_lr_scale(r));
         r->dgc_flush = false;
@@ -83,8 +112,7 @@ status train_step(train_run *r, train_step_stats *ss)
     for (int a = 0; a < r->tb.accum; a++) {
         TRY(train_fill(r, r->train_data, a));
         train_set_hook(r, !compress && a == r->tb.accum - 1);  /* earlier micro-batches only accumulate (DDP's no_sync) */
-        loss += train_forward_backward(&r->m, &r->batch, NULL, &st);
-        TRY(st);
+        TRY(train_forward_backward(&r->m, &r->batch, &r->dev, &loss, ss));
         TRY(r->hook_status);
     }
     train_set_hook(r, false);
@@ -100,7 +128,8 @@ status train_step(train_run *r, train_step_stats *ss)
     } else {
         TRY(bucket_wait_all(&r->bm));
     }
-    ss->comm_wait_ms = (train_now_s() - t1) * 1e3;
+    double t2 = train_now_s();
+    ss->comm_wait_ms = (t2 - t1) * 1e3;
     double local = loss / r->tb.accum;
     TRY(comm_ctl_allreduce(train_ctl(r), &local, &ss->loss, 1, MPI_DOUBLE, MPI_SUM));
     ss->loss /= r->rt->size;
@@ -120,11 +149,13 @@ status train_step(train_run *r, train_step_stats *ss)
         zero_allgather_params(&r->zero, pb->params, pb->grads);
     } else {
         r->opt.sgd.plain = compress ? dgc_plain_entries(r->dgc) : NULL;
-        train_optim_update(&r->opt, pt, pb, ss->lr, r->step + 1);
+        TRY(train_optim_update(&r->opt, pt, pb, ss->lr, r->step + 1));
     }
     /* ResNet's running statistics: rank 0's everywhere, as DDP's broadcast_buffers. */
     if (model_state_table(&r->m))
         TRY(comm_ctl_bcast(train_ctl(r), model_state(&r->m), (int)model_state_table(&r->m)->total, MPI_FLOAT, 0));
+    double t3 = train_now_s();
+    ss->opt_ms = (t3 - t2) * 1e3;
     data_advance(r->train_data);
     r->loader_state = data_get_state(r->train_data);
     r->step++;
@@ -236,35 +267,28 @@ void train_optim_free(train_optim *o)
     device_optim_free(&o->dopt);
 }
 
+/* The GPU-only path (nebula-bench model --device cuda) until the trainer runs on a
+ * device: train_setup refuses device.kind = cuda, so train_step cannot be timed there
+ * yet. It shares train_step's helpers (zeroing, forward + backward, the update); on
+ * the CPU nebula-bench times train_step itself. */
 status train_step_batch(model *m, train_optim *o, const model_batch *b, double lr, long t, train_step_stats *ss)
 {
     const device *dev = o->dopt.dev;
-    bool gpu = device_is_gpu(dev);
     const param_table *pt = model_params(m);
     param_buffers *w = model_device_buffers(m);
-    double t0 = omp_get_wtime();
-    if (gpu) dev->ops->zero(w->grads, pt->total);
-    else param_zero_grads(w, pt);
-    TRY(model_forward(m, b, true));  /* on a GPU it ends with the losses copied back */
-    double t1 = omp_get_wtime();
+    double t0 = train_now_s(), loss = 0;
+    ss->fwd_ms = train_zero_grads(dev, pt, w), ss->bwd_ms = 0;
     model_set_loss_scale(m, device_optim_loss_scale(&o->dopt));  /* 1 unless fp16 */
-    model_backward(m);
-    if (gpu) TRY(device_sync(dev));
-    double t2 = omp_get_wtime();
+    TRY(train_forward_backward(m, b, dev, &loss, ss));
+    double t2 = train_now_s();
     ss->gnorm = NAN;
     if (o->clip > 0) optim_clip_grad_norm(w->grads, pt->total, o->clip, &ss->gnorm);
-    if (gpu) {
-        bool skipped;
-        device_optim_adamw_step_scaled(&o->dopt, w, &o->adamw, lr, &skipped);  /* loss scaling's own count */
-        TRY(device_sync(dev));
-    } else {
-        train_optim_update(o, pt, w, lr, t);
-    }
-    double t3 = omp_get_wtime();
-    ss->loss = model_loss(m);
+    TRY(train_optim_update(o, pt, w, lr, t));
+    double t3 = train_now_s();
+    ss->loss = loss;
     ss->lr = lr;
     ss->comm_wait_ms = 0;
-    ss->fwd_ms = (t1 - t0) * 1e3, ss->bwd_ms = (t2 - t1) * 1e3, ss->opt_ms = (t3 - t2) * 1e3;
+    ss->opt_ms = (t3 - t2) * 1e3;
     ss->step_ms = (t3 - t0) * 1e3;
     return STATUS_OK;
 }

@@ -137,6 +137,7 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
     TRY(model_init(&r->m, &r->spec, r->tb.micro_batch, r->T, r->seed, true));
     TRY(device_optim_init(&r->opt.dopt, &r->dev, model_params(&r->m)));
     TRY(model_batch_init(&r->batch, &r->m));
+    if (r->fixed_batch) model_batch_synthetic(&r->batch, &r->m, r->seed);
     if (r->spec.family == MODEL_FAMILY_BERT) {
         r->raw_ids = malloc((size_t)r->tb.micro_batch * (size_t)r->T * sizeof *r->raw_ids);
         r->samples = malloc((size_t)r->tb.micro_batch * sizeof *r->samples);
@@ -241,7 +242,11 @@ void train_print(const train_run *r, FILE *f)
             r->tb.global_batch, r->tb.micro_batch, r->tb.accum, r->rt->size, r->T ? "" : " (images)", r->threads);
     char line[512];
     data_describe(r->train_data, line, sizeof line);
-    fprintf(f, "data.train: %s\n", line);
+    if (r->fixed_batch)
+        fprintf(f, "data.train: %s: one synthetic batch (seed %" PRIu64 ") as every micro-batch; the position "
+                "advances over %s\n", TRAIN_DATA_SYNTHETIC_FIXED, r->seed, line);
+    else
+        fprintf(f, "data.train: %s\n", line);
     if (r->val_data) {
         data_describe(r->val_data, line, sizeof line);
         fprintf(f, "data.val: %s\n", line);

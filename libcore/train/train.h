@@ -5,7 +5,8 @@
  * names every program that reads or writes a training checkpoint uses), and the
  * elastic control (heartbeat, control file, relaunch). nebula-train's main() is a
  * script over train_setup -> train_resume -> train_loop -> train_free, and
- * nebula-bench model times train_step_batch, the same step on one process.
+ * nebula-bench model times train_step itself (train_setup on one rank with
+ * data.train = synthetic-fixed, then train_step in its own loop).
  *
  * Files: schema.c (config keys, checkpoint content), batch.c (batch arithmetic, the
  * loaders, filling a micro-batch), step.c (the step and DGC-Pro's auto mode),
@@ -122,7 +123,11 @@ typedef struct train_optim {
     double clip;               /* max global gradient norm, 0 = off */
 } train_optim;
 
-/* What one step reports. */
+/* What one step reports. The phases are host-clock times (ms) taken between the
+ * phases, a few clock reads per micro-batch: fwd = zeroing the gradients + the
+ * forwards, bwd = the backwards (bucket launches included), comm_wait = the wait for
+ * the gradient buckets (or DGC-Pro's exchange), opt = loss sum, clipping, update and
+ * ResNet's statistics; step = the whole step, data included. */
 typedef struct train_step_stats {
     double loss;               /* mean over the global batch */
     double gnorm;              /* global gradient norm before clipping */
@@ -130,6 +135,13 @@ typedef struct train_step_stats {
     double step_ms, comm_wait_ms;
     double fwd_ms, bwd_ms, opt_ms; /* the phases (fwd, bwd summed over the micro-batches) */
 } train_step_stats;
+
+/* data.train = synthetic-fixed: one synthetic batch (model_batch_synthetic, seeded by
+ * train.seed) is every micro-batch of every step, as in Horovod's and PyTorch's
+ * synthetic benchmarks; no file is read. The loader's position still advances over
+ * the synthetic stream (data.train = synthetic), so checkpoints, resume and elastic
+ * batch changes work as with any data. Training data only: refused as data.val. */
+#define TRAIN_DATA_SYNTHETIC_FIXED "synthetic-fixed"
 
 /* Everything a run owns. */
 typedef struct train_run {
@@ -141,6 +153,7 @@ typedef struct train_run {
     model_spec spec;
     model m;                   /* sized for one micro-batch */
     model_batch batch;         /* the micro-batch fed to the model */
+    bool fixed_batch;          /* data.train = synthetic-fixed: batch is filled once at setup */
     int32_t *raw_ids;          /* (b, T) BERT: the tokens before masking */
     uint64_t *samples;         /* (b) BERT: the file's samples of the micro-batch (masking keys) */
     train_batch tb;
@@ -188,9 +201,12 @@ status train_resume(train_run *r);
 /* The step loop up to train.steps, with logging, evaluation, checkpoints and signals.
  * STATUS_STOPPED after a stop request, STATUS_RELAUNCH after a world-size change. */
 status train_loop(train_run *r);
+/* One optimizer step of the run: A micro-batches, reduction, clipping, update; the
+ * step nebula-train's loop runs and nebula-bench model times. Collective. */
+status train_step(train_run *r, train_step_stats *ss);
 void train_free(train_run *r);
 
-/* ---- the step on one process (nebula-bench model) ---- */
+/* ---- the step on one GPU (nebula-bench model --device cuda) until the trainer runs on a device ---- */
 
 /* The optimizer nebula-train would use for m's family with the default [optim] keys
  * of a benchmark (AdamW: beta 0.9/0.95, eps 1e-8, decay 0.1; SGD for ResNet: momentum
@@ -198,8 +214,9 @@ void train_free(train_run *r);
 status train_optim_init_default(train_optim *o, model *m, const device *dev);
 void train_optim_free(train_optim *o);
 /* One optimizer step of m on one batch without reduction (one process): zero the
- * gradients, forward, backward, clip, update at rate lr (step t, from 1). Each phase
- * ends with a device synchronisation so the host clock times it. */
+ * gradients, forward, backward, clip, update at rate lr (step t, from 1), through
+ * train_step's own helpers. Each phase ends with a device synchronisation so the host
+ * clock times it. The GPU-only path: on the CPU, nebula-bench times train_step. */
 status train_step_batch(model *m, train_optim *o, const model_batch *b, double lr, long t, train_step_stats *ss);
 
 #endif

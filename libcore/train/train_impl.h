@@ -49,8 +49,6 @@ status train_control(train_run *r, int *relaunch);
 status train_relaunch_write(train_run *r, int world);
 
 /* ---- step.c ---- */
-/* One optimizer step of the run: A micro-batches, reduction, clipping, update. */
-status train_step(train_run *r, train_step_stats *ss);
 /* DGC-Pro at setup: off, forced on, or auto (ruled out for small models, one node). */
 status train_dgc_setup(train_run *r);
 /* Auto mode's decision after the first steps of a fresh run (collective). */
