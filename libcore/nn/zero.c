@@ -197,18 +197,20 @@ void zero_sgd_step(zero *z, const param_table *pt, param_buffers *pb, const sgd_
     optim_sgd_step_ranges(pt, pb, z->mine, z->nmine, hp->momentum != 0 ? z->m : NULL, hp, lr, t);
 }
 
-void zero_allgather_params(zero *z, float *params, float *scratch)
+status zero_allgather_params(zero *z, float *params, float *scratch, double timeout_s)
 {
     float *block = scratch + z->displs[z->rank];
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < z->nmine; i++)
         memcpy(block + z->mine[i].packed, params + z->mine[i].offset, z->mine[i].count * sizeof(float));
-    CHECK(comm_ctl_allgatherv(comm_ctl_named(z->comm, 0, "zero"), MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, scratch, z->counts, z->displs, MPI_FLOAT) == STATUS_OK, "see the MPI error above");
+    TRY(comm_ctl_allgatherv(comm_ctl_named(z->comm, timeout_s, "zero"), MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, scratch,
+                            z->counts, z->displs, MPI_FLOAT));
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < z->nshards; i++) {
         const zero_shard *s = &z->shards[i];
         if (s->owner != z->rank) memcpy(params + s->offset, scratch + s->gather, s->count * sizeof(float));
     }
+    return STATUS_OK;
 }
 
 status zero_moved_fraction(const zero *z, int old_world, double *shard_frac, double *elem_frac)

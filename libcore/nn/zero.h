@@ -110,8 +110,9 @@ void zero_sgd_step(zero *z, const param_table *pt, param_buffers *pb, const sgd_
 
 /* Collective: every rank's owned params to every rank. scratch holds >= z->numel
  * floats and is overwritten (nebula-train passes the gradient buffer, which is dead
- * after the update, so the all-gather costs no memory); params is the flat buffer. */
-void zero_allgather_params(zero *z, float *params, float *scratch);
+ * after the update, so the all-gather costs no memory); params is the flat buffer.
+ * STATUS_TIMEOUT when a rank does not arrive within timeout_s seconds (0: no deadline). */
+status zero_allgather_params(zero *z, float *params, float *scratch, double timeout_s);
 
 /* Fraction of the shards (and, in *elem_frac, of the floats) whose owner at
  * `old_world` ranks differs from the owner now. STATUS_NOMEM logged. */

@@ -146,7 +146,7 @@ status train_step(train_run *r, train_step_stats *ss)
          * buffer, which nothing reads after the update (zeroed at the next step) */
         if (r->opt.use_sgd) zero_sgd_step(&r->zero, pt, pb, &r->opt.sgd, ss->lr, r->step + 1);
         else zero_adamw_step(&r->zero, pt, pb, &r->opt.adamw, ss->lr, r->step + 1);
-        zero_allgather_params(&r->zero, pb->params, pb->grads);
+        TRY(zero_allgather_params(&r->zero, pb->params, pb->grads, r->timeout_s));
     } else {
         r->opt.sgd.plain = compress ? dgc_plain_entries(r->dgc) : NULL;
         TRY(train_optim_update(&r->opt, pt, pb, ss->lr, r->step + 1));

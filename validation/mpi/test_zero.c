@@ -194,7 +194,7 @@ static void test_step(const runtime *rt, bool sgd)
             optim_adamw_step(&pt, &full, &ah, lr, t);
             zero_adamw_step(&z, &pt, &part, &ah, lr, t);
         }
-        zero_allgather_params(&z, part.params, scratch);
+        CHECK(zero_allgather_params(&z, part.params, scratch, 300) == STATUS_OK, "zero_allgather_params");
     }
     size_t diff = 0, mdiff = 0;
     for (size_t i = 0; i < pt.total; i++) diff += memcmp(&full.params[i], &part.params[i], sizeof(float)) != 0;
