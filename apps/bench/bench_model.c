@@ -71,8 +71,9 @@ static void print_dry_run(const model_spec *spec, int B, int T)
     else printf("batch: B=%d T=%d\n", B, T);
 }
 
-/* --device cuda: one GPU. The same trainer step as the CPU loop below (zero grads,
- * forward, backward, AdamW) through the device's kernel table; each phase ends with a
+/* --device cuda: one GPU. train_step_batch, the GPU twin of the trainer's step that the
+ * CPU path times (the same zeroing, forward + backward and AdamW helpers, one process,
+ * no data loader or reduction) through the device's kernel table; each phase ends with a
  * device synchronisation so that the host clock times the GPU's work. MFU is model FLOPs per
  * second over the bf16 GEMM rate measured in this process (kernels/cuda/probe.h). */
 static status bench_model_device(const config *cfg, const model_spec *spec, int B, int T)

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cpu/optim.h"  /* grad_scale */
 #include "train_impl.h"
 
 /* Zeroes the gradients (on the device that holds them); returns the milliseconds. */
@@ -118,10 +119,7 @@ status train_step(train_run *r, train_step_stats *ss)
     train_set_hook(r, false);
     double t1 = train_now_s();
     if (compress) {
-        if (r->tb.accum > 1) {
-            float inv = 1.0f / (float)r->tb.accum;
-            for (size_t i = 0; i < pt->total; i++) pb->grads[i] *= inv;
-        }
+        if (r->tb.accum > 1) grad_scale(pb->grads, pt->total, 1.0f / (float)r->tb.accum);
         TRY(dgc_exchange(r->dgc, pb->grads, pb->params, r->step, train_lr_scale(r), &r->dstats));
         r->dgc_sent += (double)r->dstats.bytes_sent;
         r->dgc_dense += (double)r->dstats.dense_bytes;
