@@ -140,9 +140,7 @@ status ckpt_writer_init(ckpt_writer **out, MPI_Comm comm, const char *dir, int k
     }
     status st = count_ranks_per_node(w->ctl, &w->ranks_per_node);
     if (st != STATUS_OK) return st;  /* w leaks: a rank did not arrive, the job is ending */
-#ifdef CHAOS
-    st = ckpt_chaos_init(&w->chaos);
-#endif
+    if (st == STATUS_OK) st = fault_plan_init(&w->chaos, "ckpt");
     atomic_init(&w->done, true);
     w->copied = true;
     pthread_mutex_init(&w->lock, NULL);
@@ -186,7 +184,7 @@ static int ranks_per_node(const ckpt_writer *w, const ckpt_content *c)
  * stopped by `fault` removes what the save left (ckpt_dir_discard); *err is then
  * ENOSPC when any rank ran out of space, else rank 0's errno (0: unknown). */
 static status write_step(comm_ctl ctl, const char *dir, ckpt_plan *p, const ckpt_content *c, int ranks_per_node,
-                         int keep_last, ckpt_fault fault, const ckpt_chaos *chaos, int *err)
+                         int keep_last, ckpt_fault fault, fault_plan *chaos, int *err)
 {
     MPI_Comm comm = ctl.comm;  /* HDF5's */
     int rank;
@@ -205,7 +203,7 @@ static status write_step(comm_ctl ctl, const char *dir, ckpt_plan *p, const ckpt
         st = ckpt_file_create(h5, comm, p, c, ranks_per_node, &f, why);
         st = ckpt_agree(ctl, st, why, sizeof why);
         if (st == STATUS_OK) {
-            int inject = rank == 0 ? CKPT_CHAOS_ERRNO(chaos, CKPT_CHAOS_WRITE, c->step) : 0;
+            int inject = rank == 0 ? FAULT_ERRNO(chaos, "ckpt.write", c->step) : 0;
             st = ckpt_file_write_parallel(f, comm, p, c, inject, why, err);
             st = ckpt_agree(ctl, st, why, sizeof why);
         }
@@ -213,7 +211,7 @@ static status write_step(comm_ctl ctl, const char *dir, ckpt_plan *p, const ckpt
             log_error0("checkpoint of step %" PRId64 " not saved: %s", c->step, why);
         } else {
             if (rank == 0) {  /* size and metadata; the data was MPI_File_sync'd */
-                st = ckpt_dir_fsync_at(h5, CKPT_CHAOS_ERRNO(chaos, CKPT_CHAOS_FSYNC, c->step));
+                st = ckpt_dir_fsync_at(h5, FAULT_ERRNO(chaos, "ckpt.fsync", c->step));
                 if (st == STATUS_OK) st = ckpt_dir_commit_at(dir, c->step, keep_last, fault, chaos);
                 if (st != STATUS_OK) *err = errno;
             }
@@ -342,13 +340,13 @@ static status write_staged(ckpt_writer *w)
     for (int k = 0; k < w->plan.ndsets && rc == 0; k++) {
         ckpt_dset *d = &w->plan.dsets[k];
         if (d->group >= 0) d->crc = ckpt_crc_bytes(0, d->src, d->bytes);  /* blobs were hashed when staged */
-        int inject = k == 0 ? CKPT_CHAOS_ERRNO(&w->chaos, CKPT_CHAOS_WRITE, w->pending_step) : 0;
+        int inject = k == 0 ? FAULT_ERRNO(&w->chaos, "ckpt.write", w->pending_step) : 0;
         errno = inject;
         rc = inject ? -1 : write_dataset(fd, &direct, d);
     }
     if (rc == 0) {  /* the file's data, direct or not, and the device's cache */
         op = "fsync";
-        int inject = CKPT_CHAOS_ERRNO(&w->chaos, CKPT_CHAOS_FSYNC, w->pending_step);
+        int inject = FAULT_ERRNO(&w->chaos, "ckpt.fsync", w->pending_step);
         errno = inject;
         rc = inject ? -1 : fsync(fd);
     }

@@ -129,7 +129,7 @@ typedef struct ckpt_writer ckpt_writer;  /* opaque: staging memory and the async
  * every group's flat buffer plus world_size rows of each blob; no allocation per save)
  * and returns; a background thread writes it. STATUS_NOMEM or STATUS_IO (the
  * directory cannot be created), logged; CHAOS builds: STATUS_INPUT for a malformed
- * NEBULA_CHAOS_FAULT (ckpt_impl.h). */
+ * NEBULA_CHAOS_FAULT (base/fault.h). */
 status ckpt_writer_init(ckpt_writer **out, MPI_Comm comm, const char *dir, int keep_last, bool async,
                         const ckpt_content *shape);
 /* Collective. Writes (or, async, stages and starts writing) a checkpoint of `c`, whose

@@ -278,7 +278,7 @@ status ckpt_dir_commit(const char *dir, int64_t step, int keep_last, ckpt_fault 
     return ckpt_dir_commit_at(dir, step, keep_last, fault, NULL);
 }
 
-status ckpt_dir_commit_at(const char *dir, int64_t step, int keep_last, ckpt_fault fault, const ckpt_chaos *chaos)
+status ckpt_dir_commit_at(const char *dir, int64_t step, int keep_last, ckpt_fault fault, fault_plan *chaos)
 {
     char tmp[CKPT_PATH_MAX], fin[CKPT_PATH_MAX], old[CKPT_PATH_MAX];
     ckpt_dir_tmp_path(tmp, sizeof tmp, dir, step);
@@ -300,7 +300,7 @@ status ckpt_dir_commit_at(const char *dir, int64_t step, int keep_last, ckpt_fau
             return STATUS_IO;
         }
     }
-    int inject = CKPT_CHAOS_ERRNO(chaos, CKPT_CHAOS_RENAME, step);
+    int inject = FAULT_ERRNO(chaos, "ckpt.rename", step);
     errno = inject;
     if (inject || rename(tmp, fin) != 0) {
         int err = errno;
@@ -313,7 +313,7 @@ status ckpt_dir_commit_at(const char *dir, int64_t step, int keep_last, ckpt_fau
         log_warn("fault injected: stopping before the commit marker of %s", fin);
         return STATUS_IO;
     }
-    TRY(write_marker(fin, step, CKPT_CHAOS_ERRNO(chaos, CKPT_CHAOS_MARKER, step)));
+    TRY(write_marker(fin, step, FAULT_ERRNO(chaos, "ckpt.marker", step)));
     log_info("checkpoint committed: %s", fin);
     if (replacing) rmtree(old);
     prune(dir, step, keep_last);
@@ -357,64 +357,3 @@ bool ckpt_dir_last_committed(const char *dir, char *path, size_t len, int64_t *s
     free(e);
     return found;
 }
-
-#ifdef CHAOS
-/* ---- CHAOS builds: NEBULA_CHAOS_FAULT (ckpt_impl.h) ---------------------------- */
-
-static const char *const chaos_point_name[CKPT_CHAOS_NPOINTS] = { "ckpt.write", "ckpt.fsync", "ckpt.rename",
-                                                                  "ckpt.marker" };
-
-static bool chaos_rule_parse(ckpt_chaos *ch, char *item)
-{
-    char *colon = strchr(item, ':');
-    if (!colon || ch->n == CKPT_CHAOS_MAX) return false;
-    *colon = '\0';
-    char *name = colon + 1, *at = strchr(name, '@');
-    int64_t step = -1;
-    if (at) {
-        *at = '\0';
-        if (!parse_step(at + 1, "", &step)) return false;
-    }
-    int point = 0;
-    while (point < CKPT_CHAOS_NPOINTS && strcmp(item, chaos_point_name[point]) != 0) point++;
-    int err = !strcmp(name, "EIO") ? EIO : !strcmp(name, "ENOSPC") ? ENOSPC : 0;
-    if (point == CKPT_CHAOS_NPOINTS || err == 0) return false;
-    ch->rule[ch->n].point = (ckpt_chaos_point)point;
-    ch->rule[ch->n].err = err;
-    ch->rule[ch->n].step = step;
-    ch->n++;
-    return true;
-}
-
-status ckpt_chaos_init(ckpt_chaos *ch)
-{
-    memset(ch, 0, sizeof *ch);
-    const char *env = getenv("NEBULA_CHAOS_FAULT");
-    if (!env || !env[0]) return STATUS_OK;
-    char text[1024], *save = NULL;
-    snprintf(text, sizeof text, "%s", env);
-    for (char *item = strtok_r(text, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
-        char shown[256];
-        snprintf(shown, sizeof shown, "%s", item);
-        if (!chaos_rule_parse(ch, item)) {
-            log_error("NEBULA_CHAOS_FAULT: cannot use '%s' (at most %d of POINT:ERRNO[@STEP], comma-separated; "
-                      "POINT ckpt.write, ckpt.fsync, ckpt.rename or ckpt.marker; ERRNO EIO or ENOSPC; STEP a "
-                      "checkpoint step)", shown, CKPT_CHAOS_MAX);
-            return STATUS_INPUT;
-        }
-    }
-    log_warn0("chaos: %d checkpoint fault(s) armed from NEBULA_CHAOS_FAULT=%s", ch->n, env);
-    return STATUS_OK;
-}
-
-int ckpt_chaos_errno(const ckpt_chaos *ch, ckpt_chaos_point point, int64_t step)
-{
-    for (int i = 0; ch && i < ch->n; i++) {
-        if (ch->rule[i].point != point || (ch->rule[i].step >= 0 && ch->rule[i].step != step)) continue;
-        log_warn("chaos: injected %s at %s (step %" PRId64 ")", ch->rule[i].err == ENOSPC ? "ENOSPC" : "EIO",
-                 chaos_point_name[point], step);
-        return ch->rule[i].err;
-    }
-    return 0;
-}
-#endif

@@ -10,6 +10,7 @@
 
 #include "ckpt.h"
 #include "format.h"
+#include "base/fault.h"
 #include "comm/ctl.h"
 
 #define CKPT_PATH_MAX  4096
@@ -59,41 +60,11 @@ typedef enum ckpt_fault {
     CKPT_FAULT_BEFORE_MARKER,  /* renamed to step_N, no COMMITTED marker */
 } ckpt_fault;
 
-/* The second kind of fault: a system call of the save fails with an errno, and the
- * real error path runs (the first kind above stops as if killed and takes none).
- * Compiled only with -DCHAOS (`make chaos`): NEBULA_CHAOS_FAULT, read once by
- * ckpt_writer_init, is a comma-separated list of POINT:ERRNO[@STEP], ERRNO one of
- * EIO, ENOSPC; without @STEP the point fails at every save. Faults fire on rank 0,
- * which makes every POSIX call of both writers and takes part in the collective write. */
-typedef enum ckpt_chaos_point {
-    CKPT_CHAOS_WRITE = 0,  /* "ckpt.write": the data write of state.h5 */
-    CKPT_CHAOS_FSYNC,      /* "ckpt.fsync": the fsync of state.h5 */
-    CKPT_CHAOS_RENAME,     /* "ckpt.rename": the rename of .step_N.tmp to step_N */
-    CKPT_CHAOS_MARKER,     /* "ckpt.marker": writing the COMMITTED marker */
-    CKPT_CHAOS_NPOINTS,
-} ckpt_chaos_point;
-
-#define CKPT_CHAOS_MAX 16  /* rules in NEBULA_CHAOS_FAULT */
-typedef struct ckpt_chaos {
-    struct {
-        ckpt_chaos_point point;
-        int err;           /* EIO or ENOSPC */
-        int64_t step;      /* the save of this step only; -1: every save */
-    } rule[CKPT_CHAOS_MAX];
-    int n;                 /* 0: no faults (always, without -DCHAOS) */
-} ckpt_chaos;
-
-#ifdef CHAOS
-/* Parses NEBULA_CHAOS_FAULT into ch (n = 0 when unset); STATUS_INPUT, logged with the
- * valid values, when it is malformed. */
-status ckpt_chaos_init(ckpt_chaos *ch);
-/* The errno a fault at `point` of the save of `step` fails with, after the line
- * "chaos: injected ENOSPC at ckpt.fsync (step 20)"; 0 when none (or ch is NULL). */
-int ckpt_chaos_errno(const ckpt_chaos *ch, ckpt_chaos_point point, int64_t step);
-#define CKPT_CHAOS_ERRNO(ch, point, step) ckpt_chaos_errno((ch), (point), (step))
-#else
-#define CKPT_CHAOS_ERRNO(ch, point, step) ((void)(ch), (void)(step), 0)
-#endif
+/* The second kind of fault: a system call of the save fails with an errno and the real
+ * error path runs (the first kind above stops as if killed and takes none): the CHAOS
+ * build's fault points (base/fault.h), module "ckpt": ckpt.write (the data write of
+ * state.h5), ckpt.fsync, ckpt.rename, ckpt.marker. They fire on rank 0, which makes every
+ * POSIX call of both writers and takes part in the collective write. */
 
 struct ckpt_writer {
     MPI_Comm comm;                       /* duplicate of the caller's communicator */
@@ -128,7 +99,7 @@ struct ckpt_writer {
     int thread_err;                      /* errno of the thread's failure (0: none or unknown) */
     int64_t deferred_step;               /* the step of `deferred` */
     int deferred_err;                    /* and its errno */
-    ckpt_chaos chaos;                    /* CHAOS builds: the faults of NEBULA_CHAOS_FAULT (read-only after init) */
+    fault_plan chaos;                    /* CHAOS builds: the "ckpt" faults of NEBULA_CHAOS_FAULT */
     /* tests */
     ckpt_fault fault;                    /* stop the commit early (rank 0) */
     unsigned delay_ms;                   /* the background thread sleeps before copying and before writing (rank 0) */
@@ -288,7 +259,7 @@ status ckpt_dir_marker(const char *path, int64_t *step, char *why);
  * that of the failure when it returns STATUS_IO (a fault of `fault` aside). */
 status ckpt_dir_commit(const char *dir, int64_t step, int keep_last, ckpt_fault fault);
 /* The same with the CHAOS faults of `chaos` (NULL: none) at the rename and the marker. */
-status ckpt_dir_commit_at(const char *dir, int64_t step, int keep_last, ckpt_fault fault, const ckpt_chaos *chaos);
+status ckpt_dir_commit_at(const char *dir, int64_t step, int keep_last, ckpt_fault fault, fault_plan *chaos);
 /* After a failed save of `step`, which was not stopped by a ckpt_fault: removes what
  * it left — .step_N.tmp, and step_N when it holds no COMMITTED marker — and puts back
  * a committed step_N it had moved aside to .step_N.old. Committed checkpoints are

@@ -51,7 +51,7 @@ fault() {
     local name="$mode $point:$err@20"
     check "$name: exit 1 (got $rc), no rank left running" eval "[ $rc -eq 1 ] && no_rank_left $d"
     check "$name: the chaos line, an error naming the path and '$text', the HINT" eval \
-        "has $d.log 'chaos: injected $err at $point \\(step 20\\)' &&
+        "has $d.log 'chaos: injected $err at $point \\(step 20[,)]' &&
          has $d.log 'error: .*$d/ckpt/\\.?step_00000020[^ ]*:? .*$text' &&
          has $d.log 'HINT: .*the last committed checkpoint is step 10 at $d/ckpt/step_00000010' &&
          { [ $err != ENOSPC ] || has $d.log 'HINT: free space there or keep fewer checkpoints'; }"

@@ -1,0 +1,137 @@
+/* CHAOS-build fault points (fault.h). The table below is the one list of every point in
+ * the suite, so that a rule naming a point that does not exist is refused up front; a
+ * module adds its points here when it wraps a call with FAULT_ERRNO. */
+#include "fault.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef CHAOS
+
+static const struct {
+    const char *name;
+    const char *what;
+} fault_points[] = {
+    { "ckpt.write", "the data write of state.h5" },
+    { "ckpt.fsync", "the fsync of state.h5" },
+    { "ckpt.rename", "the rename of .step_N.tmp to step_N" },
+    { "ckpt.marker", "writing the COMMITTED marker" },
+};
+#define NPOINTS ((int)(sizeof fault_points / sizeof fault_points[0]))
+
+static bool point_known(const char *name)
+{
+    for (int i = 0; i < NPOINTS; i++)
+        if (!strcmp(fault_points[i].name, name)) return true;
+    return false;
+}
+
+static bool module_known(const char *module, size_t len)
+{
+    for (int i = 0; i < NPOINTS; i++)
+        if (!strncmp(fault_points[i].name, module, len) && fault_points[i].name[len] == '.') return true;
+    return false;
+}
+
+static bool parse_count(const char *s, int64_t min, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < min) return false;
+    *out = v;
+    return true;
+}
+
+/* One rule; kept in f when it is f's module's. */
+static bool rule_parse(fault_plan *f, char *item)
+{
+    char *colon = strchr(item, ':');
+    if (!colon) return false;
+    *colon = '\0';
+    char *name = colon + 1, *at = strchr(name, '@'), *hash = strchr(item, '#');
+    int64_t step = -1, nth = 0;
+    if (at) {
+        *at = '\0';
+        if (hash || !parse_count(at + 1, 0, &step)) return false;
+    }
+    int err = !strcmp(name, "EIO") ? EIO : !strcmp(name, "ENOSPC") ? ENOSPC : 0;
+    if (err == 0) return false;
+    size_t mlen;
+    if (hash) {
+        *hash = '\0';
+        mlen = strlen(item);
+        if (!module_known(item, mlen) || !parse_count(hash + 1, 1, &nth)) return false;
+    } else {
+        if (!point_known(item)) return false;
+        mlen = (size_t)(strchr(item, '.') - item);
+    }
+    if (strlen(f->module) != mlen || strncmp(f->module, item, mlen) != 0) return true;  /* another module's */
+    if (f->n == FAULT_RULES_MAX) return false;
+    snprintf(f->rule[f->n].point, sizeof f->rule[f->n].point, "%s", hash ? "" : item);
+    f->rule[f->n].err = err;
+    f->rule[f->n].step = step;
+    f->rule[f->n].nth = nth;
+    f->n++;
+    return true;
+}
+
+status fault_plan_init(fault_plan *f, const char *module)
+{
+    memset(f, 0, sizeof *f);
+    snprintf(f->module, sizeof f->module, "%s", module);
+    atomic_init(&f->reached, 0);
+    const char *env = getenv("NEBULA_CHAOS_FAULT");
+    if (!env || !env[0]) return STATUS_OK;
+    char text[1024], *save = NULL;
+    snprintf(text, sizeof text, "%s", env);
+    for (char *item = strtok_r(text, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        char shown[256], points[512] = "";
+        snprintf(shown, sizeof shown, "%s", item);
+        if (rule_parse(f, item)) continue;
+        for (int i = 0; i < NPOINTS; i++) {
+            size_t len = strlen(points);
+            snprintf(points + len, sizeof points - len, "%s%s", i ? ", " : "", fault_points[i].name);
+        }
+        log_error("NEBULA_CHAOS_FAULT: cannot use '%s' (at most %d rules per module, comma-separated, each "
+                  "POINT:ERRNO[@STEP] or MODULE#N:ERRNO; POINT one of %s; MODULE the part before the dot; "
+                  "ERRNO EIO or ENOSPC; STEP a step, N >= 1)", shown, FAULT_RULES_MAX, points);
+        return STATUS_INPUT;
+    }
+    if (f->n) log_warn0("chaos: %d %s fault(s) armed from NEBULA_CHAOS_FAULT=%s", f->n, module, env);
+    return STATUS_OK;
+}
+
+int fault_errno(fault_plan *f, const char *point, int64_t step)
+{
+    if (!f || f->n == 0) return 0;
+    long long nth = atomic_fetch_add(&f->reached, 1) + 1;
+    for (int i = 0; i < f->n; i++) {
+        bool hit = f->rule[i].nth ? f->rule[i].nth == nth
+                                  : !strcmp(f->rule[i].point, point) && (f->rule[i].step < 0 || f->rule[i].step == step);
+        if (!hit) continue;
+        log_warn("chaos: injected %s at %s (step %" PRId64 ", point #%lld)", f->rule[i].err == ENOSPC ? "ENOSPC" : "EIO",
+                 point, step, nth);
+        return f->rule[i].err;
+    }
+    return 0;
+}
+
+#else  /* the normal build: no rules, no environment read, no fault code */
+
+status fault_plan_init(fault_plan *f, const char *module)
+{
+    memset(f, 0, sizeof *f);
+    snprintf(f->module, sizeof f->module, "%s", module);
+    return STATUS_OK;
+}
+
+int fault_errno(fault_plan *f, const char *point, int64_t step)
+{
+    (void)f, (void)point, (void)step;
+    return 0;
+}
+#endif

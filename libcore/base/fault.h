@@ -1,0 +1,49 @@
+/* Fault points of the CHAOS build: a system call fails with an errno on purpose, and the
+ * real error path runs. Compiled in only with -DCHAOS (`make chaos`); without it
+ * FAULT_ERRNO is the constant 0 and the binary carries no fault code.
+ *
+ * NEBULA_CHAOS_FAULT is a comma-separated list of rules, each one of
+ *   POINT:ERRNO[@STEP]   the point fails (at the save/record of STEP only, with @STEP)
+ *   MODULE#N:ERRNO       the Nth point of MODULE reached by this process fails (N >= 1),
+ *                        whichever it is: failing each call in turn, as SQLite's I/O tests do
+ * ERRNO is EIO or ENOSPC. POINT is a name of fault_points[] (fault.c), "module.call";
+ * MODULE is the part before the dot (ckpt, metrics, rundir). A user (one writer, one
+ * file) parses the rules of its own module into its own plan; a rule naming an unknown
+ * point or module is an input error. Faults fire only where the caller asks (the
+ * checkpoint writer: rank 0). */
+#pragma once
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "base/log.h"
+
+#define FAULT_RULES_MAX 16
+
+typedef struct fault_plan {
+    char module[16];          /* "ckpt", ...: the rules kept are this module's */
+    struct {
+        char point[32];       /* point name; "" for an #N rule */
+        int err;              /* EIO or ENOSPC */
+        int64_t step;         /* POINT rules: this step only; -1: always */
+        int64_t nth;          /* #N rules: the Nth point reached; 0 for POINT rules */
+    } rule[FAULT_RULES_MAX];
+    int n;                    /* rules kept; 0: no faults (always without -DCHAOS) */
+    atomic_llong reached;     /* points of this module reached so far (the #N count) */
+} fault_plan;
+
+/* Parses NEBULA_CHAOS_FAULT (CHAOS builds; the normal build keeps no rule and reads
+ * nothing) and keeps the rules of `module` (n = 0 when unset or when
+ * none is the module's); STATUS_INPUT, logged with the valid points, when any rule is
+ * malformed or names an unknown point. */
+status fault_plan_init(fault_plan *f, const char *module);
+/* The errno the call at `point` (a name of fault_points[] in f's module) fails with, after
+ * the line "chaos: injected ENOSPC at ckpt.fsync (step 20, point #3)"; 0 when none or f is
+ * NULL. Counts the point for #N rules. Thread-safe. */
+int fault_errno(fault_plan *f, const char *point, int64_t step);
+
+#ifdef CHAOS
+#define FAULT_ERRNO(f, point, step) fault_errno((f), (point), (step))
+#else
+#define FAULT_ERRNO(f, point, step) ((void)(f), (void)(step), 0)
+#endif
