@@ -19,6 +19,16 @@ static const struct {
     { "ckpt.fsync", "the fsync of state.h5" },
     { "ckpt.rename", "the rename of .step_N.tmp to step_N" },
     { "ckpt.marker", "writing the COMMITTED marker" },
+    /* the metrics writer (train/metrics.c) and the run-directory lock (train/rundir.c) */
+    { "metrics.open", "opening RUN_DIR/metrics.jsonl" },
+    { "metrics.write", "writing one metrics.jsonl record" },
+    { "metrics.close", "closing metrics.jsonl at the end" },
+    { "rundir.open", "opening RUN_DIR/lock" },
+    { "rundir.read", "reading the lock's previous holder" },
+    { "rundir.lock", "flock on RUN_DIR/lock" },
+    { "rundir.write", "writing this run's holder line" },
+    { "rundir.config", "writing RUN_DIR/config.ini" },
+    { "rundir.release", "emptying the holder line at the end" },
 };
 #define NPOINTS ((int)(sizeof fault_points / sizeof fault_points[0]))
 

@@ -8,6 +8,7 @@
  * allreduce (MAX of three flags) before anyone acts, so every rank checkpoints,
  * applies a control file or stops at the same step — never some ranks alone. */
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 
 #include "train_impl.h"
@@ -39,6 +40,20 @@ static status train_checkpoint(train_run *r)
     return STATUS_OK;
 }
 
+/* A resumed run whose checkpoint already reaches train.steps: no step, no checkpoint (it
+ * exists), no evaluation and no summary numbers a run that trained nothing would invent. */
+static status train_nothing_to_do(train_run *r)
+{
+    if (r->rt->rank == 0) {
+        printf("nothing to do: the checkpoint resumed is at step %ld and train.steps = %ld; no step was run "
+               "(raise --steps to train further)\n", r->step, r->steps);
+        train_metrics_write(r, json_pack("{s:s, s:I, s:I, s:I}", "kind", "summary", "steps", (json_int_t)r->step,
+                                         "steps_run", (json_int_t)0, "metrics_lost", (json_int_t)r->metrics_lost));
+        fflush(stdout);
+    }
+    return STATUS_OK;
+}
+
 status train_loop(train_run *r)
 {
     const runtime *rt = r->rt;
@@ -53,6 +68,7 @@ status train_loop(train_run *r)
     bool stopped = false;
     int relaunch = 0;  /* the world size a control file asked for */
     train_step_stats ss = { 0 };
+    if (first >= r->steps) return train_nothing_to_do(r);
     train_heartbeat(r);
     while (r->step < r->steps) {
         TRY(train_step(r, &ss));
@@ -118,12 +134,24 @@ status train_loop(train_run *r)
                traffic[0] / 1e6, traffic[1] / 1e6, traffic[1] / traffic[0]);
     if (rt->rank == 0) {
         double mean = timed ? sum_ms / timed : ss.step_ms, wait = timed ? sum_wait / timed : ss.comm_wait_ms;
-        printf("summary: steps=%ld final_loss=%.6f mean_step_ms=%.1f %s=%.1f comm_wait_ms=%.2f comm_ms=%.2f "
-               "exposed_comm=%.0f%% time_s=%.1f run_dir=%s\n", r->step, ss.loss, mean, unit, units / (mean / 1e3),
-               wait, r->comm_ms, r->comm_ms > 0 ? 100 * wait / r->comm_ms : 0.0, train_now_s() - t_run, r->run_dir);
-        json_t *j = json_pack("{s:s, s:I, s:f, s:f, s:f, s:f}", "kind", "summary", "steps", (json_int_t)r->step,
-                              "final_loss", ss.loss, "mean_step_ms", mean, "comm_wait_ms", wait, "comm_ms", r->comm_ms);
-        train_metrics_write(r, j);
+        /* exposed_comm: the share of a step spent waiting for gradient communication after
+         * backward (what overlap did not hide, waiting for slower ranks included), so in
+         * [0, 100]%. Not relative to comm_ms: a wait for a slow rank is not communication
+         * time, and that ratio read 1930% on an imbalanced run. */
+        double exposed = mean > 0 ? fmin(100.0, fmax(0.0, 100 * wait / mean)) : 0.0;
+        printf("summary: steps=%ld steps_run=%ld final_loss=%.6f mean_step_ms=%.1f %s=%.1f comm_wait_ms=%.2f "
+               "comm_ms=%.2f exposed_comm=%.0f%% time_s=%.1f run_dir=%s\n", r->step, r->step - first, ss.loss, mean,
+               unit, mean > 0 ? units / (mean / 1e3) : 0.0, wait, r->comm_ms, exposed, train_now_s() - t_run,
+               r->run_dir);
+        json_t *j = json_pack("{s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:I}", "kind", "summary", "steps",
+                              (json_int_t)r->step, "steps_run", (json_int_t)(r->step - first), "final_loss",
+                              train_json_num(ss.loss), "mean_step_ms", train_json_num(mean), "comm_wait_ms",
+                              train_json_num(wait), "comm_ms", train_json_num(r->comm_ms), "exposed_comm_pct",
+                              train_json_num(exposed), "metrics_lost", (json_int_t)r->metrics_lost);
+        train_metrics_write(r, j);  /* its metrics_lost: the records before it */
+        if (r->metrics_lost)
+            printf("metrics: %ld of %ld records could not be written to %s/metrics.jsonl (see the warnings above); "
+                   "training was not affected\n", r->metrics_lost, r->metrics_records, r->run_dir);
         fflush(stdout);
     }
     return relaunch ? STATUS_RELAUNCH : stopped ? STATUS_STOPPED : STATUS_OK;

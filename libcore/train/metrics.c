@@ -1,11 +1,33 @@
 /* metrics — what the run reports: one plain line per log interval on rank 0's stdout
  * and one JSON record per line in RUN_DIR/metrics.jsonl (kinds train, eval,
- * dgc_layers, summary), each flushed so a crash loses no line. The keys are fixed
- * (README, "nebula-train"): scripts and tests parse them. */
+ * dgc_layers, summary). The keys are fixed (docs/training.md, "Output and metrics"):
+ * scripts and tests parse them.
+ *
+ * Every line parses as JSON: a record is serialised into memory first and written with one
+ * write(2) on an O_APPEND descriptor (a crash loses no line the write returned for), and a
+ * short write (a full disk) is cut back off the file, so a record is there whole or not at
+ * all. JSON has no NaN or Infinity: a non-finite number is written as null and the key
+ * stays (train_json_num).
+ *
+ * A failed write does not stop training. A Slurm user's product is the checkpoints, which
+ * stop the run themselves when the disk fails them (exit 1); metrics are the record of the
+ * run, so a lost record is logged (once per failure streak, with errno and path), counted,
+ * and reported at the end (the summary line and the summary record's metrics_lost), and the
+ * exit code stays that of the training. Later records are tried again (a scratch file
+ * system that was full may have room again); the gap is then named in the log.
+ *
+ * Fault points (CHAOS build, module "metrics", rank 0):
+ *   metrics.open   opening metrics.jsonl at set-up -> exit 1 (STATUS_IO) before training
+ *   metrics.write  writing one record              -> the record is lost and counted; the run goes on
+ *   metrics.close  closing the file at the end     -> a warning; exit code unchanged */
+#include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "train_impl.h"
 
@@ -16,14 +38,84 @@ double train_units(const train_run *r, const char **unit)
     return images ? r->tb.global_batch : (double)r->tb.global_batch * r->T;
 }
 
-/* One record of metrics.jsonl (rank 0), flushed so a crash loses no line; takes j. */
+void *train_json_num(double v)
+{
+    return isfinite(v) ? json_real(v) : json_null();
+}
+
+status train_metrics_open(train_run *r)
+{
+    return train_rundir_open_file(r, "metrics.jsonl", O_WRONLY | O_APPEND | O_CREAT, &r->metrics_fault,
+                                  "metrics.open", &r->metrics_fd);
+}
+
+/* One record's line, written whole or not at all; false (errno set) when it is not. */
+static bool metrics_append(train_run *r, const char *text, size_t n)
+{
+    int inj = FAULT_ERRNO(&r->metrics_fault, "metrics.write", r->step);
+    if (inj) {
+        errno = inj;
+        return false;
+    }
+    ssize_t w = write(r->metrics_fd, text, n);
+    if (w == (ssize_t)n) return true;
+    int err = w < 0 ? errno : ENOSPC;  /* a short write on a regular file: the disk filled */
+    if (w > 0) {  /* cut the torn tail: this process is the file's one writer (the run-dir lock) */
+        off_t end = lseek(r->metrics_fd, 0, SEEK_CUR);
+        if (end < w || ftruncate(r->metrics_fd, end - w) != 0)
+            log_warn("cannot cut a torn record off %s/metrics.jsonl: %s; its last line is incomplete", r->run_dir,
+                     strerror(errno));
+    }
+    errno = err;
+    return false;
+}
+
+/* One record of metrics.jsonl (rank 0; a no-op elsewhere); takes j. A NULL j (a record
+ * that could not be built) counts as lost. */
 void train_metrics_write(train_run *r, void *record)
 {
     json_t *j = record;
-    json_dumpf(j, r->metrics, JSON_COMPACT);
-    fputc('\n', r->metrics);
-    fflush(r->metrics);
+    if (r->metrics_fd < 0) {
+        json_decref(j);
+        return;
+    }
+    r->metrics_records++;
+    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
+    size_t n = text ? strlen(text) : 0;
+    char *line = text ? realloc(text, n + 2) : NULL;
+    bool ok = false;
+    int err = EINVAL;  /* no line: a value jansson refused (a bug of the caller) */
+    if (line) {
+        line[n] = '\n', line[n + 1] = '\0';
+        ok = metrics_append(r, line, n + 1);
+        err = errno;
+        free(line);
+    } else {
+        free(text);
+    }
+    if (ok && r->metrics_errno) {
+        log_warn("metrics: writing %s/metrics.jsonl again at step %ld; %ld record(s) were lost before", r->run_dir,
+                 r->step, r->metrics_lost);
+        r->metrics_errno = 0;
+    }
+    if (ok) return;
+    r->metrics_lost++;
+    if (r->metrics_errno == 0)  /* once per streak of failures */
+        log_warn("metrics: cannot write a record to %s/metrics.jsonl at step %ld: %s; training goes on, lost "
+                 "records are counted and reported at the end", r->run_dir, r->step, strerror(err));
+    r->metrics_errno = err;
+}
+
+void train_metrics_close(train_run *r)
+{
+    if (r->metrics_fd < 0) return;
+    int inj = FAULT_ERRNO(&r->metrics_fault, "metrics.close", r->step);
+    int rc = close(r->metrics_fd);  /* NFS reports a failed write-back here */
+    r->metrics_fd = -1;
+    if (inj || rc != 0)
+        log_warn("metrics: closing %s/metrics.jsonl failed: %s; its last records may be lost", r->run_dir,
+                 strerror(inj ? inj : errno));
 }
 
 /* Rank 0, at a log interval. */
@@ -43,21 +135,25 @@ void train_log_step(train_run *r, const train_step_stats *ss, double units, cons
                ds->select_s * 1e3, ds->exchange_s * 1e3, ds->zero_skipped);
     printf("\n");
     fflush(stdout);
-    json_t *j = json_pack("{s:s, s:I, s:f, s:f, s:f, s:f, s:f, s:f}", "kind", "train", "step",
-                          (json_int_t)r->step, "loss", ss->loss, "lr", ss->lr, "gnorm", ss->gnorm, unit,
-                          units / (ss->step_ms / 1e3), "step_ms", ss->step_ms, "comm_wait_ms", ss->comm_wait_ms);
+    /* numbers through train_json_num: a diverged loss or gnorm is null, never a blank line */
+    json_t *j = json_pack("{s:s, s:I, s:o, s:o, s:o, s:o, s:o, s:o}", "kind", "train", "step", (json_int_t)r->step,
+                          "loss", train_json_num(ss->loss), "lr", train_json_num(ss->lr), "gnorm",
+                          train_json_num(ss->gnorm), unit, train_json_num(units / (ss->step_ms / 1e3)), "step_ms",
+                          train_json_num(ss->step_ms), "comm_wait_ms", train_json_num(ss->comm_wait_ms));
     if (r->dgc && dgc_active(r->dgc))
-        json_object_update_new(j, json_pack("{s:f, s:I, s:I, s:f, s:f, s:f, s:f}", "dgc_density", ds->density,
-                                            "dgc_bytes_sent", (json_int_t)ds->bytes_sent, "dgc_bytes_recv",
-                                            (json_int_t)ds->bytes_recv, "dgc_residual_norm", ds->residual_norm,
-                                            "dgc_select_ms", ds->select_s * 1e3, "dgc_encode_ms",
-                                            ds->encode_s * 1e3, "dgc_exchange_ms", ds->exchange_s * 1e3));
+        json_object_update_new(j, json_pack("{s:o, s:I, s:I, s:o, s:o, s:o, s:o}", "dgc_density",
+                                            train_json_num(ds->density), "dgc_bytes_sent", (json_int_t)ds->bytes_sent,
+                                            "dgc_bytes_recv", (json_int_t)ds->bytes_recv, "dgc_residual_norm",
+                                            train_json_num(ds->residual_norm), "dgc_select_ms",
+                                            train_json_num(ds->select_s * 1e3), "dgc_encode_ms",
+                                            train_json_num(ds->encode_s * 1e3), "dgc_exchange_ms",
+                                            train_json_num(ds->exchange_s * 1e3)));
     if (r->dgc && dgc_active(r->dgc))  /* Pro 3: rank 0's slice */
-        json_object_update_new(j, json_pack("{s:I, s:f, s:f}", "dgc_zero_skipped", (json_int_t)ds->zero_skipped,
-                                            "dgc_zero_precision", ds->zero_predicted ?
-                                                (double)ds->zero_hit / ds->zero_predicted : 1.0,
-                                            "dgc_zero_recall", ds->zero_true ?
-                                                (double)ds->zero_hit / ds->zero_true : 1.0));
+        json_object_update_new(j, json_pack("{s:I, s:o, s:o}", "dgc_zero_skipped", (json_int_t)ds->zero_skipped,
+                                            "dgc_zero_precision", train_json_num(ds->zero_predicted ?
+                                                (double)ds->zero_hit / ds->zero_predicted : 1.0),
+                                            "dgc_zero_recall", train_json_num(ds->zero_true ?
+                                                (double)ds->zero_hit / ds->zero_true : 1.0)));
     train_metrics_write(r, j);
 }
 
@@ -76,9 +172,9 @@ status train_log_dgc_layers(train_run *r)
         int nd = 0;
         float lo = INFINITY, hi = 0;
         for (int e = 0; e < n; e++) {
-            json_array_append_new(layers, json_pack("{s:s, s:f, s:f, s:b}", "name", pt->entries[e].name, "density",
-                                                    (double)dens[e], "concentration", (double)conc[e], "dense",
-                                                    (int)dense[e]));
+            json_array_append_new(layers, json_pack("{s:s, s:o, s:o, s:b}", "name", pt->entries[e].name, "density",
+                                                    train_json_num(dens[e]), "concentration",
+                                                    train_json_num(conc[e]), "dense", (int)dense[e]));
             if (dense[e]) nd++;
             else lo = fminf(lo, dens[e]), hi = fmaxf(hi, dens[e]);
         }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "base/path.h"
+#include "ckpt/tool/offline.h"
 #include "nn/param.h"
 #include "train_impl.h"
 
@@ -59,6 +60,16 @@ static status train_calibrate_comm(train_run *r)
     return STATUS_OK;
 }
 
+/* Collective: every rank returns the status rank 0's run-directory work found (the other
+ * ranks pass STATUS_OK), so a refused lock or an unwritable file ends every rank the same
+ * way instead of leaving them in the next collective. */
+static status train_agree(const train_run *r, status mine)
+{
+    int st = (int)mine, all;
+    TRY(comm_ctl_allreduce(train_ctl(r), &st, &all, 1, MPI_INT, MPI_MAX));
+    return (status)all;
+}
+
 status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, train_signals *signals)
 {
     memset(r, 0, sizeof *r);
@@ -66,6 +77,7 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
     r->signals = signals ? signals : &r->no_signals;
     r->timeout_s = config_float(cfg, "comm.timeout");
     r->heartbeat_fd = -1;
+    r->lock_fd = r->metrics_fd = -1;
     r->seed = (uint64_t)config_int(cfg, "train.seed");
     r->steps = (long)config_int(cfg, "train.steps");
     r->opt.clip = config_float(cfg, "train.clip");
@@ -79,6 +91,11 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
     }
     omp_set_num_threads(r->threads);
     openblas_set_num_threads(r->threads);
+    TRY(fault_plan_init(&r->metrics_fault, "metrics"));
+    TRY(fault_plan_init(&r->rundir_fault, "rundir"));
+    /* The run directory is this run's before anything reads or writes in it: a second
+     * run on it is refused here, before it loads data or a checkpoint (exit 2). */
+    TRY(train_agree(r, rt->rank == 0 ? train_rundir_lock(r) : STATUS_OK));
     /* The model runs on a GPU in nebula-bench model --device cuda; the loop's buckets,
      * DGC-Pro, ZeRO and checkpoints still read host memory. */
     TRY(device_open_from_config(&r->dev, cfg, rt->gpu));
@@ -172,8 +189,6 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
     if (strcmp(config_str(cfg, "dgc.mode"), "on") != 0) TRY(train_calibrate_comm(r));
     TRY(train_dgc_setup(r));
 
-    if (rt->rank == 0) TRY(path_mkdirs(r->run_dir, "run directory"));
-    TRY(comm_ctl_barrier(train_ctl(r)));
     if (config_int(cfg, "ckpt.every_steps") > 0 || config_float(cfg, "ckpt.every_minutes") > 0) {
         char dir[4200];
         snprintf(dir, sizeof dir, "%s/ckpt", r->run_dir);
@@ -182,16 +197,60 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
         TRY(ckpt_writer_init(&r->ckpt, rt->world, dir, (int)config_int(cfg, "ckpt.keep"),
                              config_bool(cfg, "ckpt.async"), &shape));
     }
+    status files = STATUS_OK;
     if (rt->rank == 0) {
-        char path[4200];
-        snprintf(path, sizeof path, "%s/metrics.jsonl", r->run_dir);
-        if (!(r->metrics = fopen(path, "a"))) {
-            log_error("cannot open %s: %s", path, strerror(errno));
-            return STATUS_IO;
-        }
-        TRY(train_heartbeat_open(r));
+        files = train_metrics_open(r);
+        if (files == STATUS_OK) files = train_heartbeat_open(r);
+        if (files == STATUS_OK) train_rundir_write_config(r);
     }
-    return STATUS_OK;
+    return train_agree(r, files);
+}
+
+/* The value of section.key in a config_dump text ("[section]" lines, "key = value"
+ * lines) into out; false when it has none. */
+static bool config_text_value(const char *text, const char *section, const char *key, char *out, size_t cap)
+{
+    char sect[64] = "";
+    size_t klen = strlen(key);
+    for (const char *line = text; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
+        size_t len = strcspn(line, "\n");
+        if (line[0] == '[') {
+            snprintf(sect, sizeof sect, "%.*s", (int)(len > 2 ? len - 2 : 0), line + 1);
+        } else if (!strcmp(sect, section) && !strncmp(line, key, klen) && !strncmp(line + klen, " =", 2)) {
+            const char *v = line + klen + 2 + (line[klen + 2] == ' ');
+            snprintf(out, cap, "%.*s", (int)(len - (size_t)(v - line)), v);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Rank 0 after a resume: the checkpoint's own config against this run's, for the keys
+ * that change what the resumed steps read. A warning, not a refusal: both are legitimate
+ * on purpose (a longer context to finish training, another seed to step past a bad
+ * stretch of data), but the run no longer continues the one that wrote the checkpoint
+ * (the loader's position counts samples of seq_len tokens, and the sample order is a
+ * function of the seed), which a resume must never do silently. */
+static void train_resume_compare(const train_run *r, const char *path)
+{
+    ckpt_catalog cat;
+    if (ckpt_catalog_open(&cat, path) != STATUS_OK) return;  /* ckpt_load read it: not expected */
+    char was[64], now[64];
+    if (cat.config && config_text_value(cat.config, "train", "seed", was, sizeof was)) {
+        snprintf(now, sizeof now, "%" PRIu64, r->seed);
+        if (strcmp(was, now) != 0)
+            log_warn0("resuming with train.seed = %s, but the checkpoint's run used %s: from here on the data order "
+                      "(and augmentation, masking) is another one, so this is not the run that wrote the checkpoint "
+                      "continued\nHINT: --seed %s continues it exactly", now, was, was);
+    }
+    if (r->T && cat.config && config_text_value(cat.config, "train", "seq_len", was, sizeof was)) {
+        snprintf(now, sizeof now, "%d", r->T);
+        if (strcmp(was, now) != 0)
+            log_warn0("resuming with train.seq_len = %s, but the checkpoint's run used %s: the data position counts "
+                      "samples, so the resumed steps read other tokens than that run would have (some skipped or "
+                      "read twice)\nHINT: --seq-len %s continues it exactly", now, was, was);
+    }
+    ckpt_catalog_free(&cat);
 }
 
 status train_resume(train_run *r)
@@ -226,6 +285,7 @@ status train_resume(train_run *r)
                    "change owner (consistent hashing; expected about 1 - %d/%d = %.1f%%)\n", a, b, 100 * fs, 100 * fe,
                    a < b ? a : b, a < b ? b : a, 100.0 * (1.0 - (double)(a < b ? a : b) / (a < b ? b : a)));
     }
+    if (r->rt->rank == 0) train_resume_compare(r, info.path);
     if (r->rt->rank == 0)
         printf("resumed from %s at step %ld%s%s\n", info.path, r->step,
                info.resharded ? " (written at another world size: same global batch, accumulation recomputed)" : "",
@@ -263,8 +323,9 @@ void train_free(train_run *r)
     dgc_free(r->dgc);
     if (r->use_zero) zero_free(&r->zero);
     device_optim_free(&r->opt.dopt);
-    if (r->metrics) fclose(r->metrics);
+    train_metrics_close(r);
     if (r->heartbeat_fd >= 0) close(r->heartbeat_fd);
+    train_rundir_unlock(r);  /* last of the run-directory files */
     bucket_free(&r->bm);
     free(r->layer_first), free(r->layer_count), free(r->raw_ids), free(r->samples);
     if (r->val_data) data_free(r->val_data);

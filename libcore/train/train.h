@@ -29,6 +29,7 @@
 #include <stdio.h>
 
 #include "base/config.h"
+#include "base/fault.h"
 #include "base/runtime.h"
 #include "ckpt/ckpt.h"
 #include "comm/bucket.h"
@@ -167,7 +168,6 @@ typedef struct train_run {
     train_optim opt;
     lr_schedule sched;
     ckpt_writer *ckpt;         /* NULL when checkpoints are off */
-    FILE *metrics;             /* run_dir/metrics.jsonl on rank 0 */
     char run_dir[4096];
     long step;                 /* optimizer steps completed */
     long steps;                /* total steps of the run */
@@ -189,6 +189,14 @@ typedef struct train_run {
     train_signals *signals;    /* the program's, or no_signals; never NULL after train_setup */
     train_signals no_signals;  /* stays zero: a run set up without signals */
     char config_text[65536];   /* the resolved config, as config_dump writes it */
+    /* the run directory's lock and the metrics writer (rundir.c, metrics.c); rank 0 */
+    int lock_fd;               /* RUN_DIR/lock while this run holds its flock, -1 otherwise */
+    int metrics_fd;            /* RUN_DIR/metrics.jsonl (O_APPEND) on rank 0, -1 elsewhere */
+    long metrics_records;      /* records the run tried to write */
+    long metrics_lost;         /* of them, not written (an I/O error or a record that would not serialise) */
+    int metrics_errno;         /* the error of the last failed record; 0 once a record goes through */
+    fault_plan metrics_fault;  /* CHAOS build: NEBULA_CHAOS_FAULT's metrics.* rules */
+    fault_plan rundir_fault;   /* CHAOS build: NEBULA_CHAOS_FAULT's rundir.* rules */
 } train_run;
 
 /* Builds the run: batch, data, model, optimizer, ZeRO, buckets, DGC-Pro, checkpoint

@@ -58,9 +58,32 @@ status train_dgc_auto(train_run *r, const train_step_stats *ss, long first);
 /* Loss (and accuracy) over train.eval_batches of held-out data; rank 0 logs it. */
 status train_evaluate(train_run *r);
 
+/* ---- rundir.c: the run directory's lock, config.ini and file opening (rank 0) ---- */
+/* Opens RUN_DIR/name with flags (| O_NOFOLLOW, mode 0644 when created) into *fd: STATUS_INPUT,
+ * logged with the file named, for a symbolic link or a non-regular file (never written
+ * through); STATUS_IO for another failure or an injected fault at point (f may be NULL). */
+status train_rundir_open_file(const train_run *r, const char *name, int flags, fault_plan *f, const char *point,
+                              int *fd);
+/* Creates RUN_DIR and takes its lock for the run's life: STATUS_INPUT naming the holder when
+ * another run holds it (exit 2), or when a link or special file stands in the run
+ * directory under a name the trainer writes; a stale lock is taken over with a line. */
+status train_rundir_lock(train_run *r);
+/* Releases the lock (empties the holder line: a clean end, not a stale lock). */
+void train_rundir_unlock(train_run *r);
+/* Writes RUN_DIR/config.ini (the resolved config) atomically; a failure is a warning. */
+void train_rundir_write_config(train_run *r);
+
 /* ---- metrics.c ---- */
-/* One record of metrics.jsonl (rank 0), flushed; takes j (a json_t *). */
+/* Rank 0: opens RUN_DIR/metrics.jsonl for appending (train_rundir_open_file's statuses). */
+status train_metrics_open(train_run *r);
+/* One record of metrics.jsonl (rank 0, a no-op elsewhere), one line written whole or not
+ * at all; takes j (a json_t *; NULL counts as a lost record). A failure is logged and
+ * counted, never returned: training goes on. */
 void train_metrics_write(train_run *r, void *j);
+/* Closes metrics.jsonl (a failure is a warning). */
+void train_metrics_close(train_run *r);
+/* A JSON number, or null for NaN and infinities (JSON has neither); a json_t *. */
+void *train_json_num(double v);
 /* Rank 0: the step's metrics line and record. */
 void train_log_step(train_run *r, const train_step_stats *ss, double units, const char *unit);
 /* Collective: DGC-Pro's choice per tensor; rank 0 logs it. */
