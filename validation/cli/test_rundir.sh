@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# The run directory and the metrics writer (docs/training.md, "Run directory" and
+# "Output and metrics"), gpt2-tiny on the licence texts:
+#   - lock: a second run on a directory in use exits 2 naming the holder (host, pid,
+#     since) and a HINT, before touching anything; the first goes on untouched (its
+#     config.ini, no duplicated step in metrics.jsonl, its checkpoint verifies);
+#     a lock left by a kill -9'd run is stale (the kernel dropped its flock): taken over
+#     with a line naming the dead holder;
+#   - links and special files planted under the names the trainer writes (metrics.jsonl,
+#     heartbeat, lock; a FIFO) exit 2 naming the file, the link's target untouched;
+#   - metrics: every line of metrics.jsonl is JSON, non-finite numbers are null with the
+#     key kept (a diverging ResNet's gnorm); a failed write (CHAOS build, metrics.write)
+#     loses that record only, the run goes on to exit 0 and reports the count; a failed
+#     open of metrics.jsonl or of the lock exits 1 before training;
+#   - resume: another seed or seq_len than the checkpoint's warns; a checkpoint that
+#     already reaches train.steps says "nothing to do" and exits 0 without invented
+#     numbers; config.ini is the resolved config and runs again as --config;
+#   - exposed_comm is a share of step time (0-100%).
+. "$(dirname "$0")/lib.sh"
+TRAIN=build/bin/nebula-train
+CHAOS=build/chaos/bin/nebula-train
+CKPT=build/bin/nebula-ckpt
+licenses_data
+
+# go NP RUN_DIR LOG [ARG...]: gpt2-tiny under a 120 s deadline, output in LOG; $BIN: the binary
+go() {
+    local np=$1 dir=$2 log=$3
+    shift 3
+    timeout 120 $MPIRUN -np "$np" ${BIN:-$TRAIN} --config configs/train/gpt2-tiny-licenses.ini --run-dir "$dir" \
+        --set data.train="$data/train.bin" --set data.val= --set optim.schedule=constant \
+        --set optim.warmup_steps=0 --set train.log_interval=1 --set train.eval_interval=0 \
+        --set train.global_batch=8 "$@" >"$log" 2>&1 </dev/null
+}
+has() { grep -qE -- "$2" "$1"; }  # has FILE REGEX
+# wait_step RUN_DIR N: until the heartbeat reports step >= N (60 s at most)
+wait_step() {
+    for _ in $(seq 600); do
+        local s
+        s=$(sed -n 's/^step=\([0-9]*\).*/\1/p' "$1/heartbeat" 2>/dev/null)
+        [ -n "$s" ] && [ "$s" -ge "$2" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+# json_ok FILE: every line is a JSON object and no train step repeats
+json_ok() {
+    $PY - "$1" <<'PY'
+import json, sys
+steps = []
+for n, line in enumerate(open(sys.argv[1]), 1):
+    j = json.loads(line)  # raises on a blank or torn line
+    assert isinstance(j, dict), f"line {n} is not an object"
+    if j["kind"] == "train": steps.append(j["step"])
+assert len(steps) == len(set(steps)), f"duplicated steps {sorted(steps)}"
+PY
+}
+
+# --- two runs on one directory ------------------------------------------------------------
+A=$tmp/a
+go 2 $A $tmp/a.log --steps 1000 --ckpt-every 2 --seed 11 &
+pid_a=$!
+wait_step $A 2 || echo "    (the first run did not reach step 2 in 60 s)"
+holder=$(sed -n 's/.*pid=\([0-9]*\).*/\1/p' $A/lock)
+go 1 $A $tmp/b.log --steps 1000 --ckpt-every 2 --seed 7; rc=$?
+check "a second run on a directory in use exits 2 (got $rc)" test "$rc" -eq 2
+check "... naming the holder (host, pid $holder, since when) and a HINT" eval \
+    "has $tmp/b.log 'is in use by another run: host $(hostname) pid $holder since 20[0-9-]+T' && has $tmp/b.log '^HINT: '"
+check "... while the first is still running" kill -0 $pid_a
+kill -USR2 $holder  # rank 0 asks; every rank agrees at the step end: checkpoint and stop
+wait $pid_a; rc=$?
+check "the first run stops on request as usual (exit 3, got $rc)" test "$rc" -eq 3
+check "... untouched: its config.ini (seed 11), no duplicated step in metrics.jsonl" eval \
+    "grep -qx 'seed = 11' $A/config.ini && json_ok $A/metrics.jsonl"
+last=$(ls $A/ckpt | grep '^step_' | tail -1)
+check "... its last checkpoint ($last) verifies" eval "$CKPT verify $A/ckpt/$last >/dev/null 2>&1"
+check "... and it released the lock (empty holder line)" test ! -s $A/lock
+
+# --- a stale lock: the holder was killed with SIGKILL ---------------------------------------
+K=$tmp/k
+go 1 $K $tmp/k.log --steps 1000 &
+pid_k=$!
+wait_step $K 1 || echo "    (the run did not reach step 1 in 60 s)"
+holder=$(sed -n 's/.*pid=\([0-9]*\).*/\1/p' $K/lock)
+[ -n "$holder" ] && kill -9 "$holder"
+wait $pid_k
+check "a kill -9'd run leaves its holder line (pid $holder)" has $K/lock "pid=$holder "
+go 1 $K $tmp/k2.log --steps 2; rc=$?
+check "the next run takes the stale lock over (exit $rc) and says whose it was" eval \
+    "[ $rc -eq 0 ] && has $tmp/k2.log 'taking over a stale lock of host $(hostname) pid $holder since'"
+
+# --- links and special files where the trainer writes -----------------------------------------
+for name in metrics.jsonl heartbeat lock; do
+    L=$tmp/link-${name%%.*}
+    mkdir -p $L
+    echo precious >$tmp/target-$name
+    ln -s $tmp/target-$name $L/$name
+    go 1 $L $L.log --steps 2; rc=$?
+    check "a symbolic link as RUN_DIR/$name exits 2 (got $rc) naming it; the target is untouched" eval \
+        "[ $rc -eq 2 ] && has $L.log '$L/$name is .*symbolic link' && [ \"\$(cat $tmp/target-$name)\" = precious ]"
+done
+F=$tmp/fifo
+mkdir -p $F && mkfifo $F/metrics.jsonl
+go 1 $F $F.log --steps 2; rc=$?
+check "a FIFO as RUN_DIR/metrics.jsonl exits 2 (got $rc), not a hang" eval "[ $rc -eq 2 ] && has $F.log 'metrics.jsonl is a special file'"
+
+# --- metrics: valid JSON always, write faults ----------------------------------------------
+R=$tmp/rn
+timeout 120 $MPIRUN -np 1 $TRAIN --config configs/train/resnet18-digits.ini --run-dir $R --set data.train=synthetic \
+    --set data.val= --set train.global_batch=4 --set optim.warmup_steps=0 --set optim.lr=1000 \
+    --set optim.schedule=constant --set train.log_interval=1 --steps 8 >$R.log 2>&1 </dev/null
+check "a diverging ResNet: every metrics line is JSON, a non-finite gnorm is null with its key kept" eval \
+    "json_ok $R/metrics.jsonl && grep -q '\"gnorm\":null' $R/metrics.jsonl"
+if [ -x $CHAOS ]; then
+    M=$tmp/mw
+    NEBULA_CHAOS_FAULT=metrics.write:EIO@3 BIN=$CHAOS go 1 $M $M.log --steps 5; rc=$?
+    check "metrics.write fails at step 3 (CHAOS build): exit 0 (got $rc), the error logged with path and errno" eval \
+        "[ $rc -eq 0 ] && has $M.log 'cannot write a record to $M/metrics.jsonl at step 3: Input/output error'"
+    check "... that record only is lost, the rest is valid JSON, and the count is reported" eval \
+        "json_ok $M/metrics.jsonl && [ \$(grep -c '\"kind\":\"train\"' $M/metrics.jsonl) -eq 4 ] && \
+         has $M.log '^metrics: 1 of 6 records could not be written' && has $M/metrics.jsonl '\"metrics_lost\":1'"
+    for point in metrics.open rundir.open; do
+        NEBULA_CHAOS_FAULT=$point:EIO BIN=$CHAOS go 1 $tmp/$point $tmp/$point.log --steps 2; rc=$?
+        check "$point fails (CHAOS build): exit 1 before training (got $rc)" eval \
+            "[ $rc -eq 1 ] && ! has $tmp/$point.log '^step='"
+    done
+    for point in rundir.lock rundir.read rundir.write rundir.config rundir.release metrics.close; do
+        NEBULA_CHAOS_FAULT=$point:EIO BIN=$CHAOS go 1 $tmp/$point $tmp/$point.log --steps 2; rc=$?
+        check "$point fails (CHAOS build): a warning, the run goes on (exit $rc)" eval \
+            "[ $rc -eq 0 ] && has $tmp/$point.log 'injected EIO at $point' && has $tmp/$point.log '^summary: steps=2'"
+    done
+else
+    echo "    (no CHAOS build: the fault-point checks are left out; make chaos builds it)"
+fi
+
+# --- resume: warnings, nothing to do, config.ini ---------------------------------------------
+S=$tmp/s
+go 1 $S $tmp/s1.log --steps 3 --ckpt-every 3 >/dev/null
+check "exposed_comm is a share of step time (0-100%)" eval \
+    "sed -n 's/.*exposed_comm=\([0-9]*\)%.*/\1/p' $tmp/s1.log | awk '{exit !(\$1 >= 0 && \$1 <= 100)}'"
+go 1 $S $tmp/s2.log --steps 4 --ckpt-every 4 --seed 7 --seq-len 32; rc=$?
+check "resuming with another seed and seq_len warns about both (exit $rc)" eval \
+    "[ $rc -eq 0 ] && has $tmp/s2.log 'resuming with train.seed = 7, but the checkpoint.s run used 1337' && \
+     has $tmp/s2.log 'resuming with train.seq_len = 32, but the checkpoint.s run used 64'"
+cp $S/config.ini $tmp/config.ini
+timeout 120 $MPIRUN -np 1 $TRAIN --config $tmp/config.ini >$tmp/s3.log 2>&1 </dev/null; rc=$?
+check "config.ini is the resolved config: as --config it resumes the run, which has nothing to do (exit $rc)" eval \
+    "[ $rc -eq 0 ] && has $tmp/s3.log '^nothing to do: the checkpoint resumed is at step 4 and train.steps = 4' && \
+     ! has $tmp/s3.log '=inf|final_loss='"
+check "... and metrics.jsonl says so without invented numbers" eval \
+    "json_ok $S/metrics.jsonl && tail -1 $S/metrics.jsonl | grep -q '\"steps_run\":0' && ! tail -1 $S/metrics.jsonl | grep -q final_loss"
+finish
