@@ -84,9 +84,9 @@ void train_metrics_write(train_run *r, void *record)
     json_decref(j);
     size_t n = text ? strlen(text) : 0;
     char *line = text ? realloc(text, n + 2) : NULL;
-    bool ok = false;
-    int err = EINVAL;  /* no line: a value jansson refused (a bug of the caller) */
-    if (line) {
+    bool ok = false, built = line != NULL;
+    int err = 0;
+    if (built) {
         line[n] = '\n', line[n + 1] = '\0';
         ok = metrics_append(r, line, n + 1);
         err = errno;
@@ -101,10 +101,13 @@ void train_metrics_write(train_run *r, void *record)
     }
     if (ok) return;
     r->metrics_lost++;
-    if (r->metrics_errno == 0)  /* once per streak of failures */
+    if (!built)  /* not an I/O error: said every time, it names a bug of the record's builder */
+        log_warn("metrics: a record at step %ld could not be serialised (a value JSON cannot hold, or out of "
+                 "memory); it is lost and counted", r->step);
+    else if (r->metrics_errno == 0)  /* once per streak of failures */
         log_warn("metrics: cannot write a record to %s/metrics.jsonl at step %ld: %s; training goes on, lost "
                  "records are counted and reported at the end", r->run_dir, r->step, strerror(err));
-    r->metrics_errno = err;
+    if (built) r->metrics_errno = err;
 }
 
 void train_metrics_close(train_run *r)

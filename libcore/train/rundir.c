@@ -18,11 +18,14 @@
  * replaced atomically by rename (config.ini), so a link planted there is an error naming
  * the file, never a write through it to the link's target.
  *
+ * nebula-bench model sets up the trainer in a fresh mkdtemp directory: its lock is always
+ * free, and the directory is removed with everything in it at the end.
+ *
  * Fault points (CHAOS build, module "rundir", rank 0, in the order a run reaches them) and
  * what a failure there does:
  *   rundir.open    opening RUN_DIR/lock          -> exit 1 (STATUS_IO) before training
- *   rundir.lock    flock                         -> the holder-line fallback; the run goes on
  *   rundir.read    reading the previous holder   -> holder unknown; the run goes on
+ *   rundir.lock    flock                         -> the holder-line fallback; the run goes on
  *   rundir.write   writing this run's holder     -> a warning; the run goes on (locked)
  *   rundir.config  writing config.ini            -> a warning; the run goes on
  *   rundir.release emptying the holder at the end -> a warning; exit code unchanged */
@@ -110,20 +113,26 @@ static bool holder_parse(const char *line, rundir_holder *h)
 }
 
 /* Whether pid on this host is a live nebula process (not a recycled pid of another
- * program): kill(pid, 0) and its command name. */
+ * program, nor a zombie whose files, flock included, are already closed): kill(pid, 0),
+ * then /proc's command name and state where there is a /proc. */
 static bool holder_alive(const rundir_holder *h)
 {
     char host[256] = "";
     gethostname(host, sizeof host - 1);
     if (strcmp(host, h->host) != 0 || h->pid == (long)getpid()) return false;
     if (kill((pid_t)h->pid, 0) != 0 && errno != EPERM) return false;
-    char path[64], comm[64] = "";
-    snprintf(path, sizeof path, "/proc/%ld/comm", h->pid);
+    char path[64], stat[512] = "";
+    snprintf(path, sizeof path, "/proc/%ld/stat", h->pid);
     FILE *f = fopen(path, "r");
     if (!f) return true;  /* no /proc: trust kill */
-    bool nebula = fgets(comm, sizeof comm, f) && !strncmp(comm, "nebula", 6);
+    bool got = fgets(stat, sizeof stat, f) != NULL;
     fclose(f);
-    return nebula;
+    /* "PID (COMM) STATE ...": COMM may hold spaces and parentheses, STATE follows the last ')' */
+    const char *open = strchr(stat, '('), *close = strrchr(stat, ')');
+    if (!got || !open || !close || close < open) return true;
+    bool nebula = !strncmp(open + 1, "nebula", 6);
+    char state = close[1] == ' ' ? close[2] : '?';
+    return nebula && state != 'Z' && state != 'X';
 }
 
 static status rundir_refuse(const train_run *r, const rundir_holder *h, const char *how)

@@ -25,7 +25,8 @@ const config_key train_schema_keys[] = {
     { "train", "eval_batches", CONFIG_TYPE_INT, "16", .min = 1, .max = 1e9,
       .help = "global batches of held-out data per evaluation (fewer when the file is smaller)" },
     { "train", "run_dir", CONFIG_TYPE_STRING, "runs/train",
-      .help = "where metrics.jsonl, config.ini and ckpt/ go (created)" },
+      .help = "where metrics.jsonl, config.ini (the resolved config), heartbeat and ckpt/ go (created); "
+              "one run at a time (RUN_DIR/lock)" },
     { "train", "clip", CONFIG_TYPE_FLOAT, "1.0", .min = 0, .max = 1e30,
       .help = "max global gradient L2 norm (0: no clipping)" },
     { "train", "threads", CONFIG_TYPE_INT, "0", .min = 0, .max = 4096,

@@ -5,7 +5,8 @@
 #     since) and a HINT, before touching anything; the first goes on untouched (its
 #     config.ini, no duplicated step in metrics.jsonl, its checkpoint verifies);
 #     a lock left by a kill -9'd run is stale (the kernel dropped its flock): taken over
-#     with a line naming the dead holder;
+#     with a line naming the dead holder; where flock fails (CHAOS build, rundir.lock),
+#     a live holder on this host is still found from the holder line;
 #   - links and special files planted under the names the trainer writes (metrics.jsonl,
 #     heartbeat, lock; a FIFO) exit 2 naming the file, the link's target untouched;
 #   - metrics: every line of metrics.jsonl is JSON, non-finite numbers are null with the
@@ -66,6 +67,11 @@ check "a second run on a directory in use exits 2 (got $rc)" test "$rc" -eq 2
 check "... naming the holder (host, pid $holder, since when) and a HINT" eval \
     "has $tmp/b.log 'is in use by another run: host $(hostname) pid $holder since 20[0-9-]+T' && has $tmp/b.log '^HINT: '"
 check "... while the first is still running" kill -0 $pid_a
+if [ -x $CHAOS ]; then  # flock failing (CHAOS build): the holder line is the fallback
+    NEBULA_CHAOS_FAULT=rundir.lock:EIO BIN=$CHAOS go 1 $A $tmp/b2.log --steps 1000; rc=$?
+    check "where flock fails, a live holder on this host still refuses the run (exit $rc)" eval \
+        "[ $rc -eq 2 ] && has $tmp/b2.log 'pid $holder since .*its process is alive'"
+fi
 kill -USR2 $holder  # rank 0 asks; every rank agrees at the step end: checkpoint and stop
 wait $pid_a; rc=$?
 check "the first run stops on request as usual (exit 3, got $rc)" test "$rc" -eq 3
