@@ -1,6 +1,8 @@
-/* train — see train.h: the run's setup (batch, optimizer and schedule checked before
- * anything big is allocated; then data, model, ZeRO, buckets, DGC-Pro, checkpoint
- * writer, run directory), resume, the setup table and free. */
+/* train — see train.h: the run's setup (the run directory locked first, rundir.c; batch,
+ * optimizer and schedule checked before anything big is allocated; then data, model,
+ * ZeRO, buckets, DGC-Pro, checkpoint writer, the run directory's files), resume (with
+ * a warning when the seed or seq_len differ from the checkpoint's), the setup table and
+ * free. */
 #include <errno.h>
 #include <inttypes.h>
 #include <cblas.h>
