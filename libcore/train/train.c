@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <cblas.h>
+#include <jansson.h>
 #include <math.h>
 #include <omp.h>
 #include <sched.h>
@@ -288,6 +289,10 @@ status train_resume(train_run *r)
                    a < b ? a : b, a < b ? b : a, 100.0 * (1.0 - (double)(a < b ? a : b) / (a < b ? b : a)));
     }
     if (r->rt->rank == 0) train_resume_compare(r, info.path);
+    /* metrics.jsonl is appended across launches: records of steps after this one that an
+     * earlier launch wrote before it died were not committed, and are redone from here */
+    train_metrics_write(r, json_pack("{s:s, s:I, s:s}", "kind", "resume", "step", (json_int_t)r->step, "checkpoint",
+                                     info.path));
     if (r->rt->rank == 0)
         printf("resumed from %s at step %ld%s%s\n", info.path, r->step,
                info.resharded ? " (written at another world size: same global batch, accumulation recomputed)" : "",

@@ -166,6 +166,8 @@ go 1 $S $tmp/s2.log --steps 4 --ckpt-every 4 --seed 7 --seq-len 32; rc=$?
 check "resuming with another seed and seq_len warns about both (exit $rc)" eval \
     "[ $rc -eq 0 ] && has $tmp/s2.log 'resuming with train.seed = 7, but the checkpoint.s run used 1337' && \
      has $tmp/s2.log 'resuming with train.seq_len = 32, but the checkpoint.s run used 64'"
+check "... and metrics.jsonl marks where the resumed launch starts" \
+    grep -q '"kind":"resume","step":3,"checkpoint":"'"$S"'/ckpt/step_00000003"' $S/metrics.jsonl
 cp $S/config.ini $tmp/config.ini
 timeout 120 $MPIRUN -np 1 $TRAIN --config $tmp/config.ini >$tmp/s3.log 2>&1 </dev/null; rc=$?
 check "config.ini is the resolved config: as --config it resumes the run, which has nothing to do (exit $rc)" eval \
