@@ -159,10 +159,12 @@ fi
 
 # --- resume: warnings, nothing to do, config.ini ---------------------------------------------
 S=$tmp/s
-go 1 $S $tmp/s1.log --steps 3 --ckpt-every 3 >/dev/null
-check "exposed_comm is a share of step time (0-100%)" eval \
-    "sed -n 's/.*exposed_comm=\([0-9]*\)%.*/\1/p' $tmp/s1.log | awk '{exit !(\$1 >= 0 && \$1 <= 100)}'"
-go 1 $S $tmp/s2.log --steps 4 --ckpt-every 4 --seed 7 --seq-len 32; rc=$?
+go 2 $S $tmp/s1.log --steps 3 --ckpt-every 3 >/dev/null
+check "exposed_comm is a share of step time (0-100%), on the summary line and in the summary record" eval \
+    "sed -n 's/.*exposed_comm=\([0-9]*\)%.*/\1/p' $tmp/s1.log | awk '{exit !(\$1 >= 0 && \$1 <= 100)}' && \
+     $PY -c 'import json,sys; s=[j for j in map(json.loads, open(sys.argv[1])) if j[\"kind\"]==\"summary\"][-1]; \
+sys.exit(not 0 <= s[\"exposed_comm_pct\"] <= 100)' $S/metrics.jsonl"
+go 2 $S $tmp/s2.log --steps 4 --ckpt-every 4 --seed 7 --seq-len 32; rc=$?
 check "resuming with another seed and seq_len warns about both (exit $rc)" eval \
     "[ $rc -eq 0 ] && has $tmp/s2.log 'resuming with train.seed = 7, but the checkpoint.s run used 1337' && \
      has $tmp/s2.log 'resuming with train.seq_len = 32, but the checkpoint.s run used 64'"
