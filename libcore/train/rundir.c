@@ -24,8 +24,8 @@
  * Fault points (CHAOS build, module "rundir", rank 0, in the order a run reaches them) and
  * what a failure there does:
  *   rundir.open    opening RUN_DIR/lock          -> exit 1 (STATUS_IO) before training
- *   rundir.read    reading the previous holder   -> holder unknown; the run goes on
  *   rundir.lock    flock                         -> the holder-line fallback; the run goes on
+ *   rundir.read    reading the previous holder   -> holder unknown; the run goes on
  *   rundir.write   writing this run's holder     -> a warning; the run goes on (locked)
  *   rundir.config  writing config.ini            -> a warning; the run goes on
  *   rundir.release emptying the holder at the end -> a warning; exit code unchanged */
@@ -135,13 +135,19 @@ static bool holder_alive(const rundir_holder *h)
     return nebula && state != 'Z' && state != 'X';
 }
 
+/* h: the holder, NULL when its line is not there (yet, or unreadable). */
 static status rundir_refuse(const train_run *r, const rundir_holder *h, const char *how)
 {
-    log_error("run directory %s is in use by another run: host %s pid %ld since %s (job %s); %s\n"
-              "HINT: two runs on one directory would interleave their checkpoints and metrics: wait for that run "
-              "to end or stop it (scancel, or kill -USR2 %ld on %s), or give this run another --run-dir",
-              r->run_dir, h->host[0] ? h->host : "?", h->pid, h->since[0] ? h->since : "?",
-              h->job[0] ? h->job : "-", how, h->pid, h->host[0] ? h->host : "its host");
+    static const char hint[] = "HINT: two runs on one directory would interleave their checkpoints and metrics: "
+                               "wait for that run to end or stop it";
+    if (!h) {
+        log_error("run directory %s is in use by another run (%s; its holder line is not written yet or cannot "
+                  "be read)\n%s, or give this run another --run-dir", r->run_dir, how, hint);
+        return STATUS_INPUT;
+    }
+    log_error("run directory %s is in use by another run: host %s pid %ld since %s (job %s); %s\n%s (scancel, or "
+              "kill -USR2 %ld on %s), or give this run another --run-dir", r->run_dir, h->host, h->pid, h->since,
+              h->job, how, hint, h->pid, h->host);
     return STATUS_INPUT;
 }
 
@@ -169,20 +175,20 @@ status train_rundir_lock(train_run *r)
     TRY(path_mkdirs(r->run_dir, "run directory"));
     int fd;
     TRY(train_rundir_open_file(r, "lock", O_RDWR | O_CREAT, &r->rundir_fault, "rundir.open", &fd));
+    int inj = FAULT_ERRNO(&r->rundir_fault, "rundir.lock", r->step);
+    int rc = inj ? -1 : flock(fd, LOCK_EX | LOCK_NB);
+    int err = inj ? inj : errno;
+    /* read after the attempt: a holder writes its line right after it takes the lock */
     char line[HOLDER_MAX] = "";
-    int inj = FAULT_ERRNO(&r->rundir_fault, "rundir.read", r->step);
+    inj = FAULT_ERRNO(&r->rundir_fault, "rundir.read", r->step);
     ssize_t got = inj ? -1 : pread(fd, line, sizeof line - 1, 0);
     if (got < 0) log_warn("cannot read %s/lock: %s; its previous holder is unknown", r->run_dir, strerror(inj ? inj : errno));
     line[got > 0 ? got : 0] = '\0';
     rundir_holder h;
     bool named = holder_parse(line, &h);
-    inj = FAULT_ERRNO(&r->rundir_fault, "rundir.lock", r->step);
-    int rc = inj ? -1 : flock(fd, LOCK_EX | LOCK_NB);
-    int err = inj ? inj : errno;
     if (rc != 0 && err == EWOULDBLOCK) {
-        if (!named) memset(&h, 0, sizeof h);
         close(fd);
-        return rundir_refuse(r, &h, "its lock file is locked");
+        return rundir_refuse(r, named ? &h : NULL, "its lock file is locked");
     }
     if (rc != 0) {
         log_warn("flock on %s/lock failed (%s): this file system does not lock; falling back to the holder line, "
