@@ -145,9 +145,12 @@ static status rundir_refuse(const train_run *r, const rundir_holder *h, const ch
                   "be read)\n%s, or give this run another --run-dir", r->run_dir, how, hint);
         return STATUS_INPUT;
     }
-    log_error("run directory %s is in use by another run: host %s pid %ld since %s (job %s); %s\n%s (scancel, or "
-              "kill -USR2 %ld on %s), or give this run another --run-dir", r->run_dir, h->host, h->pid, h->since,
-              h->job, how, hint, h->pid, h->host);
+    char stop[400];
+    if (strcmp(h->job, "-") != 0) snprintf(stop, sizeof stop, "scancel --signal=USR2 %s", h->job);
+    else snprintf(stop, sizeof stop, "kill -USR2 %ld on %s", h->pid, h->host);
+    log_error("run directory %s is in use by another run: host %s pid %ld since %s (job %s); %s\n%s (%s: it "
+              "checkpoints and exits 3), or give this run another --run-dir", r->run_dir, h->host, h->pid, h->since,
+              h->job, how, hint, stop);
     return STATUS_INPUT;
 }
 
