@@ -189,6 +189,11 @@ typedef struct train_run {
     train_signals *signals;    /* the program's, or no_signals; never NULL after train_setup */
     train_signals no_signals;  /* stays zero: a run set up without signals */
     char config_text[65536];   /* the resolved config, as config_dump writes it */
+    /* divergence (step.c): a step with a non-finite loss or gradient norm is skipped; more
+     * than train.max_skipped_steps of them in a row end the run (STATUS_DIVERGED) */
+    long skipped_in_a_row;     /* consecutive skipped steps up to the last step */
+    long last_applied;         /* the last step whose update was applied (or the step the run started at) */
+    bool params_checked;       /* the parameters this run started from were found finite */
 } train_run;
 
 /* Builds the run: batch, data, model, optimizer, ZeRO, buckets, DGC-Pro, checkpoint
