@@ -100,20 +100,42 @@ static void train_log_diverged(train_run *r, long step, const char *why)
                   r->ckpt ? "" : " (checkpoints are off)", lr);
 }
 
-status train_check_update(train_run *r, long step, double loss, double gnorm)
+/* Where the update of a finite gradient overflowed: the parameters (replicated), or the
+ * moments (AdamW's v holds g^2: it overflows first), this rank's ZeRO shard or the
+ * whole buffer; "" when nothing did. Collective under ZeRO. */
+static status train_overflow(train_run *r, char *what, size_t len)
 {
     const param_table *pt = model_params(&r->m);
     const param_buffers *pb = model_buffers(&r->m);
-    if (!train_count_nonfinite(pb->params, pt->total)) {
+    const char *names[3] = { "", "the optimizer's first moment of ", "the optimizer's second moment of " };
+    const float *bufs[3] = { pb->params, pb->m, pb->v };
+    what[0] = '\0';
+    if (r->use_zero) {
+        bufs[1] = bufs[2] = NULL;
+        double bad = (r->zero.m ? (double)train_count_nonfinite(r->zero.m, r->zero.owned) : 0) +
+                     (r->zero.v ? (double)train_count_nonfinite(r->zero.v, r->zero.owned) : 0);
+        TRY(comm_ctl_allreduce(train_ctl(r), MPI_IN_PLACE, &bad, 1, MPI_DOUBLE, MPI_SUM));
+        if (bad > 0) snprintf(what, len, "the optimizer's moments (ZeRO shards) hold %.0f NaN or Inf value(s)", bad);
+    }
+    for (int b = 0; b < 3 && !what[0]; b++) {
+        size_t n = 0;
+        int e = bufs[b] && train_count_nonfinite(bufs[b], pt->total) ? train_first_nonfinite(pt, bufs[b], &n) : -1;
+        if (e >= 0) snprintf(what, len, "%s%s holds %zu NaN or Inf value(s)", names[b], pt->entries[e].name, n);
+    }
+    return STATUS_OK;
+}
+
+status train_check_update(train_run *r, long step, double loss, double gnorm)
+{
+    char what[320];
+    TRY(train_overflow(r, what, sizeof what));
+    if (!what[0]) {
         r->skipped_in_a_row = 0;
         r->last_applied = step;
         return STATUS_OK;
     }
-    size_t n = 0;
-    int e = train_first_nonfinite(pt, pb->params, &n);
     char why[512];
-    snprintf(why, sizeof why, "its update (loss %g, gradient norm %g) overflowed: %s holds %zu NaN or Inf value(s)",
-             loss, gnorm, e >= 0 ? pt->entries[e].name : "the padding", n);
+    snprintf(why, sizeof why, "its update (loss %g, gradient norm %g) overflowed: %s", loss, gnorm, what);
     train_log_diverged(r, step, why);
     return STATUS_DIVERGED;
 }
