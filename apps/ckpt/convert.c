@@ -18,6 +18,7 @@
  * model.KEY=VALUE for sizes that differ from the preset), llm.c files carry their
  * sizes in their header. */
 #include <inttypes.h>
+#include <math.h>
 #include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
@@ -81,10 +82,30 @@ static status write_llmc(const tool_model *tm, const char *out)
     return st;
 }
 
+/* NaN or Inf weights are a run that diverged: converted, they would pass on silently to
+ * whatever loads the file. STATUS_INPUT, logged naming the first tensor and its count. */
+static status check_finite(model *m, const char *origin)
+{
+    const param_table *pt = model_params(m);
+    const float *p = model_buffers(m)->params;
+    for (int e = 0; e < pt->count; e++) {
+        size_t bad = 0;
+        for (size_t i = 0; i < pt->entries[e].count; i++) bad += !isfinite(p[pt->entries[e].offset + i]);
+        if (!bad) continue;
+        log_error0("%s: %s holds %zu NaN or Inf value(s) of %zu: not converted (the weights of a run that had "
+                   "diverged)", origin, pt->entries[e].name, bad, pt->entries[e].count);
+        log_error0("HINT: convert an earlier checkpoint, from before the loss became NaN");
+        return STATUS_INPUT;
+    }
+    return STATUS_OK;
+}
+
 static int convert_to(const tool_args *a, const char *format, const char *out)
 {
     ckpt_catalog cat;
-    status st = ckpt_catalog_open(&cat, a->paths[0]);
+    status st = ckpt_out_check(out, false, "--out");  /* every rank: the same file system */
+    if (st != STATUS_OK) return status_exit_code(st);
+    st = ckpt_catalog_open(&cat, a->paths[0]);
     if (st != STATUS_OK) return status_exit_code(st);
     tool_model tm;
     ckpt_content c;
@@ -92,6 +113,7 @@ static int convert_to(const tool_args *a, const char *format, const char *out)
     if (st == STATUS_OK) {
         st = tool_content(&c, &cat, &tm.m, true, false);
         if (st == STATUS_OK) st = ckpt_catalog_load(a->rt->world, &cat, &c);
+        if (st == STATUS_OK) st = check_finite(&tm.m, cat.file);  /* every rank loaded the same values */
         int n = 0;
         if (st == STATUS_OK && a->rt->rank == 0)
             st = !strcmp(format, "llmc") ? write_llmc(&tm, out) : write_safetensors(&tm, &cat, out, &n);
@@ -234,9 +256,11 @@ static int convert_from(const tool_args *a, const char *format, const char *out)
     tool_model tm;
     int ignored = 0, rank = a->rt->rank;
     MPI_Comm comm = a->rt->world;
-    status st = STATUS_OK;
+    status st = ckpt_out_check_step(out, 0, NULL);  /* every rank: the same file system */
+    if (st != STATUS_OK) return status_exit_code(st);
     if (rank == 0)
         st = !strcmp(format, "llmc") ? read_llmc(&tm, a, a->paths[0]) : read_safetensors(&tm, a, a->paths[0], &ignored);
+    if (rank == 0 && st == STATUS_OK && (st = check_finite(&tm.m, a->paths[0])) != STATUS_OK) tool_model_free(&tm);
     if (comm_ctl_bcast(comm_ctl_make(comm, 0), &st, 1, MPI_INT, 0) != STATUS_OK) st = STATUS_PEER;
     if (st != STATUS_OK) return status_exit_code(st);
     if (comm_ctl_bcast(comm_ctl_make(comm, 0), tm.ini, (int)sizeof tm.ini, MPI_CHAR, 0) != STATUS_OK) return 1;

@@ -107,4 +107,12 @@ status ckpt_reshard(MPI_Comm comm, const ckpt_catalog *cat, const ckpt_content *
  * written, changes "". */
 status ckpt_upgrade(MPI_Comm comm, const ckpt_catalog *cat, const char *out_root, char *changes, size_t len);
 
+/* Not collective. STATUS_INPUT, logged naming `flag` and the checkpoint, when `out` (a
+ * file, or with is_dir a directory) is a committed checkpoint directory or lies inside
+ * one (its state.h5, its COMMITTED marker, anything under it): outputs never go there. */
+status ckpt_out_check(const char *out, bool is_dir, const char *flag);
+/* Not collective: ckpt_out_check of the directory root, and root/step_N must not exist
+ * yet (committed or not) unless it is same_as (an in-place rewrite; NULL: none). */
+status ckpt_out_check_step(const char *root, int64_t step, const char *same_as);
+
 #endif

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# test_ckpt_hostile — nebula-ckpt's outputs never touch a committed checkpoint, and
+# non-finite weights are never converted:
+#   - convert --to --out naming a committed checkpoint's state.h5, its COMMITTED marker,
+#     a new file inside its directory, or the directory itself exits 2 naming the
+#     checkpoint, which still verifies afterwards;
+#   - convert --from --out DIR exits 2 when DIR/step_00000000 already exists, and when DIR
+#     is inside a committed checkpoint; reshard --out DIR exits 2 when DIR holds another
+#     committed checkpoint of the same step;
+#   - a checkpoint with a NaN weight (its checksum made to match) is not converted to
+#     safetensors (exit 2, naming the tensor), nor is a safetensors file with an Inf one.
+set -u
+cd "$(dirname "$0")/../.."
+. validation/cli/lib.sh
+CK=${CK:-build/bin/nebula-ckpt}
+TRAIN=build/bin/nebula-train
+
+timeout 60 $TRAIN --model gpt2-tiny --set train.micro_batch=2 --steps 2 --set train.threads=1 --set runtime.bind=none \
+    --set ckpt.every_steps=2 --run-dir "$tmp/run" >"$tmp/run.log" 2>&1 </dev/null
+S=$tmp/run/ckpt/step_00000002
+check "a committed checkpoint to work on" test -f "$S/COMMITTED"
+sum_before=$(md5sum "$S/state.h5" "$S/COMMITTED")
+
+for out in "$S/state.h5" "$S/COMMITTED" "$S/new.safetensors"; do
+    expect "convert --to --out ${out#$tmp/} is refused" 2 "is a committed checkpoint" -- \
+        $CK convert "$S" --to safetensors --out "$out"
+done
+expect "convert --to --out the checkpoint's directory is refused" 2 "is a directory" -- \
+    $CK convert "$S" --to safetensors --out "$S"
+check "the checkpoint is untouched and verifies" bash -c "[ \"\$(md5sum '$S/state.h5' '$S/COMMITTED')\" = '$sum_before' ] && $CK verify '$S' >/dev/null"
+
+expect "convert --to a new file works" 0 "converted" -- $CK convert "$S" --to safetensors --out "$tmp/m.safetensors"
+expect "convert --from into a fresh directory works" 0 "converted" -- \
+    $CK convert "$tmp/m.safetensors" --from safetensors --out "$tmp/conv"
+expect "convert --from again is refused: step_00000000 exists" 2 "step_00000000 already exists and is committed" -- \
+    $CK convert "$tmp/m.safetensors" --from safetensors --out "$tmp/conv"
+expect "convert --from into a committed checkpoint is refused" 2 "is a committed checkpoint" -- \
+    $CK convert "$tmp/m.safetensors" --from safetensors --out "$S/sub"
+mkdir -p "$tmp/other/ckpt" && cp -r "$S" "$tmp/other/ckpt/"
+expect "reshard --out over another committed step is refused" 2 "already exists and is committed" -- \
+    $CK reshard "$S" --dp 2 --out "$tmp/other/ckpt"
+
+# NaN and Inf weights
+nan=$tmp/nan/step_00000002
+mkdir -p "$tmp/nan" && cp -r "$S" "$nan"
+$PY - "$nan/state.h5" "$tmp/m.safetensors" "$tmp/inf.safetensors" <<'PY'
+import json, struct, sys, zlib
+import h5py, numpy as np
+with h5py.File(sys.argv[1], "r+") as f:
+    d = f["/params/h.1.mlp.c_fc.weight"]
+    a = d[()]
+    a.flat[3] = np.nan
+    d[...] = a
+    d.attrs["checksum"] = np.uint32(zlib.crc32(a.tobytes()) & 0xFFFFFFFF)
+raw = bytearray(open(sys.argv[2], "rb").read())
+n = struct.unpack("<Q", raw[:8])[0]
+h = json.loads(raw[8:8 + n])
+start = 8 + n + h["ln_f.weight"]["data_offsets"][0]
+raw[start:start + 4] = struct.pack("<f", float("inf"))
+open(sys.argv[3], "wb").write(raw)
+PY
+expect "a checkpoint with a NaN weight is not converted" 2 "h.1.mlp.c_fc.weight holds 1 NaN or Inf value(s)" -- \
+    $CK convert "$nan" --to safetensors --out "$tmp/nan.safetensors"
+check "nothing was written" test ! -e "$tmp/nan.safetensors"
+expect "a safetensors file with an Inf weight is not converted" 2 "ln_f.weight holds 1 NaN or Inf value(s)" -- \
+    $CK convert "$tmp/inf.safetensors" --from safetensors --out "$tmp/inf"
+finish
