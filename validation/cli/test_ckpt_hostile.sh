@@ -8,7 +8,9 @@
 #     is inside a committed checkpoint; reshard --out DIR exits 2 when DIR holds another
 #     committed checkpoint of the same step;
 #   - a checkpoint with a NaN weight (its checksum made to match) is not converted to
-#     safetensors (exit 2, naming the tensor), nor is a safetensors file with an Inf one.
+#     safetensors (exit 2, naming the tensor), nor is a safetensors file with an Inf one;
+#   - damaged HDF5 metadata is a damaged checkpoint (exit 1, no HDF5 error stack), not
+#     "not a Nebula checkpoint"; a newer format version says to upgrade Nebula.
 set -u
 cd "$(dirname "$0")/../.."
 . validation/cli/lib.sh
@@ -64,4 +66,22 @@ expect "a checkpoint with a NaN weight is not converted" 2 "h.1.mlp.c_fc.weight 
 check "nothing was written" test ! -e "$tmp/nan.safetensors"
 expect "a safetensors file with an Inf weight is not converted" 2 "ln_f.weight holds 1 NaN or Inf value(s)" -- \
     $CK convert "$tmp/inf.safetensors" --from safetensors --out "$tmp/inf"
+
+# Damaged metadata is damage (exit 1), not "not a Nebula checkpoint"; a newer format says so
+dmg=$tmp/dmg/step_00000002
+mkdir -p "$tmp/dmg" && cp -r "$S" "$dmg"
+$PY -c "f = open('$dmg/state.h5', 'r+b'); f.seek(400); f.write(b'\xa5' * 64)"
+for cmd in info verify; do
+    expect "$cmd: damaged HDF5 metadata is a damaged checkpoint (exit 1)" 1 \
+        "a damaged or unreadable checkpoint: HDF5 could not read its metadata" -- $CK $cmd "$dmg"
+done
+check "no HDF5 error stack on the way" bash -c "! $CK info '$dmg' 2>&1 | grep -q HDF5-DIAG"
+new=$tmp/new/step_00000002
+mkdir -p "$tmp/new" && cp -r "$S" "$new"
+$PY -c "import h5py, numpy as np; f = h5py.File('$new/state.h5', 'r+'); f.attrs['format_version'] = np.int32(99)"
+expect "a newer format version names it and says to upgrade Nebula" 2 \
+    "written by a newer Nebula (format v99 > supported v" -- $CK info "$new"
+expect "nebula-train says the same" 2 "written by a newer Nebula (format v99" -- \
+    timeout 60 $TRAIN --model gpt2-tiny --set train.micro_batch=2 --steps 3 --set train.threads=1 \
+    --set runtime.bind=none --run-dir "$tmp/new-run" --resume "$new"
 finish

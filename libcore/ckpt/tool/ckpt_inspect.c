@@ -252,9 +252,14 @@ static status read_file(ckpt_catalog *cat)
         log_error0("%s: HDF5 cannot open it: the file is damaged", cat->file);
         return STATUS_CORRUPT;
     }
-    char magic[32], why[CKPT_WHY_MAX];
+    char why[CKPT_WHY_MAX];
     status st = STATUS_OK;
-    if (ckpt_attr_read_str(f, "magic", magic, sizeof magic) != 0 || strcmp(magic, CKPT_MAGIC) != 0) {
+    int magic = ckpt_magic_read(f);
+    if (magic < 0) {
+        log_error0("%s: a damaged or unreadable checkpoint: HDF5 could not read its metadata (the root group's "
+                   "attributes)", cat->file);
+        st = STATUS_CORRUPT;
+    } else if (magic == 0) {
         log_error0("%s is an HDF5 file but not a Nebula checkpoint (its attribute magic is not \"%s\")", cat->file,
                    CKPT_MAGIC);
         st = STATUS_INPUT;
