@@ -29,7 +29,7 @@ static status verify_tables(const ckpt_catalog *cat, char *line, size_t len)
 {
     tool_model tm;
     ckpt_content c;
-    status st = tool_model_from_ini(&tm, cat->config, cat->file, cat->h.model);
+    status st = tool_model_from_ini(&tm, cat->config, cat->file, cat->h.model, cat->file_bytes);
     if (st != STATUS_OK) return st;
     st = tool_content(&c, cat, &tm.m, false, true);
     if (st == STATUS_OK) st = ckpt_check_tables(cat, &c);
@@ -240,7 +240,7 @@ int tool_reshard(const tool_args *a)
     ckpt_content c;
     const char *out = config_str(a->cfg, "ckpt.out");
     if (out[0]) st = ckpt_out_check_step(out, cat.h.step, cat.dir);  /* every rank: the same file system */
-    if (st == STATUS_OK) st = tool_model_from_ini(&tm, cat.config, cat.file, cat.h.model);
+    if (st == STATUS_OK) st = tool_model_from_ini(&tm, cat.config, cat.file, cat.h.model, cat.file_bytes);
     if (st == STATUS_OK) {
         st = tool_content(&c, &cat, &tm.m, true, true);
         if (st == STATUS_OK)

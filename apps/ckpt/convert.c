@@ -109,7 +109,7 @@ static int convert_to(const tool_args *a, const char *format, const char *out)
     if (st != STATUS_OK) return status_exit_code(st);
     tool_model tm;
     ckpt_content c;
-    st = tool_model_from_ini(&tm, cat.config, cat.file, cat.h.model);
+    st = tool_model_from_ini(&tm, cat.config, cat.file, cat.h.model, cat.file_bytes);
     if (st == STATUS_OK) {
         st = tool_content(&c, &cat, &tm.m, true, false);
         if (st == STATUS_OK) st = ckpt_catalog_load(a->rt->world, &cat, &c);
@@ -169,9 +169,9 @@ static status read_tensor(const st_file *f, const model *m, const param_entry *e
 /* The model: --model (and --set model.*) when given, else the metadata Nebula wrote. */
 static status model_for_safetensors(tool_model *tm, const st_file *f, const tool_args *a, const char *path)
 {
-    if (strcmp(config_origin(a->cfg, "model.name"), "default") != 0) return tool_model_from_config(tm, a->cfg);
+    if (strcmp(config_origin(a->cfg, "model.name"), "default") != 0) return tool_model_from_config(tm, a->cfg, path, f->size);
     const char *ini = st_meta_get(f, "nebula_config");
-    if (ini) return tool_model_from_ini(tm, ini, path, NULL);
+    if (ini) return tool_model_from_ini(tm, ini, path, NULL, f->size);
     log_error0("%s does not say which model it holds (no nebula_config metadata): give --model NAME, and --set "
                "model.KEY=VALUE for sizes other than the preset's", path);
     return STATUS_INPUT;
@@ -215,7 +215,7 @@ static status read_llmc(tool_model *tm, const tool_args *a, const char *path)
     snprintf(set[5], sizeof set[5], "model.vocab_size=%d", g->vocab_size);
     status st = STATUS_OK;
     for (int i = 0; i < 6 && st == STATUS_OK; i++) st = config_set(&mc, set[i]);
-    if (st == STATUS_OK) st = tool_model_from_config(tm, &mc);
+    if (st == STATUS_OK) st = tool_model_from_config(tm, &mc, path, 0);  /* llmc_read matched the header to the file's size */
     if (st == STATUS_OK && (st = llmc_to_table(&lm, model_params(&tm->m), model_buffers(&tm->m)->params)) != STATUS_OK)
         tool_model_free(tm);
     llmc_free(&lm);
@@ -264,7 +264,7 @@ static int convert_from(const tool_args *a, const char *format, const char *out)
     if (comm_ctl_bcast(comm_ctl_make(comm, 0), &st, 1, MPI_INT, 0) != STATUS_OK) st = STATUS_PEER;
     if (st != STATUS_OK) return status_exit_code(st);
     if (comm_ctl_bcast(comm_ctl_make(comm, 0), tm.ini, (int)sizeof tm.ini, MPI_CHAR, 0) != STATUS_OK) return 1;
-    if (rank != 0) st = tool_model_from_ini(&tm, tm.ini, a->paths[0], NULL);
+    if (rank != 0) st = tool_model_from_ini(&tm, tm.ini, a->paths[0], NULL, 0);  /* rank 0 checked it */
     int failed = st != STATUS_OK, any;  /* rank 0 built this model: only memory can fail here */
     if (comm_ctl_allreduce(comm_ctl_make(comm, 0), &failed, &any, 1, MPI_INT, MPI_MAX) != STATUS_OK) return 1;
     if (any) {

@@ -9,6 +9,8 @@
 #     committed checkpoint of the same step;
 #   - a checkpoint with a NaN weight (its checksum made to match) is not converted to
 #     safetensors (exit 2, naming the tensor), nor is a safetensors file with an Inf one;
+#   - safetensors metadata claiming a model its file cannot hold (211 TB) is refused before
+#     anything is allocated (exit 2);
 #   - damaged HDF5 metadata is a damaged checkpoint (exit 1, no HDF5 error stack), not
 #     "not a Nebula checkpoint"; a newer format version says to upgrade Nebula.
 set -u
@@ -66,6 +68,24 @@ expect "a checkpoint with a NaN weight is not converted" 2 "h.1.mlp.c_fc.weight 
 check "nothing was written" test ! -e "$tmp/nan.safetensors"
 expect "a safetensors file with an Inf weight is not converted" 2 "ln_f.weight holds 1 NaN or Inf value(s)" -- \
     $CK convert "$tmp/inf.safetensors" --from safetensors --out "$tmp/inf"
+
+# Metadata that claims a model its file cannot hold (n_layer 1024 x n_embd 65536: 211 TB)
+$PY - "$tmp/m.safetensors" "$tmp/huge.safetensors" <<'PY'
+import json, re, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+h = json.loads(raw[8:8 + n])
+ini = h["__metadata__"]["nebula_config"]
+for key, v in (("n_layer", 1024), ("n_embd", 65536)):
+    ini, k = re.subn(r"(?m)^%s\s*=.*$" % key, "%s = %d" % (key, v), ini)
+    if not k: ini = ini.replace("[model]\n", "[model]\n%s = %d\n" % (key, v), 1)
+h["__metadata__"]["nebula_config"] = ini
+text = json.dumps(h).encode()
+text += b" " * (-len(text) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(text)) + text + raw[8 + n:])
+PY
+expect "metadata claiming a model its file cannot hold is refused before allocating" 2 \
+    "more than the file's" -- timeout 30 $CK convert "$tmp/huge.safetensors" --from safetensors --out "$tmp/huge"
 
 # Damaged metadata is damage (exit 1), not "not a Nebula checkpoint"; a newer format says so
 dmg=$tmp/dmg/step_00000002
