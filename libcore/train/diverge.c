@@ -4,12 +4,15 @@
  * train.max_skipped_steps of them in a row end the run as diverged (exit 1), as
  * Megatron-LM stops after too many skipped iterations where PyTorch's GradScaler would
  * skip forever. The parameters are checked once before the first step (a checkpoint
- * written by a diverged run is refused, exit 2, naming the tensor) and after every
- * update (an update that overflows ends the run before any checkpoint can hold it).
+ * written by a diverged run is refused, exit 2, naming the tensor), and the parameters
+ * and optimizer moments after every update (a finite gradient can still overflow them:
+ * AdamW's v holds g^2), which ends the run before any checkpoint can hold them. The
+ * checks are one read of each buffer per step, in parallel.
  *
  * The one design decision: every rank reaches the same verdict without another
- * collective — the loss and gradient norm are already global, the parameters are
- * replicated — so every rank skips, stops or goes on at the same step. */
+ * collective — the loss, the non-finite counts (summed in the loss's allreduce) and the
+ * gradient norm are global, the parameters replicated (ZeRO's sharded moments add one
+ * small allreduce) — so every rank skips, stops or goes on at the same step. */
 #include <dirent.h>
 #include <inttypes.h>
 #include <math.h>
@@ -140,13 +143,16 @@ status train_check_update(train_run *r, long step, double loss, double gnorm)
     return STATUS_DIVERGED;
 }
 
-status train_skip(train_run *r, long step, double loss, double gnorm, double state_bad)
+status train_skip(train_run *r, long step, double loss, double gnorm, double state_bad, double grads_bad)
 {
     long limit = (long)config_int(r->cfg, "train.max_skipped_steps");
     r->skipped_in_a_row++;
     char what[160];
     if (state_bad > 0)
         snprintf(what, sizeof what, "%.0f batch-norm running statistic(s) became NaN or Inf", state_bad);
+    else if (grads_bad > 0)
+        snprintf(what, sizeof what, "the loss is %g and %.0f gradient value(s) are NaN or Inf (found before DGC-Pro's "
+                 "exchange)", loss, grads_bad);
     else
         snprintf(what, sizeof what, "the loss is %g and the gradient norm %g", loss, gnorm);
     if (r->skipped_in_a_row <= limit) {

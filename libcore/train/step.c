@@ -131,14 +131,14 @@ status train_step(train_run *r, train_step_stats *ss)
     /* summed over the ranks: the loss, and the non-finite values of the statistics (and,
      * under DGC-Pro, of the local gradients: the exchange would fold them into the
      * residuals, so the verdict comes before it) */
-    double part[2] = { loss / r->tb.accum, state ? (double)train_count_nonfinite(state, nstate) : 0 }, sum[2];
+    double part[3] = { loss / r->tb.accum, state ? (double)train_count_nonfinite(state, nstate) : 0, 0 }, sum[3];
     bool summed = false, exchanged = false;
     if (compress) {
         if (r->tb.accum > 1) grad_scale(pb->grads, pt->total, 1.0f / (float)r->tb.accum);
-        part[1] += (double)train_count_nonfinite(pb->grads, pt->total);
-        TRY(comm_ctl_allreduce(train_ctl(r), part, sum, 2, MPI_DOUBLE, MPI_SUM));
+        part[2] = (double)train_count_nonfinite(pb->grads, pt->total);
+        TRY(comm_ctl_allreduce(train_ctl(r), part, sum, 3, MPI_DOUBLE, MPI_SUM));
         summed = true;
-        if (isfinite(sum[0]) && sum[1] == 0) {
+        if (isfinite(sum[0]) && sum[1] == 0 && sum[2] == 0) {
             TRY(dgc_exchange(r->dgc, pb->grads, pb->params, r->step, train_lr_scale(r), &r->dstats));
             r->dgc_sent += (double)r->dstats.bytes_sent;
             r->dgc_dense += (double)r->dstats.dense_bytes;
@@ -149,7 +149,7 @@ status train_step(train_run *r, train_step_stats *ss)
     }
     double t2 = train_now_s();
     ss->comm_wait_ms = (t2 - t1) * 1e3;
-    if (!summed) TRY(comm_ctl_allreduce(train_ctl(r), part, sum, 2, MPI_DOUBLE, MPI_SUM));
+    if (!summed) TRY(comm_ctl_allreduce(train_ctl(r), part, sum, 3, MPI_DOUBLE, MPI_SUM));
     ss->loss = sum[0] / r->rt->size;
     ss->gnorm = NAN;  /* DGC-Pro's step skipped before the exchange has no global gradient */
     /* the norm either way; DGC clipped each node's contribution before compressing */
@@ -157,10 +157,10 @@ status train_step(train_run *r, train_step_stats *ss)
         optim_clip_grad_norm(pb->grads, pt->total, r->opt.clip > 0 && !compress ? r->opt.clip : INFINITY, &ss->gnorm);
     ss->lr = lr_at(&r->sched, r->step) * r->elastic.lr_factor;
     ckpt_fence(r->ckpt);  /* an async checkpoint's background copy of the state must be done */
-    bool skip = !isfinite(ss->loss) || !isfinite(ss->gnorm) || sum[1] > 0;
+    bool skip = !isfinite(ss->loss) || !isfinite(ss->gnorm) || sum[1] > 0 || sum[2] > 0;
     if (skip) {
         if (state) memcpy(state, model_state_saved(&r->m), nstate * sizeof *state);
-        TRY(train_skip(r, step, ss->loss, ss->gnorm, sum[1]));
+        TRY(train_skip(r, step, ss->loss, ss->gnorm, sum[1], sum[2]));
     } else if (r->use_zero) {
         /* only the owned shards; then every rank's to every rank, through the gradient
          * buffer, which nothing reads after the update (zeroed at the next step) */

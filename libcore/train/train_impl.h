@@ -57,9 +57,10 @@ status train_check_start(train_run *r);
 /* After the update of `step`: STATUS_DIVERGED, logged, when it left a parameter
  * non-finite; otherwise records the step as applied. */
 status train_check_update(train_run *r, long step, double loss, double gnorm);
-/* `step` is skipped (state_bad: non-finite batch-norm statistics it produced): logs it;
+/* `step` is skipped (state_bad: non-finite batch-norm statistics it produced; grads_bad:
+ * non-finite local gradients under DGC-Pro, summed over the ranks): logs it;
  * STATUS_DIVERGED, logged with the last commit and a HINT, past train.max_skipped_steps. */
-status train_skip(train_run *r, long step, double loss, double gnorm, double state_bad);
+status train_skip(train_run *r, long step, double loss, double gnorm, double state_bad, double grads_bad);
 
 /* ---- step.c ---- */
 /* DGC-Pro at setup: off, forced on, or auto (ruled out for small models, one node). */

@@ -9,6 +9,7 @@
 #   - every checkpoint the runs committed holds finite values only (ResNet's batch-norm
 #     running statistics included: a skipped step leaves them as they were) and passes
 #     nebula-ckpt verify;
+#   - under DGC-Pro the skip comes before the exchange: the residuals stay finite;
 #   - a checkpoint whose parameters hold a NaN (its checksum made to match) fails verify
 #     naming the tensor and the count, and nebula-train refuses to resume it (exit 2,
 #     naming the tensor) instead of training on it.
@@ -73,6 +74,18 @@ for m in gpt2-tiny gpt2-tiny-sgd bert-tiny resnet18-cifar; do
     expect "$m: nebula-ckpt verify passes the last checkpoint" 0 "ok" -- $CK verify "$last"
     [ "$m" = gpt2-tiny ] && gpt2_last=$last
 done
+
+# DGC-Pro (2 ranks on 2 virtual nodes): the skip is decided before the exchange, so the
+# residuals a skipped step would have absorbed stay finite
+timeout 120 $MPIRUN -np 2 $TRAIN --model gpt2-tiny --set train.micro_batch=2 --steps 40 --set dgc.mode=on \
+    --ranks-per-node 1 --set optim.name=sgd --lr 1000 --set optim.schedule=constant --set optim.warmup_steps=0 \
+    --set train.clip=0 --set train.threads=1 --set runtime.bind=none --set train.log_interval=1 \
+    --set train.max_skipped_steps=2 --run-dir "$tmp/dgc" >"$tmp/dgc.log" 2>&1 </dev/null
+rc=$?
+check "DGC-Pro: divergence exits 1 (got $rc), the skips found before the exchange" \
+    bash -c "[ $rc -eq 1 ] && grep -q 'found before DGC-Pro' '$tmp/dgc.log' && grep -q 'the run diverged' '$tmp/dgc.log'"
+check "DGC-Pro: the residuals stay finite through the skipped steps" \
+    bash -c "grep -q 'residual=' '$tmp/dgc.log' && ! grep -qiE 'residual=-?(nan|inf)' '$tmp/dgc.log'"
 
 # A checkpoint of a run that had diverged: a NaN in h.0.attn.c_attn.weight, its checksum
 # made to match (as a writer without the check would have written it).
