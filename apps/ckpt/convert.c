@@ -169,7 +169,7 @@ static status read_tensor(const st_file *f, const model *m, const param_entry *e
 /* The model: --model (and --set model.*) when given, else the metadata Nebula wrote. */
 static status model_for_safetensors(tool_model *tm, const st_file *f, const tool_args *a, const char *path)
 {
-    if (strcmp(config_origin(a->cfg, "model.name"), "default") != 0) return tool_model_from_config(tm, a->cfg, path, f->size);
+    if (strcmp(config_origin(a->cfg, "model.name"), "default") != 0) return tool_model_from_config(tm, a->cfg, path, 0);  /* the user's sizes: a mismatch is named per tensor */
     const char *ini = st_meta_get(f, "nebula_config");
     if (ini) return tool_model_from_ini(tm, ini, path, NULL, f->size);
     log_error0("%s does not say which model it holds (no nebula_config metadata): give --model NAME, and --set "

@@ -9,8 +9,8 @@
 #     committed checkpoint of the same step;
 #   - a checkpoint with a NaN weight (its checksum made to match) is not converted to
 #     safetensors (exit 2, naming the tensor), nor is a safetensors file with an Inf one;
-#   - safetensors metadata claiming a model its file cannot hold (211 TB) is refused before
-#     anything is allocated (exit 2);
+#   - safetensors metadata, or an llm.c header, claiming a model its file cannot hold
+#     (211 TB) is refused before anything is allocated (exit 2);
 #   - damaged HDF5 metadata is a damaged checkpoint (exit 1, no HDF5 error stack), not
 #     "not a Nebula checkpoint"; a newer format version says to upgrade Nebula.
 set -u
@@ -86,6 +86,12 @@ open(sys.argv[2], "wb").write(struct.pack("<Q", len(text)) + text + raw[8 + n:])
 PY
 expect "metadata claiming a model its file cannot hold is refused before allocating" 2 \
     "more than the file's" -- timeout 30 $CK convert "$tmp/huge.safetensors" --from safetensors --out "$tmp/huge"
+$PY -c "
+import struct
+h = [20240326, 3, 1024, 50257, 1024, 16, 65536, 50304] + [0] * 248
+open('$tmp/huge.bin', 'wb').write(struct.pack('<256i', *h) + bytes(4096))"
+expect "an llm.c header claiming more than its file holds is refused before allocating" 2 "bytes are missing" -- \
+    timeout 30 $CK convert "$tmp/huge.bin" --from llmc --out "$tmp/huge-llmc"
 
 # Damaged metadata is damage (exit 1), not "not a Nebula checkpoint"; a newer format says so
 dmg=$tmp/dmg/step_00000002
