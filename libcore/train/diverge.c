@@ -17,17 +17,32 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "train_impl.h"
 
+/* Whether x[0..n) is finite: the largest magnitude's bits below the exponent's all-ones
+ * (a max reduction over integers, which vectorises; the model's buffers every step). */
+static bool train_all_finite(const float *x, size_t n)
+{
+    uint32_t top = 0;
+#pragma omp parallel for simd reduction(max : top) schedule(static) if (n > (1u << 16))
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, &x[i], sizeof bits);
+        bits &= 0x7fffffffu;
+        top = bits > top ? bits : top;
+    }
+    return top < 0x7f800000u;
+}
+
 size_t train_count_nonfinite(const float *x, size_t n)
 {
-    size_t bad = 0;
-    /* one read of the buffer; OpenMP for the parameter buffer (the whole model every step) */
-#pragma omp parallel for reduction(+ : bad) schedule(static) if (n > (1u << 16))
+    if (train_all_finite(x, n)) return 0;
+    size_t bad = 0;  /* the rare case: counted for the message */
     for (size_t i = 0; i < n; i++) bad += !isfinite(x[i]);
     return bad;
 }
@@ -110,17 +125,19 @@ static status train_overflow(train_run *r, char *what, size_t len)
 {
     const param_table *pt = model_params(&r->m);
     const param_buffers *pb = model_buffers(&r->m);
-    const char *names[3] = { "", "the optimizer's first moment of ", "the optimizer's second moment of " };
-    const float *bufs[3] = { pb->params, pb->m, pb->v };
+    /* AdamW's first moment cannot overflow before its second (g^2 overflows at |g| >
+     * 1.8e19, m only near 3.4e38): v is checked in its place; SGD's momentum is m */
+    const char *names[2] = { "", pb->v ? "the optimizer's second moment of " : "the optimizer's momentum of " };
+    const float *bufs[2] = { pb->params, pb->v ? pb->v : pb->m };
     what[0] = '\0';
     if (r->use_zero) {
-        bufs[1] = bufs[2] = NULL;
+        bufs[1] = NULL;
         double bad = (r->zero.m ? (double)train_count_nonfinite(r->zero.m, r->zero.owned) : 0) +
                      (r->zero.v ? (double)train_count_nonfinite(r->zero.v, r->zero.owned) : 0);
         TRY(comm_ctl_allreduce(train_ctl(r), MPI_IN_PLACE, &bad, 1, MPI_DOUBLE, MPI_SUM));
         if (bad > 0) snprintf(what, len, "the optimizer's moments (ZeRO shards) hold %.0f NaN or Inf value(s)", bad);
     }
-    for (int b = 0; b < 3 && !what[0]; b++) {
+    for (int b = 0; b < 2 && !what[0]; b++) {
         size_t n = 0;
         int e = bufs[b] && train_count_nonfinite(bufs[b], pt->total) ? train_first_nonfinite(pt, bufs[b], &n) : -1;
         if (e >= 0) snprintf(what, len, "%s%s holds %zu NaN or Inf value(s)", names[b], pt->entries[e].name, n);
