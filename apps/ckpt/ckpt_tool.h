@@ -42,12 +42,14 @@ typedef struct tool_model {
 
 /* A config of the [model] keys alone, at their defaults. */
 void tool_model_config(config *mc);
-/* From the [model] keys of cfg (which may hold other sections). STATUS_INPUT, logged. */
-status tool_model_from_config(tool_model *tm, const config *cfg);
+/* From the [model] keys of cfg (which may hold other sections). file_bytes: the size of
+ * the file the sizes come from (origin), which must be able to hold the model, checked
+ * before anything is allocated (0: no such file). STATUS_INPUT, logged. */
+status tool_model_from_config(tool_model *tm, const config *cfg, const char *origin, uint64_t file_bytes);
 /* From INI text with a [model] section (a checkpoint's stored config, a converted
  * file's metadata), named `origin` in messages; want: the model it must describe, or
  * NULL. STATUS_INPUT, logged. */
-status tool_model_from_ini(tool_model *tm, const char *ini, const char *origin, const char *want);
+status tool_model_from_ini(tool_model *tm, const char *ini, const char *origin, const char *want, uint64_t file_bytes);
 void tool_model_free(tool_model *tm);
 
 /* A group of the checkpoint format (train.h's TRAIN_CKPT_*, the trainer's schema) with

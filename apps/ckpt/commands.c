@@ -29,7 +29,7 @@ static status verify_tables(const ckpt_catalog *cat, char *line, size_t len)
 {
     tool_model tm;
     ckpt_content c;
-    status st = tool_model_from_ini(&tm, cat->config, cat->file, cat->h.model);
+    status st = tool_model_from_ini(&tm, cat->config, cat->file, cat->h.model, cat->file_bytes);
     if (st != STATUS_OK) return st;
     st = tool_content(&c, cat, &tm.m, false, true);
     if (st == STATUS_OK) st = ckpt_check_tables(cat, &c);
@@ -239,7 +239,8 @@ int tool_reshard(const tool_args *a)
     tool_model tm;
     ckpt_content c;
     const char *out = config_str(a->cfg, "ckpt.out");
-    st = tool_model_from_ini(&tm, cat.config, cat.file, cat.h.model);
+    if (out[0]) st = ckpt_out_check_step(out, cat.h.step, cat.dir);  /* every rank: the same file system */
+    if (st == STATUS_OK) st = tool_model_from_ini(&tm, cat.config, cat.file, cat.h.model, cat.file_bytes);
     if (st == STATUS_OK) {
         st = tool_content(&c, &cat, &tm.m, true, true);
         if (st == STATUS_OK)
@@ -269,7 +270,8 @@ int tool_upgrade(const tool_args *a)
     if (st != STATUS_OK) return status_exit_code(st);
     char changes[CHANGES_MAX];
     const char *out = config_str(a->cfg, "ckpt.out");
-    st = ckpt_upgrade(a->rt->world, &cat, out, changes, sizeof changes);
+    if (out[0] && cat.h.version != CKPT_FORMAT_VERSION) st = ckpt_out_check_step(out, cat.h.step, cat.dir);
+    if (st == STATUS_OK) st = ckpt_upgrade(a->rt->world, &cat, out, changes, sizeof changes);
     if (st == STATUS_OK && a->rt->rank == 0) {
         if (cat.h.version == CKPT_FORMAT_VERSION)
             printf("%s: format version %d is current: nothing to change\n", cat.dir, cat.h.version);

@@ -18,6 +18,7 @@
  * model.KEY=VALUE for sizes that differ from the preset), llm.c files carry their
  * sizes in their header. */
 #include <inttypes.h>
+#include <math.h>
 #include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
@@ -81,17 +82,38 @@ static status write_llmc(const tool_model *tm, const char *out)
     return st;
 }
 
+/* NaN or Inf weights are a run that diverged: converted, they would pass on silently to
+ * whatever loads the file. STATUS_INPUT, logged naming the first tensor and its count. */
+static status check_finite(model *m, const char *origin)
+{
+    const param_table *pt = model_params(m);
+    const float *p = model_buffers(m)->params;
+    for (int e = 0; e < pt->count; e++) {
+        size_t bad = 0;
+        for (size_t i = 0; i < pt->entries[e].count; i++) bad += !isfinite(p[pt->entries[e].offset + i]);
+        if (!bad) continue;
+        log_error0("%s: %s holds %zu NaN or Inf value(s) of %zu: not converted (the weights of a run that had "
+                   "diverged)", origin, pt->entries[e].name, bad, pt->entries[e].count);
+        log_error0("HINT: convert an earlier checkpoint, from before the loss became NaN");
+        return STATUS_INPUT;
+    }
+    return STATUS_OK;
+}
+
 static int convert_to(const tool_args *a, const char *format, const char *out)
 {
     ckpt_catalog cat;
-    status st = ckpt_catalog_open(&cat, a->paths[0]);
+    status st = ckpt_out_check(out, false, "--out");  /* every rank: the same file system */
+    if (st != STATUS_OK) return status_exit_code(st);
+    st = ckpt_catalog_open(&cat, a->paths[0]);
     if (st != STATUS_OK) return status_exit_code(st);
     tool_model tm;
     ckpt_content c;
-    st = tool_model_from_ini(&tm, cat.config, cat.file, cat.h.model);
+    st = tool_model_from_ini(&tm, cat.config, cat.file, cat.h.model, cat.file_bytes);
     if (st == STATUS_OK) {
         st = tool_content(&c, &cat, &tm.m, true, false);
         if (st == STATUS_OK) st = ckpt_catalog_load(a->rt->world, &cat, &c);
+        if (st == STATUS_OK) st = check_finite(&tm.m, cat.file);  /* every rank loaded the same values */
         int n = 0;
         if (st == STATUS_OK && a->rt->rank == 0)
             st = !strcmp(format, "llmc") ? write_llmc(&tm, out) : write_safetensors(&tm, &cat, out, &n);
@@ -147,9 +169,9 @@ static status read_tensor(const st_file *f, const model *m, const param_entry *e
 /* The model: --model (and --set model.*) when given, else the metadata Nebula wrote. */
 static status model_for_safetensors(tool_model *tm, const st_file *f, const tool_args *a, const char *path)
 {
-    if (strcmp(config_origin(a->cfg, "model.name"), "default") != 0) return tool_model_from_config(tm, a->cfg);
+    if (strcmp(config_origin(a->cfg, "model.name"), "default") != 0) return tool_model_from_config(tm, a->cfg, path, 0);  /* the user's sizes: a mismatch is named per tensor */
     const char *ini = st_meta_get(f, "nebula_config");
-    if (ini) return tool_model_from_ini(tm, ini, path, NULL);
+    if (ini) return tool_model_from_ini(tm, ini, path, NULL, f->size);
     log_error0("%s does not say which model it holds (no nebula_config metadata): give --model NAME, and --set "
                "model.KEY=VALUE for sizes other than the preset's", path);
     return STATUS_INPUT;
@@ -193,7 +215,7 @@ static status read_llmc(tool_model *tm, const tool_args *a, const char *path)
     snprintf(set[5], sizeof set[5], "model.vocab_size=%d", g->vocab_size);
     status st = STATUS_OK;
     for (int i = 0; i < 6 && st == STATUS_OK; i++) st = config_set(&mc, set[i]);
-    if (st == STATUS_OK) st = tool_model_from_config(tm, &mc);
+    if (st == STATUS_OK) st = tool_model_from_config(tm, &mc, path, 0);  /* llmc_read matched the header to the file's size */
     if (st == STATUS_OK && (st = llmc_to_table(&lm, model_params(&tm->m), model_buffers(&tm->m)->params)) != STATUS_OK)
         tool_model_free(tm);
     llmc_free(&lm);
@@ -234,13 +256,15 @@ static int convert_from(const tool_args *a, const char *format, const char *out)
     tool_model tm;
     int ignored = 0, rank = a->rt->rank;
     MPI_Comm comm = a->rt->world;
-    status st = STATUS_OK;
+    status st = ckpt_out_check_step(out, 0, NULL);  /* every rank: the same file system */
+    if (st != STATUS_OK) return status_exit_code(st);
     if (rank == 0)
         st = !strcmp(format, "llmc") ? read_llmc(&tm, a, a->paths[0]) : read_safetensors(&tm, a, a->paths[0], &ignored);
+    if (rank == 0 && st == STATUS_OK && (st = check_finite(&tm.m, a->paths[0])) != STATUS_OK) tool_model_free(&tm);
     if (comm_ctl_bcast(comm_ctl_make(comm, 0), &st, 1, MPI_INT, 0) != STATUS_OK) st = STATUS_PEER;
     if (st != STATUS_OK) return status_exit_code(st);
     if (comm_ctl_bcast(comm_ctl_make(comm, 0), tm.ini, (int)sizeof tm.ini, MPI_CHAR, 0) != STATUS_OK) return 1;
-    if (rank != 0) st = tool_model_from_ini(&tm, tm.ini, a->paths[0], NULL);
+    if (rank != 0) st = tool_model_from_ini(&tm, tm.ini, a->paths[0], NULL, 0);  /* rank 0 checked it */
     int failed = st != STATUS_OK, any;  /* rank 0 built this model: only memory can fail here */
     if (comm_ctl_allreduce(comm_ctl_make(comm, 0), &failed, &any, 1, MPI_INT, MPI_MAX) != STATUS_OK) return 1;
     if (any) {

@@ -19,7 +19,22 @@ void tool_model_config(config *mc)
     config_init(mc, model_schema, NMODEL_KEYS);
 }
 
-status tool_model_from_config(tool_model *tm, const config *cfg)
+/* At least as many parameters as the spec describes (the weight matrices alone). ResNets
+ * have fixed widths: nothing to bound. */
+static double spec_min_params(const model_spec *s)
+{
+    if (s->family == MODEL_FAMILY_GPT2) {
+        double C = s->gpt2.channels;
+        return (double)s->gpt2.vocab_size * C + (double)s->gpt2.num_layers * 12 * C * C;
+    }
+    if (s->family == MODEL_FAMILY_BERT) {
+        double C = s->bert.channels;
+        return (double)s->bert.vocab_size * C + (double)s->bert.num_layers * (4 * C * C + 2 * C * s->bert.intermediate);
+    }
+    return 0;
+}
+
+status tool_model_from_config(tool_model *tm, const config *cfg, const char *origin, uint64_t file_bytes)
 {
     config mc;
     tool_model_config(&mc);
@@ -34,12 +49,21 @@ status tool_model_from_config(tool_model *tm, const config *cfg)
     }
     model_spec spec;
     TRY(model_spec_from_config(&spec, &mc));
+    /* The sizes come from a file that may lie: a model its own file could not hold (at 16
+     * bits a value) is refused before anything is allocated for it. */
+    double need = 2 * spec_min_params(&spec);
+    if (file_bytes && need > (double)file_bytes) {
+        log_error0("%s: its sizes describe %s with at least %.4g parameters (%.4g GB at 16 bits a value), more than "
+                   "the file's %.4g GB: the sizes are wrong or the file is not what it claims", origin, spec.name,
+                   need / 2, need / 1e9, (double)file_bytes / 1e9);
+        return STATUS_INPUT;
+    }
     config_dump(&mc, tm->ini, sizeof tm->ini);
     memset(&tm->m, 0, sizeof tm->m);
     return model_init(&tm->m, &spec, 1, spec.family == MODEL_FAMILY_RESNET ? 0 : 1, 0, false);
 }
 
-status tool_model_from_ini(tool_model *tm, const char *ini, const char *origin, const char *want)
+status tool_model_from_ini(tool_model *tm, const char *ini, const char *origin, const char *want, uint64_t file_bytes)
 {
     config mc;
     model_spec spec;
@@ -52,7 +76,7 @@ status tool_model_from_ini(tool_model *tm, const char *ini, const char *origin, 
                    want);
         return STATUS_INPUT;
     }
-    return tool_model_from_config(tm, &mc);
+    return tool_model_from_config(tm, &mc, origin, file_bytes);
 }
 
 void tool_model_free(tool_model *tm)

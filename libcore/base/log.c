@@ -101,6 +101,7 @@ const char *status_str(status st)
     case STATUS_STOPPED: return "stopped on request";
     case STATUS_RELAUNCH: return "relaunch requested";
     case STATUS_DEVICE: return "device failure";
+    case STATUS_DIVERGED: return "training diverged";
     }
     return "unknown status";
 }

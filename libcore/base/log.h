@@ -24,6 +24,8 @@ typedef enum status {
     STATUS_STOPPED,     /* stopped before the end on request (a signal), state saved: relaunch (exit 3) */
     STATUS_RELAUNCH,    /* stopped for a relaunch at another world size (elastic), state saved (exit 4) */
     STATUS_DEVICE,      /* a GPU kernel, copy or library call failed (exit 1) */
+    STATUS_DIVERGED,    /* training diverged: too many steps in a row with a non-finite loss or
+                           gradient norm, or an update that made a parameter non-finite (exit 1) */
 } status;
 
 typedef enum log_level {

@@ -212,6 +212,9 @@ status ckpt_file_read(MPI_Comm comm, const char *path, int64_t marker_step, ckpt
 /* The root attributes: STATUS_CORRUPT without the magic or with a missing or malformed
  * attribute, STATUS_INPUT for a newer format version; older versions are read. */
 status ckpt_header_read(hid_t f, ckpt_header *h, char *why);
+/* The root's magic attribute: 1 Nebula's, 0 absent or another (not a Nebula checkpoint),
+ * -1 HDF5 could not read the root's attributes (damaged metadata). */
+int ckpt_magic_read(hid_t f);
 /* Opens every dataset c loads into ids (tensors in table order, then blobs; -1 for
  * those left out) and lists what does not match: STATUS_INPUT with the table hashes
  * and the missing, unexpected and reshaped tensors in why. */

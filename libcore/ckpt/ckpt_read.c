@@ -47,19 +47,41 @@ static void shape_str(char *out, size_t len, int ndim, const hsize_t *dims)
     if (n < (int)len) snprintf(out + n, len - (size_t)n, ")");
 }
 
+int ckpt_magic_read(hid_t f)
+{
+    htri_t has = H5Aexists(f, "magic");
+    if (has <= 0) return has < 0 ? -1 : 0;  /* an error listing the attributes is damage, not absence */
+    hid_t a = H5Aopen(f, "magic", H5P_DEFAULT);
+    if (a < 0) return -1;
+    hid_t t = H5Aget_type(a);
+    bool text = t >= 0 && H5Tget_class(t) == H5T_STRING;
+    if (t >= 0) H5Tclose(t);
+    H5Aclose(a);
+    if (t < 0) return -1;
+    char magic[32];
+    if (!text) return 0;
+    if (ckpt_attr_read_str(f, "magic", magic, sizeof magic) != 0) return -1;
+    return strcmp(magic, CKPT_MAGIC) == 0;
+}
+
 status ckpt_header_read(hid_t f, ckpt_header *h, char *why)
 {
-    char magic[32];
     memset(h, 0, sizeof *h);
-    if (ckpt_attr_read_str(f, "magic", magic, sizeof magic) != 0 || strcmp(magic, CKPT_MAGIC) != 0) {
+    int magic = ckpt_magic_read(f);
+    if (magic < 0) {
+        snprintf(why, CKPT_WHY_MAX, "a damaged or unreadable checkpoint: HDF5 could not read its metadata (the root "
+                 "group's attributes)");
+        return STATUS_CORRUPT;
+    }
+    if (magic == 0) {
         snprintf(why, CKPT_WHY_MAX, "not a Nebula checkpoint (attribute magic is not \"%s\")", CKPT_MAGIC);
         return STATUS_CORRUPT;
     }
     const char *bad = NULL;
     if (ckpt_attr_read(f, "format_version", H5T_NATIVE_INT32, 0, &h->version) != 0) bad = "format_version";
     else if (h->version > CKPT_FORMAT_VERSION) {
-        snprintf(why, CKPT_WHY_MAX, "format version %d is newer than this build reads (%d); use a newer Nebula",
-                 h->version, CKPT_FORMAT_VERSION);
+        snprintf(why, CKPT_WHY_MAX, "written by a newer Nebula (format v%d > supported v%d); HINT: upgrade Nebula to "
+                 "read it", h->version, CKPT_FORMAT_VERSION);
         return STATUS_INPUT;
     } else if (h->version < 1) bad = "format_version";
     else if (ckpt_attr_read(f, "step", H5T_NATIVE_INT64, 0, &h->step) != 0) bad = "step";

@@ -426,7 +426,9 @@ status bert_forward(bert *m, const int32_t *input_ids, const int32_t *token_type
 
 void bert_backward(bert *m)
 {
-    CHECK(m->grad_memory && m->mean_loss >= 0, "bert_backward needs train=true and a forward with targets");
+    /* -1 is the "no targets" mark (a loss is never negative); a NaN or Inf loss is data
+     * and differentiates like any other: the step decides to skip it */
+    CHECK(m->grad_memory && m->mean_loss != -1.0f, "bert_backward needs train=true and a forward with targets");
     const bert_config *c = &m->cfg;
     int B = m->B, T = m->T, C = c->channels, NH = c->num_heads, IC = c->intermediate, V = c->vocab_size, BT = B * T;
     size_t btc = (size_t)BT * (size_t)C, bti = (size_t)BT * (size_t)IC;

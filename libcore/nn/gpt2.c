@@ -327,7 +327,9 @@ status gpt2_forward(gpt2 *m, const int32_t *tokens, const int32_t *targets)
 
 void gpt2_backward(gpt2 *m, const int32_t *tokens)
 {
-    CHECK(m->grad_memory && m->mean_loss >= 0, "gpt2_backward needs train=true and a forward with targets");
+    /* -1 is the "no targets" mark (a loss is never negative); a NaN or Inf loss is data
+     * and differentiates like any other: the step decides to skip it */
+    CHECK(m->grad_memory && m->mean_loss != -1.0f, "gpt2_backward needs train=true and a forward with targets");
     const gpt2_config *c = &m->cfg;
     int B = m->B, T = m->T, C = c->channels, NH = c->num_heads, Vp = c->padded_vocab_size, BT = B * T;
     size_t btc = (size_t)BT * (size_t)C;

@@ -209,6 +209,11 @@ float *model_state(model *m)
     return m->ops->state ? m->ops->state(m) : NULL;
 }
 
+float *model_state_saved(model *m)
+{
+    return m->ops->state_saved ? m->ops->state_saved(m) : NULL;
+}
+
 double model_flops_per_step(const model *m)
 {
     return m->ops->flops_per_step(m);

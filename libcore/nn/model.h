@@ -167,6 +167,10 @@ param_buffers *model_buffers(model *m);
  * torchvision buffer names) and its values; NULL for GPT-2 and BERT. */
 const param_table *model_state_table(const model *m);
 float *model_state(model *m);
+/* Scratch of the state's size, allocated with the model (NULL without state): where the
+ * trainer keeps the state as it was before a step, to put it back when the step is
+ * skipped (a forward in training moves ResNet's statistics before the step is decided). */
+float *model_state_saved(model *m);
 
 /* Model FLOPs of one training step on the whole batch (each family's own count). */
 double model_flops_per_step(const model *m);

@@ -47,6 +47,9 @@ typedef struct model_family_ops {
     /* Non-trainable state saved with the model; both NULL when the family has none. */
     const param_table *(*state_table)(const model *m);
     float *(*state)(model *m);
+    /* A second buffer of the state's size (NULL without state): the trainer's copy of the
+     * state before a step, put back when the step is skipped. */
+    float *(*state_saved)(model *m);
 } model_family_ops;
 
 extern const model_family_ops model_family_gpt2;

@@ -108,6 +108,8 @@ static const param_table *model_resnet_state_table(const model *m) { return &m->
 
 static float *model_resnet_state(model *m) { return m->resnet.stats; }
 
+static float *model_resnet_state_saved(model *m) { return m->resnet.stats_saved; }
+
 static void model_resnet_outputs(const model_spec *s, int *vocab, int *padded_vocab, int *classes)
 {
     *vocab = *padded_vocab = 0, *classes = s->resnet.num_classes;
@@ -141,4 +143,5 @@ const model_family_ops model_family_resnet = {
     .class_logits = model_resnet_class_logits,
     .state_table = model_resnet_state_table,
     .state = model_resnet_state,
+    .state_saved = model_resnet_state_saved,
 };

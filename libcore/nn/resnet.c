@@ -429,8 +429,11 @@ status resnet_init_on(resnet *m, const resnet_config *cfg, int N, int H, int W, 
     resnet_build(m);
     TRY(resnet_check_views(m));
     TRY(param_buffers_init(&m->pb, &m->pt, train && !resnet_on_gpu(m)));
-    if (!(m->stats = alloc_floats(m->bt.total, "batch-norm running statistics"))) return STATUS_NOMEM;
+    if (!(m->stats = alloc_floats(m->bt.total, "batch-norm running statistics")) ||
+        !(m->stats_saved = alloc_floats(m->bt.total, "batch-norm running statistics (copy)")))
+        return STATUS_NOMEM;
     memset(m->stats, 0, m->bt.total * sizeof(float));
+    memset(m->stats_saved, 0, m->bt.total * sizeof(float));
     resnet_init_weights(m, seed);
     TRY(device_arena(dev, resnet_layout_acts, m, &m->act_memory, &m->act_floats, "activations"));
     if (m->cfg.stem == RESNET_STEM_IMAGENET) {
@@ -472,6 +475,7 @@ void resnet_free(resnet *m)
     device_buffers_free(m->dev, &m->w);
     free(m->stage);
     free(m->stats);
+    free(m->stats_saved);
     free(m->labels);
     free(a->blocks);
     param_buffers_free(&m->pb);

@@ -128,6 +128,8 @@ typedef struct resnet {
     float *stats;          /* (bt.total) their values, same layout rules as params (host; on a GPU the
                               initial values: training moves dstats) */
     float *dstats;         /* (bt.total) the statistics on the GPU; NULL on the CPU */
+    float *stats_saved;    /* (bt.total) host scratch: the trainer's copy of stats before a step, put
+                              back when the step is skipped (model_state_saved) */
     int32_t *dev_labels;   /* (N) the labels on the GPU; NULL on the CPU */
     float *stage;          /* (2N) host staging of losses and dlosses (GPU only) */
     int N, H, W;           /* batch shape the activations are sized for */

@@ -29,6 +29,9 @@ const config_key train_schema_keys[] = {
               "one run at a time (RUN_DIR/lock)" },
     { "train", "clip", CONFIG_TYPE_FLOAT, "1.0", .min = 0, .max = 1e30,
       .help = "max global gradient L2 norm (0: no clipping)" },
+    { "train", "max_skipped_steps", CONFIG_TYPE_INT, "10", .min = 0, .max = 1e9,
+      .help = "steps in a row that may be skipped for a non-finite loss or gradient norm; one more ends the run "
+              "as diverged (exit 1)" },
     { "train", "threads", CONFIG_TYPE_INT, "0", .min = 0, .max = 4096,
       .help = "OpenMP and BLAS threads per rank (0: the cores this rank is bound to)" },
     { "train", "bucket_bytes", CONFIG_TYPE_SIZE, "25M", .min = 4096, .max = 1ull << 34,

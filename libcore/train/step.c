@@ -102,6 +102,16 @@ status train_step(train_run *r, train_step_stats *ss)
 {
     param_table *pt = model_params(&r->m);
     param_buffers *pb = model_buffers(&r->m);
+    long step = r->step + 1;  /* the step this call computes, as its metrics line names it */
+    if (!r->params_checked) {
+        TRY(train_check_start(r));
+        r->params_checked = true;
+    }
+    /* ResNet's forward moves the running statistics before the step is decided: the
+     * copy is what a skipped step puts back */
+    float *state = model_state(&r->m);
+    size_t nstate = state ? model_state_table(&r->m)->total : 0;
+    if (state) memcpy(model_state_saved(&r->m), state, nstate * sizeof *state);
     double t0 = train_now_s(), loss = 0;
     ss->fwd_ms = train_zero_grads(&r->dev, pt, pb), ss->bwd_ms = 0;
     if (r->dgc_flush) {  /* DGC-Pro was switched off: its residuals go out with this dense step */
@@ -118,27 +128,39 @@ status train_step(train_run *r, train_step_stats *ss)
     }
     train_set_hook(r, false);
     double t1 = train_now_s();
+    /* summed over the ranks: the loss, and the non-finite values of the statistics (and,
+     * under DGC-Pro, of the local gradients: the exchange would fold them into the
+     * residuals, so the verdict comes before it) */
+    double part[3] = { loss / r->tb.accum, state ? (double)train_count_nonfinite(state, nstate) : 0, 0 }, sum[3];
+    bool summed = false, exchanged = false;
     if (compress) {
         if (r->tb.accum > 1) grad_scale(pb->grads, pt->total, 1.0f / (float)r->tb.accum);
-        TRY(dgc_exchange(r->dgc, pb->grads, pb->params, r->step, train_lr_scale(r), &r->dstats));
-        r->dgc_sent += (double)r->dstats.bytes_sent;
-        r->dgc_dense += (double)r->dstats.dense_bytes;
+        part[2] = (double)train_count_nonfinite(pb->grads, pt->total);
+        TRY(comm_ctl_allreduce(train_ctl(r), part, sum, 3, MPI_DOUBLE, MPI_SUM));
+        summed = true;
+        if (isfinite(sum[0]) && sum[1] == 0 && sum[2] == 0) {
+            TRY(dgc_exchange(r->dgc, pb->grads, pb->params, r->step, train_lr_scale(r), &r->dstats));
+            r->dgc_sent += (double)r->dstats.bytes_sent;
+            r->dgc_dense += (double)r->dstats.dense_bytes;
+            exchanged = true;
+        }
     } else {
         TRY(bucket_wait_all(&r->bm));
     }
     double t2 = train_now_s();
     ss->comm_wait_ms = (t2 - t1) * 1e3;
-    double local = loss / r->tb.accum;
-    TRY(comm_ctl_allreduce(train_ctl(r), &local, &ss->loss, 1, MPI_DOUBLE, MPI_SUM));
-    ss->loss /= r->rt->size;
-    ss->gnorm = 0;
+    if (!summed) TRY(comm_ctl_allreduce(train_ctl(r), part, sum, 3, MPI_DOUBLE, MPI_SUM));
+    ss->loss = sum[0] / r->rt->size;
+    ss->gnorm = NAN;  /* DGC-Pro's step skipped before the exchange has no global gradient */
     /* the norm either way; DGC clipped each node's contribution before compressing */
-    optim_clip_grad_norm(pb->grads, pt->total, r->opt.clip > 0 && !compress ? r->opt.clip : INFINITY, &ss->gnorm);
+    if (!compress || exchanged)
+        optim_clip_grad_norm(pb->grads, pt->total, r->opt.clip > 0 && !compress ? r->opt.clip : INFINITY, &ss->gnorm);
     ss->lr = lr_at(&r->sched, r->step) * r->elastic.lr_factor;
     ckpt_fence(r->ckpt);  /* an async checkpoint's background copy of the state must be done */
-    if (!isfinite(ss->gnorm)) {
-        log_error0("step %ld: the gradient norm is %g; the step is skipped (lower optim.lr or set train.clip)",
-                   r->step, ss->gnorm);
+    bool skip = !isfinite(ss->loss) || !isfinite(ss->gnorm) || sum[1] > 0 || sum[2] > 0;
+    if (skip) {
+        if (state) memcpy(state, model_state_saved(&r->m), nstate * sizeof *state);
+        TRY(train_skip(r, step, ss->loss, ss->gnorm, sum[1], sum[2]));
     } else if (r->use_zero) {
         /* only the owned shards; then every rank's to every rank, through the gradient
          * buffer, which nothing reads after the update (zeroed at the next step) */
@@ -149,6 +171,7 @@ status train_step(train_run *r, train_step_stats *ss)
         r->opt.sgd.plain = compress ? dgc_plain_entries(r->dgc) : NULL;
         TRY(train_optim_update(&r->opt, pt, pb, ss->lr, r->step + 1));
     }
+    if (!skip) TRY(train_check_update(r, step, ss->loss, ss->gnorm));
     /* ResNet's running statistics: rank 0's everywhere, as DDP's broadcast_buffers. */
     if (model_state_table(&r->m))
         TRY(comm_ctl_bcast(train_ctl(r), model_state(&r->m), (int)model_state_table(&r->m)->total, MPI_FLOAT, 0));

@@ -197,6 +197,11 @@ typedef struct train_run {
     int metrics_errno;         /* the error of the last failed record; 0 once a record goes through */
     fault_plan metrics_fault;  /* CHAOS build: NEBULA_CHAOS_FAULT's metrics.* rules */
     fault_plan rundir_fault;   /* CHAOS build: NEBULA_CHAOS_FAULT's rundir.* rules */
+    /* divergence (step.c): a step with a non-finite loss or gradient norm is skipped; more
+     * than train.max_skipped_steps of them in a row end the run (STATUS_DIVERGED) */
+    long skipped_in_a_row;     /* consecutive skipped steps up to the last step */
+    long last_applied;         /* the last step whose update was applied (or the step the run started at) */
+    bool params_checked;       /* the parameters this run started from were found finite */
 } train_run;
 
 /* Builds the run: batch, data, model, optimizer, ZeRO, buckets, DGC-Pro, checkpoint

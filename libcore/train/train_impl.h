@@ -48,6 +48,20 @@ status train_control(train_run *r, int *relaunch);
 /* Rank 0, after the checkpoint committed: RUN_DIR/relaunch, control renamed control.applied. */
 status train_relaunch_write(train_run *r, int world);
 
+/* ---- diverge.c: non-finite losses, gradients and parameters (see train.max_skipped_steps) ---- */
+/* NaN and Inf values among x[0..n). */
+size_t train_count_nonfinite(const float *x, size_t n);
+/* Before the first step: STATUS_INPUT, logged with the tensor, when the parameters the
+ * run starts from (a resumed checkpoint's) are not finite. */
+status train_check_start(train_run *r);
+/* After the update of `step`: STATUS_DIVERGED, logged, when it left a parameter
+ * non-finite; otherwise records the step as applied. */
+status train_check_update(train_run *r, long step, double loss, double gnorm);
+/* `step` is skipped (state_bad: non-finite batch-norm statistics it produced; grads_bad:
+ * non-finite local gradients under DGC-Pro, summed over the ranks): logs it;
+ * STATUS_DIVERGED, logged with the last commit and a HINT, past train.max_skipped_steps. */
+status train_skip(train_run *r, long step, double loss, double gnorm, double state_bad, double grads_bad);
+
 /* ---- step.c ---- */
 /* DGC-Pro at setup: off, forced on, or auto (ruled out for small models, one node). */
 status train_dgc_setup(train_run *r);

@@ -252,9 +252,14 @@ static status read_file(ckpt_catalog *cat)
         log_error0("%s: HDF5 cannot open it: the file is damaged", cat->file);
         return STATUS_CORRUPT;
     }
-    char magic[32], why[CKPT_WHY_MAX];
+    char why[CKPT_WHY_MAX];
     status st = STATUS_OK;
-    if (ckpt_attr_read_str(f, "magic", magic, sizeof magic) != 0 || strcmp(magic, CKPT_MAGIC) != 0) {
+    int magic = ckpt_magic_read(f);
+    if (magic < 0) {
+        log_error0("%s: a damaged or unreadable checkpoint: HDF5 could not read its metadata (the root group's "
+                   "attributes)", cat->file);
+        st = STATUS_CORRUPT;
+    } else if (magic == 0) {
         log_error0("%s is an HDF5 file but not a Nebula checkpoint (its attribute magic is not \"%s\")", cat->file,
                    CKPT_MAGIC);
         st = STATUS_INPUT;
@@ -379,6 +384,7 @@ typedef struct verdict {
     int unreadable;          /* a read failed on some rank */
     int bad_row;             /* blobs: the first row whose bytes fail, world_size when none */
     int rows_missing;        /* blobs: row_checksums absent or malformed */
+    double nonfinite;        /* float32 tensors: NaN and Inf values (summed over the ranks' shares) */
 } verdict;
 
 /* The share [*a, *b) of n items that rank owns. */
@@ -403,8 +409,18 @@ int ckpt_read_flat(hid_t ds, const ckpt_dataset *d, hid_t mtype, uint64_t a, uin
     return rc;
 }
 
-/* The CRC-32 piece of this rank's share of the dataset's bytes, VERIFY_PIECE at a time. */
-static int hash_share(hid_t ds, const ckpt_dataset *d, MPI_Comm comm, void *buf, ckpt_crc_piece *pc)
+/* NaN and Inf among n float32 values as stored (little-endian IEEE, the only float
+ * type a checkpoint holds): all exponent bits set. */
+static uint64_t count_nonfinite(const unsigned char *p, uint64_t n)
+{
+    uint64_t bad = 0;
+    for (uint64_t i = 0; i < n; i++, p += 4) bad += (p[3] & 0x7f) == 0x7f && (p[2] & 0x80);
+    return bad;
+}
+
+/* The CRC-32 piece of this rank's share of the dataset's bytes, VERIFY_PIECE at a time;
+ * a float32 tensor's non-finite values are counted into v->nonfinite on the way. */
+static int hash_share(hid_t ds, const ckpt_dataset *d, MPI_Comm comm, void *buf, ckpt_crc_piece *pc, verdict *v)
 {
     int rank, size;
     MPI_Comm_rank(comm, &rank);
@@ -419,6 +435,7 @@ static int hash_share(hid_t ds, const ckpt_dataset *d, MPI_Comm comm, void *buf,
         uint64_t e = b - s < step ? b : s + step;
         if (ckpt_read_flat(ds, d, -1, s, e, buf) != 0) return -1;
         pc->crc = ckpt_crc_bytes((uint32_t)pc->crc, buf, (e - s) * esize);
+        if (!d->blob && esize == 4 && !strcmp(d->dtype, "float32")) v->nonfinite += (double)count_nonfinite(buf, e - s);
     }
     return 0;
 }
@@ -483,7 +500,7 @@ static status verify_read(MPI_Comm comm, const ckpt_catalog *cat, ckpt_crc_piece
         v[k].bad_row = d->blob ? (int)d->dims[0] : 0;
         if (!readable(cat, d)) continue;
         hid_t ds = H5Dopen2(f, d->path, H5P_DEFAULT);
-        if (ds < 0 || hash_share(ds, d, comm, buf, &pc[k]) != 0) v[k].unreadable = 1;
+        if (ds < 0 || hash_share(ds, d, comm, buf, &pc[k], &v[k]) != 0) v[k].unreadable = 1;
         if (ds >= 0 && d->blob) check_rows(ds, d, comm, buf, &v[k]);
         if (ds >= 0) H5Dclose(ds);
     }
@@ -498,6 +515,7 @@ static status reduce_verdicts(comm_ctl ctl, verdict *v, int n)
         int mx[2] = { v[k].unreadable, v[k].rows_missing }, mn = v[k].bad_row;
         TRY(comm_ctl_allreduce(ctl, MPI_IN_PLACE, mx, 2, MPI_INT, MPI_MAX));
         TRY(comm_ctl_allreduce(ctl, MPI_IN_PLACE, &mn, 1, MPI_INT, MPI_MIN));
+        TRY(comm_ctl_allreduce(ctl, MPI_IN_PLACE, &v[k].nonfinite, 1, MPI_DOUBLE, MPI_SUM));
         v[k].unreadable = mx[0], v[k].rows_missing = mx[1], v[k].bad_row = mn;
     }
     return STATUS_OK;
@@ -534,6 +552,10 @@ static int report(const ckpt_catalog *cat, const ckpt_crc_piece *pc, const verdi
             snprintf(problem, sizeof problem, d->blob ? "checksum mismatch: its row_checksums do not combine to its "
                      "checksum %08x" : "checksum mismatch: the file records %08x, the data hashes to %08x",
                      d->checksum, (uint32_t)pc[k].crc);
+        } else if (v[k].nonfinite > 0) {  /* intact bytes of a run that diverged: nothing should resume from it */
+            uint64_t n = d->bytes / 4;
+            snprintf(problem, sizeof problem, "holds %.0f NaN or Inf value(s) of %" PRIu64 ": written by a run that "
+                     "had diverged", v[k].nonfinite, n);
         }
         if (!problem[0]) continue;
         if (off == UINT64_MAX) snprintf(where, sizeof where, "not stored contiguously, %" PRIu64 " bytes", len);

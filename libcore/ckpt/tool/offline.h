@@ -55,7 +55,8 @@ typedef struct ckpt_damage {
 
 /* Collective: recomputes the CRC-32 of every dataset (each rank hashes a slice; parallel
  * HDF5 reads) and of every blob row, and checks that the rows combine to the dataset's
- * checksum. Rank 0 logs every problem with its dataset, row (rank) and file offset;
+ * checksum; a float32 tensor with NaN or Inf values (a run that diverged) is a problem
+ * too, named with its count. Rank 0 logs every problem with its dataset, row (rank) and file offset;
  * *nbad counts them, *first is the first in the file. STATUS_CORRUPT when there is one. */
 status ckpt_verify(MPI_Comm comm, const ckpt_catalog *cat, int *nbad, ckpt_damage *first);
 
@@ -106,5 +107,13 @@ status ckpt_reshard(MPI_Comm comm, const ckpt_catalog *cat, const ckpt_content *
  * one line per change (len bytes at most). A current version: STATUS_OK, nothing
  * written, changes "". */
 status ckpt_upgrade(MPI_Comm comm, const ckpt_catalog *cat, const char *out_root, char *changes, size_t len);
+
+/* Not collective. STATUS_INPUT, logged naming `flag` and the checkpoint, when `out` (a
+ * file, or with is_dir a directory) is a committed checkpoint directory or lies inside
+ * one (its state.h5, its COMMITTED marker, anything under it): outputs never go there. */
+status ckpt_out_check(const char *out, bool is_dir, const char *flag);
+/* Not collective: ckpt_out_check of the directory root, and root/step_N must not exist
+ * yet (committed or not) unless it is same_as (an in-place rewrite; NULL: none). */
+status ckpt_out_check_step(const char *root, int64_t step, const char *same_as);
 
 #endif

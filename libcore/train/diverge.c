@@ -1,0 +1,186 @@
+/* diverge — what the step does with non-finite numbers: a step whose loss or gradient
+ * norm is NaN or Inf is skipped (nothing it computed reaches the parameters, the
+ * optimizer's moments, the batch-norm statistics or DGC-Pro's residuals); more than
+ * train.max_skipped_steps of them in a row end the run as diverged (exit 1), as
+ * Megatron-LM stops after too many skipped iterations where PyTorch's GradScaler would
+ * skip forever. The parameters are checked once before the first step (a checkpoint
+ * written by a diverged run is refused, exit 2, naming the tensor), and the parameters
+ * and optimizer moments after every update (a finite gradient can still overflow them:
+ * AdamW's v holds g^2), which ends the run before any checkpoint can hold them. The
+ * checks are one read of each buffer per step, in parallel.
+ *
+ * The one design decision: every rank reaches the same verdict without another
+ * collective — the loss, the non-finite counts (summed in the loss's allreduce) and the
+ * gradient norm are global, the parameters replicated (ZeRO's sharded moments add one
+ * small allreduce) — so every rank skips, stops or goes on at the same step. */
+#include <dirent.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "train_impl.h"
+
+/* Whether x[0..n) is finite: the largest magnitude's bits below the exponent's all-ones
+ * (a max reduction over integers, which vectorises; the model's buffers every step). */
+static bool train_all_finite(const float *x, size_t n)
+{
+    uint32_t top = 0;
+#pragma omp parallel for simd reduction(max : top) schedule(static) if (n > (1u << 16))
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, &x[i], sizeof bits);
+        bits &= 0x7fffffffu;
+        top = bits > top ? bits : top;
+    }
+    return top < 0x7f800000u;
+}
+
+size_t train_count_nonfinite(const float *x, size_t n)
+{
+    if (train_all_finite(x, n)) return 0;
+    size_t bad = 0;  /* the rare case: counted for the message */
+    for (size_t i = 0; i < n; i++) bad += !isfinite(x[i]);
+    return bad;
+}
+
+/* The first tensor of t holding non-finite values of buf: its index, and its count in
+ * *count; -1 when there is none. */
+static int train_first_nonfinite(const param_table *t, const float *buf, size_t *count)
+{
+    for (int e = 0; e < t->count; e++) {
+        size_t n = train_count_nonfinite(buf + t->entries[e].offset, t->entries[e].count);
+        if (n) {
+            *count = n;
+            return e;
+        }
+    }
+    return -1;
+}
+
+/* The newest committed checkpoint of the run (its directory in path, its step in
+ * *step), or false; what the divergence message points a resume at. */
+static bool train_last_commit(const train_run *r, char *path, size_t len, long *step)
+{
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/ckpt", r->run_dir);
+    DIR *d = opendir(dir);
+    if (!d) return false;
+    *step = -1;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        char *end, marker[4500];
+        if (strncmp(de->d_name, "step_", 5)) continue;
+        long s = strtol(de->d_name + 5, &end, 10);
+        struct stat st;
+        snprintf(marker, sizeof marker, "%s/%s/COMMITTED", dir, de->d_name);
+        if (*end || s <= *step || stat(marker, &st) != 0) continue;
+        if (snprintf(path, len, "%s/%s", dir, de->d_name) >= (int)len) continue;
+        *step = s;
+    }
+    closedir(d);
+    return *step >= 0;
+}
+
+status train_check_start(train_run *r)
+{
+    const param_table *pt = model_params(&r->m);
+    size_t n = 0;
+    int e = train_first_nonfinite(pt, model_buffers(&r->m)->params, &n);
+    r->last_applied = r->step;
+    if (e < 0) return STATUS_OK;
+    /* initialisation is finite: these values came from the checkpoint the run resumed */
+    log_error0("the parameters resumed at step %ld are not finite: %s holds %zu NaN or Inf value(s) of %zu; the "
+               "checkpoint was written by a run that had diverged", r->step, pt->entries[e].name, n,
+               pt->entries[e].count);
+    log_error0("HINT: resume from an earlier checkpoint (--set ckpt.resume=%s/ckpt/step_N) or start afresh "
+               "(--set ckpt.resume=none), with a lower optim.lr", r->run_dir);
+    return STATUS_INPUT;
+}
+
+/* Rank 0: why the run stops, where its last good state is, and what to do. */
+static void train_log_diverged(train_run *r, long step, const char *why)
+{
+    if (r->ckpt) (void)ckpt_wait(r->ckpt);  /* a background save still running commits first */
+    if (r->rt->rank != 0) return;
+    log_error("step %ld: the run diverged: %s; no checkpoint holds non-finite values", step, why);
+    char path[4200];
+    long at;
+    double lr = config_float(r->cfg, "optim.lr");
+    if (r->ckpt && train_last_commit(r, path, sizeof path, &at))
+        log_error("HINT: the last committed checkpoint is step %ld at %s; lower optim.lr (now %g) or set train.clip "
+                  "and resume from step %ld (--set ckpt.resume=%s)", at, path, lr, at, path);
+    else
+        log_error("HINT: no checkpoint is committed%s; lower optim.lr (now %g) or set train.clip and start again",
+                  r->ckpt ? "" : " (checkpoints are off)", lr);
+}
+
+/* Where the update of a finite gradient overflowed: the parameters (replicated), or the
+ * moments (AdamW's v holds g^2: it overflows first), this rank's ZeRO shard or the
+ * whole buffer; "" when nothing did. Collective under ZeRO. */
+static status train_overflow(train_run *r, char *what, size_t len)
+{
+    const param_table *pt = model_params(&r->m);
+    const param_buffers *pb = model_buffers(&r->m);
+    /* AdamW's first moment cannot overflow before its second (g^2 overflows at |g| >
+     * 1.8e19, m only near 3.4e38): v is checked in its place; SGD's momentum is m */
+    const char *names[2] = { "", pb->v ? "the optimizer's second moment of " : "the optimizer's momentum of " };
+    const float *bufs[2] = { pb->params, pb->v ? pb->v : pb->m };
+    what[0] = '\0';
+    if (r->use_zero) {
+        bufs[1] = NULL;
+        double bad = (r->zero.m ? (double)train_count_nonfinite(r->zero.m, r->zero.owned) : 0) +
+                     (r->zero.v ? (double)train_count_nonfinite(r->zero.v, r->zero.owned) : 0);
+        TRY(comm_ctl_allreduce(train_ctl(r), MPI_IN_PLACE, &bad, 1, MPI_DOUBLE, MPI_SUM));
+        if (bad > 0) snprintf(what, len, "the optimizer's moments (ZeRO shards) hold %.0f NaN or Inf value(s)", bad);
+    }
+    for (int b = 0; b < 2 && !what[0]; b++) {
+        size_t n = 0;
+        int e = bufs[b] && train_count_nonfinite(bufs[b], pt->total) ? train_first_nonfinite(pt, bufs[b], &n) : -1;
+        if (e >= 0) snprintf(what, len, "%s%s holds %zu NaN or Inf value(s)", names[b], pt->entries[e].name, n);
+    }
+    return STATUS_OK;
+}
+
+status train_check_update(train_run *r, long step, double loss, double gnorm)
+{
+    char what[320];
+    TRY(train_overflow(r, what, sizeof what));
+    if (!what[0]) {
+        r->skipped_in_a_row = 0;
+        r->last_applied = step;
+        return STATUS_OK;
+    }
+    char why[512];
+    snprintf(why, sizeof why, "its update (loss %g, gradient norm %g) overflowed: %s", loss, gnorm, what);
+    train_log_diverged(r, step, why);
+    return STATUS_DIVERGED;
+}
+
+status train_skip(train_run *r, long step, double loss, double gnorm, double state_bad, double grads_bad)
+{
+    long limit = (long)config_int(r->cfg, "train.max_skipped_steps");
+    r->skipped_in_a_row++;
+    char what[160];
+    if (state_bad > 0)
+        snprintf(what, sizeof what, "%.0f batch-norm running statistic(s) became NaN or Inf", state_bad);
+    else if (grads_bad > 0)
+        snprintf(what, sizeof what, "the loss is %g and %.0f gradient value(s) are NaN or Inf (found before DGC-Pro's "
+                 "exchange)", loss, grads_bad);
+    else
+        snprintf(what, sizeof what, "the loss is %g and the gradient norm %g", loss, gnorm);
+    if (r->skipped_in_a_row <= limit) {
+        log_error0("step %ld: %s; the step is skipped (%ld in a row, train.max_skipped_steps = %ld)", step, what,
+                   r->skipped_in_a_row, limit);
+        return STATUS_OK;
+    }
+    char why[512];
+    snprintf(why, sizeof why, "%s: %ld step(s) in a row skipped for non-finite values (more than "
+             "train.max_skipped_steps = %ld); the parameters are those after step %ld", what, r->skipped_in_a_row,
+             limit, r->last_applied);
+    train_log_diverged(r, step, why);
+    return STATUS_DIVERGED;
+}
