@@ -5,9 +5,11 @@
  * Megatron-LM stops after too many skipped iterations where PyTorch's GradScaler would
  * skip forever. The parameters are checked once before the first step (a checkpoint
  * written by a diverged run is refused, exit 2, naming the tensor), and the parameters
- * and optimizer moments after every update (a finite gradient can still overflow them:
- * AdamW's v holds g^2), which ends the run before any checkpoint can hold them. The
- * checks are one read of each buffer per step, in parallel.
+ * and optimizer moments before every checkpoint (a finite gradient can still overflow
+ * them: AdamW's v holds g^2), which ends the run instead of saving them. Non-finite
+ * parameters show up in the next step's loss anyway; checking them at every step
+ * instead would cost a read of two model-sized buffers per step (about as much memory
+ * traffic as the AdamW update itself) for an earlier stop by a few steps.
  *
  * The one design decision: every rank reaches the same verdict without another
  * collective — the loss, the non-finite counts (summed in the loss's allreduce) and the
@@ -145,18 +147,21 @@ static status train_overflow(train_run *r, char *what, size_t len)
     return STATUS_OK;
 }
 
-status train_check_update(train_run *r, long step, double loss, double gnorm)
+void train_step_applied(train_run *r, long step)
+{
+    r->skipped_in_a_row = 0;
+    r->last_applied = step;
+}
+
+status train_check_state(train_run *r)
 {
     char what[320];
     TRY(train_overflow(r, what, sizeof what));
-    if (!what[0]) {
-        r->skipped_in_a_row = 0;
-        r->last_applied = step;
-        return STATUS_OK;
-    }
+    if (!what[0]) return STATUS_OK;
     char why[512];
-    snprintf(why, sizeof why, "its update (loss %g, gradient norm %g) overflowed: %s", loss, gnorm, what);
-    train_log_diverged(r, step, why);
+    snprintf(why, sizeof why, "an update since the last checkpoint overflowed (the last step had loss %g, gradient "
+             "norm %g): %s; the checkpoint of step %ld is not written", r->last_loss, r->last_gnorm, what, r->step);
+    train_log_diverged(r, r->step, why);
     return STATUS_DIVERGED;
 }
 

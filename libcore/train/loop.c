@@ -15,6 +15,7 @@
 
 static status train_checkpoint(train_run *r)
 {
+    TRY(train_check_state(r));
     ckpt_content c;
     train_ckpt_content(r, &c);
     double t0 = train_now_s();

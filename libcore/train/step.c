@@ -171,7 +171,9 @@ status train_step(train_run *r, train_step_stats *ss)
         r->opt.sgd.plain = compress ? dgc_plain_entries(r->dgc) : NULL;
         TRY(train_optim_update(&r->opt, pt, pb, ss->lr, r->step + 1));
     }
-    if (!skip) TRY(train_check_update(r, step, ss->loss, ss->gnorm));
+    if (!skip) train_step_applied(r, step);
+    r->last_loss = ss->loss;
+    r->last_gnorm = ss->gnorm;
     /* ResNet's running statistics: rank 0's everywhere, as DDP's broadcast_buffers. */
     if (model_state_table(&r->m))
         TRY(comm_ctl_bcast(train_ctl(r), model_state(&r->m), (int)model_state_table(&r->m)->total, MPI_FLOAT, 0));

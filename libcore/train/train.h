@@ -202,6 +202,8 @@ typedef struct train_run {
     long skipped_in_a_row;     /* consecutive skipped steps up to the last step */
     long last_applied;         /* the last step whose update was applied (or the step the run started at) */
     bool params_checked;       /* the parameters this run started from were found finite */
+    double last_loss;          /* the last step's loss and gradient norm (for the divergence message) */
+    double last_gnorm;
 } train_run;
 
 /* Builds the run: batch, data, model, optimizer, ZeRO, buckets, DGC-Pro, checkpoint

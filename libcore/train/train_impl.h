@@ -54,9 +54,11 @@ size_t train_count_nonfinite(const float *x, size_t n);
 /* Before the first step: STATUS_INPUT, logged with the tensor, when the parameters the
  * run starts from (a resumed checkpoint's) are not finite. */
 status train_check_start(train_run *r);
-/* After the update of `step`: STATUS_DIVERGED, logged, when it left a parameter
- * non-finite; otherwise records the step as applied. */
-status train_check_update(train_run *r, long step, double loss, double gnorm);
+/* The update of `step` was applied: the run of skipped steps ends. */
+void train_step_applied(train_run *r, long step);
+/* Before a checkpoint (collective under ZeRO): STATUS_DIVERGED, logged, when a parameter
+ * or optimizer moment is not finite (an update overflowed), so that none is saved. */
+status train_check_state(train_run *r);
 /* `step` is skipped (state_bad: non-finite batch-norm statistics it produced; grads_bad:
  * non-finite local gradients under DGC-Pro, summed over the ranks): logs it;
  * STATUS_DIVERGED, logged with the last commit and a HINT, past train.max_skipped_steps. */
