@@ -49,10 +49,11 @@ static void train_log_eval(train_run *r, double loss, double acc, long samples)
         printf("eval step=%ld loss=%.6f acc=%.4f samples=%ld\n", r->step, loss, acc, samples);
     else
         printf("eval step=%ld loss=%.6f ppl=%.3f samples=%ld\n", r->step, loss, exp(loss), samples);
-    json_t *j = json_pack("{s:s, s:I, s:f, s:I}", "kind", "eval", "step", (json_int_t)r->step, "loss", loss,
-                          "samples", (json_int_t)samples);
-    if (r->spec.family == MODEL_FAMILY_RESNET) json_object_set_new(j, "acc", json_real(acc));
-    else json_object_set_new(j, "ppl", json_real(exp(loss)));
+    /* a diverged loss and an infinite perplexity are null, the key kept (JSON has no NaN) */
+    json_t *j = json_pack("{s:s, s:I, s:o, s:I}", "kind", "eval", "step", (json_int_t)r->step, "loss",
+                          (json_t *)train_json_num(loss), "samples", (json_int_t)samples);
+    if (r->spec.family == MODEL_FAMILY_RESNET) json_object_set_new(j, "acc", train_json_num(acc));
+    else json_object_set_new(j, "ppl", train_json_num(exp(loss)));
     train_metrics_write(r, j);
     fflush(stdout);
 }

@@ -87,6 +87,18 @@ check "DGC-Pro: divergence exits 1 (got $rc), the skips found before the exchang
 check "DGC-Pro: the residuals stay finite through the skipped steps" \
     bash -c "grep -q 'residual=' '$tmp/dgc.log' && ! grep -qiE 'residual=-?(nan|inf)' '$tmp/dgc.log'"
 
+# Evaluation of a diverged model (SGD, the licence corpus, an evaluation every step): its
+# loss and perplexity become null in metrics.jsonl with their keys kept, and every line of
+# the file is one JSON object (JSON has no NaN; a blank or torn line would break readers).
+licenses_data
+diverge eval gpt2-tiny --set optim.name=sgd --set data.train="$data/train.bin" --set data.val="$data/val.bin" \
+    --set train.eval_interval=1 --set train.eval_batches=1 --set train.max_skipped_steps=1
+check "eval of a diverged model: loss and ppl are null with their keys kept, every line is JSON" $PY -c '
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+ev = [r for r in recs if r.get("kind") == "eval"]
+sys.exit(not (ev and any(r["loss"] is None and r["ppl"] is None for r in ev)))' "$tmp/eval/metrics.jsonl"
+
 # A checkpoint of a run that had diverged: a NaN in h.0.attn.c_attn.weight, its checksum
 # made to match (as a writer without the check would have written it).
 nan=$tmp/nan/ckpt/$(basename "$gpt2_last")
