@@ -1,6 +1,6 @@
 /* fuzz_config — libFuzzer harness of the config parser: any bytes as a file to
  * config_load_file over a schema with every value type. A refusal must leave the
- * config as it was; an accepted file must dump to text that loads back (into the
+ * config as it was, and a file with a NUL byte must be refused; an accepted file must dump to text that loads back (into the
  * defaults) to the same dump, the round trip checkpoints rely on. Built by `make fuzz`
  * with libFuzzer, ASan and UBSan, and by `make` as a replay program (replay.c). */
 #include "fuzz_input.h"
@@ -39,6 +39,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fuzz_require(!memcmp(&cfg, &before, sizeof cfg), "a refused file leaves the config unchanged");
         return 0;
     }
+    /* libinih ends a line at a NUL: such a file was once half-read and accepted */
+    fuzz_require(!memchr(data, '\0', size), "a file with a NUL byte is refused");
+    for (size_t i = 0; i < size; i++)
+        fuzz_require(data[i] >= 0x20 ? data[i] != 0x7f : data[i] == '\t' || data[i] == '\r' || data[i] == '\n',
+                     "a file with a control character is refused (binary)");
     size_t n = config_dump(&cfg, dump, sizeof dump);
     fuzz_require(n < sizeof dump, "the dump fits");
     config_init(&back, fuzz_schema, FUZZ_NKEYS);

@@ -25,6 +25,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     fuzz_require(line == 0, "an accepted file names no line");
+    /* a NUL once ended the file for libinih: binary garbage read as an empty file */
+    fuzz_require(!memchr(data, '\0', size), "a file with a NUL byte is refused");
     fuzz_require(req.world >= 0 && req.world <= TRAIN_CONTROL_MAX_WORLD, "world in range");
     fuzz_require(req.global_batch >= 0 && req.global_batch <= TRAIN_CONTROL_MAX_BATCH, "global_batch in range");
     fuzz_require(!req.rule[0] || !strcmp(req.rule, "linear") || !strcmp(req.rule, "sqrt") || !strcmp(req.rule, "none"),
