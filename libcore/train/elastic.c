@@ -224,16 +224,18 @@ static void train_control_reject(train_run *r, int line, const char *why)
 }
 
 /* Rank 0: the file's bytes, never blocking (a FIFO has no writer, a device never
- * ends): anything but a regular file of at most TRAIN_CONTROL_MAX_BYTES is rejected.
- * false when it was rejected or vanished. */
+ * ends): anything but a regular file of at most TRAIN_CONTROL_MAX_BYTES is rejected
+ * (a dangling link too, or it would be found again at every step). false when it was
+ * rejected or vanished. */
 static bool train_control_read(train_run *r, char *text, size_t *n)
 {
     char path[4200], why[256];
     train_control_path(r, "", path, sizeof path);
     int fd;
     struct stat sb;
-    if (path_open_regular(path, &fd, &sb, TRAIN_CONTROL_MAX_BYTES, why, 256) != 0) {
-        if (errno == ENOENT) {  /* removed since the stat: nothing to do */
+    if (path_open_regular(path, &fd, &sb, TRAIN_CONTROL_MAX_BYTES, why, sizeof why) != 0) {
+        struct stat lsb;
+        if (errno == ENOENT && lstat(path, &lsb) != 0) {  /* removed since the stat: nothing to do */
             log_warn("%s %s; ignored", path, why);
             return false;
         }
@@ -241,10 +243,10 @@ static bool train_control_read(train_run *r, char *text, size_t *n)
         return false;
     }
     *n = (size_t)sb.st_size;
-    int rc = path_read_all_at(fd, text, *n, 0);
+    int rc = path_read_all_at(fd, text, *n, 0), err = errno;
     close(fd);
     if (rc != 0) {
-        snprintf(why, sizeof why, "cannot read: %s", errno ? strerror(errno) : "it shrank while being read");
+        snprintf(why, sizeof why, "cannot read: %s", err ? strerror(err) : "it shrank while being read");
         train_control_reject(r, 0, why);
         return false;
     }
