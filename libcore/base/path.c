@@ -28,7 +28,7 @@ static int path_check_opened(int fd, struct stat *sb, uint64_t max_bytes, char *
     int err = 0;
     if (fstat(fd, sb) != 0) {
         err = errno;
-        snprintf(why, len, "cannot stat: %s", strerror(err));
+        snprintf(why, len, "cannot be examined (fstat): %s", strerror(err));
     } else if (!S_ISREG(sb->st_mode)) {
         err = EINVAL;
         snprintf(why, len, "is %s, not a regular file", path_kind(sb->st_mode));
@@ -40,7 +40,7 @@ static int path_check_opened(int fd, struct stat *sb, uint64_t max_bytes, char *
         int fl = fcntl(fd, F_GETFL);
         if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
             err = errno;
-            snprintf(why, len, "cannot clear O_NONBLOCK: %s", strerror(err));
+            snprintf(why, len, "cannot be switched to blocking reads: %s", strerror(err));
         }
     }
     if (!err) return 0;
@@ -54,7 +54,7 @@ int path_open_regular(const char *path, int *fd, struct stat *sb, uint64_t max_b
     *fd = -1;
     /* stat first: a device is refused without being opened (opening some has effects) */
     if (stat(path, sb) != 0) {
-        snprintf(why, len, "cannot open: %s", strerror(errno));
+        snprintf(why, len, "cannot be opened: %s", strerror(errno));
         return -1;
     }
     if (!S_ISREG(sb->st_mode)) {
@@ -65,7 +65,7 @@ int path_open_regular(const char *path, int *fd, struct stat *sb, uint64_t max_b
     /* and fstat after: the path may have been replaced in between */
     int f = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (f < 0) {
-        snprintf(why, len, "cannot open: %s", strerror(errno));
+        snprintf(why, len, "cannot be opened: %s", strerror(errno));
         return -1;
     }
     if (path_check_opened(f, sb, max_bytes, why, len) != 0) return -1;
@@ -84,7 +84,7 @@ int path_create_regular(const char *path, int flags, mode_t mode, int *fd, char 
             snprintf(why, len, "is %s, not a regular file: Nebula creates it and never writes through %s",
                      path_kind(lsb.st_mode), S_ISLNK(lsb.st_mode) ? "a link" : "anything else");
         else
-            snprintf(why, len, "cannot create: %s", strerror(err));
+            snprintf(why, len, "cannot be created: %s", strerror(err));
         errno = err;
         return -1;
     }

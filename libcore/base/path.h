@@ -14,13 +14,13 @@
 status path_mkdirs(const char *dir, const char *what);
 
 /* Opens a path someone else chose (a config, a data set, the elastic control file)
- * for reading, without ever blocking: O_NONBLOCK makes open(2) return at once on a
- * FIFO that has no writer, a terminal or a device, and anything that is not a regular
- * file is then refused, since reading it could block forever or never end (/dev/zero).
- * The fd returned is blocking again, O_CLOEXEC. max_bytes > 0 also refuses a larger
- * file. Returns 0 with *fd and *sb (fstat of the opened file), or -1 with `why` set to
- * the reason, lower case, without the path ("is a FIFO, not a regular file"), errno
- * kept for an open that failed. */
+ * for reading, never blocking and never reading without end: anything but a regular
+ * file (a FIFO with no writer would block open(2), /dev/zero never ends) is refused,
+ * seen by stat(2) before opening, and by fstat(2) after an O_NONBLOCK open in case
+ * the path changed in between. The fd returned reads blocking, O_CLOEXEC. max_bytes
+ * > 0 also refuses a larger file. Returns 0 with *fd and *sb (fstat of the opened
+ * file), or -1 with errno and `why` set: the reason as a predicate, without the path
+ * ("is a FIFO (named pipe), not a regular file", "cannot be opened: ..."). */
 int path_open_regular(const char *path, int *fd, struct stat *sb, uint64_t max_bytes, char *why, size_t len);
 
 /* Creates or opens, for writing, a file Nebula itself keeps in its run directory (the
