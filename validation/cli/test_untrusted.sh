@@ -7,7 +7,8 @@
 #     and the other ranks in the control broadcast);
 #   - a spent control file whose control.applied name is taken by a directory: still
 #     moved out of the way (it used to stay and be applied again at every step);
-#   - a FIFO or /dev/zero as --config or data.train: exit 2 at once, naming the file;
+#   - a FIFO or /dev/zero as --config, data.train or comm.tune_file: exit 2 at once,
+#     naming the file;
 #   - a NUL byte in a config line: exit 2 naming FILE:LINE (libinih dropped the rest);
 #   - RUN_DIR/heartbeat a symbolic link: a clear error, the link's target untouched;
 #   - prepare on an empty input: exit 2 naming it, no output files.
@@ -70,6 +71,9 @@ for bad in "$tmp/fifo" /dev/zero; do
     expect "data.train = $bad: exit 2 at once" 2 "not a regular file" -- timeout -k 5 30 $MPIRUN -np 1 $NT \
         --config configs/train/gpt2-tiny-licenses.ini --run-dir "$tmp/r-data" --set data.train="$bad" \
         --set data.val= --set train.steps=1 --set optim.warmup_steps=0
+    expect "comm.tune_file = $bad: exit 2 at once" 2 "not a regular file" -- timeout -k 5 30 $MPIRUN -np 1 $NT \
+        --config configs/train/gpt2-tiny-licenses.ini --run-dir "$tmp/r-data" --set comm.tune_file="$bad" \
+        --set data.train=synthetic --set data.val= --set train.steps=1 --set optim.warmup_steps=0
     unblock
 done
 
