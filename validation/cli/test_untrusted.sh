@@ -11,6 +11,7 @@
 #     naming the file;
 #   - a NUL byte in a config line: exit 2 naming FILE:LINE (libinih dropped the rest);
 #   - RUN_DIR/heartbeat a symbolic link: a clear error, the link's target untouched;
+#     links where RUN_DIR/relaunch and its old temporary go: replaced, never followed;
 #   - prepare on an empty input: exit 2 naming it, no output files.
 # Every run is bounded by `timeout`: a hang fails the test instead of stalling it.
 . "$(dirname "$0")/lib.sh"
@@ -87,6 +88,15 @@ rc=$?
 check "a symbolic link as RUN_DIR/heartbeat: an error naming it, exit 1" \
     test $rc -eq 1 -a -n "$(grep -F "heartbeat is a symbolic link" "$tmp/r-link.log")"
 check "... and the link's target is never created" test ! -e "$tmp/target"
+
+# relaunch: a link where the old writer put its temporary, and one at the final name
+mkdir -p "$tmp/r-relaunch" && ln -s "$tmp/target2" "$tmp/r-relaunch/relaunch.tmp" &&
+    ln -s "$tmp/target3" "$tmp/r-relaunch/relaunch" && printf 'world=1\n' >"$tmp/r-relaunch/control"
+run "$tmp/r-relaunch"
+rc=$?
+check "RUN_DIR/relaunch with links planted: exit 4, a regular relaunch file (exit $rc)" \
+    test $rc -eq 4 -a -f "$tmp/r-relaunch/relaunch" -a ! -L "$tmp/r-relaunch/relaunch"
+check "... and no link's target is written" test ! -e "$tmp/target2" -a ! -e "$tmp/target3"
 
 : >"$tmp/empty.txt"
 expect "prepare on an empty input: exit 2 naming it" 2 "the input $tmp/empty.txt is empty" -- \
