@@ -9,7 +9,7 @@
 #   make check-gpu the GPU tests (validation/gpu/tests.list) and the GPU benchmark table
 #   make demo      run the main job on an embedded default
 #   make bench     the communication benchmark table (docs/benchmarks.md)
-#   make fuzz      fuzz the checkpoint file readers, FUZZ_SECONDS (600) per target (needs clang)
+#   make fuzz      fuzz the hostile-input readers and parsers, FUZZ_SECONDS (600) per target (needs clang)
 #   make chaos     build/chaos/bin/nebula-train with the checkpoint fault points (-DCHAOS); part of `make`
 #
 # A test that cannot run here (not root, no GPU) exits 77 and is counted as skipped, never
