@@ -9,7 +9,7 @@
 #   make check-gpu the GPU tests (validation/gpu/tests.list) and the GPU benchmark table
 #   make demo      run the main job on an embedded default
 #   make bench     the communication benchmark table (docs/benchmarks.md)
-#   make fuzz      fuzz the checkpoint file readers, FUZZ_SECONDS (600) per target (needs clang)
+#   make fuzz      fuzz the hostile-input readers and parsers, FUZZ_SECONDS (600) per target (needs clang)
 #   make chaos     build/chaos/bin/nebula-train with the checkpoint fault points (-DCHAOS); part of `make`
 #
 # A test that cannot run here (not root, no GPU) exits 77 and is counted as skipped, never
@@ -162,7 +162,8 @@ demo: all
 bench: all
 	$(Q)tools/bench-comm.sh
 
-# Fuzzing of the hostile-input readers (validation/fuzz). `make fuzz` builds each
+# Fuzzing of the hostile-input readers (validation/fuzz): the safetensors and llm.c
+# model readers, the config parser and the elastic control-file parser. `make fuzz` builds each
 # libFuzzer harness with clang, ASan and UBSan and runs it FUZZ_SECONDS on its seed
 # corpus, one target after the other; new inputs go to build/fuzz/corpus_<target>,
 # crashing ones to build/fuzz/crashes/ (save them under validation/fuzz/regress/).
@@ -172,17 +173,20 @@ bench: all
 # without clang. Needs clang, its libFuzzer runtime and OpenMP (tools/deps.sh).
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 600
-FUZZ_TARGETS := safetensors llmc
-FUZZ_LIBSRC  := libcore/ckpt/tool/safetensors.c libcore/ckpt/tool/llmc.c libcore/nn/param.c libcore/base/path.c libcore/base/log.c
+FUZZ_TARGETS := safetensors llmc config control
+FUZZ_LIBSRC  := libcore/ckpt/tool/safetensors.c libcore/ckpt/tool/llmc.c libcore/nn/param.c libcore/base/path.c \
+                libcore/base/log.c libcore/base/config.c libcore/train/control.c
 FUZZ_OPTS_safetensors := -max_len=4096 -dict=validation/fuzz/safetensors.dict
 FUZZ_OPTS_llmc        := -max_len=8192
+FUZZ_OPTS_config      := -max_len=4096 -dict=validation/fuzz/config.dict
+FUZZ_OPTS_control     := -max_len=1024 -dict=validation/fuzz/control.dict
 # Runs also reward new comparison operands (most of the header's checks are
 # comparisons inside jansson, which coverage cannot see); merges keep coverage only,
 # so the committed corpus stays small.
 FUZZ_RUN_OPTS         := -use_value_profile=1
 SAN_FLAGS    := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 # Evaluated only when a fuzz rule runs (OpenMPI's wrapper flags, for log.c's mpi.h).
-FUZZ_CFLAGS   = -std=c11 -g -O1 -Wall -Wextra -Werror -D_GNU_SOURCE -fopenmp -MMD -MP -Ilibcore \
+FUZZ_CFLAGS   = -std=c11 -g -O1 -Wall -Wextra -Werror -D_GNU_SOURCE -fopenmp -MMD -MP -Ilibcore -Ikernels -I$(B) \
                 $(shell $(CC) --showme:compile) $(SAN_FLAGS)
 REPLAY_BINS  := $(addprefix $(B)/test/fuzz/replay_,$(FUZZ_TARGETS))
 FUZZ_BINS    := $(addprefix $(B)/fuzz/fuzz_,$(FUZZ_TARGETS))
@@ -199,7 +203,7 @@ $(B)/test/fuzz/replay_%: $(B)/san/validation/fuzz/fuzz_%.o $(B)/san/validation/f
                          $(patsubst %.c,$(B)/san/%.o,$(FUZZ_LIBSRC))
 	@mkdir -p $(dir $@)
 	@$(if $(filter 1,$(VERBOSE)),,echo "  LINK    $@")
-	$(Q)$(CC) $(LDFLAGS) $(SAN_FLAGS) -o $@ $^ -ljansson -lm
+	$(Q)$(CC) $(LDFLAGS) $(SAN_FLAGS) -o $@ $^ -linih -ljansson -lm
 
 $(B)/fuzz/obj/validation/fuzz/%.o: validation/fuzz/%.c
 	@mkdir -p $(dir $@)
@@ -213,7 +217,7 @@ $(B)/fuzz/obj/%.o: %.c
 
 $(B)/fuzz/fuzz_%: $(B)/fuzz/obj/validation/fuzz/fuzz_%.o $(patsubst %.c,$(B)/fuzz/obj/%.o,$(FUZZ_LIBSRC))
 	@$(if $(filter 1,$(VERBOSE)),,echo "  LINK    $@")
-	$(Q)$(FUZZ_CC) -fopenmp $(SAN_FLAGS) -fsanitize=fuzzer -o $@ $^ $(shell $(CC) --showme:link) -ljansson -lm
+	$(Q)$(FUZZ_CC) -fopenmp $(SAN_FLAGS) -fsanitize=fuzzer -o $@ $^ $(shell $(CC) --showme:link) -linih -ljansson -lm
 
 # -close_fd_mask=2: the readers log every refusal to stderr, which would drown
 # libFuzzer's own lines (it keeps a copy of stderr for them and for crash reports).

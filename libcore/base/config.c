@@ -3,7 +3,8 @@
  *
  * Debian's libinih is built without line numbers in the handler, so lines are fed to it
  * through our own reader (ini_parse_stream), which counts them: the handler always runs
- * on the line the reader handed over last. A load works on a scratch copy of the config,
+ * on the line the reader handed over last. A file is read whole first (never blocking:
+ * path_open_regular) and must be text, so that the reader's lines are the file's. A load works on a scratch copy of the config,
  * so a file with any error leaves the caller's values untouched. */
 #include "config.h"
 
@@ -16,6 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "path.h"
 
 /* Longest INI line we accept: a maximal name and value plus " = ", indentation and
  * "\r\n\0". */
@@ -443,12 +448,13 @@ status config_init(config *cfg, const config_key *schema, int nkeys)
 
 /* ---- loading ------------------------------------------------------------------------ */
 
+/* A config file larger than this is not one (the longest schema dumps a few KiB). */
+#define CONFIG_FILE_MAX ((uint64_t)1 << 20)
+
 typedef struct config_reader {
-    FILE *fp;         /* file being read, or NULL when reading text */
-    const char *text; /* the rest of the text when fp is NULL */
+    const char *text; /* the rest of the text */
     int line;         /* lines handed to libinih = the line its handler is on */
     bool too_long;    /* line `line` does not fit libinih's buffer; reading stopped there */
-    int read_errno;   /* errno of a failed read, 0 if none */
 } config_reader;
 
 typedef struct config_loader {
@@ -464,24 +470,52 @@ typedef struct config_loader {
 static char *config_read_line(char *str, int num, void *stream)
 {
     config_reader *rd = stream;
-    size_t cap = (size_t)num - 1, n;
-    if (rd->fp) {
-        if (!fgets(str, num, rd->fp)) {
-            if (ferror(rd->fp)) rd->read_errno = errno ? errno : EIO;
-            return NULL;
-        }
-        n = strlen(str);
-        rd->too_long = n == cap && str[n - 1] != '\n' && fgetc(rd->fp) != '\n' && !feof(rd->fp);
-    } else {
-        if (!rd->text[0]) return NULL;
-        n = strcspn(rd->text, "\n");
-        rd->too_long = n > cap;
-        memcpy(str, rd->text, n < cap ? n : cap);
-        str[n < cap ? n : cap] = '\0';
-        rd->text += n + (rd->text[n] == '\n');
-    }
+    size_t cap = (size_t)num - 1;
+    if (!rd->text[0]) return NULL;
+    size_t n = strcspn(rd->text, "\n");
+    rd->too_long = n > cap;
+    memcpy(str, rd->text, n < cap ? n : cap);
+    str[n < cap ? n : cap] = '\0';
+    rd->text += n + (rd->text[n] == '\n');
     rd->line++;
     return rd->too_long ? NULL : str;
+}
+
+/* Length of the UTF-8 sequence at s (at most n bytes), 0 if it is not one. Overlong
+ * forms and surrogates pass: the point is to tell text from binary, not to police
+ * encoders. */
+static size_t config_utf8_len(const unsigned char *s, size_t n)
+{
+    size_t len = s[0] < 0x80 ? 1 : (s[0] & 0xe0) == 0xc0 ? 2 : (s[0] & 0xf0) == 0xe0 ? 3
+               : (s[0] & 0xf8) == 0xf0 ? 4 : 0;
+    if (len == 0 || len > n) return 0;
+    for (size_t i = 1; i < len; i++)
+        if ((s[i] & 0xc0) != 0x80) return 0;
+    return len;
+}
+
+/* A config is text: UTF-8 without control characters other than tab, CR and LF. A
+ * NUL would end the line early in libinih (the rest silently lost), other bytes mean
+ * a binary or corrupt file; either is refused naming the first one's line. */
+static status config_check_text(const char *text, size_t n, const char *name)
+{
+    int line = 1;
+    size_t col = 1;
+    for (size_t i = 0; i < n; col++) {
+        unsigned char c = (unsigned char)text[i];
+        size_t len = config_utf8_len((const unsigned char *)text + i, n - i);
+        const char *what = c == 0 ? "a NUL byte" : len == 0 ? "a byte that is not UTF-8"
+                         : (c < 0x20 && c != '\t' && c != '\r' && c != '\n') || c == 0x7f ? "a control character"
+                         : NULL;
+        if (what) {
+            log_error0("%s:%d: %s (0x%02x) at column %zu: a config file is text (UTF-8 without control "
+                       "characters); is this the right file?", name, line, what, c, col);
+            return STATUS_INPUT;
+        }
+        if (c == '\n') { line++; col = 0; }
+        i += len;
+    }
+    return STATUS_OK;
 }
 
 /* ini_handler: returns 0 after reporting so libinih records the line as an error but
@@ -516,10 +550,6 @@ static status config_parse(config_loader *ld)
      * short for a path-sized value. Only ever raised, so concurrent loads agree. */
     if (ini_max_line < CONFIG_LINE_MAX) ini_max_line = CONFIG_LINE_MAX;
     int rc = ini_parse_stream(config_read_line, &ld->rd, config_on_pair, ld);
-    if (ld->rd.read_errno) {
-        log_error0("%s: cannot read config file: %s", ld->name, strerror(ld->rd.read_errno));
-        return STATUS_INPUT;
-    }
     if (rc == -2) {
         log_error0("%s: out of memory while parsing", ld->name);
         return STATUS_NOMEM;
@@ -531,9 +561,10 @@ static status config_parse(config_loader *ld)
     return rc != 0 || ld->rd.too_long || ld->first_error ? STATUS_INPUT : STATUS_OK;
 }
 
-static status config_load(config *cfg, const char *name, config_reader rd)
+static status config_load(config *cfg, const char *name, const char *text, size_t n)
 {
-    config_loader ld = { .name = name, .rd = rd };
+    TRY(config_check_text(text, n, name));
+    config_loader ld = { .name = name, .rd = { .text = text } };
     ld.cfg = malloc(sizeof *ld.cfg);
     if (!ld.cfg) {
         log_error0("%s: out of memory for a copy of the config", name);
@@ -549,20 +580,39 @@ static status config_load(config *cfg, const char *name, config_reader rd)
 status config_load_file(config *cfg, const char *path)
 {
     CHECK(cfg && path, "config_load_file needs a config and a path");
-    FILE *fp = fopen(path, "r");
-    if (!fp) {
-        log_error0("%s: cannot open config file: %s", path, strerror(errno));
+    /* never blocks: a FIFO or a device as --config is refused, not waited on */
+    int fd;
+    struct stat sb;
+    char why[256];
+    if (path_open_regular(path, &fd, &sb, CONFIG_FILE_MAX, why, sizeof why) != 0) {
+        log_error0("%s: config file %s", path, why);
         return STATUS_INPUT;
     }
-    status st = config_load(cfg, path, (config_reader){ .fp = fp });
-    fclose(fp);
+    size_t n = (size_t)sb.st_size;
+    char *text = malloc(n + 1);
+    if (!text) {
+        close(fd);
+        log_error0("%s: out of memory for the config file", path);
+        return STATUS_NOMEM;
+    }
+    int rc = path_read_all_at(fd, text, n, 0);
+    int err = errno;
+    close(fd);
+    if (rc != 0) {
+        log_error0("%s: cannot read config file: %s", path, err ? strerror(err) : "it shrank while being read");
+        free(text);
+        return STATUS_INPUT;
+    }
+    text[n] = '\0';
+    status st = config_load(cfg, path, text, n);
+    free(text);
     return st;
 }
 
 status config_load_string(config *cfg, const char *text, const char *name)
 {
     CHECK(cfg && text && name, "config_load_string needs a config, text and a name");
-    return config_load(cfg, name, (config_reader){ .text = text });
+    return config_load(cfg, name, text, strlen(text));
 }
 
 /* Copies s[0..n) without surrounding blanks, as libinih does for file values. */

@@ -81,10 +81,12 @@ typedef struct config {
 status config_init(config *cfg, const config_key *schema, int nkeys);
 /* Applies a file on top of the current values. Unknown keys, bad values, syntax errors
  * and keys set twice are each reported as PATH:LINE and give STATUS_INPUT; on any error
- * cfg is left unchanged. */
+ * cfg is left unchanged. The file must be a regular file (a FIFO or a device is refused,
+ * never waited on) of at most 1 MiB of text: UTF-8 without NUL bytes or control
+ * characters other than tab, CR and LF (the first one is reported as PATH:LINE). */
 status config_load_file(config *cfg, const char *path);
-/* Same for INI text in memory (a config stored in a checkpoint); `name` stands in for
- * the path in messages and origins. */
+/* Same for INI text in memory (a config stored in a checkpoint), with the same text
+ * checks; `name` stands in for the path in messages and origins. */
 status config_load_string(config *cfg, const char *text, const char *name);
 /* One `section.key=value` from --set; origin "--set". */
 status config_set(config *cfg, const char *assignment);

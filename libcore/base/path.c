@@ -4,9 +4,95 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+const char *path_kind(mode_t mode)
+{
+    if (S_ISREG(mode)) return "a regular file";
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISSOCK(mode)) return "a socket";
+    if (S_ISLNK(mode)) return "a symbolic link";
+    return "a special file";
+}
+
+/* The fd is regular and small enough: back to blocking reads. Otherwise closed. */
+static int path_check_opened(int fd, struct stat *sb, uint64_t max_bytes, char *why, size_t len)
+{
+    int err = 0;
+    if (fstat(fd, sb) != 0) {
+        err = errno;
+        snprintf(why, len, "cannot be examined (fstat): %s", strerror(err));
+    } else if (!S_ISREG(sb->st_mode)) {
+        err = EINVAL;
+        snprintf(why, len, "is %s, not a regular file", path_kind(sb->st_mode));
+    } else if (max_bytes > 0 && (uint64_t)sb->st_size > max_bytes) {
+        err = EFBIG;
+        snprintf(why, len, "is %" PRIu64 " bytes, more than the %" PRIu64 " this file may have",
+                 (uint64_t)sb->st_size, max_bytes);
+    } else {
+        int fl = fcntl(fd, F_GETFL);
+        if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+            err = errno;
+            snprintf(why, len, "cannot be switched to blocking reads: %s", strerror(err));
+        }
+    }
+    if (!err) return 0;
+    close(fd);
+    errno = err;
+    return -1;
+}
+
+int path_open_regular(const char *path, int *fd, struct stat *sb, uint64_t max_bytes, char *why, size_t len)
+{
+    *fd = -1;
+    /* stat first: a device is refused without being opened (opening some has effects) */
+    if (stat(path, sb) != 0) {
+        snprintf(why, len, "cannot be opened: %s", strerror(errno));
+        return -1;
+    }
+    if (!S_ISREG(sb->st_mode)) {
+        snprintf(why, len, "is %s, not a regular file", path_kind(sb->st_mode));
+        errno = EINVAL;
+        return -1;
+    }
+    /* and fstat after: the path may have been replaced in between */
+    int f = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (f < 0) {
+        snprintf(why, len, "cannot be opened: %s", strerror(errno));
+        return -1;
+    }
+    if (path_check_opened(f, sb, max_bytes, why, len) != 0) return -1;
+    *fd = f;
+    return 0;
+}
+
+int path_create_regular(const char *path, int flags, mode_t mode, int *fd, char *why, size_t len)
+{
+    *fd = -1;
+    int f = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC | flags, mode);
+    if (f < 0) {
+        int err = errno;
+        struct stat lsb;
+        if (lstat(path, &lsb) == 0 && !S_ISREG(lsb.st_mode))
+            snprintf(why, len, "is %s, not a regular file: Nebula creates it and never writes through %s",
+                     path_kind(lsb.st_mode), S_ISLNK(lsb.st_mode) ? "a link" : "anything else");
+        else
+            snprintf(why, len, "cannot be created: %s", strerror(err));
+        errno = err;
+        return -1;
+    }
+    struct stat sb;
+    if (path_check_opened(f, &sb, 0, why, len) != 0) return -1;
+    *fd = f;
+    return 0;
+}
 
 status path_mkdirs(const char *dir, const char *what)
 {
@@ -69,9 +155,11 @@ status path_write_atomic(const char *path, const char *what, int (*fill)(void *c
         log_error("%s path is too long: %s", what, path);
         return STATUS_IO;
     }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        log_error("cannot create %s %s: %s", what, tmp, log_errno_str());
+    unlink(tmp);  /* left by a crashed writer of the same pid, or planted: unlink never follows */
+    int fd;
+    char why[256];
+    if (path_create_regular(tmp, O_EXCL, 0644, &fd, why, sizeof why) != 0) {
+        log_error("cannot create %s %s: %s", what, tmp, why);
         return STATUS_IO;
     }
     int rc = fill(ctx, fd);

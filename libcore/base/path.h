@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "log.h"
 
@@ -11,6 +12,26 @@
  * naming `what` (e.g. "checkpoint directory") and the path that failed, also when
  * dir exists but is not a directory. */
 status path_mkdirs(const char *dir, const char *what);
+
+/* Opens a path someone else chose (a config, a data set, the elastic control file)
+ * for reading, never blocking and never reading without end: anything but a regular
+ * file (a FIFO with no writer would block open(2), /dev/zero never ends) is refused,
+ * seen by stat(2) before opening, and by fstat(2) after an O_NONBLOCK open in case
+ * the path changed in between. The fd returned reads blocking, O_CLOEXEC. max_bytes
+ * > 0 also refuses a larger file. Returns 0 with *fd and *sb (fstat of the opened
+ * file), or -1 with errno and `why` set: the reason as a predicate, without the path
+ * ("is a FIFO (named pipe), not a regular file", "cannot be opened: ..."). */
+int path_open_regular(const char *path, int *fd, struct stat *sb, uint64_t max_bytes, char *why, size_t len);
+
+/* Creates or opens, for writing, a file Nebula itself keeps in its run directory (the
+ * heartbeat): never through a symbolic link (O_NOFOLLOW: a link planted there would
+ * make a run overwrite the link's target with its permissions), never blocking on a
+ * FIFO, never anything but a regular file. `flags` adds to O_WRONLY|O_CREAT (O_TRUNC,
+ * O_EXCL). Same returns as path_open_regular. */
+int path_create_regular(const char *path, int flags, mode_t mode, int *fd, char *why, size_t len);
+
+/* "a directory", "a FIFO", ... for a file type in messages. */
+const char *path_kind(mode_t mode);
 
 /* write(2) until all n bytes are written: 0, or -1 when a write fails (errno set) or
  * writes nothing. */
@@ -23,7 +44,9 @@ int path_read_all_at(int fd, void *p, size_t n, uint64_t off);
 /* Writes the file `path` atomically (DESIGN.md §3 durable writes): fill(ctx, fd)
  * writes the contents into `path.tmp.PID`, which is fsync'd and renamed over
  * `path`, then the directory is fsync'd, so a reader finds the old file or the
- * whole new one, never a part. fill returns 0, or -1 with errno set. STATUS_IO
+ * whole new one, never a part. The temporary is created with O_EXCL|O_NOFOLLOW (a
+ * stale one is removed first), so a link planted under its name is never written
+ * through, and rename replaces a link at `path` itself, not its target. fill returns 0, or -1 with errno set. STATUS_IO
  * naming `what` (e.g. "safetensors file") and the path; the temporary is removed. */
 status path_write_atomic(const char *path, const char *what, int (*fill)(void *ctx, int fd), void *ctx);
 

@@ -12,8 +12,10 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/path.h"
 #include "comm_impl.h"
 
 static int cmp_double(const void *a, const void *b)
@@ -146,15 +148,21 @@ static status tune_read_bcast(comm *c, const char *path, char **text)
     long len = -1;
     char *buf = NULL;
     if (c->rt->rank == 0) {
-        FILE *f = fopen(path, "rb");
-        if (f && fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) {
-            buf = malloc((size_t)len + 1);
-            if (!buf || fread(buf, 1, (size_t)len, f) != (size_t)len) len = -1;
+        /* never blocks: a FIFO or a device as comm.tune_file is refused, not waited on */
+        int fd;
+        struct stat sb;
+        char why[256];
+        if (path_open_regular(path, &fd, &sb, (uint64_t)64 << 20, why, sizeof why) != 0) {
+            log_error("the tuning table %s %s", path, why);
         } else {
-            len = -1;
+            len = (long)sb.st_size;
+            buf = malloc((size_t)len + 1);
+            if (!buf || path_read_all_at(fd, buf, (size_t)len, 0) != 0) {
+                log_error("cannot read the tuning table %s: %s", path, buf ? log_errno_str() : "out of memory");
+                len = -1;
+            }
+            close(fd);
         }
-        if (len < 0) log_error("cannot read the tuning table %s: %s", path, log_errno_str());
-        if (f) fclose(f);
     }
     MPI_CHECK(MPI_Bcast(&len, 1, MPI_LONG, 0, c->rt->world));
     if (len < 0) { free(buf); return STATUS_INPUT; }

@@ -11,6 +11,7 @@
  * tokens has 10^8 windows: a stored order would take 800 MB per rank) and any
  * position is O(1): cycle walking averages under 4 passes since 4^h < 4 samples. */
 #include "data_impl.h"
+#include "base/path.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -46,14 +47,11 @@ status data_fail(const data_loader *d, status st, const char *fmt, ...)
 
 status data_map_file(data_loader *d)
 {
-    int fd = open(d->path, O_RDONLY);
-    if (fd < 0) return data_fail(d, STATUS_INPUT, "cannot open: %s", log_errno_str());
+    int fd;
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        status st = data_fail(d, STATUS_INPUT, "not a regular file");
-        close(fd);
-        return st;
-    }
+    char why[256];
+    if (path_open_regular(d->path, &fd, &sb, 0, why, sizeof why) != 0)
+        return data_fail(d, STATUS_INPUT, "%s", why);
     d->map_len = (size_t)sb.st_size;
     d->map = NULL;
     if (d->map_len > 0) {
@@ -94,8 +92,13 @@ static status data_detect(data_loader *d)
         d->format = DATA_FORMAT_SYNTHETIC;
         return STATUS_OK;
     }
-    int fd = open(d->path, O_RDONLY);
-    if (fd < 0) return data_fail(d, STATUS_INPUT, "cannot open: %s", log_errno_str());
+    /* The first open of the path, for every format (HDF5 opens it again itself): a
+     * FIFO or a device is refused here, never waited on or read without end. */
+    int fd;
+    struct stat sb;
+    char why[256];
+    if (path_open_regular(d->path, &fd, &sb, 0, why, sizeof why) != 0)
+        return data_fail(d, STATUS_INPUT, "%s", why);
     uint8_t head[8] = { 0 };
     ssize_t n = pread(fd, head, sizeof head, 0);
     int err = errno;

@@ -44,9 +44,10 @@ static void byte_header(uint8_t h[DATA_NEBULA_HEADER_BYTES], uint64_t count)
 static status out_create(prep_out *o)
 {
     snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%d", o->path, (int)getpid());
-    o->fd = open(o->tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (o->fd < 0) {
-        log_error("cannot create %s: %s", o->tmp, log_errno_str());
+    unlink(o->tmp);  /* a stale or planted one: never written through (O_EXCL|O_NOFOLLOW) */
+    char why[256];
+    if (path_create_regular(o->tmp, O_EXCL, 0644, &o->fd, why, sizeof why) != 0) {
+        log_error("%s %s", o->tmp, why);
         return STATUS_IO;
     }
     uint8_t h[DATA_NEBULA_HEADER_BYTES];
@@ -126,9 +127,11 @@ static status prepare_copy(const char *const *inputs, const uint64_t *sizes, int
                            prep_out *train, prep_out *val, uint8_t *buf)
 {
     for (int i = 0; i < ninputs; i++) {
-        int fd = open(inputs[i], O_RDONLY);
-        if (fd < 0) {
-            log_error("cannot open %s: %s", inputs[i], log_errno_str());
+        int fd;
+        struct stat sb;
+        char why[256];
+        if (path_open_regular(inputs[i], &fd, &sb, 0, why, sizeof why) != 0) {
+            log_error("%s %s", inputs[i], why);
             return STATUS_INPUT;
         }
         uint64_t nv = val_bytes(sizes[i], val_fraction);
@@ -143,6 +146,25 @@ static status prepare_copy(const char *const *inputs, const uint64_t *sizes, int
         if (st != STATUS_OK) return st;
     }
     return STATUS_OK;
+}
+
+/* An output without tokens is no data set (every reader refuses it later, far from
+ * the cause): refused here, naming the inputs. */
+static status prepare_check_counts(const char *const *inputs, int ninputs, uint64_t train_count, const prep_out *val)
+{
+    if (train_count > 0 && (!val || val->count > 0)) return STATUS_OK;
+    char names[512] = "";
+    size_t off = 0;
+    for (int i = 0; i < ninputs && off < sizeof names; i++)
+        off += (size_t)snprintf(names + off, sizeof names - off, "%s%s", i ? ", " : "", inputs[i]);
+    if (train_count == 0)
+        log_error("prepare: nothing to prepare: the input%s %s %s empty", ninputs > 1 ? "s" : "", names,
+                  ninputs > 1 ? "are all" : "is");
+    else
+        log_error("prepare: the held-out output %s would have no tokens: %" PRIu64 " bytes of input (%s) are too "
+                  "few for a held-out fraction of them\nHINT: more text, a larger --val-fraction, or --val-fraction 0",
+                  val->path, train_count, names);
+    return STATUS_INPUT;
 }
 
 status data_prepare_text(const char *const *inputs, int ninputs, const char *train_out, const char *val_out,
@@ -174,7 +196,7 @@ status data_prepare_text(const char *const *inputs, int ninputs, const char *tra
             log_error("cannot open %s: %s", inputs[i], log_errno_str());
             st = STATUS_INPUT;
         } else if (!S_ISREG(sb.st_mode)) {
-            log_error("%s: not a regular file", inputs[i]);
+            log_error("%s is %s, not a regular file", inputs[i], path_kind(sb.st_mode));
             st = STATUS_INPUT;
         } else {
             sizes[i] = (uint64_t)sb.st_size;
@@ -183,6 +205,8 @@ status data_prepare_text(const char *const *inputs, int ninputs, const char *tra
             val.count += nv;
         }
     }
+    if (st == STATUS_OK) st = prepare_check_counts(inputs, ninputs, train.count,
+                                                         val.path && val_fraction > 0 ? &val : NULL);
     if (st == STATUS_OK) st = out_create(&train);
     if (st == STATUS_OK && val.path) st = out_create(&val);
     if (st == STATUS_OK) st = prepare_copy(inputs, sizes, ninputs, val_fraction, &train, &val, buf);

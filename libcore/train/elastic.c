@@ -8,7 +8,9 @@
  * (time is the wall clock, CLOCK_REALTIME). A stale time means a frozen run.
  *
  * Control: RUN_DIR/control, key=value lines without sections, keys world,
- * global_batch and lr_rule (linear|sqrt|none; default elastic.lr_rule). Rank 0 stats
+ * global_batch and lr_rule (linear|sqrt|none; default elastic.lr_rule), parsed by
+ * train_control_parse (control.h), read without blocking (path_open_regular: a FIFO,
+ * a directory or a device there is rejected, not waited on). Rank 0 stats
  * it at each step end and train_loop's flag allreduce makes every rank agree,
  * so it is applied at a step boundary by all ranks at once, before that step's
  * checkpoint (a changed batch is part of the state saved). Rank 0 checks it against
@@ -37,7 +39,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <ini.h>
+#include "base/path.h"
+#include "control.h"
 
 /* Heartbeat: one line rewritten in place, the same length every time, so that a
  * reader never sees a shorter line with the tail of the previous one, and the write
@@ -49,9 +52,16 @@ status train_heartbeat_open(train_run *r)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/heartbeat", r->run_dir);
-    r->heartbeat_fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-    if (r->heartbeat_fd < 0 || ftruncate(r->heartbeat_fd, TRAIN_HEARTBEAT_BYTES) != 0) {
-        log_error("cannot open %s for writing: %s", path, strerror(errno));
+    char why[256];
+    /* never through a link planted in the run dir, never blocking on a FIFO */
+    if (path_create_regular(path, 0, 0644, &r->heartbeat_fd, why, sizeof why) != 0) {
+        log_error("%s %s\nHINT: remove it; the run creates its heartbeat as a regular file", path, why);
+        return STATUS_IO;
+    }
+    if (ftruncate(r->heartbeat_fd, TRAIN_HEARTBEAT_BYTES) != 0) {
+        log_error("cannot size %s: %s", path, strerror(errno));
+        close(r->heartbeat_fd);
+        r->heartbeat_fd = -1;
         return STATUS_IO;
     }
     return STATUS_OK;
@@ -137,7 +147,6 @@ status train_elastic_resume(train_run *r, const ckpt_content *c)
  * person, read by rank 0 at a step end and acted on by every rank (README,
  * "Elastic control and heartbeat"). A bad file never stops the run: it is renamed
  * control.rejected with an error naming the line. */
-#define TRAIN_CONTROL_KEYS "world, global_batch, lr_rule"
 
 typedef enum train_control_action {
     TRAIN_CONTROL_ACTION_NONE = 0,   /* rejected, vanished, or nothing to change */
@@ -155,93 +164,106 @@ typedef struct train_control_decision {
     char rule[8];              /* lr rule that produced lr_factor, for the log line */
 } train_control_decision;
 
-/* What the file asked for: 0 / "" = not given. */
-typedef struct train_control_keys {
-    long world, global_batch;
-    char rule[8];
-    char error[256];           /* the first bad line's problem; its number comes from inih */
-} train_control_keys;
-
 static void train_control_path(const train_run *r, const char *suffix, char *path, size_t len)
 {
     snprintf(path, len, "%s/control%s", r->run_dir, suffix);
 }
 
-/* Per step on rank 0: one stat, nothing more unless the file is there. */
+/* Per step on rank 0: one stat, nothing more unless the file is there. Anything of
+ * that name counts (a directory, a FIFO): train_control_decide refuses it. */
 bool train_control_exists(const train_run *r)
 {
     char path[4200];
     struct stat st;
     train_control_path(r, "", path, sizeof path);
-    return stat(path, &st) == 0;
+    if (lstat(path, &st) != 0) return false;
+    return !(r->control_stuck_ino && (uint64_t)st.st_dev == r->control_stuck_dev &&
+             (uint64_t)st.st_ino == r->control_stuck_ino);
 }
 
-static int train_control_key(void *user, const char *section, const char *name, const char *value)
+/* Rank 0: the spent file out of the way (control.applied / control.rejected), so that
+ * it acts once. Whatever is there may be in the way of the rename (a directory where a
+ * file goes, or the reverse): then a name with the step, then removal; a file that
+ * survives all three is remembered and ignored, with one error. */
+static void train_control_retire(train_run *r, const char *suffix)
 {
-    train_control_keys *k = user;
-    if (k->error[0]) return 0;
-    char v[64];
-    snprintf(v, sizeof v, "%s", value);
-    char *hash = strchr(v, '#');  /* inih strips only ';' comments after a value */
-    if (hash) *hash = '\0';
-    for (size_t n = strlen(v); n > 0 && (v[n - 1] == ' ' || v[n - 1] == '\t'); n--) v[n - 1] = '\0';
-    if (section[0]) {
-        snprintf(k->error, sizeof k->error, "[%s] %s: the control file has no sections (valid keys: %s)", section,
-                 name, TRAIN_CONTROL_KEYS);
-    } else if (!strcmp(name, "world") || !strcmp(name, "global_batch")) {
-        char *end = NULL;
-        errno = 0;
-        long x = strtol(v, &end, 10);
-        long max = !strcmp(name, "world") ? 1L << 20 : 1L << 30;
-        if (!v[0] || *end || errno || x < 1 || x > max)
-            snprintf(k->error, sizeof k->error, "%s = '%s': expected an integer in [1, %ld]", name, v, max);
-        else if (!strcmp(name, "world")) k->world = x;
-        else k->global_batch = x;
-    } else if (!strcmp(name, "lr_rule")) {
-        if (strcmp(v, "linear") && strcmp(v, "sqrt") && strcmp(v, "none"))
-            snprintf(k->error, sizeof k->error, "lr_rule = '%s': valid values are linear, sqrt, none", v);
-        else snprintf(k->rule, sizeof k->rule, "%s", v);
-    } else {
-        snprintf(k->error, sizeof k->error, "unknown key '%s' (valid keys: %s)", name, TRAIN_CONTROL_KEYS);
+    char path[4200], to[4300];
+    train_control_path(r, "", path, sizeof path);
+    train_control_path(r, suffix, to, sizeof to);
+    if (rename(path, to) == 0) return;
+    int err = errno;
+    snprintf(to + strlen(to), sizeof to - strlen(to), ".%ld", r->step);
+    if (rename(path, to) == 0) {
+        log_warn("%s: cannot rename to control%s (%s); renamed %s", path, suffix, strerror(err), to);
+        return;
     }
-    return k->error[0] ? 0 : 1;
+    struct stat st;
+    bool seen = lstat(path, &st) == 0;
+    if (remove(path) == 0) {
+        log_warn("%s: cannot rename to control%s (%s); removed", path, suffix, strerror(err));
+        return;
+    }
+    log_error("%s: cannot rename to control%s (%s) nor remove it (%s); ignored from now on\n"
+              "HINT: remove it by hand; a new control file is read again", path, suffix, strerror(err),
+              strerror(errno));
+    if (seen) {
+        r->control_stuck_dev = (uint64_t)st.st_dev;
+        r->control_stuck_ino = (uint64_t)st.st_ino;
+    }
 }
 
 /* Rank 0: the error line, and the file out of the way so that it acts once. */
-static void train_control_reject(const train_run *r, int line, const char *why)
+static void train_control_reject(train_run *r, int line, const char *why)
 {
-    char path[4200], to[4200];
+    char path[4200];
     train_control_path(r, "", path, sizeof path);
-    train_control_path(r, ".rejected", to, sizeof to);
     char where[32] = "";
     if (line > 0) snprintf(where, sizeof where, ":%d", line);
     log_error("%s%s: %s; renamed to control.rejected, training continues at step %ld", path, where, why, r->step);
-    if (rename(path, to) != 0) log_error("cannot rename %s to %s: %s", path, to, strerror(errno));
+    train_control_retire(r, ".rejected");
+}
+
+/* Rank 0: the file's bytes, never blocking (a FIFO has no writer, a device never
+ * ends): anything but a regular file of at most TRAIN_CONTROL_MAX_BYTES is rejected
+ * (a dangling link too, or it would be found again at every step). false when it was
+ * rejected or vanished. */
+static bool train_control_read(train_run *r, char *text, size_t *n)
+{
+    char path[4200], why[256];
+    train_control_path(r, "", path, sizeof path);
+    int fd;
+    struct stat sb;
+    if (path_open_regular(path, &fd, &sb, TRAIN_CONTROL_MAX_BYTES, why, sizeof why) != 0) {
+        struct stat lsb;
+        if (errno == ENOENT && lstat(path, &lsb) != 0) {  /* removed since the stat: nothing to do */
+            log_warn("%s %s; ignored", path, why);
+            return false;
+        }
+        train_control_reject(r, 0, why);
+        return false;
+    }
+    *n = (size_t)sb.st_size;
+    int rc = path_read_all_at(fd, text, *n, 0), err = errno;
+    close(fd);
+    if (rc != 0) {
+        snprintf(why, sizeof why, "cannot read: %s", err ? strerror(err) : "it shrank while being read");
+        train_control_reject(r, 0, why);
+        return false;
+    }
+    return true;
 }
 
 /* Rank 0: reads and checks the file against this run. */
 static void train_control_decide(train_run *r, train_control_decision *d)
 {
     memset(d, 0, sizeof *d);
-    char path[4200], text[8192];
-    train_control_path(r, "", path, sizeof path);
-    FILE *f = fopen(path, "r");
-    if (!f) {  /* removed since the stat: nothing to do */
-        log_warn("cannot read %s: %s; ignored", path, strerror(errno));
-        return;
-    }
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    bool more = fgetc(f) != EOF;
-    fclose(f);
-    text[n] = '\0';
-    if (more) {
-        train_control_reject(r, 0, "longer than 8 KiB: not a control file");
-        return;
-    }
-    train_control_keys k = { 0 };
-    int line = ini_parse_string(text, train_control_key, &k);
-    if (line != 0) {
-        train_control_reject(r, line, k.error[0] ? k.error : "expected key=value (valid keys: " TRAIN_CONTROL_KEYS ")");
+    char text[TRAIN_CONTROL_MAX_BYTES], why[512];
+    size_t n = 0;
+    if (!train_control_read(r, text, &n)) return;
+    train_control_request k;
+    int line;
+    if (train_control_parse(text, n, &k, &line, why, sizeof why) != 0) {
+        train_control_reject(r, line, why);
         return;
     }
 
@@ -257,7 +279,6 @@ static void train_control_decide(train_run *r, train_control_decision *d)
         }
         micro = tb.micro_batch;
     }
-    char why[512];
     int64_t per = (int64_t)micro * world;
     if (data_get_format(r->train_data) != DATA_FORMAT_SYNTHETIC && (uint64_t)gb > data_samples(r->train_data)) {
         /* data_open would refuse it: checked here, where a refusal does not end the run */
@@ -292,9 +313,6 @@ status train_control(train_run *r, int *relaunch)
     train_control_decision d;
     if (r->rt->rank == 0) train_control_decide(r, &d);
     TRY(comm_ctl_bcast_bytes(train_ctl(r), &d, sizeof d, 0));
-    char path[4200], to[4200];
-    train_control_path(r, "", path, sizeof path);
-    train_control_path(r, ".applied", to, sizeof to);
     if (d.action == TRAIN_CONTROL_ACTION_RELAUNCH) {
         /* a batch given with the world travels in the checkpoint; this run takes no more steps */
         r->elastic = (train_elastic){ d.global_batch, d.lr_factor };
@@ -311,31 +329,32 @@ status train_control(train_run *r, int *relaunch)
         printf("elastic: control file at step %ld changes nothing (world %d, global batch %" PRId64 ", lr x %.6g)\n",
                r->step, r->rt->size, r->elastic.global_batch, r->elastic.lr_factor);
     }
-    if (r->rt->rank == 0 && d.accepted && rename(path, to) != 0)
-        log_error("cannot rename %s to %s: %s", path, to, strerror(errno));
+    if (r->rt->rank == 0 && d.accepted) train_control_retire(r, ".applied");
     if (r->rt->rank == 0) fflush(stdout);
     return STATUS_OK;
 }
 
-/* Rank 0, after the checkpoint committed: RUN_DIR/relaunch (temporary name, fsync,
- * rename: a supervisor never reads half of it), then the control file is spent. */
+static int train_relaunch_fill(void *ctx, int fd)
+{
+    char text[64];
+    const long *wv = ctx;
+    int n = snprintf(text, sizeof text, "world=%ld\nstep=%ld\n", wv[0], wv[1]);
+    return path_write_all(fd, text, (size_t)n);
+}
+
+/* Rank 0, after the checkpoint committed: RUN_DIR/relaunch (path_write_atomic: a
+ * supervisor never reads half of it, and a link planted at either name is replaced,
+ * never written through), then the control file is spent. */
 status train_relaunch_write(train_run *r, int world)
 {
-    char path[4200], tmp[4300], ctl[4200], to[4200];
+    char path[4200];
     snprintf(path, sizeof path, "%s/relaunch", r->run_dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    bool ok = f && fprintf(f, "world=%d\nstep=%ld\n", world, r->step) > 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    if (f && fclose(f) != 0) ok = false;
-    if (!ok || rename(tmp, path) != 0) {
-        log_error("cannot write %s: %s", path, strerror(errno));
-        return STATUS_IO;
-    }
-    train_control_path(r, "", ctl, sizeof ctl);
-    train_control_path(r, ".applied", to, sizeof to);
-    if (rename(ctl, to) != 0) log_error("cannot rename %s to %s: %s", ctl, to, strerror(errno));
+    long wv[2] = { world, r->step };
+    TRY(path_write_atomic(path, "relaunch file", train_relaunch_fill, wv));
+    train_control_retire(r, ".applied");
     printf("elastic: world size %d requested at step %ld: %s; relaunch with %d ranks (exit 4)\n", world, r->step,
-           r->ckpt ? "checkpoint committed" : "checkpoints are off, a relaunch starts from step 0", world);
+           r->ckpt ? "checkpoint committed" : "checkpoints are off, a relaunch starts from step 0",
+           world);
     fflush(stdout);
     return STATUS_OK;
 }

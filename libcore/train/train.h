@@ -186,6 +186,10 @@ typedef struct train_run {
     train_elastic elastic;     /* checkpointed; see train_elastic */
     int config_batch;          /* the global batch the config resolves to at this world size */
     int heartbeat_fd;          /* run_dir/heartbeat on rank 0, -1 elsewhere */
+    /* elastic.c, rank 0: a control file that could be neither renamed nor removed (a
+     * directory with a directory of the same name in the way, a read-only run dir) is
+     * ignored by identity after its one error, instead of once a step */
+    uint64_t control_stuck_dev, control_stuck_ino;
     train_signals *signals;    /* the program's, or no_signals; never NULL after train_setup */
     train_signals no_signals;  /* stays zero: a run set up without signals */
     char config_text[65536];   /* the resolved config, as config_dump writes it */

@@ -17,7 +17,7 @@
 
 /* Writes data to a new memfd and its /proc path to `path`; returns the fd (the
  * caller closes it). A failure here is the machine's, not the input's: abort. */
-static int fuzz_input_open(const uint8_t *data, size_t size, char *path, size_t len)
+static inline int fuzz_input_open(const uint8_t *data, size_t size, char *path, size_t len)
 {
     int fd = memfd_create("fuzz-input", MFD_CLOEXEC);
     if (fd < 0 || path_write_all(fd, data, size) != 0) {
@@ -29,7 +29,7 @@ static int fuzz_input_open(const uint8_t *data, size_t size, char *path, size_t 
 }
 
 /* An accepted input broke a promise of the reader: a bug, reported as a crash. */
-static void fuzz_require(bool ok, const char *what)
+static inline void fuzz_require(bool ok, const char *what)
 {
     if (!ok) {
         fprintf(stderr, "fuzz: invariant broken: %s\n", what);
