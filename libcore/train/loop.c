@@ -70,6 +70,18 @@ status train_loop(train_run *r)
     int relaunch = 0;  /* the world size a control file asked for */
     train_step_stats ss = { 0 };
     if (first >= r->steps) return train_nothing_to_do(r);
+    /* A stop requested during start-up (data, model and resume take minutes on a large
+     * model, Slurm's KillWait is 30 s) ends the run before its first step: the state is
+     * the checkpoint just resumed, or none yet, so a relaunch continues either way. */
+    int stop_asked = (int)r->signals->stop, stop_agreed;
+    TRY(comm_ctl_allreduce(train_ctl(r), &stop_asked, &stop_agreed, 1, MPI_INT, MPI_MAX));
+    if (stop_agreed) {
+        if (rt->rank == 0)
+            printf("stopping before step %ld of %ld on request (SIGTERM or SIGUSR2) during start-up: %s; exit code 3\n",
+                   first + 1, r->steps, first > 0 ? "the resumed checkpoint is the state, a relaunch resumes from it"
+                                                  : "no step was run, a relaunch starts afresh");
+        return STATUS_STOPPED;
+    }
     train_heartbeat(r);
     while (r->step < r->steps) {
         TRY(train_step(r, &ss));

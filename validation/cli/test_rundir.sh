@@ -10,7 +10,7 @@
 #   - links and special files planted under the names the trainer writes (metrics.jsonl,
 #     heartbeat, lock; a FIFO) exit 2 naming the file, the link's target untouched;
 #   - metrics: every line of metrics.jsonl is JSON, non-finite numbers are null with the
-#     key kept (a diverging ResNet's gnorm); a failed write (CHAOS build, metrics.write)
+#     key kept (a diverging GPT-2's loss and gnorm); a failed write (CHAOS build, metrics.write)
 #     loses that record only, the run goes on to exit 0 and reports the count; a failed
 #     open of metrics.jsonl or of the lock exits 1 before training; a real full disk (a
 #     tmpfs, root only) leaves whole lines only and the run goes on;
@@ -112,11 +112,11 @@ check "a FIFO as RUN_DIR/metrics.jsonl exits 2 (got $rc), not a hang" eval "[ $r
 
 # --- metrics: valid JSON always, write faults ----------------------------------------------
 R=$tmp/rn
-timeout 120 $MPIRUN -np 1 $TRAIN --config configs/train/resnet18-digits.ini --run-dir $R --set data.train=synthetic \
-    --set data.val= --set train.global_batch=4 --set optim.warmup_steps=0 --set optim.lr=1000 \
-    --set optim.schedule=constant --set train.log_interval=1 --steps 8 >$R.log 2>&1 </dev/null
-check "a diverging ResNet: every metrics line is JSON, a non-finite gnorm is null with its key kept" eval \
-    "json_ok $R/metrics.jsonl && grep -q '\"gnorm\":null' $R/metrics.jsonl"
+timeout 120 $MPIRUN -np 1 $TRAIN --model gpt2-tiny --run-dir $R --set train.micro_batch=2 --set optim.name=sgd \
+    --set optim.warmup_steps=0 --set optim.lr=1000 --set optim.schedule=constant --set train.clip=0 \
+    --set train.log_interval=1 --steps 8 >$R.log 2>&1 </dev/null
+check "a diverging GPT-2 (SGD): every metrics line is JSON, a non-finite loss and gnorm are null with their keys kept" eval \
+    "json_ok $R/metrics.jsonl && grep -q '\"loss\":null' $R/metrics.jsonl && grep -q '\"gnorm\":null' $R/metrics.jsonl"
 if [ -x $CHAOS ]; then
     M=$tmp/mw
     NEBULA_CHAOS_FAULT=metrics.write:EIO@3 BIN=$CHAOS go 1 $M $M.log --steps 5; rc=$?

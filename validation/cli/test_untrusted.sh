@@ -85,18 +85,38 @@ expect "a NUL byte in a config line: exit 2 naming FILE:LINE" 2 "$tmp/nul.ini:2:
 mkdir -p "$tmp/r-link" && ln -s "$tmp/target" "$tmp/r-link/heartbeat"
 run "$tmp/r-link"
 rc=$?
-check "a symbolic link as RUN_DIR/heartbeat: an error naming it, exit 1" \
-    test $rc -eq 1 -a -n "$(grep -F "heartbeat is a symbolic link" "$tmp/r-link.log")"
+check "a symbolic link as RUN_DIR/heartbeat: an error naming it, exit 2 before training" \
+    test $rc -eq 2 -a -n "$(grep -E "heartbeat is a symbolic link" "$tmp/r-link.log")"
 check "... and the link's target is never created" test ! -e "$tmp/target"
 
-# relaunch: a link where the old writer put its temporary, and one at the final name
+# relaunch: a link where the old writer put its temporary (the atomic writer replaces it,
+# never writes through it), then one at the final name (refused before training)
 mkdir -p "$tmp/r-relaunch" && ln -s "$tmp/target2" "$tmp/r-relaunch/relaunch.tmp" &&
-    ln -s "$tmp/target3" "$tmp/r-relaunch/relaunch" && printf 'world=1\n' >"$tmp/r-relaunch/control"
+    printf 'world=1\n' >"$tmp/r-relaunch/control"
 run "$tmp/r-relaunch"
 rc=$?
-check "RUN_DIR/relaunch with links planted: exit 4, a regular relaunch file (exit $rc)" \
+check "a link at RUN_DIR/relaunch.tmp: exit 4, a regular relaunch file (exit $rc)" \
     test $rc -eq 4 -a -f "$tmp/r-relaunch/relaunch" -a ! -L "$tmp/r-relaunch/relaunch"
+mkdir -p "$tmp/r-relaunch2" && ln -s "$tmp/target3" "$tmp/r-relaunch2/relaunch"
+run "$tmp/r-relaunch2"
+rc=$?
+check "a link at RUN_DIR/relaunch: exit 2 naming it (exit $rc)" \
+    test $rc -eq 2 -a -n "$(grep -E "relaunch is a symbolic link" "$tmp/r-relaunch2.log")"
 check "... and no link's target is written" test ! -e "$tmp/target2" -a ! -e "$tmp/target3"
+
+# A stop requested during start-up (after the config table, while the 124M model is set
+# up) ends the run before its first step: exit 3, no step run, nothing written as a step.
+S=$tmp/r-stop
+mkdir -p $S
+timeout -k 5 60 stdbuf -oL $NT --model gpt2 --run-dir $S --set train.micro_batch=1 \
+    --set data.train=synthetic --set train.steps=5 --set ckpt.every_steps=0 >$S.log 2>&1 </dev/null &
+pid=$!
+for _ in $(seq 200); do grep -q "nebula-train 0" $S.log 2>/dev/null && break; sleep 0.05; done
+pkill -USR2 -f -- "^$NT .*--run-dir $S( |$)"  # the trainer itself (timeout would die of it)
+wait $pid
+rc=$?
+check "SIGUSR2 during start-up: exit 3 (got $rc) before the first step, no step run" \
+    test $rc -eq 3 -a -n "$(grep -F "stopping before step 1 of 5 on request" $S.log)" -a -z "$(grep -E "^step=" $S.log)"
 
 : >"$tmp/empty.txt"
 expect "prepare on an empty input: exit 2 naming it" 2 "the input $tmp/empty.txt is empty" -- \
