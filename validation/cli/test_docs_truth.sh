@@ -5,7 +5,8 @@
 #       executable's --help (or it is another program's: mpirun, Slurm); a flag a page
 #       shows being refused ("unknown option '--X'") is exempt. The other way: every
 #       flag that `--help` of nebula-train, nebula-ckpt and nebula-bench lists is
-#       documented somewhere;
+#       documented somewhere; every `section.key` the pages show is a config key that
+#       some executable's --help lists (or a fault point of libcore/base/fault.c);
 #   (b) every key of a docs table headed "`metrics.jsonl` key | record | ..." is in
 #       that record of a real run's metrics.jsonl (2 ranks as 2 nodes, DGC-Pro on, an
 #       evaluation), and every dgc_* key the run's records carry is in such a table;
@@ -63,11 +64,31 @@ for f, where in sorted(alone.items()):
 for exe in ("train", "ckpt", "bench"):
     missing = sorted(helps[exe] - documented - {"--help", "--version"})
     if missing: fail(f"nebula-{exe} --help lists {', '.join(missing)}, documented on no page (README.md, docs/*.md)")
-print(f"ok - {len(shown)} flags shown on command lines, {len(alone)} alone, checked against --help" if not fails else
-      f"FAIL - {fails} flag(s) the docs and --help disagree on")
+# config keys: "[section]" then "  key = default" lines of every --help
+keys = set()
+for e in helps:
+    section = None
+    for line in open(f"{tmp}/help-{e}.txt"):
+        m = re.match(r"\[(\w+)\]", line)
+        if m: section = m.group(1)
+        m = re.match(r"  (\w+) = ", line)
+        if m and section: keys.add(f"{section}.{m.group(1)}")
+points = set(re.findall(r'\{ "(\w+\.\w+)", "', open("libcore/base/fault.c").read()))
+sections = {k.split(".")[0] for k in keys}
+files = re.compile(r"\.(bin|h5|jsonl|json|ini|md|sh|c|h|py|csv|txt|safetensors|sbatch|log|list|tmp|old)$")
+named = {}
+for page in pages:
+    for no, line in enumerate(open(page), 1):
+        for span in re.findall(r"`([^`]+)`", line):
+            for k in re.findall(r"(?<![\w./-])([a-z]+\.[a-z_0-9]+)(?![\w./-])", span):
+                if k.split(".")[0] in sections and not files.search(k): named.setdefault(k, f"{page}:{no}")
+for k, where in sorted(named.items()):
+    if k not in keys and k not in points: fail(f"{where} shows {k}: no --help lists that key, nor is it a fault point")
+print(f"ok - {len(shown)} flags shown on command lines, {len(alone)} alone, {len(named)} keys, checked against --help"
+      if not fails else f"FAIL - {fails} flag(s) or key(s) the docs and --help disagree on")
 sys.exit(1 if fails else 0)
 PY
-check "(a) documented flags and --help agree" [ $? -eq 0 ]
+check "(a) documented flags and keys and --help agree" [ $? -eq 0 ]
 
 # --- (b) metrics.jsonl keys -------------------------------------------------------------
 d=$tmp/run
@@ -125,7 +146,7 @@ check "(b) documented metrics.jsonl keys are in a real run's records, and its dg
 
 # --- (c) nebula-bench's formats ---------------------------------------------------------------
 jsonl() {  # jsonl FILE ROWS: every stdout line one JSON object, ROWS of them
-    $PY -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; sys.exit(not (len(r)==int(sys.argv[2]) and all(isinstance(o,dict) for o in r)))' "$@"
+    $PY -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; sys.exit(not (len(r)==int(sys.argv[2]) and all(isinstance(o,dict) for o in r)))' "$@" 2>/dev/null
 }
 build/bin/nebula-bench model --model gpt2-tiny --batch 1 --seq 16 --steps 2 --set bench.model_warmup=0 --json \
     >$tmp/model.json 2>$tmp/model.err
