@@ -15,7 +15,8 @@
 #       metrics.jsonl: they are on the stdout line only);
 #   (c) nebula-bench's machine-readable formats are what they say: `model --json` and
 #       `dgc --json` print one parseable JSON object per row and nothing else on
-#       stdout; --csv a header and rows.
+#       stdout; --csv a header and rows; the GPU path, which has only its table, refuses
+#       them (exit 2).
 . "$(dirname "$0")/lib.sh"
 licenses_data
 for exe in train ckpt bench chaos; do build/bin/nebula-$exe --help >$tmp/help-$exe.txt 2>&1; done
@@ -158,6 +159,8 @@ check "bench model --csv: the header and 2 rows, nothing else on stdout" eval \
     "[ \$(wc -l <$tmp/model.csv) -eq 3 ] && head -1 $tmp/model.csv | grep -q '^step,fwd_ms,'"
 build/bin/nebula-bench model --model gpt2-tiny --dry-run --json >$tmp/dry.json 2>/dev/null
 check "bench model --dry-run --json: one object" jsonl $tmp/dry.json 1
+expect "bench model --device cuda --json: refused (exit 2), not ignored" 2 "is not available on the GPU path" -- \
+    build/bin/nebula-bench model --model gpt2-tiny --device cuda --json
 build/bin/nebula-bench dgc --count 100000 --rounds 2 --json >$tmp/dgc.json 2>/dev/null
 check "bench dgc --json: 5 rows, one JSON object a line" jsonl $tmp/dgc.json 5
 finish

@@ -21,7 +21,7 @@
 # A module whose points this build does not have (the CHAOS build refuses MODULE#N with
 # exit 2, "cannot use") is skipped with a line saying so, not failed.
 # Default (make check): every N of the synchronous writer, EIO at odd N and ENOSPC at
-# even N, and EIO at every fourth N of the asynchronous one (the first and the last
+# even N, and EIO at every other N of the asynchronous one (the first and the last
 # point of each sweep always); --full: every N, both writers, EIO and ENOSPC.
 . "$(dirname "$0")/lib.sh" || exit 1
 [ -d "$tmp" ] || { echo "FAIL - no temporary directory"; exit 1; }
@@ -191,7 +191,7 @@ for module in $modules; do
         sweep $module sync EIO 1 2
         [ $? -eq 3 ] && continue
         sweep $module sync ENOSPC 2 2
-        sweep $module async EIO 1 4
+        sweep $module async EIO 1 2
     fi
 done
 echo "$cases faults injected"
