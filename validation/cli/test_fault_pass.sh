@@ -63,11 +63,14 @@ newest_committed() {  # the newest committed step under RUN_DIR/ckpt, or -1
     done
     echo $best
 }
-no_debris() {  # nothing but committed steps
+no_debris() {  # nothing but committed steps: no .step_N.tmp or .step_N.old, no step_N without its marker
     local s
     for s in "$1"/ckpt/.step_* "$1"/ckpt/step_*; do
         [ -e "$s" ] || continue
-        [ -e "$s/COMMITTED" ] || { echo "    debris left: $s"; return 1; }
+        case ${s##*/} in
+            .*) echo "    debris left: $s"; return 1 ;;
+            *) [ -e "$s/COMMITTED" ] || { echo "    debris left: $s"; return 1; } ;;
+        esac
     done
 }
 same_as_straight() {  # same_as_straight RUN_DIR STEP: bit-identical to the uninterrupted run's
@@ -116,7 +119,7 @@ one() {
         echo "--- relaunch" >>"$d.log"
         run $TRAIN "$d" 9 --resume auto
         rc=$?
-        [ $rc -eq 0 ] && grep -qE "resumed from .*step_0*$newest at step $newest$" "$d.log" ||
+        [ $rc -eq 0 ] && grep -qE "resumed from .*step_0*$newest at step $newest( |$)" "$d.log" ||
             echo "    the relaunch (exit $rc) did not resume at step $newest, the newest committed"
         same_as_straight "$d" 9
     } >"$d.why" 2>&1
