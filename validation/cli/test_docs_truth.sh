@@ -16,7 +16,7 @@
 #   (c) nebula-bench's machine-readable formats are what they say: `model --json` and
 #       `dgc --json` print one parseable JSON object per row and nothing else on
 #       stdout; --csv a header and rows; the GPU path, which has only its table, refuses
-#       them (exit 2).
+#       them (exit 2), and a [bench] key a subcommand does not read is refused, not ignored.
 . "$(dirname "$0")/lib.sh"
 licenses_data
 for exe in train ckpt bench chaos; do build/bin/nebula-$exe --help >$tmp/help-$exe.txt 2>&1; done
@@ -161,6 +161,11 @@ build/bin/nebula-bench model --model gpt2-tiny --dry-run --json >$tmp/dry.json 2
 check "bench model --dry-run --json: one object" jsonl $tmp/dry.json 1
 expect "bench model --device cuda --json: refused (exit 2), not ignored" 2 "is not available on the GPU path" -- \
     build/bin/nebula-bench model --model gpt2-tiny --device cuda --json
+expect "bench model --out: refused (exit 2), not ignored: the model rows go to stdout" 2 \
+    "bench.out (set by --set) is not used by \`nebula-bench model\`" -- \
+    build/bin/nebula-bench model --model gpt2-tiny --dry-run --out $tmp/model-out.json
+expect "bench dgc --batch: refused (exit 2), naming the keys dgc reads" 2 "reads only these [bench] keys: count rounds" -- \
+    build/bin/nebula-bench dgc --batch 4
 build/bin/nebula-bench dgc --count 100000 --rounds 2 --json >$tmp/dgc.json 2>/dev/null
 check "bench dgc --json: 5 rows, one JSON object a line" jsonl $tmp/dgc.json 5
 finish
