@@ -50,33 +50,36 @@ void ckpt_dir_entry_path(char *out, size_t len, const char *dir, const ckpt_entr
     else ckpt_dir_step_path(out, len, dir, e->step);
 }
 
-/* Failures here log and return with errno still that of the failed call: the
- * caller's message and HINT depend on it (ENOSPC or not). An injected fault fails
- * the fsync; the open before it is part of the same point. */
-status ckpt_dir_fsync_at(const char *path, int fault_errno)
+/* fsync of path by name: 0, or -1 with errno that of the failed call and *op naming it.
+ * An injected fault (fault_errno != 0) fails the fsync; the open is part of that point. */
+static int fsync_path(const char *path, int fault_errno, const char **op)
 {
-    int fd = fault_errno ? -1 : open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 && fault_errno) {
+    *op = "fsync of";
+    if (fault_errno) {
         errno = fault_errno;
-        log_error("fsync of %s failed: %s", path, log_errno_str());
-        errno = fault_errno;
-        return STATUS_IO;
+        return -1;
     }
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        int err = errno;
-        log_error("cannot open %s to fsync it: %s", path, log_errno_str());
-        errno = err;
-        return STATUS_IO;
+        *op = "open to fsync";
+        return -1;
     }
     int rc = fsync(fd), err = errno;
     close(fd);
-    if (rc != 0) {
-        errno = err;
-        log_error("fsync of %s failed: %s", path, log_errno_str());
-        errno = err;
-        return STATUS_IO;
-    }
-    return STATUS_OK;
+    errno = err;
+    return rc;
+}
+
+/* Failures here log and return with errno still that of the failed call: the
+ * caller's message and HINT depend on it (ENOSPC or not). */
+status ckpt_dir_fsync_at(const char *path, int fault_errno)
+{
+    const char *op;
+    if (fsync_path(path, fault_errno, &op) == 0) return STATUS_OK;
+    int err = errno;
+    log_error("%s %s failed: %s", op, path, log_errno_str());
+    errno = err;
+    return STATUS_IO;
 }
 
 status ckpt_dir_fsync(const char *path)
@@ -278,7 +281,11 @@ static void remove_committed(const char *path, int64_t step, fault_plan *chaos)
         log_warn("cannot remove %s: %s; old checkpoint kept", marker, log_errno_str());
         return;
     }
-    if (ckpt_dir_fsync_at(path, FAULT_ERRNO(chaos, "ckpt.dirsync", step)) != STATUS_OK) return;
+    const char *op;
+    if (fsync_path(path, FAULT_ERRNO(chaos, "ckpt.dirsync", step), &op) != 0) {  /* a warning: pruning is optional */
+        log_warn("%s %s failed: %s; left uncommitted, a later save removes it", op, path, log_errno_str());
+        return;
+    }
     rmtree(path);
 }
 
