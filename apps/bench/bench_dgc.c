@@ -8,10 +8,12 @@
  * and on the same data, is one streaming read of the vector (the sum of |x|): the
  * memory-bandwidth bound any selection pass has. Median of bench.rounds rounds;
  * rates in G entries per second on one core. */
+#include <jansson.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "bench.h"
 #include "dgc/dgc.h"
@@ -61,15 +63,32 @@ status bench_dgc_run(const config *cfg)
     }
     const char *what[5] = { "stream read (peer: sum of |x|)", "sampled threshold", "selection pass",
                             "threshold + selection (DGC-Pro)", "exact k-th largest (quickselect)" };
-    printf("# nebula-bench dgc: %zu entries, density %.4g (k = %zu, last selection %zu), sample %.3g%%, one core, "
-           "median of %d rounds\n", n, density, k, got, 100 * fraction, rounds);
-    printf("# %-34s %12s %14s %10s\n", "step", "time_ms", "G_entries/s", "vs_read");
+    const char *key[5] = { "stream_read", "sampled_threshold", "selection", "threshold_selection", "exact_kth" };
+    const char *format = config_str(cfg, "bench.format");
+    bool csv = !strcmp(format, "csv"), json = !strcmp(format, "json");
+    fprintf(csv || json ? stderr : stdout, "# nebula-bench dgc: %zu entries, density %.4g (k = %zu, last selection "
+            "%zu), sample %.3g%%, one core, median of %d rounds\n", n, density, k, got, 100 * fraction, rounds);
+    if (csv) printf("step,time_ms,G_entries_per_s,vs_read\n");
+    else if (!json) printf("# %-34s %12s %14s %10s\n", "step", "time_ms", "G_entries/s", "vs_read");
     double read = bench_median(t[0], rounds);
     for (int j = 0; j < 5; j++) {
         double m = bench_median(t[j], rounds);
-        printf("  %-34s %12.3f %14.2f %10.2f\n", what[j], m * 1e3, (double)n / m / 1e9, m / read);
+        if (json) {  /* one object per row, each line parseable alone */
+            json_t *o = json_pack("{s:s, s:I, s:f, s:f, s:f, s:f}", "step", key[j], "entries", (json_int_t)n,
+                                  "density", density, "time_ms", m * 1e3, "G_entries_per_s", (double)n / m / 1e9,
+                                  "vs_read", m / read);
+            char *text = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
+            CHECK(text, "out of memory formatting a JSON row");
+            puts(text);
+            free(text);
+            json_decref(o);
+        } else if (csv) {
+            printf("%s,%.3f,%.2f,%.2f\n", key[j], m * 1e3, (double)n / m / 1e9, m / read);
+        } else {
+            printf("  %-34s %12.3f %14.2f %10.2f\n", what[j], m * 1e3, (double)n / m / 1e9, m / read);
+        }
     }
-    if (sink == 12345.0) printf("#\n");  /* keeps the timed work observable */
+    if (sink == 12345.0) fprintf(stderr, "#\n");  /* keeps the timed work observable */
     for (int j = 0; j < 5; j++) free(t[j]);
     free(x), free(scratch), free(idx);
     return STATUS_OK;

@@ -14,6 +14,7 @@
 #include <cblas.h>
 #include <dirent.h>
 #include <errno.h>
+#include <jansson.h>
 #include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -61,14 +62,30 @@ static double sgemm_gflops(int n)
     return 2.0 * n * n * (double)n / best / 1e9;
 }
 
-/* --dry-run: the configuration resolved and checked; nothing allocated, so it is
- * cheap for any model (gpt2-xl included). */
-static void print_dry_run(const model_spec *spec, int B, int T)
+/* One JSON object on one line of stdout (--json: a row per line, each parseable alone). */
+static void emit_json(json_t *o)
 {
-    printf("# nebula-bench model --dry-run: the configuration is valid; nothing was allocated\nmodel: ");
-    model_spec_print(spec, stdout);
-    if (spec->family == MODEL_FAMILY_RESNET) printf("batch: B=%d %dx%d\n", B, spec->image_size, spec->image_size);
-    else printf("batch: B=%d T=%d\n", B, T);
+    char *text = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
+    CHECK(text, "out of memory formatting a JSON row");
+    puts(text);
+    free(text);
+    json_decref(o);
+}
+
+/* --dry-run: the configuration resolved and checked; nothing allocated, so it is
+ * cheap for any model (gpt2-xl included). --json: the same as one object, the text
+ * on stderr. */
+static void print_dry_run(const model_spec *spec, int B, int T, bool json)
+{
+    FILE *f = json ? stderr : stdout;
+    fprintf(f, "# nebula-bench model --dry-run: the configuration is valid; nothing was allocated\nmodel: ");
+    model_spec_print(spec, f);
+    bool resnet = spec->family == MODEL_FAMILY_RESNET;
+    if (resnet) fprintf(f, "batch: B=%d %dx%d\n", B, spec->image_size, spec->image_size);
+    else fprintf(f, "batch: B=%d T=%d\n", B, T);
+    if (json)
+        emit_json(json_pack("{s:s, s:s, s:b, s:i, s:i}", "row", "dry_run", "model", spec->name, "valid", 1, "batch", B,
+                            resnet ? "image_size" : "seq", resnet ? spec->image_size : T));
 }
 
 /* --device cuda: one GPU. train_step_batch, the GPU twin of the trainer's step that the
@@ -222,16 +239,21 @@ static status bench_model_steps(const config *cfg, train_run *r, int B, int T)
     const char *unit = model_unit(m);
     double units = model_units_per_step(m), flops_step = model_flops_per_step(m);
     double gflops = sgemm_gflops(2048);
-    bool csv = !strcmp(config_str(cfg, "bench.format"), "csv");
-    char shape[64];
+    const char *format = config_str(cfg, "bench.format");
+    bool csv = !strcmp(format, "csv"), json = !strcmp(format, "json");
+    FILE *info = csv || json ? stderr : stdout;  /* stdout holds only the rows then */
+    char shape[64], per_s[32];
     if (spec->family == MODEL_FAMILY_RESNET) snprintf(shape, sizeof shape, "B=%d %dx%d", B, spec->image_size, spec->image_size);
     else snprintf(shape, sizeof shape, "B=%d T=%d", B, T);
-    printf("# nebula-bench model: %s (%.1fM parameters), %s, %d threads, fp32, %s\n# model: ", spec->name,
-           (double)pt->total / 1e6, shape, omp_get_max_threads(), sgd ? "SGD momentum" : "AdamW");
-    model_spec_print(spec, stdout);
-    printf("# sgemm 2048^3 in this process: %.1f GFLOP/s; model FLOPs per step %.1f G\n", gflops, flops_step / 1e9);
-    param_print_memory(pt, model_activation_bytes(m), 0, NULL, stdout);
-    if (csv) printf("step,fwd_ms,bwd_ms,opt_ms,total_ms,%s_per_s,gflops,pct_sgemm,loss\n", unit);
+    snprintf(per_s, sizeof per_s, "%s_per_s", unit);
+    fprintf(info, "# nebula-bench model: %s (%.1fM parameters), %s, %d threads, fp32, %s\n# model: ", spec->name,
+            (double)pt->total / 1e6, shape, omp_get_max_threads(), sgd ? "SGD momentum" : "AdamW");
+    model_spec_print(spec, info);
+    fprintf(info, "# sgemm 2048^3 in this process: %.1f GFLOP/s; model FLOPs per step %.1f G\n", gflops,
+            flops_step / 1e9);
+    param_print_memory(pt, model_activation_bytes(m), 0, NULL, info);
+    if (csv) printf("step,fwd_ms,bwd_ms,opt_ms,total_ms,%s,gflops,pct_sgemm,loss\n", per_s);
+    else if (json) ;  /* a row is an object with its names */
     else printf("# %4s %9s %9s %9s %10s %8s/s %9s %8s %9s\n", "step", "fwd_ms", "bwd_ms", "opt_ms", "total_ms", unit,
                 "GFLOP/s", "%sgemm", "loss");
     double *tf = calloc((size_t)steps, sizeof(double)), *tb = calloc((size_t)steps, sizeof(double));
@@ -245,6 +267,12 @@ static status bench_model_steps(const config *cfg, train_run *r, int B, int T)
         /* opt also holds the step's comm wait (nothing at one rank) and its data (none) */
         tf[s] = ss.fwd_ms; tb[s] = ss.bwd_ms; tt[s] = ss.step_ms; to[s] = tt[s] - tf[s] - tb[s];
         double ups = units / (tt[s] / 1e3), gf = flops_step / (tt[s] / 1e3) / 1e9;
+        if (json) {
+            emit_json(json_pack("{s:s, s:s, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "row", "step", "model",
+                                spec->name, "step", s, "fwd_ms", tf[s], "bwd_ms", tb[s], "opt_ms", to[s], "total_ms",
+                                tt[s], per_s, ups, "gflops", gf, "pct_sgemm", 100 * gf / gflops, "loss", ss.loss));
+            continue;
+        }
         printf(csv ? "%d,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.1f,%.4f\n" : "  %4d %9.2f %9.2f %9.2f %10.2f %10.2f %9.2f %7.1f%% %9.4f\n",
                s, tf[s], tb[s], to[s], tt[s], ups, gf, 100 * gf / gflops, ss.loss);
     }
@@ -252,7 +280,14 @@ static status bench_model_steps(const config *cfg, train_run *r, int B, int T)
         double mt = bench_median(tt, steps), ups = units / (mt / 1e3), gf = flops_step / (mt / 1e3) / 1e9;
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
-        printf("# median: fwd %.2f ms, bwd %.2f ms, opt %.2f ms, step %.2f ms, %.2f %s/s, %.2f GFLOP/s = %.1f%% of "
+        if (json)
+            emit_json(json_pack("{s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "row",
+                                "median", "model", spec->name, "params", (json_int_t)pt->total, "batch", B, "seq", T,
+                                "threads", omp_get_max_threads(), "fwd_ms", bench_median(tf, steps), "bwd_ms",
+                                bench_median(tb, steps), "opt_ms", bench_median(to, steps), "total_ms", mt, per_s, ups,
+                                "gflops", gf, "pct_sgemm", 100 * gf / gflops, "sgemm_gflops", gflops, "peak_rss_mib",
+                                ru.ru_maxrss / 1024.0));
+        else fprintf(csv ? stderr : stdout, "# median: fwd %.2f ms, bwd %.2f ms, opt %.2f ms, step %.2f ms, %.2f %s/s, %.2f GFLOP/s = %.1f%% of "
                "sgemm, peak RSS %.0f MiB\n", bench_median(tf, steps), bench_median(tb, steps), bench_median(to, steps), mt, ups, unit,
                gf, 100 * gf / gflops, ru.ru_maxrss / 1024.0);
     }
@@ -266,12 +301,19 @@ status bench_model_run(const config *cfg, const runtime *rt, comm *c)
     TRY(model_spec_from_config(&spec, cfg));
     int B = (int)config_int(cfg, "bench.batch"), T = (int)config_int(cfg, "bench.seq");
     TRY(model_spec_check_batch(&spec, B, T, "bench.batch", "bench.seq"));
+    bool table = !strcmp(config_str(cfg, "bench.format"), "table");
     if (config_bool(cfg, "bench.dry_run")) {
-        print_dry_run(&spec, B, T);
+        print_dry_run(&spec, B, T, !strcmp(config_str(cfg, "bench.format"), "json"));
         return STATUS_OK;
     }
-    if (strcmp(config_str(cfg, "device.kind"), "cpu") != 0 || strcmp(config_str(cfg, "device.precision"), "fp32") != 0)
+    if (strcmp(config_str(cfg, "device.kind"), "cpu") != 0 || strcmp(config_str(cfg, "device.precision"), "fp32") != 0) {
+        if (!table) {  /* refused rather than ignored: a script would parse the table as its rows */
+            log_error0("nebula-bench model --device %s: --%s is not available on the GPU path; it prints its table",
+                       config_str(cfg, "device.kind"), config_str(cfg, "bench.format"));
+            return STATUS_USAGE;
+        }
         return bench_model_device(cfg, &spec, B, T);
+    }
     if (rt->size != 1) {
         log_error0("nebula-bench model is one process (%d were launched); data-parallel throughput is nebula-train's "
                    "with data.train = %s (jobscripts/bench.sbatch)", rt->size, TRAIN_DATA_SYNTHETIC_FIXED);

@@ -97,6 +97,37 @@ static const char usage[] =
     "                                     dense vs DGC-Pro training on rate-limited links between 4 network\n"
     "                                     namespaces (root; runs tools/bench-dgc.sh, which says how it measures)";
 
+/* The [bench] keys each subcommand reads; a key it does not read, set anyway, is refused
+ * rather than ignored (a user who asked for --out or --iters would believe the output
+ * honoured it). */
+static const struct {
+    const char *sub;
+    const char *keys;  /* space-separated, with spaces at both ends */
+} bench_uses[] = {
+    { "comm", " min_bytes max_bytes factor iters warmup rounds algo dtype format out save_tune check " },
+    { "model", " batch seq steps model_warmup threads seed dry_run format " },
+    { "dgc", " count rounds format " },
+};
+
+static status refuse_unused(const config *cfg, const char *sub)
+{
+    const char *keys = NULL;
+    for (size_t i = 0; i < sizeof bench_uses / sizeof bench_uses[0]; i++)
+        if (!strcmp(bench_uses[i].sub, sub)) keys = bench_uses[i].keys;
+    CHECK(keys, "every subcommand has its list of [bench] keys");
+    for (int k = 0; k < cfg->nkeys; k++) {
+        const config_key *key = &cfg->schema[k];
+        char word[64];
+        snprintf(word, sizeof word, " %s ", key->name);
+        if (strcmp(key->section, "bench") != 0 || !strcmp(cfg->values[k].origin, "default") || strstr(keys, word))
+            continue;
+        log_error0("bench.%s (set by %s) is not used by `nebula-bench %s`, which reads only these [bench] keys: "
+                   "%.*s", key->name, cfg->values[k].origin, sub, (int)strlen(keys) - 2, keys + 1);
+        return STATUS_USAGE;
+    }
+    return STATUS_OK;
+}
+
 /* `table dgc` drives whole training runs in network namespaces: the orchestration is the
  * project's shell tool next to the build (build/bin/../../tools), run in our place. */
 static int table_dgc(int argc, char **argv)
@@ -150,6 +181,7 @@ int main(int argc, char **argv)
                           2, usage, &action);
     if (st != STATUS_OK) return status_exit_code(st);
     if (action == CLI_ACTION_EXIT) return 0;
+    if ((st = refuse_unused(&cfg, argv[1])) != STATUS_OK) return status_exit_code(st);
 
     if (dgc) return status_exit_code(bench_dgc_run(&cfg));  /* one process: no MPI needed */
     runtime_options ro;

@@ -15,10 +15,26 @@ static const struct {
     const char *name;
     const char *what;
 } fault_points[] = {
+    /* The checkpoint writer, rank 0 (and its background thread). The collective writes
+     * inside HDF5 (create, data, close) cannot fail on one rank without hanging the
+     * others: ckpt.write, a failed rank-0 write within the collective, stands for them. */
     { "ckpt.write", "the data write of state.h5" },
     { "ckpt.fsync", "the fsync of state.h5" },
     { "ckpt.rename", "the rename of .step_N.tmp to step_N" },
     { "ckpt.marker", "writing the COMMITTED marker" },
+    { "ckpt.mkdir", "creating the checkpoint directory (at start) or .step_N.tmp" },
+    { "ckpt.create", "creating state.h5 (asynchronous writer; HDF5's calls)" },
+    { "ckpt.open", "opening state.h5 for the data (asynchronous writer)" },
+    { "ckpt.open_direct", "opening state.h5 with O_DIRECT (asynchronous writer; falls back to the page cache)" },
+    { "ckpt.close", "closing state.h5 after the data (asynchronous writer)" },
+    { "ckpt.checksums", "reopening state.h5 to store its checksums (asynchronous writer; HDF5's calls)" },
+    { "ckpt.dirsync", "an fsync of a directory: .step_N.tmp, the checkpoint directory, step_N, a pruned one" },
+    { "ckpt.moveaside", "the rename of an existing step_N to .step_N.old before it is replaced" },
+    { "ckpt.marker_open", "creating the COMMITTED marker's temporary file" },
+    { "ckpt.marker_fsync", "the fsync of the COMMITTED marker" },
+    { "ckpt.marker_close", "closing the COMMITTED marker" },
+    { "ckpt.marker_rename", "the rename of the COMMITTED marker to its name" },
+    { "ckpt.prune", "removing an old checkpoint's COMMITTED marker (pruning; a failure only warns)" },
     /* the metrics writer (train/metrics.c) and the run-directory lock (train/rundir.c) */
     { "metrics.open", "opening RUN_DIR/metrics.jsonl" },
     { "metrics.write", "writing one metrics.jsonl record" },
@@ -99,7 +115,7 @@ status fault_plan_init(fault_plan *f, const char *module)
     char text[1024], *save = NULL;
     snprintf(text, sizeof text, "%s", env);
     for (char *item = strtok_r(text, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
-        char shown[256], points[512] = "";
+        char shown[256], points[2048] = "";
         snprintf(shown, sizeof shown, "%s", item);
         if (rule_parse(f, item)) continue;
         for (int i = 0; i < NPOINTS; i++) {

@@ -145,7 +145,11 @@ status ckpt_writer_init(ckpt_writer **out, MPI_Comm comm, const char *dir, int k
     w->copied = true;
     pthread_mutex_init(&w->lock, NULL);
     pthread_cond_init(&w->copied_cond, NULL);
-    if (st == STATUS_OK && w->rank == 0) st = path_mkdirs(w->dir, "checkpoint directory");
+    if (st == STATUS_OK && w->rank == 0) {
+        int inject = FAULT_ERRNO(&w->chaos, "ckpt.mkdir", -1);
+        if (inject) log_error("cannot create checkpoint directory %s: %s", w->dir, strerror(inject));
+        st = inject ? STATUS_IO : path_mkdirs(w->dir, "checkpoint directory");
+    }
     if (st == STATUS_OK && async && w->rank == 0) st = staging_init(w, shape);
     st = ckpt_agree(w->ctl, st, NULL, 0);
     if (st == STATUS_TIMEOUT) return st;  /* no collective free */
@@ -193,7 +197,7 @@ static status write_step(comm_ctl ctl, const char *dir, ckpt_plan *p, const ckpt
     ckpt_dir_tmp_path(h5, sizeof h5, dir, c->step);
     strcat(h5, "/" CKPT_FILE);
     *err = 0;
-    status st = rank == 0 ? ckpt_dir_prepare_tmp(dir, c->step) : STATUS_OK;
+    status st = rank == 0 ? ckpt_dir_prepare_tmp_at(dir, c->step, chaos) : STATUS_OK;
     if (st != STATUS_OK) *err = errno;
     st = ckpt_agree(ctl, st, NULL, 0);
     if (st == STATUS_TIMEOUT) return st;  /* a rank did not arrive: nothing more is collective */
@@ -329,33 +333,40 @@ static status write_staged(ckpt_writer *w)
     char h5[CKPT_PATH_MAX];
     ckpt_dir_tmp_path(h5, sizeof h5, w->dir, w->pending_step);
     strcat(h5, "/" CKPT_FILE);
-    int fd = open(h5, O_WRONLY | O_CLOEXEC);
+    int inject = FAULT_ERRNO(&w->chaos, "ckpt.open", w->pending_step);
+    errno = inject;
+    int fd = inject ? -1 : open(h5, O_WRONLY | O_CLOEXEC);
     if (fd < 0) {
+        w->thread_err = errno;
         log_error("cannot open %s: %s", h5, log_errno_str());
         return STATUS_IO;
     }
-    int direct = open(h5, O_WRONLY | O_CLOEXEC | O_DIRECT);  /* -1 (tmpfs, ...): page cache only */
+    /* -1 (tmpfs, ..., or a failure): the page cache only */
+    int direct = FAULT_ERRNO(&w->chaos, "ckpt.open_direct", w->pending_step) ? -1
+                                                                           : open(h5, O_WRONLY | O_CLOEXEC | O_DIRECT);
     int rc = 0;
     const char *op = "write";
     for (int k = 0; k < w->plan.ndsets && rc == 0; k++) {
         ckpt_dset *d = &w->plan.dsets[k];
         if (d->group >= 0) d->crc = ckpt_crc_bytes(0, d->src, d->bytes);  /* blobs were hashed when staged */
-        int inject = k == 0 ? FAULT_ERRNO(&w->chaos, "ckpt.write", w->pending_step) : 0;
+        inject = k == 0 ? FAULT_ERRNO(&w->chaos, "ckpt.write", w->pending_step) : 0;
         errno = inject;
         rc = inject ? -1 : write_dataset(fd, &direct, d);
     }
     if (rc == 0) {  /* the file's data, direct or not, and the device's cache */
         op = "fsync";
-        int inject = FAULT_ERRNO(&w->chaos, "ckpt.fsync", w->pending_step);
+        inject = FAULT_ERRNO(&w->chaos, "ckpt.fsync", w->pending_step);
         errno = inject;
         rc = inject ? -1 : fsync(fd);
     }
     int err = errno;
     if (direct >= 0) close(direct);
-    if (close(fd) != 0 && rc == 0) {
+    inject = FAULT_ERRNO(&w->chaos, "ckpt.close", w->pending_step);
+    int closed = close(fd);  /* the descriptor goes either way */
+    if ((inject || closed != 0) && rc == 0) {
         rc = -1;
         op = "close";
-        err = errno;
+        err = inject ? inject : errno;
     }
     if (rc != 0) {
         errno = err;
@@ -411,10 +422,17 @@ static status stage_create_file(ckpt_writer *w, const ckpt_content *c, char *why
         d->crc = ckpt_crc_rows(d->row_crcs, w->size, row);
     }
     for (int k = 0; k < p->ntensors; k++) p->dsets[k].crc = 0;  /* the thread computes them */
-    TRY(ckpt_dir_prepare_tmp(w->dir, c->step));
+    TRY(ckpt_dir_prepare_tmp_at(w->dir, c->step, &w->chaos));
     char h5[CKPT_PATH_MAX];
     ckpt_dir_tmp_path(h5, sizeof h5, w->dir, c->step);
     strcat(h5, "/" CKPT_FILE);
+    int inject = FAULT_ERRNO(&w->chaos, "ckpt.create", c->step);  /* stands for HDF5's calls in the create */
+    if (inject) {
+        errno = inject;
+        snprintf(why, CKPT_WHY_MAX, "cannot create %s: %s", h5, log_errno_str());
+        errno = inject;
+        return STATUS_IO;
+    }
     hid_t f;
     TRY(ckpt_file_create(h5, MPI_COMM_NULL, p, c, ranks_per_node(w, c), &f, why));
     return ckpt_file_offsets_close(f, p, why);
@@ -494,7 +512,7 @@ static status finish_async(ckpt_writer *w)
     ckpt_dir_tmp_path(h5, sizeof h5, w->dir, w->pending_step);
     strcat(h5, "/" CKPT_FILE);
     errno = 0;
-    status st = ckpt_file_set_checksums(h5, &w->plan, why);
+    status st = ckpt_file_set_checksums(h5, &w->plan, &w->chaos, w->pending_step, why);
     if (st != STATUS_OK) {
         w->thread_err = errno;
         log_error("checkpoint of step %" PRId64 " not committed: %s", w->pending_step, why);

@@ -50,27 +50,36 @@ void ckpt_dir_entry_path(char *out, size_t len, const char *dir, const ckpt_entr
     else ckpt_dir_step_path(out, len, dir, e->step);
 }
 
+/* fsync of path by name: 0, or -1 with errno that of the failed call and *op naming it.
+ * An injected fault (fault_errno != 0) fails the fsync; the open is part of that point. */
+static int fsync_path(const char *path, int fault_errno, const char **op)
+{
+    *op = "fsync of";
+    if (fault_errno) {
+        errno = fault_errno;
+        return -1;
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        *op = "open to fsync";
+        return -1;
+    }
+    int rc = fsync(fd), err = errno;
+    close(fd);
+    errno = err;
+    return rc;
+}
+
 /* Failures here log and return with errno still that of the failed call: the
  * caller's message and HINT depend on it (ENOSPC or not). */
 status ckpt_dir_fsync_at(const char *path, int fault_errno)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int err = errno;
-        log_error("cannot open %s to fsync it: %s", path, log_errno_str());
-        errno = err;
-        return STATUS_IO;
-    }
-    errno = fault_errno;
-    int rc = fault_errno ? -1 : fsync(fd), err = errno;
-    close(fd);
-    if (rc != 0) {
-        errno = err;
-        log_error("fsync of %s failed: %s", path, log_errno_str());
-        errno = err;
-        return STATUS_IO;
-    }
-    return STATUS_OK;
+    const char *op;
+    if (fsync_path(path, fault_errno, &op) == 0) return STATUS_OK;
+    int err = errno;
+    log_error("%s %s failed: %s", op, path, log_errno_str());
+    errno = err;
+    return STATUS_IO;
 }
 
 status ckpt_dir_fsync(const char *path)
@@ -157,10 +166,17 @@ status ckpt_dir_list(const char *dir, ckpt_entry **entries, int *n)
 
 status ckpt_dir_prepare_tmp(const char *dir, int64_t step)
 {
+    return ckpt_dir_prepare_tmp_at(dir, step, NULL);
+}
+
+status ckpt_dir_prepare_tmp_at(const char *dir, int64_t step, fault_plan *chaos)
+{
     char tmp[CKPT_PATH_MAX];
     ckpt_dir_tmp_path(tmp, sizeof tmp, dir, step);
     rmtree(tmp);  /* debris of an earlier attempt at this step */
-    if (mkdir(tmp, 0755) != 0) {
+    int inject = FAULT_ERRNO(chaos, "ckpt.mkdir", step);
+    errno = inject;
+    if (inject || mkdir(tmp, 0755) != 0) {
         int err = errno;
         log_error("cannot create %s: %s", tmp, log_errno_str());
         errno = err;
@@ -207,24 +223,44 @@ static int write_all(int fd, const char *p, size_t n)
     return 0;
 }
 
-/* step_dir/COMMITTED holding the step: temporary name, fsync, rename, fsync step_dir.
- * fault_errno != 0 (CHAOS builds): the write of the marker fails with it. */
-static status write_marker(const char *step_dir, int64_t step, int fault_errno)
+/* step_dir/COMMITTED holding the step: temporary name, fsync, rename, fsync step_dir;
+ * each call a fault point of `chaos` (NULL: none). A failure leaves no marker, not
+ * even one renamed but not durable: a save reported failed is never committed. */
+static status write_marker(const char *step_dir, int64_t step, fault_plan *chaos)
 {
     char tmp[CKPT_PATH_MAX], fin[CKPT_PATH_MAX], text[32];
     ckpt_path_join(tmp, step_dir, CKPT_MARKER ".tmp");
     ckpt_path_join(fin, step_dir, CKPT_MARKER);
     int len = snprintf(text, sizeof text, "%" PRId64 "\n", step);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int inject = FAULT_ERRNO(chaos, "ckpt.marker_open", step);
+    errno = inject;
+    int fd = inject ? -1 : open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) goto unlink_tmp;
-    errno = fault_errno;
-    int rc = fault_errno ? -1 : write_all(fd, text, (size_t)len);
-    if (rc == 0) rc = fsync(fd);
+    errno = inject = FAULT_ERRNO(chaos, "ckpt.marker", step);
+    int rc = inject ? -1 : write_all(fd, text, (size_t)len);
+    if (rc == 0) {
+        errno = inject = FAULT_ERRNO(chaos, "ckpt.marker_fsync", step);
+        rc = inject ? -1 : fsync(fd);
+    }
     int err = errno;
-    if (close(fd) != 0 && rc == 0) rc = -1;
+    inject = FAULT_ERRNO(chaos, "ckpt.marker_close", step);
+    int closed = close(fd);  /* the descriptor goes either way */
+    if (inject) {
+        closed = -1;
+        errno = inject;
+    }
+    if (closed != 0 && rc == 0) rc = -1;
     else errno = err;
-    if (rc != 0 || rename(tmp, fin) != 0) goto unlink_tmp;
-    return ckpt_dir_fsync(step_dir);
+    if (rc != 0) goto unlink_tmp;
+    errno = inject = FAULT_ERRNO(chaos, "ckpt.marker_rename", step);
+    if (inject || rename(tmp, fin) != 0) goto unlink_tmp;
+    if (ckpt_dir_fsync_at(step_dir, FAULT_ERRNO(chaos, "ckpt.dirsync", step)) != STATUS_OK) {
+        err = errno;
+        unlink(fin);
+        errno = err;
+        return STATUS_IO;
+    }
+    return STATUS_OK;
 unlink_tmp:
     err = errno;
     log_error("cannot write the commit marker %s: %s", fin, log_errno_str());
@@ -235,15 +271,21 @@ unlink_tmp:
 
 /* Removes a committed checkpoint: marker first (durably), so a crash half-way leaves
  * debris rather than a committed checkpoint with missing files. */
-static void remove_committed(const char *path)
+static void remove_committed(const char *path, int64_t step, fault_plan *chaos)
 {
     char marker[CKPT_PATH_MAX];
     ckpt_path_join(marker, path, CKPT_MARKER);
-    if (unlink(marker) != 0 && errno != ENOENT) {
+    int inject = FAULT_ERRNO(chaos, "ckpt.prune", step);
+    errno = inject;
+    if ((inject || unlink(marker) != 0) && errno != ENOENT) {
         log_warn("cannot remove %s: %s; old checkpoint kept", marker, log_errno_str());
         return;
     }
-    if (ckpt_dir_fsync(path) != STATUS_OK) return;
+    const char *op;
+    if (fsync_path(path, FAULT_ERRNO(chaos, "ckpt.dirsync", step), &op) != 0) {  /* a warning: pruning is optional */
+        log_warn("%s %s failed: %s; left uncommitted, a later save removes it", op, path, log_errno_str());
+        return;
+    }
     rmtree(path);
 }
 
@@ -251,7 +293,7 @@ static void remove_committed(const char *path)
  * step (step included), removes older ones and older debris. Newer checkpoints (a run
  * resumed from an older one) are left alone with a warning: `auto` would take them.
  * Failures here only warn: the new checkpoint is committed either way. */
-static void prune(const char *dir, int64_t step, int keep_last)
+static void prune(const char *dir, int64_t step, int keep_last, fault_plan *chaos)
 {
     ckpt_entry *e;
     int n, kept = 1;
@@ -268,7 +310,7 @@ static void prune(const char *dir, int64_t step, int keep_last)
         if (e[i].step == step) continue;
         if (e[i].kind != CKPT_ENTRY_COMMITTED) rmtree(path);
         else if (kept < keep_last) kept++;
-        else remove_committed(path);
+        else remove_committed(path, step, chaos);
     }
     free(e);
 }
@@ -284,7 +326,7 @@ status ckpt_dir_commit_at(const char *dir, int64_t step, int keep_last, ckpt_fau
     ckpt_dir_tmp_path(tmp, sizeof tmp, dir, step);
     ckpt_dir_step_path(fin, sizeof fin, dir, step);
     ckpt_dir_old_path(old, sizeof old, dir, step);
-    TRY(ckpt_dir_fsync(tmp));  /* the name state.h5 inside it */
+    TRY(ckpt_dir_fsync_at(tmp, FAULT_ERRNO(chaos, "ckpt.dirsync", step)));  /* the name state.h5 inside it */
     if (fault == CKPT_FAULT_BEFORE_RENAME) {
         log_warn("fault injected: stopping before the rename of %s", tmp);
         return STATUS_IO;
@@ -295,8 +337,12 @@ status ckpt_dir_commit_at(const char *dir, int64_t step, int keep_last, ckpt_fau
     bool replacing = stat(fin, &sb) == 0;
     if (replacing) {
         rmtree(old);
-        if (rename(fin, old) != 0) {
+        int inject = FAULT_ERRNO(chaos, "ckpt.moveaside", step);
+        errno = inject;
+        if (inject || rename(fin, old) != 0) {
+            int err = errno;
             log_error("cannot move the existing %s aside: %s", fin, log_errno_str());
+            errno = err;
             return STATUS_IO;
         }
     }
@@ -308,15 +354,15 @@ status ckpt_dir_commit_at(const char *dir, int64_t step, int keep_last, ckpt_fau
         errno = err;
         return STATUS_IO;
     }
-    TRY(ckpt_dir_fsync(dir));
+    TRY(ckpt_dir_fsync_at(dir, FAULT_ERRNO(chaos, "ckpt.dirsync", step)));
     if (fault == CKPT_FAULT_BEFORE_MARKER) {
         log_warn("fault injected: stopping before the commit marker of %s", fin);
         return STATUS_IO;
     }
-    TRY(write_marker(fin, step, FAULT_ERRNO(chaos, "ckpt.marker", step)));
+    TRY(write_marker(fin, step, chaos));
     log_info("checkpoint committed: %s", fin);
     if (replacing) rmtree(old);
-    prune(dir, step, keep_last);
+    prune(dir, step, keep_last, chaos);
     return STATUS_OK;
 }
 

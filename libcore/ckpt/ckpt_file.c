@@ -642,8 +642,15 @@ status ckpt_file_offsets_close(hid_t f, ckpt_plan *p, char *why)
     return STATUS_IO;
 }
 
-status ckpt_file_set_checksums(const char *path, const ckpt_plan *p, char *why)
+status ckpt_file_set_checksums(const char *path, const ckpt_plan *p, fault_plan *chaos, int64_t step, char *why)
 {
+    int inject = FAULT_ERRNO(chaos, "ckpt.checksums", step);  /* stands for HDF5's own calls below */
+    if (inject) {
+        errno = inject;
+        snprintf(why, CKPT_WHY_MAX, "cannot reopen %s to write its checksums: %s", path, log_errno_str());
+        errno = inject;
+        return STATUS_IO;
+    }
     hid_t fapl = ckpt_file_access(MPI_COMM_NULL);
     hid_t f = H5Fopen(path, H5F_ACC_RDWR, fapl);
     H5Pclose(fapl);
@@ -670,10 +677,14 @@ status ckpt_file_set_checksums(const char *path, const ckpt_plan *p, char *why)
         snprintf(why, CKPT_WHY_MAX, "cannot write the checksum of %s in %s (HDF5)", failed, path);
         return STATUS_IO;
     }
-    int fd = open(path, O_WRONLY | O_CLOEXEC);
-    if (fd < 0 || fsync(fd) != 0) {
+    inject = FAULT_ERRNO(chaos, "ckpt.fsync", step);
+    int fd = open(path, O_WRONLY | O_CLOEXEC), rc = fd < 0 ? -1 : inject ? -1 : fsync(fd);
+    if (fd >= 0 && inject) errno = inject;
+    if (rc != 0) {
+        int err = errno;
         snprintf(why, CKPT_WHY_MAX, "cannot sync %s: %s", path, log_errno_str());
         if (fd >= 0) close(fd);
+        errno = err;
         return STATUS_IO;
     }
     close(fd);

@@ -252,6 +252,8 @@ void ckpt_dir_entry_path(char *out, size_t len, const char *dir, const ckpt_entr
 status ckpt_dir_list(const char *dir, ckpt_entry **entries, int *n);
 /* Removes a stale .step_N.tmp and creates it empty. */
 status ckpt_dir_prepare_tmp(const char *dir, int64_t step);
+/* The same with the CHAOS fault point ckpt.mkdir of `chaos` (NULL: none). */
+status ckpt_dir_prepare_tmp_at(const char *dir, int64_t step, fault_plan *chaos);
 /* fsync of a file or directory by path. */
 status ckpt_dir_fsync(const char *path);
 /* The same, failing with fault_errno instead when it is not 0 (CHAOS builds). */
@@ -261,7 +263,8 @@ status ckpt_dir_marker(const char *path, int64_t *step, char *why);
 /* The commit of .step_N.tmp (whose state.h5 is durable), then pruning. errno is
  * that of the failure when it returns STATUS_IO (a fault of `fault` aside). */
 status ckpt_dir_commit(const char *dir, int64_t step, int keep_last, ckpt_fault fault);
-/* The same with the CHAOS faults of `chaos` (NULL: none) at the rename and the marker. */
+/* The same with the CHAOS fault points of `chaos` (NULL: none): every directory
+ * fsync, the move-aside, the rename, each call of the marker's write, pruning. */
 status ckpt_dir_commit_at(const char *dir, int64_t step, int keep_last, ckpt_fault fault, fault_plan *chaos);
 /* After a failed save of `step`, which was not stopped by a ckpt_fault: removes what
  * it left — .step_N.tmp, and step_N when it holds no COMMITTED marker — and puts back
@@ -271,7 +274,9 @@ void ckpt_dir_discard(const char *dir, int64_t step);
 /* The newest committed checkpoint under dir (path and step), for messages; false when none. */
 bool ckpt_dir_last_committed(const char *dir, char *path, size_t len, int64_t *step);
 /* Async saves: writes every dataset's "checksum" attribute (and a blob's
- * row_checksums) from the plan into the file at path, then fsyncs it. */
-status ckpt_file_set_checksums(const char *path, const ckpt_plan *p, char *why);
+ * row_checksums) from the plan into the file at path, then fsyncs it; the CHAOS fault
+ * points ckpt.checksums (the reopen, standing for HDF5's calls) and ckpt.fsync of
+ * `chaos` (NULL: none). errno is the failure's when it returns STATUS_IO. */
+status ckpt_file_set_checksums(const char *path, const ckpt_plan *p, fault_plan *chaos, int64_t step, char *why);
 
 #endif

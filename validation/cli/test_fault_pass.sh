@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# The fault-injection pass (SQLite's I/O-error tests: fail each I/O call in turn):
+#
+#   test_fault_pass.sh [--full] [MODULE...]     (modules: ckpt metrics rundir)
+#
+# For each MODULE, N = 1, 2, ...: the CHAOS build (build/chaos/bin/nebula-train) runs
+# gpt2-tiny on 2 ranks with NEBULA_CHAOS_FAULT=MODULE#N:ERRNO, which fails the Nth fault
+# point of the module that the process reaches, until a run reaches no point N (all
+# points passed). The run resumes from step 3 of a copy of a committed 6-step run and
+# trains to step 6 with ckpt.keep=1, so its one save reaches every call of the
+# checkpoint writer: the directory, a step replaced (6: moved aside, put back when its
+# save fails), the commit and pruning (3). Invariants for each N:
+#   - the run exits 0 (the failure was survivable) or 1 (a failed save, its documented
+#     code) within 120 s, with no rank left running; exit 1 comes with an error line
+#     naming the errno's text;
+#   - after exit 1 nothing of the failed save is left (no .tmp/.old, no uncommitted step);
+#     nothing is lost: step 6 is committed (the new one, or the old one put back);
+#   - the newest committed checkpoint resumes bit-exact: the normal build relaunched with
+#     `--resume auto` starts at step 6 (a damaged step 6 would be skipped: caught) and
+#     trains to a step 9 identical to that of an uninterrupted run (nebula-ckpt diff).
+# A module whose points this build does not have (the CHAOS build refuses MODULE#N with
+# exit 2, "cannot use") is skipped with a line saying so, not failed.
+# Default (make check): every N of the synchronous writer, EIO at odd N and ENOSPC at
+# even N, and EIO at every other N of the asynchronous one (the first and the last
+# point of each sweep always); --full (or NEBULA_FAULT_PASS=full in the environment, for
+# a whole test list): every N, both writers, EIO and ENOSPC (about 80 cases).
+. "$(dirname "$0")/lib.sh" || exit 1
+[ -d "$tmp" ] || { echo "FAIL - no temporary directory"; exit 1; }
+full=0
+[ "${NEBULA_FAULT_PASS:-}" = full ] && full=1  # the long pass from a test list (validate.sbatch)
+if [ "${1:-}" = --full ]; then full=1; shift; fi
+modules=${*:-ckpt metrics rundir}
+TRAIN=build/bin/nebula-train
+CHAOS=build/chaos/bin/nebula-train
+CKPT=build/bin/nebula-ckpt
+[ -x $CHAOS ] || { echo "FAIL - $CHAOS is missing (make chaos)"; exit 1; }
+licenses_data
+
+# run BIN RUN_DIR STEPS [ARG...]: returns the exit code (124: past the 120 s bound)
+run() {
+    local bin=$1 dir=$2 steps=$3
+    shift 3
+    timeout 120 $MPIRUN -np 2 $bin --config configs/train/gpt2-tiny-licenses.ini --run-dir "$dir" \
+        --set data.train="$data/train.bin" --set data.val= --set optim.schedule=constant \
+        --set optim.warmup_steps=0 --set train.log_interval=3 --set train.eval_interval=0 \
+        --set ckpt.every_steps=3 --set ckpt.keep=2 --set train.global_batch=8 --steps "$steps" "$@" \
+        >>"$dir.log" 2>&1 </dev/null
+}
+step() { printf '%s/ckpt/step_%08d' "$1" "$2"; }
+# no_rank_left RUN_DIR: no process of the run is left 10 s after mpirun returned
+no_rank_left() {
+    local i
+    for ((i = 0; i < 20; i++)); do
+        pgrep -f -- "--run-dir $1( |$)" >/dev/null || return 0
+        sleep 0.5
+    done
+    return 1
+}
+newest_committed() {  # the newest committed step under RUN_DIR/ckpt, or -1
+    local s best=-1
+    for s in "$1"/ckpt/step_*; do
+        [ -e "$s/COMMITTED" ] || continue
+        s=$((10#${s##*step_}))
+        [ $s -gt $best ] && best=$s
+    done
+    echo $best
+}
+no_debris() {  # nothing but committed steps: no .step_N.tmp or .step_N.old, no step_N without its marker
+    local s
+    for s in "$1"/ckpt/.step_* "$1"/ckpt/step_*; do
+        [ -e "$s" ] || continue
+        case ${s##*/} in
+            .*) echo "    debris left: $s"; return 1 ;;
+            *) [ -e "$s/COMMITTED" ] || { echo "    debris left: $s"; return 1; } ;;
+        esac
+    done
+}
+same_as_straight() {  # same_as_straight RUN_DIR STEP: bit-identical to the uninterrupted run's
+    $CKPT diff "$(step $tmp/straight $2)" "$(step "$1" $2)" >>"$1.diff" 2>&1 ||
+        { echo "    step $2 differs from the uninterrupted run's"; return 1; }
+}
+
+run $TRAIN $tmp/straight 9 &
+run $TRAIN $tmp/seed 6
+wait
+check "uninterrupted 9-step run" test -e "$(step $tmp/straight 9)/COMMITTED"
+check "the seed: a committed 6-step run" test -e "$(step $tmp/seed 6)/COMMITTED"
+
+# one MODULE MODE ERR N: runs case N; its verdict goes to $tmp/MODULE-MODE-ERR-N.out:
+# "ok - ..." or "FAIL - ..." and the reasons, "past" when the run reached fewer than N
+# points (the pass is over), "none" when this build has no fault points for MODULE.
+one() {
+    local module=$1 mode=$2 err=$3 n=$4 d=$tmp/$1-$2-$3-$4 rc text name point newest why=
+    name="$module#$n:$err ($mode)"
+    text=$([ $err = ENOSPC ] && echo "No space left on device" || echo "Input/output error")
+    cp -a $tmp/seed "$d"
+    : >"$d.log"
+    NEBULA_CHAOS_FAULT=$module#$n:$err run $CHAOS "$d" 6 --resume "$(step "$d" 3)" --set ckpt.keep=1 \
+        --set ckpt.async=$([ $mode = async ] && echo true || echo false)
+    rc=$?
+    if [ $rc -eq 2 ] && grep -q "NEBULA_CHAOS_FAULT: cannot use '$module#" "$d.log"; then
+        echo none >"$d.out"
+        return
+    fi
+    point=$(grep -o "chaos: injected $err at [a-z_.]*" "$d.log" | head -1 | sed 's/.* at //')
+    if [ -z "$point" ] && [ $rc -eq 0 ]; then
+        echo past >"$d.out"
+        return
+    fi
+    {
+        name="$name at ${point:-(no injection)}"
+        [ -n "$point" ] || echo "    exit $rc without an injection"
+        [ $rc -eq 0 ] || [ $rc -eq 1 ] || echo "    exit $rc (expected 0, or 1 for a failed save; 124: a hang)"
+        no_rank_left "$d" || echo "    a rank is still running 10 s after the launcher returned"
+        if [ $rc -eq 1 ]; then
+            grep -qE "error: .*$text" "$d.log" || echo "    no error line naming '$text'"
+            no_debris "$d"
+        fi
+        newest=$(newest_committed "$d")
+        [ "$newest" -eq 6 ] || echo "    step 6 is lost: the newest committed step is $newest"
+        echo "--- relaunch" >>"$d.log"
+        run $TRAIN "$d" 9 --resume auto
+        rc=$?
+        [ $rc -eq 0 ] && grep -qE "resumed from .*step_0*$newest at step $newest( |$)" "$d.log" ||
+            echo "    the relaunch (exit $rc) did not resume at step $newest, the newest committed"
+        same_as_straight "$d" 9
+    } >"$d.why" 2>&1
+    if [ -s "$d.why" ]; then
+        { echo "FAIL - $name"; cat "$d.why"; grep -E "chaos:|error|warning|resumed" "$d.log" | head -8 | sed 's/^/    /'; } >"$d.out"
+    else
+        echo "ok - $name" >"$d.out"
+        rm -rf "$d" "$d.log" "$d.diff"  # keeps the temporary directory small
+    fi
+}
+
+# report MODULE MODE ERR N: prints case N's verdict; returns 0 (ok or failed), 2 (past
+# the last point) or 3 (no points in this build)
+cases=0
+report() {
+    local out=$tmp/$1-$2-$3-$4.out
+    case $(head -1 "$out") in
+        past) return 2 ;;
+        none) return 3 ;;
+        FAIL*) fails=$((fails + 1)) ;;
+    esac
+    cases=$((cases + 1))
+    cat "$out"
+}
+
+# sweep MODULE MODE ERR START STRIDE: N = START, START+STRIDE, ... until a run reaches fewer points,
+# JOBS cases at a time (a case mostly waits: on MPI start-up and on the abort of a failed
+# run); with STRIDE > 1 the last point is found and tried too, so the pass sees its end.
+JOBS=${NEBULA_FAULT_PASS_JOBS:-4}
+sweep() {
+    local module=$1 mode=$2 err=$3 n=$4 stride=$5 k m r past=0 c=$tmp/$1-$2-$3
+    while [ $past -eq 0 ] && [ $n -le 500 ]; do
+        for ((k = 0; k < JOBS; k++)); do one $module $mode $err $((n + k * stride)) & done
+        wait
+        for ((k = 0; k < JOBS; k++)); do
+            m=$((n + k * stride))
+            if [ $past -gt 0 ]; then  # beyond the end too: not reported
+                rm -rf "$c-$m" "$c-$m.log" "$c-$m.out" "$c-$m.why" "$c-$m.diff"
+                continue
+            fi
+            report $module $mode $err $m
+            r=$?
+            if [ $r -eq 3 ]; then
+                echo "SKIP - $module: this build has no $module fault points (NEBULA_CHAOS_FAULT refuses $module#N)"
+                return 3
+            fi
+            [ $r -eq 2 ] && past=$m
+        done
+        n=$((n + JOBS * stride))
+    done
+    [ $past -gt 0 ] || { echo "FAIL - $module ($mode, $err): still injecting at N=$n"; fails=$((fails + 1)); return 1; }
+    # the last point lies between the last N injected and the first past it
+    for ((m = past - 1; m > 0; m--)); do
+        [ -e "$c-$m.out" ] || [ -e "$tmp/$module-$mode-$([ $err = EIO ] && echo ENOSPC || echo EIO)-$m.out" ] &&
+            break  # tried already, with this errno or the other
+        one $module $mode $err $m
+        report $module $mode $err $m
+        [ $? -eq 2 ] || break
+    done
+    echo "ok - $module ($mode, $err): the pass is complete (no point reached past the last one tried)"
+}
+
+for module in $modules; do
+    if [ $full -eq 1 ]; then
+        for mode in sync async; do
+            for err in EIO ENOSPC; do
+                sweep $module $mode $err 1 1
+                [ $? -eq 3 ] && break 2
+            done
+        done
+    else
+        sweep $module sync EIO 1 2
+        [ $? -eq 3 ] && continue
+        sweep $module sync ENOSPC 2 2
+        sweep $module async EIO 1 2
+    fi
+done
+echo "$cases faults injected"
+check "at least one fault injected" [ $cases -gt 0 ]
+finish
