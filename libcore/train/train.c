@@ -174,6 +174,11 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
 
     if (rt->rank == 0) TRY(path_mkdirs(r->run_dir, "run directory"));
     TRY(comm_ctl_barrier(train_ctl(r)));
+    {  /* the watchdog's beacons: where each rank is, so that a stuck job names who is missing */
+        char path[4200];
+        snprintf(path, sizeof path, "%s/beacons", r->run_dir);
+        (void)watchdog_beacons(rt->wd, path);  /* without them a stuck job still ends (logged) */
+    }
     if (config_int(cfg, "ckpt.every_steps") > 0 || config_float(cfg, "ckpt.every_minutes") > 0) {
         char dir[4200];
         snprintf(dir, sizeof dir, "%s/ckpt", r->run_dir);
