@@ -220,7 +220,7 @@ static status write_step(comm_ctl ctl, const char *dir, ckpt_plan *p, const ckpt
         /* HDF5's collective calls (MPI-IO open, writes, the barrier in H5Fclose) wait
          * for every rank without a deadline: the watchdog gives them one */
         char op[96];
-        snprintf(op, sizeof op, "checkpoint save of step %" PRId64 ": HDF5 collective create, write, close", c->step);
+        snprintf(op, sizeof op, "checkpoint save of step %" PRId64 ": HDF5 collective I/O", c->step);
         watchdog_enter(c->wd, op, guard_s(c->timeout_s, plan_bytes(p)));
         st = ckpt_file_create(h5, comm, p, c, ranks_per_node, &f, why);
         st = ckpt_agree(ctl, st, why, sizeof why);
@@ -254,7 +254,8 @@ status ckpt_write_step(MPI_Comm comm, const char *dir, ckpt_plan *p, const ckpt_
                        int keep_last, ckpt_fault fault)
 {
     int err;
-    return write_step(ckpt_ctl(comm, c->timeout_s), dir, p, c, ranks_per_node, keep_last, fault, NULL, &err);
+    return write_step(comm_ctl_watched(ckpt_ctl(comm, c->timeout_s), c->wd), dir, p, c, ranks_per_node, keep_last,
+                      fault, NULL, &err);
 }
 
 static size_t checkpoint_bytes(const ckpt_writer *w)
@@ -650,7 +651,7 @@ static status load_one(MPI_Comm comm, const char *path, ckpt_content *c, ckpt_in
     size_t bytes = 0;  /* what the read moves, for the watchdog's deadline */
     for (int g = 0; g < c->ngroups; g++) bytes += c->groups[g].table->total * sizeof(float);
     char op[96];
-    snprintf(op, sizeof op, "checkpoint load of step %" PRId64 ": HDF5 collective open, read, close", marker_step);
+    snprintf(op, sizeof op, "checkpoint load of step %" PRId64 ": HDF5 collective I/O", marker_step);
     watchdog_enter(c->wd, op, guard_s(c->timeout_s, bytes));
     st = ckpt_file_read(comm, h5, marker_step, c, info, why);
     watchdog_leave(c->wd);

@@ -15,7 +15,7 @@
  * watched by the runtime's watchdog (a timeout names the ranks that made no progress). */
 static inline comm_ctl train_ctl(const train_run *r)
 {
-    return comm_ctl_watched(comm_ctl_make(r->rt->world, r->timeout_s), r->rt->wd);
+    return comm_ctl_watched(comm_ctl_named(r->rt->world, r->timeout_s, "world"), r->rt->wd);
 }
 
 static inline double train_now_s(void)

@@ -17,6 +17,8 @@
 . "$(dirname "$0")/lib.sh"
 licenses_data
 TIMEOUT=5
+# also when this script is killed from outside: nothing of its jobs may be left
+trap 'pkill -KILL -f -- "--run-dir $tmp/"; rm -rf "$tmp"' EXIT
 
 # rank_pid DIR RANK: the pid of RANK of the job running in DIR (empty while it starts)
 rank_pid() {
@@ -26,7 +28,7 @@ rank_pid() {
     done
 }
 
-# bounded NAME TEXT STOP_WHEN -- ARGS...: runs the job in $tmp/NAME, stops rank 1 once
+# bounded NAME REGEX STOP_WHEN -- ARGS...: runs the job in $tmp/NAME, stops rank 1 once
 # the shell condition STOP_WHEN holds (with $dir set), then checks exit code, time
 # bound, message and that nothing of the job is left.
 bounded() {
@@ -70,7 +72,7 @@ bounded() {
     rc=$?
     if [ $rc -ne 1 ]; then
         echo "FAIL - $name: exit $rc, expected 1"; tail -5 "$dir.log" | sed 's/^/    /'; fails=$((fails + 1))
-    elif ! grep -qF -- "$text" "$dir.log" || ! grep -qE "rank 1([^0-9]|$)" "$dir.log"; then
+    elif ! grep -qE -- "$text" "$dir.log" || ! grep -qE "rank 1([^0-9]|$)" "$dir.log"; then
         echo "FAIL - $name: the message lacks '$text' or rank 1"; grep -i error "$dir.log" | head -5 | sed 's/^/    /'
         fails=$((fails + 1))
     else
@@ -90,11 +92,11 @@ cases=${*:-ckpt eval ctl dgc}
 for c in $cases; do
     case $c in
     # the save of step 1 creates the file with every rank in HDF5's collective calls
-    ckpt) bounded ckpt "checkpoint save of step" 'compgen -G "$dir/ckpt/.step_*.tmp/state.h5" >/dev/null' -- \
+    ckpt) bounded ckpt "checkpoint save of step|on checkpoint" 'compgen -G "$dir/ckpt/.step_*.tmp/state.h5" >/dev/null' -- \
         --set ckpt.every_steps=1 ;;
     # rank 0 writes step 2's record, then every rank evaluates 64 batches: rank 1 stops in
     # their forward passes, rank 0 waits in the evaluation's allreduce
-    eval) bounded eval "allreduce on world (evaluation)" '[ "$(steps $dir)" -ge 2 ]' -- \
+    eval) bounded eval "allreduce on world \(evaluation\)" '[ "$(steps $dir)" -ge 2 ]' -- \
         --set data.val="$data/val.bin" --set train.eval_interval=1 --set train.eval_batches=64 ;;
     # rank 0 writes step 2's record and joins the step-end agreement, where rank 1 already
     # waits (it has nothing to log)
