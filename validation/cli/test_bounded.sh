@@ -9,11 +9,12 @@
 #   eval  during an evaluation (held-out batches every step);
 #   ctl   at a step boundary (the per-step agreement on checkpoints, signals and the
 #         control file);
-#   dgc   during a DGC-Pro exchange (dgc.mode = on, 2 virtual nodes).
+#   dgc   during a DGC-Pro exchange (dgc.mode = on, 2 virtual nodes);
+#   end   once the summary is printed: in the frees or MPI_Finalize.
 # Each case: mpirun and every rank, the stopped one included, are gone within
 # comm.timeout + 10 s (the outer `timeout` of 15 s would exit 124 otherwise), exit code
 # 1, and the message names the operation and rank 1.
-# Usage: test_bounded.sh [ckpt|eval|ctl|dgc]... (all four without arguments).
+# Usage: test_bounded.sh [ckpt|eval|ctl|dgc|end]... (all without arguments).
 . "$(dirname "$0")/lib.sh"
 licenses_data
 TIMEOUT=5
@@ -88,7 +89,7 @@ steps() {
     echo "${n:-0}"
 }
 
-cases=${*:-ckpt eval ctl dgc}
+cases=${*:-ckpt eval ctl dgc end}
 for c in $cases; do
     case $c in
     # the save of step 1 creates the file with every rank in HDF5's collective calls
@@ -104,6 +105,9 @@ for c in $cases; do
     # 10 ms into step 3 (of about 40): rank 1 stops in its forward or backward pass, rank 0
     # waits in DGC-Pro's exchange
     dgc) bounded dgc "dgc peers" '[ "$(steps $dir)" -ge 2 ] && sleep 0.01' -- --set dgc.mode=on --ranks-per-node 1 ;;
+    # the last step's summary is out: rank 1 stops in the frees or MPI_Finalize (OpenMPI's
+    # ends in a barrier), which only the watchdog bounds
+    end) bounded end "shutdown|MPI_Finalize|world" 'grep -q "^summary:" "$dir.log"' -- --set train.steps=20 ;;
     *) echo "unknown case $c"; exit 2 ;;
     esac
 done
