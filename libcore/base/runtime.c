@@ -201,6 +201,7 @@ void runtime_free(runtime *rt)
     if (rt->world != MPI_COMM_NULL) MPI_Comm_free(&rt->world);
     MPI_Finalize();
     watchdog_leave(rt->wd);
+    watchdog_finish(rt->wd);  /* no rank left stuck in MPI_Finalize's last steps */
     watchdog_stop(rt->wd);
     rt->wd = NULL;
 }

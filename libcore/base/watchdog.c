@@ -18,6 +18,7 @@ struct watchdog {
     pthread_mutex_t lock;      /* guards everything below that the main thread changes */
     pthread_cond_t wake;       /* signalled by watchdog_stop */
     bool stop;
+    bool done;                 /* MPI_Finalize returned (watchdog_finish): the line says "done" */
     int rank, size;
     double tick_s;             /* the thread's period: beacon rewrite and deadline check */
     double stale_s;            /* a beacon older than this is a rank whose thread does not run */
@@ -28,6 +29,7 @@ struct watchdog {
     double since_mono;         /* CLOCK_MONOTONIC s of the same moment */
     double deadline_mono;      /* CLOCK_MONOTONIC s; 0: no deadline */
     double timeout_s;          /* the guarded call's deadline as given, for the message */
+    double job_timeout_s;      /* comm.timeout, as given to watchdog_start */
     unsigned long long seq;    /* guarded calls entered so far (outermost only) */
 };
 
@@ -43,7 +45,8 @@ static void beacon_line(watchdog *wd, char *line)
 {
     pthread_mutex_lock(&wd->lock);
     int n = snprintf(line, WATCHDOG_BEACON_BYTES, "rank=%d pid=%ld time=%.3f seq=%llu state=%s since=%.3f op=%s",
-                     wd->rank, (long)getpid(), clock_s(CLOCK_REALTIME), wd->seq, wd->depth ? "in" : "out",
+                     wd->rank, (long)getpid(), clock_s(CLOCK_REALTIME), wd->seq,
+                     wd->done ? "done" : wd->depth ? "in" : "out",
                      wd->since_wall, wd->what[0] ? wd->what : "-");
     pthread_mutex_unlock(&wd->lock);
     if (n < 0 || n > WATCHDOG_BEACON_BYTES - 1) n = WATCHDOG_BEACON_BYTES - 1;
@@ -63,7 +66,7 @@ static void beacon_write(watchdog *wd)
 typedef struct beacon {
     int rank;
     double time, since;
-    char state[4];
+    char state[8];
     char op[WATCHDOG_BEACON_BYTES];
 } beacon;
 
@@ -75,7 +78,7 @@ static bool beacon_parse(const char *line, int rank, beacon *b)
     long pid;
     unsigned long long seq;
     int at = -1;
-    if (sscanf(text, "rank=%d pid=%ld time=%lf seq=%llu state=%3s since=%lf op=%n", &b->rank, &pid, &b->time, &seq,
+    if (sscanf(text, "rank=%d pid=%ld time=%lf seq=%llu state=%7s since=%lf op=%n", &b->rank, &pid, &b->time, &seq,
                b->state, &b->since, &at) < 6 || at < 0 || b->rank != rank)
         return false;
     snprintf(b->op, sizeof b->op, "%s", text + at);
@@ -122,6 +125,10 @@ static int describe(watchdog *wd, const char *ranks, char *out, size_t len)
         bool have = got >= (ssize_t)((size_t)(r + 1) * WATCHDOG_BEACON_BYTES) &&
                     beacon_parse(all + (size_t)r * WATCHDOG_BEACON_BYTES, r, &b);
         bool in = have && !strcmp(b.state, "in");
+        if (have && !strcmp(b.state, "done")) {  /* finished: its line ages, it is not late */
+            waiting[r] = 1;
+            continue;
+        }
         if (!have)
             snprintf(why, sizeof why, "no beacon: never started, or the file is not shared with its node");
         else if (now - b.time > wd->stale_s)
@@ -173,16 +180,22 @@ void watchdog_describe_ranks(watchdog *wd, const char *ranks, char *out, size_t 
     if (wd && len > 0) describe_settled(wd, ranks, out, len);
 }
 
-/* The deadline passed: one message, then the whole job ends. */
-static _Noreturn void fire(watchdog *wd)
+/* The deadline passed: one message, then the whole job ends — unless the call returns
+ * while the beacons are read (late, but it made progress: the job goes on). */
+static void fire(watchdog *wd)
 {
     pthread_mutex_lock(&wd->lock);
     char what[sizeof wd->what];
     memcpy(what, wd->what, sizeof what);
     double since = wd->since_mono, timeout = wd->timeout_s;
+    unsigned long long seq = wd->seq;
     pthread_mutex_unlock(&wd->lock);
     char who[1024] = "";
     int named = describe_settled(wd, NULL, who, sizeof who);
+    pthread_mutex_lock(&wd->lock);
+    bool returned = wd->depth == 0 || wd->seq != seq;
+    pthread_mutex_unlock(&wd->lock);
+    if (returned) return;
     log_error("watchdog: %s made no progress for %.1f s (deadline %.0f s from comm.timeout): %s; ending the job "
               "(exit code %d)", what, clock_s(CLOCK_MONOTONIC) - since, timeout,
               named >= 0 ? who : "no beacon file, so the ranks that made no progress cannot be named",
@@ -200,6 +213,7 @@ static _Noreturn void fire(watchdog *wd)
 static void *watch(void *arg)
 {
     watchdog *wd = arg;
+    double last = clock_s(CLOCK_MONOTONIC);
     pthread_mutex_lock(&wd->lock);
     while (!wd->stop) {
         struct timespec ts;
@@ -209,7 +223,13 @@ static void *watch(void *arg)
         ts.tv_nsec = ns % 1000000000L;
         pthread_cond_timedwait(&wd->wake, &wd->lock, &ts);
         if (wd->stop) break;
-        bool late = wd->depth > 0 && wd->deadline_mono > 0 && clock_s(CLOCK_MONOTONIC) > wd->deadline_mono;
+        /* A tick far later than due: this process itself was stopped (SIGSTOP, a frozen
+         * VM). The time it did not run is not time it waited for others: a continued rank
+         * must not blame the peers it kept waiting. */
+        double now = clock_s(CLOCK_MONOTONIC);
+        if (now - last > wd->tick_s + 1 && wd->deadline_mono > 0) wd->deadline_mono += now - last - wd->tick_s;
+        last = now;
+        bool late = wd->depth > 0 && wd->deadline_mono > 0 && now > wd->deadline_mono;
         pthread_mutex_unlock(&wd->lock);
         beacon_write(wd);
         if (late) fire(wd);
@@ -228,6 +248,7 @@ status watchdog_start(watchdog **out, int rank, int size, double timeout_s)
     wd->rank = rank;
     wd->size = size;
     wd->fd = -1;
+    wd->job_timeout_s = timeout_s;
     wd->tick_s = timeout_s / 5 < 0.1 ? 0.1 : timeout_s / 5 > 1 ? 1 : timeout_s / 5;
     wd->stale_s = 3 * wd->tick_s + 1;  /* three missed rewrites, and a second of clock skew between nodes */
     wd->since_wall = clock_s(CLOCK_REALTIME);
@@ -304,6 +325,61 @@ void watchdog_leave(watchdog *wd)
         wd->deadline_mono = 0;
     }
     pthread_mutex_unlock(&wd->lock);
+}
+
+/* Ranks whose line does not say "done" yet (into late, world size entries), how many,
+ * and how many of those show no sign of life. */
+static int not_done(watchdog *wd, char *late, int *stale)
+{
+    size_t bytes = (size_t)wd->size * WATCHDOG_BEACON_BYTES;
+    char *all = malloc(bytes);
+    ssize_t got = all ? pread(wd->fd, all, bytes, 0) : -1;
+    double now = clock_s(CLOCK_REALTIME);
+    int n = 0;
+    *stale = 0;
+    for (int r = 0; r < wd->size; r++) {
+        beacon b;
+        bool have = got >= (ssize_t)((size_t)(r + 1) * WATCHDOG_BEACON_BYTES) &&
+                    beacon_parse(all + (size_t)r * WATCHDOG_BEACON_BYTES, r, &b);
+        late[r] = r != wd->rank && !(have && !strcmp(b.state, "done"));
+        n += late[r];
+        *stale += late[r] && (!have || now - b.time > wd->stale_s);
+    }
+    free(all);
+    return n;
+}
+
+void watchdog_finish(watchdog *wd)
+{
+    if (!wd || wd->fd < 0) return;
+    pthread_mutex_lock(&wd->lock);
+    wd->done = true;
+    pthread_mutex_unlock(&wd->lock);
+    beacon_write(wd);
+    char *late = calloc((size_t)wd->size, 1);
+    if (!late) return;
+    double t0 = clock_s(CLOCK_MONOTONIC), step = wd->tick_s / 10;
+    int n = 0, stale = 0;
+    /* until every rank is done, or the deadline passes with some of them lifeless; a
+     * rank alive but slow is its own watchdog's to end (given up on at twice the deadline) */
+    for (;;) {
+        n = not_done(wd, late, &stale);
+        double waited = clock_s(CLOCK_MONOTONIC) - t0;
+        if (n == 0 || (waited > wd->job_timeout_s && stale > 0) || waited > 2 * wd->job_timeout_s) break;
+        sleep_s(step);
+    }
+    if (n > 0 && stale > 0) {
+        char list[512] = "";
+        rank_ranges(list, sizeof list, late, wd->size);
+        log_error("watchdog: rank%s %s did not finish MPI_Finalize within %.0f s after this rank did, and show no "
+                  "sign of life (stopped, hung or dead); exit code %d, so that the launcher ends %s",
+                  strchr(list, ',') || strchr(list, '-') ? "s" : "", list, wd->job_timeout_s,
+                  status_exit_code(STATUS_TIMEOUT), n > 1 ? "them" : "it");
+        fflush(stdout);
+        fflush(stderr);
+        _exit(status_exit_code(STATUS_TIMEOUT));  /* MPI is finalized: no MPI_Abort */
+    }
+    free(late);
 }
 
 void watchdog_stop(watchdog *wd)

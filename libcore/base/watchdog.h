@@ -66,6 +66,13 @@ void watchdog_leave(watchdog *wd);
  * names ranks too. When no rank looks stuck yet (one stopped a moment ago still has a
  * fresh line), reads again each tick for up to a few ticks. "" without beacons. */
 void watchdog_describe_ranks(watchdog *wd, const char *ranks, char *out, size_t len);
+/* After MPI_Finalize returned: this rank's line says "done", and it waits until every
+ * rank's does. Finalize's last synchronisation can let the other ranks leave while one
+ * is stuck inside it; then no MPI rank is left to notice and the launcher waits for it
+ * forever. So when a rank's line still lacks "done" after the deadline and shows no
+ * sign of life, this rank logs it and exits with code 1, which makes mpirun kill the
+ * rest (a clean end waits only until the last rank's line is written: milliseconds). */
+void watchdog_finish(watchdog *wd);
 /* Stops the thread and closes the beacon file (it stays: the last state of each rank). */
 void watchdog_stop(watchdog *wd);
 

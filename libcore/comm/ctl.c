@@ -62,7 +62,7 @@ static status ctl_poll(comm_ctl c, MPI_Request *req, const char *what, int start
         log_error("%s failed to start: %s", what, msg);
         return STATUS_PEER;
     }
-    double t0 = MPI_Wtime(), end = c.timeout_s > 0 ? t0 + c.timeout_s : 0;
+    double t0 = MPI_Wtime(), end = c.timeout_s > 0 ? t0 + c.timeout_s : 0, prev = t0;
     for (long polls = 0;; polls++) {
         int done = 0;
         int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
@@ -75,6 +75,10 @@ static status ctl_poll(comm_ctl c, MPI_Request *req, const char *what, int start
         }
         if (done) return STATUS_OK;
         double now = MPI_Wtime();
+        /* polls come every 50 us at most: a gap of a second is this process stopped
+         * (SIGSTOP), time it did not wait for the others */
+        if (end > 0 && now - prev > 1) end += now - prev;
+        prev = now;
         if (end > 0 && now > end) {
             /* The request stays posted: MPI may still write its buffers, and the job is ending. */
             return STATUS_TIMEOUT;
