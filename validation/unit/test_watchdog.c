@@ -71,7 +71,8 @@ int main(void)
     char who[1024] = "";
     watchdog_describe_ranks(wd, NULL, who, sizeof who);
     printf("    %s\n", who);
-    check_line(&fails, strstr(who, "rank 1 (no sign of life for 10.") && strstr(who, "inside checkpoint save of step 4"),
+    check_line(&fails,
+               strstr(who, "rank 1 (no sign of life for 10.") && strstr(who, "inside checkpoint save of step 4"),
                "a line 10 s old: named, stopped, hung or dead, with its last call");
     check_line(&fails, strstr(who, "rank 2 (running outside any guarded call") != NULL,
                "a fresh line outside any call: named, still computing");
