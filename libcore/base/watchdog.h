@@ -26,12 +26,14 @@
  * MPI_THREAD_FUNNELED. The main thread is inside MPI and will never return to make the
  * call; OpenMPI's abort asks the launcher (PMIx) to kill every rank without driving
  * communication, and it is the one route that ends the job under srun as well as
- * mpirun (an _exit of one rank ends an mpirun job, but srun by default, KillOnBadExit
- * = 0, leaves the other tasks waiting unless run with --kill-on-bad-exit). Measured with OpenMPI 4.1 here: the job
- * of a rank blocked in MPI_Barrier against a SIGSTOPped peer ends 0.4 s after the
- * abort, exit code 1, the stopped rank killed by the launcher. In case the abort itself
- * blocks, an alarm of a few seconds set before it ends the process by SIGALRM, which
- * the launcher also turns into the end of the job. */
+ * mpirun (an _exit of one rank ends an mpirun job, but srun by default, KillOnBadExit =
+ * 0, leaves the other tasks waiting unless run with --kill-on-bad-exit). Measured with
+ * OpenMPI 4.1 here: a rank blocked in MPI_Barrier against a SIGSTOPped peer, aborted
+ * from a second thread, ends the mpirun job 0.4 s later, exit code 1, the stopped rank
+ * killed; under srun --mpi=pmix (Slurm 22) a checkpoint save stuck in HDF5 that way
+ * ends 6 s after the stop, srun exit code 1, the stopped task killed. In case the abort
+ * itself blocks, an alarm of a few seconds set before it ends the process by SIGALRM,
+ * which the launcher also turns into the end of the job. */
 #ifndef NEBULA_WATCHDOG_H
 #define NEBULA_WATCHDOG_H
 

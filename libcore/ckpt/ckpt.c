@@ -231,7 +231,7 @@ static status write_step(comm_ctl ctl, const char *dir, ckpt_plan *p, const ckpt
         }
         watchdog_leave(c->wd);
         if (st != STATUS_OK) {
-            log_error0("checkpoint of step %" PRId64 " not saved: %s", c->step, why);
+            log_error0("checkpoint of step %" PRId64 " not saved: %s", c->step, why[0] ? why : status_str(st));
         } else {
             if (rank == 0) {  /* size and metadata; the data was MPI_File_sync'd */
                 st = ckpt_dir_fsync_at(h5, FAULT_ERRNO(chaos, "ckpt.fsync", c->step));
