@@ -127,6 +127,7 @@ int main(int argc, char **argv)
     runtime_options ro;
     runtime_options_from_config(&cfg, &ro);
     ro.gpus = device_gpu_count();
+    ro.timeout_s = config_float(&cfg, "comm.timeout");  /* the watchdog's deadline (base/watchdog.h) */
     runtime rt;
     st = runtime_init(&rt, &argc, &argv, &ro);
     if (st != STATUS_OK) runtime_exit(&rt, st);
@@ -149,8 +150,11 @@ int main(int argc, char **argv)
     if (st == STATUS_OK) st = train_resume(run);
     if (st == STATUS_OK) st = train_loop(run);
     if (runtime_must_abort(st)) runtime_exit(&rt, st);
+    /* collective frees (the checkpoint writer's and comm's communicators and window) */
+    watchdog_enter(rt.wd, "shutdown: freeing the run and its communicators", rt.timeout_s);
     train_free(run);
     free(run);
     comm_free(c);
+    watchdog_leave(rt.wd);
     runtime_exit(&rt, st);
 }

@@ -123,6 +123,8 @@ status runtime_init(runtime *rt, int *argc, char ***argv, const runtime_options 
     char *dot = strchr(rt->host, '.');
     if (dot) *dot = '\0';
     log_set_identity((*argv)[0], rt->host, rt->rank, rt->size);
+    rt->timeout_s = opt->timeout_s;
+    TRY(watchdog_start(&rt->wd, rt->rank, rt->size, opt->timeout_s));
 
     rt->ranks_per_node = opt->ranks_per_node;
     if (rt->ranks_per_node == 0) rt->ranks_per_node = env_int("NEBULA_RANKS_PER_NODE", 0);
@@ -133,9 +135,12 @@ status runtime_init(runtime *rt, int *argc, char ***argv, const runtime_options 
     TRY(runtime_check_slurm(rt));
 
     MPI_Comm host_comm;
+    watchdog_enter(rt->wd, "start-up: splitting the world into node, leaders and peers communicators",
+                   rt->timeout_s);
     MPI_CHECK(MPI_Comm_split_type(rt->world, MPI_COMM_TYPE_SHARED, rt->rank, MPI_INFO_NULL, &host_comm));
     runtime_split(rt, host_comm);
     MPI_CHECK(MPI_Comm_free(&host_comm));
+    watchdog_leave(rt->wd);
 
     hwloc_topology_t topo;
     if (hwloc_topology_init(&topo) == 0 && hwloc_topology_load(topo) == 0) {
@@ -165,7 +170,9 @@ void runtime_print_placement(const runtime *rt, FILE *f)
     memcpy(me.cpus, rt->cpus, sizeof me.cpus);
     placement_row *all = rt->rank == 0 ? calloc((size_t)rt->size, sizeof *all) : NULL;
     CHECK(rt->rank != 0 || all, "out of memory for the placement table");
+    watchdog_enter(rt->wd, "start-up: gathering the placement table", rt->timeout_s);
     MPI_CHECK(MPI_Gather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, 0, rt->world));
+    watchdog_leave(rt->wd);
     if (rt->rank == 0) {
         fprintf(f, "placement: %d ranks on %d %snode%s\n", rt->size, rt->nnodes,
                 rt->ranks_per_node ? "virtual " : "", rt->nnodes == 1 ? "" : "s");
@@ -185,11 +192,18 @@ void runtime_print_placement(const runtime *rt, FILE *f)
 
 void runtime_free(runtime *rt)
 {
+    /* A communicator free and MPI_Finalize may wait for every rank (OpenMPI's finalize
+     * ends in a barrier): a rank that never comes would hold the others forever. */
+    watchdog_enter(rt->wd, "shutdown: freeing the communicators and MPI_Finalize", rt->timeout_s);
     if (rt->leaders != MPI_COMM_NULL) MPI_Comm_free(&rt->leaders);
     if (rt->peers != MPI_COMM_NULL) MPI_Comm_free(&rt->peers);
     if (rt->node != MPI_COMM_NULL) MPI_Comm_free(&rt->node);
     if (rt->world != MPI_COMM_NULL) MPI_Comm_free(&rt->world);
     MPI_Finalize();
+    watchdog_leave(rt->wd);
+    watchdog_finish(rt->wd);  /* no rank left stuck in MPI_Finalize's last steps */
+    watchdog_stop(rt->wd);
+    rt->wd = NULL;
 }
 
 bool runtime_must_abort(status st)
@@ -214,6 +228,7 @@ void runtime_options_from_config(const config *cfg, runtime_options *opt)
     const char *bind = config_str(cfg, "runtime.bind");
     opt->ranks_per_node = (int)config_int(cfg, "runtime.ranks_per_node");
     opt->gpus = 0;  /* the caller counts them (device_gpu_count): base knows no devices */
+    opt->timeout_s = 0;  /* comm.timeout is the caller's key, where it has one */
     opt->bind = !strcmp(bind, "core") ? RUNTIME_BIND_CORE : !strcmp(bind, "none") ? RUNTIME_BIND_NONE
                                                                                  : RUNTIME_BIND_AUTO;
 }

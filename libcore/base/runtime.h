@@ -13,6 +13,7 @@
 #include <stdio.h>
 
 #include "log.h"
+#include "watchdog.h"
 
 typedef enum runtime_bind {
     RUNTIME_BIND_AUTO = 0, /* bind to a core only if the launcher did not bind */
@@ -25,6 +26,8 @@ typedef struct runtime_options {
     runtime_bind bind;     /* core binding policy */
     int gpus;              /* GPUs visible on this host (nn/device.h: device_gpu_count()); a rank is
                               given GPU host_local_rank % gpus; 0: none (rt->gpu = -1) */
+    double timeout_s;      /* comm.timeout: starts the watchdog (base/watchdog.h), which bounds the
+                              start-up splits and MPI_Finalize too; 0: no watchdog */
 } runtime_options;
 
 typedef struct runtime {
@@ -48,6 +51,9 @@ typedef struct runtime {
     char host[64];         /* short host name */
     char cpus[64];         /* CPU list this rank is bound to, e.g. "0-1" */
     double t_start;        /* MPI_Wtime at init */
+    watchdog *wd;          /* this rank's watchdog (a pointer: modules guard their blocking calls
+                              through a const runtime); NULL when opt.timeout_s is 0 */
+    double timeout_s;      /* opt.timeout_s: the watchdog's deadline for runtime's own calls */
 } runtime;
 
 /* Config keys of [runtime], for an app's schema (needs <math.h> for INFINITY). */
@@ -72,7 +78,7 @@ status runtime_init(runtime *rt, int *argc, char ***argv, const runtime_options 
 /* Rank 0 prints host, node id, local rank, bound cores and GPU of every rank. */
 void runtime_print_placement(const runtime *rt, FILE *f);
 
-/* Frees the communicators and finalizes MPI. */
+/* Frees the communicators and finalizes MPI (guarded by the watchdog), then stops it. */
 void runtime_free(runtime *rt);
 
 /* Ends the job with the status's exit code. A timeout, lost peer, I/O or memory

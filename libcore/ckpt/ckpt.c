@@ -72,6 +72,21 @@ static status count_ranks_per_node(comm_ctl ctl, int *n)
     return comm_ctl_allreduce(ctl, MPI_IN_PLACE, n, 1, MPI_INT, MPI_MAX);
 }
 
+/* The watchdog's deadline for a call that moves `bytes` of a checkpoint through HDF5:
+ * comm.timeout plus 1 s per 10 MB, so that a large checkpoint on slow storage is never
+ * cut short while a stopped rank is still caught (0: no deadline). */
+static double guard_s(double timeout_s, size_t bytes)
+{
+    return timeout_s > 0 ? timeout_s + (double)bytes / 10e6 : 0;
+}
+
+static size_t plan_bytes(const ckpt_plan *p)
+{
+    size_t n = 0;
+    for (int k = 0; k < p->ndsets; k++) n += p->dsets[k].bytes;
+    return n;
+}
+
 static size_t round_up(size_t n, size_t to)
 {
     return (n + to - 1) / to * to;
@@ -117,8 +132,9 @@ status ckpt_writer_init(ckpt_writer **out, MPI_Comm comm, const char *dir, int k
     *out = NULL;
     ckpt_writer *w = calloc(1, sizeof *w);
     CHECK(w, "out of memory for a checkpoint writer");
+    watchdog_enter(shape->wd, "checkpoint writer set-up: MPI_Comm_dup, MPI_Comm_split_type", shape->timeout_s);
     MPI_CHECK(MPI_Comm_dup(comm, &w->comm));
-    w->ctl = ckpt_ctl(w->comm, shape->timeout_s);
+    w->ctl = comm_ctl_watched(ckpt_ctl(w->comm, shape->timeout_s), shape->wd);  /* ctl.wd: the writer's watchdog */
     MPI_Comm_rank(w->comm, &w->rank);
     MPI_Comm_size(w->comm, &w->size);
     snprintf(w->dir, sizeof w->dir, "%s", dir);
@@ -139,6 +155,7 @@ status ckpt_writer_init(ckpt_writer **out, MPI_Comm comm, const char *dir, int k
         w->blob_bytes[b] = shape->blobs[b].bytes;
     }
     status st = count_ranks_per_node(w->ctl, &w->ranks_per_node);
+    watchdog_leave(w->ctl.wd);
     if (st != STATUS_OK) return st;  /* w leaks: a rank did not arrive, the job is ending */
     if (st == STATUS_OK) st = fault_plan_init(&w->chaos, "ckpt");
     atomic_init(&w->done, true);
@@ -204,6 +221,11 @@ static status write_step(comm_ctl ctl, const char *dir, ckpt_plan *p, const ckpt
     if (st == STATUS_OK) {
         TRY(ckpt_checksums_parallel(ctl, p, c));
         hid_t f;
+        /* HDF5's collective calls (MPI-IO open, writes, the barrier in H5Fclose) wait
+         * for every rank without a deadline: the watchdog gives them one */
+        char op[96];
+        snprintf(op, sizeof op, "checkpoint save of step %" PRId64 ": HDF5 collective I/O", c->step);
+        watchdog_enter(c->wd, op, guard_s(c->timeout_s, plan_bytes(p)));
         st = ckpt_file_create(h5, comm, p, c, ranks_per_node, &f, why);
         st = ckpt_agree(ctl, st, why, sizeof why);
         if (st == STATUS_OK) {
@@ -211,8 +233,9 @@ static status write_step(comm_ctl ctl, const char *dir, ckpt_plan *p, const ckpt
             st = ckpt_file_write_parallel(f, comm, p, c, inject, why, err);
             st = ckpt_agree(ctl, st, why, sizeof why);
         }
+        watchdog_leave(c->wd);
         if (st != STATUS_OK) {
-            log_error0("checkpoint of step %" PRId64 " not saved: %s", c->step, why);
+            log_error0("checkpoint of step %" PRId64 " not saved: %s", c->step, why[0] ? why : status_str(st));
         } else {
             if (rank == 0) {  /* size and metadata; the data was MPI_File_sync'd */
                 st = ckpt_dir_fsync_at(h5, FAULT_ERRNO(chaos, "ckpt.fsync", c->step));
@@ -235,7 +258,8 @@ status ckpt_write_step(MPI_Comm comm, const char *dir, ckpt_plan *p, const ckpt_
                        int keep_last, ckpt_fault fault)
 {
     int err;
-    return write_step(ckpt_ctl(comm, c->timeout_s), dir, p, c, ranks_per_node, keep_last, fault, NULL, &err);
+    return write_step(comm_ctl_watched(ckpt_ctl(comm, c->timeout_s), c->wd), dir, p, c, ranks_per_node, keep_last,
+                      fault, NULL, &err);
 }
 
 static size_t checkpoint_bytes(const ckpt_writer *w)
@@ -275,7 +299,9 @@ static void log_save_failure(const ckpt_writer *w, int64_t step, int err)
 static status save_sync(ckpt_writer *w, const ckpt_content *c)
 {
     int err;
-    status st = write_step(w->ctl, w->dir, &w->plan, c, ranks_per_node(w, c), w->keep_last, w->fault, &w->chaos,
+    ckpt_content cw = *c;
+    cw.wd = w->ctl.wd;  /* the writer's, as the shape given at init had it */
+    status st = write_step(w->ctl, w->dir, &w->plan, &cw, ranks_per_node(w, c), w->keep_last, w->fault, &w->chaos,
                            &err);
     if (st == STATUS_TIMEOUT) return st;
     if (st != STATUS_OK) {
@@ -568,7 +594,12 @@ static status wait_previous(ckpt_writer *w)
     if (!w->async) return STATUS_OK;
     int st = STATUS_OK;
     if (w->rank == 0) {
+        /* the background write runs at the storage's pace; the others wait in the broadcast */
+        char op[96];
+        snprintf(op, sizeof op, "checkpoint: waiting for the background write of step %" PRId64, w->pending_step);
+        watchdog_enter(w->ctl.wd, op, guard_s(w->ctl.timeout_s, plan_bytes(&w->plan)));
         join_async(w, true);
+        watchdog_leave(w->ctl.wd);
         st = (int)w->deferred;
         w->deferred = STATUS_OK;
         if (st != STATUS_OK) log_save_failure(w, w->deferred_step, w->deferred_err);
@@ -630,12 +661,19 @@ static status load_one(MPI_Comm comm, const char *path, ckpt_content *c, ckpt_in
             st = ckpt_dir_marker(path, &marker_step, why);
         }
     }
-    comm_ctl ctl = ckpt_ctl(comm, c->timeout_s);
+    comm_ctl ctl = comm_ctl_watched(ckpt_ctl(comm, c->timeout_s), c->wd);
     TRY(ckpt_agree(ctl, st, why, CKPT_WHY_MAX));
     TRY(comm_ctl_bcast(ctl, &marker_step, 1, MPI_INT64_T, 0));
     char h5[CKPT_PATH_MAX];
     snprintf(h5, sizeof h5, "%s/%s", path, CKPT_FILE);
-    TRY(ckpt_file_read(comm, h5, marker_step, c, info, why));
+    size_t bytes = 0;  /* what the read moves, for the watchdog's deadline */
+    for (int g = 0; g < c->ngroups; g++) bytes += c->groups[g].table->total * sizeof(float);
+    char op[96];
+    snprintf(op, sizeof op, "checkpoint load of step %" PRId64 ": HDF5 collective I/O", marker_step);
+    watchdog_enter(c->wd, op, guard_s(c->timeout_s, bytes));
+    st = ckpt_file_read(comm, h5, marker_step, c, info, why);
+    watchdog_leave(c->wd);
+    TRY(st);
     snprintf(info->path, sizeof info->path, "%s", path);
     return STATUS_OK;
 }
@@ -668,7 +706,7 @@ static status load_auto(MPI_Comm comm, const char *dir, ckpt_content *c, ckpt_in
     int rank, n = 0, skipped = 0, tried = 0;
     MPI_Comm_rank(comm, &rank);
     ckpt_entry *e = NULL;
-    comm_ctl ctl = ckpt_ctl(comm, c->timeout_s);
+    comm_ctl ctl = comm_ctl_watched(ckpt_ctl(comm, c->timeout_s), c->wd);
     TRY(ckpt_agree(ctl, rank == 0 ? ckpt_dir_list(dir, &e, &n) : STATUS_OK, NULL, 0));
     TRY(comm_ctl_bcast(ctl, &n, 1, MPI_INT, 0));
     if (rank != 0 && n > 0) {

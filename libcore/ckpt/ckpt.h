@@ -52,6 +52,7 @@
 #include <stdint.h>
 
 #include "base/log.h"
+#include "base/watchdog.h"
 #include "nn/param.h"
 
 #define CKPT_FORMAT_VERSION 1
@@ -102,6 +103,9 @@ typedef struct ckpt_content {
                                    (agreements, votes, broadcasts; comm.timeout): a rank that does not
                                    arrive makes the others return STATUS_TIMEOUT; 0: none. The
                                    writer takes it from the shape given at init, loads from c */
+    watchdog *wd;               /* the runtime's watchdog (base/watchdog.h) or NULL: guards the HDF5
+                                   collective I/O (no deadline of its own) with timeout_s plus 1 s per
+                                   10 MB of the checkpoint; the writer takes it from the shape too */
     ckpt_tensors groups[CKPT_MAX_GROUPS];
     int ngroups;
     const ckpt_shards *shards[CKPT_MAX_GROUPS]; /* per group: NULL when its data is the full flat

@@ -460,7 +460,7 @@ status ckpt_file_read(MPI_Comm comm, const char *path, int64_t marker_step, ckpt
     uint32_t *file_crc = calloc((size_t)n + 1, sizeof *file_crc);
     CHECK(ids && pc && file_crc, "out of memory loading a checkpoint");
     for (int k = 0; k < n + c->nblobs; k++) ids[k] = -1;
-    comm_ctl ctl = ckpt_ctl(comm, c->timeout_s);
+    comm_ctl ctl = comm_ctl_watched(ckpt_ctl(comm, c->timeout_s), c->wd);  /* a timeout names ranks */
     hid_t fapl = ckpt_file_access(comm);
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
     H5Pclose(fapl);

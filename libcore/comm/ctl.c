@@ -6,8 +6,9 @@
 #include <string.h>
 #include <time.h>
 
-/* "0-3,6" — c's members as world ranks, into out (truncated with "..."), and my rank in c. */
-static void ctl_members(comm_ctl c, char *out, size_t len, int *me)
+/* "0-3,6" — c's members as world ranks, into out (truncated with "..."), and my rank in c;
+ * mask[world rank] = 1 for each member when mask is not NULL (world size entries, zeroed). */
+static void ctl_members(comm_ctl c, char *out, size_t len, int *me, char *mask)
 {
     int n = 0, used = 0;
     MPI_Comm_size(c.comm, &n);
@@ -23,6 +24,7 @@ static void ctl_members(comm_ctl c, char *out, size_t len, int *me)
     MPI_Group_translate_ranks(g, n, mine, gw, world);
     MPI_Group_free(&g);
     MPI_Group_free(&gw);
+    for (int k = 0; mask && k < n; k++) mask[world[k]] = 1;
     int r = 0;
     for (; r < n && used + 24 < (int)len; r++) {
         int e = r;  /* a run of consecutive world ranks */
@@ -34,10 +36,24 @@ static void ctl_members(comm_ctl c, char *out, size_t len, int *me)
     free(mine);
 }
 
-/* Polls `req` until it completes or c's deadline passes. The poll sleeps a little
- * between tests once the wait is long, so a rank waiting on a stalled peer does not
- * take a core from the ranks still computing. */
-static status ctl_wait(comm_ctl c, MPI_Request *req, const char *what, int started)
+/* c's deadline passed: which members, and what their beacons say when c is watched. */
+static void ctl_timed_out(comm_ctl c, const char *what)
+{
+    char members[256], who[1024] = "";
+    int me = 0, world = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    char *mask = c.wd ? calloc((size_t)world, 1) : NULL;
+    ctl_members(c, members, sizeof members, &me, mask);
+    if (mask) watchdog_describe_ranks(c.wd, mask, who, sizeof who);
+    free(mask);
+    log_error("%s on %s (world ranks %s; I am its rank %d) did not complete within comm.timeout = %g s: %s", what,
+              c.name ? c.name : "a communicator", members, me, c.timeout_s,
+              who[0] ? who : "one of those ranks stopped, died or is still computing");
+    log_error("HINT: see the other ranks' last messages; raise comm.timeout if a rank is legitimately slow");
+}
+
+/* ctl_wait's loop; STATUS_TIMEOUT when c's deadline passes (the caller reports it). */
+static status ctl_poll(comm_ctl c, MPI_Request *req, const char *what, int started)
 {
     if (started != MPI_SUCCESS) {
         char msg[MPI_MAX_ERROR_STRING];
@@ -46,7 +62,7 @@ static status ctl_wait(comm_ctl c, MPI_Request *req, const char *what, int start
         log_error("%s failed to start: %s", what, msg);
         return STATUS_PEER;
     }
-    double t0 = MPI_Wtime(), end = c.timeout_s > 0 ? t0 + c.timeout_s : 0;
+    double t0 = MPI_Wtime(), end = c.timeout_s > 0 ? t0 + c.timeout_s : 0, prev = t0;
     for (long polls = 0;; polls++) {
         int done = 0;
         int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
@@ -59,14 +75,11 @@ static status ctl_wait(comm_ctl c, MPI_Request *req, const char *what, int start
         }
         if (done) return STATUS_OK;
         double now = MPI_Wtime();
+        /* polls come every 50 us at most: a gap of a second is this process stopped
+         * (SIGSTOP), time it did not wait for the others */
+        if (end > 0 && now - prev > 1) end += now - prev;
+        prev = now;
         if (end > 0 && now > end) {
-            char members[256];
-            int me = 0;
-            ctl_members(c, members, sizeof members, &me);
-            log_error("%s on %s (world ranks %s; I am its rank %d) did not complete within comm.timeout = %g s: "
-                      "one of those ranks stopped, died or is still computing",
-                      what, c.name ? c.name : "a communicator", members, me, c.timeout_s);
-            log_error("HINT: see the other ranks' last messages; raise comm.timeout if a rank is legitimately slow");
             /* The request stays posted: MPI may still write its buffers, and the job is ending. */
             return STATUS_TIMEOUT;
         }
@@ -75,6 +88,24 @@ static status ctl_wait(comm_ctl c, MPI_Request *req, const char *what, int start
             nanosleep(&ts, NULL);
         }
     }
+}
+
+/* Polls `req` until it completes or c's deadline passes. The poll sleeps a little
+ * between tests once the wait is long, so a rank waiting on a stalled peer does not
+ * take a core from the ranks still computing. A watched ctl shows the wait in this
+ * rank's beacon; the watchdog's deadline is a little later than c's own, which
+ * normally fires first and returns STATUS_TIMEOUT up the stack. */
+static status ctl_wait(comm_ctl c, MPI_Request *req, const char *what, int started)
+{
+    if (c.wd && started == MPI_SUCCESS) {
+        char op[96];
+        snprintf(op, sizeof op, "%s on %s", what, c.name ? c.name : "a communicator");
+        watchdog_enter(c.wd, op, c.timeout_s > 0 ? c.timeout_s + 2 : 0);
+    }
+    status st = ctl_poll(c, req, what, started);
+    if (c.wd && started == MPI_SUCCESS) watchdog_leave(c.wd);
+    if (st == STATUS_TIMEOUT) ctl_timed_out(c, what);  /* unguarded: reading the beacons takes a few ticks */
+    return st;
 }
 
 status comm_ctl_allreduce(comm_ctl c, const void *sendbuf, void *recvbuf, int count, MPI_Datatype dt, MPI_Op op)

@@ -9,9 +9,10 @@
  * long it waited, and returns STATUS_TIMEOUT: the caller passes it up and the job
  * ends with the documented exit code instead of hanging. A ctl is a value (a
  * communicator, a deadline, a name), not a context: it costs nothing to make one per
- * call site from a runtime communicator. Having no state, it cannot tell which
+ * call site from a runtime communicator. Having no state, it cannot ask which
  * members did not arrive (comm.h's gradient path can: its ranks answer probes on a
- * channel of their own while they wait); the members it names are the candidates.
+ * channel of their own while they wait); with the runtime's watchdog (comm_ctl_watched)
+ * it reads the answer from the members' beacons, else it names the candidates.
  *
  * The one design decision: counts and types stay MPI's (MPI_Datatype, MPI_Op, int
  * counts). The callers are the modules that already own MPI communicators (runtime's
@@ -25,23 +26,34 @@
 #include <stddef.h>
 
 #include "base/log.h"
+#include "base/watchdog.h"
 
 typedef struct comm_ctl {
     MPI_Comm comm;       /* the communicator the collective runs on */
     double timeout_s;    /* deadline of one call in seconds; 0 = wait forever */
     const char *name;    /* what the communicator is, for messages ("dgc peers"); NULL: unnamed */
+    watchdog *wd;        /* the runtime's (rt->wd), or NULL: while a call waits, this rank's beacon
+                            shows it, and a missed deadline names the members whose beacons say they
+                            made no progress (base/watchdog.h) instead of all the candidates */
 } comm_ctl;
 
 /* A ctl on `comm` with a deadline of timeout_s seconds (0: none). */
 static inline comm_ctl comm_ctl_make(MPI_Comm comm, double timeout_s)
 {
-    return (comm_ctl){ .comm = comm, .timeout_s = timeout_s, .name = NULL };
+    return (comm_ctl){ .comm = comm, .timeout_s = timeout_s, .name = NULL, .wd = NULL };
 }
 
 /* The same, named for the timeout message; `name` must outlive the ctl (a literal). */
 static inline comm_ctl comm_ctl_named(MPI_Comm comm, double timeout_s, const char *name)
 {
-    return (comm_ctl){ .comm = comm, .timeout_s = timeout_s, .name = name };
+    return (comm_ctl){ .comm = comm, .timeout_s = timeout_s, .name = name, .wd = NULL };
+}
+
+/* c, watched by wd (the runtime's watchdog; NULL: none). */
+static inline comm_ctl comm_ctl_watched(comm_ctl c, watchdog *wd)
+{
+    c.wd = wd;
+    return c;
 }
 
 /* sendbuf may be MPI_IN_PLACE where MPI allows it. */

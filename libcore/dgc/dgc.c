@@ -133,7 +133,8 @@ status dgc_init(dgc **out, const runtime *rt, const param_table *pt, const dgc_o
 {
     *out = NULL;
     int sizes[2] = { rt->local_size, -rt->local_size }, agreed[2];
-    TRY(comm_ctl_allreduce(comm_ctl_named(rt->world, o->timeout_s, "dgc world"), sizes, agreed, 2, MPI_INT, MPI_MAX));
+    TRY(comm_ctl_allreduce(comm_ctl_watched(comm_ctl_named(rt->world, o->timeout_s, "dgc world"), rt->wd), sizes,
+                           agreed, 2, MPI_INT, MPI_MAX));
     if (agreed[0] != -agreed[1]) {
         log_error0("dgc: every node needs the same number of ranks (between %d and %d here)", -agreed[1], agreed[0]);
         return STATUS_INPUT;
@@ -142,8 +143,8 @@ status dgc_init(dgc **out, const runtime *rt, const param_table *pt, const dgc_o
     dgc *d = calloc(1, sizeof *d);
     CHECK(d, "out of memory");
     d->rt = rt;
-    d->node = comm_ctl_named(rt->node, o->timeout_s, "dgc node");
-    d->peers = comm_ctl_named(rt->peers, o->timeout_s, "dgc peers");
+    d->node = comm_ctl_watched(comm_ctl_named(rt->node, o->timeout_s, "dgc node"), rt->wd);
+    d->peers = comm_ctl_watched(comm_ctl_named(rt->peers, o->timeout_s, "dgc peers"), rt->wd);
     d->pt = pt;
     d->o = *o;
     d->L = rt->local_size;

@@ -35,7 +35,9 @@ static status train_eval_sums(train_run *r, double *loss, double *acc, long *sam
         data_advance(r->val_data);
     }
     double tot[3];
-    TRY(comm_ctl_allreduce(train_ctl(r), sums, tot, 3, MPI_DOUBLE, MPI_SUM));
+    comm_ctl ctl = train_ctl(r);
+    ctl.name = "world (evaluation)";
+    TRY(comm_ctl_allreduce(ctl, sums, tot, 3, MPI_DOUBLE, MPI_SUM));
     *loss = nb ? tot[0] / ((double)nb * r->rt->size) : NAN;
     *acc = tot[2] > 0 ? tot[1] / tot[2] : NAN;
     *samples = nb * r->tb.micro_batch * r->rt->size;

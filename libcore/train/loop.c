@@ -103,7 +103,9 @@ status train_loop(train_run *r)
         if (rt->rank == 0 && ck_minutes > 0 && train_now_s() - t_ckpt >= ck_minutes * 60) flags[0] = 1;
         if (r->ckpt && ck_steps > 0 && r->step % ck_steps == 0) flags[0] = 1;
         int agreed[3];
-        TRY(comm_ctl_allreduce(train_ctl(r), flags, agreed, 3, MPI_INT, MPI_MAX));
+        comm_ctl ctl = train_ctl(r);
+        ctl.name = "world (step-end agreement)";
+        TRY(comm_ctl_allreduce(ctl, flags, agreed, 3, MPI_INT, MPI_MAX));
         sig->checkpoint = 0;
         if (agreed[2]) {  /* before the checkpoint: a batch change is part of the state it saves */
             TRY(train_control(r, &relaunch));

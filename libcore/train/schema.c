@@ -152,6 +152,7 @@ void train_ckpt_content(train_run *r, ckpt_content *c)
     c->step = r->step;
     c->ranks_per_node = r->rt->max_local_size;
     c->timeout_s = r->timeout_s;  /* comm.timeout bounds the writer's and the loader's collectives */
+    c->wd = r->rt->wd;            /* and, through the watchdog, their HDF5 collective I/O */
     /* ZeRO: each rank holds and writes its shards of the moments; the file holds full
      * tensors either way, so checkpoints load with or without ZeRO at any world size */
     if (r->use_zero)

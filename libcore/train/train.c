@@ -192,6 +192,12 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
     if (strcmp(config_str(cfg, "dgc.mode"), "on") != 0) TRY(train_calibrate_comm(r));
     TRY(train_dgc_setup(r));
 
+    /* the run directory exists on every rank's view: rank 0 made it under the lock, agreed */
+    {  /* the watchdog's beacons: where each rank is, so that a stuck job names who is missing */
+        char path[4200];
+        snprintf(path, sizeof path, "%s/beacons", r->run_dir);
+        (void)watchdog_beacons(rt->wd, path);  /* without them a stuck job still ends (logged) */
+    }
     if (config_int(cfg, "ckpt.every_steps") > 0 || config_float(cfg, "ckpt.every_minutes") > 0) {
         char dir[4200];
         snprintf(dir, sizeof dir, "%s/ckpt", r->run_dir);

@@ -11,10 +11,11 @@
 #include "comm/ctl.h"
 #include "train.h"
 
-/* The control plane's deadline for the trainer's own collectives (comm.timeout). */
+/* The control plane's deadline for the trainer's own collectives (comm.timeout),
+ * watched by the runtime's watchdog (a timeout names the ranks that made no progress). */
 static inline comm_ctl train_ctl(const train_run *r)
 {
-    return comm_ctl_make(r->rt->world, r->timeout_s);
+    return comm_ctl_watched(comm_ctl_named(r->rt->world, r->timeout_s, "world"), r->rt->wd);
 }
 
 static inline double train_now_s(void)
