@@ -9,6 +9,7 @@
  * Plain POSIX, no MPI and no HDF5: rank 0 runs it, or the background thread of an
  * asynchronous save. */
 #include "ckpt_impl.h"
+#include "base/path.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -189,14 +190,16 @@ status ckpt_dir_marker(const char *path, int64_t *step, char *why)
 {
     char marker[CKPT_PATH_MAX], text[64];
     ckpt_path_join(marker, path, CKPT_MARKER);
-    int fd = open(marker, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
+    int fd;
+    struct stat sb;
+    char kind[160];
+    if (path_open_regular(marker, &fd, &sb, 64, kind, sizeof kind) != 0) {
         if (errno == ENOENT) {
             snprintf(why, CKPT_WHY_MAX, "not a committed checkpoint (no %s marker: its save did not finish)",
                      CKPT_MARKER);
             return STATUS_INPUT;
         }
-        snprintf(why, CKPT_WHY_MAX, "cannot read its %s marker: %s", CKPT_MARKER, log_errno_str());
+        snprintf(why, CKPT_WHY_MAX, "its %s marker %s", CKPT_MARKER, kind);
         return STATUS_IO;
     }
     ssize_t got = read(fd, text, sizeof text - 1);

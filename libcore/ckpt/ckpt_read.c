@@ -5,7 +5,10 @@
  * The header reader and the layout check are also nebula-ckpt's (ckpt_inspect.c), and
  * the blob row a rank takes is ckpt_reshard_row, which the offline reshard applies too. */
 #include "ckpt_impl.h"
+#include "base/path.h"
 
+#include <unistd.h>
+#include <sys/stat.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -461,6 +464,19 @@ status ckpt_file_read(MPI_Comm comm, const char *path, int64_t marker_step, ckpt
     CHECK(ids && pc && file_crc, "out of memory loading a checkpoint");
     for (int k = 0; k < n + c->nblobs; k++) ids[k] = -1;
     comm_ctl ctl = comm_ctl_watched(ckpt_ctl(comm, c->timeout_s), c->wd);  /* a timeout names ranks */
+    /* HDF5 opens the path itself: a FIFO there would block it (every rank sees the same
+     * file, so every rank takes the same branch) */
+    int probe;
+    struct stat sb;
+    char kind[160];
+    if (path_open_regular(path, &probe, &sb, 0, kind, sizeof kind) != 0) {
+        snprintf(why, CKPT_WHY_MAX, "%s %s", path, kind);
+        free(ids);
+        free(pc);
+        free(file_crc);
+        return STATUS_INPUT;
+    }
+    close(probe);
     hid_t fapl = ckpt_file_access(comm);
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
     H5Pclose(fapl);

@@ -12,7 +12,10 @@
 #   - safetensors metadata, or an llm.c header, claiming a model its file cannot hold
 #     (211 TB) is refused before anything is allocated (exit 2);
 #   - damaged HDF5 metadata is a damaged checkpoint (exit 1, no HDF5 error stack), not
-#     "not a Nebula checkpoint"; a newer format version says to upgrade Nebula.
+#     "not a Nebula checkpoint"; a newer format version says to upgrade Nebula;
+#   - a FIFO where a file is read (a safetensors or llm.c input, a checkpoint's state.h5
+#     or COMMITTED marker on resume and in nebula-ckpt) is refused at once, never opened
+#     (open(2) of a FIFO without a writer blocks forever).
 set -u
 cd "$(dirname "$0")/../.."
 . validation/cli/lib.sh
@@ -110,4 +113,20 @@ expect "a newer format version names it and says to upgrade Nebula" 2 \
 expect "nebula-train says the same" 2 "written by a newer Nebula (format v99" -- \
     timeout 60 $TRAIN --model gpt2-tiny --set train.micro_batch=2 --steps 3 --set train.threads=1 \
     --set runtime.bind=none --run-dir "$tmp/new-run" --resume "$new"
+# FIFOs where files are read: refused at once (a timeout would mean open(2) blocked)
+mkfifo "$tmp/fifo.safetensors" "$tmp/fifo.bin"
+expect "a FIFO as the safetensors input: exit 2, not a hang" 2 "is a FIFO" -- \
+    timeout -k 5 20 $CK convert "$tmp/fifo.safetensors" --from safetensors --out "$tmp/conv-fifo"
+expect "a FIFO as the llm.c input: exit 2, not a hang" 2 "is a FIFO" -- \
+    timeout -k 5 20 $CK convert "$tmp/fifo.bin" --from llmc --out "$tmp/conv-fifo2"
+F=$tmp/fifo-run/ckpt/step_00000002
+mkdir -p "$F" && cp "$S/COMMITTED" "$F/" && mkfifo "$F/state.h5"
+expect "a FIFO as a checkpoint's state.h5 in nebula-ckpt verify: refused, not a hang" 2 "is not a regular file" -- \
+    timeout -k 5 20 $CK verify "$F"
+expect "a FIFO as a checkpoint's state.h5 on resume: exit 2, not a hang" 2 "is a FIFO" -- \
+    timeout -k 5 30 $TRAIN --model gpt2-tiny --set train.micro_batch=2 --steps 4 --set train.threads=1 \
+    --set runtime.bind=none --set ckpt.every_steps=2 --run-dir "$tmp/fifo-run" --resume auto
+rm -f "$F/COMMITTED" && mkfifo "$F/COMMITTED" && cp "$S/state.h5" "$F/state.h5.x" && rm -f "$F/state.h5" && mv "$F/state.h5.x" "$F/state.h5"
+expect "a FIFO as a COMMITTED marker in nebula-ckpt verify: not committed, not a hang" 1 "NOT committed" -- \
+    timeout -k 5 20 $CK verify "$F"
 finish

@@ -94,9 +94,11 @@ static status check_signature(const ckpt_catalog *cat)
 {
     static const unsigned char sig[8] = { 0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n' };
     unsigned char sb[36];
-    int fd = open(cat->file, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        log_error0("cannot open %s: %s", cat->file, log_errno_str());
+    int fd;
+    struct stat st;
+    char kind[160];
+    if (path_open_regular(cat->file, &fd, &st, 0, kind, sizeof kind) != 0) {
+        log_error0("%s %s", cat->file, kind);
         return STATUS_INPUT;
     }
     int rc = path_read_all_at(fd, sb, sizeof sb, 0);

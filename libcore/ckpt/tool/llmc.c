@@ -292,9 +292,10 @@ status llmc_read(llmc_model *m, const char *path)
     struct stat sb;
     status st = STATUS_INPUT;
     uint64_t count;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || fstat(fd, &sb) != 0) {
-        log_error("cannot open llm.c model file %s: %s", path, log_errno_str());
+    char kind[160];
+    int fd = -1;
+    if (path_open_regular(path, &fd, &sb, 0, kind, sizeof kind) != 0) {  /* a FIFO would block open(2) */
+        log_error("the llm.c model file %s %s", path, kind);
         goto close_fd;
     }
     if (!S_ISREG(sb.st_mode)) {

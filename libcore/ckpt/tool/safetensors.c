@@ -413,9 +413,10 @@ status st_open(st_file *f, const char *path)
     char *text = NULL;
     struct stat sb;
     uint8_t len8[8];
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (f->fd < 0 || fstat(f->fd, &sb) != 0) {
-        log_error("cannot open safetensors file %s: %s", path, log_errno_str());
+    char kind[160];
+    f->fd = -1;
+    if (path_open_regular(path, &f->fd, &sb, 0, kind, sizeof kind) != 0) {  /* a FIFO would block open(2) */
+        log_error("the safetensors file %s %s", path, kind);
         goto fail;
     }
     if (!S_ISREG(sb.st_mode)) {
