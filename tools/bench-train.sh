@@ -38,7 +38,7 @@ if [ "$what" = overlap ] || [ "$what" = all ]; then
         done
     done
     W1=$(med "${w1[@]}") C1=$(med "${c1[@]}") W2=$(med "${w2[@]}") C2=$(med "${c2[@]}")
-    echo "| gradient communication, GPT-2 124M, 4 ranks (2x2) | wait after backward | communication time | exposed |"
+    echo "| gradient communication, GPT-2 124M, 4 ranks (2x2) | wait after backward | communication time | not hidden (wait ÷ communication) |"
     echo "|---|---:|---:|---:|"
     printf "| 25 MiB buckets launched from backward | %.0f ms | %.0f ms | %.0f%% |\n" "$W1" "$C1" "$(echo "100*$W1/$C1" | bc -l)"
     printf "| one bucket after backward (no overlap) | %.0f ms | %.0f ms | %.0f%% |\n" "$W2" "$C2" "$(echo "100*$W2/$C2" | bc -l)"
