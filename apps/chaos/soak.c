@@ -35,6 +35,7 @@ typedef struct sample {
     double disk_mb;            /* the run directory's allocated blocks */
     double steps_per_s;        /* since the previous sample of the same launch; NAN if none */
     bool full;                 /* every rank was sampled: sums over fewer are not comparable */
+    bool trained;              /* the launch had trained a step: its ranks are past start-up */
 } sample;
 
 typedef struct soak_fault {
@@ -64,26 +65,50 @@ static double disk_mb(const char *dir)
     return du_bytes / (1024.0 * 1024.0);
 }
 
-/* Least-squares slope of a sample field over time, per hour; NAN with fewer than 3. */
-static double ls_slope(const sample *s, const int *idx, int n, int field)
+static double field_of(const sample *p, int field)
 {
-    if (n < 3) return NAN;
-    double mt = 0, my = 0;
-    for (int i = 0; i < n; i++) {
-        const sample *p = &s[idx[i]];
-        mt += p->t;
-        my += field == 0 ? p->rss_mb : field == 1 ? p->fds : p->disk_mb;
-    }
-    mt /= n;
-    my /= n;
+    return field == 0 ? p->rss_mb : field == 1 ? (double)p->fds : p->disk_mb;
+}
+
+/* Least-squares slope of a field over time, per hour, with an intercept per launch (the
+ * pooled "within" estimator): every launch's samples count towards one slope, and a
+ * relaunch's fresh processes do not read as a drop. Samples taken while a rank was
+ * missing or before the launch trained a step are left out, and the first fifth of each
+ * launch (at least 2 samples) as warm-up. per_launch = false: one line through all
+ * samples (the run directory outlives the launches). NAN with fewer than 3 samples. */
+static double ls_slope(const sample *s, int ns, int field, bool per_launch)
+{
     double sxy = 0, sxx = 0;
-    for (int i = 0; i < n; i++) {
-        const sample *p = &s[idx[i]];
-        double y = field == 0 ? p->rss_mb : field == 1 ? p->fds : p->disk_mb;
-        sxy += (p->t - mt) * (y - my);
-        sxx += (p->t - mt) * (p->t - mt);
+    int used = 0;
+    for (int a = 0; a < ns;) {
+        int b = a;
+        while (b < ns && (!per_launch || s[b].launch == s[a].launch)) b++;
+        int n = 0, skip;
+        for (int i = a; i < b; i++) n += !per_launch || (s[i].full && s[i].trained);
+        skip = per_launch ? (n / 5 > 2 ? n / 5 : 2) : 0;
+        double mt = 0, my = 0;
+        int m = 0;
+        for (int i = a, k = 0; i < b; i++) {
+            if (per_launch && !(s[i].full && s[i].trained)) continue;
+            if (k++ < skip) continue;
+            mt += s[i].t;
+            my += field_of(&s[i], field);
+            m++;
+        }
+        if (m >= 2) {
+            mt /= m;
+            my /= m;
+            for (int i = a, k = 0; i < b; i++) {
+                if (per_launch && !(s[i].full && s[i].trained)) continue;
+                if (k++ < skip) continue;
+                sxy += (s[i].t - mt) * (field_of(&s[i], field) - my);
+                sxx += (s[i].t - mt) * (s[i].t - mt);
+            }
+            used += m;
+        }
+        a = b;
     }
-    return sxx > 0 ? sxy / sxx * 3600.0 : NAN;
+    return used >= 3 && sxx > 0 ? sxy / sxx * 3600.0 : NAN;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -213,7 +238,7 @@ int chaos_soak(const config *cfg, const char *out)
     double t_sample = x->t0, t_hb = 0, loss_until = 0;
     bool stopping = false, failed = false;
     const char *arm = NULL;  /* the next launch runs the CHAOS build with this fault armed */
-    int armed_fault = -1;
+    int armed_fault = -1, armed_launch = -1, no_progress = 0;
     char why[256] = "";
     static chaos_rank ranks[1024];
     while (!failed && !chaos_interrupted) {
@@ -227,7 +252,7 @@ int chaos_soak(const config *cfg, const char *out)
         }
         if (chaos_start(x, x->run_dir, world, log, steps, env, l) != 0) { failed = true; break; }
         int me = x->nlaunches++;
-        if (arm) { fs[armed_fault].launch = me; arm = NULL; }
+        if (arm) { fs[armed_fault].launch = armed_launch = me; arm = NULL; }
         t_hb = l->t_start;
         long prev_step = -1;
         double prev_t = 0;
@@ -274,6 +299,7 @@ int chaos_soak(const config *cfg, const char *out)
                 chaos_ranks(x->run_dir, ranks, 1024);
                 p->full = chaos_usage(ranks, world, &p->rss_mb, &p->fds, slog) == world;
                 p->disk_mb = disk_mb(x->run_dir);
+                p->trained = l->resumed_step >= 0 && step > l->resumed_step;
                 p->steps_per_s = prev_step >= 0 && now > prev_t ? (step - prev_step) / (now - prev_t) : NAN;
                 prev_step = step;
                 prev_t = now;
@@ -296,7 +322,7 @@ int chaos_soak(const config *cfg, const char *out)
                 }
             }
             /* the armed launch: its "chaos: injected" line is the fault */
-            if (armed_fault >= 0 && fs[armed_fault].launch == me && !fs[armed_fault].t) {
+            if (armed_fault >= 0 && armed_launch == me && !fs[armed_fault].t) {
                 long at = injected_step(l->log);
                 if (at >= 0) {
                     soak_fault *f = &fs[armed_fault];
@@ -347,7 +373,7 @@ int chaos_soak(const config *cfg, const char *out)
             }
             usleep(50000);
         }
-        if (armed_fault >= 0 && fs[armed_fault].launch == me) {
+        if (armed_fault >= 0 && armed_launch == me) {
             soak_fault *f = &fs[armed_fault];
             if (!f->t) {  /* the launch ended without the fault: it did not strike */
                 f->t = l->t_end ? l->t_end : chaos_now();
@@ -355,7 +381,7 @@ int chaos_soak(const config *cfg, const char *out)
                 snprintf(f->what + strlen(f->what), sizeof f->what - strlen(f->what), "; NOT injected (exit %d)",
                          l->exit_code);
             }
-            armed_fault = -1;
+            armed_fault = armed_launch = -1;
         }
         if (corrupted == -2) {
             corrupted = chaos_corrupt_newest(x->run_dir, config_int(cfg, "fault.corrupt_bytes"));
@@ -366,6 +392,12 @@ int chaos_soak(const config *cfg, const char *out)
         if (stopping || chaos_interrupted) break;
         if (l->exit_code == 2) {
             snprintf(why, sizeof why, "launch %d exited 2 (usage or input error): see %s", x->nlaunches, l->log);
+            failed = true;
+        }
+        /* a launch that never trained is no fault's doing: three in a row end the soak */
+        no_progress = l->last_step <= l->resumed_step ? no_progress + 1 : 0;
+        if (no_progress == 3) {
+            snprintf(why, sizeof why, "3 launches in a row made no step: see %s", l->log);
             failed = true;
         }
         if (x->nlaunches == CHAOS_MAX_LAUNCHES) {
@@ -411,25 +443,8 @@ int chaos_soak(const config *cfg, const char *out)
         if (!fs[i].t_recover && fs[i].t && fs[i].t - x->t0 > duration - every / 4) unrecovered_ok++;
 
     /* slopes */
-    int *idx = malloc((size_t)(ns + 1) * sizeof *idx);
-    CHECK(idx, "out of memory");
-    double rss_slope = -INFINITY, fd_slope = -INFINITY;
-    for (int a = 0; a < ns;) {
-        int b = a, n = 0;
-        while (b < ns && s[b].launch == s[a].launch) b++;
-        for (int i = a; i < b; i++)
-            if (s[i].full) idx[n++] = i;
-        int skip = n / 5 > 3 ? n / 5 : 3;
-        if (n - skip >= 3) {
-            double r = ls_slope(s, idx + skip, n - skip, 0), f = ls_slope(s, idx + skip, n - skip, 1);
-            if (!isnan(r)) rss_slope = fmax(rss_slope, r);
-            if (!isnan(f)) fd_slope = fmax(fd_slope, f);
-        }
-        a = b;
-    }
-    for (int i = 0; i < ns; i++) idx[i] = i;
-    double disk_slope = ls_slope(s, idx, ns, 2);
-    free(idx);
+    double rss_slope = ls_slope(s, ns, 0, true), fd_slope = ls_slope(s, ns, 1, true);
+    double disk_slope = ls_slope(s, ns, 2, false);
     double *tp = malloc((size_t)(ns + 1) * sizeof *tp);
     CHECK(tp, "out of memory");
     int nt = 0;
@@ -487,7 +502,7 @@ int chaos_soak(const config *cfg, const char *out)
                 injected, fi, nf, ok_inj ? P : F);
         fprintf(f, "| every fault recovered from | all; none from a corrupt checkpoint | %d of %d (worst %.1f s)%s | %s |\n",
                 recovered, fi, worst_recover, corrupt_loaded ? "; the corrupted step was loaded" : "", ok_rec ? P : F);
-        fprintf(f, "| resident memory slope within a launch | <= %g MB/h | %.2f MB/h (least squares, worst launch) | %s |\n",
+        fprintf(f, "| resident memory slope within a launch | <= %g MB/h | %.2f MB/h (least squares, intercept per launch) | %s |\n",
                 max_rss, rss_slope, ok_rss ? P : F);
         fprintf(f, "| open descriptors slope within a launch | <= %g /h | %.2f /h | %s |\n", max_fd, fd_slope,
                 ok_fd ? P : F);
