@@ -3,9 +3,9 @@
 #   SCENARIO   `nebula-chaos run chaos/SCENARIO.ini` passes every invariant (exit 0, the
 #              JSON report says pass, every invariant row is there), prints its report,
 #              and leaves no rank process behind;
-#   soak       a 2-minute soak with a fault every 40 s: passes its slopes, drift and
-#              checkpoint checks; samples.csv has a row per 2 s sample (the drift bound is
-#              loosened to 50%: two minutes on two shared cores measure noise, not drift);
+#   soak       a 100-second soak with every fault kind but packet loss (7 faults at seeded
+#              random times): every fault struck on evidence and was recovered from; the
+#              report has goodput, time to recover per fault, slopes, verified checkpoints;
 #   errors     usage and input errors exit 2 naming the problem, and the invariants can
 #              fail: a run allowed only one launch does not reach its target (exit 1,
 #              the report says which invariant failed).
@@ -150,22 +150,34 @@ interrupt)
     else echo "ok - no mpirun or rank of the interrupted run left"; fi
     ;;
 soak)
+    # every fault kind the soak knows here (packet loss needs the namespaces) at seeded
+    # random times, 7 faults in 100 s. Slopes measured over seconds are checkpoint blips,
+    # not leaks, and two shared cores cannot judge a throughput drift: those bounds are
+    # loosened; what is checked is that every fault struck (on evidence), was recovered
+    # from, and the report has goodput, recovery times and slopes.
     out=$tmp/soak
-    expect "a 2-minute soak passes" 0 "nebula-chaos soak: PASS" -- \
-        $CHAOS soak --duration 2m --fault-every 40s --sample-every 2s --set scenario.ranks=2 --out "$out" \
-        --set soak.max_throughput_drop=0.5
+    expect "a 100-second soak with every fault kind passes" 0 "nebula-chaos soak: PASS" -- \
+        $CHAOS soak --duration 100s --fault-every 14s --sample-every 2s --set scenario.ranks=2 --out "$out" \
+        --set scenario.heartbeat_timeout=8 --set soak.max_throughput_drop=0.9 --set soak.max_fds_per_h=5000 \
+        --set soak.max_rss_mb_per_h=5000 --set soak.max_disk_mb_per_h=5000
     sed -n '/### nebula-chaos soak/,$p' "$out/report.md" | sed 's/^/    /'
     if $PY - "$out" <<'PYEOF'
 import csv, json, sys
 d = sys.argv[1]
 r = json.load(open(f"{d}/report.json"))
 rows = list(csv.DictReader(open(f"{d}/samples.csv")))
-assert r["pass"] and r["faults"] == 2 and r["launches"] == 3, r
-assert len(rows) >= 45, len(rows)                     # one per 2 s over ~2 min
-assert r["checkpoints_verified"] >= 3 and r["checkpoints_failed"] == 0, r
-assert {row["launch"] for row in rows} == {"1", "2", "3"}
+kinds = {f["kind"] for f in r["fault_list"]}
+assert r["pass"] and r["faults"] == r["faults_planned"] == 7, r
+assert kinds == {"kill", "stop", "preempt", "ckpt-corrupt", "disk-full", "io-error"}, kinds
+assert all(f["injected"] and f["recover_s"] > 0 for f in r["fault_list"]), r["fault_list"]
+assert r["injected"] == r["recovered"] == 7 and r["launches"] >= 8, r
+assert 0 < r["goodput_steps_per_s"] and r["useful_steps"] <= r["executed_steps"], r
+for k in ("rss_mb_per_h", "fds_per_h", "disk_mb_per_h"):
+    assert isinstance(r[k], float), k
+assert len(rows) >= 40 and {"rss_mb", "fds", "disk_mb"} <= set(rows[0]), len(rows)
+assert r["checkpoints_verified"] >= 5 and r["checkpoints_failed"] == 0, r
 PYEOF
-    then echo "ok - soak report: 2 faults, 3 launches, samples and verified checkpoints"
+    then echo "ok - soak report: 7 faults of 6 kinds struck and recovered from, goodput, slopes, verified checkpoints"
     else echo "FAIL - soak report"; fails=$((fails + 1)); fi
     ;;
 *)
