@@ -71,6 +71,8 @@ static const config_key schema[] = {
     { "soak", "faults", CONFIG_TYPE_STRING, "kill,stop,preempt,ckpt-corrupt,disk-full,io-error",
       .help = "fault kinds, each once per round in a seeded random order: kill, stop, preempt, ckpt-corrupt, "
               "disk-full, io-error, packet-loss (netns launcher)" },
+    { "soak", "start_timeout", CONFIG_TYPE_FLOAT, "120", .min = 1, .max = 1e9,
+      .help = "seconds a launch may take to its first step (a Slurm step waits for the last one's end, KillWait)" },
     { "soak", "max_rss_mb_per_h", CONFIG_TYPE_FLOAT, "64", .min = 0, .max = 1e9,
       .help = "resident memory of the ranks may grow at most this fast within a launch (least squares)" },
     { "soak", "max_fds_per_h", CONFIG_TYPE_FLOAT, "4", .min = 0, .max = 1e9,

@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -157,31 +158,47 @@ int chaos_rank_pids(const char *run_dir, pid_t *pids, int max)
     return local;
 }
 
-/* Runs argv with its stdout into buf (cap bytes, NUL-terminated), stderr to log; exit code. */
-static int capture(const char *const *argv, char *buf, size_t cap, const char *log)
+/* Runs argv with its stdout into buf (cap bytes, NUL-terminated), stderr to log; exit
+ * code, or -1 when it ran past `limit` seconds (then it is killed). A step of the job can
+ * wait for a terminating step's resources (KillWait, 30 s) or a node that went away: the
+ * supervisor must not wait with it, or it stops watching the heartbeat. */
+static int capture(const char *const *argv, char *buf, size_t cap, const char *log, double limit)
 {
     int p[2];
-    if (pipe(p) != 0) return -1;
+    if (pipe2(p, O_CLOEXEC) != 0) return -1;
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
+        setpgid(0, 0);  /* its own group: a timeout kills srun and whatever it started */
         int fd = log ? open(log, O_WRONLY | O_APPEND | O_CREAT, 0644) : -1, nul = open("/dev/null", O_RDWR);
         dup2(nul, 0);
         dup2(p[1], 1);
         dup2(fd >= 0 ? fd : nul, 2);
-        close(p[0]);
         execvp(argv[0], (char *const *)argv);
         _exit(127);
     }
     close(p[1]);
+    fcntl(p[0], F_SETFL, O_NONBLOCK);
     size_t n = 0;
-    for (ssize_t k; (k = read(p[0], buf + n, cap - 1 - n)) > 0 || (k < 0 && errno == EINTR);)
-        if (k > 0 && (n += (size_t)k) == cap - 1) break;
+    double t0 = chaos_now();
+    int ws = 0, rc = -2;
+    while (rc == -2) {
+        ssize_t k = read(p[0], buf + n, cap - 1 - n);
+        if (k > 0 && (n += (size_t)k) == cap - 1) n = 0;  /* never more than a few lines: keep the tail */
+        pid_t r = waitpid(pid, &ws, WNOHANG);
+        if (r == pid) rc = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+        else if (chaos_now() - t0 > limit) {
+            kill(-pid, SIGTERM);
+            usleep(200000);
+            kill(-pid, SIGKILL);
+            while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {}
+            rc = -1;
+        } else if (k <= 0) usleep(10000);
+    }
+    for (ssize_t k; n < cap - 1 && (k = read(p[0], buf + n, cap - 1 - n)) > 0;) n += (size_t)k;
     buf[n] = '\0';
     close(p[0]);
-    int ws;
-    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {}
-    return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+    return rc;
 }
 
 /* argv prefix that runs a command on r's node: a step of this Slurm job, or ssh */
@@ -210,7 +227,7 @@ bool chaos_signal_rank(const chaos_rank *r, int sig, const char *log)
     snprintf(name, sizeof name, "%s", chaos_signame(sig) + 3);  /* kill -s takes TERM, not SIGTERM */
     argv[n++] = "kill"; argv[n++] = "-s"; argv[n++] = name; argv[n++] = pid; argv[n] = NULL;
     char out[256];
-    return capture(argv, out, sizeof out, log) == 0;
+    return capture(argv, out, sizeof out, log, 15) == 0;
 }
 
 /* nebula-chaos probe PID...: "PID RSS_KB FDS" per live process (run on a rank's node) */
@@ -274,7 +291,7 @@ int chaos_usage(const chaos_rank *r, int max, double *rss_mb, int *fds, const ch
             }
         argv[n] = NULL;
         char out[8192];
-        if (capture(argv, out, sizeof out, log) != 0) continue;
+        if (capture(argv, out, sizeof out, log, 10) != 0) continue;
         for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
             int pid, nf;
             long kb;

@@ -19,6 +19,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "chaos.h"
@@ -124,6 +125,11 @@ static double median_of(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+static double now_s(const chaos_ctx *x)
+{
+    return chaos_now() - x->t0;
+}
+
 /* The plan: times and kinds, reproducible from the seed. */
 static int plan(const config *cfg, double duration, double every, char *kinds_buf, soak_fault *f)
 {
@@ -215,6 +221,7 @@ int chaos_soak(const config *cfg, const char *out)
     int world = (int)config_int(cfg, "scenario.ranks");
     long ck = config_int(cfg, "scenario.ckpt_every");
     double hb_timeout = config_float(cfg, "scenario.heartbeat_timeout");
+    double start_timeout = config_float(cfg, "soak.start_timeout");
     const long steps = 1000000000L;  /* never reached: the soak ends on time */
     char kinds[CONFIG_STR_MAX + 1], fault_env[CONFIG_STR_MAX + 64];
     snprintf(kinds, sizeof kinds, "%s", config_str(cfg, "soak.faults"));
@@ -225,6 +232,7 @@ int chaos_soak(const config *cfg, const char *out)
     CHECK(s, "out of memory for the samples");
     int ns = 0, verify_fail = 0, verified = 0;
     long last_verified = -1, corrupted = -1;
+    struct stat corrupt_marker = { 0 };  /* the damaged step's COMMITTED: a later save replaces it */
     printf("soak: %d ranks, %g s, %d faults planned (%s, seed %ld, one per %g s), a sample every %g s\n", world,
            duration, nf, config_str(cfg, "soak.faults"), (long)config_int(cfg, "fault.seed"), every, sample_every);
     fflush(stdout);
@@ -255,9 +263,13 @@ int chaos_soak(const config *cfg, const char *out)
         if (arm) { fs[armed_fault].launch = armed_launch = me; arm = NULL; }
         t_hb = l->t_start;
         long prev_step = -1;
-        double prev_t = 0;
+        double prev_t = 0, t_prev_loop = chaos_now();
         for (;;) {
             double now = chaos_now();
+            /* time the supervisor itself spent elsewhere (a remote step, a verify) is not
+             * time the ranks failed to make progress */
+            if (now - t_prev_loop > 1.0) t_hb += now - t_prev_loop;
+            t_prev_loop = now;
             if (chaos_interrupted) {
                 chaos_stop(l, x->run_dir, chaos_interrupted, CHAOS_STOP_GRACE);
                 break;
@@ -278,14 +290,21 @@ int chaos_soak(const config *cfg, const char *out)
                 chaos_stop(l, x->run_dir, SIGTERM, 2);
                 break;
             }
-            if (now - t_hb > hb_timeout) {
-                log_warn("soak: no progress for %.1f s: stopping the hung launch", now - t_hb);
+            /* this launch has trained a step: its ranks are registered and past start-up (the
+             * heartbeat may still be the last launch's) */
+            bool trained = l->resumed_step >= 0 && step > l->resumed_step;
+            /* start-up (a step of the job waiting for the last one's resources, MPI wire-up,
+             * the resume) gets soak.start_timeout; then no step for heartbeat_timeout is a hang */
+            if (now - t_hb > (trained ? hb_timeout : fmax(hb_timeout, start_timeout))) {
+                log_warn("soak: no progress for %.1f s%s: stopping the hung launch", now - t_hb,
+                         trained ? "" : " since it started");
                 l->hung = true;
                 chaos_stop(l, x->run_dir, SIGTERM, 2);
                 break;
             }
-            if (!stopping && now - x->t0 >= duration) {
-                /* the end: a graceful stop, as a scheduler's time limit would ask for */
+            if (!stopping && now - x->t0 >= duration && trained) {
+                /* the end: a graceful stop, as a scheduler's time limit would ask for (once
+                 * the launch trains: a rank that has not registered cannot be told) */
                 char what[160];
                 strike(x, world, true, SIGTERM, &seed, what, sizeof what);
                 stopping = true;
@@ -296,10 +315,12 @@ int chaos_soak(const config *cfg, const char *out)
                 p->t = now - x->t0;
                 p->launch = x->nlaunches;
                 p->step = step;
-                chaos_ranks(x->run_dir, ranks, 1024);
-                p->full = chaos_usage(ranks, world, &p->rss_mb, &p->fds, slog) == world;
+                if (trained) {
+                    chaos_ranks(x->run_dir, ranks, 1024);
+                    p->full = chaos_usage(ranks, world, &p->rss_mb, &p->fds, slog) == world;
+                }
                 p->disk_mb = disk_mb(x->run_dir);
-                p->trained = l->resumed_step >= 0 && step > l->resumed_step;
+                p->trained = trained;
                 p->steps_per_s = prev_step >= 0 && now > prev_t ? (step - prev_step) / (now - prev_t) : NAN;
                 prev_step = step;
                 prev_t = now;
@@ -307,6 +328,7 @@ int chaos_soak(const config *cfg, const char *out)
                                  p->disk_mb, p->steps_per_s);
                 ns++;
                 t_sample += sample_every;
+                if (t_sample < now) t_sample = now + sample_every;  /* after a stall: no burst */
                 long c = chaos_newest_commit(x->run_dir);
                 if (c > last_verified) {
                     char path[2 * CHAOS_PATH_MAX];
@@ -333,7 +355,7 @@ int chaos_soak(const config *cfg, const char *out)
                              at);
                 }
             }
-            if (!stopping && fi < nf && now - x->t0 >= fs[fi].t_plan && step > 0 && armed_fault < 0) {
+            if (!stopping && fi < nf && now - x->t0 >= fs[fi].t_plan && trained && armed_fault < 0) {
                 soak_fault *f = &fs[fi];
                 const char *k = f->kind;
                 f->launch = me;
@@ -361,11 +383,13 @@ int chaos_soak(const config *cfg, const char *out)
                      * build whose next save fails (fault.io, or ENOSPC at the data write):
                      * the fault counts when that launch logs it */
                     char what[64];
-                    strike(x, world, true, SIGTERM, &seed, what, sizeof what);
-                    arm = !strcmp(k, "io-error") ? config_str(cfg, "fault.io") : "ckpt.write:ENOSPC";
-                    armed_fault = fi;
-                    f->t = 0;
-                    snprintf(f->what, sizeof f->what, "%.60s armed after %s", arm, what);
+                    const char *rule = !strcmp(k, "io-error") ? config_str(cfg, "fault.io") : "ckpt.write:ENOSPC";
+                    if (strike(x, world, true, SIGTERM, &seed, what, sizeof what)) {
+                        arm = rule;
+                        armed_fault = fi;
+                        f->t = 0;
+                    }
+                    snprintf(f->what, sizeof f->what, "%.60s %s after %s", rule, arm ? "armed" : "NOT armed", what);
                 }
                 printf("  %.0f s: fault %d (%s) at step %ld: %s\n", now - x->t0, fi + 1, k, step, f->what);
                 fflush(stdout);
@@ -385,11 +409,18 @@ int chaos_soak(const config *cfg, const char *out)
         }
         if (corrupted == -2) {
             corrupted = chaos_corrupt_newest(x->run_dir, config_int(cfg, "fault.corrupt_bytes"));
+            char m[2 * CHAOS_PATH_MAX];
+            snprintf(m, sizeof m, "%s/ckpt/step_%08ld/COMMITTED", x->run_dir, corrupted);
+            if (corrupted >= 0) stat(m, &corrupt_marker);
             soak_fault *f = &fs[fi - 1];
             f->injected = corrupted >= 0 && strstr(f->what, " 0 of ") == NULL;
             snprintf(f->what + strlen(f->what), sizeof f->what - strlen(f->what), "; step %ld corrupted", corrupted);
         }
         if (stopping || chaos_interrupted) break;
+        if (now_s(x) > duration + 2 * fmax(hb_timeout, start_timeout)) {
+            snprintf(why, sizeof why, "the duration passed and launch %d ended before its graceful stop", x->nlaunches);
+            failed = true;
+        }
         if (l->exit_code == 2) {
             snprintf(why, sizeof why, "launch %d exited 2 (usage or input error): see %s", x->nlaunches, l->log);
             failed = true;
@@ -457,7 +488,23 @@ int chaos_soak(const config *cfg, const char *out)
         lastq = median_of(tp + nt - third, third);
     }
     free(tp);
+    /* the newest commit, unless it is the one this soak damaged on purpose (its relaunch
+     * skipped it, and no later save has replaced it) */
     long final = chaos_newest_commit(x->run_dir);
+    struct stat now_marker;
+    char marker[2 * CHAOS_PATH_MAX];
+    snprintf(marker, sizeof marker, "%s/ckpt/step_%08ld/COMMITTED", x->run_dir, final);
+    if (final >= 0 && final == corrupted && stat(marker, &now_marker) == 0 &&
+        now_marker.st_ino == corrupt_marker.st_ino && now_marker.st_mtim.tv_sec == corrupt_marker.st_mtim.tv_sec &&
+        now_marker.st_mtim.tv_nsec == corrupt_marker.st_mtim.tv_nsec) {
+        long c = -1;
+        for (long k = final - 1; k >= 0 && c < 0; k--) {
+            char m[2 * CHAOS_PATH_MAX];
+            snprintf(m, sizeof m, "%s/ckpt/step_%08ld/COMMITTED", x->run_dir, k);
+            if (access(m, F_OK) == 0) c = k;
+        }
+        final = c;
+    }
     char path[2 * CHAOS_PATH_MAX];
     snprintf(path, sizeof path, "%s/ckpt/step_%08ld", x->run_dir, final);
     int final_rc = final >= 0 ? chaos_run_cmd((const char *const[]){ "build/bin/nebula-ckpt", "verify", path, NULL },
