@@ -2,9 +2,10 @@
  * stopping all of it.
  *
  * Every launch runs in a session of its own (setsid), so one signal to the session
- * reaches the launcher and every rank it forked. Ranks a launcher did not fork (srun's
- * slurmstepd starts them) are found by their command line instead: every rank of a run
- * carries `--run-dir RUN_DIR`, which is unique to the run. */
+ * reaches the launcher and every rank it forked, and a terminal's Ctrl-C reaches only the
+ * supervisor, which forwards it (chaos_interrupted). Every rank starts through the
+ * registering shim of ranks.c, so the supervisor finds it on whichever node it runs;
+ * leftovers on this node are also found by their `--run-dir RUN_DIR`, unique to the run. */
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>

@@ -326,6 +326,7 @@ int chaos_soak(const config *cfg, const char *out)
                 prev_t = now;
                 if (csv) fprintf(csv, "%.3f,%d,%ld,%.2f,%d,%.3f,%.3f\n", p->t, p->launch, p->step, p->rss_mb, p->fds,
                                  p->disk_mb, p->steps_per_s);
+                if (csv) fflush(csv);  /* a 72-hour soak is watched with tail -f */
                 ns++;
                 t_sample += sample_every;
                 if (t_sample < now) t_sample = now + sample_every;  /* after a stall: no burst */

@@ -12,6 +12,10 @@
 #              reaches the ranks, they checkpoint and stop, the job requeues itself and
 #              resumes (SLURM_RESTART_COUNT=1) and ends with parameters and optimizer state
 #              bit-identical to an uninterrupted run's
+#   outcome    train.sbatch with mpirun, and mpirun gets SIGTERM: it returns 1 although every
+#              rank checkpointed and exited 3; the job script reads the ranks' outcome
+#              (rank 0's stop line and the COMMITTED marker), requeues, and the resumed run
+#              completes
 #   array      validate.sbatch as a 3-task array: the two real tiers pass (one of them
 #              MPI tests at 2 and 4 ranks), a tier that matches no test fails with exit 2
 #   chain      train -> bench with afterok: bench starts after train ended and writes its
@@ -24,7 +28,7 @@
 # Needs root (the daemons run as root), except `scripts`: the others say so and are
 # skipped (exit 77) when not root.
 . "$(dirname "$0")/../cli/lib.sh"
-scenario=${1:?usage: test_slurm.sh scripts|train|requeue|array|chain|two-nodes|chaos}
+scenario=${1:?usage: test_slurm.sh scripts|train|requeue|outcome|array|chain|two-nodes|chaos}
 PY=/usr/bin/python3
 CKPT=build/bin/nebula-ckpt
 
@@ -172,6 +176,27 @@ requeue)
     a=$(final_ckpt "$tmp/run-requeue") b=$(final_ckpt "$tmp/run-ref")
     check "final parameters and optimizer state bit-identical to the uninterrupted run" $CKPT diff "$a" "$b"
     grep -E "USR1|stopping at|requeueing|^===|^resumed" "$out/requeue.out" | sed 's/^/    /'
+    ;;
+outcome)
+    run=$tmp/run-outcome
+    jid=$(NEBULA_LAUNCHER=mpirun sbatch --parsable -o "$out/outcome.out" jobscripts/train.sbatch \
+          --run-dir "$run" "${TRAIN_ARGS[@]}" --steps 200 --set ckpt.every_steps=100)
+    t0=$SECONDS
+    until [ -s "$run/heartbeat" ] || [ $((SECONDS - t0)) -gt 90 ]; do sleep 0.2; done
+    # what scancel or a node's shutdown does to the launcher: SIGTERM (mpirun forwards it
+    # to the ranks, which checkpoint and exit 3; mpirun itself returns 1)
+    mp=$(pgrep -f -- "^mpirun .*--run-dir $run " | head -1)
+    check "mpirun of the job found" test -n "$mp"
+    [ -n "$mp" ] && kill -TERM "$mp"
+    until [ "$(job_field "$jid" Restarts)" -ge 1 ] 2>/dev/null || [ $((SECONDS - t0)) -gt 150 ]; do sleep 0.5; done
+    check "the job requeued itself" test "$(job_field "$jid" Restarts)" -ge 1
+    scontrol update jobid="$jid" StartTime=now 2>/dev/null
+    st=$(wait_job "$jid" 200) && ok "the requeued job completed" || { bad "the requeued job: $st"; show_out "$out/outcome.out" 40; }
+    check "the ranks' outcome (3) was read past mpirun's exit code" \
+        grep -q "the launcher exited [0-9]*, but the ranks stopped at step [0-9]* with the checkpoint committed" "$out/outcome.out"
+    check "the job asked for its requeue" grep -q "stopped with the state saved: requeueing job $jid (restart 1)" "$out/outcome.out"
+    check "the second run resumed and reached step 200" grep -q "^summary: steps=200 " "$out/outcome.out"
+    grep -E "stopping at|the launcher exited|requeueing|^===|^resumed" "$out/outcome.out" | sed 's/^/    /'
     ;;
 array)
     jid=$(NEBULA_TIERS="unit/config mpi/comm-np nomatch/" sbatch --parsable --array=0-2 \
