@@ -134,6 +134,8 @@ int chaos_probe_main(int argc, char **argv);
 long chaos_log_resumed(const char *log);
 /* "eval step=N loss=X" last in the log: X, or NAN. */
 double chaos_log_final_loss(const char *log, long *step);
+/* This executable's path, for the shim and the probe on every node. */
+void chaos_self_path(char *out, size_t cap);
 /* splitmix64: every random choice of a scenario or soak, from fault.seed (reproducible). */
 uint64_t chaos_mix(uint64_t *state);
 /* The newest committed step of run_dir, -1 if none. */

@@ -74,10 +74,9 @@ int chaos_start(chaos_ctx *x, const char *run_dir, int world, const char *log, l
     }
     /* the registering shim (ranks.c) runs first on every node and exec()s the trainer */
     static char self[CHAOS_PATH_MAX], reg[CHAOS_PATH_MAX + 16];
-    ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
-    self[sl > 0 ? sl : 0] = '\0';
+    chaos_self_path(self, sizeof self);
     chaos_registry_dir(run_dir, reg, sizeof reg);
-    argv[n++] = sl > 0 ? self : "build/bin/nebula-chaos";
+    argv[n++] = self;
     argv[n++] = "rank"; argv[n++] = reg; argv[n++] = "--";
     argv[n++] = x->train_bin;
     argv[n++] = "--config"; argv[n++] = config_str(cfg, "scenario.train_config");
@@ -303,4 +302,17 @@ long chaos_corrupt_newest(const char *run_dir, long bytes)
     bool ok = fsync(fd) == 0 && flipped == bytes;
     close(fd);
     return ok ? best : -1;
+}
+
+void chaos_self_path(char *out, size_t cap)
+{
+    ssize_t n = readlink("/proc/self/exe", out, cap - 1);
+    if (n <= 0) {
+        snprintf(out, cap, "build/bin/nebula-chaos");
+        return;
+    }
+    out[n] = '\0';
+    /* rebuilt while a soak runs: the path names the new binary, which takes the same arguments */
+    size_t len = strlen(out), tag = strlen(" (deleted)");
+    if (len > tag && !strcmp(out + len - tag, " (deleted)")) out[len - tag] = '\0';
 }

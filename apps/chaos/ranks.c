@@ -279,9 +279,8 @@ int chaos_usage(const chaos_rank *r, int max, double *rss_mb, int *fds, const ch
         const char *argv[64 + 32];
         char jobid[64], self[CHAOS_PATH_MAX], pids[64][16];
         int n = remote_prefix(&r[i], argv, jobid, sizeof jobid), np = 0;
-        ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
-        self[sl > 0 ? sl : 0] = '\0';
-        argv[n++] = sl > 0 ? self : "build/bin/nebula-chaos";
+        chaos_self_path(self, sizeof self);
+        argv[n++] = self;
         argv[n++] = "probe";
         for (int j = i; j < max && j < 4096 && np < 64; j++)
             if (r[j].pid && !r[j].local && !done[j] && !strcmp(r[j].node, r[i].node) && !strcmp(r[j].host, r[i].host)) {
