@@ -418,6 +418,9 @@ int chaos_soak(const config *cfg, const char *out)
             char m[2 * CHAOS_PATH_MAX];
             snprintf(m, sizeof m, "%s/ckpt/step_%08ld/COMMITTED", x->run_dir, corrupted);
             if (corrupted >= 0) stat(m, &corrupt_marker);
+            /* damaged on purpose: the relaunch must skip it (checked below), the verifier
+             * need not say so */
+            if (corrupted > last_verified) last_verified = corrupted;
             soak_fault *f = &fs[fi - 1];
             f->injected = corrupted >= 0 && strstr(f->what, " 0 of ") == NULL;
             snprintf(f->what + strlen(f->what), sizeof f->what - strlen(f->what), "; step %ld corrupted", corrupted);
