@@ -125,6 +125,10 @@ int chaos_ranks(const char *run_dir, chaos_rank *ranks, int max);
 int chaos_rank_pids(const char *run_dir, pid_t *pids, int max);
 /* Delivers sig to the rank on its node; true when it was delivered. */
 bool chaos_signal_rank(const chaos_rank *r, int sig, const char *log);
+/* SIGKILL to every rank found, on every node: a launch that lost a rank or hangs is torn
+ * down at once (survivors asked to stop gracefully would wait on the dead rank until the
+ * launcher's own kill timeout, srun's KillWait); how many were reached. */
+int chaos_kill_ranks(const char *run_dir, const char *log);
 /* Sums resident memory (MB) and open descriptors over the ranks; how many were sampled. */
 int chaos_usage(const chaos_rank *ranks, int max, double *rss_mb, int *fds, const char *log);
 /* `nebula-chaos rank DIR -- PROGRAM ...` and `nebula-chaos probe PID...` (internal). */

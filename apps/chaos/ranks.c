@@ -299,3 +299,13 @@ int chaos_usage(const chaos_rank *r, int max, double *rss_mb, int *fds, const ch
     }
     return seen;
 }
+
+int chaos_kill_ranks(const char *run_dir, const char *log)
+{
+    static chaos_rank r[4096];
+    chaos_ranks(run_dir, r, 4096);
+    int n = 0;
+    for (int i = 0; i < 4096; i++)
+        if (r[i].pid) n += chaos_signal_rank(&r[i], SIGKILL, log);
+    return n;
+}

@@ -352,6 +352,8 @@ int chaos_run_scenario(const config *cfg, const char *out)
 
     /* the faulted run */
     double t_run = chaos_now(), loss_until = 0, t_hb = 0;
+    char sup_log[2 * CHAOS_PATH_MAX];
+    snprintf(sup_log, sizeof sup_log, "%s/supervisor.log", out);
     int fi = 0, to_remove = 0;
     bool failed = false, ok = false;
     char why[256] = "";
@@ -426,6 +428,7 @@ int chaos_run_scenario(const config *cfg, const char *out)
             if (chaos_poll(l)) break;
             if (chaos_rank_died(l, x->run_dir)) {
                 log_info("a rank of launch %d is gone: stopping the others", x->nlaunches);
+                chaos_kill_ranks(x->run_dir, sup_log);
                 chaos_stop(l, x->run_dir, SIGTERM, 2);
                 break;
             }
@@ -433,6 +436,7 @@ int chaos_run_scenario(const config *cfg, const char *out)
                 log_warn("no progress for %.1f s (heartbeat at step %ld): the launch is hung; stopping it", now - t_hb,
                          l->last_step);
                 l->hung = true;
+                chaos_kill_ranks(x->run_dir, sup_log);
                 chaos_stop(l, x->run_dir, SIGTERM, 2);
                 break;
             }

@@ -287,6 +287,7 @@ int chaos_soak(const config *cfg, const char *out)
             }
             if (chaos_poll(l)) break;
             if (!stopping && chaos_rank_died(l, x->run_dir)) {
+                chaos_kill_ranks(x->run_dir, slog);
                 chaos_stop(l, x->run_dir, SIGTERM, 2);
                 break;
             }
@@ -299,10 +300,16 @@ int chaos_soak(const config *cfg, const char *out)
                 log_warn("soak: no progress for %.1f s%s: stopping the hung launch", now - t_hb,
                          trained ? "" : " since it started");
                 l->hung = true;
+                chaos_kill_ranks(x->run_dir, slog);
                 chaos_stop(l, x->run_dir, SIGTERM, 2);
                 break;
             }
-            if (!stopping && now - x->t0 >= duration && trained) {
+            /* every fault that struck has been recovered from (a fault late in the soak is
+             * followed through, within the overrun allowance) */
+            bool settled = armed_fault < 0;
+            for (int i = 0; i < fi; i++) settled &= fs[i].t_recover > 0 || !fs[i].t;
+            if (!stopping && now - x->t0 >= duration && trained &&
+                (settled || now - x->t0 > duration + 2 * fmax(hb_timeout, start_timeout))) {
                 /* the end: a graceful stop, as a scheduler's time limit would ask for (once
                  * the launch trains: a rank that has not registered cannot be told) */
                 char what[160];
@@ -478,9 +485,6 @@ int chaos_soak(const config *cfg, const char *out)
             worst_recover = fmax(worst_recover, f->t_recover - f->t);
         }
     }
-    int unrecovered_ok = 0;  /* a fault too close to the end need not have recovered */
-    for (int i = 0; i < fi; i++)
-        if (!fs[i].t_recover && fs[i].t && fs[i].t - x->t0 > duration - every / 4) unrecovered_ok++;
 
     /* slopes */
     double rss_slope = ls_slope(s, ns, 0, true), fd_slope = ls_slope(s, ns, 1, true);
@@ -524,7 +528,7 @@ int chaos_soak(const config *cfg, const char *out)
     bool ok_rss = isfinite(rss_slope) && rss_slope <= max_rss, ok_fd = isfinite(fd_slope) && fd_slope <= max_fd;
     bool ok_disk = isfinite(disk_slope) && disk_slope <= max_disk;
     bool ok_tp = !isnan(drop) && drop <= max_drop, ok_ck = verify_fail == 0 && final_rc == 0 && verified > 0;
-    bool ok_inj = injected == fi && fi == nf, ok_rec = recovered + unrecovered_ok == fi && !corrupt_loaded;
+    bool ok_inj = injected == fi && fi == nf, ok_rec = recovered == fi && !corrupt_loaded;
     bool ok_lost = lost_over == 0, ok_end = !failed && !chaos_interrupted && stopped_saved(last);
     bool pass = ok_rss && ok_fd && ok_disk && ok_tp && ok_ck && ok_inj && ok_rec && ok_lost && ok_end;
     double goodput = wall > 0 ? useful / wall : 0;
