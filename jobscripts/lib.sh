@@ -90,6 +90,30 @@ nebula_launch() {
     fi
 }
 
+# nebula_ranks_outcome RC LOG: the exit status the ranks meant, printed. A launcher's own
+# code can hide it: mpirun that gets SIGTERM (scancel, a time limit, a node's shutdown)
+# returns 1 even when every rank checkpointed and exited 3. Code 3 is read from the run's
+# log instead: rank 0's line "stopping at step N ... checkpoint committed ...; exit code 3"
+# (written after the collective commit, so it speaks for every rank) and, as the durable
+# proof, the COMMITTED marker of that step's checkpoint ("checkpoint committed: DIR" line).
+# Any other code is kept.
+nebula_ranks_outcome() {
+    local rc=$1 log=$2 step dir
+    case "$rc" in 0|2|3|4) echo "$rc"; return ;; esac
+    step=$(grep -a -o '^stopping at step [0-9]* of [0-9]* on request .*checkpoint committed.*exit code 3$' "$log" 2>/dev/null |
+           tail -1 | awk '{ print $4 }')
+    if [ -n "$step" ]; then
+        dir=$(grep -a -o "checkpoint committed: .*/step_0*$step\$" "$log" | tail -1 | sed 's/^checkpoint committed: //')
+        if [ -n "$dir" ] && [ -f "$dir/COMMITTED" ]; then
+            echo "$(date -Is) the launcher exited $rc, but the ranks stopped at step $step with the checkpoint" \
+                "committed ($dir): outcome 3" >&2
+            echo 3
+            return
+        fi
+    fi
+    echo "$rc"
+}
+
 # nebula_run_requeueable ARGS...: run the launcher command ARGS; the job asks to be
 # requeued when it is told to stop and the program saved its state.
 #
@@ -98,13 +122,21 @@ nebula_launch() {
 #   (both turn a SIGTERM they receive into killing the ranks). nebula-train stops at the
 #   next step boundary, commits a checkpoint and exits 3. The job then requeues itself
 #   (`scontrol requeue`), keeps its id and output file, and the next run resumes from
-#   the newest committed checkpoint of the same run directory.
+#   the newest committed checkpoint of the same run directory. The status is the ranks'
+#   outcome (nebula_ranks_outcome), not only the launcher's code: the launcher's output
+#   is also kept in NEBULA_LAUNCH_LOG (default: a file in TMPDIR, removed at the end).
 #
 # Returns the program's exit status; does not return after a requeue.
 nebula_run_requeueable() {
-    local pid rc
+    local pid rc own_log=0
     NEBULA_STOP_ASKED=0
-    "$@" &
+    if [ -z "${NEBULA_LAUNCH_LOG:-}" ]; then
+        NEBULA_LAUNCH_LOG=$(mktemp "${TMPDIR:-/tmp}/nebula-launch.XXXXXX") || nebula_die "cannot create a file in TMPDIR"
+        own_log=1
+    fi
+    # the launcher's output goes to the job's output as before and to the log the outcome
+    # is read from; $! is the launcher, not tee
+    "$@" > >(tee -a "$NEBULA_LAUNCH_LOG") 2>&1 &
     pid=$!
     # Bash runs a trap only between commands: `wait` is one that a signal interrupts.
     # shellcheck disable=SC2064  # the pid is fixed now, on purpose
@@ -123,7 +155,10 @@ nebula_run_requeueable() {
         [ $again -ne 127 ] && rc=$again
     fi
     trap - USR1
-    if [ $rc -eq 3 ]; then
+    sleep 0.2  # tee writes the launcher's last lines
+    rc=$(nebula_ranks_outcome "$rc" "$NEBULA_LAUNCH_LOG")
+    [ $own_log = 1 ] && rm -f "$NEBULA_LAUNCH_LOG"
+    if [ "$rc" -eq 3 ]; then
         local n=${SLURM_RESTART_COUNT:-0}
         if [ "$n" -ge "$NEBULA_MAX_RESTARTS" ]; then
             echo "$(date -Is) stopped with the state saved, but this job was requeued $n times" \
@@ -135,5 +170,5 @@ nebula_run_requeueable() {
         # Slurm now ends this run (its batch step) and queues the job again
         exit 0
     fi
-    return $rc
+    return "$rc"
 }

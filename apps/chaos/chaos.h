@@ -10,7 +10,9 @@
 #define NEBULA_CHAOS_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <signal.h>
 #include <sys/types.h>
 
 #include "base/config.h"
@@ -46,8 +48,10 @@ typedef struct chaos_fault {
     int launch;                /* the launch it hit */
     int ranks_hit;             /* kill: ranks killed */
     long lost;                 /* steps redone: last step reached - step resumed from */
-    char what[160];            /* e.g. "SIGKILL ranks 1,3" */
-    bool done;
+    char what[160];            /* what was done, e.g. "SIGKILL ranks 1,3": never the plan */
+    bool done;                 /* its step came: the supervisor acted */
+    bool injected;             /* evidence that it struck: kill(2) succeeded on every rank
+                                * hit, the rank logged "chaos: injected", the disk filled */
 } chaos_fault;
 
 typedef struct chaos_ctx {
@@ -66,6 +70,29 @@ typedef struct chaos_ctx {
 
 double chaos_now(void);
 
+/* SIGTERM, SIGINT or SIGHUP received by the supervisor (0 before): the runners stop the
+ * launch in flight (the signal forwarded to its session, SIGKILL after
+ * CHAOS_STOP_GRACE seconds), write an "interrupted" report and exit 128 + the signal.
+ * Set only by the handler main() installs. */
+extern volatile sig_atomic_t chaos_interrupted;
+#define CHAOS_STOP_GRACE 10.0
+/* "SIGTERM" for SIGTERM, ...; "signal N" for others. */
+const char *chaos_signame(int sig);
+
+/* Up-front checks (check.c), exit code 2 on failure with FILE:LINE, key and valid values. */
+/* The file is a regular text file (no NUL byte, no other control character than tab,
+ * CR and LF): binary garbage is refused instead of being read as an empty file. */
+status chaos_check_text(const char *path);
+/* Every value of the scenario (and soak) keys that the schema cannot check by itself. */
+status chaos_check_values(const config *cfg, bool soak);
+/* "72h", "90m", "45s", "2d" or plain seconds; -1 when malformed. */
+double chaos_duration(const char *s);
+/* The signal a preemption sends for a fault.signals word (USR1, USR2, TERM), 0 if none. */
+int chaos_preempt_signal(const char *word);
+/* The build with compiled-in fault points: refused with a HINT when it is missing. */
+#define CHAOS_TRAIN_BIN "build/chaos/bin/nebula-train"
+status chaos_need_chaos_build(void);
+
 /* Launching and watching (launch.c). */
 /* Starts nebula-train on `world` ranks for run_dir, output to log; extra environment
  * "K=V" entries (NULL-terminated) for this launch. */
@@ -73,22 +100,53 @@ int chaos_start(chaos_ctx *x, const char *run_dir, int world, const char *log, l
                 chaos_launch *l);
 /* Non-blocking: true once the launch ended (exit code filled in). */
 bool chaos_poll(chaos_launch *l);
-/* SIGTERM to the launch's session, SIGKILL after `grace` seconds; waits for it; then
+/* `sig` to the launch's session, SIGKILL after `grace` seconds; waits for it; then
  * SIGKILLs any nebula-train of run_dir still alive (ranks started by another daemon). */
-void chaos_stop(chaos_launch *l, const char *run_dir, double grace);
+void chaos_stop(chaos_launch *l, const char *run_dir, int sig, double grace);
 /* True when a rank of the launch has been gone for 2 s while the launcher still runs
  * (checked every 0.2 s): a supervisor stops the launch then, as torchrun's agent does, instead of
  * waiting for the launcher (srun waits KillWait, 30 s by default, for the survivors). */
 bool chaos_rank_died(chaos_launch *l, const char *run_dir);
 /* The heartbeat's step (and its world), -1 when there is none yet. */
 long chaos_heartbeat(const char *run_dir, int *world);
-/* PIDs of run_dir's nebula-train ranks on this host, indexed by rank; returns how many
- * were found (up to max). */
+/* Finding, signalling and sampling ranks on every node (ranks.c). */
+typedef struct chaos_rank {
+    int rank;
+    pid_t pid;                 /* 0: not found (not registered, or a local one that is gone) */
+    char host[64];             /* the rank's host name */
+    char node[64];             /* its Slurm node name (SLURMD_NODENAME), else the host name */
+    bool local;                /* on the supervisor's node: kill(2) and /proc reach it */
+} chaos_rank;
+/* The registry of run_dir's launch: RUN_DIR.ranks/rank.N. */
+void chaos_registry_dir(const char *run_dir, char *out, size_t cap);
+/* run_dir's ranks on every node, indexed by rank (max entries); how many were found. */
+int chaos_ranks(const char *run_dir, chaos_rank *ranks, int max);
+/* PIDs of run_dir's ranks on this node, indexed by rank; how many. */
 int chaos_rank_pids(const char *run_dir, pid_t *pids, int max);
+/* Delivers sig to the rank on its node; true when it was delivered. */
+bool chaos_signal_rank(const chaos_rank *r, int sig, const char *log);
+/* SIGKILL to every rank found, on every node: a launch that lost a rank or hangs is torn
+ * down at once (survivors asked to stop gracefully would wait on the dead rank until the
+ * launcher's own kill timeout, srun's KillWait); how many were reached. */
+int chaos_kill_ranks(const char *run_dir, const char *log);
+/* Sums resident memory (MB) and open descriptors over the ranks; how many were sampled. */
+int chaos_usage(const chaos_rank *ranks, int max, double *rss_mb, int *fds, const char *log);
+/* `nebula-chaos rank DIR -- PROGRAM ...` and `nebula-chaos probe PID...` (internal). */
+int chaos_rank_main(int argc, char **argv);
+int chaos_probe_main(int argc, char **argv);
 /* The step a launch's log says it resumed from: 0 fresh, -1 not yet known. */
 long chaos_log_resumed(const char *log);
 /* "eval step=N loss=X" last in the log: X, or NAN. */
 double chaos_log_final_loss(const char *log, long *step);
+/* This executable's path, for the shim and the probe on every node. */
+void chaos_self_path(char *out, size_t cap);
+/* splitmix64: every random choice of a scenario or soak, from fault.seed (reproducible). */
+uint64_t chaos_mix(uint64_t *state);
+/* The newest committed step of run_dir, -1 if none. */
+long chaos_newest_commit(const char *run_dir);
+/* Flips `bytes` bytes in the middle of the newest committed checkpoint's state.h5 and
+ * syncs it; its step, or -1 when nothing was damaged. */
+long chaos_corrupt_newest(const char *run_dir, long bytes);
 /* Runs a command to completion (argv, NULL-terminated), output appended to log; exit code. */
 int chaos_run_cmd(const char *const *argv, const char *log);
 

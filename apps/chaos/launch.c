@@ -2,9 +2,10 @@
  * stopping all of it.
  *
  * Every launch runs in a session of its own (setsid), so one signal to the session
- * reaches the launcher and every rank it forked. Ranks a launcher did not fork (srun's
- * slurmstepd starts them) are found by their command line instead: every rank of a run
- * carries `--run-dir RUN_DIR`, which is unique to the run. */
+ * reaches the launcher and every rank it forked, and a terminal's Ctrl-C reaches only the
+ * supervisor, which forwards it (chaos_interrupted). Every rank starts through the
+ * registering shim of ranks.c, so the supervisor finds it on whichever node it runs;
+ * leftovers on this node are also found by their `--run-dir RUN_DIR`, unique to the run. */
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
@@ -13,6 +14,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -70,6 +72,12 @@ int chaos_start(chaos_ctx *x, const char *run_dir, int world, const char *log, l
     } else {
         argv[n++] = "mpirun"; argv[n++] = "--oversubscribe"; argv[n++] = "-np"; argv[n++] = np_s;
     }
+    /* the registering shim (ranks.c) runs first on every node and exec()s the trainer */
+    static char self[CHAOS_PATH_MAX], reg[CHAOS_PATH_MAX + 16];
+    chaos_self_path(self, sizeof self);
+    chaos_registry_dir(run_dir, reg, sizeof reg);
+    argv[n++] = self;
+    argv[n++] = "rank"; argv[n++] = reg; argv[n++] = "--";
     argv[n++] = x->train_bin;
     argv[n++] = "--config"; argv[n++] = config_str(cfg, "scenario.train_config");
     argv[n++] = "--run-dir"; argv[n++] = run_dir;
@@ -85,6 +93,16 @@ int chaos_start(chaos_ctx *x, const char *run_dir, int world, const char *log, l
     n += split_words(words, argv + n, 200);
     argv[n] = NULL;
 
+    /* last launch's entries would name dead (or recycled) pids */
+    DIR *d = opendir(reg);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        char p[2 * CHAOS_PATH_MAX];
+        snprintf(p, sizeof p, "%s/%s", reg, e->d_name);
+        if (e->d_name[0] != '.' || strncmp(e->d_name, ".rank.", 6) == 0) unlink(p);
+    }
+    if (d) closedir(d);
+    else if (mkdir(reg, 0755) != 0) log_warn("cannot create %s: %s (ranks found through /proc)", reg, log_errno_str());
     memset(l, 0, sizeof *l);
     l->world = world;
     l->resumed_step = -1;
@@ -131,48 +149,10 @@ bool chaos_poll(chaos_launch *l)
     return true;
 }
 
-int chaos_rank_pids(const char *run_dir, pid_t *pids, int max)
-{
-    for (int i = 0; i < max; i++) pids[i] = 0;
-    DIR *d = opendir("/proc");
-    if (!d) return 0;
-    int found = 0;
-    struct dirent *e;
-    static char buf[1 << 16];
-    while ((e = readdir(d))) {
-        if (!isdigit((unsigned char)e->d_name[0])) continue;
-        char path[300];
-        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
-        ssize_t len = read_small(path, buf, sizeof buf);
-        if (len <= 0) continue;
-        const char *base = strrchr(buf, '/');
-        if (strcmp(base ? base + 1 : buf, "nebula-train") != 0) continue;
-        bool ours = false;
-        for (ssize_t i = 0; i < len; i += (ssize_t)strlen(buf + i) + 1)
-            if (!strcmp(buf + i, "--run-dir") && i + (ssize_t)strlen(buf + i) + 1 < len &&
-                !strcmp(buf + i + strlen(buf + i) + 1, run_dir))
-                ours = true;
-        if (!ours) continue;
-        snprintf(path, sizeof path, "/proc/%s/environ", e->d_name);
-        len = read_small(path, buf, sizeof buf);
-        int rank = -1;
-        for (ssize_t i = 0; i < len; i += (ssize_t)strlen(buf + i) + 1) {
-            if (!strncmp(buf + i, "OMPI_COMM_WORLD_RANK=", 21)) rank = atoi(buf + i + 21);
-            else if (rank < 0 && !strncmp(buf + i, "PMIX_RANK=", 10)) rank = atoi(buf + i + 10);
-        }
-        if (rank >= 0 && rank < max && !pids[rank]) {
-            pids[rank] = (pid_t)atoi(e->d_name);
-            found++;
-        }
-    }
-    closedir(d);
-    return found;
-}
-
-void chaos_stop(chaos_launch *l, const char *run_dir, double grace)
+void chaos_stop(chaos_launch *l, const char *run_dir, int sig, double grace)
 {
     if (l->pid > 0) {
-        kill(-l->pid, SIGTERM);
+        kill(-l->pid, sig);
         double t = chaos_now();
         while (!chaos_poll(l) && chaos_now() - t < grace) usleep(50000);
         if (l->pid > 0) {
@@ -196,8 +176,8 @@ bool chaos_rank_died(chaos_launch *l, const char *run_dir)
     double now = chaos_now();
     if (l->pid <= 0 || now - l->t_ranks < 0.2) return false;
     l->t_ranks = now;
-    static pid_t pids[4096];
-    int n = chaos_rank_pids(run_dir, pids, 4096);
+    static chaos_rank ranks[4096];
+    int n = chaos_ranks(run_dir, ranks, 4096);
     if (n >= l->world) l->all_seen = true;
     if (n >= l->world) l->t_short = 0;
     if (!l->all_seen || n >= l->world) return false;
@@ -269,4 +249,70 @@ int chaos_run_cmd(const char *const *argv, const char *log)
     int ws;
     while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {}
     return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+}
+
+uint64_t chaos_mix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+long chaos_newest_commit(const char *run_dir)
+{
+    char path[2 * CHAOS_PATH_MAX];
+    snprintf(path, sizeof path, "%s/ckpt", run_dir);
+    DIR *d = opendir(path);
+    long best = -1;
+    if (!d) return -1;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long s;
+        char marker[3 * CHAOS_PATH_MAX];
+        if (sscanf(e->d_name, "step_%ld", &s) != 1 || s <= best) continue;
+        snprintf(marker, sizeof marker, "%s/%s/COMMITTED", path, e->d_name);
+        if (access(marker, F_OK) == 0) best = s;
+    }
+    closedir(d);
+    return best;
+}
+
+long chaos_corrupt_newest(const char *run_dir, long bytes)
+{
+    long best = chaos_newest_commit(run_dir);
+    if (best < 0) return -1;
+    char path[2 * CHAOS_PATH_MAX];
+    snprintf(path, sizeof path, "%s/ckpt/step_%08ld/state.h5", run_dir, best);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0) {
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    long flipped = 0;
+    for (long i = 0; i < bytes; i++) {
+        unsigned char c;
+        off_t at = sb.st_size / 2 + i;
+        if (pread(fd, &c, 1, at) != 1) break;
+        c ^= 0xA5;
+        if (pwrite(fd, &c, 1, at) != 1) break;
+        flipped++;
+    }
+    bool ok = fsync(fd) == 0 && flipped == bytes;
+    close(fd);
+    return ok ? best : -1;
+}
+
+void chaos_self_path(char *out, size_t cap)
+{
+    ssize_t n = readlink("/proc/self/exe", out, cap - 1);
+    if (n <= 0) {
+        snprintf(out, cap, "build/bin/nebula-chaos");
+        return;
+    }
+    out[n] = '\0';
+    /* rebuilt while a soak runs: the path names the new binary, which takes the same arguments */
+    size_t len = strlen(out), tag = strlen(" (deleted)");
+    if (len > tag && !strcmp(out + len - tag, " (deleted)")) out[len - tag] = '\0';
 }

@@ -12,6 +12,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
+#include <signal.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,7 +56,7 @@ static const config_key schema[] = {
     { "fault", "relaunch", CONFIG_TYPE_ENUM, "same", .choices = "same|remaining",
       .help = "kill: relaunch with the same world size, or only with the ranks that remain" },
     { "fault", "signals", CONFIG_TYPE_STRING, "TERM",
-      .help = "preempt: the signal (USR1, USR2, TERM) sent to every rank at each fault step, in order" },
+      .help = "preempt: USR1, USR2 or TERM sent to every rank, one per fault step in order or one for all" },
     { "fault", "loss_pct", CONFIG_TYPE_FLOAT, "50", .min = 0, .max = 100, .help = "packet-loss: percent dropped" },
     { "fault", "loss_seconds", CONFIG_TYPE_FLOAT, "15", .min = 0, .max = 1e9, .help = "packet-loss: how long" },
     { "fault", "corrupt_bytes", CONFIG_TYPE_INT, "64", .min = 1, .max = 1e9,
@@ -67,11 +68,17 @@ static const config_key schema[] = {
     { "soak", "duration", CONFIG_TYPE_STRING, "72h", .help = "how long the soak trains (s, m, h, d)" },
     { "soak", "fault_every", CONFIG_TYPE_STRING, "2h", .help = "period of the faults" },
     { "soak", "sample_every", CONFIG_TYPE_STRING, "60s", .help = "period of the samples" },
-    { "soak", "faults", CONFIG_TYPE_STRING, "kill,preempt", .help = "the faults, in turn: kill, preempt" },
+    { "soak", "faults", CONFIG_TYPE_STRING, "kill,stop,preempt,ckpt-corrupt,disk-full,io-error",
+      .help = "fault kinds, each once per round in a seeded random order: kill, stop, preempt, ckpt-corrupt, "
+              "disk-full, io-error, packet-loss (netns launcher)" },
+    { "soak", "start_timeout", CONFIG_TYPE_FLOAT, "120", .min = 1, .max = 1e9,
+      .help = "seconds a launch may take to its first step (a Slurm step waits for the last one's end, KillWait)" },
     { "soak", "max_rss_mb_per_h", CONFIG_TYPE_FLOAT, "64", .min = 0, .max = 1e9,
-      .help = "resident memory of the ranks may grow at most this fast within a launch" },
+      .help = "resident memory of the ranks may grow at most this fast within a launch (least squares)" },
     { "soak", "max_fds_per_h", CONFIG_TYPE_FLOAT, "4", .min = 0, .max = 1e9,
-      .help = "open descriptors of the ranks may grow at most this fast within a launch" },
+      .help = "open descriptors of the ranks may grow at most this fast within a launch (least squares)" },
+    { "soak", "max_disk_mb_per_h", CONFIG_TYPE_FLOAT, "256", .min = 0, .max = 1e9,
+      .help = "the run directory may grow at most this fast over the soak (least squares; metrics.jsonl grows)" },
     { "soak", "max_throughput_drop", CONFIG_TYPE_FLOAT, "0.2", .min = 0, .max = 1,
       .help = "median steps/s of the last third may be at most this fraction below the first third's" },
 };
@@ -91,12 +98,20 @@ static const char usage[] =
     "                                 a fault scenario: the fault-free reference, the faulted run with its\n"
     "                                 relaunches, the invariants (Markdown and JSON report in DIR)\n"
     "       nebula-chaos soak [--duration 72h] [--fault-every 2h] [--sample-every 60s] [--config FILE]\n"
-    "                                 a long training with periodic faults: memory, descriptors, throughput\n"
-    "                                 drift and checkpoint integrity over time\n"
+    "                                 a long training with every fault kind at seeded random times: goodput,\n"
+    "                                 time to recover per fault, leak slopes, checkpoint integrity\n"
     "       nebula-chaos list         the scenarios under chaos/\n"
     "SCENARIO is a file (chaos/kill-30pct.ini) or a name under chaos/. DIR defaults to runs/chaos/NAME; its\n"
     "run/ and reference/ are replaced. Run from the Nebula tree (build/bin/nebula-train). Exit: 0 every\n"
-    "invariant holds, 1 one does not, 2 usage or input error.";
+    "invariant holds, 1 one does not, 2 usage or input error, 128+N stopped by signal N (SIGTERM, SIGINT,\n"
+    "SIGHUP: forwarded to the launch, which is killed 10 s later; the report says interrupted).";
+
+volatile sig_atomic_t chaos_interrupted;
+
+static void on_signal(int sig)
+{
+    chaos_interrupted = sig;
+}
 
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
@@ -172,6 +187,9 @@ int main(int argc, char **argv)
     config_init(&cfg, schema, (int)(sizeof schema / sizeof schema[0]));
     const char *cmd = argc > 1 ? argv[1] : "";
     if (!strcmp(cmd, "list")) return list_scenarios();
+    /* internal: what the launcher starts on every node (launch.c) */
+    if (!strcmp(cmd, "rank")) return chaos_rank_main(argc, argv);
+    if (!strcmp(cmd, "probe")) return chaos_probe_main(argc, argv);
     bool run = !strcmp(cmd, "run"), soak = !strcmp(cmd, "soak");
     if (!run && !soak && cmd[0] && cmd[0] != '-') {
         log_error("unknown command '%s': expected run, soak or list (--help)", cmd);
@@ -190,7 +208,15 @@ int main(int argc, char **argv)
             log_error("scenario %s: %s (nebula-chaos list shows the shipped ones)", scenario, log_errno_str());
             return 2;
         }
-        if (config_load_file(&cfg, scenario) != STATUS_OK) return 2;
+        if (chaos_check_text(scenario) != STATUS_OK || config_load_file(&cfg, scenario) != STATUS_OK) return 2;
+        bool any = false;  /* a file that sets nothing is a mistake (or not a scenario), not the defaults */
+        for (int k = 0; k < cfg.nkeys; k++)
+            any |= strncmp(cfg.values[k].origin, "default", 8) != 0;
+        if (!any) {
+            log_error("%s sets no key: a scenario has a [scenario] and a [fault] section (nebula-chaos --help)",
+                      scenario);
+            return 2;
+        }
         first = 3;
     }
     /* --out is the one option that is not a config key */
@@ -199,6 +225,10 @@ int main(int argc, char **argv)
     int nargs = 0;
     for (int i = 0; i < argc && nargs < 511; i++) {
         if (i >= first && !strcmp(argv[i], "--out") && i + 1 < argc) { out_opt = argv[++i]; continue; }
+        /* config files pass the same text check as a scenario before cli_parse loads them */
+        if (i >= first && !strcmp(argv[i], "--config") && i + 1 < argc && chaos_check_text(argv[i + 1]) != STATUS_OK)
+            return 2;
+        if (i >= first && !strncmp(argv[i], "--config=", 9) && chaos_check_text(argv[i] + 9) != STATUS_OK) return 2;
         args[nargs++] = argv[i];
     }
     args[nargs] = NULL;
@@ -215,9 +245,19 @@ int main(int argc, char **argv)
         log_error("build/bin/nebula-train is missing: run from the Nebula tree after make");
         return 2;
     }
+    if (chaos_check_values(&cfg, soak) != STATUS_OK) return 2;
+    /* A supervisor that dies of a signal leaves its launches running (each has a session
+     * of its own, so Ctrl-C or scancel does not reach them): it stops them instead. */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    int sigs[] = { SIGTERM, SIGINT, SIGHUP };
+    for (int i = 0; i < 3; i++) sigaction(sigs[i], &sa, NULL);
     char out[CHAOS_PATH_MAX];
     if (out_opt) snprintf(out, sizeof out, "%s", out_opt);
     else snprintf(out, sizeof out, "runs/chaos/%s", soak ? "soak" : config_str(&cfg, "scenario.name"));
     if (fresh_out(out) != STATUS_OK) return 2;
-    return soak ? chaos_soak(&cfg, out) : chaos_run_scenario(&cfg, out);
+    int rc = soak ? chaos_soak(&cfg, out) : chaos_run_scenario(&cfg, out);
+    return chaos_interrupted ? 128 + chaos_interrupted : rc;
 }

@@ -96,9 +96,6 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
     openblas_set_num_threads(r->threads);
     TRY(fault_plan_init(&r->metrics_fault, "metrics"));
     TRY(fault_plan_init(&r->rundir_fault, "rundir"));
-    /* The run directory is this run's before anything reads or writes in it: a second
-     * run on it is refused here, before it loads data or a checkpoint (exit 2). */
-    TRY(train_agree(r, rt->rank == 0 ? train_rundir_lock(r) : STATUS_OK));
     /* The model runs on a GPU in nebula-bench model --device cuda; the loop's buckets,
      * DGC-Pro, ZeRO and checkpoints still read host memory. */
     TRY(device_open_from_config(&r->dev, cfg, rt->gpu));
@@ -148,6 +145,11 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
                    "parallel, each rank its shards)", config_origin(cfg, "train.zero"));
         return STATUS_INPUT;
     }
+
+    /* The run directory is this run's before anything reads or writes in it: a second
+     * run on it is refused here, after the checks of the config alone (which leave no
+     * run directory behind) and before data or a checkpoint is loaded (exit 2). */
+    TRY(train_agree(r, rt->rank == 0 ? train_rundir_lock(r) : STATUS_OK));
 
     /* Data before the model: a bad file fails fast. */
     TRY(train_open_data(r, &r->train_data, config_str(cfg, "data.train"), true));

@@ -417,7 +417,7 @@ static void test_corrupt(test_ctx *t)
     expect_open_error(t, &img, STATUS_INPUT, "token file for an image model", "is a token file",
                       "the model takes images", NULL);
     cfg.path = scratch_path(t, "missing.bin", p, sizeof p);
-    expect_open_error(t, &cfg, STATUS_INPUT, "missing file", "cannot open", "No such file", NULL);
+    expect_open_error(t, &cfg, STATUS_INPUT, "missing file", "cannot be opened", "No such file", NULL);
 }
 
 /* File contents, or NULL. */
