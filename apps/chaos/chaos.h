@@ -134,6 +134,9 @@ int chaos_usage(const chaos_rank *ranks, int max, double *rss_mb, int *fds, cons
 /* `nebula-chaos rank DIR -- PROGRAM ...` and `nebula-chaos probe PID...` (internal). */
 int chaos_rank_main(int argc, char **argv);
 int chaos_probe_main(int argc, char **argv);
+/* The number after `before` on the first line of the log holding `marker` (0 on a line
+ * holding `fresh`, when not NULL); -1 when there is none. */
+long chaos_log_step(const char *log, const char *marker, const char *before, const char *fresh);
 /* The step a launch's log says it resumed from: 0 fresh, -1 not yet known. */
 long chaos_log_resumed(const char *log);
 /* "eval step=N loss=X" last in the log: X, or NAN. */

@@ -201,20 +201,26 @@ long chaos_heartbeat(const char *run_dir, int *world)
     return strtol(s + 5, NULL, 10);
 }
 
-long chaos_log_resumed(const char *log)
+long chaos_log_step(const char *log, const char *marker, const char *before, const char *fresh)
 {
     FILE *f = fopen(log, "r");
     if (!f) return -1;
     char line[8192];
     long step = -1;
+    size_t skip = strlen(before);
     while (step < 0 && fgets(line, sizeof line, f)) {
-        const char *p = strstr(line, "resumed from ");
-        const char *q = p ? strstr(p, " at step ") : NULL;
-        if (q) step = strtol(q + 9, NULL, 10);
-        else if (strstr(line, "starting from step 0")) step = 0;
+        const char *p = strstr(line, marker);
+        const char *q = p ? strstr(p, before) : NULL;
+        if (q) step = strtol(q + skip, NULL, 10);
+        else if (fresh && strstr(line, fresh)) step = 0;
     }
     fclose(f);
     return step;
+}
+
+long chaos_log_resumed(const char *log)
+{
+    return chaos_log_step(log, "resumed from ", " at step ", "starting from step 0");
 }
 
 double chaos_log_final_loss(const char *log, long *step)

@@ -174,22 +174,6 @@ static bool strike(chaos_ctx *x, int world, bool all, int sig, uint64_t *seed, c
     return sent == want;
 }
 
-/* "chaos: injected" in a launch's log: the step it struck at, -1 if none */
-static long injected_step(const char *log)
-{
-    FILE *f = fopen(log, "r");
-    if (!f) return -1;
-    char line[4096];
-    long step = -1;
-    while (step < 0 && fgets(line, sizeof line, f)) {
-        const char *p = strstr(line, "chaos: injected ");
-        const char *q = p ? strstr(p, "(step ") : NULL;
-        if (q) step = strtol(q + 6, NULL, 10);
-    }
-    fclose(f);
-    return step;
-}
-
 /* Ended with its state saved: exit 3, or rank 0's line saying so (a launcher may turn the
  * ranks' 3 into its own code). */
 static bool stopped_saved(const chaos_launch *l)
@@ -358,7 +342,7 @@ int chaos_soak(const config *cfg, const char *out)
             }
             /* the armed launch: its "chaos: injected" line is the fault */
             if (armed_fault >= 0 && armed_launch == me && !fs[armed_fault].t) {
-                long at = injected_step(l->log);
+                long at = chaos_log_step(l->log, "chaos: injected ", "(step ", NULL);  /* the save it struck */
                 if (at >= 0) {
                     soak_fault *f = &fs[armed_fault];
                     f->t = now;

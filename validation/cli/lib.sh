@@ -33,6 +33,16 @@ check() {
     if "$@"; then echo "ok - $name"; else echo "FAIL - $name"; fails=$((fails + 1)); fi
 }
 
+# chaos_build_data: TRAIN, CHAOS (the -DCHAOS fault-injection build) and CKPT, failing when
+# the CHAOS build is missing, and the licence corpus in $data (the fault tests' prelude)
+chaos_build_data() {
+    TRAIN=build/bin/nebula-train
+    CHAOS=build/chaos/bin/nebula-train
+    CKPT=build/bin/nebula-ckpt
+    [ -x $CHAOS ] || { echo "FAIL - $CHAOS is missing (make chaos)"; exit 1; }
+    licenses_data
+}
+
 # --- training runs on the licence-text corpus (configs/train/gpt2-tiny-licenses.ini) ---------
 
 # licenses_data: the corpus prepared into $data = $tmp/data (train.bin, val.bin)

@@ -17,11 +17,7 @@
 #     commits), so the save of step 20 hits ENOSPC: exit 1, the ENOSPC HINT, step 10
 #     committed and verified, no debris; sync and async.
 . "$(dirname "$0")/lib.sh"
-TRAIN=build/bin/nebula-train
-CHAOS=build/chaos/bin/nebula-train
-CKPT=build/bin/nebula-ckpt
-[ -x $CHAOS ] || { echo "FAIL - $CHAOS is missing (make chaos)"; exit 1; }
-licenses_data
+chaos_build_data
 
 # run BIN RUN_DIR [--set ...]: one 30-step run under a 120 s deadline, output in
 # RUN_DIR.log; returns its exit code (124: the deadline passed, a hang)

@@ -30,11 +30,7 @@ full=0
 [ "${NEBULA_FAULT_PASS:-}" = full ] && full=1  # the long pass from a test list (validate.sbatch)
 if [ "${1:-}" = --full ]; then full=1; shift; fi
 modules=${*:-ckpt metrics rundir}
-TRAIN=build/bin/nebula-train
-CHAOS=build/chaos/bin/nebula-train
-CKPT=build/bin/nebula-ckpt
-[ -x $CHAOS ] || { echo "FAIL - $CHAOS is missing (make chaos)"; exit 1; }
-licenses_data
+chaos_build_data
 
 # run BIN RUN_DIR STEPS [ARG...]: returns the exit code (124: past the 120 s bound)
 run() {

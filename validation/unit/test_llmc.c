@@ -300,7 +300,7 @@ static void test_hostile(test_ctx *t)
           "truncated at each of %zu lengths: all refused with STATUS_INPUT and a message (%d accepted, %d without)",
           n, accepted, silent);
     free(bytes);
-    expect_refused(t, "/nonexistent/gpt2_124M.bin", "missing file", "cannot open");
+    expect_refused(t, "/nonexistent/gpt2_124M.bin", "missing file", "cannot be opened");
     expect_refused(t, t->dir, "a directory", "not a regular file");
 }
 

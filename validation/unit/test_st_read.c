@@ -417,7 +417,7 @@ static void test_hostile(test_ctx *t)
     write_st(path, 1, "{}", 2, 0);
     expect_refused(t, path, "header length cutting the JSON short", "not valid JSON");
 
-    expect_refused(t, "/nonexistent/model.safetensors", "missing file", "cannot open");
+    expect_refused(t, "/nonexistent/model.safetensors", "missing file", "cannot be opened");
     expect_refused(t, t->dir, "a directory", "not a regular file");
     test_deep_nesting(t);
 }
