@@ -103,8 +103,9 @@ for c in $cases; do
     # waits (it has nothing to log)
     ctl) bounded ctl "allreduce" '[ "$(steps $dir)" -ge 2 ]' -- ;;
     # 10 ms into step 3 (of about 40): rank 1 stops in its forward or backward pass, rank 0
-    # waits in DGC-Pro's exchange
-    dgc) bounded dgc "dgc peers" '[ "$(steps $dir)" -ge 2 ] && sleep 0.01' -- --set dgc.mode=on --ranks-per-node 1 ;;
+    # waits in DGC-Pro's exchange, or in the step's verdict allreduce just before it (the
+    # non-finite counts are agreed before the exchange), whichever it reaches first
+    dgc) bounded dgc "dgc peers|allreduce on world" '[ "$(steps $dir)" -ge 2 ] && sleep 0.01' -- --set dgc.mode=on --ranks-per-node 1 ;;
     # the last step's summary is out: rank 1 stops in the frees or MPI_Finalize (OpenMPI's
     # ends in a barrier), which only the watchdog bounds
     end) bounded end "shutdown|MPI_Finalize|world" 'grep -q "^summary:" "$dir.log"' -- --set train.steps=20 ;;
