@@ -277,7 +277,7 @@ static void log_save_failure(const ckpt_writer *w, int64_t step, int err)
     if (w->rank != 0 || w->fault != CKPT_FAULT_NONE) return;
     char last[CKPT_PATH_MAX], resume[CKPT_PATH_MAX + 128];
     int64_t last_step;
-    if (ckpt_dir_last_committed(w->dir, last, sizeof last, &last_step))
+    if (ckpt_last_committed(w->dir, last, sizeof last, &last_step))
         snprintf(resume, sizeof resume, "the last committed checkpoint is step %" PRId64 " at %s, where a relaunch "
                  "resumes", last_step, last);
     else

@@ -178,6 +178,11 @@ void ckpt_poll(ckpt_writer *w);
  * before it to learn that save's status (free only logs a failure). */
 void ckpt_writer_free(ckpt_writer *w);
 
+/* Not collective. The newest committed checkpoint under dir = RUN/ckpt (its directory
+ * in path, its step in *step), without verifying it; false when there is none or dir
+ * cannot be listed. What a message points a resume at. */
+bool ckpt_last_committed(const char *dir, char *path, size_t len, int64_t *step);
+
 /* Collective. `which` is "auto" (the newest committed checkpoint under dir that
  * verifies; corrupt, unreadable or uncommitted newer ones are reported with a warning
  * and skipped), a checkpoint directory path, or "none" (returns STATUS_OK with

@@ -391,7 +391,7 @@ void ckpt_dir_discard(const char *dir, int64_t step)
     }
 }
 
-bool ckpt_dir_last_committed(const char *dir, char *path, size_t len, int64_t *step)
+bool ckpt_last_committed(const char *dir, char *path, size_t len, int64_t *step)
 {
     ckpt_entry *e;
     int n;

@@ -271,8 +271,6 @@ status ckpt_dir_commit_at(const char *dir, int64_t step, int keep_last, ckpt_fau
  * a committed step_N it had moved aside to .step_N.old. Committed checkpoints are
  * never removed. Logs what it removed. */
 void ckpt_dir_discard(const char *dir, int64_t step);
-/* The newest committed checkpoint under dir (path and step), for messages; false when none. */
-bool ckpt_dir_last_committed(const char *dir, char *path, size_t len, int64_t *step);
 /* Async saves: writes every dataset's "checksum" attribute (and a blob's
  * row_checksums) from the plan into the file at path, then fsyncs it; the CHAOS fault
  * points ckpt.checksums (the reopen, standing for HDF5's calls) and ckpt.fsync of

@@ -15,14 +15,12 @@
  * collective — the loss, the non-finite counts (summed in the loss's allreduce) and the
  * gradient norm are global, the parameters replicated (ZeRO's sharded moments add one
  * small allreduce) — so every rank skips, stops or goes on at the same step. */
-#include <dirent.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "train_impl.h"
 
@@ -63,30 +61,6 @@ static int train_first_nonfinite(const param_table *t, const float *buf, size_t 
     return -1;
 }
 
-/* The newest committed checkpoint of the run (its directory in path, its step in
- * *step), or false; what the divergence message points a resume at. */
-static bool train_last_commit(const train_run *r, char *path, size_t len, long *step)
-{
-    char dir[4200];
-    snprintf(dir, sizeof dir, "%s/ckpt", r->run_dir);
-    DIR *d = opendir(dir);
-    if (!d) return false;
-    *step = -1;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        char *end, marker[4500];
-        if (strncmp(de->d_name, "step_", 5)) continue;
-        long s = strtol(de->d_name + 5, &end, 10);
-        struct stat st;
-        snprintf(marker, sizeof marker, "%s/%s/COMMITTED", dir, de->d_name);
-        if (*end || s <= *step || stat(marker, &st) != 0) continue;
-        if (snprintf(path, len, "%s/%s", dir, de->d_name) >= (int)len) continue;
-        *step = s;
-    }
-    closedir(d);
-    return *step >= 0;
-}
-
 status train_check_start(train_run *r)
 {
     const param_table *pt = model_params(&r->m);
@@ -109,12 +83,13 @@ static void train_log_diverged(train_run *r, long step, const char *why)
     if (r->ckpt) (void)ckpt_wait(r->ckpt);  /* a background save still running commits first */
     if (r->rt->rank != 0) return;
     log_error("step %ld: the run diverged: %s; no checkpoint holds non-finite values", step, why);
-    char path[4200];
-    long at;
+    char dir[4200], path[4300];
+    int64_t at;
     double lr = config_float(r->cfg, "optim.lr");
-    if (r->ckpt && train_last_commit(r, path, sizeof path, &at))
-        log_error("HINT: the last committed checkpoint is step %ld at %s; lower optim.lr (now %g) or set train.clip "
-                  "and resume from step %ld (--set ckpt.resume=%s)", at, path, lr, at, path);
+    snprintf(dir, sizeof dir, "%s/ckpt", r->run_dir);
+    if (r->ckpt && ckpt_last_committed(dir, path, sizeof path, &at))
+        log_error("HINT: the last committed checkpoint is step %" PRId64 " at %s; lower optim.lr (now %g) or set "
+                  "train.clip and resume from step %" PRId64 " (--set ckpt.resume=%s)", at, path, lr, at, path);
     else
         log_error("HINT: no checkpoint is committed%s; lower optim.lr (now %g) or set train.clip and start again",
                   r->ckpt ? "" : " (checkpoints are off)", lr);
