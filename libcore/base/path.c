@@ -76,15 +76,18 @@ int path_open_regular(const char *path, int *fd, struct stat *sb, uint64_t max_b
 int path_create_regular(const char *path, int flags, mode_t mode, int *fd, char *why, size_t len)
 {
     *fd = -1;
-    int f = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC | flags, mode);
+    if ((flags & O_ACCMODE) == O_RDONLY) flags |= O_WRONLY;
+    int f = open(path, O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC | flags, mode);
     if (f < 0) {
         int err = errno;
         struct stat lsb;
-        if (lstat(path, &lsb) == 0 && !S_ISREG(lsb.st_mode))
+        if (lstat(path, &lsb) == 0 && !S_ISREG(lsb.st_mode)) {
             snprintf(why, len, "is %s, not a regular file: Nebula creates it and never writes through %s",
                      path_kind(lsb.st_mode), S_ISLNK(lsb.st_mode) ? "a link" : "anything else");
-        else
+            err = EINVAL;
+        } else {
             snprintf(why, len, "cannot be created: %s", strerror(err));
+        }
         errno = err;
         return -1;
     }

@@ -24,10 +24,12 @@ status path_mkdirs(const char *dir, const char *what);
 int path_open_regular(const char *path, int *fd, struct stat *sb, uint64_t max_bytes, char *why, size_t len);
 
 /* Creates or opens, for writing, a file Nebula itself keeps in its run directory (the
- * heartbeat): never through a symbolic link (O_NOFOLLOW: a link planted there would
- * make a run overwrite the link's target with its permissions), never blocking on a
- * FIFO, never anything but a regular file. `flags` adds to O_WRONLY|O_CREAT (O_TRUNC,
- * O_EXCL). Same returns as path_open_regular. */
+ * heartbeat, the lock, metrics.jsonl): never through a symbolic link (O_NOFOLLOW: a
+ * link planted there would make a run overwrite the link's target with its
+ * permissions), never blocking on a FIFO, never anything but a regular file. `flags`
+ * adds to O_CREAT: O_RDWR (O_WRONLY when no access mode is given), O_APPEND, O_TRUNC,
+ * O_EXCL. Same returns as path_open_regular; errno is EINVAL when a link or anything
+ * but a regular file stands under the name. */
 int path_create_regular(const char *path, int flags, mode_t mode, int *fd, char *why, size_t len);
 
 /* "a directory", "a FIFO", ... for a file type in messages. */

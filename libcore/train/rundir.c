@@ -48,34 +48,24 @@
 status train_rundir_open_file(const train_run *r, const char *name, int flags, fault_plan *f, const char *point,
                               int *out)
 {
-    char path[4200];
+    char path[4200], why[256];
     snprintf(path, sizeof path, "%s/%s", r->run_dir, name);
     *out = -1;
     (void)point;  /* the normal build has no fault points */
     int inj = f ? FAULT_ERRNO(f, point, r->step) : 0;
-    /* O_NONBLOCK: a FIFO planted under the name must not block the open */
-    int fd = inj ? -1 : open(path, flags | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0644);
-    if (inj) errno = inj;
-    struct stat st;
-    if (fd < 0 && errno == ELOOP) {
-        log_error("%s is a symbolic link: the trainer never writes through a link in the run directory (a run as "
-                  "root would overwrite its target)\nHINT: remove the link (rm %s) or use another --run-dir",
-                  path, path);
-        return STATUS_INPUT;
-    }
-    if (fd < 0) {
-        log_error("cannot open %s: %s", path, strerror(errno));
+    if (inj) {
+        log_error("cannot open %s: %s", path, strerror(inj));
         return STATUS_IO;
     }
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        log_error("%s is not a regular file (a FIFO, device or directory): the trainer writes its own files "
-                  "there\nHINT: remove it or use another --run-dir", path);
-        close(fd);
-        return STATUS_INPUT;
+    if (path_create_regular(path, flags & ~O_CREAT, 0644, out, why, sizeof why) == 0) return STATUS_OK;
+    if (errno != EINVAL) {
+        log_error("%s %s", path, why);
+        return STATUS_IO;
     }
-    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-    *out = fd;
-    return STATUS_OK;
+    /* a link, FIFO, device or directory planted under the name: the user's to remove */
+    log_error("%s %s (a run as root would overwrite a link's target)\nHINT: remove it (rm %s) or use another "
+              "--run-dir", path, why, path);
+    return STATUS_INPUT;
 }
 
 /* Run-directory files written by other parts of the trainer (elastic.c's heartbeat and
@@ -92,8 +82,7 @@ static status rundir_check_names(const train_run *r)
         if (lstat(path, &st) != 0 || S_ISREG(st.st_mode)) continue;
         log_error("%s is %s, not a regular file: the trainer writes its own %s there and never through a link "
                   "(a run as root would overwrite the target)\nHINT: remove it (rm %s) or use another --run-dir",
-                  path, S_ISLNK(st.st_mode) ? "a symbolic link" : S_ISDIR(st.st_mode) ? "a directory" : "a special file",
-                  names[i], path);
+                  path, path_kind(st.st_mode), names[i], path);
         return STATUS_INPUT;
     }
     return STATUS_OK;

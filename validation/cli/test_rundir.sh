@@ -108,7 +108,7 @@ done
 F=$tmp/fifo
 mkdir -p $F && mkfifo $F/metrics.jsonl
 go 1 $F $F.log --steps 2; rc=$?
-check "a FIFO as RUN_DIR/metrics.jsonl exits 2 (got $rc), not a hang" eval "[ $rc -eq 2 ] && has $F.log 'metrics.jsonl is a special file'"
+check "a FIFO as RUN_DIR/metrics.jsonl exits 2 (got $rc), not a hang" eval "[ $rc -eq 2 ] && has $F.log 'metrics.jsonl is a FIFO'"
 
 # --- metrics: valid JSON always, write faults ----------------------------------------------
 R=$tmp/rn
