@@ -23,7 +23,9 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "cpu/isa.h"
 #include "bench.h"
+#include "cpu/dnn.h"
 #include "nn/device.h"
 #include "nn/model.h"
 #include "nn/optim.h"
@@ -249,6 +251,10 @@ static status bench_model_steps(const config *cfg, train_run *r, int B, int T)
     fprintf(info, "# nebula-bench model: %s (%.1fM parameters), %s, %d threads, fp32, %s\n# model: ", spec->name,
             (double)pt->total / 1e6, shape, omp_get_max_threads(), sgd ? "SGD momentum" : "AdamW");
     model_spec_print(spec, info);
+    char isa[256];
+    isa_describe(isa, sizeof isa);
+    fprintf(info, "# cpu: ISA level %s; activations %s; OpenBLAS %s (%s)\n", isa, dnn_layout_name(DNN_BLOCKED),
+            openblas_get_corename(), openblas_get_config());
     fprintf(info, "# sgemm 2048^3 in this process: %.1f GFLOP/s; model FLOPs per step %.1f G\n", gflops,
             flops_step / 1e9);
     param_print_memory(pt, model_activation_bytes(m), 0, NULL, info);
@@ -281,8 +287,9 @@ static status bench_model_steps(const config *cfg, train_run *r, int B, int T)
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
         if (json)
-            emit_json(json_pack("{s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "row",
-                                "median", "model", spec->name, "params", (json_int_t)pt->total, "batch", B, "seq", T,
+            emit_json(json_pack("{s:s, s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
+                                "row", "median", "model", spec->name, "isa", isa_name(isa_active()), "layout",
+                                dnn_layout_name(DNN_BLOCKED), "params", (json_int_t)pt->total, "batch", B, "seq", T,
                                 "threads", omp_get_max_threads(), "fwd_ms", bench_median(tf, steps), "bwd_ms",
                                 bench_median(tb, steps), "opt_ms", bench_median(to, steps), "total_ms", mt, per_s, ups,
                                 "gflops", gf, "pct_sgemm", 100 * gf / gflops, "sgemm_gflops", gflops, "peak_rss_mib",

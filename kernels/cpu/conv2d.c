@@ -33,9 +33,10 @@ static dnnl_primitive_t conv2d_reorder(const dnnl_memory_desc_t *from, const dnn
     return dnn_primitive(pd);
 }
 
-/* ---- the GEMM engine (small output maps, nChw8c) ------------------------------
- * K index of (c, kh, kw) in the blocked order: ((c/8 * KH + kh) * KW + kw) * 8 + c%8,
- * so one pixel's row of the column matrix is built from whole 8-channel vectors. */
+/* ---- the GEMM engine (small output maps, blocked layout) -----------------------
+ * K index of (c, kh, kw) in the blocked order, B = dnn_block():
+ * ((c/B * KH + kh) * KW + kw) * B + c%B, so one pixel's row of the column matrix is
+ * built from whole B-channel vectors. */
 
 static size_t gemm_k(const conv2d_shape *s)
 {
@@ -49,7 +50,7 @@ static size_t gemm_pixels(const conv2d_shape *s)
 
 static void gemm_im2col(float *cols, const float *x, const conv2d_shape *s)
 {
-    const int CB = s->C / DNN_BLOCK;
+    const int B = dnn_block(), CB = s->C / B;
     const size_t K = gemm_k(s);
 #pragma omp parallel for collapse(2) schedule(static)
     for (int n = 0; n < s->N; n++)
@@ -60,12 +61,12 @@ static void gemm_im2col(float *cols, const float *x, const conv2d_shape *s)
                     for (int kh = 0; kh < s->KH; kh++)
                         for (int kw = 0; kw < s->KW; kw++) {
                             int ih = oh * s->stride - s->pad + kh, iw = ow * s->stride - s->pad + kw;
-                            float *d = row + (((size_t)cb * s->KH + kh) * s->KW + kw) * DNN_BLOCK;
+                            float *d = row + (((size_t)cb * s->KH + kh) * s->KW + kw) * B;
                             if (ih < 0 || ih >= s->H || iw < 0 || iw >= s->W) {
-                                memset(d, 0, DNN_BLOCK * sizeof *d);
+                                memset(d, 0, B * sizeof *d);
                             } else {
-                                memcpy(d, x + ((((size_t)n * CB + cb) * s->H + ih) * s->W + iw) * DNN_BLOCK,
-                                       DNN_BLOCK * sizeof *d);
+                                memcpy(d, x + ((((size_t)n * CB + cb) * s->H + ih) * s->W + iw) * B,
+                                       B * sizeof *d);
                             }
                         }
             }
@@ -75,7 +76,7 @@ static void gemm_im2col(float *cols, const float *x, const conv2d_shape *s)
  * order: deterministic. */
 static void gemm_col2im(float *dx, const float *dcols, const conv2d_shape *s)
 {
-    const int CB = s->C / DNN_BLOCK;
+    const int B = dnn_block(), CB = s->C / B;
     const size_t K = gemm_k(s), img = (size_t)s->C * s->H * s->W;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < s->N; n++) {
@@ -89,64 +90,66 @@ static void gemm_col2im(float *dx, const float *dcols, const conv2d_shape *s)
                         for (int kw = 0; kw < s->KW; kw++) {
                             int ih = oh * s->stride - s->pad + kh, iw = ow * s->stride - s->pad + kw;
                             if (ih < 0 || ih >= s->H || iw < 0 || iw >= s->W) continue;
-                            float *restrict d = xi + (((size_t)cb * s->H + ih) * s->W + iw) * DNN_BLOCK;
-                            const float *restrict g = row + (((size_t)cb * s->KH + kh) * s->KW + kw) * DNN_BLOCK;
+                            float *restrict d = xi + (((size_t)cb * s->H + ih) * s->W + iw) * B;
+                            const float *restrict g = row + (((size_t)cb * s->KH + kh) * s->KW + kw) * B;
 #pragma omp simd
-                            for (int c = 0; c < DNN_BLOCK; c++) d[c] += g[c];
+                            for (int c = 0; c < B; c++) d[c] += g[c];
                         }
             }
     }
 }
 
-/* (pixels, C) pixel-major <-> nChw8c. */
+/* (pixels, C) pixel-major <-> the blocked layout. */
 static void gemm_to_pm(float *pm, const float *y, int N, int C, int HW)
 {
-    const int CB = C / DNN_BLOCK;
+    const int B = dnn_block(), CB = C / B;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++)
         for (int cb = 0; cb < CB; cb++)
             for (int i = 0; i < HW; i++)
-                memcpy(pm + ((size_t)n * HW + i) * C + (size_t)cb * DNN_BLOCK,
-                       y + (((size_t)n * CB + cb) * HW + i) * DNN_BLOCK, DNN_BLOCK * sizeof *pm);
+                memcpy(pm + ((size_t)n * HW + i) * C + (size_t)cb * B,
+                       y + (((size_t)n * CB + cb) * HW + i) * B, B * sizeof *pm);
 }
 
 static void gemm_from_pm(float *y, const float *pm, int N, int C, int HW)
 {
-    const int CB = C / DNN_BLOCK;
+    const int B = dnn_block(), CB = C / B;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++)
         for (int cb = 0; cb < CB; cb++)
             for (int i = 0; i < HW; i++)
-                memcpy(y + (((size_t)n * CB + cb) * HW + i) * DNN_BLOCK,
-                       pm + ((size_t)n * HW + i) * C + (size_t)cb * DNN_BLOCK, DNN_BLOCK * sizeof *y);
+                memcpy(y + (((size_t)n * CB + cb) * HW + i) * B,
+                       pm + ((size_t)n * HW + i) * C + (size_t)cb * B, B * sizeof *y);
 }
 
 /* The blocked K index of (c, kh, kw). */
-static size_t gemm_kidx(const conv2d_shape *s, int c, int kh, int kw)
+static size_t gemm_kidx(const conv2d_shape *s, int B, int c, int kh, int kw)
 {
-    return (((size_t)(c / DNN_BLOCK) * s->KH + kh) * s->KW + kw) * DNN_BLOCK + (size_t)(c % DNN_BLOCK);
+    return (((size_t)(c / B) * s->KH + kh) * s->KW + kw) * B + (size_t)(c % B);
 }
 
 static void gemm_permute_weights(float *wp, const float *w, const conv2d_shape *s)
 {
     const size_t K = gemm_k(s);
+    const int B = dnn_block();
 #pragma omp parallel for schedule(static)
     for (int oc = 0; oc < s->OC; oc++)
         for (int c = 0; c < s->C; c++)
             for (int kh = 0; kh < s->KH; kh++)
                 for (int kw = 0; kw < s->KW; kw++)
-                    wp[(size_t)oc * K + gemm_kidx(s, c, kh, kw)] = w[(((size_t)oc * s->C + c) * s->KH + kh) * s->KW + kw];
+                    wp[(size_t)oc * K + gemm_kidx(s, B, c, kh, kw)] = w[(((size_t)oc * s->C + c) * s->KH + kh) * s->KW + kw];
 }
 
 static void gemm_add_dweight(float *dw, const float *dwp, const conv2d_shape *s)
 {
     const size_t K = gemm_k(s);
+    const int B = dnn_block();
 #pragma omp parallel for schedule(static)
     for (int oc = 0; oc < s->OC; oc++)
         for (int c = 0; c < s->C; c++)
             for (int kh = 0; kh < s->KH; kh++)
                 for (int kw = 0; kw < s->KW; kw++)
-                    dw[(((size_t)oc * s->C + c) * s->KH + kh) * s->KW + kw] += dwp[(size_t)oc * K + gemm_kidx(s, c, kh, kw)];
+                    dw[(((size_t)oc * s->C + c) * s->KH + kh) * s->KW + kw] += dwp[(size_t)oc * K + gemm_kidx(s, B, c, kh, kw)];
 }
 
 static void gemm_forward(conv2d_plan *p, float *out, const float *inp, const float *weight)
@@ -184,23 +187,24 @@ static void gemm_backward(conv2d_plan *p, float *dinp, float *dweight, const flo
     }
 }
 
-void conv2d_plan_init(conv2d_plan *p, const conv2d_shape *s, dnn_layout in, dnn_layout out, bool bias, bool dinp)
+int conv2d_gemm_max_pixels(void) { return dnn_block() == 8 ? CONV2D_GEMM_MAX_PIXELS : 0; }
+
+/* pd of one pass, or NULL when oneDNN has no kernel for it (an explicit algorithm) */
+static dnnl_primitive_desc_t conv2d_pd(const void *desc, const_dnnl_primitive_desc_t hint, conv2d_alg alg)
 {
-    assert(s->stride >= 1 && s->pad >= 0 && s->KH >= 1 && s->KW >= 1);
-    assert(s->OH == (s->H + 2 * s->pad - s->KH) / s->stride + 1 && s->OW == (s->W + 2 * s->pad - s->KW) / s->stride + 1);
-    memset(p, 0, sizeof *p);
-    p->s = *s, p->in = in, p->out = out, p->bias = bias, p->dinp = dinp;
-    if (in == DNN_NCHW8C && out == DNN_NCHW8C && !bias && s->KH * s->KW > 1 &&
-        s->OH * s->OW <= CONV2D_GEMM_MAX_PIXELS) {
-        size_t P = gemm_pixels(s), K = gemm_k(s), fl = sizeof(float);
-        p->gemm = true;
-        p->bytes = (P * K + P * (size_t)s->OC + 2 * (size_t)s->OC * K) * fl;
-        if (posix_memalign((void **)&p->cols, 64, P * K * fl) || posix_memalign((void **)&p->pm, 64, P * s->OC * fl) ||
-            posix_memalign((void **)&p->wperm, 64, (size_t)s->OC * K * fl) ||
-            posix_memalign((void **)&p->dwperm, 64, (size_t)s->OC * K * fl))
-            dnn_check(dnnl_out_of_memory, "conv2d GEMM engine buffers", __FILE__, __LINE__);
-        return;
-    }
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_status_t st = dnnl_primitive_desc_create(&pd, desc, NULL, dnn_engine(), hint);
+    if (st == dnnl_unimplemented && alg != CONV2D_ALG_AUTO) return NULL;
+    DNN_CHECK(st);
+    return pd;
+}
+
+static bool conv2d_plan_build(conv2d_plan *p, const conv2d_shape *s, dnn_layout in, dnn_layout out, bool bias,
+                              bool dinp, conv2d_alg alg)
+{
+    static const dnnl_alg_kind_t kinds[] = { dnnl_convolution_auto, dnnl_convolution_direct,
+                                             dnnl_convolution_winograd };
+    const dnnl_alg_kind_t kind = kinds[alg];
     dnnl_memory_desc_t src, dst, w_any, w_user, b_md;
     dnn_md(&src, s->N, s->C, s->H, s->W, in);
     dnn_md(&dst, s->N, s->OC, s->OH, s->OW, out);
@@ -214,19 +218,22 @@ void conv2d_plan_init(conv2d_plan *p, const conv2d_shape *s, dnn_layout in, dnn_
 
     dnnl_convolution_desc_t d;
     dnnl_primitive_desc_t fpd, pd;
-    DNN_CHECK(dnnl_convolution_forward_desc_init(&d, dnnl_forward_training, dnnl_convolution_direct, &src, &w_any,
-                                                 bias ? &b_md : NULL, &dst, strides, pad_l, pad_r));
-    DNN_CHECK(dnnl_primitive_desc_create(&fpd, &d, NULL, dnn_engine(), NULL));
+    DNN_CHECK(dnnl_convolution_forward_desc_init(&d, dnnl_forward_training, kind, &src, &w_any, bias ? &b_md : NULL,
+                                                 &dst, strides, pad_l, pad_r));
+    if (!(fpd = conv2d_pd(&d, NULL, alg))) return false;
     const dnnl_memory_desc_t *w_fwd = dnnl_primitive_desc_query_md(fpd, dnnl_query_weights_md, 0);
     p->src = dnn_mem(&src), p->dst = dnn_mem(&dst), p->w_user = dnn_mem(&w_user), p->w = dnn_mem(w_fwd);
     if (bias) p->bias_m = dnn_mem(&b_md), p->dbias_m = dnn_mem(&b_md);
     p->wbuf = conv2d_alloc(p, w_fwd);
     p->w_to_fwd = conv2d_reorder(&w_user, w_fwd, false);
+    p->fwd = dnn_primitive(fpd);  /* destroys fpd: the hints below take the primitive's own */
+    const_dnnl_primitive_desc_t hint;
+    DNN_CHECK(dnnl_primitive_get_primitive_desc(p->fwd, &hint));
+    w_fwd = dnnl_primitive_desc_query_md(hint, dnnl_query_weights_md, 0);
 
     if (dinp) {
-        DNN_CHECK(dnnl_convolution_backward_data_desc_init(&d, dnnl_convolution_direct, &src, &w_any, &dst, strides,
-                                                           pad_l, pad_r));
-        DNN_CHECK(dnnl_primitive_desc_create(&pd, &d, NULL, dnn_engine(), fpd));
+        DNN_CHECK(dnnl_convolution_backward_data_desc_init(&d, kind, &src, &w_any, &dst, strides, pad_l, pad_r));
+        if (!(pd = conv2d_pd(&d, hint, alg))) return false;
         const dnnl_memory_desc_t *w_bwd = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
         if (!dnnl_memory_desc_equal(w_bwd, w_fwd)) {
             p->w_bwd = dnn_mem(w_bwd);
@@ -235,16 +242,51 @@ void conv2d_plan_init(conv2d_plan *p, const conv2d_shape *s, dnn_layout in, dnn_
         }
         p->bwd_data = dnn_primitive(pd);
     }
-    DNN_CHECK(dnnl_convolution_backward_weights_desc_init(&d, dnnl_convolution_direct, &src, &w_any,
-                                                          bias ? &b_md : NULL, &dst, strides, pad_l, pad_r));
-    DNN_CHECK(dnnl_primitive_desc_create(&pd, &d, NULL, dnn_engine(), fpd));
+    DNN_CHECK(dnnl_convolution_backward_weights_desc_init(&d, kind, &src, &w_any, bias ? &b_md : NULL, &dst, strides,
+                                                          pad_l, pad_r));
+    if (!(pd = conv2d_pd(&d, hint, alg))) return false;
     const dnnl_memory_desc_t *dw = dnnl_primitive_desc_query_md(pd, dnnl_query_diff_weights_md, 0);
     p->dw = dnn_mem(dw);
     p->dwbuf = conv2d_alloc(p, dw);
     p->dw_to_user = conv2d_reorder(dw, &w_user, true);
     if (bias) p->dbias_tmp = conv2d_alloc(p, &b_md);
     p->bwd_weights = dnn_primitive(pd);
-    p->fwd = dnn_primitive(fpd);
+    return true;
+}
+
+static void conv2d_plan_check(conv2d_plan *p, const conv2d_shape *s, dnn_layout in, dnn_layout out, bool bias,
+                              bool dinp)
+{
+    assert(s->stride >= 1 && s->pad >= 0 && s->KH >= 1 && s->KW >= 1);
+    assert(s->OH == (s->H + 2 * s->pad - s->KH) / s->stride + 1 && s->OW == (s->W + 2 * s->pad - s->KW) / s->stride + 1);
+    memset(p, 0, sizeof *p);
+    p->s = *s, p->in = in, p->out = out, p->bias = bias, p->dinp = dinp;
+}
+
+bool conv2d_plan_init_alg(conv2d_plan *p, const conv2d_shape *s, dnn_layout in, dnn_layout out, bool bias, bool dinp,
+                          conv2d_alg alg)
+{
+    conv2d_plan_check(p, s, in, out, bias, dinp);
+    if (conv2d_plan_build(p, s, in, out, bias, dinp, alg)) return true;
+    conv2d_plan_free(p);
+    return false;
+}
+
+void conv2d_plan_init(conv2d_plan *p, const conv2d_shape *s, dnn_layout in, dnn_layout out, bool bias, bool dinp)
+{
+    conv2d_plan_check(p, s, in, out, bias, dinp);
+    if (in == DNN_BLOCKED && out == DNN_BLOCKED && !bias && s->KH * s->KW > 1 &&
+        s->OH * s->OW <= conv2d_gemm_max_pixels()) {
+        size_t P = gemm_pixels(s), K = gemm_k(s), fl = sizeof(float);
+        p->gemm = true;
+        p->bytes = (P * K + P * (size_t)s->OC + 2 * (size_t)s->OC * K) * fl;
+        if (posix_memalign((void **)&p->cols, 64, P * K * fl) || posix_memalign((void **)&p->pm, 64, P * s->OC * fl) ||
+            posix_memalign((void **)&p->wperm, 64, (size_t)s->OC * K * fl) ||
+            posix_memalign((void **)&p->dwperm, 64, (size_t)s->OC * K * fl))
+            dnn_check(dnnl_out_of_memory, "conv2d GEMM engine buffers", __FILE__, __LINE__);
+        return;
+    }
+    conv2d_plan_build(p, s, in, out, bias, dinp, CONV2D_ALG_AUTO);
 }
 
 void conv2d_plan_free(conv2d_plan *p)

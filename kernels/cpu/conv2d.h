@@ -8,10 +8,11 @@
  * likewise OW.)
  *
  * The one design decision: the fast path is a *plan* over oneDNN's direct
- * convolution (jit:avx2 on blocked layouts), built once per layer and shape. Its
- * input and output live in the layouts the caller names (dnn.h; a CNN keeps them
- * nChw8c from the first convolution's output on), while the weights stay in the
- * caller's (OC, C, KH, KW) layout — torch's, the flat parameter buffer's. Each
+ * convolution (jit:avx2 or jit:avx512_core on blocked layouts, as the ISA level
+ * allows), built once per layer and shape. Its input and output live in the layouts
+ * the caller names (dnn.h; a CNN keeps them blocked from the first convolution's
+ * output on), while the weights stay in the caller's (OC, C, KH, KW) layout —
+ * torch's, the flat parameter buffer's. Each
  * forward reorders the weights into the plan's own blocked copy (they change every
  * step; the copy is small next to the activations), backward-data reuses that copy,
  * and backward-weights reorders its blocked result back, ADDED into the caller's
@@ -19,12 +20,21 @@
  * im2col + OpenBLAS SGEMM (ResNet-18 CIFAR, batch 64, 2 threads): 95-145 GFLOP/s
  * against 30-46.
  *
- * One exception, also measured: on nChw8c maps of at most CONV2D_GEMM_MAX_PIXELS
- * output pixels per image (ResNet's last stage on CIFAR: 4x4), oneDNN's direct
- * kernels fall to 45-85 GFLOP/s while one OpenBLAS SGEMM over the whole batch runs
- * at 130+. There the plan uses its GEMM engine: im2col of the blocked input into a
- * (pixels x C*KH*KW) matrix in the blocked channel order, the weights permuted to
- * match, and one SGEMM per pass (forward, backward-weights, backward-data).
+ * oneDNN picks the algorithm per pass (dnnl_convolution_auto): where it has a Winograd
+ * kernel that pays (F(4x4, 3x3), jit_wino_4x3, avx512_core only: the 3x3 stride-1
+ * convolutions of a ResNet at CIFAR batch sizes) it runs that, else its direct kernel.
+ * Measured on the 2-core AVX-512 machine, ResNet-18 CIFAR B=64: 47 img/s direct, 73 with
+ * Winograd. Winograd sums in a transformed basis, so it rounds differently (and a
+ * little worse) than a direct sum: the tests bound its error separately.
+ *
+ * One exception, also measured: on the 8-block (AVX2), maps of at most
+ * CONV2D_GEMM_MAX_PIXELS output pixels per image (ResNet's last stage on CIFAR: 4x4) make
+ * oneDNN's direct kernels fall to 45-85 GFLOP/s while one OpenBLAS SGEMM over the whole
+ * batch runs at 130+. There the plan uses its GEMM engine: im2col of the blocked input
+ * into a (pixels x C*KH*KW) matrix in the blocked channel order, the weights permuted to
+ * match, and one SGEMM per pass (forward, backward-weights, backward-data). On the
+ * 16-block (AVX-512) oneDNN's kernels win there too (ResNet-18 CIFAR B=64: 87-94 img/s
+ * without the engine, 68-73 with it), so the engine is off (conv2d_gemm_max_pixels).
  *
  * Gradient contract: dinp is WRITTEN (a CNN sums branch gradients itself);
  * dweight and dbias are ADDED (gradient accumulation over micro-batches). */
@@ -43,8 +53,17 @@ typedef struct conv2d_shape {
     int OH, OW;              /* output: must equal (H + 2*pad - KH)/stride + 1, likewise W */
 } conv2d_shape;
 
-/* Largest output map (OH*OW) that takes the GEMM engine. */
+/* Largest output map (OH*OW) that takes the GEMM engine on the 8-block. */
 #define CONV2D_GEMM_MAX_PIXELS 16
+/* The same at the active ISA level: CONV2D_GEMM_MAX_PIXELS below AVX-512, 0 from it on. */
+int conv2d_gemm_max_pixels(void);
+
+/* The algorithm of a plan's oneDNN primitives. */
+typedef enum conv2d_alg {
+    CONV2D_ALG_AUTO = 0,  /* oneDNN chooses per pass: Winograd where it has one that pays, else direct */
+    CONV2D_ALG_DIRECT,
+    CONV2D_ALG_WINOGRAD,  /* every pass Winograd (tests); not every shape and ISA has one */
+} conv2d_alg;
 
 typedef struct conv2d_plan {
     conv2d_shape s;
@@ -69,8 +88,12 @@ typedef struct conv2d_plan {
 
 /* Builds the primitives for shape `s` (asserted consistent), input layout `in`,
  * output layout `out`, with a bias or not, and the input gradient or not (a
- * network's first convolution needs none). */
+ * network's first convolution needs none); CONV2D_ALG_AUTO. */
 void conv2d_plan_init(conv2d_plan *p, const conv2d_shape *s, dnn_layout in, dnn_layout out, bool bias, bool dinp);
+/* The same with oneDNN's algorithm named, never the GEMM engine; false (the plan left
+ * empty) when oneDNN has no such kernel for this shape at this ISA level. */
+bool conv2d_plan_init_alg(conv2d_plan *p, const conv2d_shape *s, dnn_layout in, dnn_layout out, bool bias, bool dinp,
+                          conv2d_alg alg);
 void conv2d_plan_free(conv2d_plan *p);
 
 /* out = conv(inp, weight) + bias. weight (OC, C, KH, KW); bias (OC) or NULL

@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "isa.h"
+
 #define DGC_SAMPLE_RUN 16
 
 static uint64_t mix64(uint64_t z)
@@ -112,7 +114,7 @@ static size_t select_avx2(const float *x, size_t n, float thr, uint32_t *idx, si
 
 size_t dgc_select(const float *x, size_t n, float thr, uint32_t *idx, size_t cap)
 {
-    if (__builtin_cpu_supports("avx2")) return select_avx2(x, n, thr, idx, cap);
+    if (isa_active() >= ISA_AVX2) return select_avx2(x, n, thr, idx, cap);
     return select_portable(x, 0, n, thr, idx, cap, 0);
 }
 

@@ -1,6 +1,8 @@
 /* dnn — see dnn.h. */
 #include "dnn.h"
 
+#include "isa.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,9 +21,19 @@ void dnn_check(dnnl_status_t st, const char *call, const char *file, int line)
 static dnnl_engine_t engine;
 static dnnl_stream_t stream;
 
+int dnn_block(void) { return isa_channel_block(); }
+
+const char *dnn_layout_name(dnn_layout l) { return l == DNN_NCHW ? "nchw" : dnn_block() == 16 ? "nChw16c" : "nChw8c"; }
+
 dnnl_engine_t dnn_engine(void)
 {
-    if (!engine) DNN_CHECK(dnnl_engine_create(&engine, dnnl_cpu, 0));
+    if (!engine) {
+        static const dnnl_cpu_isa_t max[ISA_LEVELS] = { dnnl_cpu_isa_sse41, dnnl_cpu_isa_avx2, dnnl_cpu_isa_avx512_core,
+                                                        dnnl_cpu_isa_avx512_core_bf16, dnnl_cpu_isa_all };
+        /* fails only once a primitive exists (another engine's): then the first setting stays */
+        (void)dnnl_set_max_cpu_isa(max[isa_active()]);
+        DNN_CHECK(dnnl_engine_create(&engine, dnnl_cpu, 0));
+    }
     return engine;
 }
 
@@ -34,7 +46,8 @@ dnnl_stream_t dnn_stream(void)
 void dnn_md(dnnl_memory_desc_t *md, int N, int C, int H, int W, dnn_layout layout)
 {
     dnnl_dims_t dims = { N, C, H, W };
-    DNN_CHECK(dnnl_memory_desc_init_by_tag(md, 4, dims, dnnl_f32, layout == DNN_NCHW8C ? dnnl_nChw8c : dnnl_nchw));
+    dnnl_format_tag_t tag = layout == DNN_NCHW ? dnnl_nchw : dnn_block() == 16 ? dnnl_nChw16c : dnnl_nChw8c;
+    DNN_CHECK(dnnl_memory_desc_init_by_tag(md, 4, dims, dnnl_f32, tag));
 }
 
 dnnl_memory_t dnn_mem(const dnnl_memory_desc_t *md)
@@ -86,26 +99,26 @@ void dnn_run(dnnl_primitive_t p, const dnn_arg *args, int nargs)
 
 void dnn_nchw_to_blocked(float *dst, const float *src, int N, int C, int HW)
 {
-    const int CB = C / DNN_BLOCK;
+    const int B = dnn_block(), CB = C / B;
 #pragma omp parallel for collapse(2) schedule(static) if ((size_t)N * C * HW >= (1 << 16))
     for (int n = 0; n < N; n++)
         for (int cb = 0; cb < CB; cb++) {
-            const float *s = src + ((size_t)n * C + (size_t)cb * DNN_BLOCK) * HW;
-            float *d = dst + ((size_t)n * CB + cb) * HW * DNN_BLOCK;
+            const float *s = src + ((size_t)n * C + (size_t)cb * B) * HW;
+            float *d = dst + ((size_t)n * CB + cb) * HW * B;
             for (int i = 0; i < HW; i++)
-                for (int c = 0; c < DNN_BLOCK; c++) d[(size_t)i * DNN_BLOCK + c] = s[(size_t)c * HW + i];
+                for (int c = 0; c < B; c++) d[(size_t)i * B + c] = s[(size_t)c * HW + i];
         }
 }
 
 void dnn_blocked_to_nchw(float *dst, const float *src, int N, int C, int HW)
 {
-    const int CB = C / DNN_BLOCK;
+    const int B = dnn_block(), CB = C / B;
 #pragma omp parallel for collapse(2) schedule(static) if ((size_t)N * C * HW >= (1 << 16))
     for (int n = 0; n < N; n++)
         for (int cb = 0; cb < CB; cb++) {
-            const float *s = src + ((size_t)n * CB + cb) * HW * DNN_BLOCK;
-            float *d = dst + ((size_t)n * C + (size_t)cb * DNN_BLOCK) * HW;
-            for (int c = 0; c < DNN_BLOCK; c++)
-                for (int i = 0; i < HW; i++) d[(size_t)c * HW + i] = s[(size_t)i * DNN_BLOCK + c];
+            const float *s = src + ((size_t)n * CB + cb) * HW * B;
+            float *d = dst + ((size_t)n * C + (size_t)cb * B) * HW;
+            for (int c = 0; c < B; c++)
+                for (int i = 0; i < HW; i++) d[(size_t)c * HW + i] = s[(size_t)i * B + c];
         }
 }

@@ -3,16 +3,20 @@
  * layouts Nebula uses, and plain-loop converters between them.
  *
  * Layouts of a 4-D activation (N, C, H, W):
- *   DNN_NCHW    torch's contiguous layout; index ((n*C + c)*H + h)*W + w.
- *   DNN_NCHW8C  oneDNN's nChw8c: channels in blocks of 8, the 8 channels of one
- *               pixel adjacent (one AVX2 vector); index
- *               (((n*C/8 + c/8)*H + h)*W + w)*8 + c%8. Needs C % 8 == 0, so it
- *               holds exactly N*C*H*W floats, and elementwise kernels (ReLU,
- *               residual add) run on it unchanged.
+ *   DNN_NCHW     torch's contiguous layout; index ((n*C + c)*H + h)*W + w.
+ *   DNN_BLOCKED  oneDNN's nChw16c on AVX-512 CPUs, nChw8c below (dnn_block(): one
+ *                vector of floats, isa.h's channel block): channels in blocks of B,
+ *                the B channels of one pixel adjacent; index
+ *                (((n*C/B + c/B)*H + h)*W + w)*B + c%B. Needs C % B == 0 (16 serves
+ *                both), so it holds exactly N*C*H*W floats, and elementwise kernels
+ *                (ReLU, residual add) run on it unchanged.
  * Measured on the 2-core AVX2 machine (ResNet-18 CIFAR shapes, batch 64): oneDNN's
  * direct convolutions reach 95-145 GFLOP/s on nChw8c, 60-85 on NCHW (its GEMM
  * path) and im2col + OpenBLAS SGEMM per image 30-46, so a CNN keeps its
- * activations blocked end to end and converts only at the edges.
+ * activations blocked end to end and converts only at the edges. On AVX-512 the
+ * 8-block confines oneDNN to its AVX2 kernels: the block follows the ISA level.
+ *
+ * The engine is created at the ISA level of isa_active() (dnnl_set_max_cpu_isa).
  *
  * oneDNN failures here are programming errors (a shape the caller validated, an
  * out-of-memory inside the library): they die with the call and oneDNN's status. */
@@ -24,16 +28,20 @@
 
 typedef enum dnn_layout {
     DNN_NCHW = 0,
-    DNN_NCHW8C,
+    DNN_BLOCKED,
 } dnn_layout;
 
-#define DNN_BLOCK 8
+/* The channel block of DNN_BLOCKED: 16 or 8 (isa_channel_block), fixed per process. */
+int dnn_block(void);
+/* oneDNN's name of DNN_BLOCKED ("nChw16c") or of DNN_NCHW ("nchw"). */
+const char *dnn_layout_name(dnn_layout l);
 
 /* Dies with the failing call's text and oneDNN's status name. */
 #define DNN_CHECK(call) dnn_check((call), #call, __FILE__, __LINE__)
 void dnn_check(dnnl_status_t st, const char *call, const char *file, int line);
 
-/* The process's CPU engine and in-order stream (created on first use). */
+/* The process's CPU engine and in-order stream (created on first use, after oneDNN's
+ * highest ISA is set from isa_active()). */
 dnnl_engine_t dnn_engine(void);
 dnnl_stream_t dnn_stream(void);
 
@@ -55,7 +63,7 @@ typedef struct dnn_arg {
 /* Attaches each buffer and executes `p` on the stream, waiting for it. */
 void dnn_run(dnnl_primitive_t p, const dnn_arg *args, int nargs);
 
-/* Plain-loop layout converters for (N, C, HW) tensors, C % 8 == 0, OpenMP over
+/* Plain-loop layout converters for (N, C, HW) tensors, C % dnn_block() == 0, OpenMP over
  * images and channel blocks. dst and src must not overlap. */
 void dnn_nchw_to_blocked(float *dst, const float *src, int N, int C, int HW);
 void dnn_blocked_to_nchw(float *dst, const float *src, int N, int C, int HW);

@@ -5,6 +5,8 @@
  * one runs. */
 #include "optim.h"
 
+#include "isa.h"
+
 #include <math.h>
 #include <omp.h>
 
@@ -26,7 +28,7 @@ void optim_thread_share(size_t n, size_t *lo, size_t *hi)
 static bool use_avx2(bool portable)
 {
 #ifdef OPTIM_HAVE_AVX2
-    return !portable && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return !portable && isa_active() >= ISA_AVX2;
 #else
     (void)portable;
     return false;

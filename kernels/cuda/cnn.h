@@ -5,7 +5,7 @@
  * The one design decision: the plans mirror the CPU plans call for call (init once
  * per layer and shape, then forward/backward), but hold cuDNN descriptors and
  * device buffers instead of oneDNN primitives, and support the NCHW layout only:
- * cuDNN has no float nChw8c, so a plan asked for DNN_NCHW8C records an error
+ * cuDNN has no float nChw8c or nChw16c, so a plan asked for DNN_BLOCKED records an error
  * (cuda_error_take reports it) and every later call on it records one again and
  * does nothing. Plans allocate device memory at init only, never in a step.
  *

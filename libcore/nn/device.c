@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/config.h"
+#include "cpu/isa.h"
 #include "cpu/attention.h"
 #include "cpu/batchnorm.h"
 #include "cpu/pool.h"
@@ -30,12 +31,12 @@
 static void cpu_zero(float *x, size_t n) { memset(x, 0, n * sizeof *x); }
 static void cpu_copy(float *dst, const float *src, size_t n) { memcpy(dst, src, n * sizeof *dst); }
 
-/* oneDNN plans behind the opaque pointers of cnn_ops; activations nChw8c. */
+/* oneDNN plans behind the opaque pointers of cnn_ops; activations blocked (dnn.h). */
 static void *cpu_conv_plan_new(const conv2d_shape *s, bool nchw_input, bool dinp, size_t *bytes)
 {
     conv2d_plan *p = malloc(sizeof *p);
     CHECK(p, "out of memory for a convolution plan");
-    conv2d_plan_init(p, s, nchw_input ? DNN_NCHW : DNN_NCHW8C, DNN_NCHW8C, false, dinp);
+    conv2d_plan_init(p, s, nchw_input ? DNN_NCHW : DNN_BLOCKED, DNN_BLOCKED, false, dinp);
     *bytes = p->bytes;
     return p;
 }
@@ -52,7 +53,7 @@ static void *cpu_bn_plan_new(int N, int C, int H, int W, float eps, bool relu, s
 {
     batchnorm_plan *p = malloc(sizeof *p);
     CHECK(p, "out of memory for a batch-norm plan");
-    batchnorm_plan_init(p, N, C, H, W, DNN_NCHW8C, eps, relu);
+    batchnorm_plan_init(p, N, C, H, W, DNN_BLOCKED, eps, relu);
     *bytes = p->bytes;
     return p;
 }
@@ -142,8 +143,14 @@ status device_open(device *d, device_kind kind, precision_kind precision, int or
                        precision_kind_name(precision));
             return STATUS_INPUT;
         }
+        char why[400], isa[200];
+        if (!isa_env_check(why, sizeof why)) {
+            log_error0("%s", why);
+            return STATUS_INPUT;
+        }
         d->ops = &nn_ops_cpu;
-        snprintf(d->describe, sizeof d->describe, "cpu, fp32");
+        isa_describe(isa, sizeof isa);
+        snprintf(d->describe, sizeof d->describe, "cpu %s, fp32", isa);
         return STATUS_OK;
     }
 #ifndef NEBULA_CUDA

@@ -315,6 +315,7 @@ void train_print(const train_run *r, FILE *f)
     model_spec_print(&r->spec, f);
     fprintf(f, "batch: global %d = micro-batch %d x accumulation %d x %d ranks%s; %d threads per rank\n",
             r->tb.global_batch, r->tb.micro_batch, r->tb.accum, r->rt->size, r->T ? "" : " (images)", r->threads);
+    fprintf(f, "device: %s\n", r->dev.describe);
     char line[512];
     data_describe(r->train_data, line, sizeof line);
     if (r->fixed_batch)

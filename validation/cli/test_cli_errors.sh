@@ -32,6 +32,13 @@ if [ "$n" -eq 1 ]; then echo "ok - one message for 2 ranks"; else echo "FAIL - $
 expect "--help lists options with defaults" 0 "bench.max_bytes" -- $BENCH comm --help
 expect "--help shows defaults" 0 "256M" -- $BENCH comm --help
 expect "--version" 0 "nebula-bench 0.1.0" -- $BENCH --version
+expect "NEBULA_CPU_ISA that is no level lists the levels" 2 "NEBULA_CPU_ISA=sse9 is not an instruction-set level; use auto, base, avx2" -- \
+    env NEBULA_CPU_ISA=sse9 $BENCH model --model gpt2-tiny --steps 1
+if ! grep -qw amx_tile /proc/cpuinfo; then
+    expect "NEBULA_CPU_ISA above this CPU names what it runs" 2 "NEBULA_CPU_ISA=amx: this CPU runs" -- \
+        env NEBULA_CPU_ISA=amx $MPIRUN -np 1 build/bin/nebula-train --model gpt2-tiny --steps 1 \
+        --set data.train=synthetic --run-dir "$tmp/isa"
+fi
 expect "singletons under srun are refused with a hint" 2 "srun --mpi=pmix" -- \
     env -u OMPI_COMM_WORLD_SIZE SLURM_STEP_NUM_TASKS=4 $BENCH comm --max-bytes 64
 finish

@@ -308,14 +308,14 @@ static void test_conv_refuses_blocked(void)
     cuda_conv2d_plan gp;
     char msg[256];
     cuda_error_take(msg, sizeof msg);
-    cuda_conv2d_plan_init(&gp, &s, DNN_NCHW8C, DNN_NCHW8C, false, true);
+    cuda_conv2d_plan_init(&gp, &s, DNN_BLOCKED, DNN_BLOCKED, false, true);
     int e = cuda_error_take(msg, sizeof msg);
     cuda_conv2d_plan_free(&gp);
     cuda_batchnorm_plan bp;
-    cuda_batchnorm_plan_init(&bp, 2, 8, 4, 4, DNN_NCHW8C, 1e-5f, false);
+    cuda_batchnorm_plan_init(&bp, 2, 8, 4, 4, DNN_BLOCKED, 1e-5f, false);
     int e2 = cuda_error_take(msg, sizeof msg);
     cuda_batchnorm_plan_free(&bp);
-    verdict(e != 0 && !gp.ok && e2 != 0, "conv2d and batchnorm plans refuse DNN_NCHW8C with a recorded error");
+    verdict(e != 0 && !gp.ok && e2 != 0, "conv2d and batchnorm plans refuse DNN_BLOCKED with a recorded error");
 }
 
 /* ---- batchnorm ---------------------------------------------------------------- */

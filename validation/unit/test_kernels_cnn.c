@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/isa.h"
 #include "cpu/batchnorm.h"
 #include "cpu/conv2d.h"
 #include "cpu/pool.h"
@@ -66,23 +67,58 @@ static float *to_layout(const float *x, dnn_layout l, int N, int C, int HW)
 {
     size_t n = (size_t)N * C * HW;
     float *y = kc_guarded(n);
-    if (l == DNN_NCHW8C) dnn_nchw_to_blocked(y, x, N, C, HW);
+    if (l == DNN_BLOCKED) dnn_nchw_to_blocked(y, x, N, C, HW);
     else memcpy(y, x, n * sizeof *y);
     return y;
 }
 
 static void from_layout(float *x, const float *y, dnn_layout l, int N, int C, int HW)
 {
-    if (l == DNN_NCHW8C) dnn_blocked_to_nchw(x, y, N, C, HW);
+    if (l == DNN_BLOCKED) dnn_blocked_to_nchw(x, y, N, C, HW);
     else memcpy(x, y, (size_t)N * C * HW * sizeof *x);
 }
 
 static const char *layout_name(dnn_layout l)
 {
-    return l == DNN_NCHW8C ? "nChw8c" : "nchw";
+    return dnn_layout_name(l);
 }
 
+/* A blocked convolution runs oneDNN's JIT kernels of the active ISA level, not a
+ * lower one: avx512_core from avx512 on (the 16-block), avx2 at avx2. The stem's
+ * backward-data (an NCHW image's gradient) is oneDNN's reference code at every level;
+ * a CNN never asks for it (resnet.c plans its first convolution without dinp). */
+static void check_isa_kernels(kc *k, const conv2d_plan *p, dnn_layout lin, const char *name, bool wino)
+{
+    isa_level l = isa_active();
+    if (l < ISA_AVX2) return;
+    const char *want = l >= ISA_AVX512 ? "avx512_core" : "avx2";
+    dnnl_primitive_t prims[3] = { p->fwd, lin == DNN_BLOCKED ? p->bwd_data : NULL, p->bwd_weights };
+    const char *names[3] = { "forward", "backward-data", "backward-weights" };
+    for (int i = 0; i < 3; i++) {
+        const_dnnl_primitive_desc_t pd = NULL;
+        if (!prims[i] || dnnl_primitive_get_primitive_desc(prims[i], &pd) != dnnl_success) continue;
+        const char *impl = dnn_impl(pd);
+        bool ok = strstr(impl, "jit") && strstr(impl, want) && (l >= ISA_AVX512 || !strstr(impl, "avx512")) &&
+                  (!wino || strstr(impl, "wino"));
+        char what[300];
+        snprintf(what, sizeof what, "conv2d %s: %s runs %s at ISA level %s (want jit %s%s)", name, names[i], impl,
+                 isa_name(l), want, wino ? ", Winograd" : "");
+        kc_report(k, ok, what, 0);
+    }
+}
+
+static void test_conv_alg(kc *k, const conv_shape *s, dnn_layout lin, dnn_layout lout, int alg);
+
 static void test_conv(kc *k, const conv_shape *s, dnn_layout lin, dnn_layout lout)
+{
+    test_conv_alg(k, s, lin, lout, -1);
+}
+
+/* One convolution against the reference: the plan conv2d_plan_init builds (alg < 0), or
+ * one with oneDNN's algorithm `alg` (skipped when oneDNN has none for the shape). The
+ * bounds are the same for Winograd: its transforms cost accuracy, measured at 0.1-2% of
+ * the bound's 4 eps K (a direct sum: 0.05-0.2%). */
+static void test_conv_alg(kc *k, const conv_shape *s, dnn_layout lin, dnn_layout lout, int alg)
 {
     const int OH = (s->H + 2 * s->pad - s->KH) / s->stride + 1, OW = (s->W + 2 * s->pad - s->KW) / s->stride + 1;
     const size_t ni = (size_t)s->N * s->C * s->H * s->W, nw = (size_t)s->OC * s->C * s->KH * s->KW,
@@ -91,19 +127,32 @@ static void test_conv(kc *k, const conv_shape *s, dnn_layout lin, dnn_layout lou
                  Kdw = (size_t)s->N * OH * OW;
     const int HWi = s->H * s->W, HWo = OH * OW;
     char what[400], name[120];
-    snprintf(name, sizeof name, "%s %s->%s", s->name, layout_name(lin), layout_name(lout));
+    snprintf(name, sizeof name, "%s %s->%s%s", s->name, layout_name(lin), layout_name(lout),
+             alg == CONV2D_ALG_WINOGRAD ? " Winograd" : "");
+    conv2d_plan p;
+    conv2d_shape cs = { s->N, s->C, s->H, s->W, s->OC, s->KH, s->KW, s->stride, s->pad, OH, OW };
+    if (alg >= 0 && !conv2d_plan_init_alg(&p, &cs, lin, lout, s->bias, true, (conv2d_alg)alg)) {
+        /* oneDNN has Winograd for avx512_core only: from avx512 on it must be there */
+        snprintf(what, sizeof what, "conv2d %s: oneDNN has no such kernel at ISA level %s", name,
+                 isa_name(isa_active()));
+        if (alg == CONV2D_ALG_WINOGRAD && isa_active() >= ISA_AVX512) kc_report(k, false, what, 0);
+        else printf("# %s\n", what);
+        return;
+    }
+    if (alg < 0) conv2d_plan_init(&p, &cs, lin, lout, s->bias, true);
 
     float *x = kc_frand(k, ni, -1, 1), *w = kc_frand(k, nw, -1, 1), *b = kc_frand(k, nb, -1, 1), *R = kc_frand(k, no, -1, 1);
     const float *bias = s->bias ? b : NULL;
     double *xd = kc_dfrom(x, ni), *wd = kc_dfrom(w, nw), *bd = s->bias ? kc_dfrom(b, nb) : NULL, *Rd = kc_dfrom(R, no);
-    conv2d_plan p;
-    conv2d_shape cs = { s->N, s->C, s->H, s->W, s->OC, s->KH, s->KW, s->stride, s->pad, OH, OW };
-    conv2d_plan_init(&p, &cs, lin, lout, s->bias, true);
     float *xl = to_layout(x, lin, s->N, s->C, HWi), *Rl = to_layout(R, lout, s->N, s->OC, HWo);
-    bool want_gemm = lin == DNN_NCHW8C && lout == DNN_NCHW8C && !s->bias && s->KH * s->KW > 1 &&
-                     HWo <= CONV2D_GEMM_MAX_PIXELS;
+    /* the GEMM engine takes small blocked maps on the 8-block only; the shapes named for
+     * it take it there */
+    bool want_gemm = alg < 0 && lin == DNN_BLOCKED && lout == DNN_BLOCKED && !s->bias && s->KH * s->KW > 1 &&
+                     HWo <= conv2d_gemm_max_pixels();
+    bool named = strstr(s->name, "GEMM engine") != NULL;
     snprintf(what, sizeof what, "conv2d %s: runs on the %s engine", name, want_gemm ? "GEMM" : "oneDNN");
-    kc_report(k, p.gemm == want_gemm && (strstr(s->name, "GEMM engine") != NULL) == want_gemm, what, 0);
+    kc_report(k, p.gemm == want_gemm && (!named || want_gemm == (conv2d_gemm_max_pixels() > 0)), what, 0);
+    if (!p.gemm && lout == DNN_BLOCKED) check_isa_kernels(k, &p, lin, name, alg == CONV2D_ALG_WINOGRAD);
 
     /* (a) forward; the magnitude bound is the convolution of the absolute values */
     float *outl = kc_guarded(no), *out = kc_gzero(no);
@@ -634,7 +683,7 @@ static size_t run_all(float *res, const float *src, bool conv)
 {
     size_t at = 0;
     if (conv) {
-    /* conv 3x3 pad 1, 1x1, 1x1 stride 2 on nChw8c, then a batch norm with ReLU */
+    /* conv 3x3 pad 1, 1x1, 1x1 stride 2 on the blocked layout, then a batch norm with ReLU */
     const int N = 2, C = 16, H = 24, W = 24, OC = 128;
     const size_t ni = (size_t)N * C * H * W, no = (size_t)N * OC * H * W;
     const float *x = src, *w = src + ni, *g = src + 3 * ni; /* src holds >= 3*ni + no */
@@ -643,7 +692,7 @@ static size_t run_all(float *res, const float *src, bool conv)
         int K = ks[v][0], st = ks[v][1], pad = ks[v][2], OH = (H + 2 * pad - K) / st + 1;
         conv2d_shape cs = { N, C, H, W, OC, K, K, st, pad, OH, OH };
         conv2d_plan p;
-        conv2d_plan_init(&p, &cs, DNN_NCHW8C, DNN_NCHW8C, false, true);
+        conv2d_plan_init(&p, &cs, DNN_BLOCKED, DNN_BLOCKED, false, true);
         size_t nout = (size_t)N * OC * OH * OH, nw = (size_t)OC * C * K * K;
         conv2d_plan_forward(&p, res + at, x, w, NULL);
         at += nout;
@@ -653,7 +702,7 @@ static size_t run_all(float *res, const float *src, bool conv)
         conv2d_plan_free(&p);
     }
     batchnorm_plan bp;
-    batchnorm_plan_init(&bp, N, OC, H, W, DNN_NCHW8C, 1e-5f, true);
+    batchnorm_plan_init(&bp, N, OC, H, W, DNN_BLOCKED, 1e-5f, true);
     float *rm = res + at + no, *rv = rm + OC;
     for (int c = 0; c < OC; c++) rm[c] = 0, rv[c] = 1;
     batchnorm_plan_forward(&bp, res + at, g, w, w + OC, rm, rv, 0.1f, true);
@@ -715,6 +764,18 @@ int main(void)
 {
     kc k;
     kc_init(&k, 20240611);
+    char isa[256];
+    isa_level forced;
+    const char *env = getenv("NEBULA_CPU_ISA");
+    if (!isa_env_check(isa, sizeof isa) && env && isa_parse(env, &forced)) {  /* a level this CPU lacks */
+        printf("SKIP: %s\n", isa);
+        return 77;
+    }
+    isa_describe(isa, sizeof isa);
+    printf("# ISA level %s; blocked activations %s\n", isa, dnn_layout_name(DNN_BLOCKED));
+    kc_report(&k, dnn_block() == (isa_active() >= ISA_AVX512 ? 16 : 8),
+              "the blocked layout's channel block is one vector of floats at the ISA level (16 from avx512 on, 8 below)",
+              dnn_block());
 
     static const conv_shape convs[] = {
         { "N=2 C=3 9x9 OC=5 3x3 s2 p1", 2, 3, 9, 9, 5, 3, 3, 2, 1, 1 },
@@ -726,30 +787,37 @@ int main(void)
         { "N=2 C=2 5x8 OC=3 2x4 s3 p2 (rectangular, wide pad)", 2, 2, 5, 8, 3, 2, 4, 3, 2, 1 },
     };
     for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) test_conv(&k, &convs[i], DNN_NCHW, DNN_NCHW);
-    /* the layouts a CNN runs in: channels in blocks of 8, and NCHW images into conv1 */
+    /* the layouts a CNN runs in: channels in blocks of 16 or 8 (the ISA level's; every
+     * count here is a multiple of 16 so each shape runs at every level), and NCHW
+     * images into conv1 */
     static const conv_shape blocked[] = {
-        { "N=2 C=8 9x9 OC=16 3x3 s1 p1", 2, 8, 9, 9, 16, 3, 3, 1, 1, 0 },
-        { "N=2 C=16 9x9 OC=8 3x3 s2 p1", 2, 16, 9, 9, 8, 3, 3, 2, 1, 0 },
-        { "N=2 C=16 7x7 OC=24 1x1 s1", 2, 16, 7, 7, 24, 1, 1, 1, 0, 0 },
-        { "N=2 C=8 9x9 OC=16 1x1 s2 (downsample)", 2, 8, 9, 9, 16, 1, 1, 2, 0, 0 },
-        { "N=2 C=16 4x4 OC=8 3x3 s1 p1 (GEMM engine)", 2, 16, 4, 4, 8, 3, 3, 1, 1, 0 },
-        { "N=3 C=8 8x7 OC=16 3x3 s2 p1 (GEMM engine)", 3, 8, 8, 7, 16, 3, 3, 2, 1, 0 },
-        { "N=2 C=8 3x4 OC=24 3x2 s1 p1 (GEMM engine, rectangular)", 2, 8, 3, 4, 24, 3, 2, 1, 1, 0 },
+        { "N=2 C=16 9x9 OC=32 3x3 s1 p1", 2, 16, 9, 9, 32, 3, 3, 1, 1, 0 },
+        { "N=2 C=32 9x9 OC=16 3x3 s2 p1", 2, 32, 9, 9, 16, 3, 3, 2, 1, 0 },
+        { "N=2 C=16 7x7 OC=48 1x1 s1", 2, 16, 7, 7, 48, 1, 1, 1, 0, 0 },
+        { "N=2 C=16 9x9 OC=32 1x1 s2 (downsample)", 2, 16, 9, 9, 32, 1, 1, 2, 0, 0 },
+        { "N=2 C=32 4x4 OC=16 3x3 s1 p1 (GEMM engine)", 2, 32, 4, 4, 16, 3, 3, 1, 1, 0 },
+        { "N=3 C=16 8x7 OC=32 3x3 s2 p1 (GEMM engine)", 3, 16, 8, 7, 32, 3, 3, 2, 1, 0 },
+        { "N=2 C=16 3x4 OC=48 3x2 s1 p1 (GEMM engine, rectangular)", 2, 16, 3, 4, 48, 3, 2, 1, 1, 0 },
     };
-    for (size_t i = 0; i < sizeof blocked / sizeof blocked[0]; i++) test_conv(&k, &blocked[i], DNN_NCHW8C, DNN_NCHW8C);
+    for (size_t i = 0; i < sizeof blocked / sizeof blocked[0]; i++) test_conv(&k, &blocked[i], DNN_BLOCKED, DNN_BLOCKED);
+    /* Winograd, which conv2d_plan_init lets oneDNN choose for 3x3 stride-1 layers, forced
+     * on the shapes here (too small for oneDNN to choose it) */
+    for (size_t i = 0; i < sizeof blocked / sizeof blocked[0]; i++)
+        if (blocked[i].KH == 3 && blocked[i].KW == 3 && blocked[i].stride == 1)
+            test_conv_alg(&k, &blocked[i], DNN_BLOCKED, DNN_BLOCKED, CONV2D_ALG_WINOGRAD);
     static const conv_shape stems[] = {
-        { "N=2 C=3 15x15 OC=8 7x7 s2 p3 (imagenet stem)", 2, 3, 15, 15, 8, 7, 7, 2, 3, 0 },
+        { "N=2 C=3 15x15 OC=16 7x7 s2 p3 (imagenet stem)", 2, 3, 15, 15, 16, 7, 7, 2, 3, 0 },
         { "N=2 C=3 8x8 OC=16 3x3 s1 p1 (cifar stem)", 2, 3, 8, 8, 16, 3, 3, 1, 1, 0 },
     };
-    for (size_t i = 0; i < sizeof stems / sizeof stems[0]; i++) test_conv(&k, &stems[i], DNN_NCHW, DNN_NCHW8C);
+    for (size_t i = 0; i < sizeof stems / sizeof stems[0]; i++) test_conv(&k, &stems[i], DNN_NCHW, DNN_BLOCKED);
 
     /* a large eps makes a misplaced eps visible above float rounding */
     test_batchnorm(&k, 2, 3, 9, 9, 0.0f, 1e-5f, DNN_NCHW, false);
     test_batchnorm(&k, 3, 5, 7, 1, 3.0f, 0.1f, DNN_NCHW, false);
     test_batchnorm(&k, 4, 2, 1, 1, 1.0f, 1e-3f, DNN_NCHW, false);
     test_batchnorm(&k, 2, 3, 9, 9, 0.0f, 1e-5f, DNN_NCHW, true);
-    test_batchnorm(&k, 2, 16, 9, 9, 0.0f, 1e-5f, DNN_NCHW8C, false);
-    test_batchnorm(&k, 3, 8, 5, 3, 2.0f, 1e-5f, DNN_NCHW8C, true);
+    test_batchnorm(&k, 2, 16, 9, 9, 0.0f, 1e-5f, DNN_BLOCKED, false);
+    test_batchnorm(&k, 3, 32, 5, 3, 2.0f, 1e-5f, DNN_BLOCKED, true);
 
     static const pool_shape pools[] = {
         { "N=2 C=3 9x9 K=3 s2 p1", 2, 3, 9, 9, 3, 2, 1 },
