@@ -1,33 +1,54 @@
 #!/usr/bin/env bash
 # bench-model.sh — nebula-bench model beside PyTorch, same model, shape and threads,
-# in one run on the same cores: PyTorch as installed and with OMP_WAIT_POLICY=PASSIVE.
-# Repeats REPS times (default 3) and reports medians, ratios and peak RSS (Nebula / PyTorch
-# as installed).
+# in one run on the same cores: PyTorch 1.13 (Debian's) and, with TORCH2=1, PyTorch 2.x
+# (PyPI, installed on demand by torch2-venv.sh), each as installed and with
+# OMP_WAIT_POLICY=PASSIVE (tuned). Repeats REPS times (default 3), interleaved, and
+# reports medians, Nebula's ratio to each peer's better setting, peak RSS (Nebula /
+# PyTorch 1.13 as installed) and the ISA level Nebula's kernels ran at (NEBULA_CPU_ISA
+# caps it).
 #
 #   tools/peers/bench-model.sh gpt2 4 64 [THREADS] [STEPS]
+#   TORCH2=1 REPS=3 tools/peers/bench-model.sh resnet50 16 1 2 3      # T is ignored for images
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 model=${1:?model} batch=${2:?batch} seq=${3:?seq} threads=${4:-2} steps=${5:-5}
 reps=${REPS:-3}
+pys=(/usr/bin/python3)
+[ "${TORCH2:-0}" = 1 ] && pys+=("$(tools/peers/torch2-venv.sh)")
 tps() { sed -n 's/.* \([0-9.]*\) \(tok\|seq\|img\)\/s.*/\1/p' | tail -1; }
 rss() { sed -n 's/.*peak RSS \([0-9]*\) MiB.*/\1/p' | tail -1; }
-neb=() pt=() ptp=() nrss=() prss=()
+isa() { sed -n 's/^# cpu: ISA level \([a-z0-9_]*\).*/\1/p' | tail -1; }
+torch() {  # PYTHON [ENV...]: one PyTorch run's output
+    local py=$1; shift
+    env "$@" "$py" tools/peers/bench_model_torch.py --model "$model" --batch "$batch" --seq "$seq" \
+        --threads "$threads" --steps "$steps"
+}
+neb=() nrss=() prss=() peers=("" "" "" "")  # peers: 1.13, 1.13 tuned, 2.x, 2.x tuned (space-separated runs)
+level=
 for r in $(seq 1 "$reps"); do
     out=$(build/bin/nebula-bench model --model "$model" --batch "$batch" --seq "$seq" --threads "$threads" \
               --steps "$steps")
-    neb+=("$(tps <<<"$out")") nrss+=("$(rss <<<"$out")")
-    out=$(/usr/bin/python3 tools/peers/bench_model_torch.py --model "$model" --batch "$batch" --seq "$seq" \
-              --threads "$threads" --steps "$steps")
-    pt+=("$(tps <<<"$out")") prss+=("$(rss <<<"$out")")
-    ptp+=("$(OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 tools/peers/bench_model_torch.py --model "$model" \
-              --batch "$batch" --seq "$seq" --threads "$threads" --steps "$steps" | tps)")
+    neb+=("$(tps <<<"$out")") nrss+=("$(rss <<<"$out")") level=$(isa <<<"$out")
+    for i in "${!pys[@]}"; do
+        out=$(torch "${pys[$i]}")
+        peers[$((2 * i))]+=" $(tps <<<"$out")"
+        [ "$i" = 0 ] && prss+=("$(rss <<<"$out")")
+        peers[$((2 * i + 1))]+=" $(torch "${pys[$i]}" OMP_WAIT_POLICY=PASSIVE | tps)"
+    done
 done
-/usr/bin/python3 - "$model" "$batch" "$seq" "$threads" "${neb[*]}" "${pt[*]}" "${ptp[*]}" "${nrss[*]}" "${prss[*]}" <<'PY'
+/usr/bin/python3 - "$model" "$batch" "$seq" "$threads" "$level" "${neb[*]}" "${nrss[*]}" "${prss[*]}" \
+    "${peers[@]}" <<'PY'
 import statistics, sys
-model, b, t, th = sys.argv[1:5]
-neb, pt, ptp, nr, pr = ([float(x) for x in s.split()] for s in sys.argv[5:10])
-n, p, q = statistics.median(neb), statistics.median(pt), statistics.median(ptp)
-print(f"# runs: nebula {neb} pytorch {pt} pytorch-passive {ptp}")
-print(f"| {model} B={b} T={t}, {th} threads | {n:.2f} | {p:.2f} | {q:.2f} | {n/p:.2f}x | {n/q:.2f}x "
-      f"| {statistics.median(nr):.0f} / {statistics.median(pr):.0f} MiB |")
+model, b, t, th, level = sys.argv[1:6]
+neb, nr, pr = ([float(x) for x in s.split()] for s in sys.argv[6:9])
+peers = [[float(x) for x in s.split()] for s in sys.argv[9:13]]
+med = lambda v: statistics.median(v) if v else float("nan")
+n = med(neb)
+p = [med(v) for v in peers]
+print(f"# runs: nebula {neb} pytorch-1.13 {peers[0]} passive {peers[1]} pytorch-2.x {peers[2]} passive {peers[3]}")
+cols = f"| {p[0]:.2f} | {p[1]:.2f} | {n / max(p[0], p[1]):.2f}x "
+if peers[2]:
+    cols += f"| {p[2]:.2f} | {p[3]:.2f} | {n / max(p[2], p[3]):.2f}x "
+print(f"| {model} B={b} T={t}, {th} threads | {level} | {n:.2f} {cols}"
+      f"| {med(nr):.0f} / {med(pr):.0f} MiB |")
 PY
