@@ -83,7 +83,7 @@ static const char *layout_name(dnn_layout l)
     return dnn_layout_name(l);
 }
 
-/* A blocked convolution runs oneDNN's JIT kernels of the active ISA level, not a
+/* A blocked convolution runs oneDNN's generated kernels of the active ISA level, not a
  * lower one: avx512_core from avx512 on (the 16-block), avx2 at avx2. The stem's
  * backward-data (an NCHW image's gradient) is oneDNN's reference code at every level;
  * a CNN never asks for it (resnet.c plans its first convolution without dinp). */
@@ -98,7 +98,10 @@ static void check_isa_kernels(kc *k, const conv2d_plan *p, dnn_layout lin, const
         const_dnnl_primitive_desc_t pd = NULL;
         if (!prims[i] || dnnl_primitive_get_primitive_desc(prims[i], &pd) != dnnl_success) continue;
         const char *impl = dnn_impl(pd);
-        bool ok = strstr(impl, "jit") && strstr(impl, want) && (l >= ISA_AVX512 || !strstr(impl, "avx512")) &&
+        /* generated code: "jit..." or a brgemm kernel ("brg...", oneDNN's choice on newer
+         * Xeons), never "ref" or "gemm" */
+        bool gen = strncmp(impl, "jit", 3) == 0 || strncmp(impl, "brg", 3) == 0;
+        bool ok = gen && strstr(impl, want) && (l >= ISA_AVX512 || !strstr(impl, "avx512")) &&
                   (!wino || strstr(impl, "wino"));
         char what[300];
         snprintf(what, sizeof what, "conv2d %s: %s runs %s at ISA level %s (want jit %s%s)", name, names[i], impl,
