@@ -248,8 +248,9 @@ static status bench_model_steps(const config *cfg, train_run *r, int B, int T)
     if (spec->family == MODEL_FAMILY_RESNET) snprintf(shape, sizeof shape, "B=%d %dx%d", B, spec->image_size, spec->image_size);
     else snprintf(shape, sizeof shape, "B=%d T=%d", B, T);
     snprintf(per_s, sizeof per_s, "%s_per_s", unit);
-    fprintf(info, "# nebula-bench model: %s (%.1fM parameters), %s, %d threads, fp32, %s\n# model: ", spec->name,
-            (double)pt->total / 1e6, shape, omp_get_max_threads(), sgd ? "SGD momentum" : "AdamW");
+    const char *prec = precision_kind_name(r->dev.precision);
+    fprintf(info, "# nebula-bench model: %s (%.1fM parameters), %s, %d threads, %s, %s\n# model: ", spec->name,
+            (double)pt->total / 1e6, shape, omp_get_max_threads(), prec, sgd ? "SGD momentum" : "AdamW");
     model_spec_print(spec, info);
     char isa[256];
     isa_describe(isa, sizeof isa);
@@ -287,8 +288,8 @@ static status bench_model_steps(const config *cfg, train_run *r, int B, int T)
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
         if (json)
-            emit_json(json_pack("{s:s, s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
-                                "row", "median", "model", spec->name, "isa", isa_name(isa_active()), "layout",
+            emit_json(json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
+                                "row", "median", "model", spec->name, "precision", prec, "isa", isa_name(isa_active()), "layout",
                                 dnn_layout_name(DNN_BLOCKED), "params", (json_int_t)pt->total, "batch", B, "seq", T,
                                 "threads", omp_get_max_threads(), "fwd_ms", bench_median(tf, steps), "bwd_ms",
                                 bench_median(tb, steps), "opt_ms", bench_median(to, steps), "total_ms", mt, per_s, ups,
@@ -313,7 +314,7 @@ status bench_model_run(const config *cfg, const runtime *rt, comm *c)
         print_dry_run(&spec, B, T, !strcmp(config_str(cfg, "bench.format"), "json"));
         return STATUS_OK;
     }
-    if (strcmp(config_str(cfg, "device.kind"), "cpu") != 0 || strcmp(config_str(cfg, "device.precision"), "fp32") != 0) {
+    if (strcmp(config_str(cfg, "device.kind"), "cpu") != 0) {
         if (!table) {  /* refused rather than ignored: a script would parse the table as its rows */
             log_error0("nebula-bench model --device %s: --%s is not available on the GPU path; it prints its table",
                        config_str(cfg, "device.kind"), config_str(cfg, "bench.format"));

@@ -91,26 +91,38 @@ static const cnn_ops cnn_ops_cpu = {
     .add_scalar = cpu_add_scalar,
 };
 
+#define NN_OPS_CPU_COMMON                           \
+    .cnn = &cnn_ops_cpu,                            \
+    .zero = cpu_zero,                               \
+    .copy = cpu_copy,                               \
+    .embedding_forward = embedding_forward,         \
+    .embedding_backward = embedding_backward,       \
+    .layernorm_forward = layernorm_forward,         \
+    .layernorm_backward = layernorm_backward,       \
+    .attention_forward = attention_forward,         \
+    .attention_backward = attention_backward,       \
+    .residual_forward = residual_forward,           \
+    .gelu_tanh_forward = gelu_tanh_forward,         \
+    .gelu_tanh_backward = gelu_tanh_backward,       \
+    .gelu_erf_forward = gelu_erf_forward,           \
+    .gelu_erf_backward = gelu_erf_backward,         \
+    .xent_forward = xent_forward,                   \
+    .xent_backward = xent_backward
+
 const nn_ops nn_ops_cpu = {
     .name = "cpu fp32",
-    .cnn = &cnn_ops_cpu,
-    .zero = cpu_zero,
-    .copy = cpu_copy,
-    .embedding_forward = embedding_forward,
-    .embedding_backward = embedding_backward,
-    .layernorm_forward = layernorm_forward,
-    .layernorm_backward = layernorm_backward,
+    NN_OPS_CPU_COMMON,
     .matmul_forward = matmul_forward,
     .matmul_backward = matmul_backward,
-    .attention_forward = attention_forward,
-    .attention_backward = attention_backward,
-    .residual_forward = residual_forward,
-    .gelu_tanh_forward = gelu_tanh_forward,
-    .gelu_tanh_backward = gelu_tanh_backward,
-    .gelu_erf_forward = gelu_erf_forward,
-    .gelu_erf_backward = gelu_erf_backward,
-    .xent_forward = xent_forward,
-    .xent_backward = xent_backward,
+};
+
+/* bf16 on the CPU: the GPU's bf16 rule (matmul operands rounded to bf16, fp32
+ * accumulation and everything else fp32), through oneDNN's AMX / AVX512-BF16 kernels. */
+static const nn_ops nn_ops_cpu_bf16 = {
+    .name = "cpu bf16",
+    NN_OPS_CPU_COMMON,
+    .matmul_forward = matmul_forward_bf16,
+    .matmul_backward = matmul_backward_bf16,
 };
 
 bool device_kind_parse(const char *s, device_kind *out)
@@ -138,19 +150,27 @@ status device_open(device *d, device_kind kind, precision_kind precision, int or
     d->precision = precision;
     d->ordinal = -1;
     if (kind == DEVICE_KIND_CPU) {
-        if (precision != PRECISION_FP32) {
-            log_error0("precision %s needs --device cuda: the CPU kernels are fp32 (use --precision fp32)",
-                       precision_kind_name(precision));
-            return STATUS_INPUT;
-        }
         char why[400], isa[200];
         if (!isa_env_check(why, sizeof why)) {
             log_error0("%s", why);
             return STATUS_INPUT;
         }
-        d->ops = &nn_ops_cpu;
+        if (precision == PRECISION_FP16) {
+            log_error0("precision fp16 needs --device cuda: the CPU has no fp16 GEMM kernels here (loss-scaled fp16 "
+                       "is the GPU's)\nHINT: use --precision bf16 (AVX512-BF16 or AMX CPUs) or fp32");
+            return STATUS_INPUT;
+        }
+        if (precision == PRECISION_BF16 && isa_active() < ISA_AVX512_BF16) {
+            /* below avx512_bf16 oneDNN emulates bf16 products, slower than fp32 sgemm */
+            log_error0("precision bf16 on the CPU needs AVX512-BF16 or AMX; the kernels run at isa level %s (%s)\n"
+                       "HINT: use --precision fp32 on this CPU%s", isa_name(isa_active()),
+                       isa_active() < isa_machine() ? "capped by NEBULA_CPU_ISA" : "the machine's best",
+                       isa_active() < isa_machine() ? ", or raise NEBULA_CPU_ISA to avx512_bf16 or auto" : "");
+            return STATUS_INPUT;
+        }
+        d->ops = precision == PRECISION_BF16 ? &nn_ops_cpu_bf16 : &nn_ops_cpu;
         isa_describe(isa, sizeof isa);
-        snprintf(d->describe, sizeof d->describe, "cpu %s, fp32", isa);
+        snprintf(d->describe, sizeof d->describe, "cpu %s, %s", isa, precision_kind_name(precision));
         return STATUS_OK;
     }
 #ifndef NEBULA_CUDA

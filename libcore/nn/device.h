@@ -7,7 +7,8 @@
  * CUDA kernels have exactly those signatures on device pointers (kernels/cuda/device.h),
  * so a model's flat list of layer calls is written once and runs on either device.
  * bf16 and fp16 are further tables whose matmuls round their operands to 16 bits for
- * the tensor cores and accumulate in fp32 (PyTorch autocast's rule); everything else
+ * the tensor cores (AMX or AVX512-BF16 on the CPU, bf16 only) and accumulate in fp32
+ * (PyTorch autocast's rule); everything else
  * stays fp32, and the master weights and optimizer state are always fp32. fp16 adds
  * dynamic loss scaling (device_optim_adamw_step_scaled).
  *
@@ -71,7 +72,7 @@ typedef struct cnn_ops {
  * device's CNN table. */
 typedef struct nn_ops {
     const cnn_ops *cnn;
-    const char *name;  /* "cpu fp32", "cuda fp32", "cuda bf16" */
+    const char *name;  /* "cpu fp32", "cpu bf16", "cuda fp32", "cuda bf16" */
     void (*zero)(float *x, size_t n);
     void (*copy)(float *dst, const float *src, size_t n); /* within the device */
     void (*embedding_forward)(float *out, const int32_t *ids, const float *table, int N, int C, int accumulate);
@@ -104,7 +105,7 @@ extern const nn_ops nn_ops_cpu;
 
 typedef struct device {
     device_kind kind;           /* cpu or cuda */
-    precision_kind precision; /* fp32 or bf16 (cuda only) */
+    precision_kind precision; /* fp32, bf16, fp16 (cuda only) */
     int ordinal;                /* the GPU this rank uses (runtime's host-local rank modulo the GPUs); -1 on cpu */
     const nn_ops *ops;          /* the kernels for kind and precision */
     char describe[256];         /* "cpu", "cuda:0 NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB), bf16" */
@@ -115,7 +116,8 @@ typedef struct device {
     { "device", "kind", CONFIG_TYPE_ENUM, "cpu", .choices = "cpu|cuda",                             \
       .help = "where the model runs: cpu, or cuda (one GPU per rank, host-local rank modulo the GPUs)" }, \
     { "device", "precision", CONFIG_TYPE_ENUM, "fp32", .choices = PRECISION_CHOICES,                \
-      .help = "cuda only: bf16 or fp16 GEMM operands, fp32 accumulation and master weights; fp16 with loss scaling" }
+      .help = "bf16 or fp16 GEMM operands, fp32 accumulation and master weights; fp16 (cuda only) with loss " \
+              "scaling; bf16 on the CPU needs AVX512-BF16 or AMX" }
 
 struct config;
 /* device_open with the [device] keys of cfg. */
@@ -129,8 +131,8 @@ const char *device_kind_name(device_kind k);
 
 /* Opens the device: always succeeds for cpu fp32. For cuda: STATUS_INPUT with a hint
  * when this build has no CUDA (nvcc was absent at build time) or when no GPU is
- * visible (CUDA_VISIBLE_DEVICES, driver); selects GPU `ordinal` otherwise. bf16 and
- * fp16 on the CPU are refused (STATUS_INPUT: the CPU kernels are fp32). */
+ * visible (CUDA_VISIBLE_DEVICES, driver); selects GPU `ordinal` otherwise. On the CPU,
+ * fp16 is refused, and bf16 below isa level avx512_bf16 (STATUS_INPUT, with the reason). */
 status device_open(device *d, device_kind kind, precision_kind precision, int ordinal);
 void device_close(device *d);
 

@@ -156,7 +156,7 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
     const char *val = config_str(cfg, "data.val");
     if (val[0]) TRY(train_open_data(r, &r->val_data, val, false));
 
-    TRY(model_init(&r->m, &r->spec, r->tb.micro_batch, r->T, r->seed, true));
+    TRY(model_init_on(&r->m, &r->spec, r->tb.micro_batch, r->T, r->seed, true, &r->dev));
     TRY(device_optim_init(&r->opt.dopt, &r->dev, model_params(&r->m)));
     TRY(model_batch_init(&r->batch, &r->m));
     if (r->fixed_batch) model_batch_synthetic(&r->batch, &r->m, r->seed);

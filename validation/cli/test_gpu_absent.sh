@@ -48,8 +48,8 @@ expect "bench --device cuda without a GPU" 2 "no CUDA device is visible" -- \
 expect "train --device cuda without a GPU" 2 "no CUDA device is visible" -- \
     $TRAIN --model gpt2-tiny --steps 1 --device cuda --run-dir "$tmp/run"
 check "train --device cuda left no run directory" test ! -e "$tmp/run"
-expect "bf16 on the CPU is refused" 2 "precision bf16 needs --device cuda" -- \
-    $BENCH model --model gpt2-tiny --precision bf16
+expect "bf16 on the CPU below avx512_bf16 is refused" 2 "precision bf16 on the CPU needs AVX512-BF16 or AMX" -- \
+    env NEBULA_CPU_ISA=avx2 $BENCH model --model gpt2-tiny --precision bf16
 expect "fp16 on the CPU is refused" 2 "precision fp16 needs --device cuda" -- \
     $BENCH model --model gpt2-tiny --precision fp16
 expect "an unknown device names the choices" 2 "expected one of cpu|cuda" -- \

@@ -9,7 +9,7 @@
  *  2. GPT-2 124M in bf16 (--precision bf16's table: GEMM operands rounded to bf16,
  *     fp32 accumulation, fp32 master weights) for 10 AdamW steps, against PyTorch's
  *     own bf16 autocast on the same GPU from the same initial weights and batch
- *     (validation/gpu/gpt2_cuda_ref.py, which writes GPT-2 with validation/reference/
+ *     (validation/reference/gpt2_autocast_ref.py, which writes GPT-2 with validation/reference/
  *     gpt2_ref.py's forward). Tolerance on each loss: 1% relative, about 2.5 bf16
  *     ulps (2^-8 = 0.39%): both sides round the same fp32 operands to bf16, but
  *     PyTorch also runs attention in bf16 and the two sum in different orders.
@@ -255,12 +255,12 @@ static int gpt2_half_vs_pytorch(precision_kind prec)
     if (st_write(path, t, nt, meta) != STATUS_OK) return 1;
     fflush(stdout);
     const char *py = getenv("NEBULA_PYTHON");
-    snprintf(cmd, sizeof cmd, "%s validation/gpu/gpt2_cuda_ref.py %s", py ? py : "python3", path);
+    snprintf(cmd, sizeof cmd, "%s validation/reference/gpt2_autocast_ref.py %s", py ? py : "python3", path);
     int rc = system(cmd);
     unlink(path);
     rmdir(dir);
     char what[128];
-    snprintf(what, sizeof what, "gpt2 124M %s 10-step trajectory vs PyTorch autocast (gpt2_cuda_ref.py)",
+    snprintf(what, sizeof what, "gpt2 124M %s 10-step trajectory vs PyTorch autocast (gpt2_autocast_ref.py)",
              precision_kind_name(prec));
     report(what, rc == 0 ? 0.0 : 2.0);
     free(t); free(names); free(tokens); free(targets); free(ftok); free(ftgt);

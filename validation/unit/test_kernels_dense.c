@@ -21,8 +21,10 @@
 
 #include "cpu/embed.h"
 #include "cpu/gelu.h"
+#include "cpu/isa.h"
 #include "cpu/layernorm.h"
 #include "cpu/matmul.h"
+#include "cpu/precision.h"
 #include "cpu/residual.h"
 #include "../check.h"
 
@@ -211,6 +213,65 @@ static void test_matmul(kc *k, int BT, int C, int OC, matmul_layout layout, int 
     bool same = memcmp(o_in, dinp, ni * sizeof(float)) == 0 && memcmp(o_w, dw, nw * sizeof(float)) == 0 &&
                 memcmp(o_b, db, (size_t)OC * sizeof(float)) == 0 && kc_guards_intact(o_in, ni) &&
                 kc_guards_intact(o_w, nw) && kc_guards_intact(o_b, (size_t)OC);
+    kc_report(k, same, fmt("%s: NULL gradients skipped, the others bit-identical", tag), 0);
+    pool_free();
+}
+
+/* The bf16 matmul (--precision bf16 on the CPU): its specification is the double
+ * reference on the operands rounded to bf16 (bf16_from_f32), so the only error left is
+ * fp32 summation (the same 4·eps·K bound as sgemm). A kernel that skipped the rounding
+ * would be off by ~2^-9·sqrt(K)·|x·w|, 10-100x the bound at these sizes; one that
+ * rounded its output to bf16 too would be off by 2^-9·|out|. */
+static double *dcopy_bf16(const float *x, size_t n)
+{
+    double *p = dbuf(n);
+    for (size_t i = 0; i < n; i++) p[i] = f32_from_bf16(bf16_from_f32(x[i]));
+    return p;
+}
+
+static void test_matmul_bf16(kc *k, int BT, int C, int OC, matmul_layout layout, int with_bias)
+{
+    char tag[128];
+    snprintf(tag, sizeof tag, "matmul bf16 %s BT=%d C=%d OC=%d%s", layout == MATMUL_LAYOUT_OUT_IN ? "out_in" : "in_out",
+             BT, C, OC, with_bias ? "" : " bias=NULL");
+    size_t ni = (size_t)BT * C, nw = (size_t)C * OC, no = (size_t)BT * OC;
+    float *inp = grand(k, ni, -1, 1), *w = grand(k, nw, -1, 1), *R = grand(k, no, -1, 1);
+    float *bias = with_bias ? grand(k, (size_t)OC, -1, 1) : NULL;
+    double *inp_d = dcopy_bf16(inp, ni), *w_d = dcopy_bf16(w, nw), *R_d = dcopy_bf16(R, no);
+    double *bias_d = with_bias ? dcopy(bias, (size_t)OC) : NULL; /* the bias stays fp32 */
+
+    float *out = grand(k, no, -9, 9);
+    double *out_d = dbuf(no);
+    matmul_forward_bf16(out, inp, w, bias, BT, C, OC, layout);
+    matmul_forward_ref(out_d, inp_d, w_d, bias_d, BT, C, OC, layout);
+    double tol = kc_rtol_f32((size_t)C + 1);
+    check_f(k, out, out_d, no, tol, tol, fmt("%s: forward vs reference on bf16-rounded operands", tag));
+
+    /* backward onto random initial gradients: it adds */
+    double *dinp_d = dbuf(ni), *dw_d = dbuf(nw), *db_d = dbuf((size_t)OC);
+    matmul_backward_ref(dinp_d, dw_d, db_d, R_d, inp_d, w_d, BT, C, OC, layout);
+    if (with_bias) { /* dbias sums the fp32 dout */
+        memset(db_d, 0, (size_t)OC * sizeof *db_d);
+        double *Rf = dcopy(R, no);
+        matmul_backward_ref(NULL, NULL, db_d, Rf, inp_d, w_d, BT, C, OC, layout);
+    }
+    float *dinp = grand(k, ni, -1, 1), *dw = grand(k, nw, -1, 1), *db = grand(k, (size_t)OC, -1, 1);
+    for (size_t i = 0; i < ni; i++) dinp_d[i] += dinp[i];
+    for (size_t i = 0; i < nw; i++) dw_d[i] += dw[i];
+    for (int i = 0; i < OC; i++) db_d[i] += db[i];
+    matmul_backward_bf16(dinp, dw, with_bias ? db : NULL, R, inp, w, BT, C, OC, layout);
+    double ti = kc_rtol_f32((size_t)OC + 1), tw = kc_rtol_f32((size_t)BT + 1);
+    check_f(k, dinp, dinp_d, ni, ti, ti, fmt("%s: dinp (added) vs reference", tag));
+    check_f(k, dw, dw_d, nw, tw, tw, fmt("%s: dweight (added) vs reference", tag));
+    if (with_bias) check_f(k, db, db_d, (size_t)OC, tw, tw, fmt("%s: dbias (added) vs reference", tag));
+
+    /* NULL gradients are skipped and leave the others as they would be */
+    float *o_in = gbuf(ni), *o_w = gbuf(nw), *a_in = gbuf(ni), *a_w = gbuf(nw);
+    matmul_backward_bf16(o_in, NULL, NULL, R, inp, w, BT, C, OC, layout);
+    matmul_backward_bf16(NULL, o_w, NULL, R, inp, w, BT, C, OC, layout);
+    matmul_backward_bf16(a_in, a_w, NULL, R, inp, w, BT, C, OC, layout);
+    bool same = memcmp(o_in, a_in, ni * sizeof(float)) == 0 && memcmp(o_w, a_w, nw * sizeof(float)) == 0 &&
+                kc_guards_intact(o_in, ni) && kc_guards_intact(o_w, nw);
     kc_report(k, same, fmt("%s: NULL gradients skipped, the others bit-identical", tag), 0);
     pool_free();
 }
@@ -533,6 +594,16 @@ int main(void)
         for (int layout = 0; layout < 2; layout++)
             for (int with_bias = 1; with_bias >= 0; with_bias--)
                 test_matmul(&k, mm[s][0], mm[s][1], mm[s][2], (matmul_layout)layout, with_bias, mm[s][3]);
+    /* bf16 needs oneDNN's bf16 kernels: AVX512-BF16 or AMX (device_open refuses it below) */
+    if (isa_active() >= ISA_AVX512_BF16) {
+        static const int mb[][3] = { { 7, 33, 65 }, { 1, 1, 1 }, { 64, 768, 200 }, { 300, 17, 260 } };
+        for (size_t s = 0; s < sizeof mb / sizeof mb[0]; s++)
+            for (int layout = 0; layout < 2; layout++)
+                for (int with_bias = 1; with_bias >= 0; with_bias--)
+                    test_matmul_bf16(&k, mb[s][0], mb[s][1], mb[s][2], (matmul_layout)layout, with_bias);
+    } else {
+        printf("SKIP  matmul bf16: isa level %s is below avx512_bf16\n", isa_name(isa_active()));
+    }
 
     static const int ln[][3] = { { 7, 33, 1 }, { 1, 1, 1 }, { 3, 768, 1 }, { 260, 160, 0 } };
     for (size_t s = 0; s < sizeof ln / sizeof ln[0]; s++) test_layernorm(&k, ln[s][0], ln[s][1], ln[s][2]);

@@ -1,0 +1,151 @@
+/* matmul_bf16 — the fully connected layer with bf16 operands on the CPU: the contracts
+ * of matmul.h, computed as PyTorch's CPU autocast does (torch.autocast("cpu",
+ * torch.bfloat16)): each operand rounded to bf16 (nearest even, f32_to_bf16's bits),
+ * products summed in fp32, results fp32. oneDNN's matmul runs the products: AMX tiles
+ * where the CPU has them, AVX512-BF16 dot products otherwise (device_open refuses bf16
+ * below isa level avx512_bf16, where oneDNN would emulate it slower than fp32).
+ *
+ * The one design decision: the operands are rounded into a process-wide workspace on
+ * every call, the weight too: a bf16 shadow of the parameters kept by the optimizer
+ * would save one pass over the weights per GEMM, at the price of a second copy of the
+ * model that every writer of the parameters (optimizer, checkpoint load, hot reload,
+ * broadcast) would have to keep in sync. The workspace grows to the largest call (GPT-2's logits: the wte matrix)
+ * on the first step and is never freed; oneDNN primitives are kept per shape.
+ *
+ * Transposes are memory-descriptor strides, never copies: a (rows, cols) operand
+ * stored transposed is oneDNN's "ba" tag. dbias is fp32 from the fp32 dout. */
+#include "matmul.h"
+
+#include "dnn.h"
+#include "precision.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One oneDNN matmul C (M, N) [+]= A (M, K) · B (K, N) with bf16 A and B, f32 C. */
+typedef struct mm_key {
+    int M, N, K;
+    int a_trans, b_trans; /* operand stored transposed ("ba") */
+    int accumulate;       /* C += (a sum post-op), else C = */
+} mm_key;
+
+typedef struct mm_entry {
+    mm_key key;
+    dnnl_primitive_t prim;
+    dnnl_memory_t a, b, c;
+} mm_entry;
+
+/* GPT-2 and BERT use ~12 shapes per batch size (3 per fully connected layer kind). */
+#define MM_CACHE 64
+static mm_entry cache[MM_CACHE];
+static int ncache;
+
+static uint16_t *ws;     /* bf16 operands, carved per call */
+static size_t ws_elems;  /* capacity in bf16 values */
+
+static uint16_t *workspace(size_t elems)
+{
+    if (elems > ws_elems) {
+        free(ws);
+        ws = aligned_alloc(64, (elems * sizeof *ws + 63) / 64 * 64);
+        if (!ws) dnn_check(dnnl_out_of_memory, "the bf16 matmul workspace", __FILE__, __LINE__);
+        ws_elems = elems;
+    }
+    return ws;
+}
+
+static mm_entry *mm_get(const mm_key *k)
+{
+    for (int i = 0; i < ncache; i++)
+        if (!memcmp(&cache[i].key, k, sizeof *k)) return &cache[i];
+    if (ncache == MM_CACHE) { /* a model with more shapes: start over rather than grow */
+        for (int i = 0; i < ncache; i++) {
+            dnnl_primitive_destroy(cache[i].prim);
+            dnnl_memory_destroy(cache[i].a);
+            dnnl_memory_destroy(cache[i].b);
+            dnnl_memory_destroy(cache[i].c);
+        }
+        ncache = 0;
+    }
+    mm_entry *e = &cache[ncache];
+    memset(e, 0, sizeof *e);
+    e->key = *k;
+    dnnl_memory_desc_t amd, bmd, cmd;
+    dnnl_dims_t ad = { k->M, k->K }, bd = { k->K, k->N }, cd = { k->M, k->N };
+    DNN_CHECK(dnnl_memory_desc_init_by_tag(&amd, 2, ad, dnnl_bf16, k->a_trans ? dnnl_ba : dnnl_ab));
+    DNN_CHECK(dnnl_memory_desc_init_by_tag(&bmd, 2, bd, dnnl_bf16, k->b_trans ? dnnl_ba : dnnl_ab));
+    DNN_CHECK(dnnl_memory_desc_init_by_tag(&cmd, 2, cd, dnnl_f32, dnnl_ab));
+    dnnl_matmul_desc_t md;
+    DNN_CHECK(dnnl_matmul_desc_init(&md, &amd, &bmd, NULL, &cmd));
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    if (k->accumulate) {
+        DNN_CHECK(dnnl_primitive_attr_create(&attr));
+        DNN_CHECK(dnnl_post_ops_create(&po));
+        DNN_CHECK(dnnl_post_ops_append_sum(po, 1.0f));
+        DNN_CHECK(dnnl_primitive_attr_set_post_ops(attr, po));
+    }
+    dnnl_primitive_desc_t pd;
+    DNN_CHECK(dnnl_primitive_desc_create(&pd, &md, attr, dnn_engine(), NULL));
+    if (po) dnnl_post_ops_destroy(po);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    e->prim = dnn_primitive(pd);
+    e->a = dnn_mem(&amd);
+    e->b = dnn_mem(&bmd);
+    e->c = dnn_mem(&cmd);
+    ncache++;
+    return e;
+}
+
+static void mm_run(const mm_key *k, const uint16_t *a, const uint16_t *b, float *c)
+{
+    mm_entry *e = mm_get(k);
+    dnn_arg args[3] = { { DNNL_ARG_SRC, e->a, a }, { DNNL_ARG_WEIGHTS, e->b, b }, { DNNL_ARG_DST, e->c, c } };
+    dnn_run(e->prim, args, 3);
+}
+
+void matmul_forward_bf16(float *out, const float *inp, const float *weight, const float *bias, int BT, int C,
+                         int OC, matmul_layout layout)
+{
+    if (BT <= 0 || OC <= 0) return;
+    if (C <= 0 || bias) { /* the bias first, the product added onto it (as sgemm's beta = 1) */
+        matmul_forward(out, inp, weight, bias, BT, 0, OC, layout);
+        if (C <= 0) return;
+    }
+    size_t ni = (size_t)BT * C, nw = (size_t)C * OC;
+    uint16_t *i16 = workspace(ni + nw), *w16 = i16 + ni;
+    f32_to_bf16(inp, i16, ni);
+    f32_to_bf16(weight, w16, nw);
+    /* out (BT, OC) = inp (BT, C) · Wm (C, OC); Wm = W^T ("ba") for OUT_IN */
+    mm_key k = { BT, OC, C, 0, layout == MATMUL_LAYOUT_OUT_IN, bias != NULL };
+    mm_run(&k, i16, w16, out);
+}
+
+void matmul_backward_bf16(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                          const float *weight, int BT, int C, int OC, matmul_layout layout)
+{
+    if (BT <= 0 || C <= 0 || OC <= 0) return;
+    int out_in = layout == MATMUL_LAYOUT_OUT_IN;
+    size_t nd = (size_t)BT * OC, nw = (size_t)C * OC, ni = (size_t)BT * C;
+    uint16_t *d16 = workspace(nd + (dinp ? nw : 0) + (dweight ? ni : 0)), *w16 = d16 + nd;
+    uint16_t *i16 = w16 + (dinp ? nw : 0);
+    f32_to_bf16(dout, d16, nd);
+    if (dinp) {
+        f32_to_bf16(weight, w16, nw);
+        /* dinp (BT, C) += dout (BT, OC) · Wm^T (OC, C); Wm^T = W for OUT_IN */
+        mm_key k = { BT, C, OC, 0, !out_in, 1 };
+        mm_run(&k, d16, w16, dinp);
+    }
+    if (dweight) {
+        f32_to_bf16(inp, i16, ni);
+        if (out_in) { /* dW (OC, C) += dout^T (OC, BT) · inp (BT, C) */
+            mm_key k = { OC, C, BT, 1, 0, 1 };
+            mm_run(&k, d16, i16, dweight);
+        } else {      /* dW (C, OC) += inp^T (C, BT) · dout (BT, OC) */
+            mm_key k = { C, OC, BT, 1, 0, 1 };
+            mm_run(&k, i16, d16, dweight);
+        }
+    }
+    if (dbias) matmul_backward(NULL, NULL, dbias, dout, inp, weight, BT, C, OC, layout);
+}

@@ -1,0 +1,129 @@
+/* test_gpt2_bf16 — GPT-2 124M with --precision bf16 on the CPU against PyTorch's CPU
+ * autocast (the golden-test method of the GPU's bf16 test, validation/gpu/
+ * test_models_cuda.c): the same initial weights and batch train 10 AdamW steps in
+ * Nebula (matmul operands rounded to bf16, fp32 accumulation, fp32 master weights and
+ * optimizer) and in torch.autocast("cpu", torch.bfloat16) through
+ * validation/reference/gpt2_autocast_ref.py; each loss must agree within 1% relative,
+ * about 2.5 bf16 ulps (2^-8 = 0.39%): both round the same fp32 operands to bf16, but
+ * autocast also keeps the matmul outputs in bf16 and the two sum in different orders.
+ *
+ * The trajectory alone cannot tell bf16 from fp32 (they differ by less than 1%), so the
+ * first forward is also run in fp32: the two losses must differ (bf16 rounding moves
+ * GPT-2's initial loss by ~1e-4 relative), and by less than 1%.
+ *
+ * Below isa level avx512_bf16 bf16 is refused on the CPU: SKIP (77). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "nn/device.h"
+#include "nn/gpt2.h"
+#include "nn/optim.h"
+#include "base/rng.h"
+#include "cpu/isa.h"
+#include "ckpt/tool/safetensors.h"
+
+enum { B = 4, T = 64, STEPS = 10, WARMUP = 3 };
+
+/* The first forward's loss in fp32 from the same initialisation. */
+static float fp32_loss(const gpt2_config *cfg, const int32_t *tokens, const int32_t *targets)
+{
+    gpt2 *m = calloc(1, sizeof *m);
+    if (!m || gpt2_init(m, cfg, B, T, 1234, false) != STATUS_OK || gpt2_forward(m, tokens, targets) != STATUS_OK)
+        return NAN;
+    float loss = m->mean_loss;
+    gpt2_free(m);
+    free(m);
+    return loss;
+}
+
+int main(void)
+{
+    if (isa_active() < ISA_AVX512_BF16) {
+        printf("SKIP: bf16 on the CPU needs isa level avx512_bf16 or amx (this process runs %s)\n",
+               isa_name(isa_active()));
+        return 77;
+    }
+    gpt2_config cfg;
+    if (gpt2_config_named(&cfg, "gpt2") != STATUS_OK) return 1;
+    device dev;
+    if (device_open(&dev, DEVICE_KIND_CPU, PRECISION_BF16, -1) != STATUS_OK) return 1;
+    gpt2 *m = calloc(1, sizeof *m);
+    device_optim opt;
+    if (gpt2_init_on(m, &cfg, B, T, 1234, true, &dev) != STATUS_OK || device_optim_init(&opt, &dev, &m->pt) != STATUS_OK)
+        return 1;
+    /* m->pb.params is trained in place on the CPU: keep the initialisation for PyTorch */
+    float *init = malloc(m->pt.total * sizeof *init);
+    memcpy(init, m->pb.params, m->pt.total * sizeof *init);
+    int32_t *tokens = malloc(B * T * sizeof *tokens), *targets = malloc(B * T * sizeof *targets);
+    float *ftok = malloc(B * T * sizeof *ftok), *ftgt = malloc(B * T * sizeof *ftgt);
+    rng r;
+    rng_init(&r, 5, 0, RNG_PURPOSE_TEST, 0);
+    for (int i = 0; i < B * T; i++) {
+        tokens[i] = (int32_t)rng_below(&r, (uint32_t)cfg.vocab_size);
+        targets[i] = (int32_t)rng_below(&r, (uint32_t)cfg.vocab_size);
+        ftok[i] = (float)tokens[i];
+        ftgt[i] = (float)targets[i];
+    }
+    /* 1e-4, not the GPU test's 6e-4: on 256 random tokens 6e-4 overshoots (the loss
+     * rises at steps 3-5) and any two bf16 roundings part by percents there — PyTorch's
+     * own autocast leaves its fp32 trajectory by 1.5%, Nebula's by 4% (measured); at 1e-4
+     * the loss falls every step and the two agree to 0.13 of the bound. */
+    const double lr = 1e-4;
+    lr_schedule sched = { .kind = LR_SCHEDULE_COSINE, .base_lr = lr, .warmup_steps = WARMUP, .total_steps = STEPS,
+                          .min_lr = lr * 0.1 };
+    adamw_hparams hp = { .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1 };
+    float traj[STEPS];
+    for (int s = 0; s < STEPS; s++) {
+        m->ops->zero(m->pb.grads, m->pt.total);
+        if (gpt2_forward(m, tokens, targets) != STATUS_OK) return 1;
+        m->loss_scale = device_optim_loss_scale(&opt);
+        gpt2_backward(m, tokens);
+        traj[s] = m->mean_loss;
+        bool skipped;
+        device_optim_adamw_step_scaled(&opt, &m->pb, &hp, lr_at(&sched, s), &skipped); /* host buffers */
+    }
+    printf("# gpt2 124M B=%d T=%d bf16 on %s: losses", B, T, dev.describe);
+    for (int s = 0; s < STEPS; s++) printf(" %.4f", traj[s]);
+    printf("\n");
+
+    int fails = 0;
+    float l32 = fp32_loss(&cfg, tokens, targets);
+    double rel = fabs((double)traj[0] - l32) / fabs((double)l32);
+    bool moved = rel > 0 && rel < 1e-2;
+    printf("%s  the first loss in bf16 (%.6f) differs from fp32's (%.6f) by %.2e relative: bf16 is in use, "
+           "within 1%%\n", moved ? "ok  " : "FAIL", traj[0], l32, rel);
+    fails += !moved;
+
+    int n = m->pt.count, nt = n + 3;
+    st_tensor *t = calloc((size_t)nt, sizeof *t);
+    st_name *names = calloc((size_t)nt, sizeof *names);
+    st_add_table(t, 0, names, &m->pt, "", init);
+    t[n] = (st_tensor){ "in.tokens", 2, { B, T }, ftok };
+    t[n + 1] = (st_tensor){ "in.targets", 2, { B, T }, ftgt };
+    t[n + 2] = (st_tensor){ "traj.losses", 1, { STEPS }, traj };
+    char meta[512];
+    snprintf(meta, sizeof meta,
+             "{\"layers\":\"%d\",\"heads\":\"%d\",\"vocab_size\":\"%d\",\"lr\":\"%g\",\"weight_decay\":\"%g\","
+             "\"steps\":\"%d\",\"warmup\":\"%d\",\"precision\":\"bf16\",\"device\":\"cpu\"}",
+             cfg.num_layers, cfg.num_heads, cfg.vocab_size, lr, hp.weight_decay, STEPS, WARMUP);
+    char dir[] = "/tmp/nebula-gpt2-bf16-XXXXXX", path[128], cmd[512];
+    if (!mkdtemp(dir)) return 1;
+    snprintf(path, sizeof path, "%s/dump.safetensors", dir);
+    if (st_write(path, t, nt, meta) != STATUS_OK) return 1;
+    fflush(stdout);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 validation/reference/gpt2_autocast_ref.py %s", path);
+    int rc = system(cmd);
+    unlink(path);
+    rmdir(dir);
+    fails += rc != 0;
+    free(t); free(names); free(init); free(tokens); free(targets); free(ftok); free(ftgt);
+    device_optim_free(&opt);
+    gpt2_free(m);
+    free(m);
+    device_close(&dev);
+    printf("%s\n", fails ? "FAIL" : "ok - gpt2 bf16 on the CPU agrees with PyTorch autocast");
+    return fails ? 1 : 0;
+}
