@@ -23,7 +23,21 @@ static dnnl_stream_t stream;
 
 int dnn_block(void) { return isa_channel_block(); }
 
-const char *dnn_layout_name(dnn_layout l) { return l == DNN_NCHW ? "nchw" : dnn_block() == 16 ? "nChw16c" : "nChw8c"; }
+/* oneDNN's tag of a layout, and its name (one table for dnn_md and dnn_layout_name) */
+static void dnn_tag(dnn_layout l, dnnl_format_tag_t *tag, const char **name)
+{
+    if (l == DNN_NCHW) *tag = dnnl_nchw, *name = "nchw";
+    else if (dnn_block() == 16) *tag = dnnl_nChw16c, *name = "nChw16c";
+    else *tag = dnnl_nChw8c, *name = "nChw8c";
+}
+
+const char *dnn_layout_name(dnn_layout l)
+{
+    dnnl_format_tag_t tag;
+    const char *name;
+    dnn_tag(l, &tag, &name);
+    return name;
+}
 
 dnnl_engine_t dnn_engine(void)
 {
@@ -46,7 +60,9 @@ dnnl_stream_t dnn_stream(void)
 void dnn_md(dnnl_memory_desc_t *md, int N, int C, int H, int W, dnn_layout layout)
 {
     dnnl_dims_t dims = { N, C, H, W };
-    dnnl_format_tag_t tag = layout == DNN_NCHW ? dnnl_nchw : dnn_block() == 16 ? dnnl_nChw16c : dnnl_nChw8c;
+    dnnl_format_tag_t tag;
+    const char *name;
+    dnn_tag(layout, &tag, &name);
     DNN_CHECK(dnnl_memory_desc_init_by_tag(md, 4, dims, dnnl_f32, tag));
 }
 

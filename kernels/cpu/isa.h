@@ -38,7 +38,8 @@ isa_level isa_machine(void);
 
 /* The level the kernels use: isa_machine(), or NEBULA_CPU_ISA's when set. A value that
  * is not a level, or names one above the machine's, ends the process with exit code 2
- * and isa_env_check's message; executables call isa_env_check at start-up first. */
+ * and isa_env_check's message; device_open calls isa_env_check first, so an executable
+ * reports a bad value as an input error (exit 2) before any kernel runs. */
 isa_level isa_active(void);
 
 /* Checks NEBULA_CPU_ISA: true when unset, "auto" or a level the machine runs; false

@@ -5,14 +5,15 @@
 # OMP_WAIT_POLICY=PASSIVE (tuned). Repeats REPS times (default 3), interleaved, and
 # reports medians, Nebula's ratio to each peer's better setting, peak RSS (Nebula /
 # PyTorch 1.13 as installed) and the ISA level Nebula's kernels ran at (NEBULA_CPU_ISA
-# caps it).
+# caps it). PRECISION=bf16 runs Nebula's --precision bf16 against PyTorch's CPU
+# autocast bf16.
 #
 #   tools/peers/bench-model.sh gpt2 4 64 [THREADS] [STEPS]
 #   TORCH2=1 REPS=3 tools/peers/bench-model.sh resnet50 16 1 2 3      # T is ignored for images
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 model=${1:?model} batch=${2:?batch} seq=${3:?seq} threads=${4:-2} steps=${5:-5}
-reps=${REPS:-3}
+reps=${REPS:-3} prec=${PRECISION:-fp32}
 pys=(/usr/bin/python3)
 [ "${TORCH2:-0}" = 1 ] && pys+=("$(tools/peers/torch2-venv.sh)")
 tps() { sed -n 's/.* \([0-9.]*\) \(tok\|seq\|img\)\/s.*/\1/p' | tail -1; }
@@ -21,13 +22,13 @@ isa() { sed -n 's/^# cpu: ISA level \([a-z0-9_]*\).*/\1/p' | tail -1; }
 torch() {  # PYTHON [ENV...]: one PyTorch run's output
     local py=$1; shift
     env "$@" "$py" tools/peers/bench_model_torch.py --model "$model" --batch "$batch" --seq "$seq" \
-        --threads "$threads" --steps "$steps"
+        --threads "$threads" --steps "$steps" --precision "$prec"
 }
 neb=() nrss=() prss=() peers=("" "" "" "")  # peers: 1.13, 1.13 tuned, 2.x, 2.x tuned (space-separated runs)
 level=
 for r in $(seq 1 "$reps"); do
     out=$(build/bin/nebula-bench model --model "$model" --batch "$batch" --seq "$seq" --threads "$threads" \
-              --steps "$steps")
+              --steps "$steps" --precision "$prec")
     neb+=("$(tps <<<"$out")") nrss+=("$(rss <<<"$out")") level=$(isa <<<"$out")
     for i in "${!pys[@]}"; do
         out=$(torch "${pys[$i]}")
@@ -36,7 +37,7 @@ for r in $(seq 1 "$reps"); do
         peers[$((2 * i + 1))]+=" $(torch "${pys[$i]}" OMP_WAIT_POLICY=PASSIVE | tps)"
     done
 done
-/usr/bin/python3 - "$model" "$batch" "$seq" "$threads" "$level" "${neb[*]}" "${nrss[*]}" "${prss[*]}" \
+/usr/bin/python3 - "$model" "$batch" "$seq" "$threads" "$level $prec" "${neb[*]}" "${nrss[*]}" "${prss[*]}" \
     "${peers[@]}" <<'PY'
 import statistics, sys
 model, b, t, th, level = sys.argv[1:6]

@@ -2,7 +2,8 @@
 """bench_model_torch — the PyTorch peer of `nebula-bench model`: the same GPT-2
 configuration, batch, sequence length, thread count and optimizer (AdamW 0.9/0.95,
 weight decay 0.1 on matrices), timed the same way (median training step after
-warm-up), fp32 on the CPU — or, for GPT-2 with --device cuda, on one GPU in PyTorch
+warm-up), on the CPU in fp32 or (--precision bf16) under torch.autocast("cpu",
+torch.bfloat16) with fp32 master weights — or, for GPT-2 with --device cuda, on one GPU in PyTorch
 eager's own best form: F.scaled_dot_product_attention (FlashAttention kernels),
 torch.autocast bf16 with fp32 master weights (--precision bf16), AdamW's default
 multi-tensor path; the bf16 GEMM rate of an 8192^3 product is measured in the same
@@ -154,11 +155,13 @@ def main():
     else:
         opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                                 lr=3e-4, betas=(0.9, 0.95), eps=1e-8, foreach=False)
+    bf16 = a.precision == "bf16"
     times = []
     for s in range(a.warmup + a.steps):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=False)
-        loss = loss_fn()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = loss_fn()
         loss.backward()
         opt.step()
         t = time.perf_counter() - t0
@@ -167,7 +170,8 @@ def main():
     med = statistics.median(times)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"# pytorch {torch.__version__} {a.model} ({nparams / 1e6:.1f}M parameters), B={a.batch} T={a.seq}, "
-          f"{a.threads} threads: median step {med * 1e3:.2f} ms, {units / med:.2f} {unit}/s, peak RSS {rss:.0f} MiB")
+          f"{a.threads} threads, {a.precision}: median step {med * 1e3:.2f} ms, {units / med:.2f} {unit}/s, "
+          f"peak RSS {rss:.0f} MiB")
 
 
 def main_cuda(a):
