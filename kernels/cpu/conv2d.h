@@ -36,6 +36,12 @@
  * 16-block (AVX-512) oneDNN's kernels win there too (ResNet-18 CIFAR B=64: 87-94 img/s
  * without the engine, 68-73 with it), so the engine is off (conv2d_gemm_max_pixels).
  *
+ * bf16 plans (conv2d_plan_init_bf16, --precision bf16 on an AVX512-BF16 or AMX CPU):
+ * PyTorch CPU autocast's rule — the input, the weights and dout are rounded to bf16
+ * (f32_to_bf16), oneDNN's bf16 kernels sum in fp32, and out, dinp, dweight stay fp32.
+ * The plan keeps the forward's bf16 input for backward-weights (half the input's
+ * bytes, counted in `bytes`) and one bf16 buffer for dout.
+ *
  * Gradient contract: dinp is WRITTEN (a CNN sums branch gradients itself);
  * dweight and dbias are ADDED (gradient accumulation over micro-batches). */
 #ifndef NEBULA_KERNELS_CONV2D_H
@@ -75,7 +81,11 @@ typedef struct conv2d_plan {
     dnnl_primitive_t w_to_bwd;       /* user weights -> bwd_data's copy; NULL when fwd's copy serves */
     dnnl_primitive_t dw_to_user;     /* blocked dweight -> user gradient, summed */
     dnnl_memory_t src, dst, w_user, w, w_bwd, dw, bias_m, dbias_m;
-    float *wbuf, *wbuf_bwd, *dwbuf;  /* blocked weights (fwd, bwd_data) and blocked dweight */
+    bool bf16;                       /* bf16 operands (conv2d_plan_init_bf16) */
+    dnnl_memory_t src16, dst16;      /* bf16: the input and dout in bf16 */
+    void *src16buf, *dout16buf;      /* bf16: the last forward's input, and dout, rounded */
+    void *wbuf, *wbuf_bwd;           /* blocked weights (fwd, bwd_data), f32 or bf16 */
+    float *dwbuf;                    /* blocked dweight */
     float *dbias_tmp;                /* (OC) */
     const float *weight;             /* the last forward's user weights (backward-data reorders them) */
     bool gemm;                       /* the GEMM engine instead of oneDNN's primitives */
@@ -94,6 +104,10 @@ void conv2d_plan_init(conv2d_plan *p, const conv2d_shape *s, dnn_layout in, dnn_
  * empty) when oneDNN has no such kernel for this shape at this ISA level. */
 bool conv2d_plan_init_alg(conv2d_plan *p, const conv2d_shape *s, dnn_layout in, dnn_layout out, bool bias, bool dinp,
                           conv2d_alg alg);
+/* The same in bf16 (see above), oneDNN's choice of algorithm, never the GEMM engine;
+ * false (the plan left empty) when oneDNN has no bf16 kernel for it here. */
+bool conv2d_plan_init_bf16(conv2d_plan *p, const conv2d_shape *s, dnn_layout in, dnn_layout out, bool bias,
+                           bool dinp);
 void conv2d_plan_free(conv2d_plan *p);
 
 /* out = conv(inp, weight) + bias. weight (OC, C, KH, KW); bias (OC) or NULL

@@ -59,11 +59,16 @@ dnnl_stream_t dnn_stream(void)
 
 void dnn_md(dnnl_memory_desc_t *md, int N, int C, int H, int W, dnn_layout layout)
 {
+    dnn_md_typed(md, N, C, H, W, layout, dnnl_f32);
+}
+
+void dnn_md_typed(dnnl_memory_desc_t *md, int N, int C, int H, int W, dnn_layout layout, dnnl_data_type_t dt)
+{
     dnnl_dims_t dims = { N, C, H, W };
     dnnl_format_tag_t tag;
     const char *name;
     dnn_tag(layout, &tag, &name);
-    DNN_CHECK(dnnl_memory_desc_init_by_tag(md, 4, dims, dnnl_f32, tag));
+    DNN_CHECK(dnnl_memory_desc_init_by_tag(md, 4, dims, dt, tag));
 }
 
 dnnl_memory_t dnn_mem(const dnnl_memory_desc_t *md)

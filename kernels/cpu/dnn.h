@@ -45,8 +45,9 @@ void dnn_check(dnnl_status_t st, const char *call, const char *file, int line);
 dnnl_engine_t dnn_engine(void);
 dnnl_stream_t dnn_stream(void);
 
-/* f32 descriptor of (N, C, H, W) in `layout`. */
+/* f32 descriptor of (N, C, H, W) in `layout`; dnn_md_typed: of data type dt (bf16). */
 void dnn_md(dnnl_memory_desc_t *md, int N, int C, int H, int W, dnn_layout layout);
+void dnn_md_typed(dnnl_memory_desc_t *md, int N, int C, int H, int W, dnn_layout layout, dnnl_data_type_t dt);
 /* A memory object for `md` without a buffer; dnn_run attaches buffers per call. */
 dnnl_memory_t dnn_mem(const dnnl_memory_desc_t *md);
 /* A primitive from its descriptor (destroys pd). */

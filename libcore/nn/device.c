@@ -40,6 +40,17 @@ static void *cpu_conv_plan_new(const conv2d_shape *s, bool nchw_input, bool dinp
     *bytes = p->bytes;
     return p;
 }
+/* bf16 (PyTorch CPU autocast's rule for convolutions); a shape oneDNN has no bf16
+ * kernel for here stays fp32 */
+static void *cpu_conv_plan_new_bf16(const conv2d_shape *s, bool nchw_input, bool dinp, size_t *bytes)
+{
+    conv2d_plan *p = malloc(sizeof *p);
+    CHECK(p, "out of memory for a convolution plan");
+    dnn_layout in = nchw_input ? DNN_NCHW : DNN_BLOCKED;
+    if (!conv2d_plan_init_bf16(p, s, in, DNN_BLOCKED, false, dinp)) conv2d_plan_init(p, s, in, DNN_BLOCKED, false, dinp);
+    *bytes = p->bytes;
+    return p;
+}
 static void cpu_conv_plan_free(void *p) { if (p) { conv2d_plan_free(p); free(p); } }
 static void cpu_conv_forward(void *p, float *out, const float *inp, const float *w, const float *b)
 {
@@ -70,29 +81,36 @@ static void cpu_bn_backward(void *p, float *dinp, float *dw, float *db, const fl
 }
 static void cpu_add_scalar(float *x, float v) { *x += v; }
 
+#define CNN_OPS_CPU_COMMON \
+    .conv_plan_free = cpu_conv_plan_free, \
+    .conv_forward = cpu_conv_forward, \
+    .conv_backward = cpu_conv_backward, \
+    .bn_plan_new = cpu_bn_plan_new, \
+    .bn_plan_free = cpu_bn_plan_free, \
+    .bn_forward = cpu_bn_forward, \
+    .bn_backward = cpu_bn_backward, \
+    .to_nchw = dnn_blocked_to_nchw, \
+    .from_nchw = dnn_nchw_to_blocked, \
+    .maxpool2d_forward = maxpool2d_forward, \
+    .maxpool2d_backward = maxpool2d_backward, \
+    .avgpool_global_forward = avgpool_global_forward, \
+    .avgpool_global_backward = avgpool_global_backward, \
+    .relu_forward = relu_forward, \
+    .relu_backward = relu_backward, \
+    .residual_backward = residual_backward, \
+    .add_scalar = cpu_add_scalar
+
 static const cnn_ops cnn_ops_cpu = {
     .conv_plan_new = cpu_conv_plan_new,
-    .conv_plan_free = cpu_conv_plan_free,
-    .conv_forward = cpu_conv_forward,
-    .conv_backward = cpu_conv_backward,
-    .bn_plan_new = cpu_bn_plan_new,
-    .bn_plan_free = cpu_bn_plan_free,
-    .bn_forward = cpu_bn_forward,
-    .bn_backward = cpu_bn_backward,
-    .to_nchw = dnn_blocked_to_nchw,
-    .from_nchw = dnn_nchw_to_blocked,
-    .maxpool2d_forward = maxpool2d_forward,
-    .maxpool2d_backward = maxpool2d_backward,
-    .avgpool_global_forward = avgpool_global_forward,
-    .avgpool_global_backward = avgpool_global_backward,
-    .relu_forward = relu_forward,
-    .relu_backward = relu_backward,
-    .residual_backward = residual_backward,
-    .add_scalar = cpu_add_scalar,
+    CNN_OPS_CPU_COMMON,
+};
+
+static const cnn_ops cnn_ops_cpu_bf16 = {
+    .conv_plan_new = cpu_conv_plan_new_bf16,
+    CNN_OPS_CPU_COMMON,
 };
 
 #define NN_OPS_CPU_COMMON                           \
-    .cnn = &cnn_ops_cpu,                            \
     .zero = cpu_zero,                               \
     .copy = cpu_copy,                               \
     .embedding_forward = embedding_forward,         \
@@ -111,15 +129,18 @@ static const cnn_ops cnn_ops_cpu = {
 
 const nn_ops nn_ops_cpu = {
     .name = "cpu fp32",
+    .cnn = &cnn_ops_cpu,
     NN_OPS_CPU_COMMON,
     .matmul_forward = matmul_forward,
     .matmul_backward = matmul_backward,
 };
 
-/* bf16 on the CPU: the GPU's bf16 rule (matmul operands rounded to bf16, fp32
- * accumulation and everything else fp32), through oneDNN's AMX / AVX512-BF16 kernels. */
+/* bf16 on the CPU: PyTorch CPU autocast's rule — matmul and convolution operands
+ * rounded to bf16, fp32 accumulation, everything else fp32 — through oneDNN's AMX /
+ * AVX512-BF16 kernels. (On a GPU only the matmuls take bf16.) */
 static const nn_ops nn_ops_cpu_bf16 = {
     .name = "cpu bf16",
+    .cnn = &cnn_ops_cpu_bf16,
     NN_OPS_CPU_COMMON,
     .matmul_forward = matmul_forward_bf16,
     .matmul_backward = matmul_backward_bf16,

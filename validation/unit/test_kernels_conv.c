@@ -29,6 +29,7 @@
 #include "cpu/isa.h"
 #include "cpu/batchnorm.h"
 #include "cpu/conv2d.h"
+#include "cpu/precision.h"
 #include "cpu/relu.h"
 #include "../check.h"
 
@@ -114,6 +115,11 @@ static void check_isa_kernels(kc *k, const conv2d_plan *p, dnn_layout lin, const
 
 static void test_conv_alg(kc *k, const conv_shape *s, dnn_layout lin, dnn_layout lout, int alg);
 
+/* test_conv_alg's `alg` for a bf16 plan (conv2d_plan_init_bf16): its specification is
+ * the reference on the input, weights and dout rounded to bf16, with the same fp32
+ * summation bounds (a plan that skipped the rounding misses them by ~2^-9 sqrt(K)). */
+#define CONV_BF16 100
+
 static void test_conv(kc *k, const conv_shape *s, dnn_layout lin, dnn_layout lout)
 {
     test_conv_alg(k, s, lin, lout, -1);
@@ -133,10 +139,16 @@ static void test_conv_alg(kc *k, const conv_shape *s, dnn_layout lin, dnn_layout
     const int HWi = s->H * s->W, HWo = OH * OW;
     char what[400], name[120];
     snprintf(name, sizeof name, "%s %s->%s%s", s->name, layout_name(lin), layout_name(lout),
-             alg == CONV2D_ALG_WINOGRAD ? " Winograd" : alg == CONV2D_ALG_DIRECT ? " direct" : "");
+             alg == CONV2D_ALG_WINOGRAD ? " Winograd" : alg == CONV2D_ALG_DIRECT ? " direct" :
+             alg == CONV_BF16 ? " bf16" : "");
     conv2d_plan p;
     conv2d_shape cs = { s->N, s->C, s->H, s->W, s->OC, s->KH, s->KW, s->stride, s->pad, OH, OW };
-    if (alg >= 0 && !conv2d_plan_init_alg(&p, &cs, lin, lout, s->bias, true, (conv2d_alg)alg)) {
+    if (alg == CONV_BF16) {
+        bool built = conv2d_plan_init_bf16(&p, &cs, lin, lout, s->bias, true);
+        snprintf(what, sizeof what, "conv2d %s: oneDNN has a bf16 kernel at ISA level %s", name, isa_name(isa_active()));
+        kc_report(k, built, what, 0);
+        if (!built) return;
+    } else if (alg >= 0 && !conv2d_plan_init_alg(&p, &cs, lin, lout, s->bias, true, (conv2d_alg)alg)) {
         /* oneDNN has Winograd for avx512_core only: from avx512 on it must be there */
         snprintf(what, sizeof what, "conv2d %s: oneDNN has no such kernel at ISA level %s", name,
                  isa_name(isa_active()));
@@ -149,6 +161,11 @@ static void test_conv_alg(kc *k, const conv_shape *s, dnn_layout lin, dnn_layout
     float *x = kc_frand(k, ni, -1, 1), *w = kc_frand(k, nw, -1, 1), *b = kc_frand(k, nb, -1, 1), *R = kc_frand(k, no, -1, 1);
     const float *bias = s->bias ? b : NULL;
     double *xd = kc_dfrom(x, ni), *wd = kc_dfrom(w, nw), *bd = s->bias ? kc_dfrom(b, nb) : NULL, *Rd = kc_dfrom(R, no);
+    if (alg == CONV_BF16) {  /* the operands as the bf16 plan sees them (the bias stays fp32) */
+        for (size_t i = 0; i < ni; i++) xd[i] = f32_from_bf16(bf16_from_f32(x[i]));
+        for (size_t i = 0; i < nw; i++) wd[i] = f32_from_bf16(bf16_from_f32(w[i]));
+        for (size_t i = 0; i < no; i++) Rd[i] = f32_from_bf16(bf16_from_f32(R[i]));
+    }
     float *xl = to_layout(x, lin, s->N, s->C, HWi), *Rl = to_layout(R, lout, s->N, s->OC, HWo);
     /* the GEMM engine takes small blocked maps on the 8-block only; the shapes named for
      * it take it there */
@@ -481,6 +498,12 @@ int main(void)
     /* direct, oneDNN's other algorithm, forced on every blocked shape: it must exist */
     for (size_t i = 0; i < sizeof blocked / sizeof blocked[0]; i++)
         test_conv_alg(&k, &blocked[i], DNN_BLOCKED, DNN_BLOCKED, CONV2D_ALG_DIRECT);
+    /* bf16 plans (--precision bf16) where the ISA level has bf16 kernels */
+    if (isa_active() >= ISA_AVX512_BF16)
+        for (size_t i = 0; i < sizeof blocked / sizeof blocked[0]; i++)
+            test_conv_alg(&k, &blocked[i], DNN_BLOCKED, DNN_BLOCKED, CONV_BF16);
+    else
+        printf("SKIP  conv2d bf16: isa level %s is below avx512_bf16\n", isa_name(isa_active()));
     static const conv_shape stems[] = {
         { "N=2 C=3 15x15 OC=16 7x7 s2 p3 (imagenet stem)", 2, 3, 15, 15, 16, 7, 7, 2, 3, 0 },
         { "N=2 C=3 8x8 OC=16 3x3 s1 p1 (cifar stem)", 2, 3, 8, 8, 16, 3, 3, 1, 1, 0 },
