@@ -47,16 +47,19 @@ double bench_median(double *v, int n)
 }
 
 /* Best of 3 square SGEMMs of size n: the rate the model's GEMMs could reach. */
-static double sgemm_gflops(int n)
+/* The GEMM rate of an n^3 product in this process: OpenBLAS's sgemm, or (bf16) the
+ * bf16 matmul of --precision bf16 with its operand rounding. Best of 3 after a warm-up. */
+static double gemm_gflops(int n, bool bf16)
 {
     float *a = malloc((size_t)n * n * sizeof(float)), *b = malloc((size_t)n * n * sizeof(float));
     float *c = calloc((size_t)n * n, sizeof(float));
-    CHECK(a && b && c, "out of memory for the SGEMM probe");
+    CHECK(a && b && c, "out of memory for the GEMM probe");
     for (size_t i = 0; i < (size_t)n * n; i++) { a[i] = (float)(i % 7) * 0.1f; b[i] = (float)(i % 5) * 0.1f; }
     double best = 1e30;
     for (int r = 0; r < 4; r++) {
         double t0 = omp_get_wtime();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        if (bf16) matmul_forward_bf16(c, a, b, NULL, n, n, n, MATMUL_LAYOUT_IN_OUT);
+        else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
         double t = omp_get_wtime() - t0;
         if (r > 0 && t < best) best = t;  /* the first call warms up OpenBLAS's threads */
     }
@@ -240,7 +243,8 @@ static status bench_model_steps(const config *cfg, train_run *r, int B, int T)
     bool sgd = r->opt.use_sgd;  /* SGD with momentum for ResNets, AdamW otherwise */
     const char *unit = model_unit(m);
     double units = model_units_per_step(m), flops_step = model_flops_per_step(m);
-    double gflops = sgemm_gflops(2048);
+    double gflops = gemm_gflops(2048, false);
+    double bf16_gflops = r->dev.precision == PRECISION_BF16 ? gemm_gflops(2048, true) : 0;
     const char *format = config_str(cfg, "bench.format");
     bool csv = !strcmp(format, "csv"), json = !strcmp(format, "json");
     FILE *info = csv || json ? stderr : stdout;  /* stdout holds only the rows then */
@@ -256,8 +260,9 @@ static status bench_model_steps(const config *cfg, train_run *r, int B, int T)
     isa_describe(isa, sizeof isa);
     fprintf(info, "# cpu: ISA level %s; activations %s; OpenBLAS %s (%s)\n", isa, dnn_layout_name(DNN_BLOCKED),
             openblas_get_corename(), openblas_get_config());
-    fprintf(info, "# sgemm 2048^3 in this process: %.1f GFLOP/s; model FLOPs per step %.1f G\n", gflops,
-            flops_step / 1e9);
+    fprintf(info, "# sgemm 2048^3 in this process: %.1f GFLOP/s", gflops);
+    if (bf16_gflops > 0) fprintf(info, "; bf16 GEMM (oneDNN, operands rounded): %.1f GFLOP/s", bf16_gflops);
+    fprintf(info, "; model FLOPs per step %.1f G\n", flops_step / 1e9);
     param_print_memory(pt, model_activation_bytes(m), 0, NULL, info);
     if (csv) printf("step,fwd_ms,bwd_ms,opt_ms,total_ms,%s,gflops,pct_sgemm,loss\n", per_s);
     else if (json) ;  /* a row is an object with its names */
@@ -288,12 +293,12 @@ static status bench_model_steps(const config *cfg, train_run *r, int B, int T)
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
         if (json)
-            emit_json(json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
+            emit_json(json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
                                 "row", "median", "model", spec->name, "precision", prec, "isa", isa_name(isa_active()), "layout",
                                 dnn_layout_name(DNN_BLOCKED), "params", (json_int_t)pt->total, "batch", B, "seq", T,
                                 "threads", omp_get_max_threads(), "fwd_ms", bench_median(tf, steps), "bwd_ms",
                                 bench_median(tb, steps), "opt_ms", bench_median(to, steps), "total_ms", mt, per_s, ups,
-                                "gflops", gf, "pct_sgemm", 100 * gf / gflops, "sgemm_gflops", gflops, "peak_rss_mib",
+                                "gflops", gf, "pct_sgemm", 100 * gf / gflops, "sgemm_gflops", gflops, "bf16_gemm_gflops", bf16_gflops, "peak_rss_mib",
                                 ru.ru_maxrss / 1024.0));
         else fprintf(csv ? stderr : stdout, "# median: fwd %.2f ms, bwd %.2f ms, opt %.2f ms, step %.2f ms, %.2f %s/s, %.2f GFLOP/s = %.1f%% of "
                "sgemm, peak RSS %.0f MiB\n", bench_median(tf, steps), bench_median(tb, steps), bench_median(to, steps), mt, ups, unit,

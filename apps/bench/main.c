@@ -94,6 +94,9 @@ static const char usage[] =
     "                                     against the bf16 GEMM rate measured in the same process\n"
     "       nebula-bench dgc [options]    DGC-Pro threshold selection on one core: --count N --rounds R,\n"
     "                                     --set dgc.sparsity=S --set dgc.sample_fraction=F\n"
+    "       nebula-bench table models [--models gpt2:4:64,...] [--precisions fp32,bf16] [--reps R]\n"
+    "                                     [--steps N] [--threads N] [--torch2]: Nebula beside PyTorch 1.13 (and\n"
+    "                                     2.x), as installed and tuned, per model, shape and precision\n"
     "       nebula-bench table dgc [--models gpt2,...] [--rates 1gbit,100mbit,none] [--steps N] [--reps R] [--csv]\n"
     "                                     dense vs DGC-Pro training on rate-limited links between 4 network\n"
     "                                     namespaces (root; runs tools/bench-dgc.sh, which says how it measures)";
@@ -129,26 +132,27 @@ static status refuse_unused(const config *cfg, const char *sub)
     return STATUS_OK;
 }
 
-/* `table dgc` drives whole training runs in network namespaces: the orchestration is the
- * project's shell tool next to the build (build/bin/../../tools), run in our place. */
-static int table_dgc(int argc, char **argv)
+/* `table NAME` drives whole runs — training in network namespaces (dgc), Nebula beside
+ * PyTorch (models): the orchestration is the project's shell tool next to the build
+ * (build/bin/../../tools/bench-NAME.sh), run in our place. */
+static int table_run(const char *name, int argc, char **argv)
 {
     char exe[PATH_MAX], tool[PATH_MAX + 32];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n <= 0) {
-        log_error0("table dgc: cannot find this executable's directory");
+        log_error0("table %s: cannot find this executable's directory", name);
         return 2;
     }
     exe[n] = '\0';
     char *slash = strrchr(exe, '/');
     if (slash) *slash = '\0';
-    snprintf(tool, sizeof tool, "%s/../../tools/bench-dgc.sh", exe);
+    snprintf(tool, sizeof tool, "%s/../../tools/bench-%s.sh", exe, name);
     char *args[argc + 2];
     args[0] = tool;
     for (int i = 0; i < argc; i++) args[i + 1] = argv[i];
     args[argc + 1] = NULL;
     execv(tool, args);
-    log_error0("table dgc: cannot run %s: %s", tool, strerror(errno));
+    log_error0("table %s: cannot run %s: %s", name, tool, strerror(errno));
     return 2;
 }
 
@@ -162,19 +166,19 @@ int main(int argc, char **argv)
         status st = cli_parse(&cfg, bench_options, (int)(sizeof bench_options / sizeof bench_options[0]), argc,
                               argv, 1, usage, &action);
         if (st == STATUS_OK && action == CLI_ACTION_EXIT) return 0;
-        if (st == STATUS_OK) log_error0("missing subcommand; expected 'comm', 'model', 'dgc' or 'table dgc' (--help for usage)");
+        if (st == STATUS_OK) log_error0("missing subcommand; expected 'comm', 'model', 'dgc', 'table dgc' or 'table models' (--help for usage)");
         return 2;
     }
     bool model = !strcmp(argv[1], "model"), dgc = !strcmp(argv[1], "dgc");
     if (!strcmp(argv[1], "table")) {
-        if (argc < 3 || strcmp(argv[2], "dgc") != 0) {
-            log_error0("table: expected 'table dgc' (the only table so far), got '%s'", argc < 3 ? "" : argv[2]);
+        if (argc < 3 || (strcmp(argv[2], "dgc") != 0 && strcmp(argv[2], "models") != 0)) {
+            log_error0("table: expected 'table dgc' or 'table models', got '%s'", argc < 3 ? "" : argv[2]);
             return 2;
         }
-        return table_dgc(argc - 3, argv + 3);
+        return table_run(argv[2], argc - 3, argv + 3);
     }
     if (strcmp(argv[1], "comm") != 0 && !model && !dgc) {
-        log_error0("unknown subcommand '%s'; expected 'comm', 'model', 'dgc' or 'table dgc'", argv[1]);
+        log_error0("unknown subcommand '%s'; expected 'comm', 'model', 'dgc', 'table dgc' or 'table models'", argv[1]);
         return 2;
     }
     cli_action action;
