@@ -37,11 +37,14 @@ void matmul_backward(float *dinp,         /* (BT, C) or NULL */
 /* The same contracts with bf16 operands (--precision bf16 on the CPU,
  * matmul_bf16.c): inp, weight and dout rounded to bf16 (nearest even), products
  * summed in fp32, outputs and the bias fp32. Needs isa level avx512_bf16 or amx
- * (device_open checks). */
+ * (device_open checks). The backward reuses the bf16 copy of the weight its forward
+ * made: between a layer's forward and backward the weight must not change.
+ * matmul_bf16_release frees those copies and the operand workspace (device_close). */
 void matmul_forward_bf16(float *out, const float *inp, const float *weight, const float *bias, int BT, int C,
                          int OC, matmul_layout layout);
 void matmul_backward_bf16(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                           const float *weight, int BT, int C, int OC, matmul_layout layout);
+void matmul_bf16_release(void);
 
 /* The specification: the same contracts in double, as plain triple loops. */
 void matmul_forward_ref(double *out,          /* (BT, OC) */

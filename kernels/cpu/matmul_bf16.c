@@ -19,6 +19,7 @@
 #include "dnn.h"
 #include "precision.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,17 @@ static int ncache;
 static uint16_t *ws;     /* bf16 operands, carved per call */
 static size_t ws_elems;  /* capacity in bf16 values */
 
+/* The forward's bf16 copy of each weight. 4 linear layers per transformer block: 48
+ * blocks of GPT-2 or BERT fit; a model with more weights converts the rest per call. */
+#define WCACHE 256
+typedef struct wcopy {
+    const float *w;  /* the fp32 weight */
+    size_t n;        /* its values */
+    uint16_t *h;     /* rounded by the last forward */
+} wcopy;
+static wcopy wcache[WCACHE];
+static int nwcache;
+
 static uint16_t *workspace(size_t elems)
 {
     if (elems > ws_elems) {
@@ -53,6 +65,45 @@ static uint16_t *workspace(size_t elems)
         ws_elems = elems;
     }
     return ws;
+}
+
+/* The forward's copy of weight w (n values), rounded now; NULL when the cache is full
+ * or out of memory (the caller rounds into the workspace). */
+static const uint16_t *weight_round(const float *w, size_t n)
+{
+    wcopy *c = NULL;
+    for (int i = 0; i < nwcache && !c; i++)
+        if (wcache[i].w == w) c = &wcache[i];
+    if (!c) {
+        if (nwcache == WCACHE) return NULL;
+        c = &wcache[nwcache++];
+        *c = (wcopy){ w, 0, NULL };
+    }
+    if (c->n != n) {
+        free(c->h);
+        c->h = aligned_alloc(64, (n * sizeof *c->h + 63) / 64 * 64);
+        c->n = c->h ? n : 0;
+        if (!c->h) return NULL;
+    }
+    f32_to_bf16(w, c->h, n);
+    return c->h;
+}
+
+/* The copy the forward made of w, or NULL. */
+static const uint16_t *weight_rounded(const float *w, size_t n)
+{
+    for (int i = 0; i < nwcache; i++)
+        if (wcache[i].w == w && wcache[i].n == n) return wcache[i].h;
+    return NULL;
+}
+
+void matmul_bf16_release(void)
+{
+    for (int i = 0; i < nwcache; i++) free(wcache[i].h);
+    nwcache = 0;
+    free(ws);
+    ws = NULL;
+    ws_elems = 0;
 }
 
 static mm_entry *mm_get(const mm_key *k)
@@ -114,9 +165,13 @@ void matmul_forward_bf16(float *out, const float *inp, const float *weight, cons
         if (C <= 0) return;
     }
     size_t ni = (size_t)BT * C, nw = (size_t)C * OC;
-    uint16_t *i16 = workspace(ni + nw), *w16 = i16 + ni;
+    const uint16_t *w16 = weight_round(weight, nw);
+    uint16_t *i16 = workspace(ni + (w16 ? 0 : nw));
     f32_to_bf16(inp, i16, ni);
-    f32_to_bf16(weight, w16, nw);
+    if (!w16) {
+        f32_to_bf16(weight, i16 + ni, nw);
+        w16 = i16 + ni;
+    }
     /* out (BT, OC) = inp (BT, C) · Wm (C, OC); Wm = W^T ("ba") for OUT_IN */
     mm_key k = { BT, OC, C, 0, layout == MATMUL_LAYOUT_OUT_IN, bias != NULL };
     mm_run(&k, i16, w16, out);
@@ -128,11 +183,16 @@ void matmul_backward_bf16(float *dinp, float *dweight, float *dbias, const float
     if (BT <= 0 || C <= 0 || OC <= 0) return;
     int out_in = layout == MATMUL_LAYOUT_OUT_IN;
     size_t nd = (size_t)BT * OC, nw = (size_t)C * OC, ni = (size_t)BT * C;
-    uint16_t *d16 = workspace(nd + (dinp ? nw : 0) + (dweight ? ni : 0)), *w16 = d16 + nd;
-    uint16_t *i16 = w16 + (dinp ? nw : 0);
+    const uint16_t *w16 = dinp ? weight_rounded(weight, nw) : NULL;
+    bool wround = dinp && !w16;  /* no forward copy: round here */
+    uint16_t *d16 = workspace(nd + (wround ? nw : 0) + (dweight ? ni : 0));
+    uint16_t *i16 = d16 + nd + (wround ? nw : 0);
     f32_to_bf16(dout, d16, nd);
     if (dinp) {
-        f32_to_bf16(weight, w16, nw);
+        if (wround) {
+            f32_to_bf16(weight, d16 + nd, nw);
+            w16 = d16 + nd;
+        }
         /* dinp (BT, C) += dout (BT, OC) · Wm^T (OC, C); Wm^T = W for OUT_IN */
         mm_key k = { BT, C, OC, 0, !out_in, 1 };
         mm_run(&k, d16, w16, dinp);

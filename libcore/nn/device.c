@@ -240,6 +240,7 @@ void device_close(device *d)
 #ifdef NEBULA_CUDA
     if (d->kind == DEVICE_KIND_CUDA) cuda_synchronize();
 #endif
+    if (d->kind == DEVICE_KIND_CPU && d->precision == PRECISION_BF16) matmul_bf16_release();
     memset(d, 0, sizeof *d);
 }
 

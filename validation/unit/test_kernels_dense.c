@@ -273,6 +273,13 @@ static void test_matmul_bf16(kc *k, int BT, int C, int OC, matmul_layout layout,
     bool same = memcmp(o_in, a_in, ni * sizeof(float)) == 0 && memcmp(o_w, a_w, nw * sizeof(float)) == 0 &&
                 kc_guards_intact(o_in, ni) && kc_guards_intact(o_w, nw);
     kc_report(k, same, fmt("%s: NULL gradients skipped, the others bit-identical", tag), 0);
+    /* the backward reuses its forward's bf16 copy of the weight; a weight no forward saw
+     * is rounded on the spot, to the same bits */
+    matmul_bf16_release();  /* no copy left, whatever address w2 gets */
+    float *w2 = gcopy(w, nw), *n_in = gbuf(ni);
+    matmul_backward_bf16(n_in, NULL, NULL, R, inp, w2, BT, C, OC, layout);
+    kc_report(k, memcmp(n_in, a_in, ni * sizeof(float)) == 0,
+              fmt("%s: dinp with a weight no forward rounded is bit-identical", tag), 0);
     pool_free();
 }
 
