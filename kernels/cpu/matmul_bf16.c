@@ -5,12 +5,16 @@
  * where the CPU has them, AVX512-BF16 dot products otherwise (device_open refuses bf16
  * below isa level avx512_bf16, where oneDNN would emulate it slower than fp32).
  *
- * The one design decision: the operands are rounded into a process-wide workspace on
- * every call, the weight too: a bf16 shadow of the parameters kept by the optimizer
- * would save one pass over the weights per GEMM, at the price of a second copy of the
- * model that every writer of the parameters (optimizer, checkpoint load, hot reload,
- * broadcast) would have to keep in sync. The workspace grows to the largest call (GPT-2's logits: the wte matrix)
- * on the first step and is never freed; oneDNN primitives are kept per shape.
+ * The one design decision: each forward rounds its weight into a bf16 copy kept per
+ * weight (by address), and the backward of that layer reuses it — PyTorch's autocast
+ * keeps the same cache of weight casts for a step. That is the contract: backward runs
+ * after the forward of the same weight, with the weight unchanged in between (as
+ * conv2d_plan_backward's). The copies take half the weights' bytes (250 MB for GPT-2
+ * 124M); a bf16 shadow kept by the optimizer instead would save the forward's pass too,
+ * but every writer of the parameters (checkpoint load, broadcast, hot reload) would have
+ * to keep it in sync. Activations and dout are rounded into a process-wide workspace
+ * per call. Both grow on the first step and live until matmul_bf16_release; oneDNN
+ * primitives are kept per shape.
  *
  * Transposes are memory-descriptor strides, never copies: a (rows, cols) operand
  * stored transposed is oneDNN's "ba" tag. dbias is fp32 from the fp32 dout. */
