@@ -233,6 +233,18 @@ static inline double *kc_dabs_of(const double *x, size_t n)
     return p;
 }
 
+/* ||got - ref|| / ||ref|| over n values (a NaN anywhere gives NaN; ||got|| when ref is 0). */
+static inline double kc_rel_l2(const float *got, const float *ref, size_t n)
+{
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = (double)got[i] - ref[i];
+        d += e * e;
+        r += (double)ref[i] * ref[i];
+    }
+    return r > 0 ? sqrt(d / r) : sqrt(d);
+}
+
 static inline double kc_dmaxabs(const double *x, size_t n)
 {
     double m = 0;

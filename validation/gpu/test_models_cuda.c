@@ -59,18 +59,6 @@ static double worst_ratio(const float *got, const float *ref, size_t n, double a
     return w;
 }
 
-/* ||got - ref|| / ||ref|| over n values (a NaN anywhere gives NaN). */
-static double rel_l2(const float *got, const float *ref, size_t n)
-{
-    double d = 0, r = 0;
-    for (size_t i = 0; i < n; i++) {
-        double e = (double)got[i] - ref[i];
-        d += e * e;
-        r += (double)ref[i] * ref[i];
-    }
-    return r > 0 ? sqrt(d / r) : sqrt(d);
-}
-
 static void report_rel(const char *what, double rel, double limit)
 {
     bool ok = rel <= limit;
@@ -347,7 +335,7 @@ static int model_gpu_vs_cpu(const model_spec *spec, int B, int T, bool pad, floa
             for (int i = 0; i < pt->count; i++) {
                 const param_entry *e = &pt->entries[i];
                 snprintf(what, sizeof what, "%s fp32 grad %s, GPU vs CPU", spec->name, e->name);
-                if (relu_net) report_rel(what, rel_l2(grads + e->offset, pc->grads + e->offset, e->count), 5e-2);
+                if (relu_net) report_rel(what, kc_rel_l2(grads + e->offset, pc->grads + e->offset, e->count), 5e-2);
                 else report(what, worst_ratio(grads + e->offset, pc->grads + e->offset, e->count, 1e-4, 1e-3));
             }
             free(logits);

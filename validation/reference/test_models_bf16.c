@@ -37,6 +37,7 @@
 #include "base/rng.h"
 #include "cpu/isa.h"
 #include "ckpt/tool/safetensors.h"
+#include "../check.h"
 
 enum { B = 4, T = 64, STEPS = 10, WARMUP = 3 };
 
@@ -50,17 +51,6 @@ static float fp32_loss(const gpt2_config *cfg, const int32_t *tokens, const int3
     gpt2_free(m);
     free(m);
     return loss;
-}
-
-static double rel_l2(const float *got, const float *ref, size_t n)
-{
-    double d = 0, r = 0;
-    for (size_t i = 0; i < n; i++) {
-        double e = (double)got[i] - ref[i];
-        d += e * e;
-        r += (double)ref[i] * ref[i];
-    }
-    return r > 0 ? sqrt(d / r) : sqrt(d);
 }
 
 /* Part 2; returns the number of failed checks. */
@@ -92,11 +82,11 @@ static int resnet_bf16_vs_fp32(void)
     printf("%s  resnet18-cifar bf16 loss %.6f vs fp32 %.6f: %.2e relative (< 1e-2)\n", ok ? "ok  " : "FAIL",
            model_loss(m16), model_loss(m32), lrel);
     fails += !ok;
-    double worst = 0, all = rel_l2(p16->grads, p32->grads, pt->total);
+    double worst = 0, all = kc_rel_l2(p16->grads, p32->grads, pt->total);
     const char *wname = "";
     for (int i = 0; i < pt->count; i++) {
         const param_entry *e = &pt->entries[i];
-        double r = rel_l2(p16->grads + e->offset, p32->grads + e->offset, e->count);
+        double r = kc_rel_l2(p16->grads + e->offset, p32->grads + e->offset, e->count);
         if (e->ndim == 4 && !(r <= worst)) worst = r, wname = e->name;
     }
     ok = all < 0.5 && worst < 0.6;
