@@ -71,6 +71,7 @@ typedef struct comm_options {
 
 #define COMM_OP_MAXREQ 2                     /* requests one step keeps in flight */
 #define COMM_FLAT_RD_MAX_BYTES (64 * 1024)   /* flat: recursive doubling up to here */
+#define COMM_BLOCKING_MAX_BYTES (64 * 1024)  /* comm_allreduce: OpenMPI's blocking MPI_Allreduce up to here when the algorithm is mpi (comm.c) */
 #define COMM_SHM_SLOT_BYTES (4u << 20)       /* hier: pipeline chunk per rank in node shared memory */
 #define COMM_SEGMENT_BYTES (1u << 30)        /* mpi, flat: default and largest segment (MPI counts are int) */
 #define COMM_NCCL_CHUNK_BYTES (25u << 20)    /* nccl: default pipeline chunk, PyTorch DDP's 25 MiB */
@@ -174,7 +175,9 @@ const char *comm_algo_name(comm_algo algo);
 /* "auto|mpi|flat|hier|ring" -> algo; false when the name is unknown. */
 bool comm_algo_parse(const char *name, comm_algo *algo);
 
-/* Blocking allreduce with the deadline of the options. */
+/* Blocking allreduce with the deadline of the options. Up to COMM_BLOCKING_MAX_BYTES
+ * with algorithm mpi (named or auto's choice) it is OpenMPI's blocking MPI_Allreduce,
+ * after the ops in flight complete, guarded by the runtime's watchdog (comm.c). */
 status comm_allreduce(comm *c, void *buf, size_t count, reduce_dtype dt, reduce_op op, comm_algo algo);
 
 /* Non-blocking: start, then test (progress) or wait. Ops must be started in the

@@ -32,6 +32,8 @@ typedef struct comm_backend_ops {
     const char *name;
     status (*iallreduce)(comm_backend *be, int group, void *buf, size_t count, reduce_dtype dt,
                          reduce_op op, uint64_t *req);
+    /* Blocking, no deadline of its own: comm_allreduce's fast path only (comm.c says when). */
+    status (*allreduce)(comm_backend *be, int group, void *buf, size_t count, reduce_dtype dt, reduce_op op);
     status (*ireduce_scatter)(comm_backend *be, int group, const void *send, void *recv,
                               const int *counts, reduce_dtype dt, reduce_op op, uint64_t *req);
     status (*iallgatherv)(comm_backend *be, int group, const void *send, int sendcount, void *recv,

@@ -237,6 +237,50 @@ static void test_hier_exchanges(runtime *rt, comm *c)
     comm_free(cc);
 }
 
+/* comm_allreduce's blocking fast path (OpenMPI's MPI_Allreduce for small mpi
+ * messages; taken without a deadline, as here, or under the runtime's watchdog):
+ * exact at every dtype and op, also with ops of every algorithm in flight, which it
+ * completes first. Rank 0 waits for those ops before its blocking call and the others
+ * after theirs: a rank inside MPI_Allreduce must not be needed by a peer's wait. */
+static void test_blocking_fast_path(runtime *rt)
+{
+    comm_options opt = { .algo = COMM_ALGO_AUTO, .timeout_s = 0 };
+    comm *c;
+    status st = comm_init(&c, rt, &opt);
+    if (st != STATUS_OK) { check(rt, false, "comm without a deadline"); return; }
+    enum { N = 4099, NOPS = 4 };
+    double small[N];
+    size_t wrong = 0;
+    for (int dt = 0; dt < 4 && st == STATUS_OK; dt++)
+        for (int op = 0; op < 3 && st == STATUS_OK; op++) {
+            fill(small, 1000, (reduce_dtype)dt, rt->rank);
+            st = comm_allreduce(c, small, 1000, (reduce_dtype)dt, (reduce_op)op, COMM_ALGO_MPI);
+            wrong += count_wrong(small, 1000, (reduce_dtype)dt, rt->size, (reduce_op)op);
+        }
+    float *bufs = malloc(sizeof(float) * NOPS * N);
+    comm_op ops[NOPS];
+    memset(ops, 0, sizeof ops);
+    for (int k = 0; k < NOPS && st == STATUS_OK; k++) {
+        fill(bufs + k * N, N, REDUCE_DTYPE_F32, rt->rank);
+        st = comm_allreduce_start(c, &ops[k], bufs + k * N, N, REDUCE_DTYPE_F32, REDUCE_OP_SUM,
+                                  (comm_algo)(COMM_ALGO_MPI + k % (COMM_ALGO_COUNT - COMM_ALGO_MPI)));
+    }
+    if (rt->rank == 0)
+        for (int k = 0; k < NOPS && st == STATUS_OK; k++) st = comm_wait(c, &ops[k]);
+    fill(small, 7, REDUCE_DTYPE_F64, rt->rank);
+    if (st == STATUS_OK) st = comm_allreduce(c, small, 7, REDUCE_DTYPE_F64, REDUCE_OP_SUM, COMM_ALGO_AUTO);
+    wrong += count_wrong(small, 7, REDUCE_DTYPE_F64, rt->size, REDUCE_OP_SUM);
+    for (int k = 0; k < NOPS && st == STATUS_OK; k++) st = comm_wait(c, &ops[k]);
+    for (int k = 0; k < NOPS; k++) {
+        wrong += count_wrong(bufs + k * N, N, REDUCE_DTYPE_F32, rt->size, REDUCE_OP_SUM);
+        comm_op_free(&ops[k]);
+    }
+    check(rt, st == STATUS_OK && wrong == 0,
+          "blocking fast path exact at every dtype and op, and with 4 ops in flight waited in either order");
+    free(bufs);
+    comm_free(c);
+}
+
 /* Thousands of ops in flight at once (a model with many small buckets). */
 static void test_many_inflight(runtime *rt, comm *c)
 {
@@ -376,6 +420,7 @@ int main(int argc, char **argv)
     test_hier_exchanges(&rt, c);
     test_many_inflight(&rt, c);
     test_segments(&rt);
+    test_blocking_fast_path(&rt);
     test_tune(&rt, c);
     test_ctl_deadline(&rt);
     comm_free(c);
