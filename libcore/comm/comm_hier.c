@@ -11,7 +11,8 @@
  *   gather    every local rank collects the whole result chunk.
  * Only 1/local_size of the data crosses the node boundary per rank.
  *
- * The node exchange runs one of two ways, chosen once per node at init:
+ * The node exchange runs one of two ways; whether cma is permitted is decided once
+ * per node at init, and messages below CMA_MIN_BYTES take copy anyway:
  *   cma   (Linux Cross Memory Attach, where the kernel permits it) every rank
  *         publishes its buffer's address in the node segment; the owner of a part
  *         reads the peers' copies of it in place with process_vm_readv, piece by
@@ -22,7 +23,8 @@
  *   copy  (the fallback) every rank copies its chunk into its slot of a node-shared
  *         segment (MPI_Win_allocate_shared), the owner sums the slots into a shared
  *         result buffer, and every rank copies the result out.
- * Both sum in the same order, so they give the same bits.
+ * Both sum in the same order, so they give the same bits. A single-node message up
+ * to HIER_SMALL_BYTES takes a one-barrier variant of copy (see there).
  *
  * Races the barriers rule out. copy: one result buffer serves every chunk; a rank
  * can only reduce chunk k+1 after every local rank passed chunk k+1's first barrier,
@@ -50,7 +52,8 @@ enum { HIER_ENTER = 0, HIER_COPYIN, HIER_REDUCE, HIER_INTER, HIER_COPYOUT, HIER_
 
 /* The node segment: the barrier counter in its own cache line, then one line per
  * local rank (its pid and, for cma, the buffer of the op in progress), rounded up to
- * a page; then, for copy only, local_size input slots and the result slot. */
+ * a page; then, on nodes of two ranks or more, the small area (2 x local_size cells
+ * of HIER_SMALL_BYTES), local_size input slots and the result slot. */
 typedef struct shm_peer {
     int64_t pid;           /* the rank's process id (cma reads its memory) */
     uint64_t addr;         /* cma: address of the buffer of the hier op in progress */
@@ -64,6 +67,9 @@ _Static_assert(sizeof(shm_peer) == 64, "one cache line per local rank");
  * the access check, pinning its pages): measured on Zen 4, read-and-reduce runs at
  * 3.8 GB/s in 256 KiB pieces and 5.0 GB/s in 1 MiB pieces. */
 #define CMA_PIECE_BYTES (1u << 20)
+/* Below this, copy: its copies stay in L2, while cma pays two more barriers per op and
+ * a system call of several microseconds per peer and piece. The value is a judgement,
+ * not a measured crossover (the shared 2-core test machine was too noisy to place it). */
 #define CMA_MIN_BYTES (256u << 10)
 
 /* A single-node message up to this size takes one barrier instead of two: every rank
@@ -236,9 +242,7 @@ static size_t chunk_cap(const comm *c, bool cma, size_t esz)
     return c->shm_slot_bytes / esz;
 }
 
-/* Whether an op of `bytes` reads in place. Below CMA_MIN_BYTES the copy path is
- * faster: its copies of a few hundred KiB stay in cache and cost less than the
- * system calls and the two extra barriers of cma. Both give the same bits. */
+/* Whether an op of `bytes` reads in place (CMA_MIN_BYTES says why not below it). */
 static bool op_uses_cma(const comm *c, size_t bytes)
 {
     return c->cma && c->rt->local_size > 1 && bytes >= CMA_MIN_BYTES;
