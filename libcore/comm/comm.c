@@ -397,7 +397,7 @@ status comm_wait(comm *c, comm_op *o)
 }
 
 /* comm_allreduce's fast path: OpenMPI's blocking MPI_Allreduce for a message of up
- * to COMM_BLOCKING_MAX_BYTES whose algorithm (named, or auto's choice) is mpi.
+ * to COMM_BLOCKING_MAX_BYTES (16 MiB) whose algorithm (named, or auto's choice) is mpi.
  *
  * Why: the mpi algorithm of the non-blocking API is MPI_Iallreduce, which OpenMPI 4.1
  * runs in coll/libnbc, a schedule built per call and advanced by polling; measured
@@ -411,8 +411,12 @@ status comm_wait(comm *c, comm_op *o)
  *    job, exit 1, naming the ranks that made no progress, as for every blocking call
  *    outside comm) or where there is no deadline (timeout 0). A comm with a deadline
  *    and no watchdog keeps the polled MPI_Iallreduce, with comm's own diagnosis.
- *  - small messages only: they take microseconds unless a peer is missing; larger
- *    ones stay polled (mpi: MPI_Iallreduce), under comm's deadline.
+ *  - up to 16 MiB only. The watchdog bounds a blocking call of any size, but a
+ *    blocking call is the exception to comm's own deadlines, so it is kept to the
+ *    sizes where OpenMPI's blocking call can be the fastest: on 2 ranks and on
+ *    2 x 2 (Zen 4, OpenMPI 4.1, vader with CMA) it ties hier up to 16 MiB and is
+ *    at most half as fast from 32 MiB on. Larger messages stay polled (mpi:
+ *    MPI_Iallreduce), under comm's deadline; auto does not pick mpi there.
  *  - ops in flight complete first, polled under their deadlines: a peer may wait in
  *    an op that needs this rank's code to run (hier's node barriers, flat's next
  *    step), which a rank inside MPI_Allreduce never runs. Every rank completes the

@@ -71,7 +71,7 @@ typedef struct comm_options {
 
 #define COMM_OP_MAXREQ 2                     /* requests one step keeps in flight */
 #define COMM_FLAT_RD_MAX_BYTES (64 * 1024)   /* flat: recursive doubling up to here */
-#define COMM_BLOCKING_MAX_BYTES (64 * 1024)  /* comm_allreduce: OpenMPI's blocking MPI_Allreduce up to here when the algorithm is mpi (comm.c) */
+#define COMM_BLOCKING_MAX_BYTES (16u << 20)  /* comm_allreduce: OpenMPI's blocking MPI_Allreduce up to here when the algorithm is mpi (comm.c) */
 #define COMM_SHM_SLOT_BYTES (4u << 20)       /* hier: pipeline chunk per rank in node shared memory */
 #define COMM_SEGMENT_BYTES (1u << 30)        /* mpi, flat: default and largest segment (MPI counts are int) */
 #define COMM_NCCL_CHUNK_BYTES (25u << 20)    /* nccl: default pipeline chunk, PyTorch DDP's 25 MiB */
