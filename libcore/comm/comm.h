@@ -201,8 +201,8 @@ void comm_op_free(comm_op *o);
 /* The algorithm AUTO resolves to for a message of `bytes` (nccl: always hier). */
 comm_algo comm_auto_choice(const comm *c, size_t bytes);
 
-/* Measures mpi, flat and hier at each size (median of `reps` interleaved runs, the
- * slowest rank's time) and records the fastest in the auto table. A Nebula
+/* Measures mpi, flat, hier and ring at each size (the fastest of `reps` interleaved
+ * rounds, each the slowest rank's time) and records the fastest in the auto table. A Nebula
  * algorithm replaces OpenMPI's only when it is at least 5% faster. Collective.
  * mpi backend only (nccl has one algorithm: STATUS_USAGE). */
 status comm_tune(comm *c, const size_t *bytes, int nsizes, int reps);

@@ -102,7 +102,7 @@ status comm_nccl_backend_init(comm *c);
 typedef struct comm_tune_entry {
     size_t bytes;                       /* measured message size */
     comm_algo algo;                     /* chosen algorithm */
-    double us[COMM_ALGO_COUNT];         /* median time per algorithm, slowest rank */
+    double us[COMM_ALGO_COUNT];         /* time per algorithm: fastest round, slowest rank */
 } comm_tune_entry;
 
 #define COMM_TUNE_MAX 64
