@@ -116,8 +116,8 @@ struct comm {
     uint64_t ticket_next[COMM_NCLASSES];   /* per ordering class: the ticket allowed to run next */
     MPI_Win shm_win;               /* node shared memory of hier */
     size_t shm_slot_bytes;         /* bytes of one slot = one pipeline chunk (copy and cma alike) */
-    char *shm_base;                /* header (barrier counter, one line per local rank), then for copy
-                                      local_size slots and the result */
+    char *shm_base;                /* header (barrier counter, one line per local rank), then on nodes
+                                      of two or more the small area, local_size slots and the result */
     bool cma;                      /* hier: this node reads peers' buffers in place (process_vm_readv) */
     uint64_t shm_gen;              /* node barriers this rank has arrived at */
     comm_op *head;                 /* ops in flight, oldest first (linked by comm_op.next) */

@@ -3,11 +3,11 @@
  * Each size is timed for every algorithm in interleaved rounds (so drift on a
  * shared machine hits all algorithms alike); a round's time is the slowest rank's,
  * the table keeps the fastest round. Load from other jobs only ever adds time, so
- * the fastest round is the steadiest estimate of what an algorithm costs: with
- * the median, a 2-core machine shared with a compile picked ring over hier at
- * 32-128 MiB in 2 of 3 runs although hier was 1.3x faster in the timed rows of
- * the same runs. Every rank computes the choice from the same
- * all-reduced numbers, so the choice is identical everywhere without a broadcast.
+ * the fastest round is the steadiest estimate of what an algorithm costs: with the
+ * median, on a 2-core machine shared with another job, auto chose ring over hier
+ * at 32-128 MiB in 2 of 3 runs although hier was 1.3x faster in the timed rows of
+ * the same runs. Every rank computes the choice from the same all-reduced numbers,
+ * so the choice is identical everywhere without a broadcast.
  * OpenMPI's own allreduce is kept unless a Nebula algorithm beats it by 5%: noise
  * must not flip a choice, and a tie is better served by the vendor's code.
  *
