@@ -146,6 +146,7 @@ static json_t *rows_json(const runtime *rt, const comm *c, const bench_row *rows
     json_object_set_new(root, "world_size", json_integer(rt->size));
     json_object_set_new(root, "nnodes", json_integer(rt->nnodes));
     json_object_set_new(root, "backend", json_string(comm_describe(c)));
+    json_object_set_new(root, "hier_exchange", json_string(comm_hier_exchange(c)));
     for (int i = 0; i < nrows; i++) {
         double algbw = (double)rows[i].bytes / (rows[i].us * 1e-6) / 1e9;
         json_t *o = json_object();
@@ -153,7 +154,7 @@ static json_t *rows_json(const runtime *rt, const comm *c, const bench_row *rows
         json_object_set_new(o, "count", json_integer((json_int_t)rows[i].count));
         json_object_set_new(o, "type", json_string(type));
         json_object_set_new(o, "algo", json_string(kind_name(rows[i].kind)));
-        json_object_set_new(o, "picked", json_string(comm_algo_name(rows[i].picked)));
+        json_object_set_new(o, "picked", json_string(rows[i].kind == ROW_OMPI ? "ompi" : comm_algo_name(rows[i].picked)));
         json_object_set_new(o, "time_us", json_real(rows[i].us));
         json_object_set_new(o, "algbw_GBps", json_real(algbw));
         json_object_set_new(o, "busbw_GBps", json_real(algbw * 2.0 * (rt->size - 1) / rt->size));
@@ -214,8 +215,8 @@ status bench_comm_run(const config *cfg, runtime *rt, comm *c)
         return STATUS_NOMEM;
     }
     if (rt->rank == 0) {
-        fprintf(info, "# nebula-bench comm: %d ranks on %d %snodes, %s\n", rt->size, rt->nnodes,
-                rt->ranks_per_node ? "virtual " : "", comm_describe(c));
+        fprintf(info, "# nebula-bench comm: %d ranks on %d %snodes, %s, hier exchange %s\n", rt->size, rt->nnodes,
+                rt->ranks_per_node ? "virtual " : "", comm_describe(c), comm_hier_exchange(c));
         fprintf(info, "# median of %d rotated rounds; time = slowest rank; busbw = algbw * 2(n-1)/n; "
                 "vs_ompi = time / MPI_Allreduce time\n", (int)config_int(cfg, "bench.rounds"));
         if (json) ;

@@ -192,6 +192,9 @@ int main(int argc, char **argv)
     runtime_options ro;
     runtime_options_from_config(&cfg, &ro);
     ro.gpus = device_gpu_count();
+    /* The watchdog with comm.timeout, as nebula-train runs: comm_allreduce's blocking
+     * fast path for small messages is taken only where the watchdog guards it. */
+    ro.timeout_s = config_float(&cfg, "comm.timeout");
     /* model: one process on the cores it was given, as a benchmark of its threads
      * needs (binding auto would pin a lone process to one core) */
     if (model && !strcmp(config_origin(&cfg, "runtime.bind"), "default")) ro.bind = RUNTIME_BIND_NONE;

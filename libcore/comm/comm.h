@@ -6,9 +6,11 @@
  *   flat  over all ranks: recursive doubling up to COMM_FLAT_RD_MAX_BYTES (latency);
  *         above it Rabenseifner (halving reduce-scatter, doubling allgather) on a
  *         power-of-two world, else a ring (reduce-scatter ring, allgather ring)
- *   hier  intra-node reduce-scatter through node shared memory -> inter-node flat
- *         allreduce among the ranks that own the same part on every node ->
- *         intra-node allgather through shared memory; pipelined in chunks
+ *   hier  intra-node reduce-scatter -> inter-node flat allreduce among the ranks
+ *         that own the same part on every node -> intra-node allgather; pipelined
+ *         in chunks. Inside the node each rank reads its peers' buffers in place
+ *         (Linux CMA, process_vm_readv: one copy) where the kernel permits it, else
+ *         copies through a node shared-memory segment (comm_hier.c)
  *   ring  the flat engine's ring at every size and world: bandwidth-optimal and
  *         gentle on rate-limited links, where halving-doubling runs at half the rate
  *   auto  per message size, the algorithm a measured table chose (comm_tune)
@@ -63,10 +65,13 @@ typedef struct comm_options {
     size_t segment_bytes;  /* mpi and flat run larger messages in segments of this size; 0 = COMM_SEGMENT_BYTES */
     size_t nccl_chunk_bytes; /* nccl: pipeline chunk (reduce-scatter, MPI, all-gather overlap); 0 = COMM_NCCL_CHUNK_BYTES */
     bool nccl_staged;      /* nccl: stage the MPI step through pinned host memory even when MPI is CUDA-aware */
+    bool hier_copy;        /* hier: copy through node shared memory even where CMA could read peers in place
+                              (the fallback, for tests and comparisons; env NEBULA_COMM_CMA=0 does the same) */
 } comm_options;
 
 #define COMM_OP_MAXREQ 2                     /* requests one step keeps in flight */
 #define COMM_FLAT_RD_MAX_BYTES (64 * 1024)   /* flat: recursive doubling up to here */
+#define COMM_BLOCKING_MAX_BYTES (16u << 20)  /* comm_allreduce: OpenMPI's blocking MPI_Allreduce up to here when the algorithm is mpi (comm.c) */
 #define COMM_SHM_SLOT_BYTES (4u << 20)       /* hier: pipeline chunk per rank in node shared memory */
 #define COMM_SEGMENT_BYTES (1u << 30)        /* mpi, flat: default and largest segment (MPI counts are int) */
 #define COMM_NCCL_CHUNK_BYTES (25u << 20)    /* nccl: default pipeline chunk, PyTorch DDP's 25 MiB */
@@ -162,11 +167,17 @@ status comm_set_stream(comm *c, cuda_stream s);
 /* The ranks the last timeout named as not arrived, e.g. "1" or "2-3,5" ("" if none). */
 const char *comm_late_ranks(const comm *c);
 
+/* How hier exchanges data inside this rank's node: "cma" (peers' buffers read in
+ * place), "copy" (through node shared memory), "none" (a node of one), "nccl". */
+const char *comm_hier_exchange(const comm *c);
+
 const char *comm_algo_name(comm_algo algo);
 /* "auto|mpi|flat|hier|ring" -> algo; false when the name is unknown. */
 bool comm_algo_parse(const char *name, comm_algo *algo);
 
-/* Blocking allreduce with the deadline of the options. */
+/* Blocking allreduce with the deadline of the options. Up to COMM_BLOCKING_MAX_BYTES
+ * with algorithm mpi (named or auto's choice) it is OpenMPI's blocking MPI_Allreduce,
+ * after the ops in flight complete, guarded by the runtime's watchdog (comm.c). */
 status comm_allreduce(comm *c, void *buf, size_t count, reduce_dtype dt, reduce_op op, comm_algo algo);
 
 /* Non-blocking: start, then test (progress) or wait. Ops must be started in the
@@ -190,8 +201,8 @@ void comm_op_free(comm_op *o);
 /* The algorithm AUTO resolves to for a message of `bytes` (nccl: always hier). */
 comm_algo comm_auto_choice(const comm *c, size_t bytes);
 
-/* Measures mpi, flat and hier at each size (median of `reps` interleaved runs, the
- * slowest rank's time) and records the fastest in the auto table. A Nebula
+/* Measures mpi, flat, hier and ring at each size (the fastest of `reps` interleaved
+ * rounds, each the slowest rank's time) and records the fastest in the auto table. A Nebula
  * algorithm replaces OpenMPI's only when it is at least 5% faster. Collective.
  * mpi backend only (nccl has one algorithm: STATUS_USAGE). */
 status comm_tune(comm *c, const size_t *bytes, int nsizes, int reps);

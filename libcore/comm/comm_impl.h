@@ -32,6 +32,8 @@ typedef struct comm_backend_ops {
     const char *name;
     status (*iallreduce)(comm_backend *be, int group, void *buf, size_t count, reduce_dtype dt,
                          reduce_op op, uint64_t *req);
+    /* Blocking, no deadline of its own: comm_allreduce's fast path only (comm.c says when). */
+    status (*allreduce)(comm_backend *be, int group, void *buf, size_t count, reduce_dtype dt, reduce_op op);
     status (*ireduce_scatter)(comm_backend *be, int group, const void *send, void *recv,
                               const int *counts, reduce_dtype dt, reduce_op op, uint64_t *req);
     status (*iallgatherv)(comm_backend *be, int group, const void *send, int sendcount, void *recv,
@@ -100,7 +102,7 @@ status comm_nccl_backend_init(comm *c);
 typedef struct comm_tune_entry {
     size_t bytes;                       /* measured message size */
     comm_algo algo;                     /* chosen algorithm */
-    double us[COMM_ALGO_COUNT];         /* median time per algorithm, slowest rank */
+    double us[COMM_ALGO_COUNT];         /* time per algorithm: fastest round, slowest rank */
 } comm_tune_entry;
 
 #define COMM_TUNE_MAX 64
@@ -113,8 +115,10 @@ struct comm {
     uint64_t ticket_issued[COMM_NCLASSES]; /* per ordering class: tickets handed out at op start */
     uint64_t ticket_next[COMM_NCLASSES];   /* per ordering class: the ticket allowed to run next */
     MPI_Win shm_win;               /* node shared memory of hier */
-    size_t shm_slot_bytes;         /* bytes of one slot = one pipeline chunk */
-    char *shm_base;                /* header (barrier counter), then local_size slots, then the result */
+    size_t shm_slot_bytes;         /* bytes of one slot = one pipeline chunk (copy and cma alike) */
+    char *shm_base;                /* header (barrier counter, one line per local rank), then on nodes
+                                      of two or more the small area, local_size slots and the result */
+    bool cma;                      /* hier: this node reads peers' buffers in place (process_vm_readv) */
     uint64_t shm_gen;              /* node barriers this rank has arrived at */
     comm_op *head;                 /* ops in flight, oldest first (linked by comm_op.next) */
     comm_op *tail;                 /* newest op in flight */

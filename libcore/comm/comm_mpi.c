@@ -51,6 +51,13 @@ static status mpi_iallreduce(comm_backend *be, int group, void *buf, size_t coun
     return STATUS_OK;
 }
 
+static status mpi_allreduce(comm_backend *be, int group, void *buf, size_t count, reduce_dtype dt, reduce_op op)
+{
+    CHECK(count <= (size_t)INT32_MAX, "split messages above 2^31 elements");
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, mpi_dtype(dt), mpi_op(op), group_comm(be, group)));
+    return STATUS_OK;
+}
+
 static status mpi_ireduce_scatter(comm_backend *be, int group, const void *send, void *recv,
                                   const int *counts, reduce_dtype dt, reduce_op op, uint64_t *req)
 {
@@ -107,6 +114,7 @@ static void mpi_free(comm_backend *be)
 static const comm_backend_ops comm_mpi_ops = {
     .name = "mpi",
     .iallreduce = mpi_iallreduce,
+    .allreduce = mpi_allreduce,
     .ireduce_scatter = mpi_ireduce_scatter,
     .iallgatherv = mpi_iallgatherv,
     .isend = mpi_isend,

@@ -7,6 +7,7 @@
  *   must report it by name, free the comm without waiting for it, and end the job
  *   with exit code 1 long before it wakes (checked by the caller). */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,6 +164,123 @@ static void test_same_bits(runtime *rt, comm *c)
         }
 }
 
+/* FNV-1a of the bytes, equal on every rank iff (almost surely) the bits are. */
+static bool same_on_every_rank(const runtime *rt, const void *buf, size_t bytes)
+{
+    uint64_t h = 1469598103934665603ull, lo, hi;
+    for (size_t i = 0; i < bytes; i++) h = (h ^ ((const unsigned char *)buf)[i]) * 1099511628211ull;
+    MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, rt->world);
+    MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, rt->world);
+    return lo == hi;
+}
+
+/* NaN with a payload that names the rank, at every fifth element: the result's
+ * payload shows which operand came first, so two exchanges agree bit for bit only
+ * if they reduce in the same order. */
+static void fill_nan(void *buf, size_t n, reduce_dtype dt, int rank)
+{
+    fill(buf, n, dt, rank);
+    for (size_t i = (size_t)rank % 5; i < n; i += 5) {
+        if (dt == REDUCE_DTYPE_F32) {
+            uint32_t bits = 0x7fc00000u | (uint32_t)(rank + 1);
+            memcpy((float *)buf + i, &bits, 4);
+        } else {
+            uint64_t bits = 0x7ff8000000000000ull | (uint64_t)(rank + 1);
+            memcpy((double *)buf + i, &bits, 8);
+        }
+    }
+}
+
+/* hier's two node exchanges: cma (peers' buffers read in place, where the kernel
+ * permits it) and copy (through node shared memory, forced by
+ * comm_options.hier_copy), at every dtype and op, at odd counts below, at and past
+ * the 1 MiB reduction piece and the 4 MiB chunk of multi-node jobs: both exact, and
+ * bit-identical to each other with NaN payloads (the same reduction order). */
+static void test_hier_exchanges(runtime *rt, comm *c)
+{
+    static const size_t counts[] = { 1, 7, 4097, 131071, 262147, 786433, 1310719 };
+    enum { NC = sizeof counts / sizeof counts[0], NMAX = 1310719 };
+    static const char *dt_names[] = { "f32", "f64", "i32", "i64" };
+    static const char *op_names[] = { "sum", "max", "min" };
+    comm_options opt = { .algo = COMM_ALGO_AUTO, .timeout_s = 60, .hier_copy = true };
+    comm *cc = NULL;
+    status st = comm_init(&cc, rt, &opt);
+    check(rt, st == STATUS_OK && strcmp(comm_hier_exchange(cc), "cma") != 0, "hier_copy forces the copy exchange");
+    if (st != STATUS_OK) return;
+    if (rt->rank == 0) printf("# hier exchange: %s (fallback: %s)\n", comm_hier_exchange(c), comm_hier_exchange(cc));
+    void *a = malloc(NMAX * sizeof(double)), *b = malloc(NMAX * sizeof(double));
+    for (int dt = 0; dt < 4; dt++)
+        for (int op = 0; op < 3; op++) {
+            size_t wrong = 0, differ = 0;
+            bool same = true;
+            for (int k = 0; k < NC && st == STATUS_OK; k++) {
+                size_t n = counts[k], bytes = n * reduce_dtype_size((reduce_dtype)dt);
+                for (int nan = 0; nan < (dt < 2 ? 2 : 1) && st == STATUS_OK; nan++) {
+                    if (nan) fill_nan(a, n, (reduce_dtype)dt, rt->rank);
+                    else fill(a, n, (reduce_dtype)dt, rt->rank);
+                    memcpy(b, a, bytes);
+                    st = comm_allreduce(c, a, n, (reduce_dtype)dt, (reduce_op)op, COMM_ALGO_HIER);
+                    if (st == STATUS_OK) st = comm_allreduce(cc, b, n, (reduce_dtype)dt, (reduce_op)op, COMM_ALGO_HIER);
+                    if (!nan) wrong += count_wrong(a, n, (reduce_dtype)dt, rt->size, (reduce_op)op) +
+                                       count_wrong(b, n, (reduce_dtype)dt, rt->size, (reduce_op)op);
+                    differ += memcmp(a, b, bytes) != 0;
+                    same = same_on_every_rank(rt, a, bytes) && same;
+                }
+            }
+            char what[160];
+            snprintf(what, sizeof what, "hier %s %s: both exchanges exact at %d sizes, bit-identical with NaN payloads",
+                     dt_names[dt], op_names[op], NC);
+            check(rt, st == STATUS_OK && wrong == 0 && differ == 0 && same, what);
+        }
+    free(a);
+    free(b);
+    comm_free(cc);
+}
+
+/* comm_allreduce's blocking fast path (OpenMPI's MPI_Allreduce for small mpi
+ * messages; taken without a deadline, as here, or under the runtime's watchdog):
+ * exact at every dtype and op, also with ops of every algorithm in flight, which it
+ * completes first. Rank 0 waits for those ops before its blocking call and the others
+ * after theirs: a rank inside MPI_Allreduce must not be needed by a peer's wait. */
+static void test_blocking_fast_path(runtime *rt)
+{
+    comm_options opt = { .algo = COMM_ALGO_AUTO, .timeout_s = 0 };
+    comm *c;
+    status st = comm_init(&c, rt, &opt);
+    if (st != STATUS_OK) { check(rt, false, "comm without a deadline"); return; }
+    enum { N = 4099, NOPS = 4 };
+    double small[N];
+    size_t wrong = 0;
+    for (int dt = 0; dt < 4 && st == STATUS_OK; dt++)
+        for (int op = 0; op < 3 && st == STATUS_OK; op++) {
+            fill(small, 1000, (reduce_dtype)dt, rt->rank);
+            st = comm_allreduce(c, small, 1000, (reduce_dtype)dt, (reduce_op)op, COMM_ALGO_MPI);
+            wrong += count_wrong(small, 1000, (reduce_dtype)dt, rt->size, (reduce_op)op);
+        }
+    float *bufs = malloc(sizeof(float) * NOPS * N);
+    comm_op ops[NOPS];
+    memset(ops, 0, sizeof ops);
+    for (int k = 0; k < NOPS && st == STATUS_OK; k++) {
+        fill(bufs + k * N, N, REDUCE_DTYPE_F32, rt->rank);
+        st = comm_allreduce_start(c, &ops[k], bufs + k * N, N, REDUCE_DTYPE_F32, REDUCE_OP_SUM,
+                                  (comm_algo)(COMM_ALGO_MPI + k % (COMM_ALGO_COUNT - COMM_ALGO_MPI)));
+    }
+    if (rt->rank == 0)
+        for (int k = 0; k < NOPS && st == STATUS_OK; k++) st = comm_wait(c, &ops[k]);
+    fill(small, 7, REDUCE_DTYPE_F64, rt->rank);
+    if (st == STATUS_OK) st = comm_allreduce(c, small, 7, REDUCE_DTYPE_F64, REDUCE_OP_SUM, COMM_ALGO_AUTO);
+    wrong += count_wrong(small, 7, REDUCE_DTYPE_F64, rt->size, REDUCE_OP_SUM);
+    for (int k = 0; k < NOPS && st == STATUS_OK; k++) st = comm_wait(c, &ops[k]);
+    for (int k = 0; k < NOPS; k++) {
+        wrong += count_wrong(bufs + k * N, N, REDUCE_DTYPE_F32, rt->size, REDUCE_OP_SUM);
+        comm_op_free(&ops[k]);
+    }
+    check(rt, st == STATUS_OK && wrong == 0,
+          "blocking fast path exact at every dtype and op, and with 4 ops in flight waited in either order");
+    free(bufs);
+    comm_free(c);
+}
+
 /* Thousands of ops in flight at once (a model with many small buckets). */
 static void test_many_inflight(runtime *rt, comm *c)
 {
@@ -299,8 +417,10 @@ int main(int argc, char **argv)
     test_concurrent(&rt, c);
     test_large(&rt, c);
     test_same_bits(&rt, c);
+    test_hier_exchanges(&rt, c);
     test_many_inflight(&rt, c);
     test_segments(&rt);
+    test_blocking_fast_path(&rt);
     test_tune(&rt, c);
     test_ctl_deadline(&rt);
     comm_free(c);
