@@ -34,7 +34,9 @@ def forward(P, ids, types, mask, targets, L, NH, pad):
     C = P["embeddings.word_embeddings.weight"].shape[1]
     HS = C // NH
     lin = lambda x, n: F.linear(x, P[n + ".weight"], P[n + ".bias"])
-    ln = lambda x, n: F.layer_norm(x, (C,), P[n + ".weight"], P[n + ".bias"], EPS)
+    # x.float(): CPU autocast (torch 1.13) leaves layer_norm to its input's type and then
+    # refuses a bf16 input with fp32 weights; CUDA autocast runs it in fp32, as here
+    ln = lambda x, n: F.layer_norm(x.float(), (C,), P[n + ".weight"], P[n + ".bias"], EPS)
     x = (F.embedding(ids, P["embeddings.word_embeddings.weight"], padding_idx=pad)
          + P["embeddings.position_embeddings.weight"][:T]
          + P["embeddings.token_type_embeddings.weight"][types])
