@@ -176,6 +176,16 @@ static bool strike(chaos_ctx *x, int world, bool all, int sig, uint64_t *seed, c
 
 /* Ended with its state saved: exit 3, or rank 0's line saying so (a launcher may turn the
  * ranks' 3 into its own code). */
+/* An armed io-error / disk-full fault struck the save of step `at` (its launch logged
+ * "chaos: injected"), seen at time t. */
+static void mark_struck(soak_fault *f, long at, double t)
+{
+    f->t = t;
+    f->pre_step = at;
+    f->injected = true;
+    snprintf(f->what + strlen(f->what), sizeof f->what - strlen(f->what), "; struck the save of step %ld", at);
+}
+
 static bool stopped_saved(const chaos_launch *l)
 {
     if (l->exit_code == 3) return true;
@@ -343,14 +353,7 @@ int chaos_soak(const config *cfg, const char *out)
             /* the armed launch: its "chaos: injected" line is the fault */
             if (armed_fault >= 0 && armed_launch == me && !fs[armed_fault].t) {
                 long at = chaos_log_step(l->log, "chaos: injected ", "(step ", NULL);  /* the save it struck */
-                if (at >= 0) {
-                    soak_fault *f = &fs[armed_fault];
-                    f->t = now;
-                    f->pre_step = at;
-                    f->injected = true;
-                    snprintf(f->what + strlen(f->what), sizeof f->what - strlen(f->what), "; struck the save of step %ld",
-                             at);
-                }
+                if (at >= 0) mark_struck(&fs[armed_fault], at, now);
             }
             if (!stopping && fi < nf && now - x->t0 >= fs[fi].t_plan && trained && armed_fault < 0) {
                 soak_fault *f = &fs[fi];
@@ -396,6 +399,10 @@ int chaos_soak(const config *cfg, const char *out)
         }
         if (armed_fault >= 0 && armed_launch == me) {
             soak_fault *f = &fs[armed_fault];
+            /* the log once more: a launch that struck and ended between two polls (the
+             * failed save aborts the job within milliseconds) has the line only now */
+            long at = f->t ? -1 : chaos_log_step(l->log, "chaos: injected ", "(step ", NULL);
+            if (at >= 0) mark_struck(f, at, l->t_end ? l->t_end : chaos_now());
             if (!f->t) {  /* the launch ended without the fault: it did not strike */
                 f->t = l->t_end ? l->t_end : chaos_now();
                 f->pre_step = l->last_step;
