@@ -92,7 +92,7 @@ for model in "${model_list[@]}"; do
         if [ "$rate" = none ]; then  # unshaped: what auto decides, and what that costs against dense
             read -r ams _ < <(run "auto-$model" "$model" --set comm.algo=ring --set dgc.mode=auto \
                 --set dgc.values=fp16 --set dgc.min_params=0 --steps $((steps + 4)))
-            auto_rows+=("| $model | $rate | $(sed -n 's/^dgc: \(on\|off\) (auto): \(.*\)/\1: \2/p' "$tmp/auto-$model.log") | $(printf '%.0f ms vs dense %.0f ms = %.3f' "$ams" "$dms" "$(echo "$ams / $dms" | bc -l)") |")
+            auto_rows+=("| $model | $rate | $(sed -n 's/^dgc: \(on\|off\) (auto): \(.*\)/\1: \2/p' "$tmp/auto-$model.log" | paste -sd';' | sed 's/;/; /g') | $(printf '%.0f ms vs dense %.0f ms = %.3f' "$ams" "$dms" "$(echo "$ams / $dms" | bc -l)") |")
         fi
     done
 done

@@ -8,6 +8,7 @@
 #include "config.h"
 
 #include <hwloc.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +80,45 @@ static status runtime_check_slurm(const runtime *rt)
     return STATUS_USAGE;
 }
 
+/* This kernel's identity: its boot id (the same in every network namespace and container
+ * of one machine), else the host name. */
+static uint64_t runtime_kernel_key(const runtime *rt)
+{
+    char id[64] = "";
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (!f || !fgets(id, sizeof id, f)) snprintf(id, sizeof id, "%s", rt->host);
+    if (f) fclose(f);
+    uint64_t h = 1469598103934665603ull;  /* FNV-1a */
+    for (const char *c = id; *c && *c != '\n'; c++) h = (h ^ (uint8_t)*c) * 1099511628211ull;
+    return h;
+}
+
+/* Counts the ranks on this kernel and those whose CPU sets overlap mine (after binding).
+ * MPI's shared-memory split cannot: ranks in network namespaces look like separate hosts,
+ * yet their threads fight over the same cores. */
+static void runtime_cpu_share(runtime *rt, int npus)
+{
+    typedef struct { uint64_t key; cpu_set_t set; } share_row;
+    share_row me = { .key = runtime_kernel_key(rt) };
+    if (sched_getaffinity(0, sizeof me.set, &me.set) != 0) CPU_ZERO(&me.set);
+    share_row *all = calloc((size_t)rt->size, sizeof *all);
+    CHECK(all, "out of memory for the CPU sets of every rank");
+    watchdog_enter(rt->wd, "start-up: gathering every rank's CPU set", rt->timeout_s);
+    MPI_CHECK(MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, rt->world));
+    watchdog_leave(rt->wd);
+    int kernel = 0, sharers = 0;
+    for (int r = 0; r < rt->size; r++) {
+        if (all[r].key != me.key) continue;
+        kernel++;
+        cpu_set_t both;
+        CPU_AND(&both, &all[r].set, &me.set);
+        sharers += r == rt->rank || CPU_COUNT(&both) > 0;
+    }
+    free(all);
+    rt->cpu_sharers = sharers;
+    if (npus > 0 && kernel > npus) rt->oversubscribed = true;
+}
+
 static void runtime_split(runtime *rt, MPI_Comm host_comm)
 {
     int host_rank, host_size;
@@ -148,6 +188,9 @@ status runtime_init(runtime *rt, int *argc, char ***argv, const runtime_options 
         int npus = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU);
         rt->oversubscribed = npus > 0 && rt->host_size > npus;
         hwloc_topology_destroy(topo);
+        runtime_cpu_share(rt, npus);
+    } else {
+        runtime_cpu_share(rt, 0);
     }
     if (opt->gpus > 0) rt->gpu = rt->host_local_rank % opt->gpus;
     return STATUS_OK;

@@ -45,7 +45,10 @@ typedef struct runtime {
     int ranks_per_node;    /* virtual node size, 0 when nodes are real hosts */
     int host_local_rank;   /* rank among the processes on this physical host */
     int host_size;         /* processes of this job on this physical host */
-    bool oversubscribed;   /* more ranks on this host than hardware threads: waits must yield */
+    int cpu_sharers;       /* ranks of this job on this kernel whose CPU sets overlap mine, me included:
+                              network namespaces and containers on one machine count, though MPI
+                              sees them as separate hosts */
+    bool oversubscribed;   /* more ranks on this host (or kernel) than hardware threads: waits must yield */
     int gpu;               /* CUDA device index, -1 when none */
     bool bound_by_us;      /* this process was bound by runtime_init */
     char host[64];         /* short host name */

@@ -13,6 +13,7 @@
 #   - a checkpoint of another architecture is refused;
 #   - a checkpoint written at 4 ranks resumes at 2 with the same global batch
 #     (accumulation 2) and continues the 4-rank trajectory within 1e-5;
+#   - ranks sharing cores split them: 4 unbound ranks take nproc / 4 threads each;
 #   - inconsistent batch sizes and bad data files exit 2 naming the problem.
 . "$(dirname "$0")/lib.sh"
 TRAIN=build/bin/nebula-train
@@ -33,6 +34,14 @@ check "1 rank x 8 = 4 ranks (2 nodes x 2, hier) x 2 (20 steps)" same_losses $tmp
 check "the loss falls (step 20 < step 1 - 0.5)" $PY -c "
 import json,sys; l=[json.loads(x) for x in open('$tmp/dp1/metrics.jsonl')]; l=[j['loss'] for j in l if j['kind']=='train']
 sys.exit(0 if l[-1] < l[0] - 0.5 else 1)"
+
+# --- threads per rank: ranks whose CPU sets overlap split the cores (torchrun's rule),
+# whether MPI sees them on one host or, as here, on virtual nodes of one rank each
+MPIRUN="$MPIRUN --bind-to none" run $tmp/share 4 --steps 1 --set train.global_batch=8 --set train.micro_batch=2 \
+    --set runtime.bind=none --ranks-per-node 1
+want=$(($(nproc) / 4))
+[ $want -ge 1 ] || want=1
+check "4 unbound ranks on $(nproc) cores take $want thread(s) each" grep -q "x 4 ranks; $want threads per rank" $tmp/share.log
 
 # --- resume bit-identical ----------------------------------------------------------
 ck="--set ckpt.every_steps=10 --set train.global_batch=8"
