@@ -145,18 +145,32 @@ void comm_op_free(comm_op *o)
     o->scratch_bytes = 0;
 }
 
-comm_algo comm_auto_choice(const comm *c, size_t bytes)
+/* The auto table's row nearest to `bytes` on a log scale; NULL without a table. */
+static const comm_tune_entry *tune_nearest(const comm *c, size_t bytes)
 {
-    if (comm_on_device(c)) return COMM_ALGO_HIER;
-    if (c->rt->size == 1 || c->ntune == 0) return COMM_ALGO_MPI;
-    int best = 0;  /* nearest measured size on a log scale */
+    if (c->rt->size == 1 || c->ntune == 0) return NULL;
+    int best = 0;
     double best_d = 1e300;
     for (int i = 0; i < c->ntune; i++) {
         double a = (double)(bytes ? bytes : 1), b = (double)(c->tune[i].bytes ? c->tune[i].bytes : 1);
         double d = a > b ? a / b : b / a;
         if (d < best_d) { best_d = d; best = i; }
     }
-    return c->tune[best].algo;
+    return &c->tune[best];
+}
+
+comm_algo comm_auto_choice(const comm *c, size_t bytes)
+{
+    if (comm_on_device(c)) return COMM_ALGO_HIER;
+    const comm_tune_entry *e = tune_nearest(c, bytes);
+    return e ? e->algo : COMM_ALGO_MPI;
+}
+
+comm_algo comm_auto_choice_start(const comm *c, size_t bytes)
+{
+    if (comm_on_device(c)) return COMM_ALGO_HIER;
+    const comm_tune_entry *e = tune_nearest(c, bytes);
+    return e ? e->algo_start : COMM_ALGO_MPI;
 }
 
 status comm_op_scratch(comm_op *o, size_t bytes)
@@ -209,7 +223,7 @@ static status op_start(comm *c, comm_op *o, void *buf, size_t count, reduce_dtyp
         algo = COMM_ALGO_NCCL;
     }
     if (algo == COMM_ALGO_AUTO) algo = c->opt.algo;
-    if (algo == COMM_ALGO_AUTO) algo = comm_auto_choice(c, count * esz);
+    if (algo == COMM_ALGO_AUTO) algo = comm_auto_choice_start(c, count * esz);
     if (c->rt->size == 1 && !own) algo = COMM_ALGO_MPI;
     *o = (comm_op){ .algo = algo, .seq = ++c->seq, .buf = buf, .count = count, .dtype = dt, .op = op,
                     .scale = scale, .scratch = o->scratch, .scratch_bytes = o->scratch_bytes, .t_start = MPI_Wtime() };
@@ -425,8 +439,8 @@ status comm_wait(comm *c, comm_op *o)
  *  - every rank decides alike (size, algorithm, options and the watchdog, which
  *    exists on every rank or none): a blocking collective never meets a
  *    non-blocking one, and both run on the mpi group's communicator in call order.
- * comm_tune times mpi through comm_allreduce, so auto compares the others against
- * the call this path makes. */
+ * comm_tune times mpi both ways, so auto compares the others against the call each
+ * entry makes: this one for comm_allreduce, MPI_Iallreduce for started ops. */
 static bool blocking_fast_path(const comm *c, size_t bytes, comm_algo algo)
 {
     if (c->be.ops->op_test || !c->be.ops->allreduce || c->rt->size == 1 || bytes > COMM_BLOCKING_MAX_BYTES)

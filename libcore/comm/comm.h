@@ -198,12 +198,17 @@ status comm_progress(comm *c);
  * MPI may still write there, and the job is ending anyway. */
 void comm_op_free(comm_op *o);
 
-/* The algorithm AUTO resolves to for a message of `bytes` (nccl: always hier). */
+/* The algorithm AUTO resolves to for a message of `bytes` in comm_allreduce, and for an
+ * op started non-blocking (comm_allreduce_start, the buckets) — they differ where mpi
+ * wins only as OpenMPI's blocking call (nccl: always hier). */
 comm_algo comm_auto_choice(const comm *c, size_t bytes);
+comm_algo comm_auto_choice_start(const comm *c, size_t bytes);
 
 /* Measures mpi, flat, hier and ring at each size (the fastest of `reps` interleaved
- * rounds, each the slowest rank's time) and records the fastest in the auto table. A Nebula
- * algorithm replaces OpenMPI's only when it is at least 5% faster. Collective.
+ * rounds, each the slowest rank's time) and records the fastest in the auto table, twice:
+ * for comm_allreduce (mpi timed as its blocking call) and for started ops (mpi timed as
+ * MPI_Iallreduce). A Nebula algorithm replaces OpenMPI's only when it is at least 5%
+ * faster. Collective.
  * mpi backend only (nccl has one algorithm: STATUS_USAGE). */
 status comm_tune(comm *c, const size_t *bytes, int nsizes, int reps);
 /* The auto table as JSON, written atomically by rank 0 / read by every rank. */

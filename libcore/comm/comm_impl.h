@@ -101,8 +101,10 @@ status comm_nccl_backend_init(comm *c);
 
 typedef struct comm_tune_entry {
     size_t bytes;                       /* measured message size */
-    comm_algo algo;                     /* chosen algorithm */
-    double us[COMM_ALGO_COUNT];         /* time per algorithm: fastest round, slowest rank */
+    comm_algo algo;                     /* chosen for comm_allreduce (mpi: the blocking call up to 16 MiB) */
+    comm_algo algo_start;               /* chosen for ops started non-blocking (mpi: MPI_Iallreduce) */
+    double us[COMM_ALGO_COUNT];         /* time per algorithm through comm_allreduce: fastest round, slowest rank */
+    double us_mpi_start;                /* mpi started and waited (MPI_Iallreduce), likewise */
 } comm_tune_entry;
 
 #define COMM_TUNE_MAX 64

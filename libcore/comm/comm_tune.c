@@ -46,36 +46,47 @@ static status tune_sync(comm *c)
     return comm_allreduce(c, &x, 1, REDUCE_DTYPE_I32, REDUCE_OP_SUM, COMM_ALGO_MPI);
 }
 
-/* Times each algorithm over enough calls for about 2 ms per sample, in
- * rounds whose order rotates, so no algorithm always follows the barrier. Every
- * call is comm_allreduce, so mpi is timed as auto would run it there: small
- * messages through OpenMPI's blocking MPI_Allreduce where that path applies (comm.c),
- * and a Nebula algorithm is chosen only where it beats that call. */
+#define TUNE_MPI_START COMM_ALGO_COUNT  /* t's extra column: mpi started and waited */
+#define TUNE_KINDS (COMM_ALGO_COUNT + 1)
+
+/* One call of kind k: comm_allreduce with algorithm k, or (TUNE_MPI_START) an mpi op
+ * started and waited, as the buckets run it. */
+static status tune_call(comm *c, void *buf, size_t count, int k)
+{
+    if (k != TUNE_MPI_START) return comm_allreduce(c, buf, count, REDUCE_DTYPE_F32, REDUCE_OP_SUM, (comm_algo)k);
+    TRY(comm_allreduce_start(c, &c->blocking, buf, count, REDUCE_DTYPE_F32, REDUCE_OP_SUM, COMM_ALGO_MPI));
+    return comm_wait(c, &c->blocking);
+}
+
+/* Times each algorithm over enough calls for about 2 ms per sample, in rounds whose
+ * order rotates, so no algorithm always follows the barrier. mpi is timed twice, as
+ * each entry point runs it: comm_allreduce makes OpenMPI's blocking MPI_Allreduce up
+ * to 16 MiB (comm.c), a started op MPI_Iallreduce (libnbc: up to 3x slower at small
+ * sizes), so each choice is made against the call it would make. t: [TUNE_KINDS][reps]. */
 static status tune_one(comm *c, void *buf, size_t bytes, int reps, double *t)
 {
     size_t count = bytes / sizeof(float);
     double t1 = 0;
     for (int w = 0; w < 3; w++)  /* warm-up: connections, scratch, first touch of pages */
-        for (int a = COMM_ALGO_MPI; a < COMM_ALGO_COUNT; a++) {
+        for (int a = COMM_ALGO_MPI; a < TUNE_KINDS; a++) {
             double t0 = MPI_Wtime();
-            TRY(comm_allreduce(c, buf, count, REDUCE_DTYPE_F32, REDUCE_OP_SUM, (comm_algo)a));
+            TRY(tune_call(c, buf, count, a));
             t1 = a == COMM_ALGO_MPI ? MPI_Wtime() - t0 : t1;
         }
     TRY(comm_allreduce(c, &t1, 1, REDUCE_DTYPE_F64, REDUCE_OP_MAX, COMM_ALGO_MPI));
     int iters = t1 > 0 ? (int)(2e-3 / t1) : 200;
     iters = iters < 1 ? 1 : iters > 200 ? 200 : iters;
-    const int nalg = COMM_ALGO_COUNT - COMM_ALGO_MPI;
+    const int nkind = TUNE_KINDS - COMM_ALGO_MPI;
     for (int rep = 0; rep < reps; rep++) {
-        for (int k = 0; k < nalg; k++) {
-            int a = COMM_ALGO_MPI + (k + rep) % nalg;
+        for (int k = 0; k < nkind; k++) {
+            int a = COMM_ALGO_MPI + (k + rep) % nkind;
             TRY(tune_sync(c));
             double t0 = MPI_Wtime();
-            for (int i = 0; i < iters; i++)
-                TRY(comm_allreduce(c, buf, count, REDUCE_DTYPE_F32, REDUCE_OP_SUM, (comm_algo)a));
+            for (int i = 0; i < iters; i++) TRY(tune_call(c, buf, count, a));
             t[a * reps + rep] = (MPI_Wtime() - t0) / iters;
         }
     }
-    TRY(comm_allreduce(c, t, (size_t)(COMM_ALGO_COUNT * reps), REDUCE_DTYPE_F64, REDUCE_OP_MAX, COMM_ALGO_MPI));
+    TRY(comm_allreduce(c, t, (size_t)(TUNE_KINDS * reps), REDUCE_DTYPE_F64, REDUCE_OP_MAX, COMM_ALGO_MPI));
     return STATUS_OK;
 }
 
@@ -90,19 +101,23 @@ status comm_tune(comm *c, const size_t *bytes, int nsizes, int reps)
     size_t max = 0;
     for (int i = 0; i < nsizes; i++) max = bytes[i] > max ? bytes[i] : max;
     float *buf = calloc(max / sizeof(float) + 1, sizeof(float));
-    double *t = calloc((size_t)(COMM_ALGO_COUNT * reps), sizeof *t);
+    double *t = calloc((size_t)(TUNE_KINDS * reps), sizeof *t);
     status st = buf && t ? STATUS_OK : STATUS_NOMEM;
     for (int i = 0; i < nsizes && st == STATUS_OK; i++) {
         if (bytes[i] < sizeof(float)) continue;
         st = tune_one(c, buf, bytes[i], reps, t);
         if (st != STATUS_OK) break;
-        comm_tune_entry e = { .bytes = bytes[i], .algo = COMM_ALGO_MPI };
-        for (int a = COMM_ALGO_MPI; a < COMM_ALGO_COUNT; a++) {
+        comm_tune_entry e = { .bytes = bytes[i], .algo = COMM_ALGO_MPI, .algo_start = COMM_ALGO_MPI };
+        for (int a = COMM_ALGO_MPI; a < TUNE_KINDS; a++)
             qsort(t + a * reps, (size_t)reps, sizeof *t, cmp_double);
+        for (int a = COMM_ALGO_MPI; a < COMM_ALGO_COUNT; a++)
             e.us[a] = t[a * reps] * 1e6;  /* the fastest round (the header says why) */
-        }
-        for (int a = COMM_ALGO_FLAT; a < COMM_ALGO_COUNT; a++)
+        e.us_mpi_start = t[TUNE_MPI_START * reps] * 1e6;
+        for (int a = COMM_ALGO_FLAT; a < COMM_ALGO_COUNT; a++) {
             if (e.us[a] < 0.95 * e.us[COMM_ALGO_MPI] && e.us[a] < e.us[e.algo]) e.algo = (comm_algo)a;
+            double best = e.algo_start == COMM_ALGO_MPI ? e.us_mpi_start : e.us[e.algo_start];
+            if (e.us[a] < 0.95 * e.us_mpi_start && e.us[a] < best) e.algo_start = (comm_algo)a;
+        }
         tune_insert(c, &e);
     }
     free(buf);
@@ -115,7 +130,7 @@ status comm_tune_save(const comm *c, const char *path)
     if (c->rt->rank != 0) return STATUS_OK;
     json_t *root = json_object(), *entries = json_array();
     json_object_set_new(root, "format", json_string("nebula-comm-tune"));
-    json_object_set_new(root, "version", json_integer(1));
+    json_object_set_new(root, "version", json_integer(2));
     json_object_set_new(root, "world_size", json_integer(c->rt->size));
     json_object_set_new(root, "nnodes", json_integer(c->rt->nnodes));
     json_object_set_new(root, "max_local_size", json_integer(c->rt->max_local_size));
@@ -124,8 +139,10 @@ status comm_tune_save(const comm *c, const char *path)
         json_t *e = json_object(), *us = json_object();
         json_object_set_new(e, "bytes", json_integer((json_int_t)c->tune[i].bytes));
         json_object_set_new(e, "algo", json_string(comm_algo_name(c->tune[i].algo)));
+        json_object_set_new(e, "algo_start", json_string(comm_algo_name(c->tune[i].algo_start)));
         for (int a = COMM_ALGO_MPI; a < COMM_ALGO_COUNT; a++)
             json_object_set_new(us, comm_algo_name((comm_algo)a), json_real(c->tune[i].us[a]));
+        json_object_set_new(us, "mpi_start", json_real(c->tune[i].us_mpi_start));
         json_object_set_new(e, "us", us);
         json_array_append_new(entries, e);
     }
@@ -207,15 +224,20 @@ status comm_tune_load(comm *c, const char *path)
     json_array_foreach(entries, i, e) {
         comm_tune_entry t = { 0 };
         const char *name = json_string_value(json_object_get(e, "algo"));
+        const char *name_start = json_string_value(json_object_get(e, "algo_start"));  /* version 2 */
         json_int_t b = json_integer_value(json_object_get(e, "bytes"));
-        if (!name || !comm_algo_parse(name, &t.algo) || t.algo == COMM_ALGO_AUTO || b <= 0) {
-            log_error0("%s: entry %zu: needs \"bytes\" > 0 and \"algo\" one of mpi|flat|hier", path, i);
+        if (!name || !comm_algo_parse(name, &t.algo) || t.algo == COMM_ALGO_AUTO || b <= 0 ||
+            (name_start && (!comm_algo_parse(name_start, &t.algo_start) || t.algo_start == COMM_ALGO_AUTO))) {
+            log_error0("%s: entry %zu: needs \"bytes\" > 0 and \"algo\" (and \"algo_start\", where given) one of "
+                       "mpi|flat|hier|ring", path, i);
             st = STATUS_INPUT;
             goto free_root;
         }
+        if (!name_start) t.algo_start = t.algo;  /* a version-1 table made one choice for both */
         t.bytes = (size_t)b;
         for (int a = COMM_ALGO_MPI; a < COMM_ALGO_COUNT; a++)
             t.us[a] = json_real_value(json_object_get(json_object_get(e, "us"), comm_algo_name((comm_algo)a)));
+        t.us_mpi_start = json_real_value(json_object_get(json_object_get(e, "us"), "mpi_start"));
         tune_insert(c, &t);
     }
 free_root:

@@ -350,8 +350,41 @@ static void test_tune(runtime *rt, comm *c)
     comm_options opt = { .algo = COMM_ALGO_AUTO, .timeout_s = 30, .tune_file = path };
     comm *c2 = NULL;
     status st2 = comm_init(&c2, rt, &opt);
-    check(rt, st == STATUS_OK && st2 == STATUS_OK && comm_auto_choice(c2, 64) == a && comm_auto_choice(c2, 60000) == b,
-          "tuning table saved and loaded gives the same choices");
+    comm_algo as = comm_auto_choice_start(c, 64), bs = comm_auto_choice_start(c, 60000);
+    check(rt, st == STATUS_OK && st2 == STATUS_OK && comm_auto_choice(c2, 64) == a && comm_auto_choice(c2, 60000) == b &&
+              comm_auto_choice_start(c2, 64) == as && comm_auto_choice_start(c2, 60000) == bs,
+          "tuning table saved and loaded gives the same choices, blocking and started");
+    comm_free(c2);
+    MPI_Barrier(rt->world);
+
+    /* Two choices per size: a started op follows algo_start, comm_allreduce algo; a
+     * version-1 table (one choice) serves both. */
+    if (rt->rank == 0) {
+        FILE *f = fopen(path, "w");
+        fprintf(f, "{\"format\": \"nebula-comm-tune\", \"version\": 2, \"world_size\": %d, \"nnodes\": %d, "
+                   "\"entries\": [{\"bytes\": 4096, \"algo\": \"mpi\", \"algo_start\": \"ring\"},"
+                   " {\"bytes\": 1048576, \"algo\": \"flat\"}]}\n", rt->size, rt->nnodes);
+        fclose(f);
+    }
+    MPI_Barrier(rt->world);
+    st2 = comm_init(&c2, rt, &opt);
+    float x[1024];
+    for (int i = 0; i < 1024; i++) x[i] = (float)(rt->rank + i);
+    comm_op o = { 0 };
+    status st3 = st2 == STATUS_OK ? comm_allreduce_start(c2, &o, x, 1024, REDUCE_DTYPE_F32, REDUCE_OP_SUM,
+                                                         COMM_ALGO_AUTO) : st2;
+    comm_algo started = o.algo;
+    if (st3 == STATUS_OK) st3 = comm_wait(c2, &o);
+    int wrong = 0;
+    for (int i = 0; i < 1024; i++) wrong += x[i] != (float)(rt->size * i + rt->size * (rt->size - 1) / 2);
+    bool ok = st2 == STATUS_OK && st3 == STATUS_OK && wrong == 0;
+    if (rt->size > 1)
+        ok = ok && started == COMM_ALGO_RING && comm_auto_choice(c2, 4096) == COMM_ALGO_MPI &&
+             comm_auto_choice_start(c2, 4096) == COMM_ALGO_RING && comm_auto_choice(c2, 1 << 20) == COMM_ALGO_FLAT &&
+             comm_auto_choice_start(c2, 1 << 20) == COMM_ALGO_FLAT;
+    check(rt, ok, "a started op takes the table's algo_start (ring), comm_allreduce its algo (mpi); a row without "
+                  "algo_start serves both; the sum is exact");
+    comm_op_free(&o);
     comm_free(c2);
     MPI_Barrier(rt->world);
     if (rt->rank == 0) unlink(path);
