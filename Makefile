@@ -343,7 +343,7 @@ $(B)/emu/%.cpp: kernels/cuda/%.cu tools/cuda-emu-rewrite | $(DEPS_STAMP)
 	@$(if $(filter 1,$(VERBOSE)),,echo "  EMU     $<")
 	$(Q)tools/cuda-emu-rewrite $< $@
 
-$(B)/emu/%.o: $(B)/emu/%.cpp validation/gpu/emu/cuda_emu.h validation/gpu/emu/cuda_emu_math.h
+$(B)/emu/%.o: $(B)/emu/%.cpp $(wildcard validation/gpu/emu/*.h)
 	@$(if $(filter 1,$(VERBOSE)),,echo "  CXX     $<")
 	$(Q)$(EMU_CXX) $(EMU_CXXFLAGS) -c $< -o $@
 

@@ -64,6 +64,7 @@ static double gemm_gflops(int n, bool bf16)
         if (r > 0 && t < best) best = t;  /* the first call warms up OpenBLAS's threads */
     }
     free(a); free(b); free(c);
+    if (bf16) matmul_bf16_release();  /* the probe's weight copy and workspace: not the model's */
     return 2.0 * n * n * (double)n / best / 1e9;
 }
 

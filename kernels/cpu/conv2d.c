@@ -17,18 +17,28 @@ static void *conv2d_alloc(conv2d_plan *p, const dnnl_memory_desc_t *md)
     return b;
 }
 
+/* bf16 plans round dout into one scratch shared by all of them (it lives for one
+ * backward call), grown to the largest, freed with the last bf16 plan. */
+static void *dout16_buf;
+static size_t dout16_bytes;
+static int bf16_plans;
+
+static void *dout16_scratch(size_t bytes)
+{
+    if (bytes > dout16_bytes) {
+        free(dout16_buf);
+        dout16_buf = NULL;
+        dout16_bytes = 0;
+        if (posix_memalign(&dout16_buf, 64, bytes) != 0) dnn_check(dnnl_out_of_memory, "conv2d bf16 dout", __FILE__, __LINE__);
+        dout16_bytes = bytes;
+    }
+    return dout16_buf;
+}
+
 /* A reorder from `from` to `to`; with `sum`, dst = dst + reorder(src). */
 static dnnl_primitive_t conv2d_reorder(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to, bool sum)
 {
-    dnnl_primitive_attr_t attr = NULL;
-    if (sum) {
-        dnnl_post_ops_t po;
-        DNN_CHECK(dnnl_post_ops_create(&po));
-        DNN_CHECK(dnnl_post_ops_append_sum(po, 1.0f));
-        DNN_CHECK(dnnl_primitive_attr_create(&attr));
-        DNN_CHECK(dnnl_primitive_attr_set_post_ops(attr, po));
-        DNN_CHECK(dnnl_post_ops_destroy(po));
-    }
+    dnnl_primitive_attr_t attr = dnn_sum_attr(sum);
     dnnl_primitive_desc_t pd;
     DNN_CHECK(dnnl_reorder_primitive_desc_create(&pd, from, dnn_engine(), to, dnn_engine(), attr));
     if (attr) DNN_CHECK(dnnl_primitive_attr_destroy(attr));
@@ -191,12 +201,13 @@ static void gemm_backward(conv2d_plan *p, float *dinp, float *dweight, const flo
 
 int conv2d_gemm_max_pixels(void) { return dnn_block() == 8 ? CONV2D_GEMM_MAX_PIXELS : 0; }
 
-/* pd of one pass, or NULL when oneDNN has no kernel for it (an explicit algorithm) */
-static dnnl_primitive_desc_t conv2d_pd(const void *desc, const_dnnl_primitive_desc_t hint, conv2d_alg alg)
+/* pd of one pass; NULL when oneDNN has no kernel for it and the caller `may_fail` (an
+ * explicit algorithm, or bf16), else that dies like any other oneDNN failure */
+static dnnl_primitive_desc_t conv2d_pd(const void *desc, const_dnnl_primitive_desc_t hint, bool may_fail)
 {
     dnnl_primitive_desc_t pd = NULL;
     dnnl_status_t st = dnnl_primitive_desc_create(&pd, desc, NULL, dnn_engine(), hint);
-    if (st == dnnl_unimplemented && alg != CONV2D_ALG_AUTO) return NULL;
+    if (st == dnnl_unimplemented && may_fail) return NULL;
     DNN_CHECK(st);
     return pd;
 }
@@ -210,6 +221,7 @@ static bool conv2d_plan_build(conv2d_plan *p, const conv2d_shape *s, dnn_layout 
     static const dnnl_alg_kind_t kinds[] = { dnnl_convolution_auto, dnnl_convolution_direct,
                                              dnnl_convolution_winograd };
     const dnnl_alg_kind_t kind = kinds[alg];
+    const bool may_fail = p->bf16 || alg != CONV2D_ALG_AUTO;  /* the caller has a way out */
     const dnnl_data_type_t op = p->bf16 ? dnnl_bf16 : dnnl_f32;  /* the operands' type */
     dnnl_memory_desc_t src, dst, src_op, dst_op, w_any, dw_any, w_user, b_md;
     dnn_md(&src, s->N, s->C, s->H, s->W, in);
@@ -229,11 +241,11 @@ static bool conv2d_plan_build(conv2d_plan *p, const conv2d_shape *s, dnn_layout 
     dnnl_primitive_desc_t fpd, pd;
     DNN_CHECK(dnnl_convolution_forward_desc_init(&d, dnnl_forward_training, kind, &src_op, &w_any,
                                                  bias ? &b_md : NULL, &dst, strides, pad_l, pad_r));
-    if (!(fpd = conv2d_pd(&d, NULL, p->bf16 ? CONV2D_ALG_DIRECT : alg))) return false;
+    if (!(fpd = conv2d_pd(&d, NULL, may_fail))) return false;
     if (p->bf16) {
         p->src16 = dnn_mem(&src_op), p->dst16 = dnn_mem(&dst_op);
         p->src16buf = conv2d_alloc(p, &src_op);
-        p->dout16buf = conv2d_alloc(p, &dst_op);
+        dout16_scratch(dnnl_memory_desc_get_size(&dst_op));  /* grown now: no allocation in a step */
     }
     const dnnl_memory_desc_t *w_fwd = dnnl_primitive_desc_query_md(fpd, dnnl_query_weights_md, 0);
     p->src = dnn_mem(&src), p->dst = dnn_mem(&dst), p->w_user = dnn_mem(&w_user), p->w = dnn_mem(w_fwd);
@@ -247,7 +259,7 @@ static bool conv2d_plan_build(conv2d_plan *p, const conv2d_shape *s, dnn_layout 
 
     if (dinp) {
         DNN_CHECK(dnnl_convolution_backward_data_desc_init(&d, kind, &src, &w_any, &dst_op, strides, pad_l, pad_r));
-        if (!(pd = conv2d_pd(&d, hint, p->bf16 ? CONV2D_ALG_DIRECT : alg))) return false;
+        if (!(pd = conv2d_pd(&d, hint, may_fail))) return false;
         const dnnl_memory_desc_t *w_bwd = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
         if (!dnnl_memory_desc_equal(w_bwd, w_fwd)) {
             p->w_bwd = dnn_mem(w_bwd);
@@ -258,7 +270,7 @@ static bool conv2d_plan_build(conv2d_plan *p, const conv2d_shape *s, dnn_layout 
     }
     DNN_CHECK(dnnl_convolution_backward_weights_desc_init(&d, kind, &src_op, &dw_any, bias ? &b_md : NULL, &dst_op,
                                                           strides, pad_l, pad_r));
-    if (!(pd = conv2d_pd(&d, hint, p->bf16 ? CONV2D_ALG_DIRECT : alg))) return false;
+    if (!(pd = conv2d_pd(&d, hint, may_fail))) return false;
     const dnnl_memory_desc_t *dw = dnnl_primitive_desc_query_md(pd, dnnl_query_diff_weights_md, 0);
     p->dw = dnn_mem(dw);
     p->dwbuf = conv2d_alloc(p, dw);
@@ -291,6 +303,7 @@ bool conv2d_plan_init_bf16(conv2d_plan *p, const conv2d_shape *s, dnn_layout in,
 {
     conv2d_plan_check(p, s, in, out, bias, dinp);
     p->bf16 = true;
+    bf16_plans++;  /* conv2d_plan_free counts it down, also on the failure below */
     /* dnnl_convolution_auto: oneDNN has no bf16 Winograd, so it runs direct; an
      * unimplemented pass is reported as for an explicit algorithm */
     if (conv2d_plan_build(p, s, in, out, bias, dinp, CONV2D_ALG_AUTO)) return true;
@@ -324,7 +337,12 @@ void conv2d_plan_free(conv2d_plan *p)
                              p->dst16 };
     for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++)
         if (mems[i]) dnnl_memory_destroy(mems[i]);
-    free(p->wbuf), free(p->wbuf_bwd), free(p->dwbuf), free(p->dbias_tmp), free(p->src16buf), free(p->dout16buf);
+    free(p->wbuf), free(p->wbuf_bwd), free(p->dwbuf), free(p->dbias_tmp), free(p->src16buf);
+    if (p->bf16 && --bf16_plans == 0) {
+        free(dout16_buf);
+        dout16_buf = NULL;
+        dout16_bytes = 0;
+    }
     free(p->cols), free(p->pm), free(p->wperm), free(p->dwperm);
     memset(p, 0, sizeof *p);
 }
@@ -363,8 +381,10 @@ void conv2d_plan_backward(conv2d_plan *p, float *dinp, float *dweight, float *db
     const void *x = inp, *dy = dout;
     if (p->bf16) {  /* the input rounded by the forward (the same inp), dout rounded now */
         const conv2d_shape *s = &p->s;
-        f32_to_bf16(dout, p->dout16buf, (size_t)s->N * s->OC * s->OH * s->OW);
-        src = p->src16, x = p->src16buf, dst = p->dst16, dy = p->dout16buf;
+        size_t n = (size_t)s->N * s->OC * s->OH * s->OW;
+        uint16_t *d16 = dout16_scratch(n * sizeof(uint16_t));
+        f32_to_bf16(dout, d16, n);
+        src = p->src16, x = p->src16buf, dst = p->dst16, dy = d16;
     }
     if (dinp) {
         dnnl_memory_t wm = p->w;

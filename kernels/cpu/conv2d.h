@@ -83,7 +83,7 @@ typedef struct conv2d_plan {
     dnnl_memory_t src, dst, w_user, w, w_bwd, dw, bias_m, dbias_m;
     bool bf16;                       /* bf16 operands (conv2d_plan_init_bf16) */
     dnnl_memory_t src16, dst16;      /* bf16: the input and dout in bf16 */
-    void *src16buf, *dout16buf;      /* bf16: the last forward's input, and dout, rounded */
+    void *src16buf;                  /* bf16: the last forward's input, rounded (dout: a scratch all plans share) */
     void *wbuf, *wbuf_bwd;           /* blocked weights (fwd, bwd_data), f32 or bf16 */
     float *dwbuf;                    /* blocked dweight */
     float *dbias_tmp;                /* (OC) */

@@ -78,6 +78,19 @@ dnnl_memory_t dnn_mem(const dnnl_memory_desc_t *md)
     return m;
 }
 
+dnnl_primitive_attr_t dnn_sum_attr(bool sum)
+{
+    if (!sum) return NULL;
+    dnnl_primitive_attr_t attr;
+    dnnl_post_ops_t po;
+    DNN_CHECK(dnnl_post_ops_create(&po));
+    DNN_CHECK(dnnl_post_ops_append_sum(po, 1.0f));
+    DNN_CHECK(dnnl_primitive_attr_create(&attr));
+    DNN_CHECK(dnnl_primitive_attr_set_post_ops(attr, po));
+    DNN_CHECK(dnnl_post_ops_destroy(po));
+    return attr;
+}
+
 dnnl_primitive_t dnn_primitive(dnnl_primitive_desc_t pd)
 {
     dnnl_primitive_t p;

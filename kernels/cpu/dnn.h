@@ -24,6 +24,7 @@
 #define NEBULA_KERNELS_DNN_H
 
 #include <dnnl.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 typedef enum dnn_layout {
@@ -50,6 +51,9 @@ void dnn_md(dnnl_memory_desc_t *md, int N, int C, int H, int W, dnn_layout layou
 void dnn_md_typed(dnnl_memory_desc_t *md, int N, int C, int H, int W, dnn_layout layout, dnnl_data_type_t dt);
 /* A memory object for `md` without a buffer; dnn_run attaches buffers per call. */
 dnnl_memory_t dnn_mem(const dnnl_memory_desc_t *md);
+/* An attribute with one sum post-op (dst = dst + result), or NULL when !sum; the caller
+ * destroys it (dnnl_primitive_attr_destroy) after creating its primitive descriptor. */
+dnnl_primitive_attr_t dnn_sum_attr(bool sum);
 /* A primitive from its descriptor (destroys pd). */
 dnnl_primitive_t dnn_primitive(dnnl_primitive_desc_t pd);
 /* Implementation name of a primitive descriptor (e.g. "jit:avx2"), for logs. */

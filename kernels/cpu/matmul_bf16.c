@@ -133,18 +133,10 @@ static mm_entry *mm_get(const mm_key *k)
     DNN_CHECK(dnnl_memory_desc_init_by_tag(&cmd, 2, cd, dnnl_f32, dnnl_ab));
     dnnl_matmul_desc_t md;
     DNN_CHECK(dnnl_matmul_desc_init(&md, &amd, &bmd, NULL, &cmd));
-    dnnl_primitive_attr_t attr = NULL;
-    dnnl_post_ops_t po = NULL;
-    if (k->accumulate) {
-        DNN_CHECK(dnnl_primitive_attr_create(&attr));
-        DNN_CHECK(dnnl_post_ops_create(&po));
-        DNN_CHECK(dnnl_post_ops_append_sum(po, 1.0f));
-        DNN_CHECK(dnnl_primitive_attr_set_post_ops(attr, po));
-    }
+    dnnl_primitive_attr_t attr = dnn_sum_attr(k->accumulate);
     dnnl_primitive_desc_t pd;
     DNN_CHECK(dnnl_primitive_desc_create(&pd, &md, attr, dnn_engine(), NULL));
-    if (po) dnnl_post_ops_destroy(po);
-    if (attr) dnnl_primitive_attr_destroy(attr);
+    if (attr) DNN_CHECK(dnnl_primitive_attr_destroy(attr));
     e->prim = dnn_primitive(pd);
     e->a = dnn_mem(&amd);
     e->b = dnn_mem(&bmd);

@@ -38,8 +38,9 @@
 #include "cpu/isa.h"
 #include "ckpt/tool/safetensors.h"
 #include "../check.h"
+#include "../gpt2_golden.h"
 
-enum { B = 4, T = 64, STEPS = 10, WARMUP = 3 };
+enum { B = 4, T = 64 };
 
 /* The first forward's loss in fp32 from the same initialisation. */
 static float fp32_loss(const gpt2_config *cfg, const int32_t *tokens, const int32_t *targets)
@@ -128,35 +129,16 @@ int main(void)
     float *init = malloc(m->pt.total * sizeof *init);
     memcpy(init, m->pb.params, m->pt.total * sizeof *init);
     int32_t *tokens = malloc(B * T * sizeof *tokens), *targets = malloc(B * T * sizeof *targets);
-    float *ftok = malloc(B * T * sizeof *ftok), *ftgt = malloc(B * T * sizeof *ftgt);
-    rng r;
-    rng_init(&r, 5, 0, RNG_PURPOSE_TEST, 0);
-    for (int i = 0; i < B * T; i++) {
-        tokens[i] = (int32_t)rng_below(&r, (uint32_t)cfg.vocab_size);
-        targets[i] = (int32_t)rng_below(&r, (uint32_t)cfg.vocab_size);
-        ftok[i] = (float)tokens[i];
-        ftgt[i] = (float)targets[i];
-    }
+    golden_batch(tokens, targets, B * T, cfg.vocab_size, 5);
     /* 1e-4, not the GPU test's 6e-4: on 256 random tokens 6e-4 overshoots (the loss
      * rises at steps 3-5) and any two bf16 roundings part by percents there — PyTorch's
      * own autocast leaves its fp32 trajectory by 1.5%, Nebula's by 4% (measured); at 1e-4
      * the loss falls every step and the two agree to 0.13 of the bound. */
     const double lr = 1e-4;
-    lr_schedule sched = { .kind = LR_SCHEDULE_COSINE, .base_lr = lr, .warmup_steps = WARMUP, .total_steps = STEPS,
-                          .min_lr = lr * 0.1 };
-    adamw_hparams hp = { .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1 };
-    float traj[STEPS];
-    for (int s = 0; s < STEPS; s++) {
-        m->ops->zero(m->pb.grads, m->pt.total);
-        if (gpt2_forward(m, tokens, targets) != STATUS_OK) return 1;
-        m->loss_scale = device_optim_loss_scale(&opt);
-        gpt2_backward(m, tokens);
-        traj[s] = m->mean_loss;
-        bool skipped;
-        device_optim_adamw_step_scaled(&opt, &m->pb, &hp, lr_at(&sched, s), &skipped); /* host buffers */
-    }
+    float traj[GOLDEN_STEPS];
+    if (golden_train(m, &opt, tokens, targets, lr, traj)) return 1;  /* host buffers */
     printf("# gpt2 124M B=%d T=%d bf16 on %s: losses", B, T, dev.describe);
-    for (int s = 0; s < STEPS; s++) printf(" %.4f", traj[s]);
+    for (int s = 0; s < GOLDEN_STEPS; s++) printf(" %.4f", traj[s]);
     printf("\n");
 
     int fails = 0;
@@ -166,30 +148,8 @@ int main(void)
     printf("%s  the first loss in bf16 (%.6f) differs from fp32's (%.6f) by %.2e relative: bf16 is in use, "
            "within 1%%\n", moved ? "ok  " : "FAIL", traj[0], l32, rel);
     fails += !moved;
-
-    int n = m->pt.count, nt = n + 3;
-    st_tensor *t = calloc((size_t)nt, sizeof *t);
-    st_name *names = calloc((size_t)nt, sizeof *names);
-    st_add_table(t, 0, names, &m->pt, "", init);
-    t[n] = (st_tensor){ "in.tokens", 2, { B, T }, ftok };
-    t[n + 1] = (st_tensor){ "in.targets", 2, { B, T }, ftgt };
-    t[n + 2] = (st_tensor){ "traj.losses", 1, { STEPS }, traj };
-    char meta[512];
-    snprintf(meta, sizeof meta,
-             "{\"layers\":\"%d\",\"heads\":\"%d\",\"vocab_size\":\"%d\",\"lr\":\"%g\",\"weight_decay\":\"%g\","
-             "\"steps\":\"%d\",\"warmup\":\"%d\",\"precision\":\"bf16\",\"device\":\"cpu\"}",
-             cfg.num_layers, cfg.num_heads, cfg.vocab_size, lr, hp.weight_decay, STEPS, WARMUP);
-    char dir[] = "/tmp/nebula-gpt2-bf16-XXXXXX", path[128], cmd[512];
-    if (!mkdtemp(dir)) return 1;
-    snprintf(path, sizeof path, "%s/dump.safetensors", dir);
-    if (st_write(path, t, nt, meta) != STATUS_OK) return 1;
-    fflush(stdout);
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 validation/reference/gpt2_autocast_ref.py %s", path);
-    int rc = system(cmd);
-    unlink(path);
-    rmdir(dir);
-    fails += rc != 0;
-    free(t); free(names); free(init); free(tokens); free(targets); free(ftok); free(ftgt);
+    fails += golden_vs_autocast(m, init, tokens, targets, B, T, traj, lr, "\"precision\":\"bf16\",\"device\":\"cpu\"") != 0;
+    free(init); free(tokens); free(targets);
     device_optim_free(&opt);
     gpt2_free(m);
     free(m);
