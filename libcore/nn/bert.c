@@ -203,6 +203,7 @@ static void bert_layout_acts(void *owner, float *base, size_t *used)
     a->ln2 = param_carve(base, used, L * BT * C);
     a->ln2_mean = param_carve(base, used, L * BT);
     a->ln2_rstd = param_carve(base, used, L * BT);
+    a->head_x = param_carve(base, used, BT * C);
     a->tr = param_carve(base, used, BT * C);
     a->tr_gelu = param_carve(base, used, BT * C);
     a->tr_ln = param_carve(base, used, BT * C);
@@ -253,7 +254,8 @@ static status bert_init_device(bert *m, bool train)
     free(pos);
     if (!m->pos_ids || !(m->input_ids = device_alloc(d, bt * sizeof(int32_t), "input ids")) ||
         !(m->type_ids = device_alloc(d, bt * sizeof(int32_t), "token type ids")) ||
-        !(m->dev_targets = device_alloc(d, bt * sizeof(int32_t), "targets")) ||
+        !(m->dev_head_pos = device_alloc(d, bt * sizeof(int32_t), "MLM head positions")) ||
+        !(m->dev_head_tgt = device_alloc(d, bt * sizeof(int32_t), "MLM head targets")) ||
         !(m->stage_ids = malloc(2 * bt * sizeof(int32_t))) || !(m->stage = malloc(2 * bt * sizeof(float))))
         return STATUS_NOMEM;
     return device_buffers_init(d, &m->w, &m->pb, train);
@@ -292,7 +294,10 @@ status bert_init_on(bert *m, const bert_config *cfg, int B, int T, uint64_t seed
     m->input_ids = malloc(bt * sizeof *m->input_ids);
     m->type_ids = malloc(bt * sizeof *m->type_ids);
     m->targets = malloc(bt * sizeof *m->targets);
-    if (!m->pos_ids || !m->input_ids || !m->type_ids || !m->targets) return STATUS_NOMEM;
+    m->head_pos = malloc(bt * sizeof *m->head_pos);
+    m->head_tgt = malloc(bt * sizeof *m->head_tgt);
+    if (!m->pos_ids || !m->input_ids || !m->type_ids || !m->targets || !m->head_pos || !m->head_tgt)
+        return STATUS_NOMEM;
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) m->pos_ids[b * T + t] = t;
     if (bert_on_gpu(m)) TRY(bert_init_device(m, train));
@@ -308,11 +313,14 @@ void bert_free(bert *m)
     device_free(m->dev, m->pos_ids);  /* host memory on the CPU, device memory on a GPU */
     device_free(m->dev, m->input_ids);
     device_free(m->dev, m->type_ids);
-    device_free(m->dev, m->dev_targets);
+    device_free(m->dev, m->dev_head_pos);
+    device_free(m->dev, m->dev_head_tgt);
     device_buffers_free(m->dev, &m->w);
     free(m->stage_ids);
     free(m->stage);
     free(m->targets);
+    free(m->head_pos);
+    free(m->head_tgt);
     param_buffers_free(&m->pb);
     param_table_free(&m->pt);
     free(m->views.layer);
@@ -395,32 +403,50 @@ status bert_forward(bert *m, const int32_t *input_ids, const int32_t *token_type
         kn->layernorm_forward(ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, res2, p + h->out_ln_w, p + h->out_ln_b,
                               BT, C, BERT_LN_EPS);
     }
-    /* BertLMPredictionHead: LN(gelu(dense(h))) · word_embeddings^T + bias. */
-    const float *last = a->ln2 + (size_t)(c->num_layers - 1) * btc;
-    kn->matmul_forward(a->tr, last, p + vw->tr_w, p + vw->tr_b, BT, C, C, MATMUL_LAYOUT_OUT_IN);
-    kn->gelu_erf_forward(a->tr_gelu, a->tr, btc);
-    kn->layernorm_forward(a->tr_ln, a->tr_mean, a->tr_rstd, a->tr_gelu, p + vw->tr_ln_w, p + vw->tr_ln_b, BT, C,
-                          BERT_LN_EPS);
-    kn->matmul_forward(a->logits, a->tr_ln, p + vw->word_emb, p + vw->cls_b, BT, C, V, MATMUL_LAYOUT_OUT_IN);
+    /* BertLMPredictionHead: LN(gelu(dense(h))) · word_embeddings^T + bias, on every
+     * position without targets, on the targeted ones (gathered) with them. */
+    const float *last = a->ln2 + (size_t)(c->num_layers - 1) * btc, *hx = last;
+    int R = BT, counted = BT;
+    if (mlm_targets) {
+        memcpy(m->targets, mlm_targets, (size_t)BT * sizeof *mlm_targets);
+        counted = 0;
+        for (int i = 0; i < BT; i++)
+            if (mlm_targets[i] >= 0) m->head_pos[counted] = i, m->head_tgt[counted++] = mlm_targets[i];
+        /* rows in multiples of BERT_HEAD_ROWS: a few GEMM shapes across batches (bf16 caches
+         * a primitive per shape); the padding rows repeat position 0 and are ignored */
+        R = counted == 0 ? 0 : (counted + BERT_HEAD_ROWS - 1) / BERT_HEAD_ROWS * BERT_HEAD_ROWS;
+        if (R > BT) R = BT;
+        for (int j = counted; j < R; j++) m->head_pos[j] = 0, m->head_tgt[j] = XENT_IGNORE;
+        if (gpu && R > 0) {
+            device_upload(m->dev, m->dev_head_pos, m->head_pos, (size_t)R * sizeof(int32_t));
+            device_upload(m->dev, m->dev_head_tgt, m->head_tgt, (size_t)R * sizeof(int32_t));
+        }
+        if (R > 0) kn->embedding_forward(a->head_x, gpu ? m->dev_head_pos : m->head_pos, last, R, C, 0);
+        hx = a->head_x;
+    }
+    m->head_rows = R;
+    m->head_targeted = counted;
+    size_t rc = (size_t)R * (size_t)C;
+    if (R > 0) {
+        kn->matmul_forward(a->tr, hx, p + vw->tr_w, p + vw->tr_b, R, C, C, MATMUL_LAYOUT_OUT_IN);
+        kn->gelu_erf_forward(a->tr_gelu, a->tr, rc);
+        kn->layernorm_forward(a->tr_ln, a->tr_mean, a->tr_rstd, a->tr_gelu, p + vw->tr_ln_w, p + vw->tr_ln_b, R, C,
+                              BERT_LN_EPS);
+        kn->matmul_forward(a->logits, a->tr_ln, p + vw->word_emb, p + vw->cls_b, R, C, V, MATMUL_LAYOUT_OUT_IN);
+    }
     m->mean_loss = -1;
     if (!mlm_targets) return STATUS_OK;
-    memcpy(m->targets, mlm_targets, (size_t)BT * sizeof *mlm_targets);
-    const int32_t *tgt = mlm_targets;
+    m->mean_loss = 0.0f;  /* no targeted position */
+    if (R == 0) return STATUS_OK;
     const float *losses = a->losses;
+    kn->xent_forward(a->losses, a->xent_lse, a->logits, gpu ? m->dev_head_tgt : m->head_tgt, R, V, V);
     if (gpu) {
-        device_upload(m->dev, m->dev_targets, mlm_targets, (size_t)BT * sizeof *mlm_targets);
-        tgt = m->dev_targets;
-    }
-    kn->xent_forward(a->losses, a->xent_lse, a->logits, tgt, BT, V, V);
-    if (gpu) {
-        device_download(m->dev, m->stage + BT, a->losses, (size_t)BT * sizeof(float));
+        device_download(m->dev, m->stage + BT, a->losses, (size_t)R * sizeof(float));
         losses = m->stage + BT;
     }
     double sum = 0;
-    int counted = 0;
-    for (int i = 0; i < BT; i++)
-        if (mlm_targets[i] >= 0) { sum += losses[i]; counted++; }
-    m->mean_loss = counted ? (float)(sum / counted) : 0.0f;
+    for (int i = 0; i < counted; i++) sum += losses[i];
+    m->mean_loss = (float)(sum / counted);
     return STATUS_OK;
 }
 
@@ -439,28 +465,33 @@ void bert_backward(bert *m)
     bert_acts *a = &m->acts;
     bert_grad_scratch *s = &m->gs;
     bool gpu = bert_on_gpu(m);
-    const int32_t *tgt = gpu ? m->dev_targets : m->targets;
-    float *dlosses = gpu ? m->stage + BT : s->dlosses;
-    int counted = 0;
-    for (int i = 0; i < BT; i++) counted += m->targets[i] >= 0;
-    /* loss_scale 1: exactly 1/counted; a power of two (fp16's scaler) scales exactly */
-    for (int i = 0; i < BT; i++) dlosses[i] = counted ? m->loss_scale / (float)counted : 0.0f;
-    if (gpu) device_upload(m->dev, s->dlosses, dlosses, (size_t)BT * sizeof(float));
-    kn->zero(s->dlogits, (size_t)BT * (size_t)V);
-    kn->xent_backward(s->dlogits, a->logits, a->xent_lse, tgt, s->dlosses, BT, V, V);
-    /* MLM head, tied decoder first: its weight gradient lands in word_embeddings. */
-    kn->zero(s->dbtc, btc);
-    kn->matmul_backward(s->dbtc, g + vw->word_emb, g + vw->cls_b, s->dlogits, a->tr_ln, p + vw->word_emb, BT, C, V,
-                        MATMUL_LAYOUT_OUT_IN);
-    kn->zero(s->dbtc2, btc);
-    kn->layernorm_backward(s->dbtc2, g + vw->tr_ln_w, g + vw->tr_ln_b, s->dbtc, a->tr_gelu, p + vw->tr_ln_w, a->tr_mean,
-                           a->tr_rstd, BT, C);
-    kn->zero(s->dbtc, btc);
-    kn->gelu_erf_backward(s->dbtc, a->tr, s->dbtc2, btc);
+    int R = m->head_rows, counted = m->head_targeted;  /* the forward gathered the targeted positions */
+    size_t rc = (size_t)R * (size_t)C;
     kn->zero(s->dresidual, btc);
-    const float *last = a->ln2 + (size_t)(c->num_layers - 1) * btc;
-    kn->matmul_backward(s->dresidual, g + vw->tr_w, g + vw->tr_b, s->dbtc, last, p + vw->tr_w, BT, C, C,
-                        MATMUL_LAYOUT_OUT_IN);
+    if (R > 0) {
+        const int32_t *tgt = gpu ? m->dev_head_tgt : m->head_tgt, *pos = gpu ? m->dev_head_pos : m->head_pos;
+        float *dlosses = gpu ? m->stage + BT : s->dlosses;
+        /* loss_scale 1: exactly 1/counted; a power of two (fp16's scaler) scales exactly; the
+         * padding rows are ignored by xent */
+        for (int i = 0; i < R; i++) dlosses[i] = m->loss_scale / (float)counted;
+        if (gpu) device_upload(m->dev, s->dlosses, dlosses, (size_t)R * sizeof(float));
+        kn->zero(s->dlogits, (size_t)R * (size_t)V);
+        kn->xent_backward(s->dlogits, a->logits, a->xent_lse, tgt, s->dlosses, R, V, V);
+        /* MLM head, tied decoder first: its weight gradient lands in word_embeddings. */
+        kn->zero(s->dbtc, rc);
+        kn->matmul_backward(s->dbtc, g + vw->word_emb, g + vw->cls_b, s->dlogits, a->tr_ln, p + vw->word_emb, R, C, V,
+                            MATMUL_LAYOUT_OUT_IN);
+        kn->zero(s->dbtc2, rc);
+        kn->layernorm_backward(s->dbtc2, g + vw->tr_ln_w, g + vw->tr_ln_b, s->dbtc, a->tr_gelu, p + vw->tr_ln_w,
+                               a->tr_mean, a->tr_rstd, R, C);
+        kn->zero(s->dbtc, rc);
+        kn->gelu_erf_backward(s->dbtc, a->tr, s->dbtc2, rc);
+        kn->zero(s->dq, rc);  /* free until the last block's attention */
+        kn->matmul_backward(s->dq, g + vw->tr_w, g + vw->tr_b, s->dbtc, a->head_x, p + vw->tr_w, R, C, C,
+                            MATMUL_LAYOUT_OUT_IN);
+        kn->embedding_backward(s->dresidual, s->dq, pos, R, C);  /* back to the positions (distinct, and zero rows
+                                                                    for the padding: exact) */
+    }
     param_layer_done(&m->hook, c->num_layers + 1);                          /* cls.predictions */
     for (int l = c->num_layers - 1; l >= 0; l--) {
         const float *x = l == 0 ? a->emb_ln : a->ln2 + (size_t)(l - 1) * btc;

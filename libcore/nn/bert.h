@@ -91,6 +91,8 @@ int bert_mask_tokens(int32_t *masked_ids,            /* (B, T) out */
                      int B, int T, int V, const bert_special_tokens *special,
                      uint64_t seed, uint32_t rank, uint64_t step);
 
+#define BERT_HEAD_ROWS 64  /* with targets, the MLM head's rows are padded to a multiple of this */
+
 typedef struct bert_acts {
     float *emb;           /* (B, T, C) word + position + token-type embeddings */
     float *emb_ln;        /* (B, T, C) embeddings.LayerNorm output: the input of layer 0 */
@@ -113,14 +115,17 @@ typedef struct bert_acts {
     float *ln2;           /* (L, B, T, C) output.LayerNorm output: the block's output */
     float *ln2_mean;      /* (L, B, T) */
     float *ln2_rstd;      /* (L, B, T) */
-    float *tr;            /* (B, T, C) cls.predictions.transform.dense output */
-    float *tr_gelu;       /* (B, T, C) */
-    float *tr_ln;         /* (B, T, C) transform.LayerNorm output */
-    float *tr_mean;       /* (B, T) */
-    float *tr_rstd;       /* (B, T) */
-    float *logits;        /* (B, T, V) */
-    float *losses;        /* (B, T) */
-    float *xent_lse;      /* (B, T) */
+    /* The MLM head runs on head_rows rows (bert.head_rows): every position without
+     * targets, the targeted positions (in order) with them. */
+    float *head_x;        /* (rows, C) the last block's output at the head's rows (with targets) */
+    float *tr;            /* (rows, C) cls.predictions.transform.dense output */
+    float *tr_gelu;       /* (rows, C) */
+    float *tr_ln;         /* (rows, C) transform.LayerNorm output */
+    float *tr_mean;       /* (rows) */
+    float *tr_rstd;       /* (rows) */
+    float *logits;        /* (rows, V) */
+    float *losses;        /* (rows) */
+    float *xent_lse;      /* (rows) */
     float *key_mask;      /* (B, T) attention_mask as 1.0 / 0.0 */
 } bert_acts;
 
@@ -178,7 +183,13 @@ typedef struct bert {
     int32_t *input_ids;       /* (B, T) copy of the last forward's input_ids (on the device) */
     int32_t *type_ids;        /* (B, T) copy of the last forward's token_type_ids, 0 when NULL (on the device) */
     int32_t *targets;         /* (B, T) copy of the last forward's targets (host) */
-    int32_t *dev_targets;     /* (B, T) the targets on the device; NULL on the CPU */
+    int head_rows;            /* rows of the last forward's MLM head: B*T, or the targeted positions padded
+                                 to a multiple of BERT_HEAD_ROWS (at most B*T) */
+    int head_targeted;        /* of them, targeted positions (the first ones) */
+    int32_t *head_pos;        /* (B*T) host: the position of each head row (with targets) */
+    int32_t *head_tgt;        /* (B*T) host: its target */
+    int32_t *dev_head_pos;    /* the same on the device; NULL on the CPU */
+    int32_t *dev_head_tgt;
     int32_t *stage_ids;       /* (2, B, T) host staging of input and type ids (GPU only) */
     float *stage;             /* (2, B, T) host staging of the key mask and of losses / dlosses (GPU only) */
 } bert;
@@ -197,8 +208,12 @@ void bert_free(bert *m);
 
 /* input_ids, token_type_ids, attention_mask, mlm_targets: (B, T). token_type_ids NULL
  * means all 0, attention_mask NULL means no padding, mlm_targets NULL means no loss
- * (logits only); targets hold -1 where nothing is predicted. Writes acts.logits
- * (B, T, V) and mean_loss over the targeted positions (0 when none). The inputs are
+ * (logits only); targets hold -1 where nothing is predicted. Writes acts.logits and
+ * mean_loss over the targeted positions (0 when none). Without targets the logits are
+ * (B, T, V); with them the MLM head runs at the targeted positions only (NVIDIA's BERT
+ * recipe, `dense_seq_output`: the loss and every gradient are the same, the head's
+ * FLOPs drop to the masked share, 15% in pre-training) and acts.logits holds head_rows
+ * rows, one per targeted position in order (head_pos), then padding rows (ignored). The inputs are
  * copied for bert_backward. STATUS_INPUT naming the position when an id, type, mask
  * value or target is out of range. */
 status bert_forward(bert *m, const int32_t *input_ids, const int32_t *token_type_ids, const int32_t *attention_mask,

@@ -38,8 +38,9 @@
 #include "nn/optim.h"
 #include "base/rng.h"
 #include "ckpt/tool/safetensors.h"
+#include "../gpt2_golden.h"
 
-enum { STEPS = 10, WARMUP = 3 };
+enum { STEPS = GOLDEN_STEPS, WARMUP = GOLDEN_WARMUP };
 
 static float *download(const device *d, const float *dev, size_t n)
 {
@@ -71,16 +72,6 @@ static void report(const char *what, double ratio)
     bool ok = ratio <= 1.0;
     printf("%s  %s (worst |d|/(atol+rtol|ref|) = %.3g)\n", ok ? "ok   " : "FAIL ", what, ratio);
     ok ? gpu_passed++ : gpu_failed++;
-}
-
-static void random_batch(int32_t *tokens, int32_t *targets, int n, int V, uint64_t seed)
-{
-    rng r;
-    rng_init(&r, seed, 0, RNG_PURPOSE_TEST, 0);
-    for (int i = 0; i < n; i++) {
-        tokens[i] = (int32_t)rng_below(&r, (uint32_t)V);
-        targets[i] = (int32_t)rng_below(&r, (uint32_t)V);
-    }
 }
 
 /* Part 1: the same gpt2.c on the CPU and on the GPU, fp32. */
@@ -116,7 +107,7 @@ static int tiny_gpu_vs_cpu(void)
     device_upload(&dev, gpu->w.params, cpu->pb.params, total * sizeof(float));
 
     int32_t tokens[B * T], targets[B * T];
-    random_batch(tokens, targets, B * T, cfg.vocab_size, 99);
+    golden_batch(tokens, targets, B * T, cfg.vocab_size, 99);
     targets[3] = targets[T + 5] = -1;  /* ignored positions */
 
     param_zero_grads(&cpu->pb, &cpu->pt);
@@ -201,57 +192,24 @@ static int gpt2_half_vs_pytorch(precision_kind prec)
     if (gpt2_init_on(m, &cfg, B, T, 1234, true, &dev) != STATUS_OK || device_optim_init(&opt, &dev, &m->pt) != STATUS_OK)
         return 1;
     int32_t *tokens = malloc(B * T * sizeof *tokens), *targets = malloc(B * T * sizeof *targets);
-    float *ftok = malloc(B * T * sizeof *ftok), *ftgt = malloc(B * T * sizeof *ftgt);
-    random_batch(tokens, targets, B * T, cfg.vocab_size, 5);
-    for (int i = 0; i < B * T; i++) { ftok[i] = (float)tokens[i]; ftgt[i] = (float)targets[i]; }
+    golden_batch(tokens, targets, B * T, cfg.vocab_size, 5);
     const double lr = 6e-4;
-    lr_schedule sched = { .kind = LR_SCHEDULE_COSINE, .base_lr = lr, .warmup_steps = WARMUP, .total_steps = STEPS,
-                          .min_lr = lr * 0.1 };
-    adamw_hparams hp = { .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1 };
-    float traj[STEPS];
-    for (int s = 0; s < STEPS; s++) {
-        m->ops->zero(m->w.grads, m->pt.total);
-        if (gpt2_forward(m, tokens, targets) != STATUS_OK) return 1;
-        m->loss_scale = device_optim_loss_scale(&opt);
-        gpt2_backward(m, tokens);
-        traj[s] = m->mean_loss;
-        bool skipped;
-        device_optim_adamw_step_scaled(&opt, &m->w, &hp, lr_at(&sched, s), &skipped);
-    }
+    float traj[GOLDEN_STEPS];
+    if (golden_train(m, &opt, tokens, targets, lr, traj)) return 1;
     if (device_sync(&dev) != STATUS_OK) return 1;
     printf("# gpt2 124M %s on %s: losses", precision_kind_name(prec), dev.describe);
-    for (int s = 0; s < STEPS; s++) printf(" %.4f", traj[s]);
+    for (int s = 0; s < GOLDEN_STEPS; s++) printf(" %.4f", traj[s]);
     printf("; %ld steps skipped\n", opt.scaler.skipped);
 
     /* m->pb.params is still the host initialisation (the GPU trained its own copy). */
-    int n = m->pt.count, nt = n + 3;
-    st_tensor *t = calloc((size_t)nt, sizeof *t);
-    st_name *names = calloc((size_t)nt, sizeof *names);
-    st_add_table(t, 0, names, &m->pt, "", m->pb.params);
-    t[n] = (st_tensor){ "in.tokens", 2, { B, T }, ftok };
-    t[n + 1] = (st_tensor){ "in.targets", 2, { B, T }, ftgt };
-    t[n + 2] = (st_tensor){ "traj.losses", 1, { STEPS }, traj };
-    char meta[512];
-    snprintf(meta, sizeof meta,
-             "{\"layers\":\"%d\",\"heads\":\"%d\",\"vocab_size\":\"%d\",\"lr\":\"%g\",\"weight_decay\":\"%g\","
-             "\"steps\":\"%d\",\"warmup\":\"%d\",\"precision\":\"%s\",\"skipped\":\"%ld\"}",
-             cfg.num_layers, cfg.num_heads, cfg.vocab_size, lr, hp.weight_decay, STEPS, WARMUP,
-             precision_kind_name(prec), opt.scaler.skipped);
-    char dir[] = "/tmp/nebula-gpt2-cuda-XXXXXX", path[128], cmd[512];
-    if (!mkdtemp(dir)) return 1;
-    snprintf(path, sizeof path, "%s/dump.safetensors", dir);
-    if (st_write(path, t, nt, meta) != STATUS_OK) return 1;
-    fflush(stdout);
-    const char *py = getenv("NEBULA_PYTHON");
-    snprintf(cmd, sizeof cmd, "%s validation/reference/gpt2_autocast_ref.py %s", py ? py : "python3", path);
-    int rc = system(cmd);
-    unlink(path);
-    rmdir(dir);
-    char what[128];
+    char meta[128], what[128];
+    snprintf(meta, sizeof meta, "\"precision\":\"%s\",\"skipped\":\"%ld\"", precision_kind_name(prec),
+             opt.scaler.skipped);
+    int rc = golden_vs_autocast(m, m->pb.params, tokens, targets, B, T, traj, lr, meta);
     snprintf(what, sizeof what, "gpt2 124M %s 10-step trajectory vs PyTorch autocast (gpt2_autocast_ref.py)",
              precision_kind_name(prec));
     report(what, rc == 0 ? 0.0 : 2.0);
-    free(t); free(names); free(tokens); free(targets); free(ftok); free(ftgt);
+    free(tokens); free(targets);
     device_optim_free(&opt);
     gpt2_free(m);
     free(m);
@@ -263,7 +221,7 @@ static int gpt2_half_vs_pytorch(precision_kind prec)
 static const float *model_logits(const model *m, size_t *n)
 {
     if (m->spec.family == MODEL_FAMILY_BERT) {
-        *n = (size_t)m->B * m->T * m->spec.bert.vocab_size;
+        *n = (size_t)m->bert.head_rows * m->spec.bert.vocab_size;  /* the targeted positions' rows */
         return m->bert.acts.logits;
     }
     *n = (size_t)m->B * m->spec.resnet.num_classes;

@@ -29,7 +29,7 @@ from nebula_ref import Checker, load_safetensors
 EPS = 1e-12
 
 
-def forward(P, ids, types, mask, targets, L, NH, pad):
+def forward(P, ids, types, mask, targets, L, NH, pad, head_at_targets=False):
     B, T = ids.shape
     C = P["embeddings.word_embeddings.weight"].shape[1]
     HS = C // NH
@@ -52,6 +52,8 @@ def forward(P, ids, types, mask, targets, L, NH, pad):
         x = ln(lin(y, pre + "attention.output.dense") + x, pre + "attention.output.LayerNorm")
         h = F.gelu(lin(x, pre + "intermediate.dense"))
         x = ln(lin(h, pre + "output.dense") + x, pre + "output.LayerNorm")
+    if head_at_targets:  # the MLM head at the targeted positions only (NVIDIA's recipe; Nebula's default)
+        x, targets = x[targets >= 0], targets[targets >= 0]
     h = F.gelu(lin(x, "cls.predictions.transform.dense"))
     h = ln(h, "cls.predictions.transform.LayerNorm")
     logits = h @ P["embeddings.word_embeddings.weight"].T + P["cls.predictions.bias"]

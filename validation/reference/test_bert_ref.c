@@ -2,9 +2,11 @@
  * GPT-2: a bert-tiny-shaped model with a 1000-token vocabulary (V shrunk so the test
  * runs in seconds; every special id < 104 stays valid) on B=2, T=16 with sentence-pair
  * token types, padding at the tail of sequence 1 and MLM targets from bert_mask_tokens.
- * validation/reference/bert_ref.py compares logits at non-padded positions, the loss,
+ * validation/reference/bert_ref.py compares the logits (a forward without targets, the MLM
+ * head at every position) at non-padded positions, the loss,
  * every gradient by name within |d| <= 1e-4 + 1e-3*|ref| (fp32) and a 10-step AdamW
- * loss trajectory within 1e-3 relative.
+ * loss trajectory within 1e-3 relative. With targets the head runs at the targeted
+ * positions only: its rows must match the full logits' rows (1e-5 relative).
  *
  * Before that, in C: config errors (unknown name, heads not dividing channels, T > 512,
  * a bad id) give STATUS_INPUT; the HF init (moments, zero biases, unit LayerNorm, [PAD]
@@ -219,8 +221,27 @@ int main(void)
     float loss = m.mean_loss;
     size_t nlog = (size_t)B * T * V;
     float *logits = malloc(nlog * sizeof(float)), *grads = malloc(m.pt.total * sizeof(float));
-    memcpy(logits, m.acts.logits, nlog * sizeof(float));
     memcpy(grads, m.pb.grads, m.pt.total * sizeof(float));
+    /* With targets the head ran at the targeted positions only; without, at every one:
+     * its rows must be those rows of the full logits (the same arithmetic per row). */
+    int R = m.head_targeted, nt_expect = 0;
+    float *head = malloc((size_t)m.head_rows * V * sizeof(float));
+    memcpy(head, m.acts.logits, (size_t)R * V * sizeof(float));
+    if (bert_forward(&m, inputs, types, am, NULL) != STATUS_OK) return 1;
+    memcpy(logits, m.acts.logits, nlog * sizeof(float));
+    double head_worst = 0;
+    for (int i = 0; i < B * T; i++) nt_expect += targets[i] >= 0;
+    for (int j = 0; j < R; j++)
+        for (int v = 0; v < V; v++) {
+            double ref = logits[(size_t)m.head_pos[j] * V + v], d = fabs(head[(size_t)j * V + v] - ref);
+            double r = d / (1e-6 + 1e-5 * fabs(ref));
+            if (!(r <= head_worst)) head_worst = r;
+        }
+    bool head_ok = R == nt_expect && R > 0 && m.head_rows >= R && head_worst <= 1.0;
+    printf("%s  the MLM head at the %d targeted positions (of %d) gives the full logits' rows "
+           "(worst |d|/(1e-6+1e-5|ref|) %.3g)\n", head_ok ? "ok  " : "FAIL", R, B * T, head_worst);
+    failures += !head_ok;
+    free(head);
 
     /* The 10-step trajectory with BERT's optimizer (Devlin et al. A.2): AdamW (0.9, 0.999),
      * eps 1e-6, weight decay 0.01, linear warmup then linear decay to 0. */
