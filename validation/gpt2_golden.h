@@ -51,9 +51,11 @@ static inline int golden_train(gpt2 *m, device_optim *opt, const int32_t *tokens
 /* Writes init (the weights before training, host memory), the B x T batch and traj to a
  * temporary safetensors file with the model's shape, lr and `meta_extra` (more JSON
  * members, e.g. "\"precision\":\"bf16\""), and runs gpt2_autocast_ref.py on it with
- * $NEBULA_PYTHON (default /usr/bin/python3). Returns its exit status (0: agreed). */
+ * $NEBULA_PYTHON, else `python` (the caller's: Debian's PyTorch for the CPU, the PATH's
+ * for a GPU machine's). Returns its exit status (0: agreed). */
 static inline int golden_vs_autocast(const gpt2 *m, const float *init, const int32_t *tokens, const int32_t *targets,
-                                     int B, int T, const float *traj, double lr, const char *meta_extra)
+                                     int B, int T, const float *traj, double lr, const char *meta_extra,
+                                     const char *python)
 {
     int n = m->pt.count, nt = n + 3, rc = 1;
     st_tensor *t = calloc((size_t)nt, sizeof *t);
@@ -78,7 +80,7 @@ static inline int golden_vs_autocast(const gpt2 *m, const float *init, const int
     if (st_write(path, t, nt, meta) == STATUS_OK) {
         fflush(stdout);
         const char *py = getenv("NEBULA_PYTHON");
-        snprintf(cmd, sizeof cmd, "%s validation/reference/gpt2_autocast_ref.py %s", py && *py ? py : "/usr/bin/python3",
+        snprintf(cmd, sizeof cmd, "%s validation/reference/gpt2_autocast_ref.py %s", py && *py ? py : python,
                  path);
         rc = system(cmd);
         unlink(path);

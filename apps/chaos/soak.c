@@ -174,8 +174,6 @@ static bool strike(chaos_ctx *x, int world, bool all, int sig, uint64_t *seed, c
     return sent == want;
 }
 
-/* Ended with its state saved: exit 3, or rank 0's line saying so (a launcher may turn the
- * ranks' 3 into its own code). */
 /* An armed io-error / disk-full fault struck the save of step `at` (its launch logged
  * "chaos: injected"), seen at time t. */
 static void mark_struck(soak_fault *f, long at, double t)
@@ -186,6 +184,8 @@ static void mark_struck(soak_fault *f, long at, double t)
     snprintf(f->what + strlen(f->what), sizeof f->what - strlen(f->what), "; struck the save of step %ld", at);
 }
 
+/* Ended with its state saved: exit 3, or rank 0's line saying so (a launcher may turn the
+ * ranks' 3 into its own code). */
 static bool stopped_saved(const chaos_launch *l)
 {
     if (l->exit_code == 3) return true;

@@ -116,7 +116,7 @@ static void runtime_cpu_share(runtime *rt, int npus)
     }
     free(all);
     rt->cpu_sharers = sharers;
-    if (npus > 0 && kernel > npus) rt->oversubscribed = true;
+    rt->oversubscribed = npus > 0 && kernel > npus;  /* kernel >= host_size: MPI's host is one kernel */
 }
 
 static void runtime_split(runtime *rt, MPI_Comm host_comm)
@@ -183,15 +183,13 @@ status runtime_init(runtime *rt, int *argc, char ***argv, const runtime_options 
     watchdog_leave(rt->wd);
 
     hwloc_topology_t topo;
+    int npus = 0;
     if (hwloc_topology_init(&topo) == 0 && hwloc_topology_load(topo) == 0) {
         rt->bound_by_us = runtime_bind_core(rt, topo, opt->bind);
-        int npus = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU);
-        rt->oversubscribed = npus > 0 && rt->host_size > npus;
+        npus = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU);
         hwloc_topology_destroy(topo);
-        runtime_cpu_share(rt, npus);
-    } else {
-        runtime_cpu_share(rt, 0);
     }
+    runtime_cpu_share(rt, npus);
     if (opt->gpus > 0) rt->gpu = rt->host_local_rank % opt->gpus;
     return STATUS_OK;
 }

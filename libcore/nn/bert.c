@@ -293,10 +293,9 @@ status bert_init_on(bert *m, const bert_config *cfg, int B, int T, uint64_t seed
     m->pos_ids = malloc(bt * sizeof *m->pos_ids);
     m->input_ids = malloc(bt * sizeof *m->input_ids);
     m->type_ids = malloc(bt * sizeof *m->type_ids);
-    m->targets = malloc(bt * sizeof *m->targets);
     m->head_pos = malloc(bt * sizeof *m->head_pos);
     m->head_tgt = malloc(bt * sizeof *m->head_tgt);
-    if (!m->pos_ids || !m->input_ids || !m->type_ids || !m->targets || !m->head_pos || !m->head_tgt)
+    if (!m->pos_ids || !m->input_ids || !m->type_ids || !m->head_pos || !m->head_tgt)
         return STATUS_NOMEM;
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) m->pos_ids[b * T + t] = t;
@@ -318,7 +317,6 @@ void bert_free(bert *m)
     device_buffers_free(m->dev, &m->w);
     free(m->stage_ids);
     free(m->stage);
-    free(m->targets);
     free(m->head_pos);
     free(m->head_tgt);
     param_buffers_free(&m->pb);
@@ -408,7 +406,6 @@ status bert_forward(bert *m, const int32_t *input_ids, const int32_t *token_type
     const float *last = a->ln2 + (size_t)(c->num_layers - 1) * btc, *hx = last;
     int R = BT, counted = BT;
     if (mlm_targets) {
-        memcpy(m->targets, mlm_targets, (size_t)BT * sizeof *mlm_targets);
         counted = 0;
         for (int i = 0; i < BT; i++)
             if (mlm_targets[i] >= 0) m->head_pos[counted] = i, m->head_tgt[counted++] = mlm_targets[i];

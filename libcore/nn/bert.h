@@ -182,7 +182,6 @@ typedef struct bert {
     int32_t *pos_ids;         /* (B, T) position of each token, 0..T-1 (on the device) */
     int32_t *input_ids;       /* (B, T) copy of the last forward's input_ids (on the device) */
     int32_t *type_ids;        /* (B, T) copy of the last forward's token_type_ids, 0 when NULL (on the device) */
-    int32_t *targets;         /* (B, T) copy of the last forward's targets (host) */
     int head_rows;            /* rows of the last forward's MLM head: B*T, or the targeted positions padded
                                  to a multiple of BERT_HEAD_ROWS (at most B*T) */
     int head_targeted;        /* of them, targeted positions (the first ones) */

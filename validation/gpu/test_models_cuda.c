@@ -205,7 +205,7 @@ static int gpt2_half_vs_pytorch(precision_kind prec)
     char meta[128], what[128];
     snprintf(meta, sizeof meta, "\"precision\":\"%s\",\"skipped\":\"%ld\"", precision_kind_name(prec),
              opt.scaler.skipped);
-    int rc = golden_vs_autocast(m, m->pb.params, tokens, targets, B, T, traj, lr, meta);
+    int rc = golden_vs_autocast(m, m->pb.params, tokens, targets, B, T, traj, lr, meta, "python3");
     snprintf(what, sizeof what, "gpt2 124M %s 10-step trajectory vs PyTorch autocast (gpt2_autocast_ref.py)",
              precision_kind_name(prec));
     report(what, rc == 0 ? 0.0 : 2.0);

@@ -148,7 +148,8 @@ int main(void)
     printf("%s  the first loss in bf16 (%.6f) differs from fp32's (%.6f) by %.2e relative: bf16 is in use, "
            "within 1%%\n", moved ? "ok  " : "FAIL", traj[0], l32, rel);
     fails += !moved;
-    fails += golden_vs_autocast(m, init, tokens, targets, B, T, traj, lr, "\"precision\":\"bf16\",\"device\":\"cpu\"") != 0;
+    fails += golden_vs_autocast(m, init, tokens, targets, B, T, traj, lr, "\"precision\":\"bf16\",\"device\":\"cpu\"",
+                                "/usr/bin/python3") != 0;
     free(init); free(tokens); free(targets);
     device_optim_free(&opt);
     gpt2_free(m);
