@@ -59,6 +59,14 @@ B := build
 LIBCORE_SRC := $(shell find libcore -name "*.c" | sort)
 KCPU_SRC    := $(wildcard kernels/cpu/*.c)
 KCUDA_SRC   := $(wildcard kernels/cuda/*.cu)
+# Kernels whose vectorised loops are built once more per x86 vector level, AVX2 and
+# AVX-512 (kernels/cpu/isa_variant.h); isa_active() picks the build at run time.
+KCPU_MULTI  := attention gelu layernorm matmul xent
+ifneq ($(filter x86_64%,$(shell $(CC) -dumpmachine 2>/dev/null)),)
+  KCPU_VAR_OBJ := $(foreach l,avx2 avx512,$(patsubst %,$(B)/obj/kernels/cpu/%.$(l).o,$(KCPU_MULTI)))
+endif
+ISA_CFLAGS_avx2   := -mavx2 -mfma
+ISA_CFLAGS_avx512 := -mavx2 -mfma -mavx512f -mavx512bw -mavx512vl -mavx512dq -mprefer-vector-width=512
 APPS        := $(patsubst apps/%/,%,$(sort $(dir $(wildcard apps/*/*.c))))
 BINS        := $(addprefix $(B)/bin/nebula-,$(APPS))
 TEST_SRC    := $(wildcard validation/unit/test_*.c validation/mpi/test_*.c validation/reference/test_*.c)
@@ -107,6 +115,16 @@ $(B)/obj/%.o: %.c | $(DEPS_STAMP)
 	@$(if $(filter 1,$(VERBOSE)),,echo "  CC      $<")
 	$(Q)$(CC) $(CFLAGS) -c $< -o $@
 
+$(B)/obj/kernels/cpu/%.avx2.o: kernels/cpu/%.c | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	@$(if $(filter 1,$(VERBOSE)),,echo "  CC AVX2 $<")
+	$(Q)$(CC) $(CFLAGS) $(ISA_CFLAGS_avx2) -DISA_VARIANT=avx2 -c $< -o $@
+
+$(B)/obj/kernels/cpu/%.avx512.o: kernels/cpu/%.c | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	@$(if $(filter 1,$(VERBOSE)),,echo "  CC AVX512 $<")
+	$(Q)$(CC) $(CFLAGS) $(ISA_CFLAGS_avx512) -DISA_VARIANT=avx512 -c $< -o $@
+
 $(B)/obj/%.o: %.cu | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(filter 1,$(VERBOSE)),,echo "  NVCC    $<")
@@ -122,7 +140,7 @@ $(B)/obj/libcore/base/cli.o: $(B)/version.h
 FORCE:
 
 $(B)/lib/libcore.a: $(patsubst %.c,$(B)/obj/%.o,$(LIBCORE_SRC))
-$(B)/lib/libkernels.a: $(patsubst %.c,$(B)/obj/%.o,$(KCPU_SRC))
+$(B)/lib/libkernels.a: $(patsubst %.c,$(B)/obj/%.o,$(KCPU_SRC)) $(KCPU_VAR_OBJ)
 $(B)/lib/libkernels_cuda.a: $(patsubst %.cu,$(B)/obj/%.o,$(KCUDA_SRC))
 $(B)/lib/%.a:
 	@mkdir -p $(dir $@)

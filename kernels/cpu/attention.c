@@ -22,6 +22,8 @@
 #include <cblas.h>
 
 #include "base/log.h"
+#include "isa_variant.h"
+#include "vmath.h"
 
 #define ATTN_BR_MAX 64              /* query rows per tile, at most */
 #define ATTN_BC 64                  /* keys per tile */
@@ -112,20 +114,23 @@ static void attn_forward_head(float *out, float *lse, const float *q, const floa
             for (int r = 0; r < nr; r++) { /* online softmax: P in place of S */
                 float *restrict s = w->S + (size_t)r * ATTN_BC, *restrict o = w->O + (size_t)r * HS;
                 float mx = w->m[r];
+#pragma omp simd reduction(max : mx)
                 for (int c = 0; c < nc; c++) mx = s[c] > mx ? s[c] : mx;
                 if (mx == -INFINITY) { /* every key so far masked: this row adds nothing */
                     for (int c = 0; c < nc; c++) s[c] = 0.0f;
                     continue;
                 }
-                const float alpha = expf(w->m[r] - mx); /* rescales what was summed under the old max */
+                const float alpha = vm_expf(w->m[r] - mx); /* rescales what was summed under the old max */
                 float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
                 for (int c = 0; c < nc; c++) {
-                    s[c] = expf(s[c] - mx); /* masked: exp(-inf) = 0 */
+                    s[c] = vm_expf(s[c] - mx); /* masked: exp(-inf) = 0 */
                     sum += s[c];
                 }
                 w->l[r] = w->l[r] * alpha + sum;
                 w->m[r] = mx;
                 if (alpha != 1.0f)
+#pragma omp simd
                     for (int d = 0; d < HS; d++) o[d] *= alpha;
             }
             /* O += P V */
@@ -141,13 +146,14 @@ static void attn_forward_head(float *out, float *lse, const float *q, const floa
                 continue;
             }
             const float inv = 1.0f / w->l[r];
+#pragma omp simd
             for (int d = 0; d < HS; d++) o[d] = a[d] * inv;
             lse[i0 + r] = w->m[r] + logf(w->l[r]);
         }
     }
 }
 
-void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int ld,
+void ISA_FN(attention_forward)(float *out, float *lse, const float *q, const float *k, const float *v, int ld,
                        const float *key_mask, int B, int T, int C, int NH, int causal)
 {
     attn_check_shape(ld, B, T, C, NH);
@@ -204,8 +210,9 @@ static void attn_backward_head(float *dq, float *dk, float *dv, const float *dou
                     for (int c = 0; c < nc; c++) s[c] = ds[c] = 0.0f;
                     continue;
                 }
+#pragma omp simd
                 for (int c = 0; c < nc; c++) {
-                    s[c] = expf(s[c] - L);                /* P, 0 where masked */
+                    s[c] = vm_expf(s[c] - L);             /* P, 0 where masked */
                     ds[c] = scale * s[c] * (ds[c] - D);   /* scale * dS */
                 }
             }
@@ -220,17 +227,19 @@ static void attn_backward_head(float *dq, float *dk, float *dv, const float *dou
         for (int c = 0; c < nc; c++) {
             float *restrict dkr = dk + (size_t)(j0 + c) * ld, *restrict dvr = dv + (size_t)(j0 + c) * ld;
             const float *restrict a = w->dKj + (size_t)c * HS, *restrict b = w->dVj + (size_t)c * HS;
+#pragma omp simd
             for (int d = 0; d < HS; d++) dkr[d] += a[d], dvr[d] += b[d];
         }
     }
     for (int i = 0; i < T; i++) {
         float *restrict dqr = dq + (size_t)i * ld;
         const float *restrict a = w->dQ + (size_t)i * HS;
+#pragma omp simd
         for (int d = 0; d < HS; d++) dqr[d] += a[d];
     }
 }
 
-void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+void ISA_FN(attention_backward)(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
                         const float *v, int ld, const float *out, const float *lse, const float *key_mask, int B,
                         int T, int C, int NH, int causal)
 {
@@ -251,6 +260,26 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
         }
         free(w.mem);
     }
+}
+
+#if ISA_ONCE
+ISA_VARIANTS(void, attention_forward, (float *out, float *lse, const float *q, const float *k, const float *v,
+                                        int ld, const float *key_mask, int B, int T, int C, int NH, int causal));
+ISA_VARIANTS(void, attention_backward, (float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                         const float *k, const float *v, int ld, const float *out, const float *lse,
+                                         const float *key_mask, int B, int T, int C, int NH, int causal));
+
+void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int ld,
+                       const float *key_mask, int B, int T, int C, int NH, int causal)
+{
+    ISA_DISPATCH(attention_forward, (out, lse, q, k, v, ld, key_mask, B, T, C, NH, causal));
+}
+
+void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                        const float *v, int ld, const float *out, const float *lse, const float *key_mask, int B,
+                        int T, int C, int NH, int causal)
+{
+    ISA_DISPATCH(attention_backward, (dq, dk, dv, dout, q, k, v, ld, out, lse, key_mask, B, T, C, NH, causal));
 }
 
 /* ---- The specification: double, plain loops, full (T, T) softmax per head. ---- */
@@ -352,3 +381,4 @@ void attention_backward_ref(double *dq, double *dk, double *dv, const double *do
     free(dS);
     free(P);
 }
+#endif

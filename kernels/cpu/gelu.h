@@ -6,7 +6,7 @@
  *
  * The one design decision: the float paths evaluate the same functions in forms
  * without cancellation, 0.5 (1 + tanh(u)) = 1 / (1 + exp(-2u)) and
- * 1 + erf(z) = erfc(-z), with inline branch-free exp and erfc (gelu.c) so the
+ * 1 + erf(z) = erfc(-z), with inline branch-free exp and erfc (vmath.h) so the
  * loops vectorise. For x < 0 the textbook forms subtract two numbers near 1 and
  * lose relative precision in the tail (x = -4: ~3 of 7 digits left); these keep
  * ~10 eps for |x| <= 3, growing like |2u| eps further left (the conditioning of
@@ -18,6 +18,8 @@
 #define NEBULA_KERNELS_GELU_H
 
 #include <stddef.h>
+
+#include "isa_variant.h"
 
 void gelu_tanh_forward(float *out,       /* (N) */
                        const float *inp, /* (N) */
@@ -33,6 +35,13 @@ void gelu_erf_backward(float *dinp,       /* (N) */
                        const float *inp,  /* (N) */
                        const float *dout, /* (N) */
                        size_t N);
+
+/* The builds per vector level that the calls above choose from (isa_variant.h);
+ * the tests compare them bit for bit. */
+ISA_VARIANTS(void, gelu_tanh_forward, (float *out, const float *inp, size_t N));
+ISA_VARIANTS(void, gelu_tanh_backward, (float *dinp, const float *inp, const float *dout, size_t N));
+ISA_VARIANTS(void, gelu_erf_forward, (float *out, const float *inp, size_t N));
+ISA_VARIANTS(void, gelu_erf_backward, (float *dinp, const float *inp, const float *dout, size_t N));
 
 /* The specification, in double. */
 void gelu_tanh_forward_ref(double *out, const double *inp, size_t N);                    /* (N) each */

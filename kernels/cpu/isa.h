@@ -17,7 +17,9 @@
  * OpenBLAS's OPENBLAS_CORETYPE do. The tests force each path the machine has this
  * way; a user compares paths the same way. What the level chooses: oneDNN's highest
  * ISA, the channel block of blocked activations (16 from avx512 on, 8 below: one
- * vector of floats), and the hand-written AVX2 loops (optimizer, DGC-Pro selection). */
+ * vector of floats), the hand-written AVX2 loops (optimizer, DGC-Pro selection), and
+ * which build of the compiler-vectorised loops runs (GELU, softmax, layer norm,
+ * cross-entropy: isa_variant.h). */
 #ifndef NEBULA_KERNELS_ISA_H
 #define NEBULA_KERNELS_ISA_H
 

@@ -1,7 +1,8 @@
 /* layernorm — see layernorm.h. Backward, with n = (x - mean) * rstd and
  * dn = weight * dout (llm.c's derivation):
  *   dinp    += rstd * (dn - mean_c(dn) - n * mean_c(dn * n))
- *   dweight += sum_rows(n * dout),   dbias += sum_rows(dout). */
+ *   dweight += sum_rows(n * dout),   dbias += sum_rows(dout).
+ * Both passes are built per vector level (isa_variant.h). */
 #include "layernorm.h"
 
 #include <math.h>
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 
 #include "base/log.h"
+#include "isa_variant.h"
 
 /* Below this many elements a call runs on one thread (a parallel region costs a
  * few microseconds; a 32 x 768 layernorm is about that). */
@@ -16,7 +18,7 @@
 /* Columns per task in the final reduction over chunks (a 256-byte row slice). */
 #define LAYERNORM_COL_BLOCK 64
 
-void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+void ISA_FN(layernorm_forward)(float *out, float *mean, float *rstd, const float *inp, const float *weight,
                        const float *bias, int BT, int C, float eps)
 {
     if (BT <= 0 || C <= 0) return;
@@ -40,7 +42,7 @@ void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, c
     }
 }
 
-void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+void ISA_FN(layernorm_backward)(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                         const float *weight, const float *mean, const float *rstd, int BT, int C)
 {
     if (BT <= 0 || C <= 0) return;
@@ -102,6 +104,25 @@ void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *
     free(part);
 }
 
+#if ISA_ONCE
+ISA_VARIANTS(void, layernorm_forward, (float *out, float *mean, float *rstd, const float *inp, const float *weight,
+                                        const float *bias, int BT, int C, float eps));
+ISA_VARIANTS(void, layernorm_backward, (float *dinp, float *dweight, float *dbias, const float *dout,
+                                         const float *inp, const float *weight, const float *mean, const float *rstd,
+                                         int BT, int C));
+
+void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+                       const float *bias, int BT, int C, float eps)
+{
+    ISA_DISPATCH(layernorm_forward, (out, mean, rstd, inp, weight, bias, BT, C, eps));
+}
+
+void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                        const float *weight, const float *mean, const float *rstd, int BT, int C)
+{
+    ISA_DISPATCH(layernorm_backward, (dinp, dweight, dbias, dout, inp, weight, mean, rstd, BT, C));
+}
+
 void layernorm_forward_ref(double *out, double *mean, double *rstd, const double *inp, const double *weight,
                            const double *bias, int BT, int C, double eps)
 {
@@ -140,3 +161,4 @@ void layernorm_backward_ref(double *dinp, double *dweight, double *dbias, const 
         }
     }
 }
+#endif

@@ -5,18 +5,50 @@
  *   backward  dinp (BT, C) += dout (BT, OC) · Wm^T
  *             dW          += inp^T · dout   (IN_OUT, (C, OC))  or  dout^T · inp  (OUT_IN, (OC, C))
  * The bias is written into out first and sgemm adds onto it (beta = 1), so there is
- * no second pass over out. */
+ * no second pass over out. The dbias reduction is the one loop built per vector level
+ * (isa_variant.h); the rest is built once. */
 #include "matmul.h"
 
 #include <cblas.h>
 #include <stddef.h>
 #include <string.h>
 
+#include "isa_variant.h"
+
 /* Below this many elements of out (or dout) the bias fill and the dbias reduction
  * run on one thread: a parallel region costs a few microseconds. */
 #define MATMUL_PAR_MIN (1 << 16)
 /* Columns of dbias one task owns: a 256-byte row slice, so the adds vectorise. */
 #define MATMUL_DBIAS_BLOCK 64
+
+/* dbias[o] += sum over rows of dout[:, o]: each block of columns is summed in row
+ * order into a local accumulator and added once, so the result does not depend on
+ * the thread count. */
+void ISA_FN(matmul_dbias)(float *dbias, const float *dout, int BT, int OC)
+{
+    int nblock = (OC + MATMUL_DBIAS_BLOCK - 1) / MATMUL_DBIAS_BLOCK;
+    #pragma omp parallel for schedule(static) if ((size_t)BT * (size_t)OC >= MATMUL_PAR_MIN)
+    for (int b = 0; b < nblock; b++) {
+        int o0 = b * MATMUL_DBIAS_BLOCK;
+        int w = OC - o0 < MATMUL_DBIAS_BLOCK ? OC - o0 : MATMUL_DBIAS_BLOCK;
+        float acc[MATMUL_DBIAS_BLOCK] = { 0 };
+        for (int i = 0; i < BT; i++) {
+            const float *row = dout + (size_t)i * OC + o0;
+            #pragma omp simd
+            for (int j = 0; j < w; j++) acc[j] += row[j];
+        }
+        #pragma omp simd
+        for (int j = 0; j < w; j++) dbias[o0 + j] += acc[j];
+    }
+}
+
+#if ISA_ONCE
+ISA_VARIANTS(void, matmul_dbias, (float *dbias, const float *dout, int BT, int OC));
+
+static void matmul_dbias(float *dbias, const float *dout, int BT, int OC)
+{
+    ISA_DISPATCH(matmul_dbias, (dbias, dout, BT, OC));
+}
 
 void matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
                     int BT, int C, int OC, matmul_layout layout)
@@ -35,27 +67,6 @@ void matmul_forward(float *out, const float *inp, const float *weight, const flo
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, BT, OC, C, 1.0f, inp, C, weight, C, 1.0f, out, OC);
     else
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, OC, C, 1.0f, inp, C, weight, OC, 1.0f, out, OC);
-}
-
-/* dbias[o] += sum over rows of dout[:, o]: each block of columns is summed in row
- * order into a local accumulator and added once, so the result does not depend on
- * the thread count. */
-static void matmul_dbias(float *dbias, const float *dout, int BT, int OC)
-{
-    int nblock = (OC + MATMUL_DBIAS_BLOCK - 1) / MATMUL_DBIAS_BLOCK;
-    #pragma omp parallel for schedule(static) if ((size_t)BT * (size_t)OC >= MATMUL_PAR_MIN)
-    for (int b = 0; b < nblock; b++) {
-        int o0 = b * MATMUL_DBIAS_BLOCK;
-        int w = OC - o0 < MATMUL_DBIAS_BLOCK ? OC - o0 : MATMUL_DBIAS_BLOCK;
-        float acc[MATMUL_DBIAS_BLOCK] = { 0 };
-        for (int i = 0; i < BT; i++) {
-            const float *row = dout + (size_t)i * OC + o0;
-            #pragma omp simd
-            for (int j = 0; j < w; j++) acc[j] += row[j];
-        }
-        #pragma omp simd
-        for (int j = 0; j < w; j++) dbias[o0 + j] += acc[j];
-    }
 }
 
 void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
@@ -121,3 +132,4 @@ void matmul_backward_ref(double *dinp, double *dweight, double *dbias, const dou
             dbias[o] += s;
         }
 }
+#endif

@@ -1,12 +1,15 @@
 /* xent — see xent.h. One OpenMP thread per row block; within a row, a vectorised
- * max, then one pass of expf summed in double (V ~ 50k terms: a float sum would
- * lose ~1e-5 relative in lse, a double sum loses nothing visible). */
+ * max, then one pass of exp summed in double (V ~ 50k terms: a float sum would
+ * lose ~1e-5 relative in lse, a double sum loses nothing visible). The exp is
+ * vmath.h's, and the row loops are built per vector level (isa_variant.h). */
 #include "xent.h"
 
 #include <math.h>
 #include <stdlib.h>
 
 #include "base/log.h"
+#include "isa_variant.h"
+#include "vmath.h"
 
 /* Shapes and targets are checked serially, before any parallel region, so a bad
  * target dies with one clear message. */
@@ -28,11 +31,12 @@ static float xent_lse_row(const float *restrict x, int n)
     for (int j = 0; j < n; j++) mx = x[j] > mx ? x[j] : mx;
     if (mx == INFINITY) return mx; /* exp(inf - inf) would turn an infinite logit into NaN */
     double sum = 0.0;
-    for (int j = 0; j < n; j++) sum += (double)expf(x[j] - mx);
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < n; j++) sum += (double)vm_expf(x[j] - mx);
     return mx + (float)log(sum);
 }
 
-void xent_forward(float *losses, float *lse, const float *logits, const int32_t *targets, int BT, int V, int Vp)
+void ISA_FN(xent_forward)(float *losses, float *lse, const float *logits, const int32_t *targets, int BT, int V, int Vp)
 {
     xent_check(targets, BT, V, Vp);
 #pragma omp parallel for schedule(static)
@@ -43,7 +47,7 @@ void xent_forward(float *losses, float *lse, const float *logits, const int32_t 
     }
 }
 
-void xent_backward(float *dlogits, const float *logits, const float *lse, const int32_t *targets,
+void ISA_FN(xent_backward)(float *dlogits, const float *logits, const float *lse, const int32_t *targets,
                    const float *dlosses, int BT, int V, int Vp)
 {
     xent_check(targets, BT, V, Vp);
@@ -54,12 +58,30 @@ void xent_backward(float *dlogits, const float *logits, const float *lse, const 
         float *restrict dx = dlogits + (size_t)i * Vp;
         const float g = dlosses[i], L = lse[i];
         const int t = targets[i];
+#pragma omp simd
         for (int j = 0; j < V; j++) { /* one rounding into dx per entry: exactly init + gradient */
-            float p = expf(x[j] - L);
-            if (j == t) p -= 1.0f;
+            float p = vm_expf(x[j] - L);
+            p -= j == t ? 1.0f : 0.0f;
             dx[j] += g * p;
         }
     }
+}
+
+#if ISA_ONCE
+ISA_VARIANTS(void, xent_forward, (float *losses, float *lse, const float *logits, const int32_t *targets, int BT,
+                                   int V, int Vp));
+ISA_VARIANTS(void, xent_backward, (float *dlogits, const float *logits, const float *lse, const int32_t *targets,
+                                    const float *dlosses, int BT, int V, int Vp));
+
+void xent_forward(float *losses, float *lse, const float *logits, const int32_t *targets, int BT, int V, int Vp)
+{
+    ISA_DISPATCH(xent_forward, (losses, lse, logits, targets, BT, V, Vp));
+}
+
+void xent_backward(float *dlogits, const float *logits, const float *lse, const int32_t *targets,
+                   const float *dlosses, int BT, int V, int Vp)
+{
+    ISA_DISPATCH(xent_backward, (dlogits, logits, lse, targets, dlosses, BT, V, Vp));
 }
 
 /* ---- The specification: double, plain loops. ---- */
@@ -103,3 +125,4 @@ void xent_backward_ref(double *dlogits, const double *logits, const double *lse,
     }
     free(p);
 }
+#endif

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "cpu/attention.h"
+#include "cpu/isa.h"
 #include "cpu/xent.h"
 #include "../check.h"
 
@@ -528,6 +529,15 @@ int main(void)
 {
     kc k;
     kc_init(&k, SEED);
+    char isa[256];
+    isa_level forced;
+    const char *env = getenv("NEBULA_CPU_ISA");
+    if (!isa_env_check(isa, sizeof isa) && env && isa_parse(env, &forced)) { /* a level this CPU lacks */
+        printf("SKIP: %s\n", isa);
+        return 77;
+    }
+    isa_describe(isa, sizeof isa);
+    printf("# ISA level %s (the softmax loops' build, kernels/cpu/isa_variant.h)\n", isa);
     const int threads = omp_get_max_threads();
     xent_bad_target_dies(&k);
 

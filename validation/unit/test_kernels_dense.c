@@ -11,8 +11,9 @@
  *       Nebula's own loops; within the GEMM tolerance for BLAS, which may fold
  *       the initial value into its K loop);
  *   (e) layernorm and embedding backward are bit-identical for 1, 2 and 3 threads.
- * Plus: both matmul layouts, bias NULL, NULL gradient outputs, and an
- * out-of-range embedding id dying. One line per check, exit 1 on any failure. */
+ * Plus: both matmul layouts, bias NULL, NULL gradient outputs, an out-of-range
+ * embedding id dying, vmath.h's exp and erfc against libm, and GELU's builds per
+ * vector level bit for bit. Run at each level (NEBULA_CPU_ISA, validation/tests.list). One line per check, exit 1 on any failure. */
 #include <omp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -26,6 +27,7 @@
 #include "cpu/matmul.h"
 #include "cpu/precision.h"
 #include "cpu/residual.h"
+#include "cpu/vmath.h"
 #include "../check.h"
 
 /* Central differences in double with h = 1e-5: rounding noise ~ 1e-16 |L| / h,
@@ -404,6 +406,67 @@ static void test_gelu(kc *k, const char *name, gelu_fwd_fn fwd, gelu_bwd_fn bwd,
     pool_free();
 }
 
+/* vmath.h's exp against libm's double over [-87, 87] (relative error, in float eps)
+ * and at its edges: exactly 0 below -87 and at -inf, finite above 87, NaN kept. */
+static void test_vmath(kc *k)
+{
+    double worst = 0;
+    for (float x = -87.0f; x <= 87.0f; x += 0.00731f) {
+        double e = exp((double)x), r = fabs(((double)vm_expf(x) - e) / e);
+        worst = r > worst ? r : worst;
+    }
+    kc_report(k, worst <= 4 * FLT_EPSILON, "vm_expf within 4 eps of exp on [-87, 87]", worst / FLT_EPSILON);
+    bool edges = vm_expf(-87.5f) == 0.0f && vm_expf(-INFINITY) == 0.0f && vm_expf(0.0f) == 1.0f &&
+                 isfinite(vm_expf(100.0f)) && vm_expf(INFINITY) > 1e37f && isnan(vm_expf(NAN)) &&
+                 isnan(vm_expf(-NAN));
+    kc_report(k, edges, "vm_expf: 0 below -87 and at -inf, 1 at 0, finite above 87, NaN for NaN", 0);
+    /* erfc(z) ~ exp(-z^2): the rounding of -z^2 (z^2 eps/2) carries into the result */
+    worst = 0;
+    for (float z = -9.0f; z <= 9.0f; z += 0.0013f) {
+        double e = erfc((double)z);
+        if (e > 1e-30) worst = fmax(worst, fabs(((double)vm_erfcf(z) - e) / e) / (8 + 2.0 * z * z));
+    }
+    kc_report(k, worst <= FLT_EPSILON, "vm_erfcf within (8 + 2 z^2) eps of erfc on [-9, 9]", worst / FLT_EPSILON);
+}
+
+/* GELU is element-wise and GCC contracts nothing under -std=c11: every vector-level
+ * build the machine runs gives the base build's bits, NaN, infinities and the tails
+ * included (isa_variant.h). */
+static void test_gelu_variants(kc *k)
+{
+#if ISA_HAS_VARIANTS
+    const size_t N = 40011; /* above the parallel threshold, not a multiple of 16 */
+    float *x = grand(k, N, -12, 12), *g = grand(k, N, -1, 1);
+    const float special[] = { NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-40f, -1e-40f, 90.0f, -90.0f, 1e30f, -1e30f };
+    memcpy(x, special, sizeof special);
+    typedef struct { const char *name; isa_level need; gelu_fwd_fn tf, ef; gelu_bwd_fn tb, eb; } build;
+    const build b[] = {
+        { "base", ISA_BASE, gelu_tanh_forward_base, gelu_erf_forward_base, gelu_tanh_backward_base, gelu_erf_backward_base },
+        { "avx2", ISA_AVX2, gelu_tanh_forward_avx2, gelu_erf_forward_avx2, gelu_tanh_backward_avx2, gelu_erf_backward_avx2 },
+        { "avx512", ISA_AVX512, gelu_tanh_forward_avx512, gelu_erf_forward_avx512, gelu_tanh_backward_avx512,
+          gelu_erf_backward_avx512 },
+    };
+    float *out[3][4];
+    for (int v = 0; v < 3; v++) {
+        if (isa_machine() < b[v].need) {
+            printf("SKIP  gelu %s build: the machine runs %s at most\n", b[v].name, isa_name(isa_machine()));
+            continue;
+        }
+        for (int j = 0; j < 4; j++) out[v][j] = gbuf(N);
+        b[v].tf(out[v][0], x, N), b[v].ef(out[v][1], x, N), b[v].tb(out[v][2], x, g, N), b[v].eb(out[v][3], x, g, N);
+        if (v == 0) continue;
+        bool same = true;
+        for (int j = 0; j < 4; j++) same &= memcmp(out[v][j], out[0][j], N * sizeof(float)) == 0;
+        kc_report(k, same, fmt("gelu tanh and erf, forward and backward: the %s build gives the base build's bits",
+                               b[v].name), 0);
+    }
+    pool_free();
+#else
+    (void)k;
+    printf("SKIP  gelu builds per vector level: none on this architecture\n");
+#endif
+}
+
 /* ---- embedding ---- */
 
 typedef struct emb_ctx {
@@ -594,6 +657,15 @@ int main(void)
 {
     kc k;
     kc_init(&k, 20240611);
+    char isa[256];
+    isa_level forced;
+    const char *env = getenv("NEBULA_CPU_ISA");
+    if (!isa_env_check(isa, sizeof isa) && env && isa_parse(env, &forced)) { /* a level this CPU lacks */
+        printf("SKIP: %s\n", isa);
+        return 77;
+    }
+    isa_describe(isa, sizeof isa);
+    printf("# ISA level %s\n", isa);
 
     /* BT, C, OC, numeric-gradient check (only where the O(n^2) cost is small) */
     static const int mm[][4] = { { 7, 33, 65, 1 }, { 1, 1, 1, 1 }, { 13, 128, 47, 0 }, { 300, 17, 260, 0 } };
@@ -624,6 +696,9 @@ int main(void)
         test_gelu(&k, "erf", gelu_erf_forward, gelu_erf_backward, gelu_erf_forward_ref, gelu_erf_backward_ref,
                   gn[s].N, gn[s].range, gn[s].numeric);
     }
+
+    test_vmath(&k);
+    test_gelu_variants(&k);
 
     static const int em[][4] = { { 5, 3, 7, 1 }, { 64, 11, 33, 1 }, { 3000, 50, 40, 0 } };
     for (size_t s = 0; s < sizeof em / sizeof em[0]; s++) test_embedding(&k, em[s][0], em[s][1], em[s][2], em[s][3]);
