@@ -16,6 +16,7 @@
  * gradient norm are global, the parameters replicated (ZeRO's sharded moments add one
  * small allreduce) — so every rank skips, stops or goes on at the same step. */
 #include <inttypes.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdint.h>
@@ -82,6 +83,7 @@ static void train_log_diverged(train_run *r, long step, const char *why)
 {
     if (r->ckpt) (void)ckpt_wait(r->ckpt);  /* a background save still running commits first */
     if (r->rt->rank != 0) return;
+    train_metrics_write(r, json_pack("{s:s, s:I, s:s}", "kind", "diverged", "step", (json_int_t)step, "reason", why));
     log_error("step %ld: the run diverged: %s; no checkpoint holds non-finite values", step, why);
     char dir[4200], path[4300];
     int64_t at;
@@ -153,6 +155,8 @@ status train_skip(train_run *r, long step, double loss, double gnorm, double sta
     else
         snprintf(what, sizeof what, "the loss is %g and the gradient norm %g", loss, gnorm);
     if (r->skipped_in_a_row <= limit) {
+        train_metrics_write(r, json_pack("{s:s, s:I, s:s, s:I}", "kind", "skipped", "step", (json_int_t)step,
+                                         "reason", what, "in_a_row", (json_int_t)r->skipped_in_a_row));
         log_error0("step %ld: %s; the step is skipped (%ld in a row, train.max_skipped_steps = %ld)", step, what,
                    r->skipped_in_a_row, limit);
         return STATUS_OK;

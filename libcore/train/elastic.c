@@ -32,6 +32,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -352,6 +353,8 @@ status train_relaunch_write(train_run *r, int world)
     long wv[2] = { world, r->step };
     TRY(path_write_atomic(path, "relaunch file", train_relaunch_fill, wv));
     train_control_retire(r, ".applied");
+    train_metrics_write(r, json_pack("{s:s, s:I, s:i}", "kind", "relaunch", "step", (json_int_t)r->step, "world",
+                                     world));
     printf("elastic: world size %d requested at step %ld: %s; relaunch with %d ranks (exit 4)\n", world, r->step,
            r->ckpt ? "checkpoint committed" : "checkpoints are off, a relaunch starts from step 0",
            world);

@@ -22,6 +22,8 @@ static status train_checkpoint(train_run *r)
     TRY(ckpt_save(r->ckpt, &c));
     double ms = (train_now_s() - t0) * 1e3;
     if (r->rt->rank != 0) return STATUS_OK;
+    train_metrics_write(r, json_pack("{s:s, s:I, s:o, s:b}", "kind", "checkpoint", "step", (json_int_t)r->step,
+                                     "stall_ms", train_json_num(ms), "async", config_bool(r->cfg, "ckpt.async")));
     if (!config_bool(r->cfg, "ckpt.async")) {
         printf("checkpoint step=%ld stall_ms=%.1f\n", r->step, ms);
         return STATUS_OK;

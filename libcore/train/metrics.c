@@ -7,7 +7,14 @@
  * write(2) on an O_APPEND descriptor (a crash loses no line the write returned for), and a
  * short write (a full disk) is cut back off the file, so a record is there whole or not at
  * all. JSON has no NaN or Infinity: a non-finite number is written as null and the key
- * stays (train_json_num).
+ * stays (train_json_num); the record's "nonfinite" lists those keys.
+ *
+ * Every record carries when and in which launch it was written (docs/metrics.md): "time"
+ * (UTC, ISO 8601), "elapsed_s" (since this launch set up its metrics), "launch" (1 for a
+ * run directory's first launch, then one more than the number in the file's last record:
+ * requeues, relaunches and resumes by hand all count) and "job" (SLURM_JOB_ID or "-").
+ * After a resume, records of steps an earlier launch had already written carry
+ * "redone": true.
  *
  * A failed write does not stop training. A Slurm user's product is the checkpoints, which
  * stop the run themselves when the disk fails them (exit 1); metrics are the record of the
@@ -27,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "train_impl.h"
@@ -38,15 +46,107 @@ double train_units(const train_run *r, const char **unit)
     return images ? r->tb.global_batch : (double)r->tb.global_batch * r->T;
 }
 
+void train_hms(char *buf, size_t cap, double seconds)
+{
+    long s = isfinite(seconds) && seconds > 0 ? lround(seconds) : 0;
+    snprintf(buf, cap, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
+}
+
 void *train_json_num(double v)
 {
     return isfinite(v) ? json_real(v) : json_null();
 }
 
+/* The launch number and step of the file's last whole record (a torn or foreign last line,
+ * or a record without them, counts as launch 1 at step -1: the count goes on from there). */
+static void metrics_last_record(train_run *r)
+{
+    r->launch = 1;
+    r->prev_step = -1;
+    char path[4200], buf[65536];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", r->run_dir);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return;
+    off_t end = lseek(fd, 0, SEEK_END), at = end > (off_t)sizeof buf - 1 ? end - (off_t)(sizeof buf - 1) : 0;
+    ssize_t n = end > 0 ? pread(fd, buf, (size_t)(end - at), at) : 0;
+    close(fd);
+    if (n <= 1) return;
+    buf[n] = '\0';
+    if (buf[n - 1] == '\n') buf[--n] = '\0';
+    char *line = strrchr(buf, '\n');
+    json_t *j = json_loads(line ? line + 1 : buf, JSON_REJECT_DUPLICATES, NULL);
+    json_t *l = json_object_get(j, "launch"), *st = json_object_get(j, "step");
+    if (json_is_integer(l) && json_integer_value(l) > 0) r->launch = (int)json_integer_value(l) + 1;
+    if (json_is_integer(st)) r->prev_step = (long)json_integer_value(st);
+    json_decref(j);
+}
+
 status train_metrics_open(train_run *r)
 {
-    return train_rundir_open_file(r, "metrics.jsonl", O_WRONLY | O_APPEND | O_CREAT, &r->metrics_fault,
-                                  "metrics.open", &r->metrics_fd);
+    r->t_launch = train_now_s();
+    r->redo_until = -1;
+    metrics_last_record(r);
+    TRY(train_rundir_open_file(r, "metrics.jsonl", O_WRONLY | O_APPEND | O_CREAT, &r->metrics_fault,
+                               "metrics.open", &r->metrics_fd));
+    char host[256] = "?";
+    (void)gethostname(host, sizeof host - 1);
+    const char *requeues = getenv("SLURM_RESTART_COUNT");
+    train_metrics_write(r, json_pack("{s:s, s:i, s:s, s:I, s:s}", "kind", "launch", "world", r->rt->size, "host",
+                                     host, "previous_step", (json_int_t)r->prev_step, "slurm_restart_count",
+                                     requeues && *requeues ? requeues : "-"));
+    return STATUS_OK;
+}
+
+/* The keys (paths such as "layers.3.density") whose values are null: in these records
+ * only train_json_num writes null, for a number that was NaN or infinite. */
+static void metrics_nonfinite(json_t *v, char *path, size_t len, size_t cap, json_t *out)
+{
+    if (json_is_null(v)) {
+        json_array_append_new(out, json_string(path));
+    } else if (json_is_object(v)) {
+        const char *key;
+        json_t *x;
+        json_object_foreach(v, key, x) {
+            snprintf(path + len, cap - len, "%s%s", len ? "." : "", key);
+            metrics_nonfinite(x, path, strlen(path), cap, out);
+        }
+    } else if (json_is_array(v)) {
+        size_t i;
+        json_t *x;
+        json_array_foreach(v, i, x) {
+            snprintf(path + len, cap - len, "%s%zu", len ? "." : "", i);
+            metrics_nonfinite(x, path, strlen(path), cap, out);
+        }
+    }
+    path[len] = '\0';
+}
+
+/* "time", "elapsed_s", "launch", "job", "step" (when the builder left it out),
+ * "redone" and "nonfinite" (docs/metrics.md). */
+static void metrics_stamp(train_run *r, json_t *j)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    char when[96], path[512] = "";
+    snprintf(when, sizeof when, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
+    json_t *bad = json_array();
+    metrics_nonfinite(j, path, 0, sizeof path, bad);
+    const char *job = getenv("SLURM_JOB_ID");
+    json_object_set_new(j, "time", json_string(when));
+    json_object_set_new(j, "elapsed_s", json_real(round((train_now_s() - r->t_launch) * 1e3) / 1e3));
+    json_object_set_new(j, "launch", json_integer(r->launch));
+    json_object_set_new(j, "job", json_string(job && *job ? job : "-"));
+    if (!json_object_get(j, "step")) json_object_set_new(j, "step", json_integer(r->step));
+    json_t *st = json_object_get(j, "step"), *kind = json_object_get(j, "kind");
+    bool stepwise = json_is_string(kind) && (!strcmp(json_string_value(kind), "train") ||
+                                             !strcmp(json_string_value(kind), "eval"));
+    if (stepwise && json_is_integer(st) && json_integer_value(st) <= r->redo_until)
+        json_object_set_new(j, "redone", json_true());
+    if (json_array_size(bad)) json_object_set_new(j, "nonfinite", bad);
+    else json_decref(bad);
 }
 
 /* One record's line, written whole or not at all; false (errno set) when it is not. */
@@ -80,7 +180,8 @@ void train_metrics_write(train_run *r, void *record)
         return;
     }
     r->metrics_records++;
-    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    if (j) metrics_stamp(r, j);
+    char *text = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(j);
     size_t n = text ? strlen(text) : 0;
     char *line = text ? realloc(text, n + 2) : NULL;
@@ -125,11 +226,17 @@ void train_metrics_close(train_run *r)
 void train_log_step(train_run *r, const train_step_stats *ss, double units, const char *unit)
 {
     if (r->rt->rank != 0) return;
-    double eta = (r->steps - r->step) * ss->step_ms / 1e3;
-    /* One plain line per interval, ETA included: under mpirun every rank's stdout is
-     * a pseudo-terminal, so a terminal cannot be told from a batch log here. */
-    printf("step=%ld loss=%.6f lr=%.4e gnorm=%.4f %s=%.1f step_ms=%.1f comm_wait_ms=%.2f eta=%.0fs", r->step,
-           ss->loss, ss->lr, ss->gnorm, unit, units / (ss->step_ms / 1e3), ss->step_ms, ss->comm_wait_ms, eta);
+    /* the ETA from a moving average of the intervals' step times (weight 0.3 for the
+     * newest): one slow interval (a checkpoint, an evaluation) moves it by a third */
+    r->eta_ms = r->eta_ms > 0 ? 0.7 * r->eta_ms + 0.3 * ss->step_ms : ss->step_ms;
+    char elapsed[32], eta[32];
+    train_hms(elapsed, sizeof elapsed, train_now_s() - r->t_launch);
+    train_hms(eta, sizeof eta, (double)(r->steps - r->step) * r->eta_ms / 1e3);
+    /* One plain line per interval, progress and ETA included: under mpirun every rank's
+     * stdout is a pseudo-terminal, so a terminal cannot be told from a batch log here. */
+    printf("step=%ld loss=%.6f lr=%.4e gnorm=%.4f %s=%.1f step_ms=%.1f comm_wait_ms=%.2f done=%ld/%ld (%.1f%%) "
+           "elapsed=%s eta=%s", r->step, ss->loss, ss->lr, ss->gnorm, unit, units / (ss->step_ms / 1e3), ss->step_ms,
+           ss->comm_wait_ms, r->step, r->steps, r->steps > 0 ? 100.0 * r->step / r->steps : 100.0, elapsed, eta);
     const dgc_stats *ds = &r->dstats;
     if (r->dgc && dgc_active(r->dgc))
         printf(" dgc_density=%.4g dgc_sent_kB=%.1f dgc_ratio=%.1f residual=%.4g select_ms=%.2f exchange_ms=%.2f"

@@ -302,8 +302,10 @@ status train_resume(train_run *r)
     if (r->rt->rank == 0) train_resume_compare(r, info.path);
     /* metrics.jsonl is appended across launches: records of steps after this one that an
      * earlier launch wrote before it died were not committed, and are redone from here */
-    train_metrics_write(r, json_pack("{s:s, s:I, s:s}", "kind", "resume", "step", (json_int_t)r->step, "checkpoint",
-                                     info.path));
+    if (r->prev_step > r->step) r->redo_until = r->prev_step;
+    train_metrics_write(r, json_pack("{s:s, s:I, s:s, s:I}", "kind", "resume", "step", (json_int_t)r->step,
+                                     "checkpoint", info.path, "redo_until", (json_int_t)(r->redo_until > r->step ?
+                                                                                         r->redo_until : r->step)));
     if (r->rt->rank == 0)
         printf("resumed from %s at step %ld%s%s\n", info.path, r->step,
                info.resharded ? " (written at another world size: same global batch, accumulation recomputed)" : "",

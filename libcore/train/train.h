@@ -199,6 +199,11 @@ typedef struct train_run {
     long metrics_records;      /* records the run tried to write */
     long metrics_lost;         /* of them, not written (an I/O error or a record that would not serialise) */
     int metrics_errno;         /* the error of the last failed record; 0 once a record goes through */
+    int launch;                /* this launch's number in the run directory: 1 + the last record's */
+    long prev_step;            /* the step of the last record an earlier launch wrote, -1 if none */
+    long redo_until;           /* records of steps up to this one redo an earlier launch's (resume) */
+    double t_launch;           /* train_now_s() when this launch set up its metrics */
+    double eta_ms;             /* smoothed step time for the progress line's ETA; 0 before the first */
     fault_plan metrics_fault;  /* CHAOS build: NEBULA_CHAOS_FAULT's metrics.* rules */
     fault_plan rundir_fault;   /* CHAOS build: NEBULA_CHAOS_FAULT's rundir.* rules */
     /* divergence (step.c): a step with a non-finite loss or gradient norm is skipped; more

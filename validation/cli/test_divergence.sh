@@ -5,7 +5,8 @@
 #     HINT: after train.max_skipped_steps = 2 skipped steps (a NaN loss, or ResNet's
 #     running statistics overflowing) the third, or at once when an update overflows
 #     (AdamW's second moment); never an internal CHECK or MPI_Abort; each skip line names
-#     the step its metrics line has;
+#     the step its metrics line has, and metrics.jsonl holds the events: a skipped record
+#     per skip, one diverged record, the checkpoints;
 #   - every checkpoint the runs committed holds finite values only (ResNet's batch-norm
 #     running statistics included: a skipped step leaves them as they were) and passes
 #     nebula-ckpt verify;
@@ -69,6 +70,17 @@ for m in gpt2-tiny gpt2-tiny-sgd bert-tiny resnet18-cifar; do
     fi
     check "$m: no internal CHECK or MPI_Abort" bash -c "! grep -qE 'condition is false|MPI_ABORT' '$log'"
     [ "$m" = gpt2-tiny-sgd ] || [ "$m" = resnet18-cifar ] && check "$m: each skip line names the step of its metrics line" skip_steps_named "$log"
+    [ "$m" = gpt2-tiny-sgd ] && check "$m: metrics.jsonl holds a skipped record per skip line, then one diverged record, and checkpoints" \
+        $PY -c '
+import json, re, sys
+recs = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
+log = open(sys.argv[2]).read()
+logged = [int(n) for n in re.findall(r"error: step (\d+): .*the step is skipped", log)]
+skipped = [r["step"] for r in recs if r["kind"] == "skipped" and r["reason"] and r["in_a_row"] >= 1]
+div = [r for r in recs if r["kind"] == "diverged"]
+ck = [r["step"] for r in recs if r["kind"] == "checkpoint"]
+sys.exit(not (logged and skipped == logged and len(div) == 1 and "in a row skipped" in div[0]["reason"]
+              and ck and all(s % 2 == 0 for s in ck)))' "$tmp/$m" "$log"
     check "$m: every committed checkpoint is finite (BN statistics included)" all_finite "$tmp/$m"
     last=$(ls -d "$tmp/$m"/ckpt/step_* 2>/dev/null | tail -1)
     expect "$m: nebula-ckpt verify passes the last checkpoint" 0 "ok" -- $CK verify "$last"
@@ -93,11 +105,13 @@ check "DGC-Pro: the residuals stay finite through the skipped steps" \
 licenses_data
 diverge eval gpt2-tiny --set optim.name=sgd --set data.train="$data/train.bin" --set data.val="$data/val.bin" \
     --set train.eval_interval=1 --set train.eval_batches=1 --set train.max_skipped_steps=1
-check "eval of a diverged model: loss and ppl are null with their keys kept, every line is JSON" $PY -c '
+check "eval of a diverged model: loss and ppl are null with their keys kept and listed in nonfinite, every line strict JSON" $PY -c '
 import json, sys
-recs = [json.loads(l) for l in open(sys.argv[1])]
+def refuse(c): raise ValueError(c)
+recs = [json.loads(l, parse_constant=refuse) for l in open(sys.argv[1])]
 ev = [r for r in recs if r.get("kind") == "eval"]
-sys.exit(not (ev and any(r["loss"] is None and r["ppl"] is None for r in ev)))' "$tmp/eval/metrics.jsonl"
+sys.exit(not (ev and any(r["loss"] is None and r["ppl"] is None and {"loss", "ppl"} <= set(r["nonfinite"])
+                         for r in ev)))' "$tmp/eval/metrics.jsonl"
 
 # A checkpoint of a run that had diverged: a NaN in h.0.attn.c_attn.weight, its checksum
 # made to match (as a writer without the check would have written it).

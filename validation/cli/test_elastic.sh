@@ -111,6 +111,11 @@ check "... saying so" grep -qF "elastic: world size 1 requested at step 1: check
 check "... RUN_DIR/relaunch holds world=1 and step=1" [ "$(cat $tmp/rl/relaunch 2>/dev/null)" = "$(printf 'world=1\nstep=1')" ]
 check "... the checkpoint of step 1 is committed" [ -e $tmp/rl/ckpt/step_00000001/COMMITTED ]
 check "... control.applied replaces control" eval '[ -e $tmp/rl/control.applied ] && [ ! -e $tmp/rl/control ]'
+check "... metrics.jsonl records the relaunch (step 1, world 1) after the checkpoint of step 1" \
+    $PY -c 'import json, sys
+k = [(r["kind"], r["step"], r.get("world")) for r in map(json.loads, open(sys.argv[1]))]
+sys.exit(not (("relaunch", 1, 1) in k and k.index(("checkpoint", 1, None)) < k.index(("relaunch", 1, 1))))' \
+    $tmp/rl/metrics.jsonl
 run $tmp/rl 1 --steps 8 --set ckpt.every_steps=4
 check "relaunched at 1 rank: exit 0" [ $? -eq 0 ]
 check "... resumed at step 1" grep -q "resumed from .*step_00000001 at step 1" $tmp/rl.log

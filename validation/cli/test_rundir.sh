@@ -17,7 +17,10 @@
 #   - resume: another seed or seq_len than the checkpoint's warns; a checkpoint that
 #     already reaches train.steps says "nothing to do" and exits 0 without invented
 #     numbers; config.ini is the resolved config and runs again as --config;
-#   - exposed_comm is a share of step time (0-100%).
+#   - exposed_comm is a share of step time (0-100%);
+#   - launches: every record carries time, elapsed_s, launch and job, and strict JSON
+#     parsers read every line; a resumed launch is launch 2 and marks the steps it redoes;
+#     progress lines show done=i/N (p%), elapsed and the ETA as h:mm:ss.
 . "$(dirname "$0")/lib.sh"
 TRAIN=build/bin/nebula-train
 CHAOS=build/chaos/bin/nebula-train
@@ -45,14 +48,23 @@ wait_step() {
     return 1
 }
 # json_ok FILE: every line is a JSON object and no train step repeats
+# json_ok FILE: every line one JSON object under a strict parser (NaN/Infinity refused), with
+# the header every record carries (docs/metrics.md), "nonfinite" naming exactly its null
+# keys, and no train step twice unless the later one is marked redone
 json_ok() {
     $PY - "$1" <<'PY'
-import json, sys
+import datetime, json, sys
+def refuse(c): raise ValueError(f"non-JSON constant {c}")
 steps = []
 for n, line in enumerate(open(sys.argv[1]), 1):
-    j = json.loads(line)  # raises on a blank or torn line
+    j = json.loads(line, parse_constant=refuse)  # raises on a blank or torn line
     assert isinstance(j, dict), f"line {n} is not an object"
-    if j["kind"] == "train": steps.append(j["step"])
+    for k in ("kind", "step", "time", "elapsed_s", "launch", "job"): assert k in j, f"line {n} lacks {k}"
+    assert datetime.datetime.strptime(j["time"], "%Y-%m-%dT%H:%M:%S.%fZ"), j["time"]
+    assert j["launch"] >= 1 and j["elapsed_s"] >= 0, f"line {n}: launch {j['launch']}, elapsed {j['elapsed_s']}"
+    nulls = sorted(k for k, v in j.items() if v is None)
+    assert nulls == sorted(j.get("nonfinite", [])), f"line {n}: null keys {nulls}, nonfinite {j.get('nonfinite')}"
+    if j["kind"] == "train" and not j.get("redone"): steps.append(j["step"])
 assert len(steps) == len(set(steps)), f"duplicated steps {sorted(steps)}"
 PY
 }
@@ -124,7 +136,7 @@ if [ -x $CHAOS ]; then
         "[ $rc -eq 0 ] && has $M.log 'cannot write a record to $M/metrics.jsonl at step 3: Input/output error'"
     check "... that record only is lost, the rest is valid JSON, and the count is reported" eval \
         "json_ok $M/metrics.jsonl && [ \$(grep -c '\"kind\":\"train\"' $M/metrics.jsonl) -eq 4 ] && \
-         has $M.log '^metrics: 1 of 6 records could not be written' && has $M/metrics.jsonl '\"metrics_lost\":1'"
+         has $M.log '^metrics: 1 of 8 records could not be written' && has $M/metrics.jsonl '\"metrics_lost\":1'"
     for point in metrics.open rundir.open; do
         NEBULA_CHAOS_FAULT=$point:EIO BIN=$CHAOS go 1 $tmp/$point $tmp/$point.log --steps 2; rc=$?
         check "$point fails (CHAOS build): exit 1 before training (got $rc)" eval \
@@ -177,4 +189,25 @@ check "config.ini is the resolved config: as --config it resumes the run, which 
      ! has $tmp/s3.log '=inf|final_loss='"
 check "... and metrics.jsonl says so without invented numbers" eval \
     "json_ok $S/metrics.jsonl && tail -1 $S/metrics.jsonl | grep -q '\"steps_run\":0' && ! tail -1 $S/metrics.jsonl | grep -q final_loss"
+
+# --- launches: counted, and steps an earlier launch wrote are marked when redone --------------
+L=$tmp/l
+go 1 $L $tmp/l1.log --steps 6 --ckpt-every 4 >/dev/null
+rm -rf $L/ckpt/step_00000006  # as if the launch died after logging step 6, before committing it
+go 1 $L $tmp/l2.log --steps 8 --ckpt-every 4; rc=$?
+check "a resumed launch (exit $rc): launch 2 in every record it writes, steps 5-6 redone, 7-8 not; every line strict JSON" eval \
+    "[ $rc -eq 0 ] && json_ok $L/metrics.jsonl && $PY -c '
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+launches = [r[\"launch\"] for r in recs]
+assert launches == sorted(launches) and set(launches) == {1, 2}, launches
+two = [r for r in recs if r[\"launch\"] == 2]
+assert two[0][\"kind\"] == \"launch\" and two[0][\"previous_step\"] == 6, two[0]
+assert [r[\"step\"] for r in two if r[\"kind\"] == \"resume\"] == [4], two
+redone = {r[\"step\"]: r.get(\"redone\", False) for r in two if r[\"kind\"] == \"train\"}
+assert redone == {5: True, 6: True, 7: False, 8: False}, redone
+assert [r[\"step\"] for r in recs if r[\"kind\"] == \"checkpoint\"] == [4, 6, 8], recs
+' $L/metrics.jsonl"
+check "... progress lines: done=i/N (p%), elapsed and eta as h:mm:ss" \
+    has $tmp/l2.log '^step=8 .* done=8/8 \(100\.0%\) elapsed=[0-9]+:[0-5][0-9]:[0-5][0-9] eta=0:00:00$'
 finish

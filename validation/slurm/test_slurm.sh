@@ -11,7 +11,8 @@
 #   requeue    train.sbatch with --time=1 --signal=B:USR1@30: the pre-timeout signal
 #              reaches the ranks, they checkpoint and stop, the job requeues itself and
 #              resumes (SLURM_RESTART_COUNT=1) and ends with parameters and optimizer state
-#              bit-identical to an uninterrupted run's
+#              bit-identical to an uninterrupted run's; metrics.jsonl names the job in every
+#              record and counts the requeued launch as launch 2
 #   outcome    train.sbatch with mpirun, and mpirun gets SIGTERM: it returns 1 although every
 #              rank checkpointed and exited 3; the job script reads the ranks' outcome
 #              (rank 0's stop line and the COMMITTED marker), requeues, and the resumed run
@@ -174,6 +175,12 @@ requeue)
     check "the output of both runs is in one file (--open-mode=append)" \
         test "$(grep -c "^=== nebula-train $jid " "$out/requeue.out")" -ge 2
     check "the last run reached step $steps" grep -q "^summary: steps=$steps " "$out/requeue.out"
+    check "metrics.jsonl: every record names job $jid; the requeued launch is launch 2 with SLURM_RESTART_COUNT 1" \
+        $PY -c 'import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+starts = [r for r in recs if r["kind"] == "launch"]
+sys.exit(not (all(r["job"] == sys.argv[2] for r in recs) and [r["launch"] for r in starts][:2] == [1, 2]
+              and starts[1]["slurm_restart_count"] == "1"))' "$tmp/run-requeue/metrics.jsonl" "$jid"
     a=$(final_ckpt "$tmp/run-requeue") b=$(final_ckpt "$tmp/run-ref")
     check "final parameters and optimizer state bit-identical to the uninterrupted run" $CKPT diff "$a" "$b"
     grep -E "USR1|stopping at|requeueing|^===|^resumed" "$out/requeue.out" | sed 's/^/    /'
