@@ -22,9 +22,34 @@ expect() {
     fi
 }
 
-finish() { [ "$fails" -eq 0 ]; }
-
 PY=/usr/bin/python3  # Debian's interpreter, which sees Debian's numpy, h5py and PyTorch
+
+# finish: the test's exit status, after one more check of whatever runs it made: every line
+# of every metrics.jsonl left under $tmp parses under a strict JSON parser (NaN and
+# Infinity refused) and carries the header of every record (docs/metrics.md)
+finish() {
+    local files
+    files=$(find "$tmp" -name metrics.jsonl -type f 2>/dev/null | sort)
+    [ -z "$files" ] || check "every line of the $(wc -l <<<"$files") metrics.jsonl file(s) these runs wrote: strict JSON, the header in each record" \
+        $PY - $files <<'PY'
+import json, sys
+def refuse(c): raise ValueError(f"non-JSON constant {c}")
+bad = 0
+for path in sys.argv[1:]:
+    for n, line in enumerate(open(path), 1):
+        try:
+            j = json.loads(line, parse_constant=refuse)
+            missing = [k for k in ("kind", "step", "time", "elapsed_s", "launch", "job") if k not in j]
+            nulls = sorted(k for k, v in j.items() if v is None)
+            assert not missing, f"lacks {missing}"
+            assert nulls == sorted(j.get("nonfinite", [])), f"null keys {nulls}, nonfinite {j.get('nonfinite')}"
+        except Exception as e:
+            bad += 1
+            if bad <= 3: print(f"    {path}:{n}: {e}: {line[:160]!r}")
+sys.exit(1 if bad else 0)
+PY
+    [ "$fails" -eq 0 ]
+}
 
 # check NAME COMMAND...: ok when COMMAND succeeds
 check() {
