@@ -26,6 +26,9 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -fopenmp -MMD -MP -Ilibcore -Ikernels -I$(B)
+# No a * b + c contracted into an FMA (GCC's ISO-mode default, not clang's): the kernels'
+# builds per vector level then give element-wise results bit for bit alike.
+CFLAGS  += -ffp-contract=off
 # OpenBLAS's OpenMP build shares the kernels' OpenMP thread pool; the default
 # pthreads build would run its own threads beside OpenMP threads that are still
 # spinning after each parallel region, and the two fight for the cores.
@@ -62,8 +65,11 @@ KCUDA_SRC   := $(wildcard kernels/cuda/*.cu)
 # Kernels whose vectorised loops are built once more per x86 vector level, AVX2 and
 # AVX-512 (kernels/cpu/isa_variant.h); isa_active() picks the build at run time.
 KCPU_MULTI  := attention gelu layernorm matmul xent
-ifneq ($(filter x86_64%,$(shell $(CC) -dumpmachine 2>/dev/null)),)
+# The target: the compiler's (mpicc may not be installed yet when make reads this: the
+# machine's then); the define tells the sources whether the variants exist.
+ifneq ($(filter x86_64%,$(or $(shell $(CC) -dumpmachine 2>/dev/null),$(shell uname -m))),)
   KCPU_VAR_OBJ := $(foreach l,avx2 avx512,$(patsubst %,$(B)/obj/kernels/cpu/%.$(l).o,$(KCPU_MULTI)))
+  CFLAGS += -DNEBULA_ISA_VARIANTS=1
 endif
 ISA_CFLAGS_avx2   := -mavx2 -mfma
 ISA_CFLAGS_avx512 := -mavx2 -mfma -mavx512f -mavx512bw -mavx512vl -mavx512dq -mprefer-vector-width=512

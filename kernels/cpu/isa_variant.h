@@ -10,9 +10,11 @@
  * once (ISA_ONCE), calls the one for isa_active()'s level (ISA_DISPATCH), so
  * NEBULA_CPU_ISA forces it like every other per-level choice.
  *
- * The variants are the same C: with -std=c11 GCC contracts no a * b + c into FMA, so
- * an element-wise loop gives the same bits at every level; a reduction may sum in
- * another order (wider vectors, other partial sums). Non-x86 builds have base only. */
+ * The variants are the same C, and -ffp-contract=off keeps the compiler from fusing
+ * a * b + c into an FMA, so an element-wise loop gives the same bits at every level; a
+ * reduction may sum in another order (wider vectors, other partial sums). Non-x86
+ * builds have base only (the Makefile defines NEBULA_ISA_VARIANTS where it builds the
+ * others). */
 #ifndef NEBULA_KERNELS_ISA_VARIANT_H
 #define NEBULA_KERNELS_ISA_VARIANT_H
 
@@ -35,7 +37,7 @@
     ret name##_avx2 params;             \
     ret name##_avx512 params
 
-#if defined(__x86_64__)
+#if defined(NEBULA_ISA_VARIANTS) /* the Makefile builds them (x86-64 targets) */
 #define ISA_HAS_VARIANTS 1
 #define ISA_DISPATCH(name, args)                                  \
     do {                                                          \

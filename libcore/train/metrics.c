@@ -11,10 +11,10 @@
  *
  * Every record carries when and in which launch it was written (docs/metrics.md): "time"
  * (UTC, ISO 8601), "elapsed_s" (since this launch set up its metrics), "launch" (1 for a
- * run directory's first launch, then one more than the number in the file's last record:
+ * run directory's first launch, then one more than the highest in the file's tail:
  * requeues, relaunches and resumes by hand all count) and "job" (SLURM_JOB_ID or "-").
- * After a resume, records of steps an earlier launch had already written carry
- * "redone": true.
+ * Records of steps an earlier launch had already written (it got further than the
+ * checkpoint this launch resumed from, or than step 0 without one) carry "redone": true.
  *
  * A failed write does not stop training. A Slurm user's product is the checkpoints, which
  * stop the run themselves when the disk fails them (exit 1); metrics are the record of the
@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -57,35 +58,71 @@ void *train_json_num(double v)
     return isfinite(v) ? json_real(v) : json_null();
 }
 
-/* The launch number and step of the file's last whole record (a torn or foreign last line,
- * or a record without them, counts as launch 1 at step -1: the count goes on from there). */
-static void metrics_last_record(train_run *r)
+/* What the tail of metrics.jsonl (its last 64 KiB) says of earlier launches: the highest
+ * launch number (an older file's records without one count as launch 1) and the furthest
+ * step any record there reached (its step, a launch record's previous_step, a resume
+ * record's redo_until), so a launch that died early still passes the mark on. A torn
+ * last line (a crash inside a write) is cut off first, so the next record starts a line
+ * of its own. */
+static void metrics_history(train_run *r)
 {
     r->launch = 1;
     r->prev_step = -1;
     char path[4200], buf[65536];
     snprintf(path, sizeof path, "%s/metrics.jsonl", r->run_dir);
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    int fd = open(path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return;
-    off_t end = lseek(fd, 0, SEEK_END), at = end > (off_t)sizeof buf - 1 ? end - (off_t)(sizeof buf - 1) : 0;
-    ssize_t n = end > 0 ? pread(fd, buf, (size_t)(end - at), at) : 0;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) {
+        close(fd);
+        return;
+    }
+    off_t at = st.st_size > (off_t)sizeof buf - 1 ? st.st_size - (off_t)(sizeof buf - 1) : 0;
+    ssize_t n = pread(fd, buf, (size_t)(st.st_size - at), at);
+    if (n > 0 && buf[n - 1] != '\n') {
+        char *nl = memrchr(buf, '\n', (size_t)n);
+        off_t keep = nl ? at + (nl - buf) + 1 : 0;
+        if ((nl || at == 0) && ftruncate(fd, keep) == 0) {
+            log_warn("metrics: cut a torn last record (%lld bytes) off %s", (long long)(st.st_size - keep), path);
+            n = (ssize_t)(keep - at);
+        }
+    }
     close(fd);
-    if (n <= 1) return;
+    if (n <= 0) return;
     buf[n] = '\0';
-    if (buf[n - 1] == '\n') buf[--n] = '\0';
-    char *line = strrchr(buf, '\n');
-    json_t *j = json_loads(line ? line + 1 : buf, JSON_REJECT_DUPLICATES, NULL);
-    json_t *l = json_object_get(j, "launch"), *st = json_object_get(j, "step");
-    if (json_is_integer(l) && json_integer_value(l) > 0) r->launch = (int)json_integer_value(l) + 1;
-    if (json_is_integer(st)) r->prev_step = (long)json_integer_value(st);
-    json_decref(j);
+    char *line = buf;
+    if (at > 0) { /* the window's first line is a part of one */
+        char *nl = strchr(buf, '\n');
+        line = nl ? nl + 1 : buf + n;
+    }
+    long launch = 0, records = 0;
+    for (char *end; line < buf + n; line = end + 1) {
+        end = strchr(line, '\n');
+        if (!end) end = buf + n;
+        *end = '\0';
+        json_t *j = json_loads(line, 0, NULL);
+        if (!json_is_object(j)) {
+            json_decref(j);
+            continue;
+        }
+        records++;
+        json_t *l = json_object_get(j, "launch");
+        if (json_is_integer(l) && json_integer_value(l) > launch) launch = (long)json_integer_value(l);
+        static const char *const marks[] = { "step", "previous_step", "redo_until" };
+        for (size_t k = 0; k < sizeof marks / sizeof marks[0]; k++) {
+            json_t *v = json_object_get(j, marks[k]);
+            if (json_is_integer(v) && json_integer_value(v) > r->prev_step) r->prev_step = (long)json_integer_value(v);
+        }
+        json_decref(j);
+    }
+    r->launch = launch > 0 ? (int)launch + 1 : records > 0 ? 2 : 1;
 }
 
 status train_metrics_open(train_run *r)
 {
     r->t_launch = train_now_s();
     r->redo_until = -1;
-    metrics_last_record(r);
+    metrics_history(r);
     TRY(train_rundir_open_file(r, "metrics.jsonl", O_WRONLY | O_APPEND | O_CREAT, &r->metrics_fault,
                                "metrics.open", &r->metrics_fd));
     char host[256] = "?";

@@ -276,6 +276,9 @@ status train_resume(train_run *r)
     train_ckpt_content(r, &c);
     ckpt_info info;
     TRY(ckpt_load(r->rt->world, dir, which, &c, &info));
+    /* steps an earlier launch logged past where this one starts are redone (rank 0 knows) */
+    long from = info.step < 0 ? 0 : (long)info.step;
+    if (r->prev_step > from) r->redo_until = r->prev_step;
     if (info.step < 0) return STATUS_OK;
     r->step = (long)info.step;
     TRY(train_elastic_resume(r, &c));
@@ -302,7 +305,6 @@ status train_resume(train_run *r)
     if (r->rt->rank == 0) train_resume_compare(r, info.path);
     /* metrics.jsonl is appended across launches: records of steps after this one that an
      * earlier launch wrote before it died were not committed, and are redone from here */
-    if (r->prev_step > r->step) r->redo_until = r->prev_step;
     train_metrics_write(r, json_pack("{s:s, s:I, s:s, s:I}", "kind", "resume", "step", (json_int_t)r->step,
                                      "checkpoint", info.path, "redo_until", (json_int_t)(r->redo_until > r->step ?
                                                                                          r->redo_until : r->step)));

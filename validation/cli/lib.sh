@@ -34,13 +34,17 @@ finish() {
         $PY - $files <<'PY'
 import json, sys
 def refuse(c): raise ValueError(f"non-JSON constant {c}")
+def null_paths(v, path=""):  # as metrics.c names them: a.b, layers.3.density
+    items = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, list) else ()
+    return [p for k, x in items for p in null_paths(x, f"{path}.{k}" if path else str(k))] if items else \
+           ([path] if v is None else [])
 bad = 0
 for path in sys.argv[1:]:
     for n, line in enumerate(open(path), 1):
         try:
             j = json.loads(line, parse_constant=refuse)
             missing = [k for k in ("kind", "step", "time", "elapsed_s", "launch", "job") if k not in j]
-            nulls = sorted(k for k, v in j.items() if v is None)
+            nulls = sorted(null_paths(j))
             assert not missing, f"lacks {missing}"
             assert nulls == sorted(j.get("nonfinite", [])), f"null keys {nulls}, nonfinite {j.get('nonfinite')}"
         except Exception as e:

@@ -62,7 +62,11 @@ for n, line in enumerate(open(sys.argv[1]), 1):
     for k in ("kind", "step", "time", "elapsed_s", "launch", "job"): assert k in j, f"line {n} lacks {k}"
     assert datetime.datetime.strptime(j["time"], "%Y-%m-%dT%H:%M:%S.%fZ"), j["time"]
     assert j["launch"] >= 1 and j["elapsed_s"] >= 0, f"line {n}: launch {j['launch']}, elapsed {j['elapsed_s']}"
-    nulls = sorted(k for k, v in j.items() if v is None)
+    def null_paths(v, path=""):  # as metrics.c names them: a.b, layers.3.density
+        items = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, list) else ()
+        return [p for k, x in items for p in null_paths(x, f"{path}.{k}" if path else str(k))] if items else \
+               ([path] if v is None else [])
+    nulls = sorted(null_paths(j))
     assert nulls == sorted(j.get("nonfinite", [])), f"line {n}: null keys {nulls}, nonfinite {j.get('nonfinite')}"
     if j["kind"] == "train" and not j.get("redone"): steps.append(j["step"])
 assert len(steps) == len(set(steps)), f"duplicated steps {sorted(steps)}"
@@ -208,6 +212,18 @@ redone = {r[\"step\"]: r.get(\"redone\", False) for r in two if r[\"kind\"] == \
 assert redone == {5: True, 6: True, 7: False, 8: False}, redone
 assert [r[\"step\"] for r in recs if r[\"kind\"] == \"checkpoint\"] == [4, 6, 8], recs
 ' $L/metrics.jsonl"
+N=$tmp/n
+go 1 $N $tmp/n1.log --steps 3 --set ckpt.every_steps=0 >/dev/null
+printf '{"kind":"train","st' >>$N/metrics.jsonl  # a record torn by a crash inside its write
+go 1 $N $tmp/n2.log --steps 3 --set ckpt.every_steps=0; rc=$?
+check "without checkpoints a second launch (exit $rc) starts at step 0 and marks steps 1-3 redone; a torn last line is cut off" eval \
+    "[ $rc -eq 0 ] && has $tmp/n2.log 'metrics: cut a torn last record \\(19 bytes\\)' && json_ok $N/metrics.jsonl && $PY -c '
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+two = [r for r in recs if r[\"launch\"] == 2]
+assert two[0][\"kind\"] == \"launch\" and two[0][\"previous_step\"] == 3, two[0]
+assert [(r[\"step\"], r.get(\"redone\")) for r in two if r[\"kind\"] == \"train\"] == [(1, True), (2, True), (3, True)], two
+' $N/metrics.jsonl"
 check "... progress lines: done=i/N (p%), elapsed and eta as h:mm:ss" \
     has $tmp/l2.log '^step=8 .* done=8/8 \(100\.0%\) elapsed=[0-9]+:[0-5][0-9]:[0-5][0-9] eta=0:00:00$'
 finish

@@ -429,7 +429,7 @@ static void test_vmath(kc *k)
     kc_report(k, worst <= FLT_EPSILON, "vm_erfcf within (8 + 2 z^2) eps of erfc on [-9, 9]", worst / FLT_EPSILON);
 }
 
-/* GELU is element-wise and GCC contracts nothing under -std=c11: every vector-level
+/* GELU is element-wise and nothing is contracted (-ffp-contract=off): every vector-level
  * build the machine runs gives the base build's bits, NaN, infinities and the tails
  * included (isa_variant.h). */
 static void test_gelu_variants(kc *k)
