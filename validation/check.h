@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "base/rng.h"
+#include "cpu/isa.h"
 
 /* ---- every test ------------------------------------------------------------------ */
 
@@ -686,5 +687,23 @@ static inline void gpu_fill_uniform(float *x, size_t n, float lo, float hi, uint
 }
 
 #endif /* CHECK_GPU */
+
+/* Kernel tests run at a forced level (NEBULA_CPU_ISA, validation/tests.list): true after
+ * one "SKIP: why" line when the variable names a level this CPU lacks (the caller returns
+ * 77); otherwise prints "# ISA level <isa_describe's line><note>" and returns false. A
+ * value that is no level at all is left to isa_active (exit 2, a test failure). */
+static inline bool kc_isa_skip(const char *note)
+{
+    char isa[256];
+    isa_level forced;
+    const char *env = getenv("NEBULA_CPU_ISA");
+    if (!isa_env_check(isa, sizeof isa) && env && isa_parse(env, &forced)) {
+        printf("SKIP: %s\n", isa);
+        return true;
+    }
+    isa_describe(isa, sizeof isa);
+    printf("# ISA level %s%s\n", isa, note);
+    return false;
+}
 
 #endif

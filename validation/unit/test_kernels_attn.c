@@ -529,15 +529,7 @@ int main(void)
 {
     kc k;
     kc_init(&k, SEED);
-    char isa[256];
-    isa_level forced;
-    const char *env = getenv("NEBULA_CPU_ISA");
-    if (!isa_env_check(isa, sizeof isa) && env && isa_parse(env, &forced)) { /* a level this CPU lacks */
-        printf("SKIP: %s\n", isa);
-        return 77;
-    }
-    isa_describe(isa, sizeof isa);
-    printf("# ISA level %s (the softmax loops' build, kernels/cpu/isa_variant.h)\n", isa);
+    if (kc_isa_skip(" (the softmax loops' build, kernels/cpu/isa_variant.h)")) return 77;
     const int threads = omp_get_max_threads();
     xent_bad_target_dies(&k);
 

@@ -454,15 +454,8 @@ int main(void)
 {
     kc k;
     kc_init(&k, 20240611);
-    char isa[256];
-    isa_level forced;
-    const char *env = getenv("NEBULA_CPU_ISA");
-    if (!isa_env_check(isa, sizeof isa) && env && isa_parse(env, &forced)) {  /* a level this CPU lacks */
-        printf("SKIP: %s\n", isa);
-        return 77;
-    }
-    isa_describe(isa, sizeof isa);
-    printf("# ISA level %s; blocked activations %s\n", isa, dnn_layout_name(DNN_BLOCKED));
+    if (kc_isa_skip("")) return 77;
+    printf("# blocked activations %s\n", dnn_layout_name(DNN_BLOCKED));
     kc_report(&k, dnn_block() == (isa_active() >= ISA_AVX512 ? 16 : 8),
               "the blocked layout's channel block is one vector of floats at the ISA level (16 from avx512 on, 8 below)",
               dnn_block());

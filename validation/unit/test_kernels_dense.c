@@ -657,15 +657,7 @@ int main(void)
 {
     kc k;
     kc_init(&k, 20240611);
-    char isa[256];
-    isa_level forced;
-    const char *env = getenv("NEBULA_CPU_ISA");
-    if (!isa_env_check(isa, sizeof isa) && env && isa_parse(env, &forced)) { /* a level this CPU lacks */
-        printf("SKIP: %s\n", isa);
-        return 77;
-    }
-    isa_describe(isa, sizeof isa);
-    printf("# ISA level %s\n", isa);
+    if (kc_isa_skip("")) return 77;
 
     /* BT, C, OC, numeric-gradient check (only where the O(n^2) cost is small) */
     static const int mm[][4] = { { 7, 33, 65, 1 }, { 1, 1, 1, 1 }, { 13, 128, 47, 0 }, { 300, 17, 260, 0 } };
