@@ -47,7 +47,8 @@ double train_units(const train_run *r, const char **unit)
     return images ? r->tb.global_batch : (double)r->tb.global_batch * r->T;
 }
 
-void train_hms(char *buf, size_t cap, double seconds)
+/* seconds as h:mm:ss (negative or non-finite: 0:00:00). */
+static void train_hms(char *buf, size_t cap, double seconds)
 {
     long s = isfinite(seconds) && seconds > 0 ? lround(seconds) : 0;
     snprintf(buf, cap, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
@@ -166,9 +167,9 @@ static void metrics_stamp(train_run *r, json_t *j)
     clock_gettime(CLOCK_REALTIME, &ts);
     struct tm tm;
     gmtime_r(&ts.tv_sec, &tm);
-    char when[96], path[512] = "";
-    snprintf(when, sizeof when, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
-             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
+    char when[48], path[512] = "";
+    size_t w = strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);  /* rundir.c's holder line, + ms */
+    snprintf(when + w, sizeof when - w, ".%03dZ", (int)(ts.tv_nsec / 1000000));
     json_t *bad = json_array();
     metrics_nonfinite(j, path, 0, sizeof path, bad);
     const char *job = getenv("SLURM_JOB_ID");

@@ -199,8 +199,8 @@ typedef struct train_run {
     long metrics_records;      /* records the run tried to write */
     long metrics_lost;         /* of them, not written (an I/O error or a record that would not serialise) */
     int metrics_errno;         /* the error of the last failed record; 0 once a record goes through */
-    int launch;                /* this launch's number in the run directory: 1 + the last record's */
-    long prev_step;            /* the step of the last record an earlier launch wrote, -1 if none */
+    int launch;                /* this launch's number: 1 + the highest in metrics.jsonl's tail */
+    long prev_step;            /* the furthest step earlier launches' records reached, -1 if none */
     long redo_until;           /* records of steps up to this one redo an earlier launch's (resume) */
     double t_launch;           /* train_now_s() when this launch set up its metrics */
     double eta_ms;             /* smoothed step time for the progress line's ETA; 0 before the first */

@@ -101,8 +101,6 @@ void train_metrics_write(train_run *r, void *j);
 void train_metrics_close(train_run *r);
 /* A JSON number, or null for NaN and infinities (JSON has neither); a json_t *. */
 void *train_json_num(double v);
-/* seconds as h:mm:ss (negative or non-finite: 0:00:00). */
-void train_hms(char *buf, size_t cap, double seconds);
 /* Rank 0: the step's metrics line and record. */
 void train_log_step(train_run *r, const train_step_stats *ss, double units, const char *unit);
 /* Collective: DGC-Pro's choice per tensor; rank 0 logs it. */
