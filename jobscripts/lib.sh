@@ -96,10 +96,11 @@ nebula_launch() {
 # log instead: rank 0's line "stopping at step N ... checkpoint committed ...; exit code 3"
 # (written after the collective commit, so it speaks for every rank) and, as the durable
 # proof, the COMMITTED marker of that step's checkpoint ("checkpoint committed: DIR" line).
-# Any other code is kept.
+# Any other code is kept: 5 (a monitor rule's stop action: a person decides, never
+# requeued), 1 (a failure, a diverged run).
 nebula_ranks_outcome() {
     local rc=$1 log=$2 step dir
-    case "$rc" in 0|2|3|4) echo "$rc"; return ;; esac
+    case "$rc" in 0|2|3|4|5) echo "$rc"; return ;; esac
     step=$(grep -a -o '^stopping at step [0-9]* of [0-9]* on request .*checkpoint committed.*exit code 3$' "$log" 2>/dev/null |
            tail -1 | awk '{ print $4 }')
     if [ -n "$step" ]; then
@@ -126,6 +127,8 @@ nebula_ranks_outcome() {
 #   outcome (nebula_ranks_outcome), not only the launcher's code: the launcher's output
 #   is also kept in NEBULA_LAUNCH_LOG (default: a file in TMPDIR, removed at the end).
 #
+# Only exit 3 requeues: 5 (an alert rule's `stop`, docs/monitor.md) and 1 (diverged, failed)
+# end the job with that code for a person to look at.
 # Returns the program's exit status; does not return after a requeue.
 nebula_run_requeueable() {
     local pid rc own_log=0

@@ -102,6 +102,7 @@ const char *status_str(status st)
     case STATUS_RELAUNCH: return "relaunch requested";
     case STATUS_DEVICE: return "device failure";
     case STATUS_DIVERGED: return "training diverged";
+    case STATUS_HALTED: return "stopped by a monitor rule";
     }
     return "unknown status";
 }
@@ -112,6 +113,7 @@ int status_exit_code(status st)
     if (st == STATUS_USAGE || st == STATUS_INPUT) return 2;
     if (st == STATUS_STOPPED) return 3;
     if (st == STATUS_RELAUNCH) return 4;
+    if (st == STATUS_HALTED) return 5;
     return 1;
 }
 

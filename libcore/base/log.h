@@ -26,6 +26,8 @@ typedef enum status {
     STATUS_DEVICE,      /* a GPU kernel, copy or library call failed (exit 1) */
     STATUS_DIVERGED,    /* training diverged: too many steps in a row with a non-finite loss or
                            gradient norm, or an update that made a parameter non-finite (exit 1) */
+    STATUS_HALTED,      /* stopped by a monitor rule's `stop` action, state saved; a person decides what
+                           next, so job scripts do not requeue (exit 5) */
 } status;
 
 typedef enum log_level {

@@ -182,6 +182,12 @@ void ckpt_writer_free(ckpt_writer *w);
  * in path, its step in *step), without verifying it; false when there is none or dir
  * cannot be listed. What a message points a resume at. */
 bool ckpt_last_committed(const char *dir, char *path, size_t len, int64_t *step);
+/* Not collective. The same for the newest committed checkpoint of a step below `before`. */
+bool ckpt_committed_before(const char *dir, int64_t before, char *path, size_t len, int64_t *step);
+/* Not collective (rank 0, no save running): removes every checkpoint under dir newer than
+ * `step` (marker first, durably, as pruning does), so that a resume with `auto` cannot take
+ * a state a rollback abandoned; returns how many committed ones it removed. */
+int ckpt_retire_after(const char *dir, int64_t step);
 
 /* Collective. `which` is "auto" (the newest committed checkpoint under dir that
  * verifies; corrupt, unreadable or uncommitted newer ones are reported with a warning

@@ -393,16 +393,41 @@ void ckpt_dir_discard(const char *dir, int64_t step)
 
 bool ckpt_last_committed(const char *dir, char *path, size_t len, int64_t *step)
 {
+    return ckpt_committed_before(dir, INT64_MAX, path, len, step);
+}
+
+bool ckpt_committed_before(const char *dir, int64_t before, char *path, size_t len, int64_t *step)
+{
     ckpt_entry *e;
     int n;
     bool found = false;
     if (ckpt_dir_list(dir, &e, &n) != STATUS_OK) return false;
     for (int i = 0; i < n && !found; i++) {
-        if (e[i].kind != CKPT_ENTRY_COMMITTED) continue;
+        if (e[i].kind != CKPT_ENTRY_COMMITTED || e[i].step >= before) continue;
         ckpt_dir_entry_path(path, len, dir, &e[i]);
         *step = e[i].step;
         found = true;
     }
     free(e);
     return found;
+}
+
+int ckpt_retire_after(const char *dir, int64_t step)
+{
+    ckpt_entry *e;
+    int n, removed = 0;
+    if (ckpt_dir_list(dir, &e, &n) != STATUS_OK) return 0;
+    for (int i = 0; i < n; i++) {
+        if (e[i].step <= step) continue;
+        char path[CKPT_PATH_MAX];
+        ckpt_dir_entry_path(path, sizeof path, dir, &e[i]);
+        if (e[i].kind == CKPT_ENTRY_COMMITTED) {
+            remove_committed(path, e[i].step, NULL);
+            removed++;
+        } else {
+            rmtree(path);
+        }
+    }
+    free(e);
+    return removed;
 }

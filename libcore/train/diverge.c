@@ -62,6 +62,29 @@ static int train_first_nonfinite(const param_table *t, const float *buf, size_t 
     return -1;
 }
 
+bool train_chaos_nan(const train_run *r)
+{
+#ifdef CHAOS
+    /* NEBULA_CHAOS_NAN = "5,6,7": the 5th, 6th and 7th step this process runs (counted
+     * across rollbacks, so a redone step is clean) get a NaN loss on every rank */
+    const char *list = getenv("NEBULA_CHAOS_NAN");
+    long tick = r->mon.ticks + 1;
+    for (const char *p = list; p && *p;) {
+        char *end;
+        long t = strtol(p, &end, 10);
+        if (end == p) break;
+        if (t == tick) {
+            if (r->rt->rank == 0) printf("chaos: injected a NaN loss at step %ld (the %ld-th step run)\n", r->step + 1, tick);
+            return true;
+        }
+        p = *end == ',' ? end + 1 : end;
+    }
+#else
+    (void)r;
+#endif
+    return false;
+}
+
 status train_check_start(train_run *r)
 {
     const param_table *pt = model_params(&r->m);
@@ -161,10 +184,24 @@ status train_skip(train_run *r, long step, double loss, double gnorm, double sta
                    r->skipped_in_a_row, limit);
         return STATUS_OK;
     }
+    if (train_monitor_guards_nonfinite(r)) {  /* the divergence guard: monitor.nonfinite_action decides */
+        train_metrics_write(r, json_pack("{s:s, s:I, s:s, s:I}", "kind", "skipped", "step", (json_int_t)step,
+                                         "reason", what, "in_a_row", (json_int_t)r->skipped_in_a_row));
+        log_error0("step %ld: %s; the step is skipped (%ld in a row, more than train.max_skipped_steps = %ld): "
+                   "monitor.nonfinite_action = %s", step, what, r->skipped_in_a_row, limit,
+                   config_str(r->cfg, "monitor.nonfinite_action"));
+        train_monitor_note_skip(r);
+        return STATUS_OK;
+    }
     char why[512];
     snprintf(why, sizeof why, "%s: %ld step(s) in a row skipped for non-finite values (more than "
              "train.max_skipped_steps = %ld); the parameters are those after step %ld", what, r->skipped_in_a_row,
              limit, r->last_applied);
+    return train_diverged(r, step, why);
+}
+
+status train_diverged(train_run *r, long step, const char *why)
+{
     train_log_diverged(r, step, why);
     return STATUS_DIVERGED;
 }

@@ -67,5 +67,7 @@ status train_evaluate(train_run *r)
     long n;
     TRY(train_eval_sums(r, &loss, &acc, &n));
     train_log_eval(r, loss, acc, n);
+    r->mon.eval_new = true;  /* the stagnation rule reads it at this step's end */
+    r->mon.last_eval = loss;
     return STATUS_OK;
 }

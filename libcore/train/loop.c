@@ -8,6 +8,7 @@
  * allreduce (MAX of three flags) before anyone acts, so every rank checkpoints,
  * applies a control file or stops at the same step — never some ranks alone. */
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 
@@ -21,6 +22,7 @@ static status train_checkpoint(train_run *r)
     double t0 = train_now_s();
     TRY(ckpt_save(r->ckpt, &c));
     double ms = (train_now_s() - t0) * 1e3;
+    if (r->step > r->mon.floor) r->mon.floor = LONG_MAX;  /* a newer state to roll back to */
     if (r->rt->rank != 0) return STATUS_OK;
     train_metrics_write(r, json_pack("{s:s, s:I, s:o, s:b}", "kind", "checkpoint", "step", (json_int_t)r->step,
                                      "stall_ms", train_json_num(ms), "async", config_bool(r->cfg, "ckpt.async")));
@@ -68,7 +70,7 @@ status train_loop(train_run *r)
     double units = train_units(r, &unit);
     double t_run = train_now_s(), t_ckpt = t_run, sum_ms = 0, sum_wait = 0;
     long timed = 0, first = r->step, saved = -1;
-    bool stopped = false;
+    bool stopped = false, halted = false;
     int relaunch = 0;  /* the world size a control file asked for */
     train_step_stats ss = { 0 };
     if (first >= r->steps) return train_nothing_to_do(r);
@@ -89,7 +91,7 @@ status train_loop(train_run *r)
         TRY(train_step(r, &ss));
         train_heartbeat(r);
         ckpt_poll(r->ckpt);  /* commits a finished background checkpoint without waiting */
-        if (r->step - first > 1) { sum_ms += ss.step_ms; sum_wait += ss.comm_wait_ms; timed++; }  /* skip warm-up */
+        if (r->mon.ticks >= 1) { sum_ms += ss.step_ms; sum_wait += ss.comm_wait_ms; timed++; }  /* skip warm-up */
         bool log_now = r->step % log_every == 0 || r->step == r->steps;
         if (log_now && r->dgc && dgc_active(r->dgc)) TRY(train_log_dgc_layers(r));
         if (log_now) train_log_step(r, &ss, units, unit);
@@ -98,17 +100,31 @@ status train_loop(train_run *r)
         if (r->val_data && eval_every > 0 && r->step % eval_every == 0 && r->step < r->steps) {
             TRY(train_evaluate(r));
         }
-        /* Checkpoint triggers, signals and a control file, agreed by every rank (rank 0's
-         * clock and file system decide). */
+        int alert;  /* rank 0's decision on the alert rules; 0 elsewhere */
+        TRY(train_monitor_step(r, &ss, units, &alert));
+        /* Checkpoint triggers, signals, a control file and the alerts' actions, agreed by
+         * every rank (rank 0's clock, file system and rules decide). */
         train_signals *sig = r->signals;
-        int flags[3] = { sig->checkpoint || sig->stop, (int)sig->stop, rt->rank == 0 && train_control_exists(r) };
+        int flags[4] = { sig->checkpoint || sig->stop, (int)sig->stop, rt->rank == 0 && train_control_exists(r), alert };
         if (rt->rank == 0 && ck_minutes > 0 && train_now_s() - t_ckpt >= ck_minutes * 60) flags[0] = 1;
         if (r->ckpt && ck_steps > 0 && r->step % ck_steps == 0) flags[0] = 1;
-        int agreed[3];
+        int agreed[4];
         comm_ctl ctl = train_ctl(r);
         ctl.name = "world (step-end agreement)";
-        TRY(comm_ctl_allreduce(ctl, flags, agreed, 3, MPI_INT, MPI_MAX));
+        TRY(comm_ctl_allreduce(ctl, flags, agreed, 4, MPI_INT, MPI_MAX));
         sig->checkpoint = 0;
+        if (agreed[3]) {
+            int act = agreed[3];
+            TRY(train_monitor_act(r, act));  /* lower_lr, disable_dgc, rollback */
+            if (act & TRAIN_MONITOR_CHECKPOINT) agreed[0] = 1;
+            /* a rollback is made durable at once (the skipped data, the lowered rate and the
+             * rollback count are part of the state); a suspect state is never saved by a stop */
+            if (act & TRAIN_MONITOR_ROLLBACK) agreed[0] = 1;
+            else if ((act & TRAIN_MONITOR_STOP) && (act & TRAIN_MONITOR_SUSPECT) && !(act & TRAIN_MONITOR_CHECKPOINT))
+                agreed[0] = 0;
+            else if (act & TRAIN_MONITOR_STOP) agreed[0] = 1;
+            halted = act & TRAIN_MONITOR_STOP;
+        }
         if (agreed[2]) {  /* before the checkpoint: a batch change is part of the state it saves */
             TRY(train_control(r, &relaunch));
             units = train_units(r, NULL);
@@ -120,6 +136,16 @@ status train_loop(train_run *r)
             saved = r->step;
         }
         if (relaunch) {
+            stopped = true;
+            break;
+        }
+        if (halted) {
+            if (rt->rank == 0)
+                printf("stopping at step %ld of %ld: a monitor rule's stop action (the alert above): %s; exit code 5 "
+                       "(not requeued)\n", r->step, r->steps,
+                       !r->ckpt ? "checkpoints are off" : agreed[0] ? "checkpoint committed"
+                                : "the state may be bad (explosion or non-finite values): not saved, the last committed "
+                                  "checkpoint stays the newest");
             stopped = true;
             break;
         }
@@ -157,11 +183,11 @@ status train_loop(train_run *r)
          * time, and that ratio read 1930% on an imbalanced run. */
         double exposed = mean > 0 ? fmin(100.0, fmax(0.0, 100 * wait / mean)) : 0.0;
         printf("summary: steps=%ld steps_run=%ld final_loss=%.6f mean_step_ms=%.1f %s=%.1f comm_wait_ms=%.2f "
-               "comm_ms=%.2f exposed_comm=%.0f%% time_s=%.1f run_dir=%s\n", r->step, r->step - first, ss.loss, mean,
+               "comm_ms=%.2f exposed_comm=%.0f%% time_s=%.1f run_dir=%s\n", r->step, r->mon.ticks, ss.loss, mean,
                unit, mean > 0 ? units / (mean / 1e3) : 0.0, wait, r->comm_ms, exposed, train_now_s() - t_run,
                r->run_dir);
         json_t *j = json_pack("{s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:I}", "kind", "summary", "steps",
-                              (json_int_t)r->step, "steps_run", (json_int_t)(r->step - first), "final_loss",
+                              (json_int_t)r->step, "steps_run", (json_int_t)r->mon.ticks, "final_loss",
                               train_json_num(ss.loss), "mean_step_ms", train_json_num(mean), "comm_wait_ms",
                               train_json_num(wait), "comm_ms", train_json_num(r->comm_ms), "exposed_comm_pct",
                               train_json_num(exposed), "metrics_lost", (json_int_t)r->metrics_lost);
@@ -171,5 +197,5 @@ status train_loop(train_run *r)
                    "training was not affected\n", r->metrics_lost, r->metrics_records, r->run_dir);
         fflush(stdout);
     }
-    return relaunch ? STATUS_RELAUNCH : stopped ? STATUS_STOPPED : STATUS_OK;
+    return relaunch ? STATUS_RELAUNCH : halted ? STATUS_HALTED : stopped ? STATUS_STOPPED : STATUS_OK;
 }

@@ -83,6 +83,39 @@ const config_key train_schema_keys[] = {
     { "elastic", "lr_rule", CONFIG_TYPE_ENUM, "linear", .choices = "linear|sqrt|none",
       .help = "how lr follows a global_batch change from run_dir/control (linear: Goyal et al. 2017; sqrt: "
               "Adam-family, Malladi et al. 2022), unless the file names lr_rule" },
+    /* alert rules (monitor.c, docs/monitor.md): a threshold (0: the rule is off) and the
+     * actions it takes, a list of log, checkpoint, stop, lower_lr, rollback, disable_dgc */
+    { "monitor", "explosion", CONFIG_TYPE_FLOAT, "1e5", .min = 0, .max = 1e300,
+      .help = "gradient explosion: a global gradient norm above this (0: off)" },
+    { "monitor", "explosion_action", CONFIG_TYPE_STRING, "log", .help = "actions of the explosion rule" },
+    { "monitor", "nonfinite_action", CONFIG_TYPE_STRING, "rollback",
+      .help = "divergence guard: actions when more than train.max_skipped_steps steps in a row had a non-finite "
+              "loss or gradient (log: end the run as diverged, exit 1, as before)" },
+    { "monitor", "spike_z", CONFIG_TYPE_FLOAT, "0", .min = 0, .max = 1e9,
+      .help = "loss spike: the loss's robust z-score (median, MAD) over monitor.window above this (0: off)" },
+    { "monitor", "spike_action", CONFIG_TYPE_STRING, "log", .help = "actions of the loss-spike rule" },
+    { "monitor", "stagnation_patience", CONFIG_TYPE_INT, "0", .min = 0, .max = 1e9,
+      .help = "stagnation: this many evaluations in a row without a better held-out loss (0: off; needs data.val)" },
+    { "monitor", "stagnation_min_delta", CONFIG_TYPE_FLOAT, "0", .min = 0, .max = 1e30,
+      .help = "stagnation: how much lower a held-out loss must be to count as better" },
+    { "monitor", "stagnation_action", CONFIG_TYPE_STRING, "log", .help = "actions of the stagnation rule" },
+    { "monitor", "throughput_drop", CONFIG_TYPE_FLOAT, "0", .min = 0, .max = 1,
+      .help = "throughput drop: 3 steps in a row below this fraction of monitor.window's median (0: off)" },
+    { "monitor", "throughput_action", CONFIG_TYPE_STRING, "log", .help = "actions of the throughput rule" },
+    { "monitor", "comm_stall", CONFIG_TYPE_FLOAT, "0", .min = 0, .max = 1,
+      .help = "communication stall: a rank waited for gradient communication this fraction of the step (0: off)" },
+    { "monitor", "comm_stall_action", CONFIG_TYPE_STRING, "log", .help = "actions of the comm-stall rule" },
+    { "monitor", "memory_growth", CONFIG_TYPE_SIZE, "0", .min = 0, .max = 1ull << 50,
+      .help = "memory growth: a rank's resident set grew this much since the warm-up steps (0: off)" },
+    { "monitor", "memory_action", CONFIG_TYPE_STRING, "log", .help = "actions of the memory-growth rule" },
+    { "monitor", "window", CONFIG_TYPE_INT, "50", .min = 8, .max = TRAIN_MONITOR_WINDOW_MAX,
+      .help = "steps of loss and throughput history the spike and throughput rules compare with" },
+    { "monitor", "cooldown", CONFIG_TYPE_INT, "10", .min = 1, .max = 1e9,
+      .help = "steps before a rule that fired may fire again" },
+    { "monitor", "lr_factor", CONFIG_TYPE_FLOAT, "0.5", .min = 1e-6, .max = 1,
+      .help = "lower_lr: the factor each action multiplies the learning rate by" },
+    { "monitor", "max_rollbacks", CONFIG_TYPE_INT, "1", .min = 0, .max = 1e6,
+      .help = "rollbacks a run may take; a rollback past them ends the run as diverged (exit 1)" },
 };
 const int train_schema_nkeys = (int)(sizeof train_schema_keys / sizeof train_schema_keys[0]);
 
@@ -163,6 +196,8 @@ void train_ckpt_content(train_run *r, ckpt_content *c)
     /* optional: a checkpoint written without compression, or at another node size, resumes with a fresh state */
     if (r->dgc)
         c->blobs[c->nblobs++] = (ckpt_blob){ TRAIN_CKPT_DGC, dgc_state(r->dgc), dgc_state_bytes(r->dgc), true, false };
+    /* optional: a checkpoint older than the monitor resumes with no lowered rate and no rollback taken */
+    c->blobs[c->nblobs++] = (ckpt_blob){ TRAIN_CKPT_MONITOR, &r->mon.ck, sizeof r->mon.ck, true, false };
 }
 
 const ckpt_blob *train_ckpt_blob(const ckpt_content *c, const char *name)

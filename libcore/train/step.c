@@ -88,7 +88,7 @@ static void train_set_hook(train_run *r, bool on)
  * that produced it. */
 static double train_lr_scale(const train_run *r)
 {
-    double s = lr_at(&r->sched, r->step) * r->elastic.lr_factor / r->sched.base_lr;
+    double s = lr_at(&r->sched, r->step) * r->elastic.lr_factor * r->mon.ck.lr_scale / r->sched.base_lr;
     return s > 0 ? s : 1.0;
 }
 
@@ -132,6 +132,7 @@ status train_step(train_run *r, train_step_stats *ss)
      * under DGC-Pro, of the local gradients: the exchange would fold them into the
      * residuals, so the verdict comes before it) */
     double part[3] = { loss / r->tb.accum, state ? (double)train_count_nonfinite(state, nstate) : 0, 0 }, sum[3];
+    if (train_chaos_nan(r)) part[0] = NAN;  /* CHAOS build only: a NaN loss on purpose */
     bool summed = false, exchanged = false;
     if (compress) {
         if (r->tb.accum > 1) grad_scale(pb->grads, pt->total, 1.0f / (float)r->tb.accum);
@@ -155,7 +156,7 @@ status train_step(train_run *r, train_step_stats *ss)
     /* the norm either way; DGC clipped each node's contribution before compressing */
     if (!compress || exchanged)
         optim_clip_grad_norm(pb->grads, pt->total, r->opt.clip > 0 && !compress ? r->opt.clip : INFINITY, &ss->gnorm);
-    ss->lr = lr_at(&r->sched, r->step) * r->elastic.lr_factor;
+    ss->lr = lr_at(&r->sched, r->step) * r->elastic.lr_factor * r->mon.ck.lr_scale;
     ckpt_fence(r->ckpt);  /* an async checkpoint's background copy of the state must be done */
     bool skip = !isfinite(ss->loss) || !isfinite(ss->gnorm) || sum[1] > 0 || sum[2] > 0;
     if (skip) {

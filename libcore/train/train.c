@@ -139,6 +139,7 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
         log_error0("the learning-rate schedule is not usable: %s (see the [optim] keys)", why);
         return STATUS_INPUT;
     }
+    TRY(train_monitor_setup(r));
 
     r->use_zero = config_int(cfg, "train.zero") == 1;
     if (r->use_zero && config_bool(cfg, "ckpt.async")) {
@@ -312,6 +313,79 @@ status train_resume(train_run *r)
         printf("resumed from %s at step %ld%s%s\n", info.path, r->step,
                info.resharded ? " (written at another world size: same global batch, accumulation recomputed)" : "",
                info.skipped ? " (newer checkpoints were skipped, see the warnings above)" : "");
+    return STATUS_OK;
+}
+
+/* The initial state, from the seed alone (the design's promise: step 0 is a function of
+ * train.seed), into the run's buffers: a scratch model of one sample gives the
+ * parameters and ResNet's statistics; moments and compression state start at zero. */
+static status train_reinit(train_run *r)
+{
+    model s;
+    memset(&s, 0, sizeof s);
+    TRY(model_init_on(&s, &r->spec, 1, r->T, r->seed, false, &r->dev));
+    const param_table *pt = model_params(&r->m);
+    param_buffers *pb = model_buffers(&r->m);
+    memcpy(pb->params, model_buffers(&s)->params, pt->total * sizeof *pb->params);
+    float *state = model_state(&r->m);
+    if (state) memcpy(state, model_state(&s), model_state_table(&r->m)->total * sizeof *state);
+    model_free(&s);
+    if (pb->m) memset(pb->m, 0, pt->total * sizeof *pb->m);
+    if (pb->v) memset(pb->v, 0, pt->total * sizeof *pb->v);
+    if (r->use_zero && r->zero.m) memset(r->zero.m, 0, r->zero.owned * sizeof *r->zero.m);
+    if (r->use_zero && r->zero.v) memset(r->zero.v, 0, r->zero.owned * sizeof *r->zero.v);
+    if (r->dgc) dgc_state_reset(r->dgc);
+    return STATUS_OK;
+}
+
+status train_rollback(train_run *r)
+{
+    long from = r->step;
+    char dir[4200], path[4300] = "";
+    int64_t at = -1;
+    snprintf(dir, sizeof dir, "%s/ckpt", r->run_dir);
+    if (r->ckpt) TRY(ckpt_wait(r->ckpt));  /* a background save commits (or fails) first */
+    /* rank 0 picks, every rank loads the same one */
+    long before = r->mon.floor < from + 1 ? r->mon.floor : from + 1;
+    if (r->rt->rank == 0 && !(r->ckpt && ckpt_committed_before(dir, before, path, sizeof path, &at))) path[0] = '\0';
+    TRY(comm_ctl_bcast_bytes(train_ctl(r), path, sizeof path, 0));
+    data_state loader = r->loader_state;  /* the data of the undone steps is skipped */
+    train_elastic elastic = r->elastic;
+    train_monitor_ckpt mon = r->mon.ck;
+    if (path[0]) {
+        ckpt_content c;
+        train_ckpt_content(r, &c);
+        ckpt_info info;
+        TRY(ckpt_load(r->rt->world, dir, path, &c, &info));
+        at = info.step;
+        if (r->dgc && (!train_ckpt_blob(&c, TRAIN_CKPT_DGC)->loaded || dgc_state_loaded(r->dgc) != STATUS_OK))
+            dgc_state_reset(r->dgc);
+    } else {
+        at = 0;
+        TRY(train_reinit(r));
+    }
+    r->loader_state = loader, r->elastic = elastic, r->mon.ck = mon;
+    r->mon.ck.rollbacks++;
+    TRY(data_set_state(r->train_data, &r->loader_state));
+    r->step = (long)at;
+    r->mon.floor = (long)at;  /* another alert before a newer commit goes further back */
+    memset(r->mon.fired, 0, sizeof r->mon.fired);  /* from here on the rules watch a new trajectory */
+    r->mon.nloss = r->mon.at_loss = r->mon.slow_in_a_row = 0;
+    r->skipped_in_a_row = 0;
+    r->last_applied = r->step;
+    r->params_checked = false;
+    if (r->redo_until < from) r->redo_until = from;
+    int retired = r->rt->rank == 0 && r->ckpt ? ckpt_retire_after(dir, at) : 0;
+    if (r->rt->rank != 0) return STATUS_OK;
+    printf("rollback: step %ld -> %s (step %ld); the data of steps %ld-%ld is skipped%s (rollback %" PRId64
+           " of monitor.max_rollbacks = %" PRId64 ")\n", from, path[0] ? path : "the initial state from train.seed",
+           r->step, r->step + 1, from, retired ? "; newer checkpoints removed" : "", r->mon.ck.rollbacks,
+           config_int(r->cfg, "monitor.max_rollbacks"));
+    fflush(stdout);
+    train_metrics_write(r, json_pack("{s:s, s:I, s:I, s:o, s:I, s:I}", "kind", "rollback", "step", (json_int_t)from,
+                                     "to_step", (json_int_t)r->step, "checkpoint",
+                                     path[0] ? json_string(path) : json_null(), "checkpoints_removed",
+                                     (json_int_t)retired, "rollbacks", (json_int_t)r->mon.ck.rollbacks));
     return STATUS_OK;
 }
 

@@ -10,8 +10,8 @@
  *
  * Files: schema.c (config keys, checkpoint content), batch.c (batch arithmetic, the
  * loaders, filling a micro-batch), step.c (the step and DGC-Pro's auto mode),
- * eval.c, metrics.c, elastic.c, loop.c (the step loop, checkpoints), train.c
- * (setup, resume, free). Layering inside: batch.c <- elastic.c <- train.c, loop.c;
+ * eval.c, metrics.c, elastic.c, monitor.c (alert rules and actions), loop.c (the step
+ * loop, checkpoints), train.c (setup, resume, rollback, free). Layering inside: batch.c <- elastic.c <- train.c, loop.c;
  * elastic never calls back into the loop.
  *
  * The one design decision: every source of randomness after initialisation is a
@@ -51,6 +51,7 @@
 #define TRAIN_CKPT_LOADER  "loader"   /* blob: data_state, the training loader's position */
 #define TRAIN_CKPT_ELASTIC "elastic"  /* blob, optional: train_elastic */
 #define TRAIN_CKPT_DGC     "dgc"      /* blob, optional: DGC-Pro's per-rank state */
+#define TRAIN_CKPT_MONITOR "monitor"  /* blob, optional: train_monitor_ckpt */
 
 /* The tensor groups of a model's checkpoint, in the order they are written. */
 typedef enum train_ckpt_group {
@@ -106,6 +107,36 @@ typedef struct train_elastic {
     int64_t global_batch;      /* GB in force: the config's until a control file changes it */
     double lr_factor;          /* multiplies the schedule's rate: lr_rule applied to GB / configured GB */
 } train_elastic;
+
+/* The monitor's state that outlives a step and a rollback (monitor.c): checkpointed as the
+ * optional blob "monitor" (fixed layout, no padding), so a resumed run lowers and rolls
+ * back exactly as the uninterrupted one would. */
+typedef struct train_monitor_ckpt {
+    double lr_scale;           /* product of the lower_lr actions taken: multiplies the schedule's rate */
+    int64_t rollbacks;         /* rollbacks taken by the run (monitor.max_rollbacks bounds them) */
+} train_monitor_ckpt;
+
+#define TRAIN_MONITOR_WINDOW_MAX 1024  /* monitor.window's bound: the ring buffers below */
+
+/* The monitor's state (monitor.c): windows of the step's global figures, and the
+ * rules' own state. Every rank keeps it, so every rank could decide; rank 0 does. */
+typedef struct train_monitor {
+    train_monitor_ckpt ck;     /* checkpointed */
+    double loss[TRAIN_MONITOR_WINDOW_MAX]; /* ring: the losses of the last applied steps */
+    double rate[TRAIN_MONITOR_WINDOW_MAX]; /* ring: the throughput of the last steps (units/s) */
+    int nloss, nrate;          /* entries held (at most monitor.window) */
+    int at_loss, at_rate;      /* next slot to write */
+    int slow_in_a_row;         /* steps in a row below monitor.throughput_drop x the median */
+    double best_eval;          /* the best held-out loss so far (INFINITY before the first) */
+    int evals_since_best;      /* evaluations since it improved by more than monitor.stagnation_min_delta */
+    bool eval_new;             /* an evaluation ran at this step (eval.c sets it, with last_eval) */
+    double last_eval;
+    double rss0;               /* this rank's resident set (bytes) after the warm-up steps; 0 before */
+    long ticks;                /* steps run by this launch (a rollback does not rewind it) */
+    long fired[8];             /* the tick each rule last fired, for monitor.cooldown (0: never) */
+    bool nonfinite_due;        /* train_skip: more than train.max_skipped_steps skipped in a row */
+    long floor;                /* a rollback goes to a checkpoint older than this step (LONG_MAX: any) */
+} train_monitor;
 
 /* Requests from signal handlers, owned by the program: the handler sets a field, the
  * loop reads them at each step end (all ranks agree on them there). */
@@ -213,6 +244,7 @@ typedef struct train_run {
     bool params_checked;       /* the parameters this run started from were found finite */
     double last_loss;          /* the last step's loss and gradient norm (for the divergence message) */
     double last_gnorm;
+    train_monitor mon;         /* alert rules and their actions (monitor.c) */
 } train_run;
 
 /* Builds the run: batch, data, model, optimizer, ZeRO, buckets, DGC-Pro, checkpoint

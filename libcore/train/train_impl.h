@@ -65,6 +65,43 @@ status train_check_state(train_run *r);
  * STATUS_DIVERGED, logged with the last commit and a HINT, past train.max_skipped_steps. */
 status train_skip(train_run *r, long step, double loss, double gnorm, double state_bad, double grads_bad);
 
+/* CHAOS build: whether this step's loss is made NaN (NEBULA_CHAOS_NAN, a list of the
+ * process's step counts); false in the normal build. */
+bool train_chaos_nan(const train_run *r);
+/* Ends the run as diverged (rank 0 logs why, the last commit and a HINT): STATUS_DIVERGED. */
+status train_diverged(train_run *r, long step, const char *why);
+
+/* ---- monitor.c: alert rules and actions (docs/monitor.md) ---- */
+/* The actions a rule may take, as bits in the step-end agreement. */
+#define TRAIN_MONITOR_LOG         (1 << 0)
+#define TRAIN_MONITOR_CHECKPOINT  (1 << 1)
+#define TRAIN_MONITOR_STOP        (1 << 2)
+#define TRAIN_MONITOR_LOWER_LR    (1 << 3)
+#define TRAIN_MONITOR_ROLLBACK    (1 << 4)
+#define TRAIN_MONITOR_DISABLE_DGC (1 << 5)
+#define TRAIN_MONITOR_SUSPECT     (1 << 6)  /* not an action: the state may be bad (explosion, non-finite) */
+/* Whether cfg's [monitor] action lists parse: 0, or -1 with why naming the key (setup, reload). */
+int train_monitor_check(const config *cfg, char *why, size_t len);
+/* At setup: checks the keys (STATUS_INPUT, logged) and clears the state. */
+status train_monitor_setup(train_run *r);
+/* After each step and its evaluation (collective while a per-rank rule is on): rank 0's
+ * decision in *actions (0 elsewhere), its alerts logged and recorded. */
+status train_monitor_step(train_run *r, const train_step_stats *ss, double units, int *actions);
+/* Every rank, with the agreed actions: lowers the rate, switches DGC-Pro off, rolls back
+ * (STATUS_DIVERGED past monitor.max_rollbacks). Checkpoint and stop are the loop's. */
+status train_monitor_act(train_run *r, int actions);
+/* train_skip: more than train.max_skipped_steps in a row; the guard's rule fires next. */
+void train_monitor_note_skip(train_run *r);
+/* Whether the guard's actions take over from ending the run (rollback or stop among them). */
+bool train_monitor_guards_nonfinite(const train_run *r);
+
+/* ---- train.c ---- */
+/* Collective: restores the newest committed checkpoint below the monitor's floor (the
+ * initial state, from the seed, when there is none), keeping the loader's position (the
+ * data of the undone steps is skipped), the elastic batch and the monitor's own state;
+ * newer checkpoints are removed; recorded as a rollback. */
+status train_rollback(train_run *r);
+
 /* ---- step.c ---- */
 /* DGC-Pro at setup: off, forced on, or auto (ruled out for small models, one node). */
 status train_dgc_setup(train_run *r);

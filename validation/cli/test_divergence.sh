@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_divergence — a run whose numbers stop being finite ends as diverged, on every family:
 #   - gpt2-tiny (AdamW, and SGD), bert-tiny and resnet18-cifar at optim.lr = 1000 without
-#     clipping exit 1 saying the run diverged, naming the last committed checkpoint and a
+#     clipping, the divergence guard's rollback off (monitor.nonfinite_action = log; the
+#     guard is test_monitor's), exit 1 saying the run diverged, naming the last committed checkpoint and a
 #     HINT: after train.max_skipped_steps = 2 skipped steps (a NaN loss, or ResNet's
 #     running statistics overflowing) the third, or at once when an update overflows
 #     (AdamW's second moment); never an internal CHECK or MPI_Abort; each skip line names
@@ -28,6 +29,7 @@ diverge() {
     timeout 120 stdbuf -oL $TRAIN --model "$model" "$@" --set train.micro_batch=2 --steps 40 --lr 1000 \
         --set optim.schedule=constant --set optim.warmup_steps=0 --set train.clip=0 --set train.threads=1 \
         --set runtime.bind=none --set train.log_interval=1 --set ckpt.every_steps=2 --set train.max_skipped_steps=2 \
+        --set monitor.nonfinite_action=log \
         --run-dir "$tmp/$name" >"$tmp/$name.log" 2>&1 </dev/null
 }
 

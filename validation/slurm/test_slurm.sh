@@ -7,7 +7,8 @@
 #   scripts    every job script passes bash -n and shellcheck; outside a job they exit 2
 #   train      train.sbatch with srun and with mpirun: completes with a committed checkpoint
 #              that nebula-ckpt verifies, both launchers' final parameters bit-identical;
-#              a tree without binaries and a wrong launcher fail with exit 2 and say why
+#              a tree without binaries and a wrong launcher fail with exit 2 and say why;
+#              an alert rule's stop action ends the job with exit 5, not requeued
 #   requeue    train.sbatch with --time=1 --signal=B:USR1@30: the pre-timeout signal
 #              reaches the ranks, they checkpoint and stop, the job requeues itself and
 #              resumes (SLURM_RESTART_COUNT=1) and ends with parameters and optimizer state
@@ -143,6 +144,13 @@ train)
     check "NEBULA_LAUNCHER=pdsh: exit 2 naming the valid values" \
         grep -q "valid values are srun and mpirun" "$out/launcher.out"
     check "... exit code 2" test "$(job_field "$jid" ExitCode)" = 2:0
+    # a monitor rule's stop (exit 5) ends the job for a person: it is not requeued
+    jid=$(sbatch --parsable -o "$out/halt.out" jobscripts/train.sbatch --run-dir "$tmp/run-halt" "${TRAIN_ARGS[@]}" \
+          --steps 40 --set monitor.explosion=1e-9 --set monitor.explosion_action=stop)
+    wait_job "$jid" 120 >/dev/null
+    check "an alert's stop action: FAILED with exit 5" test "$(job_field "$jid" ExitCode)" = 5:0
+    check "... not requeued" test "$(job_field "$jid" Restarts)" = 0
+    check "... saying why" grep -q "^stopping at step 1 of 40: a monitor rule's stop action" "$out/halt.out"
     ;;
 requeue)
     # 1500 steps take about a minute here. The pre-timeout signal comes within the first

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# test_monitor — the alert rules and their actions (docs/monitor.md), on GPT-2 tiny at 2 ranks:
+#   - explosion: optim.lr = 1000 makes the gradient norm explode at step 2; the rule's
+#     rollback returns to the initial state (no checkpoint yet), lower_lr divides the rate,
+#     and the run finishes with a finite loss; the redone step 1 has the loss of the first
+#     (the same state, the same fixed batch);
+#   - the divergence guard (on by default), through the CHAOS build's NaN loss: three NaN
+#     steps in a row (train.max_skipped_steps = 2) roll back to the committed checkpoint of
+#     step 6 once, and every step from there has the loss of a plain resume of that
+#     checkpoint, bit for bit (the rollback restores exactly the committed state); a second stretch of
+#     NaN steps ends the run as diverged (exit 1, the one rollback taken); with
+#     monitor.nonfinite_action = stop it exits 5 and saves nothing of the suspect state;
+#   - stagnation: at optim.lr = 0 the held-out loss never improves: the rule fires after
+#     monitor.stagnation_patience evaluations and its stop action checkpoints and exits 5;
+#   - bad action lists and a stagnation rule without held-out data exit 2 naming the key;
+#   - every metrics.jsonl line parses strictly (finish), the NaN step's record included.
+set -u
+cd "$(dirname "$0")/../.."
+. validation/cli/lib.sh
+chaos_build_data
+export OMPI_MCA_rmaps_base_oversubscribe=1
+
+# run NAME TRAIN [ARG...]: 2 ranks of GPT-2 tiny on one fixed synthetic batch; exit code in $rc
+run() {
+    local name=$1 bin=$2
+    shift 2
+    $MPIRUN -np 2 $bin --config configs/train/gpt2-tiny-licenses.ini --run-dir "$tmp/$name" \
+        --set data.train=synthetic-fixed --set data.val= --set optim.warmup_steps=0 --set optim.schedule=constant \
+        --set train.log_interval=1 --set train.threads=1 --set runtime.bind=none "$@" >"$tmp/$name.log" 2>&1 </dev/null
+    rc=$?
+}
+# losses RUN_DIR: "step loss" of the train records, redone or not: redone|first
+losses() {
+    $PY - "$1/metrics.jsonl" "$2" <<'PY'
+import json, sys
+want = sys.argv[2] == "redone"
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    if r["kind"] == "train" and bool(r.get("redone")) == want: print(r["step"], r["loss"])
+PY
+}
+kinds() { $PY -c 'import json,sys; print(" ".join(json.loads(l)["kind"] for l in open(sys.argv[1])))' "$1/metrics.jsonl"; }
+has_kinds() { kinds "$1" | grep -q "$2"; }
+
+# --- explosion -> rollback to the initial state -> lower_lr -> a finite end ---------------
+run explode "$TRAIN" --lr 1000 --steps 10 --set monitor.explosion_action=rollback,lower_lr \
+    --set monitor.lr_factor=0.0001 --set monitor.max_rollbacks=3 --set ckpt.every_steps=4
+check "explosion: exit 0 (got $rc)" test $rc -eq 0
+check "explosion: the alert names the rule and its actions" \
+    grep -q "^alert step=2 rule=explosion: gradient norm .* above monitor.explosion = 100000; actions: lower_lr, rollback" \
+    "$tmp/explode.log"
+check "... rolled back to the initial state" grep -q "^rollback: step 2 -> the initial state from train.seed (step 0)" \
+    "$tmp/explode.log"
+check "... the records: alert, lower_lr, rollback, in that order" has_kinds "$tmp/explode" "alert lower_lr rollback"
+first=$(losses "$tmp/explode" first | awk '$1 == 1 {print $2}') redo=$(losses "$tmp/explode" redone | awk '$1 == 1 {print $2}')
+check "... the redone step 1 has the first step 1's loss ($first = $redo)" test -n "$first" -a "$first" = "$redo"
+check "... lower_lr: every step after the rollback ran at 1000 x 0.0001 = 0.1" $PY -c 'import json, sys
+r = [json.loads(l) for l in open(sys.argv[1])]
+i = [k for k, x in enumerate(r) if x["kind"] == "rollback"][0]
+lrs = [x["lr"] for x in r[i:] if x["kind"] == "train"]
+sys.exit(not (len(lrs) == 10 and all(abs(v - 0.1) <= 1e-12 for v in lrs)))' "$tmp/explode/metrics.jsonl"
+check "... the run ends at step 10 with a finite loss" grep -qE "^summary: steps=10 .*final_loss=[0-9.]+ " "$tmp/explode.log"
+
+# --- the divergence guard: NaN steps 5-7 -> rollback to the committed step 6 --------------
+# (skipped steps change no state: step 6's checkpoint holds step 4's parameters.) The
+# reference: the same NaN steps 5-6 in a run that stops at 6, resumed without them to 10.
+NEBULA_CHAOS_NAN=5,6 run ref "$CHAOS" --steps 6 --set ckpt.every_steps=2 --set train.max_skipped_steps=2
+run ref "$TRAIN" --steps 10 --set ckpt.every_steps=2
+NEBULA_CHAOS_NAN=5,6,7 run guard "$CHAOS" --steps 10 --set ckpt.every_steps=2 --set train.max_skipped_steps=2
+check "guard: exit 0 (got $rc)" test $rc -eq 0
+check "guard: three NaN steps, the third past train.max_skipped_steps" \
+    grep -q "^alert step=7 rule=nonfinite: 3 step(s) in a row skipped .*; actions: rollback" "$tmp/guard.log"
+check "... rolled back to the committed step 6" grep -q "^rollback: step 7 -> $tmp/guard/ckpt/step_00000006 (step 6)" \
+    "$tmp/guard.log"
+check "... steps 7-10 after the rollback have the losses of a resume of that checkpoint, bit for bit" \
+    diff <(losses "$tmp/ref" first | awk '$1 >= 7') <(losses "$tmp/guard" redone; losses "$tmp/guard" first | awk '$1 > 7')
+check "... the NaN steps' records: loss null, named in nonfinite" $PY -c 'import json, sys
+r = [json.loads(l) for l in open(sys.argv[1])]
+nan = [x for x in r if x["kind"] == "train" and x["loss"] is None]
+sys.exit(not (len(nan) == 3 and all("loss" in x["nonfinite"] for x in nan)))' "$tmp/guard/metrics.jsonl"
+
+NEBULA_CHAOS_NAN=3,4,5,8,9,10 run twice "$CHAOS" --steps 12 --set ckpt.every_steps=2 --set train.max_skipped_steps=2
+check "guard: a second stretch of NaN steps after the one rollback: exit 1 (got $rc)" test $rc -eq 1
+check "... diverged, saying the rollback was taken" \
+    grep -q "the run diverged: an alert asked for a rollback, but the run took 1 already (monitor.max_rollbacks = 1)" \
+    "$tmp/twice.log"
+check "... one rollback record, one diverged record" \
+    test "$(kinds "$tmp/twice" | tr ' ' '\n' | grep -cxE 'rollback|diverged')" -eq 2
+
+NEBULA_CHAOS_NAN=5,6,7 run stop "$CHAOS" --steps 10 --set ckpt.every_steps=2 --set train.max_skipped_steps=2 \
+    --set monitor.nonfinite_action=stop
+check "guard with stop: exit 5 (got $rc)" test $rc -eq 5
+check "... the suspect state is not saved, the last commit stays the newest" \
+    grep -q "^stopping at step 7 of 10: a monitor rule's stop action .*not saved, the last committed checkpoint stays the newest; exit code 5" \
+    "$tmp/stop.log"
+check "... whose step is 6 (skipped steps change nothing)" test -e "$tmp/stop/ckpt/step_00000006/COMMITTED" -a \
+    ! -e "$tmp/stop/ckpt/step_00000007"
+
+# --- stagnation on lr 0 -> stop, with a checkpoint ------------------------------------------
+$MPIRUN -np 2 "$TRAIN" --config configs/train/gpt2-tiny-licenses.ini --run-dir "$tmp/stag" --data "$data/train.bin" \
+    --val "$data/val.bin" --lr 0 --set optim.min_lr=0 --set optim.warmup_steps=0 --steps 30 --set train.eval_interval=2 --set train.eval_batches=1 \
+    --set train.threads=1 --set runtime.bind=none --set ckpt.every_steps=100 --set monitor.stagnation_patience=3 \
+    --set monitor.stagnation_action=log,stop >"$tmp/stag.log" 2>&1 </dev/null
+rc=$?
+check "stagnation at lr 0: exit 5 (got $rc)" test $rc -eq 5
+check "... after 3 evaluations without a better held-out loss (the first sets the best)" \
+    grep -q "^alert step=8 rule=stagnation: no held-out loss better than .* in 3 evaluations" "$tmp/stag.log"
+check "... the stop checkpoints (not requeued)" \
+    grep -q "^stopping at step 8 of 30: a monitor rule's stop action (the alert above): checkpoint committed; exit code 5 (not requeued)" \
+    "$tmp/stag.log"
+check "... step 8 committed" test -e "$tmp/stag/ckpt/step_00000008/COMMITTED"
+
+# --- checkpoint and disable_dgc on a rule that fires at once; a comm stall --------------
+run dgc "$TRAIN" --steps 6 --ranks-per-node 1 --set dgc.mode=on --set monitor.explosion=1e-9 \
+    --set monitor.explosion_action=checkpoint,disable_dgc --set monitor.comm_stall=1e-9
+check "DGC-Pro run: exit 0 (got $rc)" test $rc -eq 0
+check "... the explosion rule fired at step 1 only (monitor.cooldown = 10)" \
+    test "$(grep -c '^alert step=[0-9]* rule=explosion' "$tmp/dgc.log")" = 1 -a -n "$(grep '^alert step=1 rule=explosion' "$tmp/dgc.log")"
+check "... its checkpoint action saved step 1" test -e "$tmp/dgc/ckpt/step_00000001/COMMITTED"
+check "... its disable_dgc action switched DGC-Pro off" grep -q "^monitor: DGC-Pro switched off; the next step is dense" \
+    "$tmp/dgc.log"
+check "... DGC-Pro's per-layer line only before that" test "$(grep -c '^dgc layers: ' "$tmp/dgc.log")" -eq 1
+check "... the comm-stall rule fired after the warm-up steps" grep -q "^alert step=3 rule=comm_stall: a rank waited" \
+    "$tmp/dgc.log"
+
+# --- bad rules --------------------------------------------------------------------------
+expect "an unknown action exits 2 naming the key and the actions" 2 \
+    "monitor.spike_action = 'log,page': unknown action 'page' (a list of: log, checkpoint, stop, lower_lr, rollback, disable_dgc)" \
+    -- "$TRAIN" --config configs/train/gpt2-tiny-licenses.ini --run-dir "$tmp/bad" --set monitor.spike_action=log,page
+expect "stagnation without held-out data exits 2" 2 "monitor.stagnation_patience = 3 watches the held-out loss, but data.val is empty" \
+    -- "$TRAIN" --config configs/train/gpt2-tiny-licenses.ini --run-dir "$tmp/bad" --set data.val= \
+    --set monitor.stagnation_patience=3
+check "... and leave no run directory" test ! -e "$tmp/bad"
+finish
