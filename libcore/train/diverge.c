@@ -62,25 +62,25 @@ static int train_first_nonfinite(const param_table *t, const float *buf, size_t 
     return -1;
 }
 
-bool train_chaos_nan(const train_run *r)
+bool train_chaos_at(const train_run *r, const char *var)
 {
 #ifdef CHAOS
-    /* NEBULA_CHAOS_NAN = "5,6,7": the 5th, 6th and 7th step this process runs (counted
-     * across rollbacks, so a redone step is clean) get a NaN loss on every rank */
-    const char *list = getenv("NEBULA_CHAOS_NAN");
+    /* var = "5,6,7": the 5th, 6th and 7th step this process runs (counted across
+     * rollbacks, so a redone step is clean), on every rank */
+    const char *list = getenv(var);
     long tick = r->mon.ticks + 1;
     for (const char *p = list; p && *p;) {
         char *end;
         long t = strtol(p, &end, 10);
         if (end == p) break;
         if (t == tick) {
-            if (r->rt->rank == 0) printf("chaos: injected a NaN loss at step %ld (the %ld-th step run)\n", r->step + 1, tick);
+            if (r->rt->rank == 0) printf("chaos: %s at step %ld (the %ld-th step run)\n", var, r->step + 1, tick);
             return true;
         }
         p = *end == ',' ? end + 1 : end;
     }
 #else
-    (void)r;
+    (void)r, (void)var;
 #endif
     return false;
 }

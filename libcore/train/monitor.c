@@ -241,8 +241,10 @@ static int monitor_decide(train_run *r, const train_step_stats *ss, double units
         double med = m->nrate >= 8 ? monitor_median(m->rate, m->nrate, scratch) : 0;
         m->slow_in_a_row = thr > 0 && med > 0 && rate < thr * med ? m->slow_in_a_row + 1 : 0;
         if (m->slow_in_a_row >= 3 && monitor_ready(r, MONITOR_RULE_THROUGHPUT)) {
-            snprintf(what, sizeof what, "throughput %.4g/s, 3 steps in a row below monitor.throughput_drop = %g of "
-                     "the median %.4g/s of the last %d steps", rate, thr, med, m->nrate);
+            const char *unit;
+            train_units(r, &unit);
+            snprintf(what, sizeof what, "throughput %.4g %s, 3 steps in a row below monitor.throughput_drop = %g of "
+                     "the median %.4g %s of the last %d steps", rate, unit, thr, med, unit, m->nrate);
             monitor_fire_rule(r, &f, MONITOR_RULE_THROUGHPUT, rate, thr * med, what);
             m->slow_in_a_row = 0;
         }

@@ -15,6 +15,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cpu/optim.h"  /* grad_scale */
 #include "train_impl.h"
@@ -132,7 +133,9 @@ status train_step(train_run *r, train_step_stats *ss)
      * under DGC-Pro, of the local gradients: the exchange would fold them into the
      * residuals, so the verdict comes before it) */
     double part[3] = { loss / r->tb.accum, state ? (double)train_count_nonfinite(state, nstate) : 0, 0 }, sum[3];
-    if (train_chaos_nan(r)) part[0] = NAN;  /* CHAOS build only: a NaN loss on purpose */
+    if (train_chaos_at(r, "NEBULA_CHAOS_NAN")) part[0] = NAN;  /* CHAOS build only: the monitor's tests */
+    if (train_chaos_at(r, "NEBULA_CHAOS_SPIKE")) part[0] *= 10;
+    if (train_chaos_at(r, "NEBULA_CHAOS_SLOW")) usleep(500000);
     bool summed = false, exchanged = false;
     if (compress) {
         if (r->tb.accum > 1) grad_scale(pb->grads, pt->total, 1.0f / (float)r->tb.accum);

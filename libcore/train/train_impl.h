@@ -65,9 +65,10 @@ status train_check_state(train_run *r);
  * STATUS_DIVERGED, logged with the last commit and a HINT, past train.max_skipped_steps. */
 status train_skip(train_run *r, long step, double loss, double gnorm, double state_bad, double grads_bad);
 
-/* CHAOS build: whether this step's loss is made NaN (NEBULA_CHAOS_NAN, a list of the
- * process's step counts); false in the normal build. */
-bool train_chaos_nan(const train_run *r);
+/* CHAOS build: whether the environment variable var (NEBULA_CHAOS_NAN: a NaN loss,
+ * NEBULA_CHAOS_SPIKE: the loss reported x 10, NEBULA_CHAOS_SLOW: a step 0.5 s longer)
+ * lists this step among the process's step counts; false in the normal build. */
+bool train_chaos_at(const train_run *r, const char *var);
 /* Ends the run as diverged (rank 0 logs why, the last commit and a HINT): STATUS_DIVERGED. */
 status train_diverged(train_run *r, long step, const char *why);
 
