@@ -161,6 +161,7 @@ static void monitor_fire_rule(train_run *r, monitor_fire *f, monitor_rule k, dou
     int bits = monitor_actions(r, k);
     f->actions |= bits;
     if (k == MONITOR_RULE_EXPLOSION || k == MONITOR_RULE_NONFINITE) f->actions |= TRAIN_MONITOR_SUSPECT;
+    if (k == MONITOR_RULE_MEMORY) f->actions |= TRAIN_MONITOR_REBASE_RSS;
     r->mon.fired[k] = r->mon.ticks;
     json_t *acts = json_array();
     char list[128] = "";
@@ -258,8 +259,8 @@ static int monitor_decide(train_run *r, const train_step_stats *ss, double units
     }
     thr = (double)config_size(cfg, "monitor.memory_growth");
     if (thr > 0 && stall[1] > thr && monitor_ready(r, MONITOR_RULE_MEMORY)) {
-        snprintf(what, sizeof what, "a rank's resident set grew by %.1f MiB since the warm-up steps "
-                 "(monitor.memory_growth = %.1f MiB)", stall[1] / 1048576, thr / 1048576);
+        snprintf(what, sizeof what, "a rank's resident set grew by %.1f MiB since the warm-up steps or the last "
+                 "memory alert (monitor.memory_growth = %.1f MiB)", stall[1] / 1048576, thr / 1048576);
         monitor_fire_rule(r, &f, MONITOR_RULE_MEMORY, stall[1], thr, what);
     }
     return f.actions;
@@ -303,6 +304,7 @@ bool train_monitor_guards_nonfinite(const train_run *r)
 status train_monitor_act(train_run *r, int actions)
 {
     bool rank0 = r->rt->rank == 0;
+    if (actions & TRAIN_MONITOR_REBASE_RSS) r->mon.rss0 = monitor_rss();  /* alert again on further growth only */
     if (actions & TRAIN_MONITOR_LOWER_LR) {
         double f = config_float(r->cfg, "monitor.lr_factor");
         r->mon.ck.lr_scale *= f;

@@ -14,6 +14,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -136,6 +137,10 @@ status train_step(train_run *r, train_step_stats *ss)
     if (train_chaos_at(r, "NEBULA_CHAOS_NAN")) part[0] = NAN;  /* CHAOS build only: the monitor's tests */
     if (train_chaos_at(r, "NEBULA_CHAOS_SPIKE")) part[0] *= 10;
     if (train_chaos_at(r, "NEBULA_CHAOS_SLOW")) usleep(500000);
+    if (train_chaos_at(r, "NEBULA_CHAOS_LEAK")) {  /* 64 MiB touched and never freed */
+        char *leak = malloc(64u << 20);
+        if (leak) memset(leak, 1, 64u << 20);
+    }
     bool summed = false, exchanged = false;
     if (compress) {
         if (r->tb.accum > 1) grad_scale(pb->grads, pt->total, 1.0f / (float)r->tb.accum);

@@ -131,7 +131,7 @@ typedef struct train_monitor {
     int evals_since_best;      /* evaluations since it improved by more than monitor.stagnation_min_delta */
     bool eval_new;             /* an evaluation ran at this step (eval.c sets it, with last_eval) */
     double last_eval;
-    double rss0;               /* this rank's resident set (bytes) after the warm-up steps; 0 before */
+    double rss0;               /* this rank's resident set (bytes) after the warm-up steps or the last memory alert */
     long ticks;                /* steps run by this launch (a rollback does not rewind it) */
     long fired[8];             /* the tick each rule last fired, for monitor.cooldown (0: never) */
     bool nonfinite_due;        /* train_skip: more than train.max_skipped_steps skipped in a row */

@@ -66,7 +66,8 @@ status train_check_state(train_run *r);
 status train_skip(train_run *r, long step, double loss, double gnorm, double state_bad, double grads_bad);
 
 /* CHAOS build: whether the environment variable var (NEBULA_CHAOS_NAN: a NaN loss,
- * NEBULA_CHAOS_SPIKE: the loss reported x 10, NEBULA_CHAOS_SLOW: a step 0.5 s longer)
+ * NEBULA_CHAOS_SPIKE: the loss reported x 10, NEBULA_CHAOS_SLOW: a step 0.5 s longer,
+ * NEBULA_CHAOS_LEAK: 64 MiB allocated, touched and never freed)
  * lists this step among the process's step counts; false in the normal build. */
 bool train_chaos_at(const train_run *r, const char *var);
 /* Ends the run as diverged (rank 0 logs why, the last commit and a HINT): STATUS_DIVERGED. */
@@ -81,6 +82,7 @@ status train_diverged(train_run *r, long step, const char *why);
 #define TRAIN_MONITOR_ROLLBACK    (1 << 4)
 #define TRAIN_MONITOR_DISABLE_DGC (1 << 5)
 #define TRAIN_MONITOR_SUSPECT     (1 << 6)  /* not an action: the state may be bad (explosion, non-finite) */
+#define TRAIN_MONITOR_REBASE_RSS  (1 << 7)  /* not an action: the memory rule fired, its baseline moves up */
 /* Whether cfg's [monitor] action lists parse: 0, or -1 with why naming the key (setup, reload). */
 int train_monitor_check(const config *cfg, char *why, size_t len);
 /* At setup: checks the keys (STATUS_INPUT, logged) and clears the state. */

@@ -10,8 +10,8 @@
 #     checkpoint, bit for bit (the rollback restores exactly the committed state); a second stretch of
 #     NaN steps ends the run as diverged (exit 1, the one rollback taken); with
 #     monitor.nonfinite_action = stop it exits 5 and saves nothing of the suspect state;
-#   - a loss spike (CHAOS: a reported loss x 10) and a throughput drop (CHAOS: 3 steps 0.5 s
-#     longer) fire at their steps and nowhere else;
+#   - a loss spike (CHAOS: a reported loss x 10), a throughput drop (CHAOS: 3 steps 0.5 s
+#     longer) and memory growth (CHAOS: 64 MiB leaked) fire at their steps and nowhere else;
 #   - stagnation: at optim.lr = 0 the held-out loss never improves: the rule fires after
 #     monitor.stagnation_patience evaluations and its stop action checkpoints and exits 5;
 #   - bad action lists and a stagnation rule without held-out data exit 2 naming the key;
@@ -127,13 +127,15 @@ check "... the comm-stall rule fired after the warm-up steps" grep -q "^alert st
 
 # --- loss spike and throughput drop, through the CHAOS build's hooks -------------------
 # (a reported loss x 10 at step 30; steps 24-26 each 0.5 s longer than their ~20 ms)
-NEBULA_CHAOS_SPIKE=30 NEBULA_CHAOS_SLOW=24,25,26 run spike "$CHAOS" --steps 34 --set monitor.window=20 \
-    --set monitor.spike_z=6 --set monitor.throughput_drop=0.2
+NEBULA_CHAOS_SPIKE=30 NEBULA_CHAOS_SLOW=24,25,26 NEBULA_CHAOS_LEAK=12 run spike "$CHAOS" --steps 34 \
+    --set monitor.window=20 --set monitor.spike_z=6 --set monitor.throughput_drop=0.2 --set monitor.memory_growth=32M
 check "spike run: exit 0 (got $rc)" test $rc -eq 0
 check "... the spike rule fired at step 30 and nowhere else (a falling loss is no spike)" \
     test "$(grep '^alert step=[0-9]* rule=spike' "$tmp/spike.log" | cut -d' ' -f2)" = step=30
 check "... the throughput rule at step 26, the third slow step in a row" \
     test "$(grep '^alert step=[0-9]* rule=throughput' "$tmp/spike.log" | cut -d' ' -f2)" = step=26
+check "... the memory rule at step 12, where 64 MiB leaked (monitor.memory_growth = 32M)" \
+    test "$(grep '^alert step=[0-9]* rule=memory' "$tmp/spike.log" | cut -d' ' -f2)" = step=12
 
 # --- bad rules --------------------------------------------------------------------------
 expect "an unknown action exits 2 naming the key and the actions" 2 \
