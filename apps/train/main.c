@@ -11,15 +11,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <time.h>
+#include <unistd.h>
+
 #include "base/cli.h"
 #include "base/path.h"
+#include "train/control.h"
 #include "train/train.h"
 
 static const char usage[] =
     "usage: mpirun -np N nebula-train --config FILE [--set section.key=value ...] [options]\n"
     "       nebula-train prepare OUT_DIR FILE... [--val-fraction F]\n"
     "         byte-level token files OUT_DIR/train.bin and OUT_DIR/val.bin (the last F of each\n"
-    "         file, default 0.1) from text files, for data.train and data.val";
+    "         file, default 0.1) from text files, for data.train and data.val\n"
+    "       nebula-train control RUN_DIR --set section.key=value ... | --undo | --list [--at-step N] [--wait SECONDS]\n"
+    "         hot reload: asks the live run in RUN_DIR to change config keys at its next step end\n"
+    "         (--at-step: at the end of step N; --undo: restore what the newest change replaced;\n"
+    "         --wait: print the run's answer; --list: every request and its answer)";
 
 static const cli_option train_options[] = {
     { "ranks-per-node", "runtime.ranks_per_node", NULL },
@@ -107,6 +115,97 @@ static int prepare_main(int argc, char **argv)
     return status_exit_code(st);
 }
 
+/* nebula-train control RUN_DIR ...: no MPI. The request is checked against the schema
+ * here (a bad key or value exits 2 before anything is written) and again by the run,
+ * which knows what fits it (a batch that splits, DGC-Pro set up). */
+static int control_main(int argc, char **argv)
+{
+    static config_key schema[256];
+    config cfg;
+    config_init(&cfg, schema, train_config_schema(schema, 256));
+    train_reload_request req;
+    memset(&req, 0, sizeof req);
+    req.at_step = req.applied_step = -1;
+    const char *run_dir = NULL;
+    double wait = 0;
+    bool list = false;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help")) {
+            printf("%s\nlive keys: %s\n", usage, train_reload_live_list());
+            return 0;
+        } else if (!strcmp(a, "--set") && i + 1 < argc) {
+            const char *kv = argv[++i], *eq = strchr(kv, '=');
+            char key[TRAIN_RELOAD_MAX_KEY + 1];
+            snprintf(key, sizeof key, "%.*s", eq ? (int)(eq - kv) : (int)strlen(kv), kv);
+            if (config_set(&cfg, kv) != STATUS_OK) return 2;  /* the schema's message names the key and values */
+            const char *no = train_reload_refusal(key);
+            if (no) {
+                log_error0("--set %s: %s cannot change while the run lives: %s\nlive keys: %s", kv, key, no,
+                           train_reload_live_list());
+                return 2;
+            }
+            if (req.nsets == TRAIN_RELOAD_MAX_SETS || strlen(eq + 1) > TRAIN_RELOAD_MAX_VALUE) {
+                log_error0("--set %s: at most %d keys per request, values of at most %d characters", kv,
+                           TRAIN_RELOAD_MAX_SETS, TRAIN_RELOAD_MAX_VALUE);
+                return 2;
+            }
+            snprintf(req.key[req.nsets], sizeof req.key[0], "%s", key);
+            snprintf(req.value[req.nsets++], sizeof req.value[0], "%s", eq + 1);
+        } else if (!strcmp(a, "--undo")) {
+            req.undo = 1;
+        } else if (!strcmp(a, "--at-step") && i + 1 < argc) {
+            char *end;
+            req.at_step = strtol(argv[++i], &end, 10);
+            if (*end || req.at_step < 0) {
+                log_error0("--at-step needs a step number >= 0, got '%s'", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(a, "--list")) {
+            list = true;
+        } else if (!strcmp(a, "--wait") && i + 1 < argc) {
+            char *end;
+            wait = strtod(argv[++i], &end);
+            if (*end || !(wait >= 0 && wait <= 86400)) {
+                log_error0("--wait needs seconds in [0, 86400], got '%s'", argv[i]);
+                return 2;
+            }
+        } else if (a[0] != '-' && !run_dir) {
+            run_dir = a;
+        } else {
+            log_error0("control: unexpected argument '%s'%s\n%s", a,
+                       !strcmp(a, "--set") || !strcmp(a, "--wait") || !strcmp(a, "--at-step") ? " (it needs a value)" : "", usage);
+            return 2;
+        }
+    }
+    if (!run_dir || (list ? req.undo || req.nsets : req.undo == (req.nsets > 0))) {
+        log_error0("control needs a run directory and one of: --set section.key=value (repeatable), --undo, --list\n%s",
+                   usage);
+        return 2;
+    }
+    if (list) return train_reload_list(run_dir, stdout) >= 0 ? 0 : 1;
+    long version;
+    status st = train_reload_request_write(run_dir, &req, &version);
+    if (st != STATUS_OK) return status_exit_code(st);
+    printf("request v%ld written to %s/reload/v%06ld.req; the run applies it at its next step end\n", version, run_dir,
+           version);
+    fflush(stdout);
+    if (wait <= 0) return 0;
+    char answer[16384];
+    struct timespec nap = { 0, 100 * 1000 * 1000 };
+    for (double waited = 0; waited < wait; waited += 0.1) {
+        int got = train_reload_outcome(run_dir, version, answer, sizeof answer);
+        if (got) {
+            fputs(answer, stdout);
+            return got == 1 ? 0 : 2;
+        }
+        nanosleep(&nap, NULL);
+    }
+    log_error0("no answer to v%ld within %g s: a live run reads requests at its step ends (see %s/heartbeat); the "
+               "request stays and is read when the run gets to it", version, wait, run_dir);
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
     runtime_preinit(argv[0]);
@@ -114,6 +213,7 @@ int main(int argc, char **argv)
      * pre-timeout signal whenever it comes) must not kill the process */
     install_signals();
     if (argc >= 2 && !strcmp(argv[1], "prepare")) return prepare_main(argc, argv);
+    if (argc >= 2 && !strcmp(argv[1], "control")) return control_main(argc, argv);
 
     static config_key schema[256];
     config cfg;

@@ -19,6 +19,17 @@ static struct {
     int level_set;   /* NEBULA_LOG already read */
 } log_id = { "nebula", "", -1, 0, LOG_LEVEL_INFO, 0 };
 
+/* log_capture: the first error of the calling thread while a buffer is set */
+static _Thread_local char *log_capture_buf;
+static _Thread_local size_t log_capture_len;
+
+void log_capture(char *buf, size_t len)
+{
+    log_capture_buf = buf && len ? buf : NULL;
+    log_capture_len = len;
+    if (log_capture_buf) buf[0] = '\0';
+}
+
 void log_set_identity(const char *prog, const char *host, int rank, int size)
 {
     const char *base = strrchr(prog, '/');
@@ -52,6 +63,12 @@ static const char *level_name[] = { "error", "warning", "info", "debug" };
 
 static void log_vmsg(log_level level, const char *fmt, va_list ap)
 {
+    if (level == LOG_LEVEL_ERROR && log_capture_buf && !log_capture_buf[0]) {
+        va_list copy;
+        va_copy(copy, ap);
+        vsnprintf(log_capture_buf, log_capture_len, fmt, copy);
+        va_end(copy);
+    }
     if (level > log_get_level()) return;
     FILE *f = level <= LOG_LEVEL_WARN ? stderr : stdout;
     char line[4096];

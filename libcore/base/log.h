@@ -10,6 +10,7 @@
 #define NEBULA_LOG_H
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdbool.h>
 
 typedef enum status {
@@ -56,6 +57,10 @@ void log_msg0(log_level level, const char *fmt, ...) __attribute__((format(print
 #define log_warn0(...)  log_msg0(LOG_LEVEL_WARN, __VA_ARGS__)
 #define log_info0(...)  log_msg0(LOG_LEVEL_INFO, __VA_ARGS__)
 
+/* While buf is set (NULL: off), the first error message logged by this thread is also
+ * copied into buf[len] (without the prefix): the reason a check that logs gives, for a
+ * caller that must pass it on (a refused hot-reload request names it in its reply file). */
+void log_capture(char *buf, size_t len);
 const char *status_str(status st);
 /* 0 ok, 2 usage/input errors, 3 stopped on request with the state saved (relaunch to
  * resume), 4 relaunch requested at another world size (RUN_DIR/relaunch says which),

@@ -278,6 +278,19 @@ void dgc_set_active(dgc *d, bool on)
     d->hdr->active = on;
 }
 
+void dgc_set_live(dgc *d, const dgc_options *o)
+{
+    CHECK((o->momentum > 0) == (d->o.momentum > 0), "a reload keeps the momentum zero or non-zero under DGC-Pro");
+    d->o.sparsity = o->sparsity;
+    d->o.warmup_steps = o->warmup_steps;
+    d->o.warmup_stages = o->warmup_stages;
+    d->o.warmup_sparsity = o->warmup_sparsity;
+    d->o.momentum = o->momentum;
+    d->o.nesterov = o->nesterov;
+    d->o.weight_decay = o->weight_decay;
+    d->o.clip = o->clip;
+}
+
 const float *dgc_residual(const dgc *d, size_t *offset, size_t *count)
 {
     *offset = d->s0;

@@ -165,6 +165,10 @@ status dgc_layer_table(dgc *d, float *density, float *concentration, uint8_t *de
 /* Whether compression runs (auto mode may decide after measuring); part of the state. */
 bool dgc_active(const dgc *d);
 void dgc_set_active(dgc *d, bool on);
+/* A hot reload: the options that may change between steps (sparsity and its warm-up,
+ * momentum and weight decay of the correction, clip) from o; the rest stays as at
+ * dgc_init. The momentum must stay zero or non-zero (its velocity exists or not). */
+void dgc_set_live(dgc *d, const dgc_options *o);
 
 /* Adds factor times this rank's residual to grads at its slice and zeroes the state:
  * with factor = accumulation x world size, a dense averaged step then applies every

@@ -1,6 +1,8 @@
-/* control — the parser of the elastic control file (RUN_DIR/control; elastic.c reads
- * it, docs/training.md "Elastic control and heartbeat"), a pure function of the bytes so
- * that it is tested and fuzzed without a run (validation/fuzz/fuzz_control.c).
+/* control — the parsers of the two files a person or a supervisor hands a live run: the
+ * elastic control file (RUN_DIR/control; elastic.c reads it, docs/training.md "Elastic
+ * control and heartbeat") and a hot-reload request (RUN_DIR/reload/vNNNNNN.req; reload.c,
+ * docs/monitor.md "Hot reload"), pure functions of the bytes so that they are tested and
+ * fuzzed without a run (validation/fuzz/fuzz_control.c).
  *
  * Format: text, at most TRAIN_CONTROL_MAX_BYTES, lines of `key = value` without
  * sections; blank lines and lines starting with '#' or ';' are comments, and so is
@@ -32,5 +34,33 @@ typedef struct train_control_request {
  * reason, naming the key and the valid keys or values. */
 int train_control_parse(const char *text, size_t len, train_control_request *req, int *line, char *why,
                         size_t why_len);
+
+/* A hot-reload request, same lines and comments as the control file. Keys:
+ *   version      = integer in [1, TRAIN_RELOAD_MAX_VERSION]   (required)
+ *   undo         = true        (restore the values the newest change not yet undone replaced)
+ *   at_step      = integer     (apply at the end of this step, not at the next one)
+ *   applied_step = integer     (written by the trainer into vN.applied: the step it took effect after)
+ *   SECTION.KEY  = value       (a config assignment; at most TRAIN_RELOAD_MAX_SETS, each key once)
+ * Either undo or at least one assignment, not both. Which keys may change live and
+ * whether the values are valid is the caller's to check (the config schema, reload.c). */
+#define TRAIN_RELOAD_MAX_SETS    32
+#define TRAIN_RELOAD_MAX_KEY     99           /* characters of SECTION.KEY */
+#define TRAIN_RELOAD_MAX_VALUE   255          /* characters of a value */
+#define TRAIN_RELOAD_MAX_VERSION 999999       /* the file names have six digits */
+
+typedef struct train_reload_request {
+    long version;              /* 1 .. TRAIN_RELOAD_MAX_VERSION */
+    int undo;                  /* 1: undo the newest change */
+    long at_step;              /* -1: not given */
+    long applied_step;         /* -1: not given */
+    int nsets;
+    char key[TRAIN_RELOAD_MAX_SETS][TRAIN_RELOAD_MAX_KEY + 1];
+    char value[TRAIN_RELOAD_MAX_SETS][TRAIN_RELOAD_MAX_VALUE + 1];
+} train_reload_request;
+
+/* As train_control_parse, for a reload request (*req zeroed on refusal, at_step and
+ * applied_step -1). */
+int train_reload_parse(const char *text, size_t len, train_reload_request *req, int *line, char *why,
+                       size_t why_len);
 
 #endif

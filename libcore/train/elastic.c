@@ -94,7 +94,7 @@ void train_heartbeat(train_run *r)
  * one reached: the next step reads global samples [cursor, cursor + GB) of the same
  * epoch order, or starts the next epoch when fewer remain (data_set_state), exactly as
  * a run resumed from a checkpoint at this step does. */
-static status train_set_batch(train_run *r, int64_t gb, double lr_factor)
+status train_elastic_set_batch(train_run *r, int64_t gb, double lr_factor)
 {
     int64_t per = (int64_t)r->tb.micro_batch * r->rt->size;
     CHECK(gb >= per && gb % per == 0, "callers check that the global batch splits into whole micro-batches");
@@ -137,7 +137,7 @@ status train_elastic_resume(train_run *r, const ckpt_content *c)
                    "that divides it, or set train.micro_batch", e.global_batch, r->tb.micro_batch, r->rt->size, per);
         return STATUS_INPUT;
     }
-    if (e.global_batch != r->config_batch) TRY(train_set_batch(r, e.global_batch, e.lr_factor));
+    if (e.global_batch != r->config_batch) TRY(train_elastic_set_batch(r, e.global_batch, e.lr_factor));
     if (r->rt->rank == 0 && (e.global_batch != r->config_batch || e.lr_factor != 1.0))
         printf("elastic: the checkpoint's global batch %" PRId64 " (config: %d) and lr x %.6g continue "
                "(accumulation %d)\n", e.global_batch, r->config_batch, e.lr_factor, r->tb.accum);
@@ -322,7 +322,7 @@ status train_control(train_run *r, int *relaunch)
     }
     if (d.action == TRAIN_CONTROL_ACTION_BATCH) {
         int64_t old = r->tb.global_batch;
-        TRY(train_set_batch(r, d.global_batch, d.lr_factor));
+        TRY(train_elastic_set_batch(r, d.global_batch, d.lr_factor));
         if (r->rt->rank == 0)
             printf("elastic: global batch %" PRId64 " -> %" PRId64 " at step %ld (accumulation %d, lr x %.6g, rule %s)\n",
                    old, d.global_batch, r->step, r->tb.accum, d.lr_factor, d.rule);

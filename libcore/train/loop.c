@@ -1,11 +1,11 @@
 /* loop — the step loop of a run: a step, the heartbeat, the metrics line, DGC-Pro's
  * auto decision, evaluation, and at each step end one agreement of every rank on
- * the checkpoint triggers, signals and the elastic control file (rank 0's clock and
- * file system decide); then the last checkpoint, the final evaluation and the
+ * the checkpoint triggers, signals, the alert rules' actions, the elastic control file
+ * and hot-reload requests (rank 0's clock, rules and file system decide); then the last checkpoint, the final evaluation and the
  * summary line.
  *
  * The one design decision: everything a step end acts on is agreed in one small
- * allreduce (MAX of three flags) before anyone acts, so every rank checkpoints,
+ * allreduce (MAX of five flags) before anyone acts, so every rank checkpoints,
  * applies a control file or stops at the same step — never some ranks alone. */
 #include <jansson.h>
 #include <limits.h>
@@ -62,10 +62,7 @@ static status train_nothing_to_do(train_run *r)
 status train_loop(train_run *r)
 {
     const runtime *rt = r->rt;
-    const config *cfg = r->cfg;
-    long log_every = (long)config_int(cfg, "train.log_interval"), eval_every = (long)config_int(cfg, "train.eval_interval");
-    long ck_steps = (long)config_int(cfg, "ckpt.every_steps");
-    double ck_minutes = config_float(cfg, "ckpt.every_minutes");
+    const config *cfg = r->cfg;  /* read at every step: a hot reload changes the intervals */
     const char *unit;
     double units = train_units(r, &unit);
     double t_run = train_now_s(), t_ckpt = t_run, sum_ms = 0, sum_wait = 0;
@@ -88,6 +85,10 @@ status train_loop(train_run *r)
     }
     train_heartbeat(r);
     while (r->step < r->steps) {
+        long log_every = (long)config_int(cfg, "train.log_interval");
+        long eval_every = (long)config_int(cfg, "train.eval_interval");
+        long ck_steps = (long)config_int(cfg, "ckpt.every_steps");
+        double ck_minutes = config_float(cfg, "ckpt.every_minutes");
         TRY(train_step(r, &ss));
         train_heartbeat(r);
         ckpt_poll(r->ckpt);  /* commits a finished background checkpoint without waiting */
@@ -105,13 +106,14 @@ status train_loop(train_run *r)
         /* Checkpoint triggers, signals, a control file and the alerts' actions, agreed by
          * every rank (rank 0's clock, file system and rules decide). */
         train_signals *sig = r->signals;
-        int flags[4] = { sig->checkpoint || sig->stop, (int)sig->stop, rt->rank == 0 && train_control_exists(r), alert };
+        int flags[5] = { sig->checkpoint || sig->stop, (int)sig->stop, rt->rank == 0 && train_control_exists(r), alert,
+                         rt->rank == 0 && train_reload_pending(r) };
         if (rt->rank == 0 && ck_minutes > 0 && train_now_s() - t_ckpt >= ck_minutes * 60) flags[0] = 1;
         if (r->ckpt && ck_steps > 0 && r->step % ck_steps == 0) flags[0] = 1;
-        int agreed[4];
+        int agreed[5];
         comm_ctl ctl = train_ctl(r);
         ctl.name = "world (step-end agreement)";
-        TRY(comm_ctl_allreduce(ctl, flags, agreed, 4, MPI_INT, MPI_MAX));
+        TRY(comm_ctl_allreduce(ctl, flags, agreed, 5, MPI_INT, MPI_MAX));
         sig->checkpoint = 0;
         if (agreed[3]) {
             int act = agreed[3];
@@ -124,6 +126,10 @@ status train_loop(train_run *r)
                 agreed[0] = 0;
             else if (act & TRAIN_MONITOR_STOP) agreed[0] = 1;
             halted = act & TRAIN_MONITOR_STOP;
+        }
+        if (agreed[4]) {  /* a hot reload, before the checkpoint that then records it */
+            TRY(train_reload_take(r));
+            units = train_units(r, NULL);
         }
         if (agreed[2]) {  /* before the checkpoint: a batch change is part of the state it saves */
             TRY(train_control(r, &relaunch));

@@ -198,6 +198,8 @@ void train_ckpt_content(train_run *r, ckpt_content *c)
         c->blobs[c->nblobs++] = (ckpt_blob){ TRAIN_CKPT_DGC, dgc_state(r->dgc), dgc_state_bytes(r->dgc), true, false };
     /* optional: a checkpoint older than the monitor resumes with no lowered rate and no rollback taken */
     c->blobs[c->nblobs++] = (ckpt_blob){ TRAIN_CKPT_MONITOR, &r->mon.ck, sizeof r->mon.ck, true, false };
+    /* optional: a checkpoint older than hot reload resumes with no change applied */
+    c->blobs[c->nblobs++] = (ckpt_blob){ TRAIN_CKPT_RELOAD, r->reload.blob, sizeof r->reload.blob, true, false };
 }
 
 const ckpt_blob *train_ckpt_blob(const ckpt_content *c, const char *name)

@@ -76,7 +76,9 @@ static status train_agree(const train_run *r, status mine)
 status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, train_signals *signals)
 {
     memset(r, 0, sizeof *r);
-    r->cfg = cfg, r->rt = rt, r->c = c;
+    r->live = *cfg;
+    r->cfg = &r->live, r->rt = rt, r->c = c;
+    train_reload_init(r);
     r->signals = signals ? signals : &r->no_signals;
     r->timeout_s = config_float(cfg, "comm.timeout");
     r->heartbeat_fd = -1;
@@ -282,6 +284,7 @@ status train_resume(train_run *r)
     if (r->prev_step > from) r->redo_until = r->prev_step;
     if (info.step < 0) return STATUS_OK;
     r->step = (long)info.step;
+    TRY(train_reload_resume(r, &c));  /* first: the batch it may change is what elastic's is relative to */
     TRY(train_elastic_resume(r, &c));
     TRY(data_set_state(r->train_data, &r->loader_state));
     if (r->dgc && !train_ckpt_blob(&c, TRAIN_CKPT_DGC)->loaded) {
@@ -352,15 +355,22 @@ status train_rollback(train_run *r)
     data_state loader = r->loader_state;  /* the data of the undone steps is skipped */
     train_elastic elastic = r->elastic;
     train_monitor_ckpt mon = r->mon.ck;
+    char *history = malloc(sizeof r->reload.blob);  /* the live config and its history stay */
+    if (!history) return STATUS_NOMEM;
+    memcpy(history, r->reload.blob, sizeof r->reload.blob);
     if (path[0]) {
         ckpt_content c;
         train_ckpt_content(r, &c);
         ckpt_info info;
-        TRY(ckpt_load(r->rt->world, dir, path, &c, &info));
+        status st = ckpt_load(r->rt->world, dir, path, &c, &info);
+        memcpy(r->reload.blob, history, sizeof r->reload.blob);
+        free(history);
+        TRY(st);
         at = info.step;
         if (r->dgc && (!train_ckpt_blob(&c, TRAIN_CKPT_DGC)->loaded || dgc_state_loaded(r->dgc) != STATUS_OK))
             dgc_state_reset(r->dgc);
     } else {
+        free(history);
         at = 0;
         TRY(train_reinit(r));
     }

@@ -52,6 +52,7 @@
 #define TRAIN_CKPT_ELASTIC "elastic"  /* blob, optional: train_elastic */
 #define TRAIN_CKPT_DGC     "dgc"      /* blob, optional: DGC-Pro's per-rank state */
 #define TRAIN_CKPT_MONITOR "monitor"  /* blob, optional: train_monitor_ckpt */
+#define TRAIN_CKPT_RELOAD  "reload"   /* blob, optional: train_reload's history (JSON text) */
 
 /* The tensor groups of a model's checkpoint, in the order they are written. */
 typedef enum train_ckpt_group {
@@ -138,6 +139,33 @@ typedef struct train_monitor {
     long floor;                /* a rollback goes to a checkpoint older than this step (LONG_MAX: any) */
 } train_monitor;
 
+/* Hot reload (reload.c, docs/monitor.md "Hot reload"): the history of the changes applied
+ * to the run's config, checkpointed as the optional blob "reload": JSON text, NUL-padded,
+ * {"seen": N, "base": {KEY: VALUE}, "entries": [{"version", "step", "undo_of", "undone",
+ * "changes": [{"key", "old", "new"}]}]} ("base": the net values of the oldest entries
+ * once the text would not fit). */
+#define TRAIN_RELOAD_BLOB_BYTES 16384
+typedef struct train_reload {
+    char blob[TRAIN_RELOAD_BLOB_BYTES]; /* checkpointed */
+    long seen;                 /* the highest request version decided (applied or refused) */
+    long long dir_mtime_ns;    /* rank 0: RUN_DIR/reload's mtime when it was last read */
+    long wait_version;         /* rank 0: a change an earlier launch applied after step wait_step, */
+    long wait_step;            /*   applied again when this launch gets there (0: none) */
+} train_reload;
+
+/* nebula-train control (no MPI): the keys that may change in a live run, for --help. */
+const char *train_reload_live_list(void);
+/* Why key cannot change in a live run, or NULL when it can. */
+const char *train_reload_refusal(const char *key);
+struct train_reload_request;
+/* Writes RUN_DIR/reload/vN.req atomically with the next free version N (*version);
+ * req's own version is not read. STATUS_INPUT without a run directory. */
+status train_reload_request_write(const char *run_dir, const struct train_reload_request *req, long *version);
+/* The answer to request `version`: 1 applied, 2 refused (text: the answer file), 0 none yet. */
+int train_reload_outcome(const char *run_dir, long version, char *text, size_t cap);
+/* Every request of RUN_DIR/reload in version order with its answer; returns how many. */
+int train_reload_list(const char *run_dir, FILE *f);
+
 /* Requests from signal handlers, owned by the program: the handler sets a field, the
  * loop reads them at each step end (all ranks agree on them there). */
 typedef struct train_signals {
@@ -177,7 +205,9 @@ typedef struct train_step_stats {
 
 /* Everything a run owns. */
 typedef struct train_run {
-    const config *cfg;
+    const config *cfg;         /* &live */
+    config live;               /* the run's config: the program's, then every hot reload applied */
+    train_reload reload;       /* the applied history (reload.c) */
     const runtime *rt;
     comm *c;
     double timeout_s;          /* comm.timeout: the deadline of the trainer's own collectives */

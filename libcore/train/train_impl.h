@@ -46,8 +46,23 @@ status train_elastic_resume(train_run *r, const ckpt_content *c);
 bool train_control_exists(const train_run *r);
 /* Collective: rank 0 decides, every rank applies; a new world size only sets *relaunch. */
 status train_control(train_run *r, int *relaunch);
+/* Every rank: global batch gb at the same micro-batch (accumulation, averaging and the
+ * loader follow) and lr_factor, as train_elastic records them. */
+status train_elastic_set_batch(train_run *r, int64_t gb, double lr_factor);
 /* Rank 0, after the checkpoint committed: RUN_DIR/relaunch, control renamed control.applied. */
 status train_relaunch_write(train_run *r, int world);
+
+/* ---- reload.c: hot reload (docs/monitor.md) ---- */
+/* At setup: an empty history. */
+void train_reload_init(train_run *r);
+/* Rank 0, every step: whether RUN_DIR/reload holds a version to decide now (one stat;
+ * the directory is read when it changed). */
+bool train_reload_pending(train_run *r);
+/* Collective, when rank 0 saw one: rank 0 decides, every rank applies (or nobody). */
+status train_reload_take(train_run *r);
+/* After a checkpoint load, before train_elastic_resume: the history it holds replayed
+ * onto the run's config (STATUS_CORRUPT when it is not readable). */
+status train_reload_resume(train_run *r, const ckpt_content *c);
 
 /* ---- diverge.c: non-finite losses, gradients and parameters (see train.max_skipped_steps) ---- */
 /* NaN and Inf values among x[0..n). */

@@ -4,7 +4,7 @@ fails=0
 BENCH=build/bin/nebula-bench
 MPIRUN=${MPIRUN:-mpirun --oversubscribe}
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+[ -n "${KEEP_TMP:-}" ] || trap 'rm -rf "$tmp"' EXIT
 
 # expect NAME CODE TEXT -- COMMAND...
 expect() {

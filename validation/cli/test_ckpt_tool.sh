@@ -115,7 +115,7 @@ expect "diff: a missing dataset shows as only in A" 1 "/params/h.0.ln_1.weight" 
 
 # --- diff ---------------------------------------------------------------------------------
 cp -r $A $tmp/copy
-expect "diff: a copy is identical (exit 0)" 0 "identical: 51 of 51 datasets identical" -- $CK diff $A $tmp/copy
+expect "diff: a copy is identical (exit 0)" 0 "identical: 52 of 52 datasets identical" -- $CK diff $A $tmp/copy
 expect "diff: steps 3 and 6 differ (exit 1)" 1 "different" -- $CK diff $A $tmp/straight/$S6
 for np in 1 3; do
     $MPIRUN -np $np $CK diff $A $tmp/straight/$S6 --json >$tmp/diff$np.json 2>$tmp/diff$np.err </dev/null
@@ -187,7 +187,7 @@ expect "... info records where its rows come from" 0 \
     "(resharded offline from 2 ranks: every blob row is rank 0's)" -- $CK info $tmp/four/$S3
 expect "... and verifies" 0 "every CRC-32 matches" -- $CK verify $tmp/four/$S3
 expect "... its tensors equal the original's (diff: only the blobs and header differ)" 1 \
-    "48 of 51 datasets identical" -- \
+    "48 of 52 datasets identical" -- \
     $CK diff $A $tmp/four/$S3
 run $tmp/four 4 --steps 6
 check "nebula-train resumes the 4-rank reshard at 4 ranks" \
@@ -197,7 +197,7 @@ expect "reshard 4 -> 2 ranks under mpirun -np 2 (parallel HDF5)" 0 "from 4 to 2 
     $MPIRUN -np 2 $CK reshard $tmp/four/$S3 --dp 2 --out $tmp/two/ckpt
 run $tmp/two 2 --steps 6
 check "nebula-train resumes the 2-rank reshard at 2 ranks" grep -q "resumed from .*step_00000003 at step 3" $tmp/two.log
-expect "... and ends bit-identical to the straight run at step 6" 0 "identical: 51 of 51" -- \
+expect "... and ends bit-identical to the straight run at step 6" 0 "identical: 52 of 52" -- \
     $CK diff $tmp/straight/$S6 $tmp/two/$S6
 # DGC-Pro (2 virtual nodes x 1, SGD with momentum correction): its residuals belong to the
 # 2-rank layout. Resuming the offline reshard at 4 ranks and resuming the original at 4

@@ -10,8 +10,39 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* The same bytes as a hot-reload request: accepted ones hold a version, undo xor keys
+ * (each once, SECTION.KEY), and written back parse to themselves. */
+static void fuzz_reload(const uint8_t *data, size_t size)
+{
+    static train_reload_request req, again;
+    int line;
+    char why[256] = "";
+    if (train_reload_parse((const char *)data, size, &req, &line, why, sizeof why) != 0) {
+        fuzz_require(why[0] != '\0' && !req.version && !req.nsets && req.at_step == -1, "a refusal leaves no request");
+        return;
+    }
+    fuzz_require(req.version >= 1 && req.version <= TRAIN_RELOAD_MAX_VERSION, "version in range");
+    fuzz_require(req.undo != (req.nsets > 0), "undo or keys");
+    static char text[TRAIN_CONTROL_MAX_BYTES * 2];
+    size_t n = (size_t)snprintf(text, sizeof text, "version=%ld\n", req.version);
+    if (req.undo) n += (size_t)snprintf(text + n, sizeof text - n, "undo=true\n");
+    if (req.at_step >= 0) n += (size_t)snprintf(text + n, sizeof text - n, "at_step=%ld\n", req.at_step);
+    for (int i = 0; i < req.nsets; i++) {
+        fuzz_require(strchr(req.key[i], '.') && !strpbrk(req.value[i], "#;\n"), "a key has a section, a value no comment");
+        n += (size_t)snprintf(text + n, sizeof text - n, "%s=%s\n", req.key[i], req.value[i]);
+    }
+    fuzz_require(n < sizeof text, "the request fits its text");
+    if (n > TRAIN_CONTROL_MAX_BYTES) return;  /* "k=v" is shorter than " k = v ", not always */
+    fuzz_require(train_reload_parse(text, n, &again, &line, why, sizeof why) == 0 && again.version == req.version &&
+                 again.nsets == req.nsets && again.undo == req.undo && again.at_step == req.at_step,
+                 "the request written back parses to itself");
+    for (int i = 0; i < req.nsets; i++)
+        fuzz_require(!strcmp(again.key[i], req.key[i]) && !strcmp(again.value[i], req.value[i]), "same assignments");
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    fuzz_reload(data, size);
     train_control_request req, again;
     int line;
     char why[256] = "";
