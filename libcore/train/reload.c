@@ -192,9 +192,10 @@ static int reload_fill(void *ctx, int fd)
 status train_reload_request_write(const char *run_dir, const train_reload_request *req, long *version)
 {
     struct stat st;
-    if (stat(run_dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    int found = stat(run_dir, &st);
+    if (found != 0 || !S_ISDIR(st.st_mode)) {
         log_error0("%s is not a run directory (%s)\nHINT: give the train.run_dir of a live run", run_dir,
-                   errno ? strerror(errno) : "not a directory");
+                   found != 0 ? strerror(errno) : path_kind(st.st_mode));
         return STATUS_INPUT;
     }
     char dir[4200], path[4300], tmp[4400];
@@ -327,13 +328,7 @@ static int reload_ini_add(char *ini, size_t cap, const char *key, const char *va
 static int reload_fits(const train_run *r, const config *s, char *why, size_t len)
 {
     lr_schedule sc;
-    CHECK(lr_schedule_kind_parse(config_str(s, "optim.schedule"), &sc.kind), "schedule enum out of sync");
-    sc.base_lr = config_float(s, "optim.lr");
-    sc.warmup_steps = (long)config_int(s, "optim.warmup_steps");
-    sc.total_steps = (long)config_int(s, "train.steps");
-    sc.min_lr = config_float(s, "optim.min_lr");
-    sc.step_size = (long)config_int(s, "optim.step_size");
-    sc.gamma = config_float(s, "optim.gamma");
+    train_schedule_from_config(&sc, s);
     const char *bad = NULL;
     if (!lr_schedule_valid(&sc, &bad)) return snprintf(why, len, "the learning-rate schedule is not usable: %s", bad), -1;
     if (config_bool(s, "optim.nesterov") && config_float(s, "optim.momentum") == 0)
@@ -454,20 +449,10 @@ static status reload_derive(train_run *r, bool resuming)
     r->opt.sgd.nesterov = config_bool(c, "optim.nesterov");
     r->opt.clip = config_float(c, "train.clip");
     r->steps = (long)config_int(c, "train.steps");
-    CHECK(lr_schedule_kind_parse(config_str(c, "optim.schedule"), &r->sched.kind), "schedule enum out of sync");
-    r->sched.base_lr = config_float(c, "optim.lr");
-    r->sched.warmup_steps = (long)config_int(c, "optim.warmup_steps");
-    r->sched.total_steps = r->steps;
-    r->sched.min_lr = config_float(c, "optim.min_lr");
-    r->sched.step_size = (long)config_int(c, "optim.step_size");
-    r->sched.gamma = config_float(c, "optim.gamma");
+    train_schedule_from_config(&r->sched, c);
     if (r->dgc) {
         dgc_options o;
-        dgc_options_from_config(c, &o);
-        o.momentum = r->opt.use_sgd ? r->opt.sgd.momentum : 0;
-        o.nesterov = r->opt.use_sgd && r->opt.sgd.nesterov;
-        o.weight_decay = r->opt.use_sgd ? r->opt.sgd.weight_decay : 0;
-        o.clip = r->opt.clip;
+        train_dgc_options(r, &o);
         dgc_set_live(r->dgc, &o);
         bool on = !strcmp(config_str(c, "dgc.mode"), "on"), off = !strcmp(config_str(c, "dgc.mode"), "off");
         if (off && dgc_active(r->dgc)) {

@@ -208,3 +208,14 @@ const ckpt_blob *train_ckpt_blob(const ckpt_content *c, const char *name)
         if (!strcmp(c->blobs[i].name, name)) return &c->blobs[i];
     return NULL;
 }
+
+void train_schedule_from_config(lr_schedule *s, const config *cfg)
+{
+    CHECK(lr_schedule_kind_parse(config_str(cfg, "optim.schedule"), &s->kind), "schedule enum out of sync");
+    s->base_lr = config_float(cfg, "optim.lr");
+    s->warmup_steps = (long)config_int(cfg, "optim.warmup_steps");
+    s->total_steps = (long)config_int(cfg, "train.steps");
+    s->min_lr = config_float(cfg, "optim.min_lr");
+    s->step_size = (long)config_int(cfg, "optim.step_size");
+    s->gamma = config_float(cfg, "optim.gamma");
+}

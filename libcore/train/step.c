@@ -198,6 +198,16 @@ status train_step(train_run *r, train_step_stats *ss)
 /* DGC-Pro: off, forced on, or auto — ruled out here for small models and single
  * nodes; the rest of auto's decision (communication against compute) is taken after
  * the first steps have been measured (train_dgc_decide). */
+void train_dgc_options(const train_run *r, dgc_options *o)
+{
+    dgc_options_from_config(r->cfg, o);
+    o->momentum = r->opt.use_sgd ? r->opt.sgd.momentum : 0;
+    o->nesterov = r->opt.use_sgd && r->opt.sgd.nesterov;
+    o->weight_decay = r->opt.use_sgd ? r->opt.sgd.weight_decay : 0;
+    o->clip = r->opt.clip;
+    o->seed = r->seed;
+}
+
 status train_dgc_setup(train_run *r)
 {
     dgc_options o;
@@ -229,11 +239,7 @@ status train_dgc_setup(train_run *r)
         if (r->rt->rank == 0) printf("dgc: off (auto): %s\n", why);
         return STATUS_OK;
     }
-    o.momentum = r->opt.use_sgd ? r->opt.sgd.momentum : 0;
-    o.nesterov = r->opt.use_sgd && r->opt.sgd.nesterov;
-    o.weight_decay = r->opt.use_sgd ? r->opt.sgd.weight_decay : 0;
-    o.clip = r->opt.clip;
-    o.seed = r->seed;
+    train_dgc_options(r, &o);
     TRY(dgc_init(&r->dgc, r->rt, pt, &o));
     dgc_set_active(r->dgc, o.mode == DGC_MODE_ON);
     if (r->rt->rank == 0)

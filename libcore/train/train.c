@@ -129,13 +129,7 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
         log_error0("optim.nesterov = true needs optim.momentum > 0");
         return STATUS_INPUT;
     }
-    CHECK(lr_schedule_kind_parse(config_str(cfg, "optim.schedule"), &r->sched.kind), "schedule enum out of sync");
-    r->sched.base_lr = config_float(cfg, "optim.lr");
-    r->sched.warmup_steps = (long)config_int(cfg, "optim.warmup_steps");
-    r->sched.total_steps = r->steps;
-    r->sched.min_lr = config_float(cfg, "optim.min_lr");
-    r->sched.step_size = (long)config_int(cfg, "optim.step_size");
-    r->sched.gamma = config_float(cfg, "optim.gamma");
+    train_schedule_from_config(&r->sched, cfg);
     const char *why = NULL;
     if (!lr_schedule_valid(&r->sched, &why)) {
         log_error0("the learning-rate schedule is not usable: %s (see the [optim] keys)", why);

@@ -27,6 +27,8 @@ static inline double train_now_s(void)
 void train_ckpt_content(train_run *r, ckpt_content *c);
 /* The blob called name in c, or NULL. */
 const ckpt_blob *train_ckpt_blob(const ckpt_content *c, const char *name);
+/* The learning-rate schedule the [optim] keys and train.steps describe (not checked). */
+void train_schedule_from_config(lr_schedule *s, const config *cfg);
 
 /* ---- batch.c ---- */
 /* Opens data file path for this run's model and micro-batch; train: the training
@@ -121,6 +123,8 @@ bool train_monitor_guards_nonfinite(const train_run *r);
 status train_rollback(train_run *r);
 
 /* ---- step.c ---- */
+/* DGC-Pro's options from the run's config and optimizer (momentum correction, decay, clip). */
+void train_dgc_options(const train_run *r, dgc_options *o);
 /* DGC-Pro at setup: off, forced on, or auto (ruled out for small models, one node). */
 status train_dgc_setup(train_run *r);
 /* Auto mode's decision after the first steps of a fresh run (collective). */
