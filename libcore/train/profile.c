@@ -323,7 +323,7 @@ void train_profile_free(train_run *r)
 
 /* What rank 0 shows of timer i: the ranks' figures combined. */
 typedef struct tp_row {
-    double count, total, min, median, max;  /* total and median: the mean over the ranks */
+    double count, total, min, median, max;  /* total and median: the mean over the ranks with samples */
     double slow_total;                      /* the largest total of a rank */
     int slow_rank;
     double ev[TRAIN_PROFILE_EVENTS_MAX];    /* counter per sample, summed over the ranks */
@@ -335,11 +335,13 @@ static void tp_rows(const train_profile *p, const double *all, int nranks, tp_ro
         tp_row *w = &rows[i];
         memset(w, 0, sizeof *w);
         w->min = INFINITY, w->max = -INFINITY, w->slow_total = -1;
+        int with = 0;  /* ranks with samples (a checkpoint's background copy and write: rank 0's) */
+        for (int k = 0; k < nranks; k++) with += all[((size_t)k * (size_t)p->ntimers + (size_t)i) * TP_NV] > 0;
         for (int k = 0; k < nranks; k++) {
             const double *v = all + ((size_t)k * (size_t)p->ntimers + (size_t)i) * TP_NV;
             if (v[0] == 0) continue;
             w->count = fmax(w->count, v[0]);
-            w->total += v[1] / nranks, w->median += v[3] / nranks;
+            w->total += v[1] / with, w->median += v[3] / with;
             w->min = fmin(w->min, v[2]), w->max = fmax(w->max, v[4]);
             if (v[1] > w->slow_total) w->slow_total = v[1], w->slow_rank = k;
             for (int e = 0; e < p->papi.n; e++) w->ev[e] += v[5 + e] / v[0];
@@ -409,15 +411,19 @@ static bool tp_in_step(train_profile_kind k)
     return k != TRAIN_PROFILE_KIND_DETAIL;
 }
 
-/* share: of the step (the step's phases and layers, and the reductions that overlap
- * them); "-" for what lies outside the step (checkpoints) or is the step itself */
-static void tp_print_row(const train_profile *p, const tp_row *w, const char *name, double step, bool share)
+/* share: of the step, for the phases and layers that tile it; "-" for the rest, which
+ * overlaps them (the buckets' reductions run during the backward and each other) or
+ * lies outside the step (checkpoints); counters are charged to the tiles only */
+static void tp_print_row(const train_profile *p, const tp_row *w, const char *name, double step, bool tile)
 {
     char pct[16] = "      -";
-    if (share && step > 0) snprintf(pct, sizeof pct, "%6.1f%%", 100 * w->total / step);
+    if (tile && step > 0) snprintf(pct, sizeof pct, "%6.1f%%", 100 * w->total / step);
     printf("  %-30s %6.0f %10.1f %s %9.2f %9.2f %9.2f", name, w->count, w->total, pct, w->min, w->median, w->max);
     for (int e = 0; e < p->papi.n; e++)
-        if (p->papi.slot[e] >= 0) printf(" %16.4g", w->ev[e]);
+        if (p->papi.slot[e] >= 0) {
+            if (tile) printf(" %16.4g", w->ev[e]);
+            else printf(" %16s", "-");
+        }
     printf("\n");
 }
 
@@ -460,10 +466,10 @@ static void tp_print(const train_run *r, const train_profile *p, const tp_row *r
                 char name[80];
                 snprintf(name, sizeof name, "%s (%d, summed)", bucket ? "buckets" : tm->kind == TRAIN_PROFILE_KIND_FORWARD
                          ? "forward blocks" : "backward blocks", n);
-                tp_print_row(p, &agg, name, step, true);
+                tp_print_row(p, &agg, name, step, !bucket);
                 continue;
             }
-            tp_print_row(p, &rows[i], tm->name, step, tp_in_step(tm->kind) || bucket || (i >= p->dgc0 && i < p->ckpt0));
+            tp_print_row(p, &rows[i], tm->name, step, tp_in_step(tm->kind));
         }
         if (pass == 0)
             printf("  %-30s %6s %10.1f %6.1f%%   (the step by the trainer's clock: %.1f ms)\n", "= phases and layers", "",
@@ -487,7 +493,7 @@ static json_t *tp_json_row(const train_profile *p, const train_profile_timer *tm
                           train_json_num(w->min), "median_ms", train_json_num(w->median), "max_ms", train_json_num(w->max));
     json_t *ev = json_object();
     for (int e = 0; e < p->papi.n; e++)
-        json_object_set_new(ev, p->papi.name[e], p->papi.slot[e] >= 0 ? train_json_num(w->ev[e]) : json_null());
+        json_object_set_new(ev, p->papi.name[e], p->papi.slot[e] >= 0 && tp_in_step(tm->kind) ? train_json_num(w->ev[e]) : json_null());
     json_object_set_new(j, "counters_per_step", ev);
     json_t *ranks = json_array();
     for (int k = 0; k < nranks; k++) {
