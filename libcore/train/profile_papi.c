@@ -20,7 +20,9 @@ static void papi_reason(char *out, size_t cap, const char *name, int code, int r
     const PAPI_component_info_t *ci = cidx >= 0 ? PAPI_get_component_info(cidx) : NULL;
     if (ci && ci->disabled) snprintf(comp, sizeof comp, " (component %.24s disabled: %.100s)", ci->name, ci->disabled_reason);
     else if (!strncmp(name, "PAPI_", 5) && PAPI_query_event(code) != PAPI_OK)
-        extra = " (no native event backs this preset here: the CPU exposes no hardware counters, as in most VMs)";
+        extra = PAPI_query_event(PAPI_TOT_CYC) != PAPI_OK
+                    ? " (no native event backs this preset here: the CPU exposes no hardware counters, as in most VMs)"
+                    : " (no native event of this CPU backs this preset; papi_avail lists the ones it has)";
     snprintf(out, cap, "n/a: %.60s%s%s", PAPI_strerror(rc), comp, extra);
 }
 

@@ -10,7 +10,7 @@
  *
  * Files: schema.c (config keys, checkpoint content), batch.c (batch arithmetic, the
  * loaders, filling a micro-batch), step.c (the step and DGC-Pro's auto mode),
- * eval.c, metrics.c, elastic.c, monitor.c (alert rules and actions), profile.c (profiler mode), loop.c (the step
+ * eval.c, metrics.c, elastic.c, monitor.c (alert rules and actions), loop.c (the step
  * loop, checkpoints), train.c (setup, resume, rollback, free). Layering inside: batch.c <- elastic.c <- train.c, loop.c;
  * elastic never calls back into the loop.
  *
