@@ -39,6 +39,9 @@ HDF5_DIR := /usr/lib/x86_64-linux-gnu/hdf5/openmpi
 CFLAGS  += -I/usr/include/hdf5/openmpi
 LDLIBS  := -linih -ljansson -lhwloc -ldnnl -L$(HDF5_DIR) -Wl,-rpath,$(HDF5_DIR) -lhdf5 -lisal -lz \
            -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas -lm
+# PAPI: the profiler's hardware counters (profile.events; libcore/train/profile_papi.c)
+CFLAGS  += $(shell pkg-config --cflags papi 2>/dev/null)
+LDLIBS  += $(shell pkg-config --libs papi 2>/dev/null || echo -lpapi)
 LDFLAGS += -fopenmp
 
 ifeq ($(USE_CUDA),auto)

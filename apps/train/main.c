@@ -45,6 +45,7 @@ static const cli_option train_options[] = {
     { "resume", "ckpt.resume", NULL },
     { "ckpt-every", "ckpt.every_steps", NULL },
     { "async-ckpt", "ckpt.async", "true" },
+    { "profile", "profile.mode", "on" },
     { "zero", "train.zero", NULL },
     { "device", "device.kind", NULL },
     { "precision", "device.precision", NULL },

@@ -159,6 +159,7 @@ static void bucket_scale(bucket_manager *bm, bucket *k)
 
 static void bucket_finish(bucket_manager *bm, bucket *k)
 {
+    k->t_done = MPI_Wtime();  /* before the scaling: the reduction's own end */
     bucket_scale(bm, k);
     k->state = BUCKET_STATE_DONE;
     while (bm->next_done < bm->nbuckets && bm->buckets[bm->next_done].state == BUCKET_STATE_DONE) bm->next_done++;
@@ -171,6 +172,7 @@ static status launch_ready(bucket_manager *bm)
         int b = bm->next_launch;
         bucket *k = &bm->buckets[b];
         void *slice = (char *)bm->grads + k->offset * bm->esz;
+        k->t_start = MPI_Wtime();
         if (bm->on_device)  /* the host cannot touch device memory: the backend scales */
             TRY(comm_allreduce_start_scaled(bm->c, &k->op, slice, k->count, bm->dtype, bm->scale, bm->algo));
         else

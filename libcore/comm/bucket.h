@@ -60,6 +60,9 @@ typedef struct bucket {
     int pending;           /* tensors of this bucket not yet marked ready this step */
     bucket_state state;    /* where the bucket is in the current step */
     comm_op op;            /* this bucket's allreduce; owns its reusable scratch */
+    double t_start;        /* MPI_Wtime when its allreduce started this step (s) */
+    double t_done;         /* MPI_Wtime when it was seen finished (a test or the wait; s): the profiler's
+                              reduction time is t_done - t_start, an upper bound by the polling gap */
 } bucket;
 
 typedef struct bucket_manager {

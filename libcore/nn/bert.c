@@ -378,6 +378,7 @@ status bert_forward(bert *m, const int32_t *input_ids, const int32_t *token_type
     kn->embedding_forward(a->emb, m->type_ids, p + vw->type_emb, BT, C, 1);
     kn->layernorm_forward(a->emb_ln, a->emb_mean, a->emb_rstd, a->emb, p + vw->emb_ln_w, p + vw->emb_ln_b, BT, C,
                           BERT_LN_EPS);
+    param_layer_time(&m->timer, 0, false);                                  /* embeddings */
     /* BertLayer: x1 = LN(x + Wo·attn(Wq x, Wk x, Wv x)), out = LN(x1 + W2·gelu(W1 x1)). */
     for (int l = 0; l < c->num_layers; l++) {
         const float *x = l == 0 ? a->emb_ln : a->ln2 + (size_t)(l - 1) * btc;
@@ -400,6 +401,7 @@ status bert_forward(bert *m, const int32_t *input_ids, const int32_t *token_type
         kn->residual_forward(res2, ln1, fcproj, btc);
         kn->layernorm_forward(ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, res2, p + h->out_ln_w, p + h->out_ln_b,
                               BT, C, BERT_LN_EPS);
+        param_layer_time(&m->timer, l + 1, false);                          /* encoder.layer.l */
     }
     /* BertLMPredictionHead: LN(gelu(dense(h))) · word_embeddings^T + bias, on every
      * position without targets, on the targeted ones (gathered) with them. */
@@ -490,6 +492,7 @@ void bert_backward(bert *m)
                                                                     for the padding: exact) */
     }
     param_layer_done(&m->hook, c->num_layers + 1);                          /* cls.predictions */
+    param_layer_time(&m->timer, c->num_layers + 1, true);
     for (int l = c->num_layers - 1; l >= 0; l--) {
         const float *x = l == 0 ? a->emb_ln : a->ln2 + (size_t)(l - 1) * btc;
         const float *q = a->q + l * btc, *k = a->k + l * btc, *v = a->v + l * btc, *atty = a->atty + l * btc;
@@ -525,6 +528,7 @@ void bert_backward(bert *m)
         kn->matmul_backward(s->dresidual, g + h->k_w, g + h->k_b, s->dk, x, p + h->k_w, BT, C, C, MATMUL_LAYOUT_OUT_IN);
         kn->matmul_backward(s->dresidual, g + h->v_w, g + h->v_b, s->dv, x, p + h->v_w, BT, C, C, MATMUL_LAYOUT_OUT_IN);
         param_layer_done(&m->hook, l + 1);                                  /* encoder.layer.l */
+        param_layer_time(&m->timer, l + 1, true);
     }
     /* Embeddings: dresidual = d(emb_ln). */
     kn->zero(s->dbtc, btc);
@@ -538,6 +542,7 @@ void bert_backward(bert *m)
     kn->embedding_backward(g + vw->pos_emb, s->dbtc, m->pos_ids, BT, C);
     kn->embedding_backward(g + vw->type_emb, s->dbtc, m->type_ids, BT, C);
     param_layer_done(&m->hook, 0);                                          /* embeddings (and the tied decoder) */
+    param_layer_time(&m->timer, 0, true);
 }
 
 /* 6 FLOPs per parameter per token (2 forward, 4 backward), as gpt2_flops_per_token;

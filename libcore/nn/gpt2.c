@@ -284,6 +284,7 @@ status gpt2_forward(gpt2 *m, const int32_t *tokens, const int32_t *targets)
     }
     k->embedding_forward(a->encoded, ids, p + v->wte, BT, C, 0);
     k->embedding_forward(a->encoded, m->pos_ids, p + v->wpe, BT, C, 1);
+    param_layer_time(&m->timer, 0, false);                                 /* wte, wpe */
     for (int l = 0; l < c->num_layers; l++) {
         const float *residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * btc;
         float *ln1 = a->ln1 + l * btc, *qkv = a->qkv + l * btc * 3, *atty = a->atty + l * btc;
@@ -303,6 +304,7 @@ status gpt2_forward(gpt2 *m, const int32_t *tokens, const int32_t *targets)
         k->gelu_tanh_forward(fchg, fch, btc * 4);
         k->matmul_forward(fcproj, fchg, p + h->fc_proj_w, p + h->fc_proj_b, BT, 4 * C, C, MATMUL_LAYOUT_IN_OUT);
         k->residual_forward(res3, res2, fcproj, btc);
+        param_layer_time(&m->timer, l + 1, false);                         /* h.l */
     }
     const float *last = a->residual3 + (size_t)(c->num_layers - 1) * btc;
     k->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, p + v->ln_f_w, p + v->ln_f_b, BT, C, GPT2_LN_EPS);
@@ -360,6 +362,7 @@ void gpt2_backward(gpt2 *m, const int32_t *tokens)
     k->layernorm_backward(s->dresidual, g + v->ln_f_w, g + v->ln_f_b, s->dbtc, last, p + v->ln_f_w, a->lnf_mean,
                           a->lnf_rstd, BT, C);
     param_layer_done(&m->hook, c->num_layers + 1);                         /* ln_f */
+    param_layer_time(&m->timer, c->num_layers + 1, true);
     for (int l = c->num_layers - 1; l >= 0; l--) {
         const float *residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * btc;
         const float *ln1 = a->ln1 + l * btc, *qkv = a->qkv + l * btc * 3, *atty = a->atty + l * btc;
@@ -391,10 +394,12 @@ void gpt2_backward(gpt2 *m, const int32_t *tokens)
         k->layernorm_backward(s->dresidual, g + h->ln_1_w, g + h->ln_1_b, s->dbtc2, residual, p + h->ln_1_w,
                               a->ln1_mean + l * BT, a->ln1_rstd + l * BT, BT, C);
         param_layer_done(&m->hook, l + 1);                                 /* h.l */
+        param_layer_time(&m->timer, l + 1, true);
     }
     k->embedding_backward(g + v->wte, s->dresidual, ids, BT, C);
     k->embedding_backward(g + v->wpe, s->dresidual, m->pos_ids, BT, C);
     param_layer_done(&m->hook, 0);                                         /* wte (also the tied head), wpe */
+    param_layer_time(&m->timer, 0, true);
 }
 
 /* 6 FLOPs per parameter per token (2 forward, 4 backward), the convention of the

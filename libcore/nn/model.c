@@ -165,7 +165,9 @@ void model_batch_free(model_batch *b)
 status model_forward(model *m, const model_batch *b, bool training)
 {
     m->last = b;
-    return m->ops->forward(m, b, training);
+    status st = m->ops->forward(m, b, training);
+    param_layer_time(&m->base->timer, PARAM_LAYER_LAST, false);  /* final norm, head, loss */
+    return st;
 }
 
 void model_backward(model *m)
@@ -268,6 +270,11 @@ status model_config_from_ini(config *mc, const char *ini)
 void model_set_layer_hook(model *m, param_layer_hook h)
 {
     m->base->hook = h;
+}
+
+void model_set_layer_timer(model *m, param_layer_timer t)
+{
+    m->base->timer = t;
 }
 
 const float *model_class_logits(const model *m, int *num_classes)

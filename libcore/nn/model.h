@@ -188,6 +188,8 @@ double model_units_per_step(const model *m);
 /* Installs the hook the backward calls as each layer's gradients become final
  * (param_layer_hook; {NULL, NULL} removes it). */
 void model_set_layer_hook(model *m, param_layer_hook h);
+/* Installs the profiler's layer timer (param_layer_timer; {NULL, NULL} removes it). */
+void model_set_layer_timer(model *m, param_layer_timer t);
 /* ResNet: the logits of the last forward, (B, *num_classes); NULL for the other families. */
 const float *model_class_logits(const model *m, int *num_classes);
 /* GPT-2 and BERT: the real vocabulary V (token ids in [0, V)); 0 for ResNet. */

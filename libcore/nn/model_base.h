@@ -23,6 +23,7 @@
     const nn_ops *ops;     /* the device's kernels */                                                       \
     param_buffers w;       /* on a GPU: params, grads, moments in device memory; unused (zero) on the CPU */ \
     param_layer_hook hook; /* backward reports each finished layer here (set by the caller) */              \
+    param_layer_timer timer; /* forward and backward mark each layer's end here (the profiler; NULL fn: off) */ \
     float loss_scale;      /* backward differentiates loss_scale * mean loss (fp16 loss scaling; 1 by default) */ \
     float mean_loss;       /* mean loss of the last forward, -1 without targets */
 

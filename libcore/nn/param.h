@@ -84,6 +84,23 @@ static inline void param_layer_done(const param_layer_hook *h, int layer)
     if (h->fn) h->fn(h->ctx, layer);
 }
 
+/* Called by a model at each layer boundary of its forward and backward, for the
+ * trainer's profiler (libcore/train/profile.c): `layer` has just finished — forward in
+ * ascending layer order, backward right after its param_layer_done. PARAM_LAYER_LAST
+ * closes the forward (model_forward, after the family's: final norm, head and loss go
+ * to the highest layer). fn NULL: no calls, one NULL check per layer. */
+typedef struct param_layer_timer {
+    void (*fn)(void *ctx, int layer, bool backward);
+    void *ctx;
+} param_layer_timer;
+
+#define PARAM_LAYER_LAST (-1)
+
+static inline void param_layer_time(const param_layer_timer *t, int layer, bool backward)
+{
+    if (t->fn) t->fn(t->ctx, layer, backward);
+}
+
 /* An empty table. */
 void param_table_init(param_table *pt);
 

@@ -525,6 +525,7 @@ status resnet_forward(resnet *m, const float *images, const int32_t *labels, boo
         c->maxpool2d_forward(y, a->pool_argmax, x, N, RESNET_STEM_C, st->OH, st->OW, 3, 2, 1, a->PH, a->PW);
         c->from_nchw(a->pool, y, N, RESNET_STEM_C, a->PH * a->PW);
     }
+    param_layer_time(&m->timer, 0, false);                                /* conv1, bn1 */
     for (int i = 0; i < a->nblocks; i++) {
         resnet_block *b = &a->blocks[i];
         size_t n = unit_out_size(m, &b->unit[b->nunits - 1]);
@@ -537,6 +538,7 @@ status resnet_forward(resnet *m, const float *images, const int32_t *labels, boo
         }
         k->residual_forward(b->out, b->out, identity, n);                  /* out += identity */
         c->relu_forward(b->out, b->out, n);                                /* relu(out) */
+        param_layer_time(&m->timer, i + 1, false);                         /* layerK.J */
     }
     const resnet_block *last = &a->blocks[a->nblocks - 1];
     c->to_nchw(a->nchw, last->out, N, a->feat_C, a->feat_HW);
@@ -624,9 +626,11 @@ void resnet_backward(resnet *m)
     c->avgpool_global_backward(a->nchw, s->dpooled, N, a->feat_C, a->feat_HW);
     c->from_nchw(s->dblock, a->nchw, N, a->feat_C, a->feat_HW);
     param_layer_done(&m->hook, a->nblocks + 1);                            /* fc */
+    param_layer_time(&m->timer, a->nblocks + 1, true);
     for (int i = a->nblocks - 1; i >= 0; i--) {
         block_backward(m, &a->blocks[i]);
         param_layer_done(&m->hook, i + 1);                                 /* layerK.J */
+        param_layer_time(&m->timer, i + 1, true);
     }
     const float *dstem = s->dblock;                                        /* d(layer1's input) */
     if (m->cfg.stem == RESNET_STEM_IMAGENET) {                             /* maxpool backward, in NCHW */
@@ -641,6 +645,7 @@ void resnet_backward(resnet *m)
     }
     unit_backward(m, &a->stem, a->images, NULL, dstem);
     param_layer_done(&m->hook, 0);                                         /* conv1, bn1 */
+    param_layer_time(&m->timer, 0, true);
 }
 
 static double unit_flops(const resnet_unit *u)

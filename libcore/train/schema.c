@@ -116,6 +116,19 @@ const config_key train_schema_keys[] = {
       .help = "lower_lr: the factor each action multiplies the learning rate by" },
     { "monitor", "max_rollbacks", CONFIG_TYPE_INT, "1", .min = 0, .max = 1e6,
       .help = "rollbacks a run may take; a rollback past them ends the run as diverged (exit 1)" },
+    /* profiler mode (profile.c, docs/profile.md) */
+    { "profile", "mode", CONFIG_TYPE_ENUM, "auto", .choices = "auto|on|off",
+      .help = "per-phase and per-layer times (and PAPI counters): on for the whole run (table at the end, "
+              "RUN_DIR/profile.json); auto: a one-screen profile of profile.steps steps when the model and batch "
+              "shape are not in profile.shapes yet; off" },
+    { "profile", "steps", CONFIG_TYPE_INT, "5", .min = 1, .max = 1e6,
+      .help = "auto: steps the first-run profile covers (after one warm-up step)" },
+    { "profile", "events", CONFIG_TYPE_STRING, "PAPI_TOT_CYC,PAPI_TOT_INS,PAPI_FP_OPS,PAPI_L2_TCM,PAPI_L3_TCM",
+      .help = "PAPI events counted per phase and layer, comma-separated, at most 8 (none: no counters); an event "
+              "this machine cannot count is reported n/a with PAPI's reason, never an error" },
+    { "profile", "shapes", CONFIG_TYPE_STRING, "",
+      .help = "the record of shapes already profiled by auto mode (empty: RUN_DIR/profile-shapes; a shared path "
+              "makes the rule span runs)" },
 };
 const int train_schema_nkeys = (int)(sizeof train_schema_keys / sizeof train_schema_keys[0]);
 

@@ -275,6 +275,7 @@ typedef struct train_run {
     double last_loss;          /* the last step's loss and gradient norm (for the divergence message) */
     double last_gnorm;
     train_monitor mon;         /* alert rules and their actions (monitor.c) */
+    struct train_profile *prof; /* profiler mode (profile.h, profile.mode); NULL when off */
 } train_run;
 
 /* Builds the run: batch, data, model, optimizer, ZeRO, buckets, DGC-Pro, checkpoint

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 
 #include "comm/ctl.h"
+#include "profile.h"
 #include "train.h"
 
 /* The control plane's deadline for the trainer's own collectives (comm.timeout),
