@@ -727,7 +727,7 @@ int train_reload_list(const char *run_dir, FILE *f)
     struct dirent *e;
     while ((e = readdir(d)) && n < 1024) {
         long x = reload_name(e->d_name, &kind);
-        if (x > 0 && (n == 0 || v[n - 1] != x)) v[n++] = x;
+        if (x > 0) v[n++] = x;  /* a version may have two files: deduplicated after the sort */
     }
     closedir(d);
     qsort(v, (size_t)n, sizeof *v, reload_cmp_long);
