@@ -139,12 +139,14 @@ $(B)/obj/%.o: %.cu | $(DEPS_STAMP)
 	@$(if $(filter 1,$(VERBOSE)),,echo "  NVCC    $<")
 	$(Q)$(NVCC) $(NVFLAGS) -c $< -o $@
 
-# The version string: regenerated on every make, rewritten only when it changes, so
-# a commit rebuilds the one object that prints it and nothing else.
+# The version string and the commit (provenance's git_revision; "unknown" outside a git
+# checkout): regenerated on every make, rewritten only when they change, so a commit
+# rebuilds the one object that prints them and nothing else.
 $(B)/version.h: FORCE | $(DEPS_STAMP)
 	@v="git-$$(git describe --always --dirty 2>/dev/null || echo unknown)"; \
-	 line="#define NEBULA_VERSION \"$$v\""; \
-	 if [ "$$(cat $@ 2>/dev/null)" != "$$line" ]; then echo "$$line" > $@; fi
+	 r="$$(git rev-parse --verify -q HEAD 2>/dev/null)" || r=unknown; \
+	 text="$$(printf '#define NEBULA_VERSION "%s"\n#define NEBULA_GIT_REVISION "%s"' "$$v" "$${r:-unknown}")"; \
+	 if [ "$$(cat $@ 2>/dev/null)" != "$$text" ]; then printf '%s\n' "$$text" > $@; fi
 $(B)/obj/libcore/base/cli.o: $(B)/version.h
 FORCE:
 

@@ -39,6 +39,12 @@ const char *dnn_layout_name(dnn_layout l)
     return name;
 }
 
+void dnn_version(char *buf, size_t len)
+{
+    const dnnl_version_t *v = dnnl_version();
+    snprintf(buf, len, "%d.%d.%d (commit %s)", v->major, v->minor, v->patch, v->hash && v->hash[0] ? v->hash : "unknown");
+}
+
 dnnl_engine_t dnn_engine(void)
 {
     if (!engine) {

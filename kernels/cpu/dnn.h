@@ -37,6 +37,9 @@ int dnn_block(void);
 /* oneDNN's name of DNN_BLOCKED ("nChw16c") or of DNN_NCHW ("nchw"). */
 const char *dnn_layout_name(dnn_layout l);
 
+/* The oneDNN library loaded at run time, for provenance: "3.0.0 (commit HASH)". */
+void dnn_version(char *buf, size_t len);
+
 /* Dies with the failing call's text and oneDNN's status name. */
 #define DNN_CHECK(call) dnn_check((call), #call, __FILE__, __LINE__)
 void dnn_check(dnnl_status_t st, const char *call, const char *file, int line);

@@ -71,6 +71,24 @@ static void cpu_model(char *buf, size_t len)
 }
 #endif
 
+/* /proc/cpuinfo's model line, where CPUID has no brand string (other architectures). */
+static void cpu_model_proc(char *buf, size_t len)
+{
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (!colon || (strncmp(line, "model name", 10) && strncmp(line, "Model", 5) && strncmp(line, "cpu model", 9)))
+            continue;
+        char *v = colon + 1;
+        while (*v == ' ' || *v == '\t') v++;
+        v[strcspn(v, "\n")] = '\0';
+        snprintf(buf, len, "%s", v);
+        break;
+    }
+    if (f) fclose(f);
+}
+
 static void isa_detect(void)
 {
     isa.machine = ISA_BASE;
@@ -95,6 +113,7 @@ static void isa_detect(void)
                  amx ? " AMX" : amx_cpu ? ", AMX not permitted by the kernel" : avx512 ? ", no AMX" : "");
     cpu_model(isa.model, sizeof isa.model);
 #endif
+    if (!isa.model[0]) cpu_model_proc(isa.model, sizeof isa.model);
     isa.active = isa.machine;
     isa.env_ok = true;
     const char *e = getenv("NEBULA_CPU_ISA");
@@ -146,4 +165,10 @@ void isa_describe(char *buf, size_t len)
     if (!isa.from_env || l == isa.machine) snprintf(how, sizeof how, "the machine's best");
     else snprintf(how, sizeof how, "NEBULA_CPU_ISA=%s; the machine runs %s", isa.env, isa_name(isa.machine));
     snprintf(buf, len, "%s (%s; %s%s%s)", isa_name(l), how, isa.features, isa.model[0] ? "; " : "", isa.model);
+}
+
+const char *isa_cpu_model(void)
+{
+    pthread_once(&isa.once, isa_detect);
+    return isa.model;
 }

@@ -61,4 +61,8 @@ int isa_channel_block(void);
  * "avx512_bf16 (the machine's best; AVX2 FMA AVX-512F/BW/VL/DQ VNNI BF16, no AMX; AMD EPYC)". */
 void isa_describe(char *buf, size_t len);
 
+/* The CPU's model name ("AMD EPYC 9B14"): the brand string of CPUID on x86, else
+ * /proc/cpuinfo's "model name" (or "Model", "cpu model"); "" when neither says. */
+const char *isa_cpu_model(void);
+
 #endif

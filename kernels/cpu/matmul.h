@@ -12,6 +12,8 @@
 #ifndef NEBULA_KERNELS_MATMUL_H
 #define NEBULA_KERNELS_MATMUL_H
 
+#include <stddef.h>
+
 typedef enum matmul_layout {
     MATMUL_LAYOUT_OUT_IN = 0, /* nn.Linear: weight (OC, C) */
     MATMUL_LAYOUT_IN_OUT,     /* HF GPT-2 Conv1D: weight (C, OC) */
@@ -33,6 +35,10 @@ void matmul_backward(float *dinp,         /* (BT, C) or NULL */
                      const float *inp,    /* (BT, C) */
                      const float *weight, /* (OC, C) or (C, OC), per layout */
                      int BT, int C, int OC, matmul_layout layout);
+
+/* The BLAS the fp32 GEMMs run on, for provenance: OpenBLAS's build configuration
+ * (version, DYNAMIC_ARCH, threads) and the core kernel it chose for this CPU. */
+void matmul_blas_version(char *buf, size_t len);
 
 /* The same contracts with bf16 operands (--precision bf16 on the CPU,
  * matmul_bf16.c): inp, weight and dout rounded to bf16 (nearest even), products

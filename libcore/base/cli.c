@@ -4,11 +4,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "version.h" /* generated in build/: NEBULA_VERSION, rewritten only when it changes */
+#include "version.h" /* generated in build/: NEBULA_VERSION and NEBULA_GIT_REVISION, rewritten only when it changes */
 
 const char *cli_version(void)
 {
     return "0.1.0 (" NEBULA_VERSION ")";
+}
+
+const char *cli_git_revision(void)
+{
+    return NEBULA_GIT_REVISION;
 }
 
 void cli_print_version(const char *prog)

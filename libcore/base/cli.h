@@ -30,5 +30,8 @@ status cli_parse(config *cfg, const cli_option *opts, int nopts, int argc, char 
 void cli_print_version(const char *prog);
 /* "0.1.0 (git-1a2b3c4)" */
 const char *cli_version(void);
+/* The commit the build was made from (git rev-parse HEAD, 40 hex digits), or "unknown"
+ * when the tree was not a git checkout. */
+const char *cli_git_revision(void);
 
 #endif

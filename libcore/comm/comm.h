@@ -213,6 +213,10 @@ comm_algo comm_auto_choice_start(const comm *c, size_t bytes);
 status comm_tune(comm *c, const size_t *bytes, int nsizes, int reps);
 /* The auto table as JSON, written atomically by rank 0 / read by every rank. */
 status comm_tune_save(const comm *c, const char *path);
+/* The same with a "provenance" object (base/provenance.h; NULL: none), which the
+ * loader ignores. */
+struct json_t;
+status comm_tune_save_with(const comm *c, const char *path, const struct json_t *provenance);
 status comm_tune_load(comm *c, const char *path);
 
 #endif

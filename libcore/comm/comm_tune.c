@@ -127,9 +127,15 @@ status comm_tune(comm *c, const size_t *bytes, int nsizes, int reps)
 
 status comm_tune_save(const comm *c, const char *path)
 {
+    return comm_tune_save_with(c, path, NULL);
+}
+
+status comm_tune_save_with(const comm *c, const char *path, const json_t *provenance)
+{
     if (c->rt->rank != 0) return STATUS_OK;
     json_t *root = json_object(), *entries = json_array();
     json_object_set_new(root, "format", json_string("nebula-comm-tune"));
+    if (provenance) json_object_set_new(root, "provenance", json_deep_copy(provenance));
     json_object_set_new(root, "version", json_integer(2));
     json_object_set_new(root, "world_size", json_integer(c->rt->size));
     json_object_set_new(root, "nnodes", json_integer(c->rt->nnodes));
