@@ -140,9 +140,11 @@ static void print_row(const runtime *rt, const bench_row *row, double ompi_us, c
                algbw, busbw, row->wrong, ratio);
 }
 
-static json_t *rows_json(const runtime *rt, const comm *c, const bench_row *rows, int nrows, const char *type)
+static json_t *rows_json(const runtime *rt, const comm *c, const bench_row *rows, int nrows, const char *type,
+                         const json_t *prov)
 {
     json_t *root = json_object(), *arr = json_array();
+    json_object_set_new(root, "provenance", json_deep_copy(prov));
     json_object_set_new(root, "world_size", json_integer(rt->size));
     json_object_set_new(root, "nnodes", json_integer(rt->nnodes));
     json_object_set_new(root, "backend", json_string(comm_describe(c)));
@@ -166,9 +168,9 @@ static json_t *rows_json(const runtime *rt, const comm *c, const bench_row *rows
 }
 
 static status write_json(const char *path, const runtime *rt, const comm *c, const bench_row *rows, int nrows,
-                         const char *type)
+                         const char *type, const json_t *prov)
 {
-    json_t *root = rows_json(rt, c, rows, nrows, type);
+    json_t *root = rows_json(rt, c, rows, nrows, type, prov);
     int rc = path ? json_dump_file(root, path, JSON_INDENT(1)) : json_dumpf(root, stdout, JSON_INDENT(1));
     json_decref(root);
     if (!path) putchar('\n');
@@ -179,7 +181,7 @@ static status write_json(const char *path, const runtime *rt, const comm *c, con
     return STATUS_OK;
 }
 
-status bench_comm_run(const config *cfg, runtime *rt, comm *c)
+status bench_comm_run(const config *cfg, runtime *rt, comm *c, const json_t *prov)
 {
     const char *which = config_str(cfg, "bench.algo"), *type = config_str(cfg, "bench.dtype");
     reduce_dtype dt = parse_dtype(type);
@@ -219,9 +221,10 @@ status bench_comm_run(const config *cfg, runtime *rt, comm *c)
                 rt->ranks_per_node ? "virtual " : "", comm_describe(c), comm_hier_exchange(c));
         fprintf(info, "# median of %d rotated rounds; time = slowest rank; busbw = algbw * 2(n-1)/n; "
                 "vs_ompi = time / MPI_Allreduce time\n", (int)config_int(cfg, "bench.rounds"));
-        if (json) ;
-        else if (csv) printf("size,count,type,algo,time_us,algbw_GBps,busbw_GBps,wrong,vs_ompi\n");
-        else printf("#%11s %12s %6s %10s %11s %10s %10s %7s %8s\n", "size", "count", "type", "algo", "time_us",
+        if (csv) {
+            (void)provenance_write_csv_line(stdout, prov);  /* stdout failing fails the rows too */
+            printf("size,count,type,algo,time_us,algbw_GBps,busbw_GBps,wrong,vs_ompi\n");
+        } else if (!json) printf("#%11s %12s %6s %10s %11s %10s %10s %7s %8s\n", "size", "count", "type", "algo", "time_us",
                     "algbw_GB/s", "busbw_GB/s", "#wrong", "vs_ompi");
     }
     status st = STATUS_OK;
@@ -240,10 +243,11 @@ status bench_comm_run(const config *cfg, runtime *rt, comm *c)
         if (rt->rank == 0) fflush(stdout);
         nrows += nkinds;
     }
-    if (st == STATUS_OK && rt->rank == 0 && json) st = write_json(NULL, rt, c, rows, nrows, type);
+    if (st == STATUS_OK && rt->rank == 0 && json) st = write_json(NULL, rt, c, rows, nrows, type, prov);
     if (st == STATUS_OK && rt->rank == 0 && config_str(cfg, "bench.out")[0])
-        st = write_json(config_str(cfg, "bench.out"), rt, c, rows, nrows, type);
-    if (st == STATUS_OK && config_str(cfg, "bench.save_tune")[0]) st = comm_tune_save(c, config_str(cfg, "bench.save_tune"));
+        st = write_json(config_str(cfg, "bench.out"), rt, c, rows, nrows, type, prov);
+    if (st == STATUS_OK && config_str(cfg, "bench.save_tune")[0])
+        st = comm_tune_save_with(c, config_str(cfg, "bench.save_tune"), prov);
     if (st == STATUS_OK && total_wrong) {
         log_error0("%zu wrong elements (see the #wrong column)", total_wrong);
         st = STATUS_CORRUPT;

@@ -26,7 +26,7 @@ static uint64_t mix(uint64_t z)
     return z ^ (z >> 31);
 }
 
-status bench_dgc_run(const config *cfg)
+status bench_dgc_run(const config *cfg, const json_t *prov)
 {
     size_t n = (size_t)config_int(cfg, "bench.count");
     int rounds = (int)config_int(cfg, "bench.rounds");
@@ -68,8 +68,12 @@ status bench_dgc_run(const config *cfg)
     bool csv = !strcmp(format, "csv"), json = !strcmp(format, "json");
     fprintf(csv || json ? stderr : stdout, "# nebula-bench dgc: %zu entries, density %.4g (k = %zu, last selection "
             "%zu), sample %.3g%%, one core, median of %d rounds\n", n, density, k, got, 100 * fraction, rounds);
-    if (csv) printf("step,time_ms,G_entries_per_s,vs_read\n");
-    else if (!json) printf("# %-34s %12s %14s %10s\n", "step", "time_ms", "G_entries/s", "vs_read");
+    if (csv) {
+        (void)provenance_write_csv_line(stdout, prov);  /* stdout failing fails the rows too */
+        printf("step,time_ms,G_entries_per_s,vs_read\n");
+    }
+    else if (json) bench_provenance_row("step", prov);
+    else printf("# %-34s %12s %14s %10s\n", "step", "time_ms", "G_entries/s", "vs_read");
     double read = bench_median(t[0], rounds);
     for (int j = 0; j < 5; j++) {
         double m = bench_median(t[j], rounds);

@@ -78,10 +78,15 @@ static void emit_json(json_t *o)
     json_decref(o);
 }
 
+void bench_provenance_row(const char *kind, const json_t *prov)
+{
+    emit_json(json_pack("{s:s, s:o}", kind, "provenance", "provenance", json_deep_copy(prov)));
+}
+
 /* --dry-run: the configuration resolved and checked; nothing allocated, so it is
  * cheap for any model (gpt2-xl included). --json: the same as one object, the text
  * on stderr. */
-static void print_dry_run(const model_spec *spec, int B, int T, bool json)
+static void print_dry_run(const model_spec *spec, int B, int T, bool json, const json_t *prov)
 {
     FILE *f = json ? stderr : stdout;
     fprintf(f, "# nebula-bench model --dry-run: the configuration is valid; nothing was allocated\nmodel: ");
@@ -89,6 +94,7 @@ static void print_dry_run(const model_spec *spec, int B, int T, bool json)
     bool resnet = spec->family == MODEL_FAMILY_RESNET;
     if (resnet) fprintf(f, "batch: B=%d %dx%d\n", B, spec->image_size, spec->image_size);
     else fprintf(f, "batch: B=%d T=%d\n", B, T);
+    if (json) bench_provenance_row("row", prov);
     if (json)
         emit_json(json_pack("{s:s, s:s, s:b, s:i, s:i}", "row", "dry_run", "model", spec->name, "valid", 1, "batch", B,
                             resnet ? "image_size" : "seq", resnet ? spec->image_size : T));
@@ -236,7 +242,7 @@ static void bench_remove_dir(const char *dir)
 
 /* The CPU benchmark proper: the header, the memory table and one row per timed step
  * of train_step. */
-static status bench_model_steps(const config *cfg, train_run *r, int B, int T)
+static status bench_model_steps(const config *cfg, train_run *r, int B, int T, const json_t *prov)
 {
     int steps = (int)config_int(cfg, "bench.steps"), warm = (int)config_int(cfg, "bench.model_warmup");
     model *m = &r->m;
@@ -266,8 +272,10 @@ static status bench_model_steps(const config *cfg, train_run *r, int B, int T)
     if (bf16_gflops > 0) fprintf(info, "; bf16 GEMM (oneDNN, operands rounded): %.1f GFLOP/s", bf16_gflops);
     fprintf(info, "; model FLOPs per step %.1f G\n", flops_step / 1e9);
     param_print_memory(pt, model_activation_bytes(m), 0, NULL, info);
-    if (csv) printf("step,fwd_ms,bwd_ms,opt_ms,total_ms,%s,gflops,pct_sgemm,loss\n", per_s);
-    else if (json) ;  /* a row is an object with its names */
+    if (csv) {
+        (void)provenance_write_csv_line(stdout, prov);  /* stdout failing fails the rows too */
+        printf("step,fwd_ms,bwd_ms,opt_ms,total_ms,%s,gflops,pct_sgemm,loss\n", per_s);
+    } else if (json) bench_provenance_row("row", prov);  /* a row is an object with its names */
     else printf("# %4s %9s %9s %9s %10s %8s/s %9s %8s %9s\n", "step", "fwd_ms", "bwd_ms", "opt_ms", "total_ms", unit,
                 "GFLOP/s", "%sgemm", "loss");
     double *tf = calloc((size_t)steps, sizeof(double)), *tb = calloc((size_t)steps, sizeof(double));
@@ -310,7 +318,7 @@ static status bench_model_steps(const config *cfg, train_run *r, int B, int T)
     return st;
 }
 
-status bench_model_run(const config *cfg, const runtime *rt, comm *c)
+status bench_model_run(const config *cfg, const runtime *rt, comm *c, const json_t *prov)
 {
     model_spec spec;
     TRY(model_spec_from_config(&spec, cfg));
@@ -318,7 +326,7 @@ status bench_model_run(const config *cfg, const runtime *rt, comm *c)
     TRY(model_spec_check_batch(&spec, B, T, "bench.batch", "bench.seq"));
     bool table = !strcmp(config_str(cfg, "bench.format"), "table");
     if (config_bool(cfg, "bench.dry_run")) {
-        print_dry_run(&spec, B, T, !strcmp(config_str(cfg, "bench.format"), "json"));
+        print_dry_run(&spec, B, T, !strcmp(config_str(cfg, "bench.format"), "json"), prov);
         return STATUS_OK;
     }
     if (strcmp(config_str(cfg, "device.kind"), "cpu") != 0) {
@@ -345,7 +353,7 @@ status bench_model_run(const config *cfg, const runtime *rt, comm *c)
     }
     bench_train_config(bt, cfg, spec.family == MODEL_FAMILY_RESNET);
     status st = train_setup(&bt->run, &bt->cfg, rt, c, NULL);
-    if (st == STATUS_OK) st = bench_model_steps(cfg, &bt->run, B, T);
+    if (st == STATUS_OK) st = bench_model_steps(cfg, &bt->run, B, T, prov);
     train_free(&bt->run);
     bench_remove_dir(bt->dir);
     free(bt);

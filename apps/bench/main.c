@@ -99,7 +99,12 @@ static const char usage[] =
     "                                     2.x), as installed and tuned, per model, shape and precision\n"
     "       nebula-bench table dgc [--models gpt2,...] [--rates 1gbit,100mbit,none] [--steps N] [--reps R] [--csv]\n"
     "                                     dense vs DGC-Pro training on rate-limited links between 4 network\n"
-    "                                     namespaces (root; runs tools/bench-dgc.sh, which says how it measures)";
+    "                                     namespaces (root; runs tools/bench-dgc.sh, which says how it measures)\n"
+    "       nebula-bench provenance [--command TEXT] [--param KEY=VALUE]... [--format json|csv|markdown]\n"
+    "                                     the provenance object of a script's run on one line (under mpirun:\n"
+    "                                     every rank's host); --command and --param stand for the script's own\n"
+    "                                     command line and settings (default: this command, no settings)\n"
+    "every --csv and --json output, --out and --save-tune file carries the provenance (docs/benchmarks.md)";
 
 /* The [bench] keys each subcommand reads; a key it does not read, set anyway, is refused
  * rather than ignored (a user who asked for --out or --iters would believe the output
@@ -166,10 +171,11 @@ int main(int argc, char **argv)
         status st = cli_parse(&cfg, bench_options, (int)(sizeof bench_options / sizeof bench_options[0]), argc,
                               argv, 1, usage, &action);
         if (st == STATUS_OK && action == CLI_ACTION_EXIT) return 0;
-        if (st == STATUS_OK) log_error0("missing subcommand; expected 'comm', 'model', 'dgc', 'table dgc' or 'table models' (--help for usage)");
+        if (st == STATUS_OK) log_error0("missing subcommand; expected 'comm', 'model', 'dgc', 'table dgc', 'table models' or 'provenance' (--help for usage)");
         return 2;
     }
     bool model = !strcmp(argv[1], "model"), dgc = !strcmp(argv[1], "dgc");
+    if (!strcmp(argv[1], "provenance")) return bench_provenance_main(argc, argv);
     if (!strcmp(argv[1], "table")) {
         if (argc < 3 || (strcmp(argv[2], "dgc") != 0 && strcmp(argv[2], "models") != 0)) {
             log_error0("table: expected 'table dgc' or 'table models', got '%s'", argc < 3 ? "" : argv[2]);
@@ -178,7 +184,8 @@ int main(int argc, char **argv)
         return table_run(argv[2], argc - 3, argv + 3);
     }
     if (strcmp(argv[1], "comm") != 0 && !model && !dgc) {
-        log_error0("unknown subcommand '%s'; expected 'comm', 'model', 'dgc', 'table dgc' or 'table models'", argv[1]);
+        log_error0("unknown subcommand '%s'; expected 'comm', 'model', 'dgc', 'table dgc', 'table models' or "
+                   "'provenance'", argv[1]);
         return 2;
     }
     cli_action action;
@@ -188,7 +195,13 @@ int main(int argc, char **argv)
     if (action == CLI_ACTION_EXIT) return 0;
     if ((st = refuse_unused(&cfg, argv[1])) != STATUS_OK) return status_exit_code(st);
 
-    if (dgc) return status_exit_code(bench_dgc_run(&cfg));  /* one process: no MPI needed */
+    /* the command line as typed, before MPI_Init may touch argv; the hosts once MPI is up */
+    json_t *prov = comm_provenance_local(&cfg, argc, argv);
+    if (dgc) {  /* one process: no MPI needed */
+        st = bench_dgc_run(&cfg, prov);
+        json_decref(prov);
+        return status_exit_code(st);
+    }
     runtime_options ro;
     runtime_options_from_config(&cfg, &ro);
     ro.gpus = device_gpu_count();
@@ -200,13 +213,14 @@ int main(int argc, char **argv)
     if (model && !strcmp(config_origin(&cfg, "runtime.bind"), "default")) ro.bind = RUNTIME_BIND_NONE;
     runtime rt;
     st = runtime_init(&rt, &argc, &argv, &ro);
+    if (st == STATUS_OK) st = comm_provenance_hosts(prov, &rt, ro.timeout_s);
     if (st != STATUS_OK) runtime_exit(&rt, st);
     if (model) {  /* the trainer's step at world size 1 (bench_model.c) */
         comm_options co;
         comm_options_from_config(&cfg, &co);
         comm *c = NULL;
         st = comm_init(&c, &rt, &co);
-        if (st == STATUS_OK) st = bench_model_run(&cfg, &rt, c);
+        if (st == STATUS_OK) st = bench_model_run(&cfg, &rt, c, prov);
         if (runtime_must_abort(st)) runtime_exit(&rt, st);
         if (c) comm_free(c);
         runtime_exit(&rt, st);
@@ -224,7 +238,7 @@ int main(int argc, char **argv)
     comm *c = NULL;
     st = comm_init(&c, &rt, &co);
     if (st != STATUS_OK) runtime_exit(&rt, st);  /* every rank fails alike: the table is broadcast */
-    st = bench_comm_run(&cfg, &rt, c);
+    st = bench_comm_run(&cfg, &rt, c, prov);
     if (runtime_must_abort(st)) runtime_exit(&rt, st);
     comm_free(c);
     runtime_exit(&rt, st);
