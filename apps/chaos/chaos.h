@@ -9,6 +9,7 @@
 #ifndef NEBULA_CHAOS_H
 #define NEBULA_CHAOS_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -155,7 +156,9 @@ int chaos_run_cmd(const char *const *argv, const char *log);
 
 /* The scenario runner and the soak runner (scenario.c, soak.c); exit codes of main. */
 int chaos_run_scenario(const config *cfg, const char *out);
-int chaos_soak(const config *cfg, const char *out);
+/* prov: the soak's provenance (comm/comm_provenance.h), whose hosts the soak fills in from its
+ * ranks' registry before samples.csv and report.json carry it. */
+int chaos_soak(const config *cfg, const char *out, json_t *prov);
 
 /* Shared by the runners: the fault-free reference run of the same training. */
 int chaos_reference(chaos_ctx *x, const char *run_dir, int world, long steps, double *loss);

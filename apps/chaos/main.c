@@ -24,6 +24,7 @@
 #include "base/cli.h"
 #include "base/log.h"
 #include "base/runtime.h"
+#include "comm/comm_provenance.h"
 
 static const config_key schema[] = {
     { "scenario", "name", CONFIG_TYPE_STRING, "unnamed", .help = "the scenario's name (the report's title)" },
@@ -258,6 +259,13 @@ int main(int argc, char **argv)
     if (out_opt) snprintf(out, sizeof out, "%s", out_opt);
     else snprintf(out, sizeof out, "runs/chaos/%s", soak ? "soak" : config_str(&cfg, "scenario.name"));
     if (fresh_out(out) != STATUS_OK) return 2;
-    int rc = soak ? chaos_soak(&cfg, out) : chaos_run_scenario(&cfg, out);
+    int rc;
+    if (soak) {
+        json_t *prov = comm_provenance_local(&cfg, argc, argv);
+        rc = chaos_soak(&cfg, out, prov);
+        json_decref(prov);
+    } else {
+        rc = chaos_run_scenario(&cfg, out);
+    }
     return chaos_interrupted ? 128 + chaos_interrupted : rc;
 }

@@ -24,6 +24,7 @@
 
 #include "chaos.h"
 #include "base/log.h"
+#include "base/provenance.h"
 
 #define SOAK_MAX_FAULTS 4096
 
@@ -184,6 +185,28 @@ static void mark_struck(soak_fault *f, long at, double t)
     snprintf(f->what + strlen(f->what), sizeof f->what - strlen(f->what), "; struck the save of step %ld", at);
 }
 
+static void csv_row(FILE *f, const sample *p)
+{
+    fprintf(f, "%.3f,%d,%ld,%.2f,%d,%.3f,%.3f\n", p->t, p->launch, p->step, p->rss_mb, p->fds, p->disk_mb,
+            p->steps_per_s);
+}
+
+/* samples.csv is opened once every rank's host is known (its provenance line names them),
+ * with the samples taken before; NULL, with a warning, when it cannot be written. */
+static FILE *csv_open(const char *path, const json_t *prov, const sample *s, int ns)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        log_warn("soak: cannot write %s: %s; the report still has the figures", path, log_errno_str());
+        return NULL;
+    }
+    (void)provenance_write_csv_line(f, prov);  /* a failing file fails the rows too */
+    fprintf(f, "t_s,launch,step,rss_mb,fds,disk_mb,steps_per_s\n");
+    for (int i = 0; i < ns; i++) csv_row(f, &s[i]);
+    fflush(f);
+    return f;
+}
+
 /* Ended with its state saved: exit 3, or rank 0's line saying so (a launcher may turn the
  * ranks' 3 into its own code). */
 static bool stopped_saved(const chaos_launch *l)
@@ -199,7 +222,7 @@ static bool stopped_saved(const chaos_launch *l)
     return yes;
 }
 
-int chaos_soak(const config *cfg, const char *out)
+int chaos_soak(const config *cfg, const char *out, json_t *prov)
 {
     double duration = chaos_duration(config_str(cfg, "soak.duration"));
     double every = chaos_duration(config_str(cfg, "soak.fault_every"));
@@ -235,8 +258,9 @@ int chaos_soak(const config *cfg, const char *out)
     snprintf(csv_path, sizeof csv_path, "%s/samples.csv", out);
     snprintf(vlog, sizeof vlog, "%s/verify.log", out);
     snprintf(slog, sizeof slog, "%s/supervisor.log", out);
-    FILE *csv = fopen(csv_path, "w");
-    if (csv) fprintf(csv, "t_s,launch,step,rss_mb,fds,disk_mb,steps_per_s\n");
+    FILE *csv = NULL;
+    bool csv_tried = false;
+    int hosts_seen = 0;  /* ranks whose host the provenance names; the others are "unknown" */
     double t_sample = x->t0, t_hb = 0, loss_until = 0;
     bool stopping = false, failed = false;
     const char *arm = NULL;  /* the next launch runs the CHAOS build with this fault armed */
@@ -317,18 +341,26 @@ int chaos_soak(const config *cfg, const char *out)
                 p->launch = x->nlaunches;
                 p->step = step;
                 if (trained) {
-                    chaos_ranks(x->run_dir, ranks, 1024);
+                    int seen = chaos_ranks(x->run_dir, ranks, 1024);
                     p->full = chaos_usage(ranks, world, &p->rss_mb, &p->fds, slog) == world;
+                    if (seen > hosts_seen && hosts_seen < world) {
+                        provenance_set_hosts(prov, ranks[0].host, world < 1024 ? world : 1024, sizeof ranks[0]);
+                        hosts_seen = seen;
+                    }
                 }
                 p->disk_mb = disk_mb(x->run_dir);
                 p->trained = trained;
                 p->steps_per_s = prev_step >= 0 && now > prev_t ? (step - prev_step) / (now - prev_t) : NAN;
                 prev_step = step;
                 prev_t = now;
-                if (csv) fprintf(csv, "%.3f,%d,%ld,%.2f,%d,%.3f,%.3f\n", p->t, p->launch, p->step, p->rss_mb, p->fds,
-                                 p->disk_mb, p->steps_per_s);
-                if (csv) fflush(csv);  /* a 72-hour soak is watched with tail -f */
                 ns++;
+                if (csv) {
+                    csv_row(csv, p);
+                    fflush(csv);  /* a 72-hour soak is watched with tail -f */
+                } else if (!csv_tried && hosts_seen >= world) {
+                    csv = csv_open(csv_path, prov, s, ns);
+                    csv_tried = true;
+                }
                 t_sample += sample_every;
                 if (t_sample < now) t_sample = now + sample_every;  /* after a stall: no burst */
                 long c = chaos_newest_commit(x->run_dir);
@@ -443,6 +475,7 @@ int chaos_soak(const config *cfg, const char *out)
             failed = true;
         }
     }
+    if (!csv && !csv_tried) csv = csv_open(csv_path, prov, s, ns);  /* some rank's host never showed */
     if (csv) fclose(csv);
     double wall = chaos_now() - x->t0;
     chaos_launch *last = &x->launches[x->nlaunches ? x->nlaunches - 1 : 0];
@@ -581,6 +614,7 @@ int chaos_soak(const config *cfg, const char *out)
                           "faults", fi, "faults_planned", nf, "launches", x->nlaunches, "samples", ns,
                           "goodput_steps_per_s", goodput, "useful_steps", (json_int_t)useful, "executed_steps",
                           (json_int_t)executed);
+    json_object_set(j, "provenance", prov);
     json_object_set_new(j, "fault_list", jf);
     json_object_set_new(j, "injected", json_integer(injected));
     json_object_set_new(j, "recovered", json_integer(recovered));
