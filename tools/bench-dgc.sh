@@ -9,12 +9,16 @@
 # of a run's mean step time over steps 3..N; the final loss is the first run's. On
 # unshaped links (rate none) it also shows what dgc.mode = auto decides and its step
 # time against dense. Root only (network namespaces); says so and exits 0 otherwise.
+# The first line is the table's provenance (docs/benchmarks.md#provenance): "# provenance:
+# {...}" before the CSV header, "<!-- provenance: {...} -->" before the Markdown, naming the
+# 4 namespaces' hosts.
 #
 # Usage: tools/bench-dgc.sh [--models gpt2,...] [--rates 1gbit,100mbit,none]
 #                           [--steps N] [--reps R] [--csv]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 die() { echo "nebula-bench table dgc: $*" >&2; exit 2; }
+cmdline=$(printf '%q ' "$0" "$@")
 models=gpt2 rates=1gbit,100mbit,none steps=5 reps=1 csv=0
 while [ $# -gt 0 ]; do
     case $1 in
@@ -23,7 +27,7 @@ while [ $# -gt 0 ]; do
     --steps) [ $# -ge 2 ] || die "--steps needs a value"; steps=$2; shift 2 ;;
     --reps) [ $# -ge 2 ] || die "--reps needs a value"; reps=$2; shift 2 ;;
     --csv) csv=1; shift ;;
-    -h | --help) sed -n '2,15s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,18s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) die "unknown argument '$1'; expected --models, --rates, --steps, --reps or --csv" ;;
     esac
 done
@@ -44,6 +48,11 @@ tools/netns-cluster down >/dev/null 2>&1 || true
 tools/netns-cluster up 4 >/dev/null
 tmp=$(mktemp -d -p "${TMPDIR:-/tmp}")
 trap 'tools/netns-cluster down >/dev/null 2>&1; rm -rf "$tmp"' EXIT
+fmt=markdown; [ $csv = 1 ] && fmt=csv
+tools/netns-cluster mpirun 4 "$PWD/build/bin/nebula-bench" provenance --format $fmt --command "${cmdline% }" \
+    --param models="$models" --param rates="$rates" --param steps="$steps" --param reps="$reps" --param csv="$csv" \
+    </dev/null 2>"$tmp/provenance.log" | grep -E '^(# |<!-- )provenance: ' ||
+    { echo "nebula-bench table dgc: nebula-bench provenance failed:" >&2; tail -5 "$tmp/provenance.log" >&2; exit 1; }
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 once() {  # once NAME MODEL ARGS... -> "mean_step_ms final_loss" of one run
     local name=$1 model=$2

@@ -7,13 +7,15 @@
 # a cell is the median, a ratio is Nebula over the peer's better setting. bf16 rows run
 # --precision bf16 against PyTorch's CPU autocast bf16; they are left out where the CPU
 # has no bf16 kernels (Nebula refuses bf16 there). The header names the CPU, its ISA
-# level, and the sgemm and bf16 GEMM rates measured in a Nebula process.
+# level, and the sgemm and bf16 GEMM rates measured in a Nebula process; the first line is
+# the table's provenance, "<!-- provenance: {...} -->" (docs/benchmarks.md#provenance).
 #
 # Usage: tools/bench-models.sh [--models gpt2:4:64,resnet50:16:1,...] [--precisions fp32,bf16]
 #                              [--reps R] [--steps N] [--threads N] [--torch2]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 die() { echo "nebula-bench table models: $*" >&2; exit 2; }
+cmdline=$(printf '%q ' "$0" "$@")
 models=gpt2:4:64,gpt2:8:128,bert-base:8:128,resnet50:16:1,resnet18-cifar:64:1
 precisions=fp32,bf16 reps=3 steps=5 threads=2 torch2=0
 while [ $# -gt 0 ]; do
@@ -24,7 +26,7 @@ while [ $# -gt 0 ]; do
     --steps) [ $# -ge 2 ] || die "--steps needs a value"; steps=$2; shift 2 ;;
     --threads) [ $# -ge 2 ] || die "--threads needs a value"; threads=$2; shift 2 ;;
     --torch2) torch2=1; shift ;;
-    -h | --help) sed -n '2,13s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,14s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) die "unknown argument '$1'; expected --models, --precisions, --reps, --steps, --threads or --torch2" ;;
     esac
 done
@@ -44,6 +46,9 @@ done
 bench=build/bin/nebula-bench
 [ -x $bench ] || die "$bench is missing; run make first"
 
+$bench provenance --format markdown --command "${cmdline% }" --param models="$models" --param precisions="$precisions" \
+    --param reps="$reps" --param steps="$steps" --param threads="$threads" --param torch2="$torch2" ||
+    { echo "nebula-bench table models: nebula-bench provenance failed" >&2; exit 1; }
 # The header: one small Nebula run prints the CPU, the ISA level and the GEMM rates.
 if $bench model --model gpt2-tiny --batch 1 --seq 8 --steps 1 --threads "$threads" --precision bf16 \
     >/tmp/nebula-models-probe.$$ 2>&1; then

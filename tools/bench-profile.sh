@@ -6,8 +6,10 @@
 # A fresh run directory per run, so checkpoints never resume (none are written).
 # Usage: tools/bench-profile.sh [MODEL B T STEPS NP] (default gpt2 4 64 6 1); REPS (3);
 # EVENTS: profile.events of the profiled runs (default: the schema's default set);
-# THREADS: train.threads (default 0: the cores of each rank).
+# THREADS: train.threads (default 0: the cores of each rank). The first line is the
+# provenance (docs/benchmarks.md#provenance): "# provenance: {...}", gathered on NP ranks.
 set -euo pipefail
+cmdline=$(printf '%q ' "$0" "$@")
 cd "$(dirname "$0")/.."
 model=${1:-gpt2} B=${2:-4} T=${3:-64} steps=${4:-6} np=${5:-1}
 reps=${REPS:-3}
@@ -23,6 +25,9 @@ ms = [j["step_ms"] for j in map(json.loads, open(sys.argv[1])) if j.get("kind") 
 print(statistics.median(ms))
 PY
 }
+mpirun --oversubscribe -np "$np" build/bin/nebula-bench provenance --format csv --command "${cmdline% }" \
+    --param model="$model" --param B="$B" --param T="$T" --param steps="$steps" --param np="$np" \
+    --param reps="$reps" --param events="${EVENTS:-}" --param threads="${THREADS:-0}" </dev/null
 off=() on=()
 echo "# nebula-train $model B=$B T=$T, $np rank(s), $steps steps per run, $reps pairs; median step_ms per run"
 for r in $(seq 1 "$reps"); do

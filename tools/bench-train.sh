@@ -14,12 +14,17 @@
 #            the checkpoint writer in the same process at start-up); the background
 #            write rate against dd's sequential write of as many bytes to the same
 #            disk (bs=64M, through the page cache with fdatasync, and with O_DIRECT).
+# The first line is the provenance of the tables (docs/benchmarks.md#provenance), as a
+# Markdown comment "<!-- provenance: {...} -->", gathered on the 4 ranks of the overlap runs.
 # Usage: tools/bench-train.sh [overlap|ckpt|all] (default all); REPS (default 3).
 set -euo pipefail
+cmdline=$(printf '%q ' "$0" "$@")
 cd "$(dirname "$0")/.."
 what=${1:-all}
 reps=${REPS:-3}
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+mpirun --oversubscribe -np 4 build/bin/nebula-bench provenance --format markdown --command "${cmdline% }" \
+    --param what="$what" --param reps="$reps" </dev/null
 tmp=$(mktemp -d -p "${TMPDIR:-/tmp}")
 trap 'rm -rf "$tmp"' EXIT
 med() { /usr/bin/python3 -c "import statistics,sys; print(statistics.median(float(x) for x in sys.argv[1:]))" "$@"; }

@@ -5,8 +5,10 @@
 # 124M, BERT-base and ResNet-50; each run measures its own dense bf16 GEMM rate for the
 # MFU column (ResNet FLOPs: Nebula's count, passed to the peer). REPS (default 3) runs
 # each, medians.
-# Writes OUT_DIR/gpu-bench.md (the table rows of docs/gpu.md) and the raw outputs beside it.
+# Writes OUT_DIR/gpu-bench.md (the table rows of docs/gpu.md; its first line the provenance,
+# "<!-- provenance: {...} -->", docs/benchmarks.md#provenance) and the raw outputs beside it.
 set -uo pipefail
+cmdline=$(printf '%q ' "$0" "$@")
 cd "$(dirname "$0")/../.." || exit 1
 out=${1:?usage: bench-model-gpu.sh OUT_DIR}
 reps=${REPS:-3}
@@ -17,6 +19,9 @@ flops_img() { sed -n 's/.*model FLOPs per step \([0-9.]*\) G.*/\1/p' | head -1; 
 mfu() { sed -n 's/.*MFU \([0-9.]*\)%.*/\1/p' | tail -1; }
 rc=0
 {
+    build/bin/nebula-bench provenance --format markdown --command "${cmdline% }" --param out="$out" \
+        --param reps="$reps" --param gpu="$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)" ||
+        rc=1
     echo "GPU throughput, $(date -u +%Y-%m-%d), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
     echo
     echo "| model | shape | Nebula per s | PyTorch eager per s | ratio | Nebula MFU | PyTorch MFU |"

@@ -6,14 +6,19 @@
 # reports medians, Nebula's ratio to each peer's better setting, peak RSS (Nebula /
 # PyTorch 1.13 as installed) and the ISA level Nebula's kernels ran at (NEBULA_CPU_ISA
 # caps it). PRECISION=bf16 runs Nebula's --precision bf16 against PyTorch's CPU
-# autocast bf16.
+# autocast bf16. The first line is the provenance (docs/benchmarks.md#provenance) as a
+# Markdown comment, "<!-- provenance: {...} -->".
 #
 #   tools/peers/bench-model.sh gpt2 4 64 [THREADS] [STEPS]
 #   TORCH2=1 REPS=3 tools/peers/bench-model.sh resnet50 16 1 2 3      # T is ignored for images
 set -euo pipefail
+cmdline=$(printf '%q ' "$0" "$@")
 cd "$(dirname "$0")/../.."
 model=${1:?model} batch=${2:?batch} seq=${3:?seq} threads=${4:-2} steps=${5:-5}
 reps=${REPS:-3} prec=${PRECISION:-fp32}
+build/bin/nebula-bench provenance --format markdown --command "${cmdline% }" --param model="$model" \
+    --param batch="$batch" --param seq="$seq" --param threads="$threads" --param steps="$steps" \
+    --param reps="$reps" --param precision="$prec" --param torch2="${TORCH2:-0}"
 pys=(/usr/bin/python3)
 [ "${TORCH2:-0}" = 1 ] && pys+=("$(tools/peers/torch2-venv.sh)")
 tps() { sed -n 's/.* \([0-9.]*\) \(tok\|seq\|img\)\/s.*/\1/p' | tail -1; }
