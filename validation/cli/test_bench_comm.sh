@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # nebula-bench comm at NP ranks: every algorithm 0 wrong elements at every size,
-# a JSON file with one row per (size, algorithm: ompi, mpi, flat, hier, ring, auto), a CSV header, a placement table.
+# a JSON file with one row per (size, algorithm: ompi, mpi, flat, hier, ring, auto), a CSV header, a placement table;
+# the JSON file and the tuning table carry the run's provenance (NP ranks; docs/benchmarks.md#provenance).
 # usage: test_bench_comm.sh NP [RANKS_PER_NODE]
 . "$(dirname "$0")/lib.sh"
 np=${1:?NP}
@@ -10,6 +11,7 @@ args=(comm --ranks-per-node "$rpn" --algo all --min-bytes 8 --max-bytes 4M --fac
 expect "bench comm at $np ranks reports 0 wrong" 0 "# 0 wrong elements in 60 rows" -- $MPIRUN -np "$np" $BENCH "${args[@]}"
 rows=$(/usr/bin/python3 -c "import json,sys; d=json.load(open('$tmp/out.json')); print(len(d['rows']), sum(r['wrong'] for r in d['rows']), d['world_size'])")
 if [ "$rows" = "60 0 $np" ]; then echo "ok - JSON has 60 rows, 0 wrong, world $np"; else echo "FAIL - JSON: $rows"; fails=$((fails+1)); fi
+$PY validation/cli/provenance_check.py --ranks "$np" "$tmp/out.json" "$tmp/tune.json" || fails=$((fails + 1))
 expect "tuning table reloads" 0 "# 0 wrong elements" -- \
     $MPIRUN -np "$np" $BENCH comm --ranks-per-node "$rpn" --algo auto --max-bytes 64K --factor 8 --rounds 1 --iters 1 --tune-file "$tmp/tune.json"
 expect "csv output has a header" 0 "size,count,type,algo,time_us" -- \

@@ -3,7 +3,8 @@
 # limited to 20 Mbit/s, 4 steps: one CSV row per (model, link) whose step times and losses
 # are numbers, where DGC-Pro sent less than the dense ring (gpt2-tiny's tensors under
 # dgc.min_numel go dense: about 3x less) and the rate limit took effect (a ring allreduce of
-# gpt2-tiny's 0.48 MB sends 0.72 MB per rank: at least 0.29 s a step at 20 Mbit/s); bad
+# gpt2-tiny's 0.48 MB sends 0.72 MB per rank: at least 0.29 s a step at 20 Mbit/s); the CSV's
+# first line is its provenance, naming the 4 namespaces as 4 hosts of one rank each; bad
 # arguments exit 2 naming the argument.
 . "$(dirname "$0")/lib.sh"
 expect "table dgc: a bad rate is named" 2 "bad rate '5gbps'" -- $BENCH table dgc --rates 5gbps
@@ -15,7 +16,9 @@ if [ "$(id -u)" -ne 0 ]; then
     finish; exit
 fi
 export NEBULA_NETNS_PREFIX=nbltest  # its own namespaces
-out=$($BENCH table dgc --models gpt2-tiny --rates 20mbit --steps 4 --csv 2>&1)
+$BENCH table dgc --models gpt2-tiny --rates 20mbit --steps 4 --csv >"$tmp/dgc.csv" 2>"$tmp/dgc.err"
+out=$(cat "$tmp/dgc.csv" "$tmp/dgc.err")
+$PY validation/cli/provenance_check.py --ranks 4 --hosts 4 "$tmp/dgc.csv" || fails=$((fails + 1))
 row=$(grep '^gpt2-tiny,' <<<"$out")
 if /usr/bin/python3 - "$row" <<'PYEOF'
 import csv, sys

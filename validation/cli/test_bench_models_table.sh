@@ -4,13 +4,16 @@
 # the sgemm rate (and the bf16 GEMM rate where the CPU has bf16 kernels); there is one
 # row per precision whose throughputs are positive numbers and whose ratio is Nebula's
 # over the better PyTorch setting; the bf16 row exists exactly when Nebula accepts bf16
-# here; bad arguments exit 2 naming the argument.
+# here; the first line is the table's provenance (docs/benchmarks.md#provenance); bad
+# arguments exit 2 naming the argument.
 . "$(dirname "$0")/lib.sh"
 expect "table models: a bad model spec is named" 2 "bad model 'gpt2:4'" -- $BENCH table models --models gpt2:4
 expect "table models: an unknown model is named" 2 "unknown model 'gpt3'" -- $BENCH table models --models gpt3:1:8
 expect "table models: an unknown precision is named" 2 "unknown precision 'fp8'" -- $BENCH table models --precisions fp8
 expect "table models: reps must be positive" 2 "--reps must be a positive integer" -- $BENCH table models --reps 0
-out=$($BENCH table models --models gpt2-tiny:2:16 --reps 1 --steps 1 2>&1)
+$BENCH table models --models gpt2-tiny:2:16 --reps 1 --steps 1 >"$tmp/models.md" 2>"$tmp/models.err"
+out=$(cat "$tmp/models.md" "$tmp/models.err")
+$PY validation/cli/provenance_check.py --ranks 1 "$tmp/models.md" || fails=$((fails + 1))
 bf16=0
 $BENCH model --model gpt2-tiny --batch 1 --seq 8 --steps 1 --precision bf16 >/dev/null 2>&1 && bf16=1
 if /usr/bin/python3 - "$out" "$bf16" <<'PYEOF'

@@ -6,6 +6,7 @@
 #   soak       a 100-second soak with every fault kind but packet loss (7 faults at seeded
 #              random times): every fault struck on evidence and was recovered from; the
 #              report has goodput, time to recover per fault, slopes, verified checkpoints;
+#              samples.csv and report.json carry the soak's provenance (its 2 ranks' hosts);
 #   errors     usage and input errors exit 2 naming the problem, and the invariants can
 #              fail: a run allowed only one launch does not reach its target (exit 1,
 #              the report says which invariant failed).
@@ -165,7 +166,7 @@ soak)
 import csv, json, sys
 d = sys.argv[1]
 r = json.load(open(f"{d}/report.json"))
-rows = list(csv.DictReader(open(f"{d}/samples.csv")))
+rows = list(csv.DictReader(l for l in open(f"{d}/samples.csv") if not l.startswith("#")))  # after its provenance
 kinds = {f["kind"] for f in r["fault_list"]}
 assert r["pass"] and r["faults"] == r["faults_planned"] == 7, r
 assert kinds == {"kill", "stop", "preempt", "ckpt-corrupt", "disk-full", "io-error"}, kinds
@@ -179,6 +180,7 @@ assert r["checkpoints_verified"] >= 5 and r["checkpoints_failed"] == 0, r
 PYEOF
     then echo "ok - soak report: 7 faults of 6 kinds struck and recovered from, goodput, slopes, verified checkpoints"
     else echo "FAIL - soak report"; fails=$((fails + 1)); fi
+    $PY validation/cli/provenance_check.py --ranks 2 "$out/samples.csv" "$out/report.json" || fails=$((fails + 1))
     ;;
 *)
     ini=chaos/$what.ini

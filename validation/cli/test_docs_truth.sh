@@ -14,9 +14,10 @@
 #       of that run (the README once promised dgc_sent_kB and dgc_ratio in
 #       metrics.jsonl: they are on the stdout line only);
 #   (c) nebula-bench's machine-readable formats are what they say: `model --json` and
-#       `dgc --json` print one parseable JSON object per row and nothing else on
-#       stdout; --csv a header and rows; the GPU path, which has only its table, refuses
-#       them (exit 2), and a [bench] key a subcommand does not read is refused, not ignored.
+#       `dgc --json` print one parseable JSON object per row, after their provenance row,
+#       and nothing else on stdout; --csv the provenance comment line, a header and rows;
+#       the GPU path, which has only its table, refuses them (exit 2), and a [bench] key a
+#       subcommand does not read is refused, not ignored.
 . "$(dirname "$0")/lib.sh"
 licenses_data
 for exe in train ckpt bench chaos; do build/bin/nebula-$exe --help >$tmp/help-$exe.txt 2>&1; done
@@ -151,14 +152,16 @@ jsonl() {  # jsonl FILE ROWS: every stdout line one JSON object, ROWS of them
 }
 build/bin/nebula-bench model --model gpt2-tiny --batch 1 --seq 16 --steps 2 --set bench.model_warmup=0 --json \
     >$tmp/model.json 2>$tmp/model.err
-check "bench model --json: 2 step rows and a median row, one JSON object a line, the table on stderr" eval \
-    "jsonl $tmp/model.json 3 && grep -q '\"row\":\"median\"' $tmp/model.json && grep -q '# median\\|memory' $tmp/model.err"
+check "bench model --json: the provenance row, 2 step rows and a median row, one JSON object a line, the table on stderr" eval \
+    "jsonl $tmp/model.json 4 && head -1 $tmp/model.json | grep -q '^{\"row\":\"provenance\",\"provenance\":{' &&
+     grep -q '\"row\":\"median\"' $tmp/model.json && grep -q '# median\\|memory' $tmp/model.err"
 build/bin/nebula-bench model --model gpt2-tiny --batch 1 --seq 16 --steps 2 --set bench.model_warmup=0 --csv \
     >$tmp/model.csv 2>/dev/null
-check "bench model --csv: the header and 2 rows, nothing else on stdout" eval \
-    "[ \$(wc -l <$tmp/model.csv) -eq 3 ] && head -1 $tmp/model.csv | grep -q '^step,fwd_ms,'"
+check "bench model --csv: the provenance line, the header and 2 rows, nothing else on stdout" eval \
+    "[ \$(wc -l <$tmp/model.csv) -eq 4 ] && head -1 $tmp/model.csv | grep -q '^# provenance: {' &&
+     sed -n 2p $tmp/model.csv | grep -q '^step,fwd_ms,'"
 build/bin/nebula-bench model --model gpt2-tiny --dry-run --json >$tmp/dry.json 2>/dev/null
-check "bench model --dry-run --json: one object" jsonl $tmp/dry.json 1
+check "bench model --dry-run --json: the provenance row and one object" jsonl $tmp/dry.json 2
 expect "bench model --device cuda --json: refused (exit 2), not ignored" 2 "is not available on the GPU path" -- \
     build/bin/nebula-bench model --model gpt2-tiny --device cuda --json
 expect "bench model --out: refused (exit 2), not ignored: the model rows go to stdout" 2 \
@@ -167,5 +170,5 @@ expect "bench model --out: refused (exit 2), not ignored: the model rows go to s
 expect "bench dgc --batch: refused (exit 2), naming the keys dgc reads" 2 "reads only these [bench] keys: count rounds" -- \
     build/bin/nebula-bench dgc --batch 4
 build/bin/nebula-bench dgc --count 100000 --rounds 2 --json >$tmp/dgc.json 2>/dev/null
-check "bench dgc --json: 5 rows, one JSON object a line" jsonl $tmp/dgc.json 5
+check "bench dgc --json: the provenance row and 5 rows, one JSON object a line" jsonl $tmp/dgc.json 6
 finish

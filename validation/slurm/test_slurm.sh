@@ -245,7 +245,7 @@ chain)
     check "the bench table has rows for 1 and 2 nodes" \
         $PY - "$tmp/bench.csv" <<'PYEOF'
 import csv, sys
-rows = list(csv.DictReader(open(sys.argv[1])))
+rows = list(csv.DictReader(l for l in open(sys.argv[1]) if not l.startswith("#")))  # after its provenance
 print("    " + "\n    ".join(",".join(r.values()) for r in rows))
 assert [(r["nodes"], r["ranks"]) for r in rows] == [("1", "2"), ("2", "4")], rows
 for r in rows:
@@ -254,6 +254,8 @@ for r in rows:
 assert float(rows[0]["efficiency"]) == 1.0
 PYEOF
     check "the Markdown table is in the job output" grep -q "^| 2 | 4 | 32 |" "$out/chain-bench.out"
+    check "the CSV and the Markdown carry the sweep's provenance: 4 ranks (n1 and n2 share this host)" \
+        $PY validation/cli/provenance_check.py --ranks 4 --hosts 1 "$tmp/bench.csv" "$tmp/bench.md"
     # a failed first job: its dependant is cancelled, never run
     a=$(sbatch --parsable -o "$out/bad-train.out" jobscripts/train.sbatch --set train.bogus=1)
     b=$(sbatch --parsable --dependency=afterok:"$a" -o "$out/bad-bench.out" jobscripts/bench.sbatch)
