@@ -81,6 +81,7 @@ static status probe_read(train_run *r, train_samples *s)
     size_t bt = (size_t)r->tb.micro_batch * (size_t)r->T;
     if (r->fixed_batch && !config_str(r->cfg, "data.val")[0]) {  /* synthetic-fixed: the one batch there is */
         memcpy(s->probe.ids, r->batch.ids, bt * sizeof *s->probe.ids);
+        memcpy(s->probe.targets, r->batch.targets, bt * sizeof *s->probe.targets);  /* the loss reads them */
         if (s->probe.mask) memcpy(s->probe.mask, r->batch.mask, bt * sizeof *s->probe.mask);
         s->probe_ok = true;
         return STATUS_OK;
