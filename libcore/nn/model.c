@@ -284,6 +284,21 @@ const float *model_class_logits(const model *m, int *num_classes)
     return m->ops->class_logits(m);
 }
 
+bool model_attention_shape(const model_spec *s, int *L, int *NH)
+{
+    const model_family_ops *ops = model_family_of(s->family);
+    if (!ops->attention_shape) return false;
+    ops->attention_shape(s, L, NH);
+    return true;
+}
+
+bool model_attention_stats(const model *m, double *entropy, double *maxw)
+{
+    if (!m->ops->attention_stats || !m->last || device_is_gpu(m->base->dev)) return false;
+    m->ops->attention_stats(m, entropy, maxw);
+    return true;
+}
+
 int model_vocab_size(const model_spec *s)
 {
     int v, pv, c;

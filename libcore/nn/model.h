@@ -192,6 +192,12 @@ void model_set_layer_hook(model *m, param_layer_hook h);
 void model_set_layer_timer(model *m, param_layer_timer t);
 /* ResNet: the logits of the last forward, (B, *num_classes); NULL for the other families. */
 const float *model_class_logits(const model *m, int *num_classes);
+/* GPT-2 and BERT: the attention's layers and heads (false for a family without attention). */
+bool model_attention_shape(const model_spec *s, int *L, int *NH);
+/* Per (layer, head), (L, NH) each: the mean over the last forward's queries of the
+ * attention distribution's entropy (nats) and of its largest weight (attn_stats.c).
+ * false, nothing written, without attention, before a forward, or on a GPU. */
+bool model_attention_stats(const model *m, double *entropy, double *maxw);
 /* GPT-2 and BERT: the real vocabulary V (token ids in [0, V)); 0 for ResNet. */
 int model_vocab_size(const model_spec *s);
 /* GPT-2: the embedding's rows, V padded to a multiple of 128; model_vocab_size otherwise. */

@@ -101,6 +101,27 @@ static void model_bert_outputs(const model_spec *s, int *vocab, int *padded_voca
     *vocab = *padded_vocab = s->bert.vocab_size, *classes = 0;
 }
 
+static void model_bert_attention_shape(const model_spec *s, int *L, int *NH)
+{
+    *L = s->bert.num_layers, *NH = s->bert.num_heads;
+}
+
+static void model_bert_attention_stats(const model *m, double *entropy, double *maxw)
+{
+    const bert *e = &m->bert;
+    int L = e->cfg.num_layers, NH = e->cfg.num_heads, B = e->B, T = e->T, C = e->cfg.channels;
+    const int32_t *mask = m->last ? m->last->mask : NULL;
+    for (int l = 0; l < L; l++) {
+        double nq[NH];
+        for (int h = 0; h < NH; h++) entropy[l * NH + h] = maxw[l * NH + h] = nq[h] = 0;
+        size_t at = (size_t)l * B * T * C;
+        attn_head_stats(entropy + l * NH, maxw + l * NH, nq, e->acts.q + at, e->acts.k + at, C,
+                        e->acts.att_lse + (size_t)l * B * NH * T, mask, B, T, C, NH, 0);
+        for (int h = 0; h < NH; h++)
+            if (nq[h] > 0) entropy[l * NH + h] /= nq[h], maxw[l * NH + h] /= nq[h];
+    }
+}
+
 const model_family_ops model_family_bert = {
     .name = "BERT",
     .prefix = "bert",
@@ -121,5 +142,7 @@ const model_family_ops model_family_bert = {
     .flops_per_step = model_bert_flops,
     .activation_bytes = model_bert_activation_bytes,
     .spec_outputs = model_bert_outputs,
+    .attention_shape = model_bert_attention_shape,
+    .attention_stats = model_bert_attention_stats,
     /* no state besides the parameters: state_table and state stay NULL */
 };

@@ -87,6 +87,26 @@ static void model_gpt2_outputs(const model_spec *s, int *vocab, int *padded_voca
     *vocab = s->gpt2.vocab_size, *padded_vocab = s->gpt2.padded_vocab_size, *classes = 0;
 }
 
+static void model_gpt2_attention_shape(const model_spec *s, int *L, int *NH)
+{
+    *L = s->gpt2.num_layers, *NH = s->gpt2.num_heads;
+}
+
+static void model_gpt2_attention_stats(const model *m, double *entropy, double *maxw)
+{
+    const gpt2 *g = &m->gpt2;
+    int L = g->cfg.num_layers, NH = g->cfg.num_heads, B = g->B, T = g->T, C = g->cfg.channels;
+    for (int l = 0; l < L; l++) {
+        double nq[NH];
+        for (int h = 0; h < NH; h++) entropy[l * NH + h] = maxw[l * NH + h] = nq[h] = 0;
+        const float *qkv = g->acts.qkv + (size_t)l * B * T * 3 * C;
+        attn_head_stats(entropy + l * NH, maxw + l * NH, nq, qkv, qkv + C, 3 * C,
+                        g->acts.att_lse + (size_t)l * B * NH * T, NULL, B, T, C, NH, 1);
+        for (int h = 0; h < NH; h++)
+            if (nq[h] > 0) entropy[l * NH + h] /= nq[h], maxw[l * NH + h] /= nq[h];
+    }
+}
+
 const model_family_ops model_family_gpt2 = {
     .name = "GPT-2",
     .prefix = "gpt2",
@@ -107,5 +127,7 @@ const model_family_ops model_family_gpt2 = {
     .flops_per_step = model_gpt2_flops,
     .activation_bytes = model_gpt2_activation_bytes,
     .spec_outputs = model_gpt2_outputs,
+    .attention_shape = model_gpt2_attention_shape,
+    .attention_stats = model_gpt2_attention_stats,
     /* no state besides the parameters: state_table and state stay NULL */
 };

@@ -50,6 +50,11 @@ typedef struct model_family_ops {
     /* A second buffer of the state's size (NULL without state): the trainer's copy of the
      * state before a step, put back when the step is skipped. */
     float *(*state_saved)(model *m);
+    /* Transformers: the attention's layers and heads, and per (layer, head) the mean over
+     * the last forward's queries of the attention entropy (nats) and largest weight
+     * (attn_stats.c); both NULL for a family without attention. */
+    void (*attention_shape)(const model_spec *s, int *L, int *NH);
+    void (*attention_stats)(const model *m, double *entropy, double *maxw);
 } model_family_ops;
 
 extern const model_family_ops model_family_gpt2;
@@ -60,5 +65,10 @@ extern const model_family_ops model_family_resnet;
 int model_pick(const config *cfg, const char *key, int preset);
 /* 1 <= T <= ctx, the positions of the sequence model; STATUS_INPUT naming seq_key. */
 status model_check_seq_len(const model_spec *s, int T, int ctx, const char *seq_key);
+
+/* attn_stats.c: per head h, ADDS over the valid queries of (B, T) the entropy, the
+ * largest weight and the count nq[h] (kernels/cpu/attention.h's layout and lse). */
+void attn_head_stats(double *entropy, double *maxw, double *nq, const float *q, const float *k, int ld,
+                     const float *lse, const int32_t *key_mask, int B, int T, int C, int NH, int causal);
 
 #endif

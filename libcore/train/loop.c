@@ -98,6 +98,7 @@ status train_loop(train_run *r)
         bool log_now = r->step % log_every == 0 || r->step == r->steps;
         if (log_now && r->dgc && dgc_active(r->dgc)) TRY(train_log_dgc_layers(r));
         if (log_now) train_log_step(r, &ss, units, unit);
+        TRY(train_samples_step(r, &ss, log_now));
         /* after the step's line: it describes the step as it ran */
         if (r->dgc) TRY(train_dgc_auto(r, &ss, first));
         if (r->val_data && eval_every > 0 && r->step % eval_every == 0 && r->step < r->steps) {

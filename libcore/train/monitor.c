@@ -140,16 +140,6 @@ static void monitor_push(double *ring, int *count, int *at, int window, double v
 }
 
 /* This rank's resident set in bytes (0 when /proc cannot tell). */
-static double monitor_rss(void)
-{
-    FILE *f = fopen("/proc/self/statm", "r");
-    long pages = 0, rss = 0;
-    if (!f) return 0;
-    if (fscanf(f, "%ld %ld", &pages, &rss) != 2) rss = 0;
-    fclose(f);
-    return (double)rss * (double)sysconf(_SC_PAGESIZE);
-}
-
 /* Rank 0: one fired rule, its record and line. */
 typedef struct monitor_fire {
     int actions;               /* TRAIN_MONITOR_* bits of everything fired */
@@ -279,7 +269,7 @@ status train_monitor_step(train_run *r, const train_step_stats *ss, double units
     if (comm_rule || mem_rule) {
         if (comm_rule && ss->step_ms > 0) local[0] = ss->comm_wait_ms / ss->step_ms;
         if (mem_rule) {
-            double rss = monitor_rss();
+            double rss = train_rss();
             if (m->ticks == 3 || m->rss0 == 0) m->rss0 = rss;  /* after the first steps' allocations */
             local[1] = rss - m->rss0;
         }
@@ -304,7 +294,7 @@ bool train_monitor_guards_nonfinite(const train_run *r)
 status train_monitor_act(train_run *r, int actions)
 {
     bool rank0 = r->rt->rank == 0;
-    if (actions & TRAIN_MONITOR_REBASE_RSS) r->mon.rss0 = monitor_rss();  /* alert again on further growth only */
+    if (actions & TRAIN_MONITOR_REBASE_RSS) r->mon.rss0 = train_rss();  /* alert again on further growth only */
     if (actions & TRAIN_MONITOR_LOWER_LR) {
         double f = config_float(r->cfg, "monitor.lr_factor");
         r->mon.ck.lr_scale *= f;

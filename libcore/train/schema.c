@@ -116,6 +116,14 @@ const config_key train_schema_keys[] = {
       .help = "lower_lr: the factor each action multiplies the learning rate by" },
     { "monitor", "max_rollbacks", CONFIG_TYPE_INT, "1", .min = 0, .max = 1e6,
       .help = "rollbacks a run may take; a rollback past them ends the run as diverged (exit 1)" },
+    /* what the pictures are drawn from besides the train records (samples.c, docs/pictures.md) */
+    { "monitor", "attention_interval", CONFIG_TYPE_INT, "100", .min = 0, .max = 1e12,
+      .help = "GPT-2, BERT: steps between attention records (per layer and head the entropy and largest weight "
+              "on a fixed probe batch, rank 0; 0: off)" },
+    { "runtime", "slowdown", CONFIG_TYPE_STRING, "",
+      .help = "test hook RANK:MS: that rank sleeps MS ms in every step's compute (a planted straggler; empty: off)" },
+    { "runtime", "zero_grad_layer", CONFIG_TYPE_INT, "-1", .min = -1, .max = 1 << 20,
+      .help = "test hook: this layer's reduced gradient is zeroed every step (a planted dead layer; -1: off)" },
     /* profiler mode (profile.c, docs/profile.md) */
     { "profile", "mode", CONFIG_TYPE_ENUM, "auto", .choices = "auto|on|off",
       .help = "per-phase and per-layer times (and PAPI counters): on for the whole run (table at the end, "

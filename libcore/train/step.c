@@ -132,6 +132,7 @@ status train_step(train_run *r, train_step_stats *ss)
         TRY(r->hook_status);
     }
     train_set_hook(r, false);
+    train_samples_slowdown(r);
     double t1 = train_now_s();
     /* summed over the ranks: the loss, and the non-finite values of the statistics (and,
      * under DGC-Pro, of the local gradients: the exchange would fold them into the
@@ -162,6 +163,7 @@ status train_step(train_run *r, train_step_stats *ss)
     double t2 = train_now_s();
     train_profile_lap(r->prof, TRAIN_PROFILE_COMM_WAIT);
     ss->comm_wait_ms = (t2 - t1) * 1e3;
+    train_samples_zero_layer(r, pb->grads);
     if (!summed) TRY(comm_ctl_allreduce(train_ctl(r), part, sum, 3, MPI_DOUBLE, MPI_SUM));
     ss->loss = sum[0] / r->rt->size;
     ss->gnorm = NAN;  /* DGC-Pro's step skipped before the exchange has no global gradient */

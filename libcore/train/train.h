@@ -274,6 +274,7 @@ typedef struct train_run {
     bool params_checked;       /* the parameters this run started from were found finite */
     double last_loss;          /* the last step's loss and gradient norm (for the divergence message) */
     double last_gnorm;
+    struct train_samples *smp; /* per-rank samples, the attention probe, the test hooks (samples.c) */
     train_monitor mon;         /* alert rules and their actions (monitor.c) */
     struct train_profile *prof; /* profiler mode (profile.h, profile.mode); NULL when off */
 } train_run;

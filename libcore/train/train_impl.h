@@ -55,6 +55,22 @@ status train_elastic_set_batch(train_run *r, int64_t gb, double lr_factor);
 /* Rank 0, after the checkpoint committed: RUN_DIR/relaunch, control renamed control.applied. */
 status train_relaunch_write(train_run *r, int world);
 
+/* ---- samples.c: what the pictures are drawn from (docs/pictures.md) ---- */
+typedef struct train_samples train_samples;
+/* At setup (collective: the host names): the test hooks' keys checked (STATUS_INPUT),
+ * rank 0's probe batch read. */
+status train_samples_setup(train_run *r);
+/* After each step, every rank (collective at a log step): the "ranks" record at log
+ * steps, the "attention" record every monitor.attention_interval steps. */
+status train_samples_step(train_run *r, const train_step_stats *ss, bool log_now);
+/* runtime.slowdown: the slowed rank sleeps (in the step's compute, before the reduction wait). */
+void train_samples_slowdown(train_run *r);
+/* runtime.zero_grad_layer: that layer's reduced gradient set to 0 (every rank). */
+void train_samples_zero_layer(train_run *r, float *grads);
+void train_samples_free(train_run *r);
+/* This process's resident memory (bytes; 0 when /proc cannot tell). */
+double train_rss(void);
+
 /* ---- reload.c: hot reload (docs/monitor.md) ---- */
 /* At setup: an empty history. */
 void train_reload_init(train_run *r);
