@@ -180,13 +180,30 @@ static status read_csv_table(report_table *t, const char *path)
 }
 
 /* A bench JSON: an object whose "rows" is an array of objects (nebula-bench comm --out),
- * or such an array itself. Columns: the keys of the rows, in first-seen order; the
+ * such an array itself, or JSON Lines of objects. Columns: the keys of the rows, in first-seen order; the
  * document's other scalar keys go to the comments. Not a table: *is_table false. */
+/* JSON Lines (nebula-bench model --json: one object per line) as an array of them; NULL
+ * when a line is not an object. */
+static json_t *json_lines(const char *path)
+{
+    char *text;
+    if (read_text(path, &text, NULL) != STATUS_OK) return NULL;
+    json_t *rows = json_array();
+    for (char *s = strtok(text, "\n"); s && rows; s = strtok(NULL, "\n")) {
+        json_t *j = s[strspn(s, " \t\r")] ? json_loads(s, 0, NULL) : NULL;
+        if (j && json_is_object(j)) json_array_append_new(rows, j);
+        else if (s[strspn(s, " \t\r")]) json_decref(j), json_decref(rows), rows = NULL;
+    }
+    free(text);
+    return rows;
+}
+
 static status read_json_table(report_table *t, const char *path, bool *is_table)
 {
     json_error_t err;
     json_t *doc = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
     *is_table = false;
+    if (!doc) doc = json_lines(path);
     if (!doc) {
         log_error("%s:%d: not JSON: %s", path, err.line, err.text);
         return STATUS_INPUT;
@@ -255,7 +272,9 @@ static status read_tables(report_run *run)
         for (size_t k = 0; k < sizeof skip / sizeof skip[0]; k++) js &= strcmp(name, skip[k]) != 0;
         char path[2 * REPORT_PATH_MAX];
         snprintf(path, sizeof path, "%s/%s", run->dir, name);
-        if (st == STATUS_OK && (csv || js) && is_file(path) && run->ntables < REPORT_MAX_TABLES) {
+        if (st == STATUS_OK && (csv || js) && is_file(path) && run->ntables == REPORT_MAX_TABLES)
+            log_warn("%s: more than %d bench tables in %s; this one is left out", name, REPORT_MAX_TABLES, run->dir);
+        else if (st == STATUS_OK && (csv || js) && is_file(path)) {
             report_table *t = &run->tables[run->ntables];
             memset(t, 0, sizeof *t);
             snprintf(t->name, sizeof t->name, "%s", name);

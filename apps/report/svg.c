@@ -481,8 +481,8 @@ void svg_heatmap_draw(sbuf *b, const svg_heatmap *h)
     sb_printf(b, "<g class=\"axis\">");
     for (int r = 0; r < h->rows; r += every) {
         sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">", left - 4, top + r * rh + rh / 2 + 4);
-        char lab[32];
-        snprintf(lab, sizeof lab, "%s", h->row_labels[r]);
+        char lab[32];  /* the left margin holds 28 characters */
+        snprintf(lab, sizeof lab, "%.28s", h->row_labels[r]);
         sb_esc(b, lab);
         sb_printf(b, "</text>");
     }
