@@ -38,7 +38,7 @@ void fig_soak(sbuf *b, const report *rep)
     svg_mark *m = calloc(MAXM, sizeof *m);
     char (*lab)[200] = calloc(MAXM, 200);
     CHECK(s && buf && m && lab, "out of memory");
-    int ns = 0, nm = 0;
+    int nm = 0;
     double *p = buf;
     for (int r = 0; r < R; r++) {
         const report_run *run = &rep->runs[r];
@@ -74,7 +74,6 @@ void fig_soak(sbuf *b, const report *rep)
         for (int r = 0; r < R; r++) if (s[k * R + r].n) s[k * R + n++] = s[k * R + r];
         svg_chart c = { id[k], title[k], tunit, id[k], false, false, FIG_W, 220, s + k * R, n, m, nm, NULL, 0 };
         svg_line_chart(b, &c);
-        ns += n;
     }
     for (int r = 0; r < R; r++) {
         const json_t *j = rep->runs[r].soak_report;
@@ -87,7 +86,6 @@ void fig_soak(sbuf *b, const report *rep)
                   report_num(j, "launches"), report_num(j, "goodput_steps_per_s"), report_num(j, "rss_mb_per_h"),
                   report_num(j, "fds_per_h"));
     }
-    (void)ns;
     free(s), free(buf), free(m), free(lab);
     fig_close(b);
 }
