@@ -31,6 +31,7 @@ REQUIRED_PKGS=(
     python3-torch python3-torchvision python3-h5py python3-numpy   # reference-vs-PyTorch validation
     python3-venv                          # build/venv (below): PyPI's safetensors beside Debian's torch
     python3-sklearn                       # the handwritten digits of the ResNet convergence test
+    chromium python3-html5lib             # nebula-report: its page rendered headless and parsed strictly (test report/html)
     iproute2 nftables                     # tools/netns-cluster: namespaces, veth, tbf rate limits, packet loss
     slurm-wlm munge                       # tools/slurm-local: the Slurm cluster the job-script tests start
     shellcheck                            # the job scripts are linted in make check
