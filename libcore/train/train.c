@@ -194,6 +194,7 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
     if (strcmp(config_str(cfg, "dgc.mode"), "on") != 0) TRY(train_calibrate_comm(r));
     TRY(train_dgc_setup(r));
     TRY(train_profile_setup(r));
+    TRY(train_trace_setup(r));
 
     /* the run directory exists on every rank's view: rank 0 made it under the lock, agreed */
     {  /* the watchdog's beacons: where each rank is, so that a stuck job names who is missing */
@@ -422,6 +423,7 @@ void train_print(const train_run *r, FILE *f)
 void train_free(train_run *r)
 {
     train_profile_free(r);
+    train_trace_free(r);
     if (r->ckpt) ckpt_writer_free(r->ckpt);
     dgc_free(r->dgc);
     if (r->use_zero) zero_free(&r->zero);
