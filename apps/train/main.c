@@ -46,6 +46,7 @@ static const cli_option train_options[] = {
     { "ckpt-every", "ckpt.every_steps", NULL },
     { "async-ckpt", "ckpt.async", "true" },
     { "profile", "profile.mode", "on" },
+    { "trace", "trace.enable", "true" },
     { "zero", "train.zero", NULL },
     { "device", "device.kind", NULL },
     { "precision", "device.precision", NULL },

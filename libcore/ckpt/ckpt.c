@@ -402,6 +402,7 @@ static status write_staged(ckpt_writer *w)
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     w->stats.write_s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    w->stats.write_t0 = (double)t0.tv_sec + 1e-9 * (double)t0.tv_nsec;
     return STATUS_OK;  /* the caller's thread writes the checksums and commits (finish_async) */
 }
 
@@ -417,6 +418,7 @@ static void copy_staged(ckpt_writer *w)
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     w->stats.copy_s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    w->stats.copy_t0 = (double)t0.tv_sec + 1e-9 * (double)t0.tv_nsec;
     pthread_mutex_lock(&w->lock);
     w->copied = true;
     pthread_cond_broadcast(&w->copied_cond);

@@ -167,6 +167,8 @@ typedef struct ckpt_stats {
     double finish_s;       /* the caller, between steps (ckpt_poll): checksum attributes and commit */
     double memcpy_s;       /* the peer, measured once at init: one plain memcpy of the same tensors
                               (single thread), what "copying the state in memory" costs */
+    double copy_t0;        /* background: when the copy began (CLOCK_MONOTONIC, s; 0: no copy yet) */
+    double write_t0;       /* background: when the write began (CLOCK_MONOTONIC, s; 0: no write yet) */
 } ckpt_stats;
 void ckpt_get_stats(const ckpt_writer *w, ckpt_stats *s);
 

@@ -186,6 +186,36 @@ status comm_op_scratch(comm_op *o, size_t bytes)
     return STATUS_OK;
 }
 
+void comm_phase_mark(comm_op *o, int kind)
+{
+    comm_phase *last = o->nphases > 0 ? &o->phases[o->nphases - 1] : NULL;
+    if (o->phase_open ? last->kind == (comm_phase_kind)kind : kind < 0) return;  /* nothing changes */
+    double t = MPI_Wtime();
+    if (o->phase_open) last->t1 = t;
+    o->phase_open = false;
+    if (kind < 0) return;
+    if (o->nphases == COMM_OP_MAX_PHASES) {
+        o->phases_lost++;
+        return;
+    }
+    o->phases[o->nphases++] = (comm_phase){ .t0 = t, .t1 = t, .kind = (comm_phase_kind)kind };
+    o->phase_open = true;
+}
+
+const comm_phase *comm_op_phases(const comm_op *o, int *n, int *lost)
+{
+    if (n) *n = o->nphases;
+    if (lost) *lost = o->phases_lost;
+    return o->phases;
+}
+
+const char *comm_phase_name(comm_phase_kind k)
+{
+    static const char *const names[COMM_PHASE_COUNT] = { "flat", "intra_reduce_scatter", "inter_allreduce",
+                                                         "intra_allgather" };
+    return k >= 0 && k < COMM_PHASE_COUNT ? names[k] : "?";
+}
+
 void comm_split_even(size_t count, int n, int i, size_t *off, size_t *len)
 {
     size_t base = count / (size_t)n, rem = count % (size_t)n, ui = (size_t)i;
@@ -283,6 +313,7 @@ static status mpi_progress(comm *c, comm_op *o, bool *done)
         if (!o->posted) {
             *done = false;
             if (c->ticket_next[COMM_CLASS_MPI] != o->ticket) return STATUS_OK;
+            comm_phase_mark(o, COMM_PHASE_FLAT);  /* its turn came: the first segment, or continued */
             o->nreq = 1;
             TRY(c->be.ops->iallreduce(&c->be, COMM_GROUP_WORLD_COLL, (char *)o->buf + o->seg_off * esz, o->seg_len,
                                       o->dtype, o->op, &o->req[0]));
@@ -300,6 +331,7 @@ static status mpi_progress(comm *c, comm_op *o, bool *done)
 
 static status flat_segments_progress(comm *c, comm_op *o, bool *done)
 {
+    comm_phase_mark(o, COMM_PHASE_FLAT);  /* no turn to wait for: from the first progress */
     for (;;) {
         TRY(comm_flat_progress(c, o, &o->flat, done));
         if (!*done) return STATUS_OK;
@@ -362,6 +394,7 @@ static status progress_until(comm *c, const comm_op *last)
             return st;
         }
         if (fin) {  /* unlink */
+            comm_phase_mark(p, -1);
             if (p->scale != 1.0 && p->algo != COMM_ALGO_NCCL) op_scale_host(p);
             p->active = 0;
             p->next = NULL;

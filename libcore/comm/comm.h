@@ -94,6 +94,26 @@ typedef struct comm_flat {
     int tag;               /* message tag: the op's sequence number modulo 2^15 */
 } comm_flat;
 
+/* The phases of an allreduce as its algorithm ran them (comm_op_phases; what the
+ * trainer's timeline draws inside a bucket's allreduce). */
+typedef enum comm_phase_kind {
+    COMM_PHASE_FLAT = 0,                /* a one-phase algorithm: mpi, flat, ring (and hier's one-node small variant) */
+    COMM_PHASE_INTRA_REDUCE_SCATTER,    /* hier: each local rank sums its parts of the chunk over the node */
+    COMM_PHASE_INTER_ALLREDUCE,         /* hier: each part among its owners on the other nodes (several nodes only) */
+    COMM_PHASE_INTRA_ALLGATHER,         /* hier: every local rank collects the chunk's result */
+    COMM_PHASE_COUNT
+} comm_phase_kind;
+
+typedef struct comm_phase {
+    double t0, t1;         /* MPI_Wtime when the phase began and ended (s); from the op's first
+                              progress after its turn came to when it was seen done */
+    comm_phase_kind kind;
+} comm_phase;
+
+/* Phases an op records: hier has three per pipeline chunk (consecutive phases of one kind
+ * merge), so a 25 MiB bucket in 4 MiB chunks (7 chunks, 21 phases) fits. */
+#define COMM_OP_MAX_PHASES 24
+
 /* One in-flight allreduce. Embed it where it is used (a bucket owns one); its
  * scratch is sized at first use and reused, so steady-state steps allocate nothing. */
 typedef struct comm_op {
@@ -123,6 +143,10 @@ typedef struct comm_op {
     size_t scratch_bytes;  /* capacity of scratch */
     double t_start;        /* MPI_Wtime at start */
     double deadline;       /* absolute MPI_Wtime deadline, 0 = none */
+    int nphases;           /* phases recorded, at most COMM_OP_MAX_PHASES (nccl ops record none) */
+    int phases_lost;       /* phases past COMM_OP_MAX_PHASES, not recorded */
+    bool phase_open;       /* phases[nphases - 1] has not ended yet */
+    comm_phase phases[COMM_OP_MAX_PHASES]; /* in the order they ran, a few clock reads per chunk */
 } comm_op;
 
 /* Config keys of [comm], for an app's schema. */
@@ -190,6 +214,12 @@ status comm_allreduce_start(comm *c, comm_op *o, void *buf, size_t count, reduce
 status comm_allreduce_start_scaled(comm *c, comm_op *o, void *buf, size_t count, reduce_dtype dt, double scale,
                                    comm_algo algo);
 status comm_test(comm *c, comm_op *o, bool *done);
+/* The phases of o's last allreduce, in order, complete once o is (*n of them, *lost
+ * more that did not fit; either pointer may be NULL for the count). A phase that
+ * waited for the peers (a node barrier, a message) includes the wait. */
+const comm_phase *comm_op_phases(const comm_op *o, int *n, int *lost);
+/* "flat", "intra_reduce_scatter", "inter_allreduce", "intra_allgather". */
+const char *comm_phase_name(comm_phase_kind k);
 status comm_wait(comm *c, comm_op *o);
 /* Advances every op in flight without blocking (one pass); an op is complete when
  * its `active` is 0. Checks the deadline of the oldest op. */

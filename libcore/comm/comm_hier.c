@@ -384,6 +384,7 @@ status comm_hier_progress(comm *c, comm_op *o, bool *done)
             if (c->ticket_next[COMM_CLASS_HIER] != o->ticket) return STATUS_OK;
             o->chunk_off = 0;
             if (shared && rt->nnodes == 1 && o->count * esz <= HIER_SMALL_BYTES) {
+                comm_phase_mark(o, COMM_PHASE_FLAT);
                 memcpy(shm_small(c, o->ticket & 1, me), o->buf, o->count * esz);
                 barrier_arrive(c, o);
                 o->phase = HIER_SMALL;
@@ -395,7 +396,8 @@ status comm_hier_progress(comm *c, comm_op *o, bool *done)
             }
             o->phase = HIER_COPYIN;
             break;
-        case HIER_COPYIN:
+        case HIER_COPYIN:  /* the phases: reduce-scatter up to the reduce, inter, then gather */
+            comm_phase_mark(o, COMM_PHASE_INTRA_REDUCE_SCATTER);
             o->chunk_len = o->count - o->chunk_off < cap ? o->count - o->chunk_off : cap;
             if (copy) {
                 memcpy(shm_slot(c, me), (char *)o->buf + o->chunk_off * esz, o->chunk_len * esz);
@@ -409,6 +411,7 @@ status comm_hier_progress(comm *c, comm_op *o, bool *done)
             if (copy && b > a) copy_reduce(c, o, a, b);
             if (cma && b > a) TRY(cma_reduce(c, o, a, b));
             o->part = rt->nnodes > 1 ? j0 : j1;
+            if (rt->nnodes > 1) comm_phase_mark(o, COMM_PHASE_INTER_ALLREDUCE);
             start_part(c, o, j1);
             o->phase = HIER_INTER;
             break;
@@ -422,6 +425,7 @@ status comm_hier_progress(comm *c, comm_op *o, bool *done)
                 start_part(c, o, j1);
                 break;
             }
+            comm_phase_mark(o, COMM_PHASE_INTRA_ALLGATHER);
             if (shared) barrier_arrive(c, o);
             o->phase = HIER_COPYOUT;
             break;

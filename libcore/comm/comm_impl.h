@@ -68,6 +68,10 @@ struct comm_backend {
 void comm_diag_service(comm *c, uint64_t waiting_seq, bool force);
 status comm_diag_timeout(comm *c, const comm_op *o);
 
+/* The algorithms' phase marks (comm_op.phases): ends the open phase now and begins one
+ * of `kind` (-1: only ends it); a phase of the open one's kind continues it. */
+void comm_phase_mark(comm_op *o, int kind);
+
 /* Helpers shared by the algorithm files. */
 void comm_split_even(size_t count, int n, int i, size_t *off, size_t *len);
 status comm_op_scratch(comm_op *o, size_t bytes);

@@ -1,6 +1,7 @@
 /* ctl — blocking control-plane collectives with a deadline (ctl.h). */
 #include "ctl.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -191,6 +192,52 @@ status comm_ctl_barrier(comm_ctl c)
 {
     MPI_Request r;
     return ctl_wait(c, &r, "barrier", MPI_Ibarrier(c.comm, &r));
+}
+
+status comm_ctl_send(comm_ctl c, const void *buf, int count, MPI_Datatype dt, int peer, int tag)
+{
+    MPI_Request r;
+    return ctl_wait(c, &r, "send", MPI_Isend(buf, count, dt, peer, tag, c.comm, &r));
+}
+
+status comm_ctl_recv(comm_ctl c, void *buf, int count, MPI_Datatype dt, int peer, int tag)
+{
+    MPI_Request r;
+    return ctl_wait(c, &r, "receive", MPI_Irecv(buf, count, dt, peer, tag, c.comm, &r));
+}
+
+#define CTL_CLOCK_TAG 0x4e43  /* "NC": the pings' tag; nothing else sends point-to-point on a ctl's communicator */
+
+status comm_ctl_clock_offsets(comm_ctl c, int root, int rounds, double (*clock)(void), double *offset, double *rtt,
+                              double *at)
+{
+    int me = 0, n = 0;
+    MPI_Comm_rank(c.comm, &me);
+    MPI_Comm_size(c.comm, &n);
+    if (me != root) {  /* answer every ping with my clock as it arrived */
+        for (int i = 0; i < rounds; i++) {
+            char ping;
+            TRY(comm_ctl_recv(c, &ping, 1, MPI_CHAR, root, CTL_CLOCK_TAG));
+            double t = clock();
+            TRY(comm_ctl_send(c, &t, 1, MPI_DOUBLE, root, CTL_CLOCK_TAG));
+        }
+        return STATUS_OK;
+    }
+    for (int k = 0; k < n; k++) {
+        double best = INFINITY, off = 0, mid = clock();
+        for (int i = 0; i < rounds && k != root; i++) {
+            char ping = 0;
+            double tm, t0 = clock();
+            TRY(comm_ctl_send(c, &ping, 1, MPI_CHAR, k, CTL_CLOCK_TAG));
+            TRY(comm_ctl_recv(c, &tm, 1, MPI_DOUBLE, k, CTL_CLOCK_TAG));
+            double t1 = clock();
+            if (t1 - t0 < best) best = t1 - t0, off = tm - (t0 + t1) / 2, mid = (t0 + t1) / 2;
+        }
+        if (offset) offset[k] = off;
+        if (rtt) rtt[k] = k == root ? 0 : best;
+        if (at) at[k] = mid;
+    }
+    return STATUS_OK;
 }
 
 void comm_mpi_allreduce_blocking(void *buf, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm)

@@ -79,6 +79,22 @@ status comm_ctl_reduce_scatter(comm_ctl c, const void *sendbuf, void *recvbuf, c
                                MPI_Datatype dt, MPI_Op op);
 status comm_ctl_barrier(comm_ctl c);
 
+/* Point-to-point on c: a message of count elements to / from rank `peer` of c with
+ * `tag`, waited on with c's deadline (a blocking send or receive, one at a time). */
+status comm_ctl_send(comm_ctl c, const void *buf, int count, MPI_Datatype dt, int peer, int tag);
+status comm_ctl_recv(comm_ctl c, void *buf, int count, MPI_Datatype dt, int peer, int tag);
+
+/* Collective over c: every member's clock against root's, by ping-pong (Cristian's
+ * estimate, as NTP and Horovod's timeline align clocks): root pings each member in
+ * turn `rounds` times; the member answers with its clock read when the ping arrived;
+ * with root's send and receive times t0, t1 the member's offset is tm - (t0 + t1) / 2,
+ * off by at most half the round trip t1 - t0, so the round with the shortest trip is
+ * kept. On root, per member k (root's own entry 0): offset[k] = k's clock minus root's
+ * (s), rtt[k] that round's trip (s), at[k] root's clock at its midpoint (s); not read
+ * elsewhere (may be NULL). `clock` is the clock compared (seconds). */
+status comm_ctl_clock_offsets(comm_ctl c, int root, int rounds, double (*clock)(void), double *offset, double *rtt,
+                              double *at);
+
 /* The peer row of a benchmark: OpenMPI's own blocking MPI_Allreduce, in place, with no
  * deadline and no polling (what is measured is MPI's blocking call itself). Nothing
  * else calls it; a failure dies. */

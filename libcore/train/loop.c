@@ -23,6 +23,7 @@ static status train_checkpoint(train_run *r)
     TRY(ckpt_save(r->ckpt, &c));
     double ms = (train_now_s() - t0) * 1e3;
     train_profile_ckpt(r, ms);
+    train_trace_ckpt(r, t0, ms);
     if (r->step > r->mon.floor) r->mon.floor = LONG_MAX;  /* a newer state to roll back to */
     if (r->rt->rank != 0) return STATUS_OK;
     train_metrics_write(r, json_pack("{s:s, s:I, s:o, s:b}", "kind", "checkpoint", "step", (json_int_t)r->step,
@@ -90,8 +91,10 @@ status train_loop(train_run *r)
         long eval_every = (long)config_int(cfg, "train.eval_interval");
         long ck_steps = (long)config_int(cfg, "ckpt.every_steps");
         double ck_minutes = config_float(cfg, "ckpt.every_minutes");
+        TRY(train_trace_begin(r));  /* collective where the traced steps begin */
         TRY(train_step(r, &ss));
         TRY(train_profile_step(r, &ss));
+        train_trace_step(r, &ss);
         train_heartbeat(r);
         ckpt_poll(r->ckpt);  /* commits a finished background checkpoint without waiting */
         if (r->mon.ticks >= 1) { sum_ms += ss.step_ms; sum_wait += ss.comm_wait_ms; timed++; }  /* skip warm-up */
@@ -165,6 +168,7 @@ status train_loop(train_run *r)
             stopped = r->step < r->steps;
             break;
         }
+        TRY(train_trace_step_end(r));  /* collective after the last traced step: trace.json */
     }
     if (r->ckpt && r->step == r->steps && saved != r->step) TRY(train_checkpoint(r));
     if (r->ckpt) {
@@ -175,6 +179,7 @@ status train_loop(train_run *r)
             printf("checkpoint last background write: %.0f MB in %.2f s = %.0f MB/s\n", (double)cs.bytes / 1e6,
                    cs.write_s, (double)cs.bytes / cs.write_s / 1e6);
     }
+    TRY(train_trace_finish(r));    /* collective: trace.json, when the traced steps reached the end */
     TRY(train_profile_finish(r));  /* collective: the profile table and profile.json */
     if (relaunch && rt->rank == 0) TRY(train_relaunch_write(r, relaunch));  /* after the commit it points to */
     if (r->val_data && !stopped) {  /* a stop is often on a deadline: evaluation waits for the end */

@@ -48,10 +48,16 @@ void train_profile_step_begin_(train_profile *p)
     p->t_step0 = p->t_mark = train_profile_now_ms();
 }
 
-/* The model's layer timer: a lap charged to the layer that just finished. */
-static void train_profile_layer(void *ctx, int layer, bool backward)
+static const char *const phase_names[TRAIN_PROFILE_NPHASES] = { "zero_grads", "data", "comm_wait", "loss+clip",
+                                                                "optimizer" };
+
+const char *train_profile_phase_name(int id)
 {
-    train_profile *p = ctx;
+    return id >= 0 && id < TRAIN_PROFILE_NPHASES ? phase_names[id] : "?";
+}
+
+void train_profile_layer_lap(train_profile *p, int layer, bool backward)
+{
     if (!p->in_step) return;  /* an evaluation's forward */
     if (layer == PARAM_LAYER_LAST || layer >= p->nlayers) layer = p->nlayers - 1;
     train_profile_lap_(p, (backward ? p->bwd0 : p->fwd0) + layer);
@@ -83,9 +89,7 @@ static double timer_median(const train_profile_timer *tm)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-/* A layer's name from the parameter table: the dotted prefix its tensors share
- * ("h.3"), else their first components joined ("wte+wpe"). */
-static void layer_name(const train_run *r, int l, char *out, size_t cap)
+void train_profile_layer_name(const train_run *r, int l, char *out, size_t cap)
 {
     const param_table *pt = model_params((model *)&r->m);
     int first = r->layer_first[l], n = r->layer_count[l];
@@ -214,13 +218,11 @@ status train_profile_setup(train_run *r)
     p->ntimers = p->ckpt0 + 3;
     p->timers = calloc((size_t)p->ntimers, sizeof *p->timers);
     if (!p->timers) return STATUS_NOMEM;
-    static const char *const phases[TRAIN_PROFILE_NPHASES] = { "zero_grads", "data", "comm_wait", "loss+clip",
-                                                               "optimizer" };
     for (int i = 0; i < TRAIN_PROFILE_NPHASES; i++)
-        timer_init(&p->timers[i], TRAIN_PROFILE_KIND_PHASE, -1, "%s", phases[i]);
+        timer_init(&p->timers[i], TRAIN_PROFILE_KIND_PHASE, -1, "%s", phase_names[i]);
     for (int l = 0; l < p->nlayers; l++) {
         char name[TRAIN_PROFILE_NAME];
-        layer_name(r, l, name, sizeof name - 16);
+        train_profile_layer_name(r, l, name, sizeof name - 16);
         if (l == p->nlayers - 1 && r->spec.family == MODEL_FAMILY_GPT2) strcat(name, "+head");  /* the tied head */
         timer_init(&p->timers[p->fwd0 + l], TRAIN_PROFILE_KIND_FORWARD, l, "forward %s", name);
         timer_init(&p->timers[p->bwd0 + l], TRAIN_PROFILE_KIND_BACKWARD, l, "backward %s", name);
@@ -241,7 +243,7 @@ status train_profile_setup(train_run *r)
     timer_init(&p->timers[p->ckpt0 + 1], TRAIN_PROFILE_KIND_DETAIL, -1, "%s", "checkpoint copy");
     timer_init(&p->timers[p->ckpt0 + 2], TRAIN_PROFILE_KIND_DETAIL, -1, "%s", "checkpoint write");
     p->active = true;
-    model_set_layer_timer(&r->m, (param_layer_timer){ train_profile_layer, p });
+    train_layer_timer_update(r);
     return STATUS_OK;
 }
 
@@ -278,7 +280,7 @@ status train_profile_step(train_run *r, const train_step_stats *ss)
     if (p->first_run && p->timers[p->step_id].count >= p->window) {
         TRY(train_profile_report(r));
         p->active = false;  /* the rest of the run is not profiled */
-        model_set_layer_timer(&r->m, (param_layer_timer){ NULL, NULL });
+        train_layer_timer_update(r);
     }
     return STATUS_OK;
 }
@@ -316,7 +318,7 @@ void train_profile_free(train_run *r)
     free(p->timers);
     free(p);
     r->prof = NULL;
-    if (r->m.base) model_set_layer_timer(&r->m, (param_layer_timer){ NULL, NULL });
+    if (r->m.base) train_layer_timer_update(r);  /* the trace's, or none */
 }
 
 /* ---- the report: gathered figures, the table, advice, profile.json ---- */

@@ -111,6 +111,15 @@ static inline void train_profile_step_begin(train_profile *p)
     if (p && p->active) train_profile_step_begin_(p);
 }
 
+/* The model's layer timer's lap for the profiler (train_layer_timer_update installs it):
+ * charged to the layer that just finished. */
+void train_profile_layer_lap(train_profile *p, int layer, bool backward);
+/* "zero_grads", "data", "comm_wait", "loss+clip", "optimizer": the phases' names. */
+const char *train_profile_phase_name(int id);
+/* Layer l's name from the parameter table: the dotted prefix its tensors share ("h.3"),
+ * else their first components joined ("wte+wpe"). */
+void train_profile_layer_name(const train_run *r, int l, char *out, size_t cap);
+
 /* ---- profile.c, called by train.c and loop.c ---- */
 /* At setup: STATUS_INPUT, logged, for a bad profile.events; r->prof stays NULL when
  * the mode is off, or auto on a shape already seen (collective: rank 0 decides). */

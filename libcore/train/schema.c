@@ -134,6 +134,16 @@ const config_key train_schema_keys[] = {
     { "profile", "events", CONFIG_TYPE_STRING, "PAPI_TOT_CYC,PAPI_TOT_INS,PAPI_FP_OPS,PAPI_L2_TCM,PAPI_L3_TCM",
       .help = "PAPI events counted per phase and layer, comma-separated, at most 8 (none: no counters); an event "
               "this machine cannot count is reported n/a with PAPI's reason, never an error" },
+    /* the communication timeline (trace.c, docs/profile.md) */
+    { "trace", "enable", CONFIG_TYPE_BOOL, "false",
+      .help = "record a timeline of the traced steps (layers, phases, every bucket's allreduce and its algorithm's "
+              "phases, DGC-Pro, checkpoints) on every rank and write RUN_DIR/trace.json (Chrome trace-event JSON, "
+              "for Perfetto or chrome://tracing) on a clock aligned to rank 0's" },
+    { "trace", "steps", CONFIG_TYPE_STRING, "5",
+      .help = "traced steps: N (the N steps after the launch's first, its warm-up), A-B (steps A to B as the "
+              "metrics lines number them) or all" },
+    { "trace", "max_events", CONFIG_TYPE_INT, "65536", .min = 64, .max = 1 << 25,
+      .help = "events each rank keeps, 40 bytes each, allocated at setup; past it the oldest are dropped and counted" },
     { "profile", "shapes", CONFIG_TYPE_STRING, "",
       .help = "the record of shapes already profiled by auto mode (empty: RUN_DIR/profile-shapes; a shared path "
               "makes the rule span runs)" },

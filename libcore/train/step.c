@@ -114,10 +114,10 @@ status train_step(train_run *r, train_step_stats *ss)
     float *state = model_state(&r->m);
     size_t nstate = state ? model_state_table(&r->m)->total : 0;
     if (state) memcpy(model_state_saved(&r->m), state, nstate * sizeof *state);
-    train_profile_step_begin(r->prof);
+    train_lap_begin(r);
     double t0 = train_now_s(), loss = 0;
     ss->fwd_ms = train_zero_grads(&r->dev, pt, pb), ss->bwd_ms = 0;
-    train_profile_lap(r->prof, TRAIN_PROFILE_ZERO);
+    train_lap(r, TRAIN_PROFILE_ZERO);
     if (r->dgc_flush) {  /* DGC-Pro was switched off: its residuals go out with this dense step */
         dgc_flush(r->dgc, pb->grads, (float)(r->tb.accum * r->rt->size), train_lr_scale(r));
         r->dgc_flush = false;
@@ -126,7 +126,7 @@ status train_step(train_run *r, train_step_stats *ss)
     bool compress = r->dgc && dgc_active(r->dgc);
     for (int a = 0; a < r->tb.accum; a++) {
         TRY(train_fill(r, r->train_data, a));
-        train_profile_lap(r->prof, TRAIN_PROFILE_DATA);  /* the layers' laps follow, from the model's timer */
+        train_lap(r, TRAIN_PROFILE_DATA);  /* the layers' laps follow, from the model's timer */
         train_set_hook(r, !compress && a == r->tb.accum - 1);  /* earlier micro-batches only accumulate (DDP's no_sync) */
         TRY(train_forward_backward(&r->m, &r->batch, &r->dev, &loss, ss));
         TRY(r->hook_status);
@@ -161,7 +161,7 @@ status train_step(train_run *r, train_step_stats *ss)
         TRY(bucket_wait_all(&r->bm));
     }
     double t2 = train_now_s();
-    train_profile_lap(r->prof, TRAIN_PROFILE_COMM_WAIT);
+    train_lap(r, TRAIN_PROFILE_COMM_WAIT);
     ss->comm_wait_ms = (t2 - t1) * 1e3;
     train_samples_zero_layer(r, pb->grads);
     if (!summed) TRY(comm_ctl_allreduce(train_ctl(r), part, sum, 3, MPI_DOUBLE, MPI_SUM));
@@ -171,7 +171,7 @@ status train_step(train_run *r, train_step_stats *ss)
     if (!compress || exchanged)
         optim_clip_grad_norm(pb->grads, pt->total, r->opt.clip > 0 && !compress ? r->opt.clip : INFINITY, &ss->gnorm);
     ss->lr = lr_at(&r->sched, r->step) * r->elastic.lr_factor * r->mon.ck.lr_scale;
-    train_profile_lap(r->prof, TRAIN_PROFILE_CLIP);
+    train_lap(r, TRAIN_PROFILE_CLIP);
     ckpt_fence(r->ckpt);  /* an async checkpoint's background copy of the state must be done */
     bool skip = !isfinite(ss->loss) || !isfinite(ss->gnorm) || sum[1] > 0 || sum[2] > 0;
     if (skip) {
@@ -194,11 +194,11 @@ status train_step(train_run *r, train_step_stats *ss)
     if (model_state_table(&r->m))
         TRY(comm_ctl_bcast(train_ctl(r), model_state(&r->m), (int)model_state_table(&r->m)->total, MPI_FLOAT, 0));
     double t3 = train_now_s();
-    train_profile_lap(r->prof, TRAIN_PROFILE_OPTIM);
+    train_lap(r, TRAIN_PROFILE_OPTIM);
     ss->opt_ms = (t3 - t2) * 1e3;
     data_advance(r->train_data);
     r->loader_state = data_get_state(r->train_data);
-    train_profile_lap(r->prof, TRAIN_PROFILE_DATA);
+    train_lap(r, TRAIN_PROFILE_DATA);
     r->step++;
     ss->step_ms = (train_now_s() - t0) * 1e3;
     return STATUS_OK;

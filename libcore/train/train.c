@@ -195,6 +195,7 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
     TRY(train_dgc_setup(r));
     TRY(train_profile_setup(r));
     TRY(train_samples_setup(r));
+    TRY(train_trace_setup(r));
 
     /* the run directory exists on every rank's view: rank 0 made it under the lock, agreed */
     {  /* the watchdog's beacons: where each rank is, so that a stuck job names who is missing */
@@ -424,6 +425,7 @@ void train_free(train_run *r)
 {
     train_profile_free(r);
     train_samples_free(r);
+    train_trace_free(r);
     if (r->ckpt) ckpt_writer_free(r->ckpt);
     dgc_free(r->dgc);
     if (r->use_zero) zero_free(&r->zero);

@@ -277,6 +277,7 @@ typedef struct train_run {
     struct train_samples *smp; /* per-rank samples, the attention probe, the test hooks (samples.c) */
     train_monitor mon;         /* alert rules and their actions (monitor.c) */
     struct train_profile *prof; /* profiler mode (profile.h, profile.mode); NULL when off */
+    struct train_trace *trace; /* the communication timeline (trace.c, trace.enable); NULL when off */
 } train_run;
 
 /* Builds the run: batch, data, model, optimizer, ZeRO, buckets, DGC-Pro, checkpoint

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 
 #include "comm/ctl.h"
+#include "monitor/trace.h"
 #include "profile.h"
 #include "train.h"
 
@@ -22,6 +23,69 @@ static inline comm_ctl train_ctl(const train_run *r)
 static inline double train_now_s(void)
 {
     return MPI_Wtime();
+}
+
+/* ---- trace.c: the communication timeline (trace.*, --trace; docs/profile.md) ---- */
+/* Tracks ("tid") of a rank: the main thread's step, the checkpoint writer's thread, and
+ * lanes for the buckets' allreduces (a bucket takes the lowest lane free at its launch:
+ * allreduces in flight together overlap, and events on one track must nest). */
+enum { TRAIN_TRACE_TRACK_MAIN = 0, TRAIN_TRACE_TRACK_CKPT, TRAIN_TRACE_TRACK_COMM0 };
+
+typedef struct train_trace {
+    trace_buf buf;             /* this rank's events (trace.max_events) */
+    trace_names names;         /* event names, filled at setup in the same order on every rank */
+    trace_names tracks;        /* track names: index = tid */
+    long count;                /* trace.steps = N: N steps after the launch's first; 0 for a range */
+    long first, last;          /* the traced steps as the metrics lines number them (inclusive) */
+    bool resolved;             /* first and last are known (count: at the loop's first step) */
+    bool synced;               /* the clocks were compared at the start of the traced steps */
+    bool done;                 /* the trace was written (or there is nothing to trace) */
+    bool in_step;              /* this step is traced: the laps record */
+    double t_mark, t_step0;    /* trace clock (s): the last lap, the step's first */
+    double t_wait0, t_wait1;   /* the comm_wait lap of this step */
+    double t_begin;            /* trace clock when tracing began (after the first clock comparison) */
+    double wtime_off;          /* trace clock minus MPI_Wtime (s): onto the trace clock for comm's stamps */
+    int nm_phase;              /* name of phase 0 (TRAIN_PROFILE_ZERO ...), the others follow */
+    int nm_fwd, nm_bwd;        /* names of layer 0's forward and backward, the other layers follow */
+    int nm_step, nm_bucket, nm_comm, nm_dgc, nm_ckpt; /* step; bucket 0..; comm phases; dgc x3; ckpt x3 */
+    int nbuckets;              /* the bucket manager's */
+    double *lane_end;          /* [nbuckets] when each lane's last allreduce of this step ended (trace clock) */
+    double ckpt_seen;          /* the background save last recorded (its copy's start) */
+    long ckpt_step;            /* the step of the last checkpoint saved while tracing */
+    double *sync;              /* rank 0: [6][world]: offset, rtt, at of the start, then of the end (s) */
+} train_trace;
+
+/* Setup (after the profiler's): r->trace stays NULL when trace.enable is false;
+ * STATUS_INPUT, logged naming the key, for a bad trace.steps. */
+status train_trace_setup(train_run *r);
+void train_trace_free(train_run *r);
+/* The model's layer timer for whoever needs it: the profiler while it is active, the
+ * trace while it is on; none when neither is (one NULL check per layer). */
+void train_layer_timer_update(train_run *r);
+/* Before each step (collective when the traced steps begin: the first clock comparison). */
+status train_trace_begin(train_run *r);
+void train_trace_step_begin_(train_run *r);
+void train_trace_lap_(train_run *r, int id);
+/* After each step: the step event, the buckets' allreduces and phases, DGC-Pro's phases. */
+void train_trace_step(train_run *r, const train_step_stats *ss);
+/* After a checkpoint's save (loop.c): its stall, from t0 (train_now_s) for ms. */
+void train_trace_ckpt(train_run *r, double t0, double ms);
+/* At each step end (collective): the trace is written once the last traced step is over
+ * and the run goes on; train_trace_finish writes it at the end of the run otherwise. */
+status train_trace_step_end(train_run *r);
+status train_trace_finish(train_run *r);
+
+/* The step's laps (step.c), for the profiler and the trace alike: the step's start, then
+ * a lap charged to phase id (TRAIN_PROFILE_ZERO ...) at each phase's end. */
+static inline void train_lap_begin(train_run *r)
+{
+    train_profile_step_begin(r->prof);
+    if (r->trace) train_trace_step_begin_(r);
+}
+static inline void train_lap(train_run *r, int id)
+{
+    train_profile_lap(r->prof, id);
+    if (r->trace && r->trace->in_step) train_trace_lap_(r, id);
 }
 
 /* ---- schema.c ---- */

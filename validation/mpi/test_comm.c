@@ -1,4 +1,5 @@
-/* test_comm — every allreduce algorithm against the exact answer, at 1-4 ranks.
+/* test_comm — every allreduce algorithm against the exact answer, at 1-4 ranks; the
+ * phases each records (comm_op_phases); the control plane's deadline and clock offsets.
  *
  * Inputs are small integers (also in float), so every partial sum is exactly
  * representable and any reduction order gives the same bits: the check is exact.
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "comm/comm.h"
@@ -418,6 +420,88 @@ static void test_ctl_deadline(runtime *rt)
     check(rt, ok, what);
 }
 
+/* comm_op_phases: a one-phase algorithm records one flat phase; hier records its three
+ * phases in order per pipeline chunk (the inter-node one with several nodes only), or one
+ * flat phase for its single-node small variant; every phase inside the op's life, in order. */
+static void test_phases(runtime *rt, comm *c)
+{
+    static const comm_algo algos[] = { COMM_ALGO_MPI, COMM_ALGO_FLAT, COMM_ALGO_RING, COMM_ALGO_HIER };
+    const size_t sizes[] = { 1000, 2621440 };  /* 4 KB; 10 MB: three 4 MiB chunks of hier */
+    float *buf = malloc(sizes[1] * sizeof *buf);
+    CHECK(buf, "out of memory");
+    for (int a = 0; a < 4; a++)
+        for (int k = 0; k < 2; k++) {
+            comm_op o = { 0 };
+            fill(buf, sizes[k], REDUCE_DTYPE_F32, rt->rank);
+            status st = comm_allreduce_start(c, &o, buf, sizes[k], REDUCE_DTYPE_F32, REDUCE_OP_SUM, algos[a]);
+            if (st == STATUS_OK) st = comm_wait(c, &o);
+            double end = MPI_Wtime();
+            int n = 0, lost = 0;
+            const comm_phase *ph = comm_op_phases(&o, &n, &lost);
+            bool ok = st == STATUS_OK && n >= 1 && lost == 0 && count_wrong(buf, sizes[k], REDUCE_DTYPE_F32, rt->size,
+                                                                           REDUCE_OP_SUM) == 0;
+            double at = o.t_start;
+            int rs = 0;
+            bool one = o.algo != COMM_ALGO_HIER || (rt->nnodes == 1 && rt->local_size > 1 && sizes[k] * 4 <= 8192);
+            for (int i = 0; i < n && ok; i++) {
+                ok = ph[i].t0 >= at && ph[i].t1 >= ph[i].t0 && ph[i].t1 <= end;
+                at = ph[i].t1;
+                comm_phase_kind want = COMM_PHASE_FLAT;
+                if (!one) {  /* rs, (inter,) ag per chunk */
+                    int cyc = rt->nnodes > 1 ? 3 : 2, j = i % cyc;
+                    want = j == 0 ? COMM_PHASE_INTRA_REDUCE_SCATTER : j == cyc - 1 ? COMM_PHASE_INTRA_ALLGATHER
+                                                                                  : COMM_PHASE_INTER_ALLREDUCE;
+                    ok = ok && n % cyc == 0;
+                }
+                ok = ok && ph[i].kind == want;
+                rs += ph[i].kind == COMM_PHASE_INTRA_REDUCE_SCATTER;
+            }
+            if (one) ok = ok && n == 1;
+            /* several nodes cut a 10 MB message into chunks; one node reading in place (cma) does not */
+            if (!one && k == 1 && rt->nnodes > 1) ok = ok && rs >= 2;
+            char what[160];
+            snprintf(what, sizeof what, "phases of %s (ran as %s) at %zu bytes: %d, in order, inside the op%s",
+                     comm_algo_name(algos[a]), comm_algo_name(o.algo), sizes[k] * 4, n,
+                     one ? ", one flat phase" : rt->nnodes > 1 ? ", reduce-scatter, inter, allgather per chunk"
+                                                               : ", reduce-scatter, allgather per chunk");
+            check(rt, ok, what);
+            comm_op_free(&o);
+        }
+    free(buf);
+}
+
+/* comm_ctl_clock_offsets against clocks with known offsets: rank r's clock runs 10 s x r
+ * ahead of CLOCK_MONOTONIC, which all ranks of one host share; the estimate is within half
+ * the round trip of the truth. */
+static double clock_skew_s;  /* this rank's known offset (a test: the clock argument has no context) */
+
+static double skewed_clock(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + clock_skew_s;
+}
+
+static void test_clock_offsets(runtime *rt)
+{
+    clock_skew_s = 10.0 * rt->rank;
+    double *off = calloc((size_t)rt->size, sizeof *off), *rtt = calloc((size_t)rt->size, sizeof *rtt);
+    double *at = calloc((size_t)rt->size, sizeof *at);
+    CHECK(off && rtt && at, "out of memory");
+    status st = comm_ctl_clock_offsets(comm_ctl_named(rt->world, 30, "world"), 0, 8, skewed_clock, off, rtt, at);
+    bool ok = st == STATUS_OK;
+    for (int k = 0; k < rt->size && rt->rank == 0 && ok; k++)
+        ok = k == 0 ? off[0] == 0 && rtt[0] == 0
+                    : rtt[k] > 0 && fabs(off[k] - 10.0 * k) <= rtt[k] / 2 + 1e-9 && at[k] > 0;
+    char what[200];
+    snprintf(what, sizeof what, "ctl: clock offsets by ping-pong within half the round trip of the truth "
+             "(rank %d: %+.3f us off 10 s x rank, rtt %.1f us)", rt->size - 1,
+             rt->rank == 0 ? (off[rt->size - 1] - 10.0 * (rt->size - 1)) * 1e6 : 0,
+             rt->rank == 0 ? rtt[rt->size - 1] * 1e6 : 0);
+    check(rt, ok, what);
+    free(off), free(rtt), free(at);
+}
+
 int main(int argc, char **argv)
 {
     runtime_options ro = { .ranks_per_node = 0, .bind = RUNTIME_BIND_NONE };
@@ -456,6 +540,8 @@ int main(int argc, char **argv)
     test_blocking_fast_path(&rt);
     test_tune(&rt, c);
     test_ctl_deadline(&rt);
+    test_phases(&rt, c);
+    test_clock_offsets(&rt);
     comm_free(c);
     int f = failures;
     runtime_free(&rt);
