@@ -116,6 +116,13 @@ const config_key train_schema_keys[] = {
       .help = "lower_lr: the factor each action multiplies the learning rate by" },
     { "monitor", "max_rollbacks", CONFIG_TYPE_INT, "1", .min = 0, .max = 1e6,
       .help = "rollbacks a run may take; a rollback past them ends the run as diverged (exit 1)" },
+    /* what the run shows (tensorboard.c, docs/metrics.md) */
+    { "monitor", "tensorboard", CONFIG_TYPE_BOOL, "false",
+      .help = "TensorBoard event files in RUN_DIR/tb (a new file per launch): the train and eval records' numbers "
+              "as scalars, and the layers' gradient and weight histograms (tensorboard --logdir RUN_DIR/tb)" },
+    { "monitor", "histogram_interval", CONFIG_TYPE_INT, "100", .min = 0, .max = 1e12,
+      .help = "every this many steps: per layer, the histogram of the averaged gradient before clipping (the "
+              "grad_hist record of metrics.jsonl; with monitor.tensorboard also grad/ and weight/ histograms; 0: off)" },
     /* profiler mode (profile.c, docs/profile.md) */
     { "profile", "mode", CONFIG_TYPE_ENUM, "auto", .choices = "auto|on|off",
       .help = "per-phase and per-layer times (and PAPI counters): on for the whole run (table at the end, "
