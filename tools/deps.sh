@@ -39,9 +39,11 @@ REQUIRED_PKGS=(
 # Optional: `make fuzz` only (libFuzzer and the sanitizer runtimes, OpenMP for clang);
 # `make check` replays the fuzz corpus with gcc's sanitizers and needs none of them.
 FUZZ_PKGS=(clang libclang-rt-dev libomp-dev)
-# PyPI packages of build/venv, at the version the checks were written against.
+# PyPI packages of build/venv, at the version the checks were written against:
+# safetensors (the converter's tests), tensorboard (its own event-file reader checks the
+# trainer's RUN_DIR/tb files: validation/cli/test_tensorboard.sh).
 VENV=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/build/venv
-VENV_PKGS=(safetensors==0.8.0)
+VENV_PKGS=(safetensors==0.8.0 tensorboard==2.21.0)
 
 missing_pkgs() {
     local p

@@ -218,6 +218,7 @@ void train_metrics_write(train_run *r, void *record)
         return;
     }
     r->metrics_records++;
+    train_tensorboard_record(r, j);  /* the same numbers, before the stamp adds its keys */
     if (j) metrics_stamp(r, j);
     char *text = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(j);

@@ -89,7 +89,9 @@ static double timer_median(const train_profile_timer *tm)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-void train_profile_layer_name(const train_run *r, int l, char *out, size_t cap)
+/* A layer's name from the parameter table: the dotted prefix its tensors share
+ * ("h.3"), else their first components joined ("wte+wpe"). */
+void train_layer_name(const train_run *r, int l, char *out, size_t cap)
 {
     const param_table *pt = model_params((model *)&r->m);
     int first = r->layer_first[l], n = r->layer_count[l];
@@ -222,7 +224,7 @@ status train_profile_setup(train_run *r)
         timer_init(&p->timers[i], TRAIN_PROFILE_KIND_PHASE, -1, "%s", phase_names[i]);
     for (int l = 0; l < p->nlayers; l++) {
         char name[TRAIN_PROFILE_NAME];
-        train_profile_layer_name(r, l, name, sizeof name - 16);
+        train_layer_name(r, l, name, sizeof name - 16);
         if (l == p->nlayers - 1 && r->spec.family == MODEL_FAMILY_GPT2) strcat(name, "+head");  /* the tied head */
         timer_init(&p->timers[p->fwd0 + l], TRAIN_PROFILE_KIND_FORWARD, l, "forward %s", name);
         timer_init(&p->timers[p->bwd0 + l], TRAIN_PROFILE_KIND_BACKWARD, l, "backward %s", name);

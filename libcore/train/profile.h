@@ -118,7 +118,7 @@ void train_profile_layer_lap(train_profile *p, int layer, bool backward);
 const char *train_profile_phase_name(int id);
 /* Layer l's name from the parameter table: the dotted prefix its tensors share ("h.3"),
  * else their first components joined ("wte+wpe"). */
-void train_profile_layer_name(const train_run *r, int l, char *out, size_t cap);
+void train_layer_name(const train_run *r, int l, char *out, size_t cap);
 
 /* ---- profile.c, called by train.c and loop.c ---- */
 /* At setup: STATUS_INPUT, logged, for a bad profile.events; r->prof stays NULL when

@@ -124,6 +124,13 @@ const config_key train_schema_keys[] = {
       .help = "test hook RANK:MS: that rank sleeps MS ms in every step's compute (a planted straggler; empty: off)" },
     { "runtime", "zero_grad_layer", CONFIG_TYPE_INT, "-1", .min = -1, .max = 1 << 20,
       .help = "test hook: this layer's reduced gradient is zeroed every step (a planted dead layer; -1: off)" },
+    /* what the run shows (tensorboard.c, docs/metrics.md) */
+    { "monitor", "tensorboard", CONFIG_TYPE_BOOL, "false",
+      .help = "TensorBoard event files in RUN_DIR/tb (a new file per launch): the train and eval records' numbers "
+              "as scalars, and the layers' gradient and weight histograms (tensorboard --logdir RUN_DIR/tb)" },
+    { "monitor", "histogram_interval", CONFIG_TYPE_INT, "100", .min = 0, .max = 1e12,
+      .help = "every this many steps: per layer, the histogram of the averaged gradient before clipping (the "
+              "grad_hist record of metrics.jsonl; with monitor.tensorboard also grad/ and weight/ histograms; 0: off)" },
     /* profiler mode (profile.c, docs/profile.md) */
     { "profile", "mode", CONFIG_TYPE_ENUM, "auto", .choices = "auto|on|off",
       .help = "per-phase and per-layer times (and PAPI counters): on for the whole run (table at the end, "

@@ -98,8 +98,9 @@ static double train_lr_scale(const train_run *r)
  * the last backward), the wait for the buckets, clipping, the update. Phases in ss:
  * fwd = zeroing the gradients + the forwards, bwd = the backwards (with the bucket
  * launches), comm_wait = the wait for the buckets or DGC-Pro's exchange, opt = the
- * loss sum, clipping, the update and ResNet's statistics; step = all of it with the
- * data. */
+ * loss sum, clipping, the update and ResNet's statistics (and at the steps of
+ * monitor.histogram_interval rank 0's histograms, tensorboard.c); step = all of it
+ * with the data. */
 status train_step(train_run *r, train_step_stats *ss)
 {
     param_table *pt = model_params(&r->m);
@@ -168,8 +169,10 @@ status train_step(train_run *r, train_step_stats *ss)
     ss->loss = sum[0] / r->rt->size;
     ss->gnorm = NAN;  /* DGC-Pro's step skipped before the exchange has no global gradient */
     /* the norm either way; DGC clipped each node's contribution before compressing */
-    if (!compress || exchanged)
+    if (!compress || exchanged) {
+        train_tensorboard_grads(r, step);  /* the averaged gradient, complete on every rank, not clipped yet */
         optim_clip_grad_norm(pb->grads, pt->total, r->opt.clip > 0 && !compress ? r->opt.clip : INFINITY, &ss->gnorm);
+    }
     ss->lr = lr_at(&r->sched, r->step) * r->elastic.lr_factor * r->mon.ck.lr_scale;
     train_lap(r, TRAIN_PROFILE_CLIP);
     ckpt_fence(r->ckpt);  /* an async checkpoint's background copy of the state must be done */
@@ -193,6 +196,7 @@ status train_step(train_run *r, train_step_stats *ss)
     /* ResNet's running statistics: rank 0's everywhere, as DDP's broadcast_buffers. */
     if (model_state_table(&r->m))
         TRY(comm_ctl_bcast(train_ctl(r), model_state(&r->m), (int)model_state_table(&r->m)->total, MPI_FLOAT, 0));
+    train_tensorboard_weights(r);  /* a histogram step: the updated weights and the grad_hist record */
     double t3 = train_now_s();
     train_lap(r, TRAIN_PROFILE_OPTIM);
     ss->opt_ms = (t3 - t2) * 1e3;

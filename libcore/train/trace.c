@@ -103,7 +103,7 @@ static void fill_names(train_run *r, train_trace *t)
         add_name(&t->names, train_profile_phase_name(i), i == 0 ? &t->nm_phase : NULL);
     for (int dir = 0; dir < 2; dir++)
         for (int l = 0; l < r->nlayers; l++) {
-            train_profile_layer_name(r, l, layer, sizeof layer - 8);
+            train_layer_name(r, l, layer, sizeof layer - 8);
             if (l == r->nlayers - 1 && r->spec.family == MODEL_FAMILY_GPT2) strcat(layer, "+head");  /* the tied head */
             snprintf(name, sizeof name, "%s %s", dir ? "backward" : "forward", layer);
             add_name(&t->names, name, l > 0 ? NULL : dir ? &t->nm_bwd : &t->nm_fwd);

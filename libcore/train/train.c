@@ -215,6 +215,7 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
     if (rt->rank == 0) {
         files = train_metrics_open(r);
         if (files == STATUS_OK) files = train_heartbeat_open(r);
+        if (files == STATUS_OK) files = train_tensorboard_setup(r);
         if (files == STATUS_OK) train_rundir_write_config(r);
     }
     return train_agree(r, files);
@@ -430,6 +431,7 @@ void train_free(train_run *r)
     dgc_free(r->dgc);
     if (r->use_zero) zero_free(&r->zero);
     device_optim_free(&r->opt.dopt);
+    train_tensorboard_free(r);
     train_metrics_close(r);
     if (r->heartbeat_fd >= 0) close(r->heartbeat_fd);
     train_rundir_unlock(r);  /* last of the run-directory files */

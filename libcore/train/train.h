@@ -278,6 +278,7 @@ typedef struct train_run {
     train_monitor mon;         /* alert rules and their actions (monitor.c) */
     struct train_profile *prof; /* profiler mode (profile.h, profile.mode); NULL when off */
     struct train_trace *trace; /* the communication timeline (trace.c, trace.enable); NULL when off */
+    struct train_tensorboard *tensorboard; /* rank 0: RUN_DIR/tb and the histograms (tensorboard.c); NULL elsewhere */
 } train_run;
 
 /* Builds the run: batch, data, model, optimizer, ZeRO, buckets, DGC-Pro, checkpoint

@@ -230,6 +230,26 @@ void train_rundir_unlock(train_run *r);
 /* Writes RUN_DIR/config.ini (the resolved config) atomically; a failure is a warning. */
 void train_rundir_write_config(train_run *r);
 
+/* ---- tensorboard.c: RUN_DIR/tb event files and the gradient histograms (docs/metrics.md) ---- */
+typedef struct train_tensorboard train_tensorboard;
+/* Rank 0 at setup, after metrics.jsonl: the per-layer histogram state, and RUN_DIR/tb's new
+ * event file when monitor.tensorboard is on (STATUS_IO, logged, when it cannot be made). */
+status train_tensorboard_setup(train_run *r);
+void train_tensorboard_free(train_run *r);
+/* train_metrics_write, before stamping: the numeric keys of a train or eval record (a
+ * json_t *) as scalars "<kind>/<key>" at its step, then a flush; other kinds are ignored. */
+void train_tensorboard_record(train_run *r, const void *record);
+/* step.c, at a step divisible by monitor.histogram_interval, when the averaged gradient is
+ * in the gradient buffer and not clipped yet: each layer's grad_hist bins and, with
+ * monitor.tensorboard, its grad/<name> histogram. Rank 0; a no-op elsewhere. */
+void train_tensorboard_grads(train_run *r, long step);
+/* The end of that step (the update applied): the layers' weight/<name> histograms and the
+ * grad_hist record. A no-op when train_tensorboard_grads did not run at the step. */
+void train_tensorboard_weights(train_run *r);
+/* A layer's short name from the parameter table (profile.c): the dotted prefix its tensors
+ * share ("h.3"), else their first components joined ("wte+wpe"). */
+void train_layer_name(const train_run *r, int l, char *out, size_t cap);
+
 /* ---- metrics.c ---- */
 /* Rank 0: opens RUN_DIR/metrics.jsonl for appending (train_rundir_open_file's statuses). */
 status train_metrics_open(train_run *r);
