@@ -11,6 +11,8 @@
 #   - an "attention" record every monitor.attention_interval steps, (n_layer, n_head) each
 #     way, with entropies within [0, mean_i log(i+1)] (a causal row i has i+1 keys) and
 #     mean largest weights within [exp(-entropy), 1] (H >= -log max p, then Jensen);
+#   - grad_hist records (monitor.histogram_interval) show the dead layer as all zeros
+#     (the gradient heatmap's cold row) and no other;
 #   - bad hook values exit 2 naming the key.
 set -u
 cd "$(dirname "$0")/../.."
@@ -19,7 +21,7 @@ export OMPI_MCA_rmaps_base_oversubscribe=1
 licenses_data
 run=$tmp/run
 licenses_run "$run" 2 --set train.steps=30 --set train.log_interval=5 --set monitor.attention_interval=10 \
-    --set runtime.slowdown=1:40 --set runtime.zero_grad_layer=1 --set ckpt.every_steps=30
+    --set monitor.histogram_interval=10 --set runtime.slowdown=1:40 --set runtime.zero_grad_layer=1 --set ckpt.every_steps=30
 check "the run with both test hooks ends" grep -q '^summary:' "$run.log"
 ck=$(ls -d "$run"/ckpt/step_* 2>/dev/null | tail -1)
 check "ranks records, the straggler, the dead layer and the attention records" $PY - "$run/metrics.jsonl" "$ck/state.h5" <<'PY'
@@ -59,6 +61,13 @@ for j in att:
             assert 0 <= e <= bound + 1e-9, (l, h, e, bound)
             assert math.exp(-e) - 1e-9 <= m <= 1, (l, h, e, m)
 print(f"    {len(att)} attention records; entropies within [0, {bound:.4f}]")
+gh = [j for j in recs if j["kind"] == "grad_hist"]
+assert [j["step"] for j in gh] == [10, 20, 30], [j["step"] for j in gh]
+for j in gh:
+    by = {l["layer"]: l for l in j["layers"]}
+    assert by[1]["zero"] == by[1]["count"] > 0 and by[1]["median_log10"] is None, by[1]
+    assert all(l["zero"] < l["count"] for k, l in by.items() if k != 1), j
+print(f"    {len(gh)} grad_hist records: layer 1 (h.0) all zero, every other layer not")
 PY
 expect "runtime.slowdown names a rank past the world" 2 "runtime.slowdown" -- \
     $MPIRUN -np 2 build/bin/nebula-train --config configs/train/gpt2-tiny-licenses.ini --run-dir "$tmp/bad1" \
