@@ -229,11 +229,11 @@ static void resources_run(sbuf *b, const report *rep, const report_run *run, jso
         world = w > world ? w : world;
     }
     if (!world) { fig_nodata(b, run->label, "ranks records without a step_ms array"); return; }
-    double *v[4], *keys = malloc(sizeof(double) * (size_t)n);
+    double *v[5], *keys = malloc(sizeof(double) * (size_t)n);
     char (*kb)[24] = calloc(world, 24), (*lb)[96] = calloc(world, 96);
     const char **rk = calloc(world, sizeof(char *)), **rl = calloc(world, sizeof(char *));
     CHECK(keys && kb && lb && rk && rl, "out of memory");
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 5; k++) {
         v[k] = malloc(sizeof(double) * world * (size_t)n);
         CHECK(v[k], "out of memory");
     }
@@ -243,27 +243,30 @@ static void resources_run(sbuf *b, const report *rep, const report_run *run, jso
         snprintf(lb[r], 96, "rank %zu%s%s%s", r, host ? " (" : "", host ? host : "", host ? ")" : "");
         rk[r] = kb[r], rl[r] = lb[r];
         for (int i = 0; i < n; i++) {
-            double sm = arr_num(rs[i], "step_ms", r), cw = arr_num(rs[i], "comm_wait_ms", r);
+            double sm = arr_num(rs[i], "step_ms", r), cw = arr_num(rs[i], "comm_wait_ms", r),
+                   cm = arr_num(rs[i], "compute_ms", r);
             v[0][r * n + i] = arr_num(rs[i], "cpu_pct", r);
             v[1][r * n + i] = arr_num(rs[i], "rss_mb", r);
             v[2][r * n + i] = sm > 0 ? cw / sm : NAN;
-            v[3][r * n + i] = sm;
+            v[3][r * n + i] = isfinite(cm) ? cm : sm - cw;
+            v[4][r * n + i] = sm;
         }
     }
     for (int i = 0; i < n; i++) keys[i] = report_num(rs[i], "step");
-    static const char *const panel[4] = { "cpu_pct", "rss_mb", "comm_wait_share", "step_ms" };
-    static const char *const title[4] = { "CPU use (process CPU time / wall time, %)", "resident memory (MB)",
+    static const char *const panel[5] = { "cpu_pct", "rss_mb", "comm_wait_share", "compute_ms", "step_ms" };
+    static const char *const title[5] = { "CPU use (process CPU time / wall time, %)", "resident memory (MB)",
                                            "share of the step waiting for communication (comm_wait_ms / step_ms)",
+                                           "compute time (step time less the wait for communication, ms)",
                                            "step time (ms)" };
-    static const char *const unit[4] = { "cpu %", "MB", "share", "ms" };
+    static const char *const unit[5] = { "cpu %", "MB", "share", "ms", "ms" };
     fig_run_heading(b, rep, run);
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 5; k++) {
         svg_heatmap h = { .panel = panel[k], .run = run->label, .title = title[k], .rows = (int)world, .cols = n,
                           .v = v[k], .row_keys = rk, .row_labels = rl, .col_keys = keys, .xlabel = "step",
                           .ylabel = "rank", .unit = unit[k], .width = FIG_W };
         heatmap_binned(b, &h);
     }
-    for (int k = 0; k < 4; k++) free(v[k]);
+    for (int k = 0; k < 5; k++) free(v[k]);
     free(keys), free(kb), free(lb), free(rk), free(rl);
 }
 
@@ -271,7 +274,9 @@ void fig_resources(sbuf *b, const report *rep)
 {
     fig_open(b, "fig-resources", "Resource use per rank over the run (ranks records, one column per log interval): "
                                  "CPU use, resident memory, the share of the step spent waiting for gradient "
-                                 "communication, and step time. A slow or starved rank is a bright row.");
+                                 "communication, compute time and step time. In data parallelism every rank's step takes as long as the slowest "
+                                 "one's, so a straggler is the bright row of compute time and the others are the bright "
+                                 "rows of the wait.");
     for (int r = 0; r < rep->nruns; r++) {
         if (no_metrics(rep, &rep->runs[r])) continue;
         json_t **rs;
@@ -340,6 +345,33 @@ static void gradient_bars(sbuf *b, const report_run *run, const json_t *last)
                  "outside the edges)</text></g></svg>\n", left + (nb - 0.5) * bw, yb, (left + W) / 2, yb + 16);
 }
 
+/* The median of log10 |g| over a grad_hist layer's nonzero elements, read off its bins (linear
+ * inside the bin it falls in; the first or last edge when it falls below or above them); NaN
+ * when every element is zero. The record's own median_log10 counts the zeros, so with DGC-Pro
+ * (mostly zeros) it is null for nearly every layer. */
+static double nonzero_median(const json_t *rec, const json_t *L)
+{
+    json_t *edges = json_object_get(rec, "edges_log10"), *counts = json_object_get(L, "counts");
+    size_t ne = json_array_size(edges), nc = json_array_size(counts);
+    if (ne < 2 || nc + 1 != ne) return NAN;
+    double below = report_num(L, "below"), above = report_num(L, "above"), total = 0;
+    below = isfinite(below) ? below : 0, above = isfinite(above) ? above : 0;
+    total = below + above;
+    for (size_t k = 0; k < nc; k++) total += json_number_value(json_array_get(counts, k));
+    if (!(total > 0)) return NAN;
+    double half = total / 2, cum = below;
+    if (cum >= half) return json_number_value(json_array_get(edges, 0));
+    for (size_t k = 0; k < nc; k++) {
+        double c = json_number_value(json_array_get(counts, k));
+        if (c > 0 && cum + c >= half) {
+            double e0 = json_number_value(json_array_get(edges, k)), e1 = json_number_value(json_array_get(edges, k + 1));
+            return e0 + (half - cum) / c * (e1 - e0);
+        }
+        cum += c;
+    }
+    return json_number_value(json_array_get(edges, ne - 1));
+}
+
 static void gradients_run(sbuf *b, const report *rep, const report_run *run, json_t **gs, int n)
 {
     /* rows: every layer index seen, in order */
@@ -366,17 +398,17 @@ static void gradients_run(sbuf *b, const report *rep, const report_run *run, jso
         size_t j;
         json_t *L;
         json_array_foreach(json_object_get(gs[i], "layers"), j, L) {
-            double med = report_num(L, "median_log10");
+            double med = nonzero_median(gs[i], L);
             if (isfinite(med) && med < lo) lo = med;
         }
     }
-    /* more than half exact zeros (median null): below every real value, the coldest colour */
+    /* a layer all exact zeros: below every real value, the coldest colour */
     double floor = lo - 0.5;
     for (int i = 0; i < n; i++) {
         size_t j;
         json_t *L;
         json_array_foreach(json_object_get(gs[i], "layers"), j, L) {
-            double l = report_num(L, "layer"), med = report_num(L, "median_log10");
+            double l = report_num(L, "layer"), med = nonzero_median(gs[i], L);
             if (!(l >= 0 && l < rows)) continue;
             v[(size_t)l * n + i] = isfinite(med) ? med : floor;
             const char *name = report_str(L, "name", "");
@@ -384,10 +416,10 @@ static void gradients_run(sbuf *b, const report *rep, const report_run *run, jso
         }
     }
     fig_run_heading(b, rep, run);
-    svg_heatmap h = { .panel = "median_log10", .run = run->label, .title = "median log10 |gradient| per layer",
+    svg_heatmap h = { .panel = "median_log10", .run = run->label, .title = "median log10 |gradient| of the nonzero elements per layer",
                       .rows = rows, .cols = n, .v = v, .row_keys = rk, .row_labels = rl, .col_keys = keys,
                       .xlabel = "step", .ylabel = "layer", .unit = "log10 |g|", .has_floor = true, .floor = floor,
-                      .floor_label = "> half zero", .width = FIG_W };
+                      .floor_label = "all zero", .width = FIG_W };
     heatmap_binned(b, &h);
     gradient_bars(b, run, gs[n - 1]);
     free(v), free(keys), free(kb), free(lb), free(rk), free(rl);
@@ -396,8 +428,9 @@ static void gradients_run(sbuf *b, const report *rep, const report_run *run, jso
 void fig_gradients(sbuf *b, const report *rep)
 {
     fig_open(b, "fig-gradients", "Gradient distribution per layer (grad_hist records): the median log10 magnitude of "
-                                 "the averaged gradient the optimizer applies, before clipping, per layer and step; a "
-                                 "layer whose elements are more than half exactly zero is the coldest colour. Below: "
+                                 "the nonzero elements of the averaged gradient the optimizer applies, before clipping, per "
+                                 "layer and step (DGC-Pro's exchanged gradient is mostly exact zeros: the bars below "
+                                 "show how many); a layer whose gradient is all zero is the coldest colour. Below: "
                                  "the last sample's histogram per layer.");
     for (int r = 0; r < rep->nruns; r++) {
         if (no_metrics(rep, &rep->runs[r])) continue;

@@ -398,6 +398,7 @@ status report_read_run(report_run *run, const char *dir)
     if (!is_file(path) && soak) snprintf(path, sizeof path, "%s/run/config.ini", dir);
     if (is_file(path)) TRY(read_text(path, &run->config_text, NULL));
     snprintf(path, sizeof path, "%s/trace.json", dir);
+    if (!is_file(path) && soak) snprintf(path, sizeof path, "%s/run/trace.json", dir);
     if (is_file(path)) {
         TRY(read_json_doc(path, &run->trace));
         if (!json_is_array(json_object_get(run->trace, "traceEvents"))) {

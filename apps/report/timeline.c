@@ -14,10 +14,12 @@
 #define MAX_RANKS 4096
 #define MAX_LANES 256
 
-/* The bucket phases of the trace format, in the order they run; `allreduce` spans a whole
- * bucket (launch to completion), so it is stacked only where no finer phase was traced. */
-static const char *const phases[] = { "intra_reduce_scatter", "inter_allreduce", "intra_allgather", "flat", "allreduce" };
-#define NPHASES 5
+/* The communication phases of the trace format, in the order they run: the buckets' (their
+ * `args.phase`) and DGC-Pro's (the `dgc` events' names). `allreduce` spans a whole bucket
+ * (launch to completion), so it is stacked only where no finer phase was traced. */
+static const char *const phases[] = { "intra_reduce_scatter", "inter_allreduce", "intra_allgather", "flat",
+                                      "dgc select", "dgc encode", "dgc exchange", "allreduce" };
+#define NPHASES 8
 static const char *const cats[] = { "compute", "data", "comm", "dgc", "optim", "ckpt", "step" };
 #define NCATS 7
 
@@ -106,8 +108,8 @@ static void draw_phase_bars(sbuf *b, const trace_view *t, double (*ms)[NPHASES],
     double left = 190, rowh = 24, top = 44;
     int H = (int)(top + rowh * t->nr + 44);
     sb_printf(b, "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" data-panel=\"phases\" width=\"%d\" "
-                 "height=\"%d\" viewBox=\"0 0 %d %d\"><text class=\"title\" x=\"%.0f\" y=\"14\">time per bucket "
-                 "phase per rank over the trace (ms)</text>", FIG_W, H, FIG_W, H, left);
+                 "height=\"%d\" viewBox=\"0 0 %d %d\"><text class=\"title\" x=\"%.0f\" y=\"14\">time per "
+                 "communication phase per rank over the trace (ms)</text>", FIG_W, H, FIG_W, H, left);
     double lx = left;
     for (int p = 0; p < np; p++) {
         double tot = 0;
@@ -138,7 +140,7 @@ static void draw_phase_bars(sbuf *b, const trace_view *t, double (*ms)[NPHASES],
     sb_printf(b, "</svg>\n");
 }
 
-/* Stacked bars: per rank, the milliseconds of the trace spent in each bucket phase. */
+/* Stacked bars: per rank, the milliseconds of the trace spent in each communication phase. */
 static void timeline_phases(sbuf *b, const trace_view *t)
 {
     double (*ms)[NPHASES] = calloc((size_t)t->nr, sizeof *ms);
@@ -147,8 +149,11 @@ static void timeline_phases(sbuf *b, const trace_view *t)
     size_t i;
     json_t *e;
     json_array_foreach(t->ev, i, e) {
-        if (!is_x(e) || strcmp(report_str(e, "cat", ""), "comm")) continue;
-        const char *ph = report_str(json_object_get(e, "args"), "phase", "");
+        if (!is_x(e)) continue;
+        const char *cat = report_str(e, "cat", ""), *ph;
+        if (!strcmp(cat, "comm")) ph = report_str(json_object_get(e, "args"), "phase", "");
+        else if (!strcmp(cat, "dgc")) ph = report_str(e, "name", "");
+        else continue;
         int p = 0, r = rank_index(t, ev_int(e, "pid"));
         while (p < NPHASES && strcmp(ph, phases[p])) p++;
         if (p == NPHASES || r < 0) continue;
@@ -158,7 +163,7 @@ static void timeline_phases(sbuf *b, const trace_view *t)
         any = true;
     }
     if (any) draw_phase_bars(b, t, ms, NPHASES - (fine ? 1 : 0));
-    else fig_nodata(b, NULL, "trace.json has no comm events with a bucket phase");
+    else fig_nodata(b, NULL, "trace.json has no bucket phases or DGC-Pro events");
     free(ms);
 }
 
@@ -231,6 +236,17 @@ static void gantt_event(sbuf *b, const json_t *e, const svg_axis *ax, double t0,
     sb_printf(b, "): %s ms</title></rect>", svg_num(num, dur / 1000));
 }
 
+/* Drawing order: by start, the longer first at equal starts, so an enclosing event (a step
+ * is written after the events inside it) is painted under them. */
+static int by_start_longer_first(const void *pa, const void *pb)
+{
+    const json_t *a = *(const json_t *const *)pa, *b = *(const json_t *const *)pb;
+    double ta = report_num(a, "ts"), tb = report_num(b, "ts");
+    if (ta != tb) return ta < tb ? -1 : 1;
+    double da = report_num(a, "dur"), db = report_num(b, "dur");
+    return da > db ? -1 : da < db ? 1 : 0;
+}
+
 /* A Gantt chart of one traced step: a lane per rank and track, events coloured by category. */
 static void timeline_gantt(sbuf *b, const trace_view *t)
 {
@@ -274,6 +290,7 @@ static void timeline_gantt(sbuf *b, const trace_view *t)
         sb_esc(b, tn);
         sb_printf(b, "</text>");
     }
+    qsort(in, m, sizeof *in, by_start_longer_first);
     for (size_t k = 0; k < m; k++) {
         int l = 0;
         while (l < nl && !(lp[l] == ev_int(in[k], "pid") && lt[l] == ev_int(in[k], "tid"))) l++;
@@ -286,7 +303,8 @@ static void timeline_gantt(sbuf *b, const trace_view *t)
 void fig_timeline(sbuf *b, const report *rep)
 {
     fig_open(b, "fig-timeline", "Trace timeline (RUN_DIR/trace.json, written by a traced nebula-train run): the time "
-                                "each rank spent in each phase of the gradient buckets' reduction, stacked; and one "
+                                "each rank spent in each phase of the gradient buckets' reduction and of DGC-Pro's "
+                                "exchange, stacked; and one "
                                 "traced step per rank as a Gantt chart, one lane per rank and track.");
     for (int r = 0; r < rep->nruns; r++) {
         const report_run *run = &rep->runs[r];

@@ -129,11 +129,11 @@ status train_step(train_run *r, train_step_stats *ss)
         TRY(train_fill(r, r->train_data, a));
         train_lap(r, TRAIN_PROFILE_DATA);  /* the layers' laps follow, from the model's timer */
         train_set_hook(r, !compress && a == r->tb.accum - 1);  /* earlier micro-batches only accumulate (DDP's no_sync) */
+        if (a == 0) train_samples_slowdown(r);  /* a planted straggler: inside the first layer's forward lap */
         TRY(train_forward_backward(&r->m, &r->batch, &r->dev, &loss, ss));
         TRY(r->hook_status);
     }
     train_set_hook(r, false);
-    train_samples_slowdown(r);
     double t1 = train_now_s();
     /* summed over the ranks: the loss, and the non-finite values of the statistics (and,
      * under DGC-Pro, of the local gradients: the exchange would fold them into the

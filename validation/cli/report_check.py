@@ -1,22 +1,19 @@
 #!/usr/bin/python3
 """report_check.py — fixtures for and checks of nebula-report (validation/cli/test_report.sh).
 
-    report_check.py fixtures RUN_DIR      append ranks, grad_hist and attention records to
-                                          RUN_DIR/metrics.jsonl and write RUN_DIR/trace.json
-                                          (rank 1 is the slow one, layer 2's gradient is all zero)
     report_check.py soak DIR              a nebula-chaos soak's samples.csv, report.json, report.md
                                           beside the training run in DIR/run
     report_check.py bench DIR             nebula-bench table dgc --csv and nebula-bench comm --out files
     report_check.py binning DIR           a run of 450 ranks records only (the heatmap bins them)
     report_check.py check HTML RUN SOAK   the page parses strictly and every figure carries its data
+    report_check.py demo HTML             make demo's page: the figures of a training run with data
     report_check.py only HTML ID          the page holds figure ID alone
     report_check.py binned HTML           the binning run's heatmaps have at most 200 columns and say so
     report_check.py png FILE              a screenshot that is not blank
 
 Each check prints one line per assertion ("ok - ..." or "FAIL - ...") and exits 1 on a failure.
-The `fixtures` command stands in for the trainer's own records until it writes them: delete it
-and run the training with the test hooks instead (runtime.slowdown = 1:MS,
-runtime.zero_grad_layer = 2, monitor.histogram_interval, monitor.attention_interval, --trace).
+The run checked is the trainer's own, with two planted effects (test_report.sh): rank 1 sleeps
+in its compute (runtime.slowdown) and layer 2's gradient is zeroed (runtime.zero_grad_layer).
 """
 import json
 import math
@@ -38,99 +35,6 @@ def header(kind, step, launch=2):
     # the keys train_metrics_write adds to every record
     return {"kind": kind, "step": step, "time": "2026-01-01T00:00:00.000Z", "elapsed_s": 0.1 * step,
             "launch": launch, "job": "-"}
-
-
-# ---- fixtures: the trainer's records this test needs before the trainer writes them -------------
-
-def fixture_grad_layer(rng, layer, name, count, centre, zero_all):
-    edges = [-10.0 + 0.5 * k for k in range(25)]
-    if zero_all:
-        return {"layer": layer, "name": name, "count": count, "zero": count, "below": 0, "above": 0,
-                "counts": [0] * 24, "median_log10": None}
-    counts = [0] * 24
-    zero = below = above = 0
-    vals = []
-    for _ in range(count):
-        v = rng.gauss(centre, 0.8)
-        vals.append(v)
-        if v < edges[0]:
-            below += 1
-        elif v >= edges[-1]:
-            above += 1
-        else:
-            counts[min(int((v - edges[0]) / 0.5), 23)] += 1
-    vals.sort()
-    return {"layer": layer, "name": name, "count": count, "zero": zero, "below": below, "above": above,
-            "counts": counts, "median_log10": round(vals[len(vals) // 2], 4)}
-
-
-def fixtures(run_dir):
-    rng = random.Random(7)
-    recs = []
-    names = ["wte+wpe", "h.0", "h.1", "ln_f+head"]
-    last = max(j["step"] for j in map(json.loads, open(f"{run_dir}/metrics.jsonl")) if j["kind"] == "train")
-    for s in range(1, last + 1):
-        # rank 1 sleeps in its compute: its steps are longer, rank 0 waits for it in the reduction
-        r = header("ranks", s)
-        r.update({"host": ["vm", "vm"], "step_ms": [25.0 + rng.random(), 26.5 + rng.random()],
-                  "comm_wait_ms": [19.0 + rng.random(), 0.4 + 0.1 * rng.random()],
-                  "cpu_pct": [96.0 + rng.random(), 35.0 + rng.random()],
-                  "rss_mb": [180.0 + 0.05 * s, 176.0 + 0.05 * s]})
-        recs.append(r)
-        if s % 2 == 0:
-            g = header("grad_hist", s)
-            g["edges_log10"] = [-10.0 + 0.5 * k for k in range(25)]
-            g["layers"] = [fixture_grad_layer(rng, i, n, 400, -2.0 - 0.6 * i - 0.01 * s, i == 2)
-                           for i, n in enumerate(names)]
-            g["nonfinite"] = ["layers.2.median_log10"]  # lib.sh's rule: every null is listed
-            recs.append(g)
-        if s % 10 == 0:
-            a = header("attention", s)
-            a.update({"layers": 2, "heads": 4,
-                      "entropy": [[round(0.5 + 0.9 * h + 0.3 * l + 0.05 * rng.random(), 4) for h in range(4)]
-                                  for l in range(2)],
-                      "max_weight": [[round(0.9 - 0.18 * h - 0.05 * l, 4) for h in range(4)] for l in range(2)]})
-            recs.append(a)
-    with open(f"{run_dir}/metrics.jsonl", "a") as f:
-        for r in recs:
-            f.write(json.dumps(r, separators=(",", ":")) + "\n")
-    write_trace(run_dir, last)
-
-
-def write_trace(run_dir, last):
-    ev = []
-    for rank in (0, 1):
-        ev.append({"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "args": {"name": f"rank {rank} (vm)"}})
-        for tid, tname in ((0, "step"), (1, "compute"), (2, "comm")):
-            ev.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid, "args": {"name": tname}})
-    t = 0.0
-    for step in (last - 2, last - 1, last):
-        for rank in (0, 1):
-            fwd, bwd = (2000, 3000) if rank == 0 else (9000, 14000)  # rank 1 is slow
-            ts = t
-            ev.append({"ph": "X", "cat": "data", "name": "batch", "pid": rank, "tid": 1, "ts": ts, "dur": 300})
-            ev.append({"ph": "X", "cat": "compute", "name": "forward", "pid": rank, "tid": 1, "ts": ts + 300, "dur": fwd})
-            ev.append({"ph": "X", "cat": "compute", "name": "backward", "pid": rank, "tid": 1, "ts": ts + 300 + fwd,
-                       "dur": bwd})
-            end_bwd = ts + 300 + fwd + bwd
-            c = ts + 300 + fwd + bwd / 2
-            for bucket in range(3):
-                wait = 6000 if rank == 0 else 400  # rank 0 waits for rank 1
-                ev.append({"ph": "X", "cat": "comm", "name": f"bucket {bucket}", "pid": rank, "tid": 2, "ts": c,
-                           "dur": 900 + wait, "args": {"bucket": bucket, "phase": "allreduce"}})
-                for k, ph in enumerate(("intra_reduce_scatter", "inter_allreduce", "intra_allgather")):
-                    d = (wait if ph == "inter_allreduce" else 0) + 300
-                    ev.append({"ph": "X", "cat": "comm", "name": ph, "pid": rank, "tid": 2, "ts": c, "dur": d,
-                               "args": {"bucket": bucket, "phase": ph}})
-                    c += d
-            o = max(c, end_bwd)
-            ev.append({"ph": "X", "cat": "optim", "name": "adamw", "pid": rank, "tid": 1, "ts": o, "dur": 500})
-            ev.append({"ph": "X", "cat": "step", "name": "step", "pid": rank, "tid": 0, "ts": ts,
-                       "dur": o + 500 - ts, "args": {"step": step}})
-        t += 40000
-    doc = {"traceEvents": ev, "displayTimeUnit": "ms", "otherData": {"fixture": "report_check.py"}}
-    with open(f"{run_dir}/trace.json", "w") as f:
-        json.dump(doc, f)
 
 
 # ---- other tools' outputs: a soak directory, bench tables ---------------------------------------
@@ -258,17 +162,21 @@ def check(path, run, soak_label):
 
     res = figs["fig-resources"]
     cells = {k: sum(1 for r in (panel(res, k, run) or []).iter("rect") if r.get("data-value"))
-             for k in ("cpu_pct", "rss_mb", "comm_wait_share", "step_ms")}
-    ok(all(v >= 80 for v in cells.values()), f"fig-resources: four panels of 2 ranks x 40 steps {cells}")
-    sm = rows_by_value(panel(res, "step_ms", run)) if panel(res, "step_ms", run) is not None else {}
-    ok(sm and max(sm, key=sm.get) == "1", f"fig-resources: the hottest row of step_ms is rank 1 {sm}")
+             for k in ("cpu_pct", "rss_mb", "comm_wait_share", "compute_ms", "step_ms")}
+    ok(all(v >= 80 for v in cells.values()), f"fig-resources: five panels of 2 ranks x 40 steps {cells}")
+    cm = rows_by_value(panel(res, "compute_ms", run)) if panel(res, "compute_ms", run) is not None else {}
+    ok(cm and max(cm, key=cm.get) == "1", f"fig-resources: the straggler, rank 1, is the hottest row of compute_ms {cm}")
+    ws = rows_by_value(panel(res, "comm_wait_share", run)) if panel(res, "comm_wait_share", run) is not None else {}
+    ok(ws and max(ws, key=ws.get) == "0", f"fig-resources: rank 0, waiting for it, the hottest row of the wait {ws}")
 
     g = figs["fig-gradients"]
     hm = panel(g, "median_log10", run)
     med = rows_by_value(hm) if hm is not None else {}
     ok(len(med) == 4 and sum(1 for r in hm.iter("rect") if r.get("data-value")) >= 80,
        f"fig-gradients: 4 layers x 20 samples ({len(med)} rows)")
-    ok(med and min(med, key=med.get) == "2", f"fig-gradients: the coldest row is layer 2 {med}")
+    cold = sorted(med, key=med.get) if med else []
+    ok(len(cold) == 4 and cold[0] == "2" and med["2"] < med[cold[1]],
+       f"fig-gradients: the dead layer 2 alone is the coldest row {med}")
     bars = [r for r in g.iter("rect") if r.get("data-bin")]
     ok(len(bars) >= 3 * 5 and any(r.get("data-bin") == "zero" and r.get("data-layer") == "2" for r in bars),
        f"fig-gradients: the last histograms as bars, layer 2 all in the zero bin ({len(bars)} bars)")
@@ -286,9 +194,20 @@ def check(path, run, soak_label):
     t = figs["fig-timeline"]
     ph = [r for r in t.iter("rect") if r.get("data-phase")]
     gantt = [r for r in t.iter("rect") if r.get("data-cat")]
-    ok(len(ph) >= 6 and {r.get("data-rank") for r in ph} == {"0", "1"},
-       f"fig-timeline: bucket phases stacked for ranks 0 and 1 ({len(ph)} segments)")
-    ok(len(gantt) >= 2 * 8, f"fig-timeline: the Gantt chart of one step ({len(gantt)} events)")
+    kinds = {r.get("data-phase") for r in ph}
+    ok(len(ph) >= 6 and {r.get("data-rank") for r in ph} == {"0", "1"} and
+       {"dgc select", "dgc exchange"} <= kinds and kinds - {"dgc select", "dgc encode", "dgc exchange"},
+       f"fig-timeline: DGC-Pro's and the dense run's bucket phases stacked for ranks 0 and 1 ({len(ph)} segments: {sorted(kinds)})")
+    ok(len(gantt) >= 2 * 2 * 8, f"fig-timeline: the Gantt chart of one step of each run ({len(gantt)} events)")
+    g0 = next((x for x in t.iter("svg") if x.get("data-panel") == "gantt"), None)  # the first run's
+    ms = {}
+    for r in (g0.iter("rect") if g0 is not None else []):
+        if r.get("data-cat") in ("compute", "comm"):
+            k = (r.get("data-rank"), r.get("data-cat"))
+            ms[k] = ms.get(k, 0) + float(r.get("data-dur-ms"))
+    ok(ms.get(("1", "compute"), 0) > ms.get(("0", "compute"), 0) + 10 and
+       ms.get(("0", "comm"), 0) > ms.get(("1", "comm"), 0) + 10,
+       f"fig-timeline: in the Gantt chart the straggler computes, rank 0 waits, 20 ms each ({ms})")
 
     s = figs["fig-soak"]
     sl = {p.get("data-series"): points(p) for p in s.iter("polyline")}
@@ -313,6 +232,20 @@ def check(path, run, soak_label):
     launches = [x for x in prov[0].iter("tr") if x.get("data-launch")] if prov else []
     ok(bool(prov) and bool(det) and "[model]" in "".join(det[0].itertext()) and len(launches) >= 3 and "vm" in text,
        f"provenance: config.ini folded in <details>, {len(launches)} launch rows with their host")
+
+
+def demo(path):
+    doc = parse(path)
+    figs = {f.get("id"): f for f in doc.iter("figure")}
+    for w in ("fig-curves", "fig-resources", "fig-gradients", "fig-attention", "fig-timeline"):
+        f = figs.get(w)
+        n = 0 if f is None else sum(1 for r in f.iter("rect") if r.get("data-value") or r.get("data-phase")
+                                    or r.get("data-cat")) + sum(points(p) for p in f.iter("polyline"))
+        empty = f is not None and any(p.get("class") == "nodata" for p in f.iter("p"))
+        ok(n >= 8 and not empty, f"make demo's {w}: {n} data elements, no 'no data' note")
+    c = figs.get("fig-curves")
+    marks = [g.get("data-marker") for g in c.iter("g") if g.get("data-marker")] if c is not None else []
+    ok("launch" in marks, "make demo's fig-curves: the resumed launch marked")
 
 
 def only(path, fid):
@@ -382,7 +315,7 @@ def png(path):
 
 def main(argv):
     cmd, args = argv[1], argv[2:]
-    {"fixtures": fixtures, "soak": soak, "bench": bench, "binning": binning, "check": check, "only": only,
+    {"demo": demo, "soak": soak, "bench": bench, "binning": binning, "check": check, "only": only,
      "binned": binned, "png": png}[cmd](*args)
     return 1 if FAILS else 0
 

@@ -10,13 +10,16 @@
 #   - the default output is RUN_DIR/report.html, written atomically (no temporary left);
 #     --only keeps one figure; 450 samples are binned to at most 200 columns;
 #   - headless Chromium renders the page and the PNG is not blank;
+#   - make demo's own page (tools/demo.sh into the test's directory): its run's figures have
+#     data, Chromium renders it, and TensorBoard's reader finds metrics.jsonl's numbers in
+#     its event files;
 #   - a missing directory, a malformed line (named FILE:LINE) and an unknown figure exit 2;
 #     a torn last line is left out with a warning.
-# The ranks, grad_hist and attention records and trace.json are fixtures (report_check.py
-# fixtures: rank 1 slow, layer 2's gradient all zero) until the trainer writes them; then
-# the `fixtures` line goes and the first run gets --set runtime.slowdown=1:20 --set
-# runtime.zero_grad_layer=2 --set monitor.histogram_interval=2 --set
-# monitor.attention_interval=10 --trace instead.
+# Every record the figures draw is the trainer's own: the test hooks plant what the checks look
+# for (runtime.slowdown = 1:20, rank 1 sleeps 20 ms in its compute; runtime.zero_grad_layer = 2,
+# layer 2's averaged gradient is zeroed), grad_hist every 2 steps, attention every 10, and the
+# first launch traces steps 2-6 (--trace: DGC-Pro's phases); the soak directory's run is dense and
+# traced (the buckets' phases).
 set -u
 cd "$(dirname "$0")/../.."
 . validation/cli/lib.sh
@@ -38,20 +41,20 @@ train() {
 
 run=$tmp/run soak=$tmp/soak bench=$tmp/bench
 opts="--ranks-per-node 1 --set dgc.mode=on --set dgc.min_numel=1024 --set dgc.warmup_steps=4 \
-    --set monitor.explosion=0.05 --set ckpt.every_steps=10"
-train $run 2 --steps 30 $opts || { echo "FAIL - the first launch:"; tail -5 $run.log; exit 1; }
+    --set monitor.explosion=0.05 --set ckpt.every_steps=10 --set runtime.slowdown=1:20 \
+    --set runtime.zero_grad_layer=2 --set monitor.histogram_interval=2 --set monitor.attention_interval=10"
+train $run 2 --steps 30 $opts --trace --set trace.steps=2-6 || { echo "FAIL - the first launch:"; tail -5 $run.log; exit 1; }
 rm -rf $run/ckpt/step_00000030
 train $run 2 --steps 40 $opts || { echo "FAIL - the relaunch:"; tail -5 $run.log; exit 1; }
-$CHECK fixtures $run
 mkdir -p $soak $bench
-train $soak/run 1 --steps 20 || { echo "FAIL - the soak directory's run:"; tail -5 $soak/run.log; exit 1; }
+train $soak/run 2 --steps 20 --ranks-per-node 1 --trace || { echo "FAIL - the soak directory's run:"; tail -5 $soak/run.log; exit 1; }
 $CHECK soak $soak
 $CHECK bench $bench
 
 page=$tmp/report.html
 expect "three run directories on one page" 0 "wrote $page" -- \
     $REPORT $run $soak $bench --out $page --title "nebula-report test"
-check "the page: strict HTML, every figure with its data, rank 1 hottest, layer 2 coldest" \
+check "the page: strict HTML, every figure with its data, the planted straggler and dead layer found" \
     $CHECK check $page run soak
 expect "the default output is RUN_DIR/report.html" 0 "wrote $run/report.html" -- $REPORT $run
 check "written by rename: no temporary file is left" test -z "$(find $run -maxdepth 1 -name 'report.html.tmp*')"
@@ -77,6 +80,16 @@ shot() {
 command -v chromium >/dev/null || { echo "FAIL - chromium is missing (tools/deps.sh install)"; exit 1; }
 check "headless Chromium renders the page" shot "$page" "$tmp/report.png"
 check "the screenshot is not blank" $CHECK png $tmp/report.png
+
+# make demo's page: tools/demo.sh into a directory of the test's (200 steps, then 100 resumed)
+demo=$tmp/demo
+check "make demo (tools/demo.sh, 200 + 100 steps) ends writing its report.html" bash -c \
+    "RUN=$demo STEPS=200 tools/demo.sh >$tmp/demo.log 2>&1 && grep -q 'wrote $demo/report.html' $tmp/demo.log"
+check "make demo's page: every figure of its run has data" $CHECK demo $demo/report.html
+check "headless Chromium renders make demo's page" shot "$demo/report.html" "$tmp/demo.png"
+check "... and its screenshot is not blank" $CHECK png $tmp/demo.png
+check "TensorBoard's reader: make demo's two event files hold its metrics.jsonl's numbers" \
+    build/venv/bin/python validation/cli/tensorboard_check.py $demo 2
 
 expect "a missing run directory: exit 2 naming it" 2 "$tmp/no-such-run" -- $REPORT $tmp/no-such-run
 mkdir -p $tmp/bad $tmp/torn
