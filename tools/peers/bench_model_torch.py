@@ -11,6 +11,7 @@ process for the MFU column.
 
     bench_model_torch.py --model gpt2 --batch 4 --seq 64 --steps 5 --threads 2
     bench_model_torch.py --model gpt2 --batch 16 --seq 1024 --steps 10 --device cuda --precision bf16
+    bench_model_torch.py --model gpt2-tiny --batch 4 --seq 64 --steps 100 --threads 1 --trace FILE.json
 
 Run it as installed, and with OMP_WAIT_POLICY=PASSIVE in the environment (PyTorch's
 OpenMP threads otherwise spin between ops and steal the cores from OpenBLAS)."""
@@ -129,6 +130,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--trace", default="",
+                    help="FILE: the CPU steps under torch.profiler (Chrome trace written to FILE after the timed "
+                         "steps): the peer of nebula-train --trace for tools/bench-trace.sh")
     ap.add_argument("--flops-per-image", type=float, default=0.0,
                     help="ResNets on cuda: the training FLOPs per image for MFU (nebula-bench prints them)")
     a = ap.parse_args()
@@ -158,6 +162,11 @@ def main():
                                 lr=3e-4, betas=(0.9, 0.95), eps=1e-8, foreach=False)
     bf16 = a.precision == "bf16"
     times = []
+    prof = None
+    if a.trace:
+        from torch.profiler import ProfilerActivity, profile
+        prof = profile(activities=[ProfilerActivity.CPU])
+        prof.__enter__()
     for s in range(a.warmup + a.steps):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=False)
@@ -168,6 +177,9 @@ def main():
         t = time.perf_counter() - t0
         if s >= a.warmup:
             times.append(t)
+    if prof is not None:
+        prof.__exit__(None, None, None)
+        prof.export_chrome_trace(a.trace)
     med = statistics.median(times)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"# pytorch {torch.__version__} {a.model} ({nparams / 1e6:.1f}M parameters), B={a.batch} T={a.seq}, "
