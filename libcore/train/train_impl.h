@@ -246,9 +246,6 @@ void train_tensorboard_grads(train_run *r, long step);
 /* The end of that step (the update applied): the layers' weight/<name> histograms and the
  * grad_hist record. A no-op when train_tensorboard_grads did not run at the step. */
 void train_tensorboard_weights(train_run *r);
-/* A layer's short name from the parameter table (profile.c): the dotted prefix its tensors
- * share ("h.3"), else their first components joined ("wte+wpe"). */
-void train_layer_name(const train_run *r, int l, char *out, size_t cap);
 
 /* ---- metrics.c ---- */
 /* Rank 0: opens RUN_DIR/metrics.jsonl for appending (train_rundir_open_file's statuses). */
