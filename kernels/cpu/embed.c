@@ -77,6 +77,42 @@ void embedding_backward(float *dtable, const float *dout, const int32_t *ids, in
     }
 }
 
+void embedding_forward_rows(float *out, const int32_t *ids, const float *shard, int N, int C, int lo, int rows)
+{
+    embedding_check_nonneg(ids, N);
+    if (N <= 0 || C <= 0) return;
+    #pragma omp parallel for schedule(static) if ((size_t)N * (size_t)C >= EMBED_PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        float *o = out + (size_t)n * C;
+        int row = ids[n] - lo;
+        if (row >= 0 && row < rows) memcpy(o, shard + (size_t)row * C, (size_t)C * sizeof(float));
+        else memset(o, 0, (size_t)C * sizeof(float));
+    }
+}
+
+void embedding_backward_rows(float *dshard, const float *dout, const int32_t *ids, int N, int C, int lo, int rows)
+{
+    embedding_check_nonneg(ids, N);
+    if (N <= 0 || C <= 0) return;
+    #pragma omp parallel if ((size_t)N * (size_t)C >= EMBED_PAR_MIN)
+    {
+        int nt = 1, t = 0;
+#ifdef _OPENMP
+        nt = omp_get_num_threads();
+        t = omp_get_thread_num();
+#endif
+        int c0 = (int)((long long)C * t / nt), c1 = (int)((long long)C * (t + 1) / nt);
+        for (int n = 0; n < N; n++) {
+            int row = ids[n] - lo;
+            if (row < 0 || row >= rows) continue;
+            float *d = dshard + (size_t)row * C;
+            const float *g = dout + (size_t)n * C;
+            #pragma omp simd
+            for (int c = c0; c < c1; c++) d[c] += g[c];
+        }
+    }
+}
+
 void embedding_forward_ref(double *out, const int32_t *ids, const double *table, int N, int C, int accumulate)
 {
     embedding_check_nonneg(ids, N);

@@ -33,6 +33,19 @@ void embedding_backward(float *dtable,      /* (V, C) */
                         const int32_t *ids, /* (N), each in [0, V) */
                         int N, int C);
 
+/* Vocabulary-parallel (Megatron's VocabParallelEmbedding): this rank holds rows
+ * [lo, lo + rows) of the table. out[n] = shard[ids[n] - lo] for the ids it holds,
+ * 0 for the others (the tensor-parallel sum of the ranks' outs is the lookup); the
+ * backward adds only into the rows it holds. */
+void embedding_forward_rows(float *out,         /* (N, C) */
+                            const int32_t *ids, /* (N), each >= 0 */
+                            const float *shard, /* (rows, C): rows lo .. lo + rows - 1 */
+                            int N, int C, int lo, int rows);
+void embedding_backward_rows(float *dshard,      /* (rows, C) */
+                             const float *dout,  /* (N, C) */
+                             const int32_t *ids, /* (N) */
+                             int N, int C, int lo, int rows);
+
 /* The specification, in double (same contracts, same checks). */
 void embedding_forward_ref(double *out,         /* (N, C) */
                            const int32_t *ids,  /* (N) */

@@ -68,6 +68,59 @@ void ISA_FN(xent_backward)(float *dlogits, const float *logits, const float *lse
 }
 
 #if ISA_ONCE
+/* The vocabulary-parallel pieces: one variant (they run once per row and rank, next to
+ * a matmul that dominates); the exp is vmath.h's as in xent_forward, so the sums agree
+ * with the undivided kernel's to the double sum's rounding. */
+void xent_vp_max(float *mx, const float *logits, int BT, int Vr, int Vl)
+{
+    CHECK(BT >= 0 && Vr >= 0 && Vr <= Vl, "xent_vp_max: need 0 <= Vr <= Vl");
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < BT; i++) {
+        const float *x = logits + (size_t)i * Vl;
+        float m = -INFINITY;
+        for (int j = 0; j < Vr; j++) m = x[j] > m ? x[j] : m;
+        mx[i] = m;
+    }
+}
+
+void xent_vp_sums(double *part, const float *logits, const float *mx, const int32_t *targets, int BT, int lo, int Vr,
+                  int Vl)
+{
+    CHECK(BT >= 0 && Vr >= 0 && Vr <= Vl, "xent_vp_sums: need 0 <= Vr <= Vl");
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < BT; i++) {
+        const float *restrict x = logits + (size_t)i * Vl;
+        const float m = mx[i];
+        double sum = 0.0;
+        if (m != INFINITY)
+#pragma omp simd reduction(+ : sum)
+            for (int j = 0; j < Vr; j++) sum += (double)vm_expf(x[j] - m);
+        int t = targets[i] == XENT_IGNORE ? -1 : targets[i] - lo;
+        part[2 * (size_t)i] = sum;
+        part[2 * (size_t)i + 1] = t >= 0 && t < Vr ? (double)x[t] : 0.0;
+    }
+}
+
+void xent_vp_backward(float *dlogits, const float *logits, const float *lse, const int32_t *targets,
+                      const float *dlosses, int BT, int lo, int Vr, int Vl)
+{
+    CHECK(BT >= 0 && Vr >= 0 && Vr <= Vl, "xent_vp_backward: need 0 <= Vr <= Vl");
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < BT; i++) {
+        if (targets[i] == XENT_IGNORE) continue;
+        const float *restrict x = logits + (size_t)i * Vl;
+        float *restrict dx = dlogits + (size_t)i * Vl;
+        const float g = dlosses[i], L = lse[i];
+        const int t = targets[i] - lo;
+#pragma omp simd
+        for (int j = 0; j < Vr; j++) {
+            float p = vm_expf(x[j] - L);
+            p -= j == t ? 1.0f : 0.0f;
+            dx[j] += g * p;
+        }
+    }
+}
+
 ISA_VARIANTS(void, xent_forward, (float *losses, float *lse, const float *logits, const int32_t *targets, int BT,
                                    int V, int Vp));
 ISA_VARIANTS(void, xent_backward, (float *dlogits, const float *logits, const float *lse, const int32_t *targets,

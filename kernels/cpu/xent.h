@@ -39,6 +39,33 @@ void xent_backward(float *dlogits,          /* (BT, Vp) */
                    const float *dlosses,    /* (BT) */
                    int BT, int V, int Vp);
 
+/* Vocabulary-parallel cross-entropy (Megatron's vocab_parallel_cross_entropy): this
+ * rank holds columns [lo, lo + Vl) of the logits, of which the first Vr (<= Vl) are
+ * real (the rest: padding past V, never read). No rank holds a full row; the model
+ * reduces the pieces over the tensor-parallel group between the calls:
+ *   1. xent_vp_max:  mx_i  = max over the rank's real columns (-inf without any);
+ *                    the group's MAX gives the row's max M_i
+ *   2. xent_vp_sums: part_i = (sum_j exp(x_ij - M_i) in double, x_i,target when the
+ *                    rank holds the target else 0); the group's SUM gives the row's
+ *                    sum S_i and target logit, so lse_i = M_i + log S_i
+ *   3. xent_vp_backward: the xent_backward of the rank's columns with the global lse
+ *                    (softmax = exp(x - lse); the one-hot only where the rank holds
+ *                    the target). Ignored rows (XENT_IGNORE) get no gradient. */
+void xent_vp_max(float *mx,             /* (BT) */
+                 const float *logits,   /* (BT, Vl) */
+                 int BT, int Vr, int Vl);
+void xent_vp_sums(double *part,          /* (BT, 2): sum of exp, target logit */
+                  const float *logits,   /* (BT, Vl) */
+                  const float *mx,       /* (BT) the group's max */
+                  const int32_t *targets,/* (BT) global ids in [0, V) or XENT_IGNORE */
+                  int BT, int lo, int Vr, int Vl);
+void xent_vp_backward(float *dlogits,         /* (BT, Vl), ADDED into */
+                      const float *logits,    /* (BT, Vl) */
+                      const float *lse,       /* (BT) the row's global lse */
+                      const int32_t *targets, /* (BT) */
+                      const float *dlosses,   /* (BT) */
+                      int BT, int lo, int Vr, int Vl);
+
 /* The specification in double: plain loops, the softmax materialised per row. The
  * backward recomputes lse from the logits and does not read `lse`. */
 void xent_forward_ref(double *losses,          /* (BT) */

@@ -231,6 +231,39 @@ void runtime_print_placement(const runtime *rt, FILE *f)
     }
 }
 
+void runtime_sub_init(runtime *sub, const runtime *rt, MPI_Comm members)
+{
+    *sub = *rt;
+    sub->world = sub->node = sub->leaders = sub->peers = MPI_COMM_NULL;
+    watchdog_enter(rt->wd, "start-up: splitting a group into node, leaders and peers communicators", rt->timeout_s);
+    MPI_CHECK(MPI_Comm_dup(members, &sub->world));
+    MPI_CHECK(MPI_Comm_rank(sub->world, &sub->rank));
+    MPI_CHECK(MPI_Comm_size(sub->world, &sub->size));
+    MPI_CHECK(MPI_Comm_split(sub->world, rt->node_id, sub->rank, &sub->node));
+    MPI_CHECK(MPI_Comm_rank(sub->node, &sub->local_rank));
+    MPI_CHECK(MPI_Comm_size(sub->node, &sub->local_size));
+    MPI_CHECK(MPI_Comm_split(sub->world, sub->local_rank == 0 ? 0 : MPI_UNDEFINED, rt->node_id, &sub->leaders));
+    int ids[2] = { 0, 0 };
+    if (sub->leaders != MPI_COMM_NULL) {
+        MPI_CHECK(MPI_Comm_rank(sub->leaders, &ids[0]));
+        MPI_CHECK(MPI_Comm_size(sub->leaders, &ids[1]));
+    }
+    MPI_CHECK(MPI_Bcast(ids, 2, MPI_INT, 0, sub->node));
+    sub->node_id = ids[0];
+    sub->nnodes = ids[1];
+    MPI_CHECK(MPI_Comm_split(sub->world, sub->local_rank, sub->node_id, &sub->peers));
+    MPI_CHECK(MPI_Allreduce(&sub->local_size, &sub->max_local_size, 1, MPI_INT, MPI_MAX, sub->world));
+    watchdog_leave(rt->wd);
+}
+
+void runtime_sub_free(runtime *sub)
+{
+    if (sub->leaders != MPI_COMM_NULL) MPI_Comm_free(&sub->leaders);
+    if (sub->peers != MPI_COMM_NULL) MPI_Comm_free(&sub->peers);
+    if (sub->node != MPI_COMM_NULL) MPI_Comm_free(&sub->node);
+    if (sub->world != MPI_COMM_NULL) MPI_Comm_free(&sub->world);
+}
+
 void runtime_free(runtime *rt)
 {
     /* A communicator free and MPI_Finalize may wait for every rank (OpenMPI's finalize

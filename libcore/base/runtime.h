@@ -81,6 +81,16 @@ status runtime_init(runtime *rt, int *argc, char ***argv, const runtime_options 
 /* Rank 0 prints host, node id, local rank, bound cores and GPU of every rank. */
 void runtime_print_placement(const runtime *rt, FILE *f);
 
+/* A runtime over a subset of the ranks (`members`, a communicator every member passes,
+ * e.g. a data-parallel group of the process grid, comm/grid.h): its world is a duplicate
+ * of `members`, its nodes the parent's nodes restricted to the members (ordered by the
+ * parent's node id), its leaders and peers split the same way; host, binding, GPU and
+ * watchdog are the parent's. What lets comm_init build every algorithm (flat, hier,
+ * ring) over a group as over the world. Collective over `members`. Free it with
+ * runtime_sub_free (never runtime_free: it does not own MPI). */
+void runtime_sub_init(runtime *sub, const runtime *rt, MPI_Comm members);
+void runtime_sub_free(runtime *sub);
+
 /* Frees the communicators and finalizes MPI (guarded by the watchdog), then stops it. */
 void runtime_free(runtime *rt);
 

@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "base/rng.h"
+#include "cpu/embed.h"
+#include "cpu/xent.h"
 
 #define GPT2_LN_EPS 1e-5f
 
@@ -61,6 +63,14 @@ static size_t gpt2_add(param_table *pt, const char *name, int layer, bool decay,
     return pt->entries[i].offset;
 }
 
+/* A tensor split over the tp ranks along dim (in `parts` blocks), added by its full shape. */
+static size_t gpt2_add_split(param_table *pt, const char *name, int layer, bool decay, int ndim, int d0, int d1,
+                             int dim, int parts)
+{
+    int i = param_add_split(pt, name, layer, decay, ndim, (size_t)d0, (size_t)d1, dim, parts);
+    return pt->entries[i].offset;
+}
+
 /* Parameter table in forward order, with HF GPT-2 names, and the named views: each
  * line names a tensor, its shape and the view field that holds its offset, so a view
  * cannot disagree with the table; param_views_check then proves every tensor has
@@ -73,26 +83,34 @@ static status gpt2_build_table(gpt2 *m)
     char n[PARAM_NAME_MAX];
     if (!(v->h = malloc((size_t)L * sizeof *v->h))) return STATUS_NOMEM;
     param_table_init(&m->pt);
-    v->wte = gpt2_add(&m->pt, "wte.weight", 0, true, 2, c->padded_vocab_size, C);
+    param_table_set_tp(&m->pt, m->tp.size, m->tp.rank);
+    /* tp: wte by rows (vocabulary-parallel), the column-parallel c_attn (q, k, v each by
+     * heads) and c_fc by output columns with their biases, the row-parallel c_proj
+     * weights by input rows; everything else whole */
+    v->wte = gpt2_add_split(&m->pt, "wte.weight", 0, true, 2, c->padded_vocab_size, C, 0, 1);
     v->wpe = gpt2_add(&m->pt, "wpe.weight", 0, true, 2, c->max_seq_len, C);
     for (int l = 0; l < L; l++) {
         gpt2_layer_views *h = &v->h[l];
 #define P(field, suffix, decay, nd, a, b)                             \
     snprintf(n, sizeof n, "h.%d.%s", l, suffix);                      \
     h->field = gpt2_add(&m->pt, n, l + 1, decay, nd, a, b)
+#define S(field, suffix, decay, nd, a, b, dim, parts)                 \
+    snprintf(n, sizeof n, "h.%d.%s", l, suffix);                      \
+    h->field = gpt2_add_split(&m->pt, n, l + 1, decay, nd, a, b, dim, parts)
         P(ln_1_w, "ln_1.weight", false, 1, C, 0);
         P(ln_1_b, "ln_1.bias", false, 1, C, 0);
-        P(c_attn_w, "attn.c_attn.weight", true, 2, C, 3 * C);
-        P(c_attn_b, "attn.c_attn.bias", false, 1, 3 * C, 0);
-        P(attn_proj_w, "attn.c_proj.weight", true, 2, C, C);
+        S(c_attn_w, "attn.c_attn.weight", true, 2, C, 3 * C, 1, 3);
+        S(c_attn_b, "attn.c_attn.bias", false, 1, 3 * C, 0, 0, 3);
+        S(attn_proj_w, "attn.c_proj.weight", true, 2, C, C, 0, 1);
         P(attn_proj_b, "attn.c_proj.bias", false, 1, C, 0);
         P(ln_2_w, "ln_2.weight", false, 1, C, 0);
         P(ln_2_b, "ln_2.bias", false, 1, C, 0);
-        P(fc_w, "mlp.c_fc.weight", true, 2, C, 4 * C);
-        P(fc_b, "mlp.c_fc.bias", false, 1, 4 * C, 0);
-        P(fc_proj_w, "mlp.c_proj.weight", true, 2, 4 * C, C);
+        S(fc_w, "mlp.c_fc.weight", true, 2, C, 4 * C, 1, 1);
+        S(fc_b, "mlp.c_fc.bias", false, 1, 4 * C, 0, 0, 1);
+        S(fc_proj_w, "mlp.c_proj.weight", true, 2, 4 * C, C, 0, 1);
         P(fc_proj_b, "mlp.c_proj.bias", false, 1, C, 0);
 #undef P
+#undef S
     }
     v->ln_f_w = gpt2_add(&m->pt, "ln_f.weight", L + 1, false, 1, C, 0);
     v->ln_f_b = gpt2_add(&m->pt, "ln_f.bias", L + 1, false, 1, C, 0);
@@ -119,47 +137,61 @@ static status gpt2_check_views(const gpt2 *m)
     return STATUS_OK;
 }
 
-static void gpt2_init_weights(gpt2 *m, uint64_t seed)
+/* Each tensor is drawn whole (one counter stream per tensor, so the init depends on
+ * neither table order nor the tp size) and this rank's shard sliced out of it. */
+static status gpt2_init_weights(gpt2 *m, uint64_t seed)
 {
-    float *p = m->pb.params;
+    float *p = m->pb.params, *full = NULL;
     double proj_std = 0.02 / sqrt(2.0 * m->cfg.num_layers);
+    const gpt2_config *c = &m->cfg;
     for (int i = 0; i < m->pt.count; i++) {
         const param_entry *e = &m->pt.entries[i];
         float *w = p + e->offset;
         bool is_norm = strstr(e->name, "ln_") != NULL, is_bias = strstr(e->name, ".bias") != NULL;
         if (is_bias) { memset(w, 0, e->count * sizeof *w); continue; }
         if (is_norm) { for (size_t k = 0; k < e->count; k++) w[k] = 1.0f; continue; }
+        size_t n = param_entry_full_count(&m->pt, e);
+        float *dst = w;
+        if (e->tp_dim >= 0 && m->tp.size > 1) {
+            free(full);
+            if (!(full = malloc(n * sizeof *full))) return STATUS_NOMEM;
+            dst = full;
+        }
         double std = strstr(e->name, "c_proj.weight") ? proj_std : 0.02;
-        rng r;  /* one stream per tensor: the init does not depend on table order */
+        rng r;
         rng_init(&r, seed, 0, RNG_PURPOSE_INIT, (uint64_t)i);
-        for (size_t k = 0; k < e->count; k++) w[k] = (float)(std * rng_normal(&r));
+        for (size_t k = 0; k < n; k++) dst[k] = (float)(std * rng_normal(&r));
+        /* padded vocabulary rows never receive gradient; keep them zero */
+        if (w == p + m->views.wte)
+            memset(dst + (size_t)c->vocab_size * (size_t)c->channels, 0,
+                   (size_t)(c->padded_vocab_size - c->vocab_size) * (size_t)c->channels * sizeof(float));
+        if (dst != w) param_tp_copy(&m->pt, e, w, full, false);
     }
-    /* Padded vocabulary rows never receive gradient; keep them zero. */
-    const gpt2_config *c = &m->cfg;
-    memset(p + (size_t)c->vocab_size * (size_t)c->channels, 0,
-           (size_t)(c->padded_vocab_size - c->vocab_size) * (size_t)c->channels * sizeof(float));
+    free(full);
+    return STATUS_OK;
 }
 
 static void gpt2_layout_acts(void *owner, float *base, size_t *used)
 {
     gpt2 *m = owner;
     size_t L = (size_t)m->cfg.num_layers, BT = (size_t)m->B * (size_t)m->T, C = (size_t)m->cfg.channels;
-    size_t NH = (size_t)m->cfg.num_heads, Vp = (size_t)m->cfg.padded_vocab_size;
+    size_t tp = (size_t)m->tp.size, NH = (size_t)m->cfg.num_heads / tp, Vp = (size_t)m->cfg.padded_vocab_size / tp;
+    size_t Cl = C / tp;  /* this rank's columns of attention; 4 Cl of the MLP */
     gpt2_acts *a = &m->acts;
     a->encoded = param_carve(base, used, BT * C);
     a->ln1 = param_carve(base, used, L * BT * C);
     a->ln1_mean = param_carve(base, used, L * BT);
     a->ln1_rstd = param_carve(base, used, L * BT);
-    a->qkv = param_carve(base, used, L * BT * 3 * C);
-    a->atty = param_carve(base, used, L * BT * C);
+    a->qkv = param_carve(base, used, L * BT * 3 * Cl);
+    a->atty = param_carve(base, used, L * BT * Cl);
     a->att_lse = param_carve(base, used, L * BT * NH);
     a->attproj = param_carve(base, used, L * BT * C);
     a->residual2 = param_carve(base, used, L * BT * C);
     a->ln2 = param_carve(base, used, L * BT * C);
     a->ln2_mean = param_carve(base, used, L * BT);
     a->ln2_rstd = param_carve(base, used, L * BT);
-    a->fch = param_carve(base, used, L * BT * 4 * C);
-    a->fch_gelu = param_carve(base, used, L * BT * 4 * C);
+    a->fch = param_carve(base, used, L * BT * 4 * Cl);
+    a->fch_gelu = param_carve(base, used, L * BT * 4 * Cl);
     a->fcproj = param_carve(base, used, L * BT * C);
     a->residual3 = param_carve(base, used, L * BT * C);
     a->lnf = param_carve(base, used, BT * C);
@@ -168,17 +200,19 @@ static void gpt2_layout_acts(void *owner, float *base, size_t *used)
     a->logits = param_carve(base, used, BT * Vp);
     a->losses = param_carve(base, used, BT);
     a->xent_lse = param_carve(base, used, BT);
+    a->xent_part = tp > 1 ? (double *)param_carve(base, used, 4 * BT) : NULL;  /* 2 BT doubles, 64-byte aligned */
 }
 
 static void gpt2_layout_grads(void *owner, float *base, size_t *used)
 {
     gpt2 *m = owner;
-    size_t BT = (size_t)m->B * (size_t)m->T, C = (size_t)m->cfg.channels, Vp = (size_t)m->cfg.padded_vocab_size;
+    size_t BT = (size_t)m->B * (size_t)m->T, C = (size_t)m->cfg.channels, tp = (size_t)m->tp.size;
+    size_t Vp = (size_t)m->cfg.padded_vocab_size / tp;
     gpt2_grad_scratch *g = &m->gs;
     g->dresidual = param_carve(base, used, BT * C);
-    g->dbt4c = param_carve(base, used, BT * 4 * C);
-    g->dbt4c2 = param_carve(base, used, BT * 4 * C);
-    g->dbt3c = param_carve(base, used, BT * 3 * C);
+    g->dbt4c = param_carve(base, used, BT * 4 * C / tp);
+    g->dbt4c2 = param_carve(base, used, BT * 4 * C / tp);
+    g->dbt3c = param_carve(base, used, BT * 3 * C / tp);
     g->dbtc = param_carve(base, used, BT * C);
     g->dbtc2 = param_carve(base, used, BT * C);
     g->dlogits = param_carve(base, used, BT * Vp);
@@ -216,7 +250,34 @@ status gpt2_init(gpt2 *m, const gpt2_config *cfg, int B, int T, uint64_t seed, b
 
 status gpt2_init_on(gpt2 *m, const gpt2_config *cfg, int B, int T, uint64_t seed, bool train, const device *dev)
 {
+    return gpt2_init_tp(m, cfg, B, T, seed, train, dev, NULL);
+}
+
+status gpt2_check_tp(const gpt2_config *c, int tp)
+{
+    if (tp < 1 || c->num_heads % tp != 0) {
+        log_error0("parallel.tp = %d does not divide model.n_head = %d: tensor parallelism splits the attention "
+                   "by whole heads (choose a divisor of %d)", tp, c->num_heads, c->num_heads);
+        return STATUS_INPUT;
+    }
+    if (c->padded_vocab_size % tp != 0) {
+        log_error0("parallel.tp = %d does not divide the padded vocabulary %d (model.vocab_size = %d padded to a "
+                   "multiple of 128): choose a power of two up to 128", tp, c->padded_vocab_size, c->vocab_size);
+        return STATUS_INPUT;
+    }
+    return STATUS_OK;
+}
+
+status gpt2_init_tp(gpt2 *m, const gpt2_config *cfg, int B, int T, uint64_t seed, bool train, const device *dev,
+                    const nn_tp *tp)
+{
     memset(m, 0, sizeof *m);
+    m->tp = tp ? *tp : nn_tp_none();
+    if (m->tp.size > 1 && device_is_gpu(dev)) {
+        log_error0("parallel.tp = %d: tensor parallelism runs on the CPU only so far (device.kind = cpu)", m->tp.size);
+        return STATUS_USAGE;
+    }
+    if (m->tp.size > 1) TRY(gpt2_check_tp(cfg, m->tp.size));
     m->dev = dev;
     m->ops = dev ? dev->ops : &nn_ops_cpu;
     TRY(gpt2_config_check(cfg));
@@ -231,7 +292,7 @@ status gpt2_init_on(gpt2 *m, const gpt2_config *cfg, int B, int T, uint64_t seed
     TRY(gpt2_build_table(m));
     TRY(gpt2_check_views(m));
     TRY(param_buffers_init(&m->pb, &m->pt, train && !gpt2_on_gpu(m)));
-    gpt2_init_weights(m, seed);
+    TRY(gpt2_init_weights(m, seed));
     TRY(device_arena(dev, gpt2_layout_acts, m, &m->act_memory, &m->act_floats, "activations"));
     if (train) TRY(device_arena(dev, gpt2_layout_grads, m, &m->grad_memory, &m->grad_floats, "activation gradients"));
     m->pos_ids = malloc((size_t)B * (size_t)T * sizeof *m->pos_ids);
@@ -260,11 +321,40 @@ void gpt2_free(gpt2 *m)
     memset(m, 0, sizeof *m);
 }
 
+/* The tied head's logits and the cross-entropy: whole on one rank, or vocabulary-
+ * parallel (xent.h's three pieces, the group's MAX and SUM between them). */
+static void gpt2_head_forward(gpt2 *m, const int32_t *tgt, int BT)
+{
+    const gpt2_config *c = &m->cfg;
+    const nn_ops *k = m->ops;
+    gpt2_acts *a = &m->acts;
+    const float *p = gpt2_params(m);
+    int C = c->channels, tp = m->tp.size, Vl = c->padded_vocab_size / tp, lo = m->tp.rank * Vl;
+    /* Tied head: wte (Vp, C) is an nn.Linear-layout weight of the logits (this rank's rows). */
+    k->matmul_forward(a->logits, a->lnf, p + m->views.wte, NULL, BT, C, Vl, MATMUL_LAYOUT_OUT_IN);
+    if (!tgt) return;
+    if (tp == 1) {
+        k->xent_forward(a->losses, a->xent_lse, a->logits, tgt, BT, c->vocab_size, Vl);
+        return;
+    }
+    int Vr = c->vocab_size - lo < 0 ? 0 : c->vocab_size - lo < Vl ? c->vocab_size - lo : Vl;
+    xent_vp_max(a->xent_lse, a->logits, BT, Vr, Vl);
+    nn_tp_max(&m->tp, a->xent_lse, (size_t)BT);
+    xent_vp_sums(a->xent_part, a->logits, a->xent_lse, tgt, BT, lo, Vr, Vl);
+    nn_tp_sum_f64(&m->tp, a->xent_part, 2 * (size_t)BT);
+    for (int i = 0; i < BT; i++) {
+        float lse = a->xent_lse[i] + (float)log(a->xent_part[2 * i]);
+        a->xent_lse[i] = lse;
+        a->losses[i] = tgt[i] == XENT_IGNORE ? 0.0f : lse - (float)a->xent_part[2 * i + 1];
+    }
+}
+
 status gpt2_forward(gpt2 *m, const int32_t *tokens, const int32_t *targets)
 {
     const gpt2_config *c = &m->cfg;
-    int B = m->B, T = m->T, C = c->channels, NH = c->num_heads, Vp = c->padded_vocab_size, BT = B * T;
-    size_t btc = (size_t)BT * (size_t)C;
+    int B = m->B, T = m->T, C = c->channels, BT = B * T, tp = m->tp.size;
+    int NH = c->num_heads / tp, Cl = C / tp, Vl = c->padded_vocab_size / tp;  /* this rank's heads and columns */
+    size_t btc = (size_t)BT * (size_t)C, btl = (size_t)BT * (size_t)Cl;
     for (int i = 0; i < BT; i++)
         if (tokens[i] < 0 || tokens[i] >= c->vocab_size || (targets && (targets[i] < -1 || targets[i] >= c->vocab_size))) {
             log_error("batch position %d (sequence %d, token %d): id %d outside the vocabulary 0..%d", i, i / T,
@@ -282,38 +372,48 @@ status gpt2_forward(gpt2 *m, const int32_t *tokens, const int32_t *targets)
         ids = m->dev_ids;
         tgt = m->dev_ids + BT;
     }
-    k->embedding_forward(a->encoded, ids, p + v->wte, BT, C, 0);
+    if (tp == 1) {
+        k->embedding_forward(a->encoded, ids, p + v->wte, BT, C, 0);
+    } else {  /* vocabulary-parallel: each rank looks up the ids it holds, the sum has them all */
+        embedding_forward_rows(a->encoded, ids, p + v->wte, BT, C, m->tp.rank * Vl, Vl);
+        nn_tp_sum(&m->tp, a->encoded, btc);
+    }
     k->embedding_forward(a->encoded, m->pos_ids, p + v->wpe, BT, C, 1);
     param_layer_time(&m->timer, 0, false);                                 /* wte, wpe */
+    /* row-parallel layers add their bias on one rank, before the sum */
+    bool bias_here = m->tp.rank == 0;
     for (int l = 0; l < c->num_layers; l++) {
         const float *residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * btc;
-        float *ln1 = a->ln1 + l * btc, *qkv = a->qkv + l * btc * 3, *atty = a->atty + l * btc;
+        float *ln1 = a->ln1 + l * btc, *qkv = a->qkv + l * btl * 3, *atty = a->atty + l * btl;
         float *attproj = a->attproj + l * btc, *res2 = a->residual2 + l * btc, *ln2 = a->ln2 + l * btc;
-        float *fch = a->fch + l * btc * 4, *fchg = a->fch_gelu + l * btc * 4, *fcproj = a->fcproj + l * btc;
+        float *fch = a->fch + l * btl * 4, *fchg = a->fch_gelu + l * btl * 4, *fcproj = a->fcproj + l * btc;
         float *res3 = a->residual3 + l * btc;
         const gpt2_layer_views *h = &v->h[l];
         k->layernorm_forward(ln1, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, residual, p + h->ln_1_w, p + h->ln_1_b,
                              BT, C, GPT2_LN_EPS);
-        k->matmul_forward(qkv, ln1, p + h->c_attn_w, p + h->c_attn_b, BT, C, 3 * C, MATMUL_LAYOUT_IN_OUT);
-        k->attention_forward(atty, a->att_lse + (size_t)l * BT * NH, qkv, qkv + C, qkv + 2 * C, 3 * C, NULL, B, T, C, NH, 1);
-        k->matmul_forward(attproj, atty, p + h->attn_proj_w, p + h->attn_proj_b, BT, C, C, MATMUL_LAYOUT_IN_OUT);
+        k->matmul_forward(qkv, ln1, p + h->c_attn_w, p + h->c_attn_b, BT, C, 3 * Cl, MATMUL_LAYOUT_IN_OUT);
+        k->attention_forward(atty, a->att_lse + (size_t)l * BT * NH, qkv, qkv + Cl, qkv + 2 * Cl, 3 * Cl, NULL, B, T,
+                             Cl, NH, 1);
+        k->matmul_forward(attproj, atty, p + h->attn_proj_w, bias_here ? p + h->attn_proj_b : NULL, BT, Cl, C,
+                          MATMUL_LAYOUT_IN_OUT);
+        nn_tp_sum(&m->tp, attproj, btc);                                   /* g */
         k->residual_forward(res2, residual, attproj, btc);
         k->layernorm_forward(ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, res2, p + h->ln_2_w, p + h->ln_2_b, BT, C,
                              GPT2_LN_EPS);
-        k->matmul_forward(fch, ln2, p + h->fc_w, p + h->fc_b, BT, C, 4 * C, MATMUL_LAYOUT_IN_OUT);
-        k->gelu_tanh_forward(fchg, fch, btc * 4);
-        k->matmul_forward(fcproj, fchg, p + h->fc_proj_w, p + h->fc_proj_b, BT, 4 * C, C, MATMUL_LAYOUT_IN_OUT);
+        k->matmul_forward(fch, ln2, p + h->fc_w, p + h->fc_b, BT, C, 4 * Cl, MATMUL_LAYOUT_IN_OUT);
+        k->gelu_tanh_forward(fchg, fch, btl * 4);
+        k->matmul_forward(fcproj, fchg, p + h->fc_proj_w, bias_here ? p + h->fc_proj_b : NULL, BT, 4 * Cl, C,
+                          MATMUL_LAYOUT_IN_OUT);
+        nn_tp_sum(&m->tp, fcproj, btc);                                    /* g */
         k->residual_forward(res3, res2, fcproj, btc);
         param_layer_time(&m->timer, l + 1, false);                         /* h.l */
     }
     const float *last = a->residual3 + (size_t)(c->num_layers - 1) * btc;
     k->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, p + v->ln_f_w, p + v->ln_f_b, BT, C, GPT2_LN_EPS);
-    /* Tied head: wte (Vp, C) is an nn.Linear-layout weight of the logits. */
-    k->matmul_forward(a->logits, a->lnf, p + v->wte, NULL, BT, C, Vp, MATMUL_LAYOUT_OUT_IN);
     m->mean_loss = -1;
+    gpt2_head_forward(m, targets ? tgt : NULL, BT);
     if (!targets) return STATUS_OK;
     memcpy(m->targets, targets, (size_t)BT * sizeof *targets);
-    k->xent_forward(a->losses, a->xent_lse, a->logits, tgt, BT, c->vocab_size, Vp);
     const float *losses = a->losses;
     if (gpt2_on_gpu(m)) {
         device_download(m->dev, m->host_losses, a->losses, (size_t)BT * sizeof(float));
@@ -333,8 +433,9 @@ void gpt2_backward(gpt2 *m, const int32_t *tokens)
      * and differentiates like any other: the step decides to skip it */
     CHECK(m->grad_memory && m->mean_loss != -1.0f, "gpt2_backward needs train=true and a forward with targets");
     const gpt2_config *c = &m->cfg;
-    int B = m->B, T = m->T, C = c->channels, NH = c->num_heads, Vp = c->padded_vocab_size, BT = B * T;
-    size_t btc = (size_t)BT * (size_t)C;
+    int B = m->B, T = m->T, C = c->channels, BT = B * T, tp = m->tp.size;
+    int NH = c->num_heads / tp, Cl = C / tp, Vl = c->padded_vocab_size / tp, lo = m->tp.rank * Vl;
+    size_t btc = (size_t)BT * (size_t)C, btl = (size_t)BT * (size_t)Cl;
     const nn_ops *k = m->ops;
     const float *p = gpt2_params(m);
     float *g = gpt2_grads(m);
@@ -353,10 +454,16 @@ void gpt2_backward(gpt2 *m, const int32_t *tokens)
     /* loss_scale 1: exactly 1/counted as before; a power of two (fp16's scaler) scales exactly */
     for (int i = 0; i < BT; i++) dlosses[i] = counted ? m->loss_scale / (float)counted : 0.0f;
     if (dlosses != s->dlosses) device_upload(m->dev, s->dlosses, dlosses, (size_t)BT * sizeof(float));
-    k->zero(s->dlogits, (size_t)BT * (size_t)Vp);
-    k->xent_backward(s->dlogits, a->logits, a->xent_lse, tgt, s->dlosses, BT, c->vocab_size, Vp);
+    k->zero(s->dlogits, (size_t)BT * (size_t)Vl);
+    if (tp == 1) {
+        k->xent_backward(s->dlogits, a->logits, a->xent_lse, tgt, s->dlosses, BT, c->vocab_size, Vl);
+    } else {
+        int Vr = c->vocab_size - lo < 0 ? 0 : c->vocab_size - lo < Vl ? c->vocab_size - lo : Vl;
+        xent_vp_backward(s->dlogits, a->logits, a->xent_lse, tgt, s->dlosses, BT, lo, Vr, Vl);
+    }
     k->zero(s->dbtc, btc);
-    k->matmul_backward(s->dbtc, g + v->wte, NULL, s->dlogits, a->lnf, p + v->wte, BT, C, Vp, MATMUL_LAYOUT_OUT_IN);
+    k->matmul_backward(s->dbtc, g + v->wte, NULL, s->dlogits, a->lnf, p + v->wte, BT, C, Vl, MATMUL_LAYOUT_OUT_IN);
+    nn_tp_sum(&m->tp, s->dbtc, btc);                                       /* the head's input: every rank's vocabulary */
     k->zero(s->dresidual, btc);
     const float *last = a->residual3 + (size_t)(c->num_layers - 1) * btc;
     k->layernorm_backward(s->dresidual, g + v->ln_f_w, g + v->ln_f_b, s->dbtc, last, p + v->ln_f_w, a->lnf_mean,
@@ -365,38 +472,42 @@ void gpt2_backward(gpt2 *m, const int32_t *tokens)
     param_layer_time(&m->timer, c->num_layers + 1, true);
     for (int l = c->num_layers - 1; l >= 0; l--) {
         const float *residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * btc;
-        const float *ln1 = a->ln1 + l * btc, *qkv = a->qkv + l * btc * 3, *atty = a->atty + l * btc;
+        const float *ln1 = a->ln1 + l * btc, *qkv = a->qkv + l * btl * 3, *atty = a->atty + l * btl;
         const float *res2 = a->residual2 + l * btc, *ln2 = a->ln2 + l * btc;
-        const float *fch = a->fch + l * btc * 4, *fchg = a->fch_gelu + l * btc * 4;
+        const float *fch = a->fch + l * btl * 4, *fchg = a->fch_gelu + l * btl * 4;
         const gpt2_layer_views *h = &v->h[l];
-        /* dresidual holds d(residual3); residual3 = residual2 + fcproj. */
-        k->zero(s->dbt4c, btc * 4);
+        /* dresidual holds d(residual3); residual3 = residual2 + fcproj. Row-parallel
+         * c_proj: its input gradient is this rank's columns, its bias gradient whole. */
+        k->zero(s->dbt4c, btl * 4);
         k->matmul_backward(s->dbt4c, g + h->fc_proj_w, g + h->fc_proj_b, s->dresidual, fchg, p + h->fc_proj_w, BT,
-                           4 * C, C, MATMUL_LAYOUT_IN_OUT);
-        k->zero(s->dbt4c2, btc * 4);
-        k->gelu_tanh_backward(s->dbt4c2, fch, s->dbt4c, btc * 4);
+                           4 * Cl, C, MATMUL_LAYOUT_IN_OUT);
+        k->zero(s->dbt4c2, btl * 4);
+        k->gelu_tanh_backward(s->dbt4c2, fch, s->dbt4c, btl * 4);
         k->zero(s->dbtc, btc);
-        k->matmul_backward(s->dbtc, g + h->fc_w, g + h->fc_b, s->dbt4c2, ln2, p + h->fc_w, BT, C, 4 * C,
+        k->matmul_backward(s->dbtc, g + h->fc_w, g + h->fc_b, s->dbt4c2, ln2, p + h->fc_w, BT, C, 4 * Cl,
                            MATMUL_LAYOUT_IN_OUT);
+        nn_tp_sum(&m->tp, s->dbtc, btc);                                   /* f */
         /* d(residual2) = dresidual (the skip) + layernorm_2's input gradient, added in place. */
         k->layernorm_backward(s->dresidual, g + h->ln_2_w, g + h->ln_2_b, s->dbtc, res2, p + h->ln_2_w,
                               a->ln2_mean + l * BT, a->ln2_rstd + l * BT, BT, C);
-        k->zero(s->dbtc, btc);
+        k->zero(s->dbtc, btl);
         k->matmul_backward(s->dbtc, g + h->attn_proj_w, g + h->attn_proj_b, s->dresidual, atty, p + h->attn_proj_w, BT,
-                           C, C, MATMUL_LAYOUT_IN_OUT);
-        k->zero(s->dbt3c, btc * 3);
-        k->attention_backward(s->dbt3c, s->dbt3c + C, s->dbt3c + 2 * C, s->dbtc, qkv, qkv + C, qkv + 2 * C, 3 * C, atty,
-                              a->att_lse + (size_t)l * BT * NH, NULL, B, T, C, NH, 1);
+                           Cl, C, MATMUL_LAYOUT_IN_OUT);
+        k->zero(s->dbt3c, btl * 3);
+        k->attention_backward(s->dbt3c, s->dbt3c + Cl, s->dbt3c + 2 * Cl, s->dbtc, qkv, qkv + Cl, qkv + 2 * Cl, 3 * Cl,
+                              atty, a->att_lse + (size_t)l * BT * NH, NULL, B, T, Cl, NH, 1);
         k->zero(s->dbtc2, btc);
-        k->matmul_backward(s->dbtc2, g + h->c_attn_w, g + h->c_attn_b, s->dbt3c, ln1, p + h->c_attn_w, BT, C, 3 * C,
+        k->matmul_backward(s->dbtc2, g + h->c_attn_w, g + h->c_attn_b, s->dbt3c, ln1, p + h->c_attn_w, BT, C, 3 * Cl,
                            MATMUL_LAYOUT_IN_OUT);
+        nn_tp_sum(&m->tp, s->dbtc2, btc);                                  /* f */
         /* d(residual) = d(residual2) (the skip) + layernorm_1's input gradient. */
         k->layernorm_backward(s->dresidual, g + h->ln_1_w, g + h->ln_1_b, s->dbtc2, residual, p + h->ln_1_w,
                               a->ln1_mean + l * BT, a->ln1_rstd + l * BT, BT, C);
         param_layer_done(&m->hook, l + 1);                                 /* h.l */
         param_layer_time(&m->timer, l + 1, true);
     }
-    k->embedding_backward(g + v->wte, s->dresidual, ids, BT, C);
+    if (tp == 1) k->embedding_backward(g + v->wte, s->dresidual, ids, BT, C);
+    else embedding_backward_rows(g + v->wte, s->dresidual, ids, BT, C, lo, Vl);
     k->embedding_backward(g + v->wpe, s->dresidual, m->pos_ids, BT, C);
     param_layer_done(&m->hook, 0);                                         /* wte (also the tied head), wpe */
     param_layer_time(&m->timer, 0, true);
@@ -406,5 +517,8 @@ void gpt2_backward(gpt2 *m, const int32_t *tokens)
  * benchmark tables; attention's own T-dependent FLOPs are not counted. */
 double gpt2_flops_per_token(const gpt2 *m)
 {
-    return 6.0 * (double)m->pt.total;
+    size_t n = m->pt.total;  /* padding included, as before: the tables' convention */
+    for (int i = 0; i < m->pt.count; i++)
+        n += param_entry_full_count(&m->pt, &m->pt.entries[i]) - m->pt.entries[i].count;
+    return 6.0 * (double)n;
 }

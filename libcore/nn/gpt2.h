@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "model_base.h"
 #include "param.h"
+#include "tp.h"
 
 typedef struct gpt2_config {
     int max_seq_len;       /* n_positions: rows of wpe */
@@ -55,6 +56,7 @@ typedef struct gpt2_acts {
     float *logits;         /* (B, T, Vp) */
     float *losses;         /* (B, T) */
     float *xent_lse;       /* (B, T) */
+    double *xent_part;     /* (B, T, 2) tensor parallel: this rank's sum of exp and target logit; NULL at tp 1 */
 } gpt2_acts;
 
 typedef struct gpt2_grad_scratch {
@@ -67,6 +69,11 @@ typedef struct gpt2_grad_scratch {
     float *dlogits;        /* (B, T, Vp) */
     float *dlosses;        /* (B, T) */
 } gpt2_grad_scratch;
+
+/* Shapes above are at tp = 1. With tensor parallelism of size tp (gpt2_init_tp) each
+ * rank holds NH/tp heads and 4C/tp MLP columns: qkv (L, B, T, 3C/tp), atty (L, B, T, C/tp),
+ * att_lse (L, B, NH/tp, T), fch and fch_gelu (L, B, T, 4C/tp), logits (B, T, Vp/tp); the
+ * residual stream, the norms and the losses are whole on every rank. */
 
 /* Named views: each tensor's offset in every flat buffer (params, grads, moments),
  * resolved once at init as the table is built. An offset rather than a pointer, so one
@@ -104,6 +111,7 @@ typedef struct gpt2 {
     int32_t *targets;      /* (B, T) copy of the last forward's targets (host) */
     int32_t *dev_ids;      /* (2, B, T) tokens and targets of the last forward on the device; NULL on the CPU */
     float *host_losses;    /* (B, T) losses copied back, and dlosses staged for upload (GPU only) */
+    nn_tp tp;              /* tensor-parallel group (tp.h); size 1: the whole model on this rank */
 } gpt2;
 
 /* Builds the table, allocates params (+ grads and moments when `train`) and the
@@ -114,6 +122,20 @@ status gpt2_init(gpt2 *m, const gpt2_config *cfg, int B, int T, uint64_t seed, b
  * host exactly as on the CPU and uploaded; w holds params, grads and (when `train`)
  * moments in device memory, pb only the host mirror of the parameters. */
 status gpt2_init_on(gpt2 *m, const gpt2_config *cfg, int B, int T, uint64_t seed, bool train, const device *dev);
+/* The same with tensor parallelism over `tp` (NULL or size 1: none), Megatron-style:
+ * c_attn column-parallel by heads (q, k and v of NH/tp heads: param_add_split with 3
+ * parts), attn.c_proj row-parallel, mlp.c_fc column-parallel, mlp.c_proj row-parallel,
+ * wte vocabulary-parallel (rows Vp/tp each: the embedding's lookup and the tied head's
+ * logits and cross-entropy are split, so no rank holds a full row of logits); norms,
+ * wpe and the row-parallel biases are whole on every rank, with equal gradients. The
+ * weights are those of the whole model from the same seed, sliced. STATUS_INPUT when
+ * tp does not divide the heads or the padded vocabulary (naming parallel.tp);
+ * STATUS_USAGE on a GPU (the CPU only so far). The caller checks nn_tp_status(&m->tp)
+ * after gpt2_forward and gpt2_backward. */
+status gpt2_init_tp(gpt2 *m, const gpt2_config *cfg, int B, int T, uint64_t seed, bool train, const device *dev,
+                    const nn_tp *tp);
+/* Whether tensor parallelism of size tp fits cfg; STATUS_INPUT naming parallel.tp. */
+status gpt2_check_tp(const gpt2_config *cfg, int tp);
 void gpt2_free(gpt2 *m);
 
 /* tokens, targets (B, T); targets may be NULL (no loss) and may hold -1 (ignored).
@@ -123,7 +145,8 @@ status gpt2_forward(gpt2 *m, const int32_t *tokens, const int32_t *targets);
  * On a GPU `tokens` is not read: the forward's copy on the device is used. */
 void gpt2_backward(gpt2 *m, const int32_t *tokens);
 
-/* Model FLOPs of one training step per token: 6 per parameter. */
+/* Model FLOPs of one training step per token: 6 per parameter of the whole model
+ * (every shard counted once: what one model replica computes). */
 double gpt2_flops_per_token(const gpt2 *m);
 
 #endif

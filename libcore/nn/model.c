@@ -119,7 +119,43 @@ status model_init(model *m, const model_spec *s, int B, int T, uint64_t seed, bo
 
 status model_init_on(model *m, const model_spec *s, int B, int T, uint64_t seed, bool train, const device *dev)
 {
+    return model_init_parallel(m, s, B, T, seed, train, dev, NULL);
+}
+
+status model_spec_check_grid(const model_spec *s, int tp, int pp)
+{
+    int layers = s->family == MODEL_FAMILY_GPT2 ? s->gpt2.num_layers
+                 : s->family == MODEL_FAMILY_BERT ? s->bert.num_layers : 0;
+    if (tp > 1 && s->family != MODEL_FAMILY_GPT2) {
+        log_error0("parallel.tp = %d: tensor parallelism is built for GPT-2 so far, not %s (%s); set parallel.tp = 1",
+                   tp, s->name, model_family_of(s->family)->name);
+        return STATUS_INPUT;
+    }
+    if (tp > 1) TRY(gpt2_check_tp(&s->gpt2, tp));
+    if (pp > 1 && s->family == MODEL_FAMILY_RESNET) {
+        log_error0("parallel.pp = %d: %s trains data-parallel only; set parallel.pp = 1", pp, s->name);
+        return STATUS_INPUT;
+    }
+    if (pp > 1 && pp > layers) {
+        log_error0("parallel.pp = %d is more than the %d blocks of %s (model.n_layer): every pipeline stage needs at "
+                   "least one block", pp, layers, s->name);
+        return STATUS_INPUT;
+    }
+    return STATUS_OK;
+}
+
+status model_tp_status(model *m)
+{
+    if (m->spec.family != MODEL_FAMILY_GPT2 || !m->base) return STATUS_OK;
+    return nn_tp_status(&m->gpt2.tp);
+}
+
+status model_init_parallel(model *m, const model_spec *s, int B, int T, uint64_t seed, bool train, const device *dev,
+                           const nn_tp *tp)
+{
     memset(m, 0, sizeof *m);
+    m->tp = tp ? *tp : nn_tp_none();
+    if (m->tp.size > 1) TRY(model_spec_check_grid(s, m->tp.size, 1));
     m->spec = *s;
     m->ops = model_family_of(s->family);
     m->B = B;
@@ -294,7 +330,8 @@ bool model_attention_shape(const model_spec *s, int *L, int *NH)
 
 bool model_attention_stats(const model *m, double *entropy, double *maxw)
 {
-    if (!m->ops->attention_stats || !m->last || device_is_gpu(m->base->dev)) return false;
+    /* a tensor-parallel shard holds NH/tp heads: not the whole matrix */
+    if (!m->ops->attention_stats || !m->last || device_is_gpu(m->base->dev) || m->tp.size > 1) return false;
     m->ops->attention_stats(m, entropy, maxw);
     return true;
 }

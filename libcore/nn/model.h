@@ -128,6 +128,7 @@ typedef struct model {
     bert bert;
     resnet resnet;
     const model_batch *last; /* batch of the last forward, read by model_backward */
+    nn_tp tp;               /* the tensor-parallel group it was built for (size 1: none); the family keeps its own copy */
 } model;
 
 /* Builds the family's model for (B, T) — ResNet: (B, 3, image_size, image_size) — with
@@ -136,6 +137,19 @@ typedef struct model {
 status model_init(model *m, const model_spec *s, int B, int T, uint64_t seed, bool train);
 /* The same on a device (device.h; NULL: the CPU): every family runs on a GPU. */
 status model_init_on(model *m, const model_spec *s, int B, int T, uint64_t seed, bool train, const device *dev);
+/* The same as one tensor-parallel shard (tp.h; NULL or size 1: the whole model). GPT-2
+ * only so far (gpt2_init_tp); another family with tp > 1 is STATUS_INPUT. The weights
+ * are the whole model's from the same seed, sliced: at every tp size the model is the
+ * same function. */
+status model_init_parallel(model *m, const model_spec *s, int B, int T, uint64_t seed, bool train, const device *dev,
+                           const nn_tp *tp);
+/* Whether a process grid of tp x pp fits the architecture: tp divides the heads (and
+ * GPT-2's padded vocabulary), pp is at most the blocks; the family supports it.
+ * STATUS_INPUT naming parallel.tp / parallel.pp, the model's value and the rule. */
+status model_spec_check_grid(const model_spec *s, int tp, int pp);
+/* The first failure of the tensor-parallel reductions since the last call (a timeout,
+ * a lost peer), which clears it; read after model_forward and model_backward. */
+status model_tp_status(model *m);
 void model_free(model *m);
 
 /* Allocates a batch for m's shape (mask filled with 1). */

@@ -44,7 +44,7 @@ static void model_gpt2_print(const model_spec *s, FILE *f)
 static status model_gpt2_init(model *m, uint64_t seed, bool train, const device *dev)
 {
     m->base = &m->gpt2.base;
-    return gpt2_init_on(&m->gpt2, &m->spec.gpt2, m->B, m->T, seed, train, dev);
+    return gpt2_init_tp(&m->gpt2, &m->spec.gpt2, m->B, m->T, seed, train, dev, &m->tp);
 }
 
 static void model_gpt2_free(model *m) { gpt2_free(&m->gpt2); }
@@ -96,6 +96,7 @@ static void model_gpt2_attention_stats(const model *m, double *entropy, double *
 {
     const gpt2 *g = &m->gpt2;
     int L = g->cfg.num_layers, NH = g->cfg.num_heads, B = g->B, T = g->T, C = g->cfg.channels;
+    CHECK(g->tp.size == 1, "attention statistics of a tensor-parallel shard (model_attention_stats refuses them)");
     for (int l = 0; l < L; l++) {
         double nq[NH];
         for (int h = 0; h < NH; h++) entropy[l * NH + h] = maxw[l * NH + h] = nq[h] = 0;

@@ -22,6 +22,65 @@ void param_table_init(param_table *pt)
     pt->count = 0;
     pt->capacity = 0;
     pt->total = 0;
+    pt->tp_size = 1;
+    pt->tp_rank = 0;
+}
+
+void param_table_set_tp(param_table *pt, int tp_size, int tp_rank)
+{
+    CHECK(pt->count == 0 && tp_size >= 1 && tp_rank >= 0 && tp_rank < tp_size,
+          "param_table_set_tp: before any param_add, with 0 <= tp_rank < tp_size");
+    pt->tp_size = tp_size;
+    pt->tp_rank = tp_rank;
+}
+
+int param_add_split(param_table *pt, const char *name, int layer, bool decay, int ndim, size_t d0, size_t d1,
+                    int dim, int parts)
+{
+    size_t d[2] = { d0, d1 };
+    CHECK(dim >= 0 && dim < ndim && ndim <= 2 && parts >= 1, "param_add_split: a 1-D or 2-D tensor, dim < ndim");
+    size_t split = (size_t)pt->tp_size * (size_t)parts;
+    if (d[dim] % split != 0)
+        die(name, "a tensor-parallel dimension does not divide", "the model's checks (model_spec_check_grid) "
+            "should have refused this tp size");
+    d[dim] /= (size_t)pt->tp_size;
+    int i = param_add(pt, name, layer, decay, ndim, d[0], d[1], 0, 0);
+    pt->entries[i].tp_dim = dim;
+    pt->entries[i].tp_parts = parts;
+    return i;
+}
+
+void param_entry_full_shape(const param_table *pt, const param_entry *e, size_t shape[PARAM_MAX_DIMS])
+{
+    for (int k = 0; k < PARAM_MAX_DIMS; k++) shape[k] = e->shape[k];
+    if (e->tp_dim >= 0) shape[e->tp_dim] *= (size_t)pt->tp_size;
+}
+
+size_t param_entry_full_count(const param_table *pt, const param_entry *e)
+{
+    return e->tp_dim >= 0 ? e->count * (size_t)pt->tp_size : e->count;
+}
+
+void param_tp_copy(const param_table *pt, const param_entry *e, float *shard, float *full, bool to_full)
+{
+    if (e->tp_dim < 0) {
+        if (to_full) memcpy(full, shard, e->count * sizeof *full);
+        else memcpy(shard, full, e->count * sizeof *full);
+        return;
+    }
+    /* view both as (outer, dim, inner): a run of `blk` shard rows of `inner` floats per
+     * part sits at part * (tp * blk) + rank * blk in the full tensor */
+    size_t outer = 1, inner = 1;
+    for (int k = 0; k < e->tp_dim; k++) outer *= e->shape[k];
+    for (int k = e->tp_dim + 1; k < e->ndim; k++) inner *= e->shape[k];
+    size_t local = e->shape[e->tp_dim], blk = local / (size_t)e->tp_parts, tp = (size_t)pt->tp_size;
+    for (size_t o = 0; o < outer; o++)
+        for (int part = 0; part < e->tp_parts; part++) {
+            float *s = shard + (o * local + (size_t)part * blk) * inner;
+            float *f = full + (o * local * tp + ((size_t)part * tp + (size_t)pt->tp_rank) * blk) * inner;
+            if (to_full) memcpy(f, s, blk * inner * sizeof *f);
+            else memcpy(s, f, blk * inner * sizeof *f);
+        }
 }
 
 bool param_decay_default(int ndim)
@@ -59,7 +118,7 @@ int param_add(param_table *pt, const char *name, int layer, bool decay, int ndim
     CHECK(ndim >= 0 && ndim <= PARAM_MAX_DIMS, "ndim is 0 (scalar) to PARAM_MAX_DIMS");
 
     const size_t dims[PARAM_MAX_DIMS] = { d0, d1, d2, d3 };
-    param_entry e = { .ndim = ndim, .layer = layer, .decay = decay, .count = 1 };
+    param_entry e = { .ndim = ndim, .layer = layer, .decay = decay, .count = 1, .tp_dim = -1, .tp_parts = 1 };
     snprintf(e.name, sizeof e.name, "%s", name);
     for (int k = 0; k < PARAM_MAX_DIMS; k++) {
         e.shape[k] = k < ndim ? dims[k] : 1;

@@ -42,6 +42,10 @@ typedef struct param_entry {
     int layer;                     /* backward unit: the model reports it done (param_layer_hook) once every
                                       tensor of the layer holds its final gradient; -1 for none */
     bool decay;                    /* weight decay applies (AdamW, SGD); see param_decay_default */
+    int tp_dim;                    /* tensor parallelism: the dimension split over the table's tp ranks
+                                      (shape[] is this rank's shard), -1 when every rank holds it whole */
+    int tp_parts;                  /* the split dimension is this many equal blocks, each split on its own
+                                      (the fused q, k, v of c_attn: 3, so each rank holds whole heads); 1 */
 } param_entry;
 
 typedef struct param_table {
@@ -49,6 +53,8 @@ typedef struct param_table {
     int count;             /* tensors in the table */
     int capacity;          /* allocated entries */
     size_t total;          /* floats in each flat buffer, padding included; multiple of PARAM_ALIGN_FLOATS */
+    int tp_size;           /* tensor-parallel ranks the split entries are sharded over (1: none) */
+    int tp_rank;           /* this rank's shard, 0..tp_size-1 */
 } param_table;
 
 /* A flat layout held in shards (ZeRO, zero.h): it is cut into n ranges that tile every
@@ -110,6 +116,22 @@ void param_table_init(param_table *pt);
  * ndim outside [0, PARAM_MAX_DIMS], a zero dimension, or size overflow. */
 int param_add(param_table *pt, const char *name, int layer, bool decay, int ndim, size_t d0, size_t d1,
               size_t d2, size_t d3);
+
+/* Tensor parallelism (Megatron-LM): a table whose split tensors hold one shard each.
+ * param_table_set_tp before any param_add; param_add_split adds a tensor by its FULL
+ * shape, split along `dim` into tp_size shards (in `parts` equal blocks, each split:
+ * shard r of every block, concatenated), and the entry's shape is the shard's. Dies
+ * when the dimension does not divide. A table with tp_size 1 is the full model. */
+void param_table_set_tp(param_table *pt, int tp_size, int tp_rank);
+int param_add_split(param_table *pt, const char *name, int layer, bool decay, int ndim, size_t d0, size_t d1,
+                    int dim, int parts);
+/* The full tensor's shape and floats of entry e (its own for a whole one). */
+void param_entry_full_shape(const param_table *pt, const param_entry *e, size_t shape[PARAM_MAX_DIMS]);
+size_t param_entry_full_count(const param_table *pt, const param_entry *e);
+/* Between the full tensor (`full`, param_entry_full_count floats, row-major) and this
+ * rank's shard (`shard`, e->count floats): to_full copies the shard into its place in
+ * full, else the shard out of full. A whole tensor is one memcpy. */
+void param_tp_copy(const param_table *pt, const param_entry *e, float *shard, float *full, bool to_full);
 
 /* The usual decay rule (nanoGPT configure_optimizers, Loshchilov & Hutter
  * practice): matrices, convolution kernels and embeddings (ndim >= 2) decay;

@@ -1,0 +1,66 @@
+/* tp — a model's tensor-parallel group (Megatron-LM, Shoeybi et al. 2019): the ranks
+ * that hold the shards of every split tensor (param.h: param_add_split) and the two
+ * reductions per transformer block each way that make their partial results whole.
+ *
+ *   f (column-parallel input):  forward identity, backward SUM of the input gradient
+ *   g (row-parallel output):    forward SUM of the partial outputs, backward identity
+ *
+ * The one design decision: the reductions are the control plane's blocking allreduce
+ * (comm/ctl.h) on the tp group's communicator, with the run's deadline — activations
+ * are needed right away by the next kernel, so nothing overlaps them — and a failure
+ * (a timeout, a lost peer) is kept in the context rather than returned through every
+ * layer call: the model skips the rest of its communication and the caller reads
+ * nn_tp_status once after its forward or backward. */
+#ifndef NEBULA_NN_TP_H
+#define NEBULA_NN_TP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "base/log.h"
+#include "comm/ctl.h"
+
+typedef struct nn_tp {
+    int size;              /* ranks in the group; 1: no tensor parallelism */
+    int rank;              /* my shard, 0..size-1 */
+    comm_ctl ctl;          /* the group's communicator and deadline (comm_ctl_watched by the runtime's watchdog) */
+    status failed;         /* the first failure of a reduction; STATUS_OK while none */
+} nn_tp;
+
+/* The context of no tensor parallelism (size 1: every call below is a no-op). */
+static inline nn_tp nn_tp_none(void)
+{
+    return (nn_tp){ .size = 1, .rank = 0, .ctl = { .comm = MPI_COMM_NULL }, .failed = STATUS_OK };
+}
+
+/* buf[n] summed over the group, in place (after a failure: nothing). */
+static inline void nn_tp_sum(nn_tp *t, float *buf, size_t n)
+{
+    if (t->size == 1 || t->failed != STATUS_OK) return;
+    CHECK(n <= (size_t)INT32_MAX, "nn_tp_sum: a reduction of more than 2^31 floats");
+    t->failed = comm_ctl_allreduce(t->ctl, MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM);
+}
+
+static inline void nn_tp_sum_f64(nn_tp *t, double *buf, size_t n)
+{
+    if (t->size == 1 || t->failed != STATUS_OK) return;
+    CHECK(n <= (size_t)INT32_MAX, "nn_tp_sum_f64: a reduction of more than 2^31 doubles");
+    t->failed = comm_ctl_allreduce(t->ctl, MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, MPI_SUM);
+}
+
+static inline void nn_tp_max(nn_tp *t, float *buf, size_t n)
+{
+    if (t->size == 1 || t->failed != STATUS_OK) return;
+    CHECK(n <= (size_t)INT32_MAX, "nn_tp_max: a reduction of more than 2^31 floats");
+    t->failed = comm_ctl_allreduce(t->ctl, MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_MAX);
+}
+
+/* The first failure since the last call, which clears it. */
+static inline status nn_tp_status(nn_tp *t)
+{
+    status st = t->failed;
+    t->failed = STATUS_OK;
+    return st;
+}
+
+#endif

@@ -1,0 +1,220 @@
+/* test_tp — the process grid (comm/grid.h) and GPT-2's tensor parallelism (gpt2_init_tp),
+ * at 1-4 ranks.
+ *
+ * Checks: the shape rules (dp derived, a product that is not the world refused); every
+ * rank's coordinates and its groups' members follow rank = t + tp (p + pp d); the dp
+ * group's runtime has the right nodes; tp groups inside nodes are seen as such; the
+ * model's grid rules (tp must divide the heads and the padded vocabulary, pp at most the
+ * blocks, tp only for GPT-2). Then, for every tp that divides the world (tp2 x dp2 at 4
+ * ranks too), each rank builds the whole GPT-2 tiny and its tensor-parallel shard from
+ * one seed and compares: the shard's parameters are slices of the whole model's (exact);
+ * the loss of one forward (with ignored targets); after the backward, every gradient
+ * shard against the slice of the whole gradient.
+ *
+ * Tolerances, derived: the shard computes the same sums in another association (a
+ * row-parallel matmul adds tp partial sums of K/tp terms; the vocabulary-parallel
+ * lse adds tp partial double sums), so each result differs by a few float roundings of
+ * the terms' magnitude: rel 1e-5 on the loss (about 100 eps_f32 of a quantity of order
+ * log V); on a gradient element |d| <= 1e-4 |ref| + 1e-5 max|ref| of the tensor (a
+ * gradient is a sum of BT products through L blocks, each term rounded: sqrt(BT L)
+ * eps_f32 relative to the largest term, times a margin of 10).
+ * Usage: test_tp [--ranks-per-node N] */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/config.h"
+#include "base/runtime.h"
+#include "comm/grid.h"
+#include "nn/model.h"
+#define CHECK_MPI
+#include "../check.h"
+
+static void test_shapes(const runtime *rt)
+{
+    grid_shape s = { 1, 1, 0 };
+    check(rt, grid_shape_resolve(&s, 4, NULL) == STATUS_OK && s.dp == 4, "dp = 0 is derived: tp1 x pp1 at 4 ranks is dp4",
+          "not derived");
+    s = (grid_shape){ 2, 1, 0 };
+    check(rt, grid_shape_resolve(&s, 4, NULL) == STATUS_OK && s.dp == 2, "tp2 at 4 ranks derives dp2", "not dp2");
+    s = (grid_shape){ 2, 2, 2 };
+    status a = grid_shape_resolve(&s, 4, "test.ini:3");
+    s = (grid_shape){ 3, 1, 0 };
+    status b = grid_shape_resolve(&s, 4, NULL);
+    check(rt, a == STATUS_INPUT, "tp2 x pp2 x dp2 at 4 ranks is refused (product 8)", "accepted");
+    check(rt, b == STATUS_INPUT, "tp3 does not divide 4 ranks: refused", "accepted");
+}
+
+static void test_grid(const runtime *rt, int tp, int pp)
+{
+    grid_shape s = { tp, pp, 0 };
+    if (rt->size % (tp * pp) != 0) return;
+    CHECK(grid_shape_resolve(&s, rt->size, NULL) == STATUS_OK, "shape");
+    grid g;
+    CHECK(grid_init(&g, rt, &s, 30) == STATUS_OK, "grid_init");
+    char what[128];
+    snprintf(what, sizeof what, "tp%d x pp%d x dp%d: coordinates, group ranks and sizes", tp, pp, s.dp);
+    int r, n[3], rk[3];
+    MPI_Comm_size(g.tp_comm, &n[0]), MPI_Comm_rank(g.tp_comm, &rk[0]);
+    MPI_Comm_size(g.pp_comm, &n[1]), MPI_Comm_rank(g.pp_comm, &rk[1]);
+    MPI_Comm_size(g.dp_comm, &n[2]), MPI_Comm_rank(g.dp_comm, &rk[2]);
+    r = grid_rank_of(&s, g.tp_rank, g.pp_rank, g.dp_rank);
+    bool ok = r == rt->rank && n[0] == tp && n[1] == pp && n[2] == s.dp && rk[0] == g.tp_rank && rk[1] == g.pp_rank &&
+              rk[2] == g.dp_rank && g.dp_rt.size == s.dp && g.dp_rt.rank == g.dp_rank;
+    /* the members of my tp group are world ranks r - t + k */
+    int members[64];
+    MPI_Allgather(&rt->rank, 1, MPI_INT, members, 1, MPI_INT, g.tp_comm);
+    for (int k = 0; k < tp; k++) ok = ok && members[k] == rt->rank - g.tp_rank + k;
+    check(rt, ok, what, "a coordinate or a group differs from rank = t + tp (p + pp d)");
+    /* the dp runtime's nodes: the world's nodes its members are on */
+    int nodes = 0, *node = calloc((size_t)s.dp, sizeof *node);
+    MPI_Allgather(&rt->node_id, 1, MPI_INT, node, 1, MPI_INT, g.dp_comm);
+    for (int k = 0; k < s.dp; k++) {
+        bool seen = false;
+        for (int j = 0; j < k; j++) seen = seen || node[j] == node[k];
+        nodes += !seen;
+    }
+    free(node);
+    snprintf(what, sizeof what, "tp%d x pp%d x dp%d: the dp group's runtime has %d nodes, tp groups %s nodes", tp, pp,
+             s.dp, nodes, g.tp_in_node ? "inside" : "across");
+    int lo = rt->node_id, hi = rt->node_id;
+    MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT, MPI_MIN, g.tp_comm);
+    MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT, MPI_MAX, g.tp_comm);
+    int inside = lo == hi;
+    MPI_Allreduce(MPI_IN_PLACE, &inside, 1, MPI_INT, MPI_LAND, rt->world);
+    check(rt, g.dp_rt.nnodes == nodes && g.tp_in_node == (inside != 0), what, "node counts disagree");
+    grid_print(&g, rt, stdout);
+    grid_free(&g);
+}
+
+static void spec_gpt2_tiny(model_spec *s)
+{
+    memset(s, 0, sizeof *s);
+    snprintf(s->name, sizeof s->name, "gpt2-tiny");
+    s->family = MODEL_FAMILY_GPT2;
+    CHECK(gpt2_config_named(&s->gpt2, "gpt2-tiny") == STATUS_OK, "gpt2-tiny");
+}
+
+static void test_model_rules(const runtime *rt)
+{
+    model_spec s, b;
+    spec_gpt2_tiny(&s);
+    memset(&b, 0, sizeof b);
+    snprintf(b.name, sizeof b.name, "bert-tiny");
+    b.family = MODEL_FAMILY_BERT;
+    b.bert.num_layers = 2;
+    status ok2 = model_spec_check_grid(&s, 2, 2), heads = model_spec_check_grid(&s, 3, 1);
+    status deep = model_spec_check_grid(&s, 1, 3), bert = model_spec_check_grid(&b, 2, 1);
+    check(rt, ok2 == STATUS_OK, "gpt2-tiny (4 heads, 2 blocks) takes tp2 x pp2", "refused");
+    check(rt, heads == STATUS_INPUT, "tp3 does not divide 4 heads: refused", "accepted");
+    check(rt, deep == STATUS_INPUT, "pp3 for 2 blocks: refused", "accepted");
+    check(rt, bert == STATUS_INPUT, "tp2 for BERT: refused until it is built", "accepted");
+}
+
+/* |got - ref| <= rtol |ref| + atol_frac max|ref| over n; the worst excess in *worst. */
+static bool close_all(const float *got, const float *ref, size_t n, double rtol, double atol_frac, double *worst)
+{
+    double mx = 0;
+    for (size_t i = 0; i < n; i++) mx = fmax(mx, fabs(ref[i]));
+    bool ok = true;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - ref[i]), lim = rtol * fabs(ref[i]) + atol_frac * mx;
+        if (!(d <= lim)) ok = false;
+        if (lim > 0 && d / lim > *worst) *worst = d / lim;
+    }
+    return ok;
+}
+
+static void test_gpt2_tp(const runtime *rt, int tp)
+{
+    if (rt->size % tp != 0) return;
+    grid_shape gs = { tp, 1, 0 };
+    CHECK(grid_shape_resolve(&gs, rt->size, NULL) == STATUS_OK, "shape");
+    grid g;
+    CHECK(grid_init(&g, rt, &gs, 30) == STATUS_OK, "grid_init");
+    nn_tp t = { .size = tp, .rank = g.tp_rank,
+                .ctl = comm_ctl_watched(comm_ctl_named(g.tp_comm, 30, "tp"), rt->wd), .failed = STATUS_OK };
+    model_spec s;
+    spec_gpt2_tiny(&s);
+    int B = 2, T = 16;
+    model whole, shard;
+    CHECK(model_init(&whole, &s, B, T, 1234, true) == STATUS_OK, "whole model");
+    CHECK(model_init_parallel(&shard, &s, B, T, 1234, true, NULL, &t) == STATUS_OK, "shard");
+    param_table *pw = model_params(&whole), *ps = model_params(&shard);
+    char what[160];
+    /* the shard's parameters: exact slices of the whole model's */
+    size_t maxn = 0;
+    for (int e = 0; e < pw->count; e++) maxn = pw->entries[e].count > maxn ? pw->entries[e].count : maxn;
+    float *slice = malloc(maxn * sizeof *slice);
+    CHECK(slice != NULL, "slice");
+    bool same = ps->count == pw->count;
+    size_t held = 0;
+    for (int e = 0; same && e < ps->count; e++) {
+        const param_entry *es = &ps->entries[e], *ew = &pw->entries[e];
+        same = !strcmp(es->name, ew->name) && param_entry_full_count(ps, es) == ew->count;
+        if (!same) break;
+        param_tp_copy(ps, es, slice, model_buffers(&whole)->params + ew->offset, false);
+        same = !memcmp(slice, model_buffers(&shard)->params + es->offset, es->count * sizeof *slice);
+        held += es->count;
+    }
+    snprintf(what, sizeof what, "tp%d: the shard's %zu parameters (of %zu) are slices of the whole model's", tp, held,
+             param_numel(pw));
+    check(rt, same, what, "a tensor differs");
+    /* one forward: the same batch (a few ignored targets) on every rank of the tp group */
+    model_batch b;
+    CHECK(model_batch_init(&b, &whole) == STATUS_OK, "batch");
+    model_batch_synthetic(&b, &whole, 99);
+    b.targets[3] = b.targets[17] = -1;
+    param_zero_grads(model_buffers(&whole), pw);
+    param_zero_grads(model_buffers(&shard), ps);
+    CHECK(model_forward(&whole, &b, true) == STATUS_OK && model_forward(&shard, &b, true) == STATUS_OK, "forward");
+    double lw = model_loss(&whole), lt = model_loss(&shard);
+    snprintf(what, sizeof what, "tp%d: loss %.9g against the whole model's %.9g (rel %.2g <= 1e-5)", tp, lt, lw,
+             fabs(lt - lw) / lw);
+    check(rt, fabs(lt - lw) <= 1e-5 * lw && model_tp_status(&shard) == STATUS_OK, what, "loss differs");
+    model_backward(&whole);
+    model_backward(&shard);
+    check(rt, model_tp_status(&shard) == STATUS_OK, "tp: the backward's reductions completed", "a reduction failed");
+    double worst = 0;
+    bool grads = true;
+    const char *bad = "";
+    for (int e = 0; e < ps->count; e++) {
+        const param_entry *es = &ps->entries[e], *ew = &pw->entries[e];
+        param_tp_copy(ps, es, slice, model_buffers(&whole)->grads + ew->offset, false);
+        if (!close_all(model_buffers(&shard)->grads + es->offset, slice, es->count, 1e-4, 1e-5, &worst)) {
+            if (grads) bad = es->name;
+            grads = false;
+        }
+    }
+    snprintf(what, sizeof what, "tp%d: every gradient shard matches the whole gradient's slice (worst %.2f of the limit)",
+             tp, worst);
+    char why[160];
+    snprintf(why, sizeof why, "first mismatch in %s", bad);
+    check(rt, grads, what, why);
+    free(slice);
+    model_batch_free(&b);
+    model_free(&shard);
+    model_free(&whole);
+    grid_free(&g);
+}
+
+int main(int argc, char **argv)
+{
+    runtime rt;
+    mpi_test_start(&rt, &argc, &argv);
+    if (rt.rank == 0) printf("# test_tp: %d ranks on %d nodes\n", rt.size, rt.nnodes);
+    test_shapes(&rt);
+    test_model_rules(&rt);
+    test_grid(&rt, 1, 1);
+    test_grid(&rt, 2, 1);
+    test_grid(&rt, 1, 2);
+    test_grid(&rt, 2, 2);
+    test_grid(&rt, 4, 1);
+    for (int tp = 2; tp <= rt.size; tp *= 2) test_gpt2_tp(&rt, tp);
+    if (rt.size == 1) test_gpt2_tp(&rt, 1);
+    if (rt.rank == 0) printf("%s: %d failed checks\n", failures ? "FAIL" : "ok", failures);
+    int f = failures;
+    runtime_free(&rt);
+    return f ? 1 : 0;
+}
