@@ -56,6 +56,18 @@ void param_entry_full_shape(const param_table *pt, const param_entry *e, size_t 
     if (e->tp_dim >= 0) shape[e->tp_dim] *= (size_t)pt->tp_size;
 }
 
+void param_table_full(const param_table *pt, param_table *full)
+{
+    param_table_init(full);
+    for (int i = 0; i < pt->count; i++) {
+        const param_entry *e = &pt->entries[i];
+        size_t d[PARAM_MAX_DIMS];
+        param_entry_full_shape(pt, e, d);
+        int k = param_add(full, e->name, e->layer, e->decay, e->ndim, d[0], d[1], d[2], d[3]);
+        full->entries[k].tp_parts = e->tp_parts;
+    }
+}
+
 size_t param_entry_full_count(const param_table *pt, const param_entry *e)
 {
     return e->tp_dim >= 0 ? e->count * (size_t)pt->tp_size : e->count;

@@ -133,6 +133,11 @@ size_t param_entry_full_count(const param_table *pt, const param_entry *e);
  * full, else the shard out of full. A whole tensor is one memcpy. */
 void param_tp_copy(const param_table *pt, const param_entry *e, float *shard, float *full, bool to_full);
 
+/* The whole model's table of a tensor-parallel one: the same entries in the same order
+ * with their full shapes (tp_size 1), so offsets, total and param_table_hash are those
+ * of the model built without tensor parallelism. *full is initialised here. */
+void param_table_full(const param_table *pt, param_table *full);
+
 /* The usual decay rule (nanoGPT configure_optimizers, Loshchilov & Hutter
  * practice): matrices, convolution kernels and embeddings (ndim >= 2) decay;
  * biases and normalisation weights (ndim <= 1) do not. */

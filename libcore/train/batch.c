@@ -77,8 +77,8 @@ status train_open_data(train_run *r, data_loader **out, const char *path, bool t
     TRY(parse3(cfg, "data.std", dc.std));
     dc.micro_batch = r->tb.micro_batch;
     dc.accum = train ? r->tb.accum : 1;
-    dc.dp_rank = r->rt->rank;
-    dc.dp_size = r->rt->size;
+    dc.dp_rank = train_dp_rank(r);  /* the ranks of one replica (its tp shards) read the same samples */
+    dc.dp_size = train_dp_size(r);
     dc.seed = r->seed;
     dc.shuffle = train && config_bool(cfg, "data.shuffle");
     return data_open(out, &dc);

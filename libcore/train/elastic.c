@@ -96,12 +96,12 @@ void train_heartbeat(train_run *r)
  * a run resumed from a checkpoint at this step does. */
 status train_elastic_set_batch(train_run *r, int64_t gb, double lr_factor)
 {
-    int64_t per = (int64_t)r->tb.micro_batch * r->rt->size;
+    int64_t per = (int64_t)r->tb.micro_batch * train_dp_size(r);
     CHECK(gb >= per && gb % per == 0, "callers check that the global batch splits into whole micro-batches");
     r->tb.global_batch = (int)gb;
     r->tb.accum = (int)(gb / per);
     r->elastic = (train_elastic){ gb, lr_factor };
-    r->bm.scale = 1.0 / ((double)r->tb.accum * r->rt->size);  /* as bucket_init's: the mean over GB */
+    r->bm.scale = 1.0 / ((double)r->tb.accum * train_dp_size(r));  /* as bucket_init's: the mean over GB */
     data_loader *d = NULL;
     TRY(train_open_data(r, &d, config_str(r->cfg, "data.train"), true));
     status st = data_set_state(d, &r->loader_state);
@@ -125,7 +125,7 @@ status train_elastic_resume(train_run *r, const ckpt_content *c)
         return STATUS_OK;
     }
     train_elastic e = r->elastic;
-    int64_t per = (int64_t)r->tb.micro_batch * r->rt->size;
+    int64_t per = (int64_t)r->tb.micro_batch * train_dp_size(r);
     if (!(e.lr_factor > 0) || !isfinite(e.lr_factor) || e.global_batch < 1) {
         log_error0("the checkpoint's elastic state is impossible (global batch %" PRId64 ", lr factor %g)",
                    e.global_batch, e.lr_factor);
@@ -134,7 +134,7 @@ status train_elastic_resume(train_run *r, const ckpt_content *c)
     if (e.global_batch % per != 0) {
         log_error0("the checkpoint's global batch %" PRId64 " (set by an elastic control file) is not a multiple of "
                    "train.micro_batch x ranks = %d x %d = %" PRId64 " of this run: relaunch with a number of ranks "
-                   "that divides it, or set train.micro_batch", e.global_batch, r->tb.micro_batch, r->rt->size, per);
+                   "that divides it, or set train.micro_batch", e.global_batch, r->tb.micro_batch, train_dp_size(r), per);
         return STATUS_INPUT;
     }
     if (e.global_batch != r->config_batch) TRY(train_elastic_set_batch(r, e.global_batch, e.lr_factor));

@@ -40,7 +40,7 @@ static status train_eval_sums(train_run *r, double *loss, double *acc, long *sam
     TRY(comm_ctl_allreduce(ctl, sums, tot, 3, MPI_DOUBLE, MPI_SUM));
     *loss = nb ? tot[0] / ((double)nb * r->rt->size) : NAN;
     *acc = tot[2] > 0 ? tot[1] / tot[2] : NAN;
-    *samples = nb * r->tb.micro_batch * r->rt->size;
+    *samples = nb * r->tb.micro_batch * train_dp_size(r);
     return STATUS_OK;
 }
 

@@ -159,8 +159,8 @@ const int train_schema_nkeys = (int)(sizeof train_schema_keys / sizeof train_sch
 
 int train_config_schema(config_key *out, int cap)
 {
-    const config_key base[] = { RUNTIME_CONFIG_KEYS, COMM_CONFIG_KEYS, MODEL_CONFIG_KEYS, DGC_CONFIG_KEYS,
-                                DEVICE_CONFIG_KEYS };
+    const config_key base[] = { RUNTIME_CONFIG_KEYS, COMM_CONFIG_KEYS, GRID_CONFIG_KEYS, MODEL_CONFIG_KEYS,
+                                DGC_CONFIG_KEYS, DEVICE_CONFIG_KEYS };
     int n = 0, nbase = (int)(sizeof base / sizeof base[0]);
     CHECK(nbase + train_schema_nkeys <= cap, "the schema array holds every key");
     for (int i = 0; i < nbase; i++) out[n++] = base[i];
@@ -238,6 +238,7 @@ void train_ckpt_content(train_run *r, ckpt_content *c)
     c->blobs[c->nblobs++] = (ckpt_blob){ TRAIN_CKPT_MONITOR, &r->mon.ck, sizeof r->mon.ck, true, false };
     /* optional: a checkpoint older than hot reload resumes with no change applied */
     c->blobs[c->nblobs++] = (ckpt_blob){ TRAIN_CKPT_RELOAD, r->reload.blob, sizeof r->reload.blob, true, false };
+    train_tp_content(r, c, false);  /* tensor parallelism: the whole model's tensors, this shard's pieces */
 }
 
 const ckpt_blob *train_ckpt_blob(const ckpt_content *c, const char *name)

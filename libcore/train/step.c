@@ -39,9 +39,11 @@ static status train_forward_backward(model *m, const model_batch *b, const devic
 {
     double t0 = train_now_s();
     TRY(model_forward(m, b, true));
+    TRY(model_tp_status(m));  /* a tensor-parallel reduction that timed out or lost its peer */
     double t1 = train_now_s();
     *loss += model_loss(m);
     model_backward(m);
+    TRY(model_tp_status(m));
     if (device_is_gpu(dev)) TRY(device_sync(dev));
     double t2 = train_now_s();
     ss->fwd_ms += (t1 - t0) * 1e3, ss->bwd_ms += (t2 - t1) * 1e3;
@@ -62,6 +64,25 @@ static status train_optim_update(train_optim *o, const param_table *pt, param_bu
     } else {
         device_optim_adamw_step(&o->dopt, pb, &o->adamw, lr, t);
     }
+    return STATUS_OK;
+}
+
+/* The global gradient norm of a tensor-parallel shard, and clipping to max_norm (INFINITY:
+ * none) as optim_clip_grad_norm does: the split tensors' squares summed over the tp group,
+ * the whole tensors' (equal on every tp rank) counted once. */
+static status train_clip_tp(train_run *r, const param_table *pt, float *grads, double max_norm, double *norm)
+{
+    double sq[2] = { 0, 0 };  /* split, whole */
+    for (int i = 0; i < pt->count; i++) {
+        const param_entry *e = &pt->entries[i];
+        sq[e->tp_dim < 0] += grad_norm_sq(grads + e->offset, e->count);
+    }
+    comm_ctl tc = comm_ctl_watched(comm_ctl_named(r->grid.tp_comm, r->timeout_s, "tp"), r->rt->wd);
+    TRY(comm_ctl_allreduce(tc, MPI_IN_PLACE, sq, 1, MPI_DOUBLE, MPI_SUM));
+    double total = sqrt(sq[0] + sq[1]);
+    *norm = total;
+    double coef = max_norm / (total + 1e-6);
+    if (isfinite(total) && coef < 1.0) grad_scale(grads, pt->total, (float)coef);
     return STATUS_OK;
 }
 
@@ -120,7 +141,7 @@ status train_step(train_run *r, train_step_stats *ss)
     ss->fwd_ms = train_zero_grads(&r->dev, pt, pb), ss->bwd_ms = 0;
     train_lap(r, TRAIN_PROFILE_ZERO);
     if (r->dgc_flush) {  /* DGC-Pro was switched off: its residuals go out with this dense step */
-        dgc_flush(r->dgc, pb->grads, (float)(r->tb.accum * r->rt->size), train_lr_scale(r));
+        dgc_flush(r->dgc, pb->grads, (float)(r->tb.accum * train_dp_size(r)), train_lr_scale(r));
         r->dgc_flush = false;
     }
     r->hook_status = STATUS_OK;
@@ -171,7 +192,9 @@ status train_step(train_run *r, train_step_stats *ss)
     /* the norm either way; DGC clipped each node's contribution before compressing */
     if (!compress || exchanged) {
         train_tensorboard_grads(r, step);  /* the averaged gradient, complete on every rank, not clipped yet */
-        optim_clip_grad_norm(pb->grads, pt->total, r->opt.clip > 0 && !compress ? r->opt.clip : INFINITY, &ss->gnorm);
+        double clip = r->opt.clip > 0 && !compress ? r->opt.clip : INFINITY;
+        if (r->grid.shape.tp > 1) TRY(train_clip_tp(r, pt, pb->grads, clip, &ss->gnorm));
+        else optim_clip_grad_norm(pb->grads, pt->total, clip, &ss->gnorm);
     }
     ss->lr = lr_at(&r->sched, r->step) * r->elastic.lr_factor * r->mon.ck.lr_scale;
     train_lap(r, TRAIN_PROFILE_CLIP);
@@ -241,7 +264,9 @@ status train_dgc_setup(train_run *r)
     for (int e = 0; e < pt->count; e++) nparams += pt->entries[e].count;
     const char *why = NULL;
     char buf[256];
-    if (o.mode == DGC_MODE_AUTO && r->rt->nnodes == 1) {
+    if (o.mode == DGC_MODE_AUTO && train_dp_size(r) != r->rt->size) {
+        why = "a hybrid grid: DGC-Pro compresses a data-parallel-only run so far";
+    } else if (o.mode == DGC_MODE_AUTO && r->rt->nnodes == 1) {
         why = "one node: its gradients are reduced densely in shared memory";
     } else if (o.mode == DGC_MODE_AUTO && (int64_t)nparams < o.min_params) {
         snprintf(buf, sizeof buf, "%zu parameters is below dgc.min_params = %" PRId64 " (set dgc.mode = on to force)",

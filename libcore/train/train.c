@@ -63,6 +63,51 @@ static status train_calibrate_comm(train_run *r)
     return STATUS_OK;
 }
 
+/* The process grid of parallel.*: checked against the world and the model, the groups
+ * split, and the gradient path over the replicas (a comm of its own when tp or pp > 1,
+ * the program's otherwise). Pipeline stages are refused until the trainer runs them;
+ * tensor-parallel checkpoints until they are written layout-independent. */
+static status train_grid_setup(train_run *r)
+{
+    const config *cfg = r->cfg;
+    grid_shape gs;
+    grid_shape_from_config(cfg, &gs);
+    TRY(grid_shape_resolve(&gs, r->rt->size, config_origin(cfg, "parallel.tp")));
+    TRY(model_spec_check_grid(&r->spec, gs.tp, gs.pp));
+    if (gs.pp > 1) {
+        log_error0("parallel.pp = %d (%s): the trainer does not run pipeline stages yet; set parallel.pp = 1", gs.pp,
+                   config_origin(cfg, "parallel.pp"));
+        return STATUS_INPUT;
+    }
+    if (gs.tp > 1 && config_bool(cfg, "ckpt.async")) {
+        log_error0("ckpt.async = true with parallel.tp = %d: a tensor-parallel shard writes its pieces of the "
+                   "whole tensors collectively (parallel HDF5), which the background writer does not; set "
+                   "ckpt.async = false", gs.tp);
+        return STATUS_INPUT;
+    }
+    if (gs.tp > 1 && config_int(cfg, "train.zero") != 0) {
+        log_error0("train.zero = 1 with parallel.tp = %d: ZeRO's moment shards of a tensor-parallel shard are not "
+                   "laid out in checkpoints yet; set train.zero = 0", gs.tp);
+        return STATUS_INPUT;
+    }
+    if (gs.tp > 1 && strcmp(config_str(cfg, "dgc.mode"), "on") == 0) {
+        log_error0("dgc.mode = on with parallel.tp = %d: DGC-Pro on the data-parallel dimension of a hybrid grid "
+                   "is not built yet; set dgc.mode = off or auto", gs.tp);
+        return STATUS_INPUT;
+    }
+    TRY(grid_init(&r->grid, r->rt, &gs, r->timeout_s));
+    if (gs.dp != r->rt->size) grid_print(&r->grid, r->rt, stdout);
+    r->dpc = r->c;
+    if (gs.dp != r->rt->size) {
+        comm_options co;
+        comm_options_from_config(cfg, &co);
+        co.timeout_s = r->timeout_s;
+        TRY(comm_init(&r->dpc_owned, &r->grid.dp_rt, &co));
+        r->dpc = r->dpc_owned;
+    }
+    return STATUS_OK;
+}
+
 /* Collective: every rank returns the status rank 0's run-directory work found (the other
  * ranks pass STATUS_OK), so a refused lock or an unwritable file ends every rank the same
  * way instead of leaving them in the next collective. */
@@ -110,7 +155,8 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
         return STATUS_INPUT;
     }
     TRY(model_spec_from_config(&r->spec, cfg));
-    TRY(train_batch_resolve(&r->tb, cfg, rt->size));
+    TRY(train_grid_setup(r));
+    TRY(train_batch_resolve(&r->tb, cfg, train_dp_size(r)));
     r->config_batch = r->tb.global_batch;
     r->elastic = (train_elastic){ r->tb.global_batch, 1.0 };
     r->T = r->spec.family == MODEL_FAMILY_RESNET ? 0 : (int)config_int(cfg, "train.seq_len");
@@ -156,7 +202,10 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
     const char *val = config_str(cfg, "data.val");
     if (val[0]) TRY(train_open_data(r, &r->val_data, val, false));
 
-    TRY(model_init_on(&r->m, &r->spec, r->tb.micro_batch, r->T, r->seed, true, &r->dev));
+    nn_tp tp = { .size = r->grid.shape.tp, .rank = r->grid.tp_rank, .failed = STATUS_OK,
+                 .ctl = comm_ctl_watched(comm_ctl_named(r->grid.tp_comm, r->timeout_s, "tp"), rt->wd) };
+    TRY(model_init_parallel(&r->m, &r->spec, r->tb.micro_batch, r->T, r->seed, true, &r->dev, &tp));
+    TRY(train_tp_layout(r));
     TRY(device_optim_init(&r->opt.dopt, &r->dev, model_params(&r->m)));
     TRY(model_batch_init(&r->batch, &r->m));
     if (r->fixed_batch) model_batch_synthetic(&r->batch, &r->m, r->seed);
@@ -169,7 +218,7 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
      * anyway, and so does Nebula, so a rank can never start from another state). */
     param_table *pt = model_params(&r->m);
     param_buffers *pb = model_buffers(&r->m);
-    TRY(comm_ctl_bcast(train_ctl(r), pb->params, (int)pt->total, MPI_FLOAT, 0));
+    TRY(comm_ctl_bcast(train_dp_ctl(r), pb->params, (int)pt->total, MPI_FLOAT, 0));  /* a replica's shards */
     if (r->use_zero) {
         /* The moments live in zero's packed buffers, 1/N of them per rank. The models
          * allocate full ones when training (model_init has no flag to leave them out):
@@ -178,16 +227,16 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
         pb->m = pb->v = NULL;
         zero_options zo = { (size_t)config_int(cfg, "zero.shard_numel"), (int)config_int(cfg, "zero.vnodes"),
                             r->opt.use_sgd ? 1 : 2 };
-        TRY(zero_init(&r->zero, rt->world, pt, &zo));
+        TRY(zero_init(&r->zero, r->grid.dp_comm, pt, &zo));
     }
 
     TRY(train_layers(r));
     size_t *off = malloc((size_t)pt->count * sizeof *off), *cnt = malloc((size_t)pt->count * sizeof *cnt);
     if (!off || !cnt) return STATUS_NOMEM;
     param_table_slices(pt, off, cnt);
-    status st = bucket_init(&r->bm, c, pb->grads, REDUCE_DTYPE_F32, off, cnt, pt->count,
+    status st = bucket_init(&r->bm, r->dpc, pb->grads, REDUCE_DTYPE_F32, off, cnt, pt->count,
                             (size_t)config_size(cfg, "train.bucket_bytes"), COMM_ALGO_AUTO,
-                            1.0 / ((double)r->tb.accum * rt->size));
+                            1.0 / ((double)r->tb.accum * train_dp_size(r)));
     free(off), free(cnt);
     TRY(st);
     /* forced DGC-Pro never sends the dense gradient: no need to time it (slow links: minutes) */
@@ -275,6 +324,7 @@ status train_resume(train_run *r)
     snprintf(dir, sizeof dir, "%s/ckpt", r->run_dir);
     ckpt_content c;
     train_ckpt_content(r, &c);
+    train_tp_content(r, &c, true);
     ckpt_info info;
     TRY(ckpt_load(r->rt->world, dir, which, &c, &info));
     /* steps an earlier launch logged past where this one starts are redone (rank 0 knows) */
@@ -324,7 +374,7 @@ static status train_reinit(train_run *r)
 {
     model s;
     memset(&s, 0, sizeof s);
-    TRY(model_init_on(&s, &r->spec, 1, r->T, r->seed, false, &r->dev));
+    TRY(model_init_parallel(&s, &r->spec, 1, r->T, r->seed, false, &r->dev, &r->m.tp));
     const param_table *pt = model_params(&r->m);
     param_buffers *pb = model_buffers(&r->m);
     memcpy(pb->params, model_buffers(&s)->params, pt->total * sizeof *pb->params);
@@ -359,6 +409,7 @@ status train_rollback(train_run *r)
     if (path[0]) {
         ckpt_content c;
         train_ckpt_content(r, &c);
+        train_tp_content(r, &c, true);
         ckpt_info info;
         status st = ckpt_load(r->rt->world, dir, path, &c, &info);
         memcpy(r->reload.blob, history, sizeof r->reload.blob);
@@ -403,7 +454,7 @@ void train_print(const train_run *r, FILE *f)
     model *m = (model *)&r->m;
     model_spec_print(&r->spec, f);
     fprintf(f, "batch: global %d = micro-batch %d x accumulation %d x %d ranks%s; %d threads per rank\n",
-            r->tb.global_batch, r->tb.micro_batch, r->tb.accum, r->rt->size, r->T ? "" : " (images)", r->threads);
+            r->tb.global_batch, r->tb.micro_batch, r->tb.accum, train_dp_size(r), r->T ? "" : " (images)", r->threads);
     fprintf(f, "device: %s\n", r->dev.describe);
     char line[512];
     data_describe(r->train_data, line, sizeof line);
@@ -436,6 +487,9 @@ void train_free(train_run *r)
     if (r->heartbeat_fd >= 0) close(r->heartbeat_fd);
     train_rundir_unlock(r);  /* last of the run-directory files */
     bucket_free(&r->bm);
+    if (r->dpc_owned) comm_free(r->dpc_owned);
+    train_tp_free(r);
+    if (r->grid.shape.tp > 0) grid_free(&r->grid);  /* grid_init ran (a run that failed before has a zero shape) */
     free(r->layer_first), free(r->layer_count), free(r->raw_ids), free(r->samples);
     if (r->val_data) data_free(r->val_data);
     if (r->train_data) data_free(r->train_data);

@@ -34,6 +34,7 @@
 #include "ckpt/ckpt.h"
 #include "comm/bucket.h"
 #include "comm/comm.h"
+#include "comm/grid.h"
 #include "data/data.h"
 #include "dgc/dgc.h"
 #include "nn/device.h"
@@ -89,7 +90,7 @@ extern const int train_schema_nkeys;
  * into out[cap]; returns how many. */
 int train_config_schema(config_key *out, int cap);
 
-/* Global batch = micro_batch x accum x data-parallel size; any two given (0 = not
+/* Global batch = micro_batch x accum x data-parallel size (world / (tp x pp)); any two given (0 = not
  * given), the third is derived; accum defaults to 1 when only one is given. */
 typedef struct train_batch {
     int micro_batch;           /* b: samples per forward */
@@ -209,7 +210,10 @@ typedef struct train_run {
     config live;               /* the run's config: the program's, then every hot reload applied */
     train_reload reload;       /* the applied history (reload.c) */
     const runtime *rt;
-    comm *c;
+    comm *c;                   /* the program's, over the world */
+    grid grid;                 /* the process grid (parallel.*): tp x pp x dp */
+    comm *dpc;                 /* the gradient path over the data-parallel group: c when dp is the world */
+    comm *dpc_owned;           /* dpc when the run made it (tp or pp > 1), NULL otherwise */
     double timeout_s;          /* comm.timeout: the deadline of the trainer's own collectives */
     device dev;                /* the CPU so far (device.kind = cuda is refused at setup) */
     model_spec spec;
@@ -237,6 +241,14 @@ typedef struct train_run {
     double comm_ms;            /* calibrated: one blocking allreduce of all buckets */
     bool use_zero;             /* train.zero = 1: optimizer state sharded over the ranks (ZeRO-1) */
     zero zero;                 /* the shards, their packed moments and the all-gather; use_zero only */
+    /* tensor parallelism (hybrid.c): checkpoints hold the whole model's tensors, so they load at
+       any layout; a shard reads and writes its pieces of them as ranges of the full layout */
+    param_table tp_full;       /* tp > 1: the whole model's table (param_table_full) */
+    param_shards tp_save;      /* the full layout's pieces this rank writes (each written once: dp rank 0,
+                                  the whole tensors by tp rank 0 too) */
+    param_shards tp_load;      /* the pieces this rank reads (its shard's, and the whole tensors) */
+    size_t *tp_ranges;         /* the arrays behind both: offset, count, packed (3 x n) */
+    uint8_t *tp_mine;          /* mine flags: save's (n), then load's (n) */
     dgc *dgc;                  /* DGC-Pro when configured and not ruled out at setup; NULL otherwise */
     dgc_stats dstats;          /* of the last step it ran */
     double dgc_sent, dgc_dense;/* bytes sent between nodes by this rank over the run, and a dense ring's */

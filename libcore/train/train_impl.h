@@ -20,6 +20,23 @@ static inline comm_ctl train_ctl(const train_run *r)
     return comm_ctl_watched(comm_ctl_named(r->rt->world, r->timeout_s, "world"), r->rt->wd);
 }
 
+/* The control plane over my data-parallel group (the replicas of my shard). */
+static inline comm_ctl train_dp_ctl(const train_run *r)
+{
+    return comm_ctl_watched(comm_ctl_named(r->grid.dp_comm, r->timeout_s, "dp"), r->rt->wd);
+}
+
+/* hybrid.c: a tensor-parallel shard's checkpoint layout (after the model is built), the
+ * content's switch to it (the whole model's table, the pieces this rank writes or, with
+ * load, reads; no-op at tp 1), and its release. */
+status train_tp_layout(train_run *r);
+void train_tp_content(train_run *r, ckpt_content *c, bool load);
+void train_tp_free(train_run *r);
+
+/* The data-parallel replicas and mine: what the batch splits over and the gradients average over. */
+static inline int train_dp_size(const train_run *r) { return r->grid.shape.dp; }
+static inline int train_dp_rank(const train_run *r) { return r->grid.dp_rank; }
+
 static inline double train_now_s(void)
 {
     return MPI_Wtime();
