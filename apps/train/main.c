@@ -251,6 +251,23 @@ int main(int argc, char **argv)
     if (st == STATUS_OK) train_print(run, stdout);
     if (st == STATUS_OK) st = train_resume(run);
     if (st == STATUS_OK) st = train_loop(run);
+    while (st == STATUS_REGRID) {
+        /* a control file's new grid at the same world size: the checkpoint just committed
+         * is resumed by the run set up again on it, in the same processes */
+        grid_shape g = run->regrid;
+        char kv[4][48];
+        snprintf(kv[0], sizeof kv[0], "parallel.tp=%d", g.tp);
+        snprintf(kv[1], sizeof kv[1], "parallel.pp=%d", g.pp);
+        snprintf(kv[2], sizeof kv[2], "parallel.dp=%d", g.dp);
+        snprintf(kv[3], sizeof kv[3], "ckpt.resume=auto");  /* the run directory's newest: that checkpoint */
+        watchdog_enter(rt.wd, "re-forming the process grid", rt.timeout_s);
+        train_free(run);
+        watchdog_leave(rt.wd);
+        for (int i = 0; i < 4; i++) CHECK(config_set(&cfg, kv[i]) == STATUS_OK, "the grid's keys are in the schema");
+        st = train_setup(run, &cfg, &rt, c, &signals);
+        if (st == STATUS_OK) st = train_resume(run);
+        if (st == STATUS_OK) st = train_loop(run);
+    }
     if (runtime_must_abort(st)) runtime_exit(&rt, st);
     /* collective frees (the checkpoint writer's and comm's communicators and window) */
     watchdog_enter(rt.wd, "shutdown: freeing the run and its communicators", rt.timeout_s);

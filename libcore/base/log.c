@@ -120,6 +120,7 @@ const char *status_str(status st)
     case STATUS_DEVICE: return "device failure";
     case STATUS_DIVERGED: return "training diverged";
     case STATUS_HALTED: return "stopped by a monitor rule";
+    case STATUS_REGRID: return "a new process grid requested";
     }
     return "unknown status";
 }

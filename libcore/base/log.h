@@ -29,6 +29,8 @@ typedef enum status {
                            gradient norm, or an update that made a parameter non-finite (exit 1) */
     STATUS_HALTED,      /* stopped by a monitor rule's `stop` action, state saved; a person decides what
                            next, so job scripts do not requeue (exit 5) */
+    STATUS_REGRID,      /* stopped to form another process grid at the same world size, state saved:
+                           nebula-train sets the run up again in the same processes (exit 1 if it escapes) */
 } status;
 
 typedef enum log_level {

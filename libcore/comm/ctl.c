@@ -53,8 +53,9 @@ static void ctl_timed_out(comm_ctl c, const char *what)
     log_error("HINT: see the other ranks' last messages; raise comm.timeout if a rank is legitimately slow");
 }
 
-/* ctl_wait's loop; STATUS_TIMEOUT when c's deadline passes (the caller reports it). */
-static status ctl_poll(comm_ctl c, MPI_Request *req, const char *what, int started)
+/* ctl_wait's loop over n requests; STATUS_TIMEOUT when c's deadline passes (the caller
+ * reports it). */
+static status ctl_poll(comm_ctl c, int n, MPI_Request *req, const char *what, int started)
 {
     if (started != MPI_SUCCESS) {
         char msg[MPI_MAX_ERROR_STRING];
@@ -66,7 +67,7 @@ static status ctl_poll(comm_ctl c, MPI_Request *req, const char *what, int start
     double t0 = MPI_Wtime(), end = c.timeout_s > 0 ? t0 + c.timeout_s : 0, prev = t0;
     for (long polls = 0;; polls++) {
         int done = 0;
-        int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        int rc = MPI_Testall(n, req, &done, MPI_STATUSES_IGNORE);
         if (rc != MPI_SUCCESS) {
             char msg[MPI_MAX_ERROR_STRING];
             int len = 0;
@@ -96,17 +97,22 @@ static status ctl_poll(comm_ctl c, MPI_Request *req, const char *what, int start
  * take a core from the ranks still computing. A watched ctl shows the wait in this
  * rank's beacon; the watchdog's deadline is a little later than c's own, which
  * normally fires first and returns STATUS_TIMEOUT up the stack. */
-static status ctl_wait(comm_ctl c, MPI_Request *req, const char *what, int started)
+static status ctl_waitn(comm_ctl c, int n, MPI_Request *req, const char *what, int started)
 {
     if (c.wd && started == MPI_SUCCESS) {
         char op[96];
         snprintf(op, sizeof op, "%s on %s", what, c.name ? c.name : "a communicator");
         watchdog_enter(c.wd, op, c.timeout_s > 0 ? c.timeout_s + 2 : 0);
     }
-    status st = ctl_poll(c, req, what, started);
+    status st = ctl_poll(c, n, req, what, started);
     if (c.wd && started == MPI_SUCCESS) watchdog_leave(c.wd);
     if (st == STATUS_TIMEOUT) ctl_timed_out(c, what);  /* unguarded: reading the beacons takes a few ticks */
     return st;
+}
+
+static status ctl_wait(comm_ctl c, MPI_Request *req, const char *what, int started)
+{
+    return ctl_waitn(c, 1, req, what, started);
 }
 
 status comm_ctl_allreduce(comm_ctl c, const void *sendbuf, void *recvbuf, int count, MPI_Datatype dt, MPI_Op op)
@@ -204,6 +210,15 @@ status comm_ctl_recv(comm_ctl c, void *buf, int count, MPI_Datatype dt, int peer
 {
     MPI_Request r;
     return ctl_wait(c, &r, "receive", MPI_Irecv(buf, count, dt, peer, tag, c.comm, &r));
+}
+
+status comm_ctl_sendrecv(comm_ctl c, const void *sendbuf, int sendcount, int dest, int sendtag, void *recvbuf,
+                         int recvcount, int source, int recvtag, MPI_Datatype dt)
+{
+    MPI_Request r[2];
+    int a = MPI_Irecv(recvbuf, recvcount, dt, source, recvtag, c.comm, &r[0]);
+    int b = a == MPI_SUCCESS ? MPI_Isend(sendbuf, sendcount, dt, dest, sendtag, c.comm, &r[1]) : a;
+    return ctl_waitn(c, 2, r, "send and receive", b);
 }
 
 #define CTL_CLOCK_TAG 0x4e43  /* "NC": the pings' tag; nothing else sends point-to-point on a ctl's communicator */

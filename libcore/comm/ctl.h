@@ -83,6 +83,11 @@ status comm_ctl_barrier(comm_ctl c);
  * `tag`, waited on with c's deadline (a blocking send or receive, one at a time). */
 status comm_ctl_send(comm_ctl c, const void *buf, int count, MPI_Datatype dt, int peer, int tag);
 status comm_ctl_recv(comm_ctl c, void *buf, int count, MPI_Datatype dt, int peer, int tag);
+/* Both at once, waited on together with one deadline: sendcount elements to `dest` and
+ * recvcount from `source` (the pipeline's exchange of an activation against a gradient,
+ * where two blocking calls in a row could each wait for the other's peer). */
+status comm_ctl_sendrecv(comm_ctl c, const void *sendbuf, int sendcount, int dest, int sendtag, void *recvbuf,
+                         int recvcount, int source, int recvtag, MPI_Datatype dt);
 
 /* Collective over c: every member's clock against root's, by ping-pong (Cristian's
  * estimate, as NTP and Horovod's timeline align clocks): root pings each member in

@@ -33,6 +33,8 @@
       .help = "tensor-parallel ranks per layer (Megatron column/row-parallel; must divide the heads)" }, \
     { "parallel", "pp", CONFIG_TYPE_INT, "1", .min = 1, .max = 4096,                                \
       .help = "pipeline stages (at most the model's blocks)" },                                     \
+    { "parallel", "stages", CONFIG_TYPE_STRING, "",                                                  \
+      .help = "blocks per pipeline stage, e.g. \"7,5\" (empty: balanced by counted FLOPs)" },        \
     { "parallel", "dp", CONFIG_TYPE_INT, "0", .min = 0, .max = 1 << 20,                             \
       .help = "data-parallel replicas (0: the world size / (tp x pp)); tp x pp x dp = world size" }
 

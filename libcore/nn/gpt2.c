@@ -56,47 +56,51 @@ status gpt2_config_check(const gpt2_config *c)
     return STATUS_OK;
 }
 
-/* Appends one tensor to the table; returns its offset (the view field's value). */
-static size_t gpt2_add(param_table *pt, const char *name, int layer, bool decay, int ndim, int d0, int d1)
-{
-    int i = param_add(pt, name, layer, decay, ndim, (size_t)d0, (size_t)d1, 0, 0);
-    return pt->entries[i].offset;
-}
+#define GPT2_NO_VIEW SIZE_MAX  /* a view of a tensor another pipeline stage holds */
 
-/* A tensor split over the tp ranks along dim (in `parts` blocks), added by its full shape. */
-static size_t gpt2_add_split(param_table *pt, const char *name, int layer, bool decay, int ndim, int d0, int d1,
-                             int dim, int parts)
+/* Appends tensor number `index` of the whole model (its init stream) to the table, split
+ * over the tp ranks along dim in `parts` blocks (dim -1: whole), when `here`; returns
+ * its offset (the view field's value), GPT2_NO_VIEW when not here. */
+static size_t gpt2_add(gpt2 *m, bool here, int index, const char *name, int layer, bool decay, int ndim, int d0,
+                       int d1, int dim, int parts)
 {
-    int i = param_add_split(pt, name, layer, decay, ndim, (size_t)d0, (size_t)d1, dim, parts);
-    return pt->entries[i].offset;
+    if (!here) return GPT2_NO_VIEW;
+    int i = dim < 0 ? param_add(&m->pt, name, layer, decay, ndim, (size_t)d0, (size_t)d1, 0, 0)
+                    : param_add_split(&m->pt, name, layer, decay, ndim, (size_t)d0, (size_t)d1, dim, parts);
+    m->init_index[i] = index;
+    return m->pt.entries[i].offset;
 }
 
 /* Parameter table in forward order, with HF GPT-2 names, and the named views: each
  * line names a tensor, its shape and the view field that holds its offset, so a view
  * cannot disagree with the table; param_views_check then proves every tensor has
- * exactly one field. STATUS_NOMEM when the per-block views cannot be allocated. */
+ * exactly one field. A pipeline stage adds only its own tensors. STATUS_NOMEM when
+ * the per-block views cannot be allocated. */
 static status gpt2_build_table(gpt2 *m)
 {
     const gpt2_config *c = &m->cfg;
-    int C = c->channels, L = c->num_layers;
+    int C = c->channels, L = c->num_layers, idx = 0;
+    bool first = m->l0 == 0, last = m->l1 == L;
     gpt2_views *v = &m->views;
     char n[PARAM_NAME_MAX];
-    if (!(v->h = malloc((size_t)L * sizeof *v->h))) return STATUS_NOMEM;
+    if (!(v->h = malloc((size_t)L * sizeof *v->h)) || !(m->init_index = malloc((size_t)(4 + 12 * L) * sizeof(int))))
+        return STATUS_NOMEM;
     param_table_init(&m->pt);
     param_table_set_tp(&m->pt, m->tp.size, m->tp.rank);
     /* tp: wte by rows (vocabulary-parallel), the column-parallel c_attn (q, k, v each by
      * heads) and c_fc by output columns with their biases, the row-parallel c_proj
      * weights by input rows; everything else whole */
-    v->wte = gpt2_add_split(&m->pt, "wte.weight", 0, true, 2, c->padded_vocab_size, C, 0, 1);
-    v->wpe = gpt2_add(&m->pt, "wpe.weight", 0, true, 2, c->max_seq_len, C);
+    v->wte = gpt2_add(m, first || last, idx++, "wte.weight", 0, true, 2, c->padded_vocab_size, C, 0, 1);
+    v->wpe = gpt2_add(m, first, idx++, "wpe.weight", 0, true, 2, c->max_seq_len, C, -1, 0);
     for (int l = 0; l < L; l++) {
         gpt2_layer_views *h = &v->h[l];
+        bool here = l >= m->l0 && l < m->l1;
 #define P(field, suffix, decay, nd, a, b)                             \
     snprintf(n, sizeof n, "h.%d.%s", l, suffix);                      \
-    h->field = gpt2_add(&m->pt, n, l + 1, decay, nd, a, b)
+    h->field = gpt2_add(m, here, idx++, n, l + 1, decay, nd, a, b, -1, 0)
 #define S(field, suffix, decay, nd, a, b, dim, parts)                 \
     snprintf(n, sizeof n, "h.%d.%s", l, suffix);                      \
-    h->field = gpt2_add_split(&m->pt, n, l + 1, decay, nd, a, b, dim, parts)
+    h->field = gpt2_add(m, here, idx++, n, l + 1, decay, nd, a, b, dim, parts)
         P(ln_1_w, "ln_1.weight", false, 1, C, 0);
         P(ln_1_b, "ln_1.bias", false, 1, C, 0);
         S(c_attn_w, "attn.c_attn.weight", true, 2, C, 3 * C, 1, 3);
@@ -112,8 +116,8 @@ static status gpt2_build_table(gpt2 *m)
 #undef P
 #undef S
     }
-    v->ln_f_w = gpt2_add(&m->pt, "ln_f.weight", L + 1, false, 1, C, 0);
-    v->ln_f_b = gpt2_add(&m->pt, "ln_f.bias", L + 1, false, 1, C, 0);
+    v->ln_f_w = gpt2_add(m, last, idx++, "ln_f.weight", L + 1, false, 1, C, 0, -1, 0);
+    v->ln_f_b = gpt2_add(m, last, idx++, "ln_f.bias", L + 1, false, 1, C, 0, -1, 0);
     return STATUS_OK;
 }
 
@@ -126,19 +130,19 @@ static status gpt2_check_views(const gpt2 *m)
     size_t L = (size_t)m->cfg.num_layers, n = 0;
     size_t *all = malloc((4 + L * GPT2_LAYER_TENSORS) * sizeof *all);
     if (!all) return STATUS_NOMEM;
-    all[n++] = v->wte;
-    all[n++] = v->wpe;
-    all[n++] = v->ln_f_w;
-    all[n++] = v->ln_f_b;
-    for (size_t l = 0; l < L; l++, n += GPT2_LAYER_TENSORS)
+    size_t top[4] = { v->wte, v->wpe, v->ln_f_w, v->ln_f_b };
+    for (int i = 0; i < 4; i++)
+        if (top[i] != GPT2_NO_VIEW) all[n++] = top[i];
+    for (size_t l = (size_t)m->l0; l < (size_t)m->l1; l++, n += GPT2_LAYER_TENSORS)
         memcpy(all + n, &v->h[l], sizeof v->h[l]);
     param_views_check(&m->pt, all, n, "gpt2");
     free(all);
     return STATUS_OK;
 }
 
-/* Each tensor is drawn whole (one counter stream per tensor, so the init depends on
- * neither table order nor the tp size) and this rank's shard sliced out of it. */
+/* Each tensor is drawn whole (one counter stream per tensor of the whole model, so the
+ * init depends on neither the tp size nor the pipeline stage) and this rank's shard
+ * sliced out of it. */
 static status gpt2_init_weights(gpt2 *m, uint64_t seed)
 {
     float *p = m->pb.params, *full = NULL;
@@ -159,10 +163,10 @@ static status gpt2_init_weights(gpt2 *m, uint64_t seed)
         }
         double std = strstr(e->name, "c_proj.weight") ? proj_std : 0.02;
         rng r;
-        rng_init(&r, seed, 0, RNG_PURPOSE_INIT, (uint64_t)i);
+        rng_init(&r, seed, 0, RNG_PURPOSE_INIT, (uint64_t)m->init_index[i]);
         for (size_t k = 0; k < n; k++) dst[k] = (float)(std * rng_normal(&r));
         /* padded vocabulary rows never receive gradient; keep them zero */
-        if (w == p + m->views.wte)
+        if (!strcmp(e->name, "wte.weight"))
             memset(dst + (size_t)c->vocab_size * (size_t)c->channels, 0,
                    (size_t)(c->padded_vocab_size - c->vocab_size) * (size_t)c->channels * sizeof(float));
         if (dst != w) param_tp_copy(&m->pt, e, w, full, false);
@@ -171,12 +175,13 @@ static status gpt2_init_weights(gpt2 *m, uint64_t seed)
     return STATUS_OK;
 }
 
-static void gpt2_layout_acts(void *owner, float *base, size_t *used)
+/* One set of activations for the stage's blocks (the head's only on the last stage). */
+static void gpt2_layout_slot(gpt2 *m, float *base, size_t *used)
 {
-    gpt2 *m = owner;
-    size_t L = (size_t)m->cfg.num_layers, BT = (size_t)m->B * (size_t)m->T, C = (size_t)m->cfg.channels;
+    size_t L = (size_t)(m->l1 - m->l0), BT = (size_t)m->B * (size_t)m->T, C = (size_t)m->cfg.channels;
     size_t tp = (size_t)m->tp.size, NH = (size_t)m->cfg.num_heads / tp, Vp = (size_t)m->cfg.padded_vocab_size / tp;
     size_t Cl = C / tp;  /* this rank's columns of attention; 4 Cl of the MLP */
+    size_t head = m->l1 == m->cfg.num_layers;
     gpt2_acts *a = &m->acts;
     a->encoded = param_carve(base, used, BT * C);
     a->ln1 = param_carve(base, used, L * BT * C);
@@ -194,14 +199,43 @@ static void gpt2_layout_acts(void *owner, float *base, size_t *used)
     a->fch_gelu = param_carve(base, used, L * BT * 4 * Cl);
     a->fcproj = param_carve(base, used, L * BT * C);
     a->residual3 = param_carve(base, used, L * BT * C);
-    a->lnf = param_carve(base, used, BT * C);
-    a->lnf_mean = param_carve(base, used, BT);
-    a->lnf_rstd = param_carve(base, used, BT);
-    a->logits = param_carve(base, used, BT * Vp);
+    a->lnf = param_carve(base, used, head * BT * C);
+    a->lnf_mean = param_carve(base, used, head * BT);
+    a->lnf_rstd = param_carve(base, used, head * BT);
+    a->logits = param_carve(base, used, head * BT * Vp);
     a->losses = param_carve(base, used, BT);
-    a->xent_lse = param_carve(base, used, BT);
-    a->xent_part = tp > 1 ? (double *)param_carve(base, used, 4 * BT) : NULL;  /* 2 BT doubles, 64-byte aligned */
+    a->xent_lse = param_carve(base, used, head * BT);
+    a->xent_part = tp > 1 ? (double *)param_carve(base, used, head * 4 * BT) : NULL;  /* 2 BT doubles, 64-byte aligned */
 }
+
+/* `slots` sets, one after the other; acts views set 0. */
+static void gpt2_layout_acts(void *owner, float *base, size_t *used)
+{
+    gpt2 *m = owner;
+    size_t start = *used;
+    gpt2_layout_slot(m, base, used);
+    m->slot_floats = *used - start;
+    *used += (size_t)(m->slots - 1) * m->slot_floats;
+}
+
+void gpt2_set_slot(gpt2 *m, int k)
+{
+    CHECK(k >= 0 && k < m->slots, "gpt2_set_slot: activation set out of range");
+    size_t used = (size_t)k * m->slot_floats;
+    gpt2_layout_slot(m, m->act_memory, &used);
+    m->slot = k;
+    m->targets = m->slot_targets + (size_t)k * (size_t)m->B * (size_t)m->T;
+    m->mean_loss = m->slot_loss[k];
+}
+
+float *gpt2_stage_in(gpt2 *m) { return m->acts.encoded; }
+
+float *gpt2_stage_out(gpt2 *m)
+{
+    return m->acts.residual3 + (size_t)(m->l1 - m->l0 - 1) * (size_t)m->B * (size_t)m->T * (size_t)m->cfg.channels;
+}
+
+float *gpt2_stage_grad(gpt2 *m) { return m->gs.dresidual; }
 
 static void gpt2_layout_grads(void *owner, float *base, size_t *used)
 {
@@ -215,7 +249,7 @@ static void gpt2_layout_grads(void *owner, float *base, size_t *used)
     g->dbt3c = param_carve(base, used, BT * 3 * C / tp);
     g->dbtc = param_carve(base, used, BT * C);
     g->dbtc2 = param_carve(base, used, BT * C);
-    g->dlogits = param_carve(base, used, BT * Vp);
+    g->dlogits = param_carve(base, used, (m->l1 == m->cfg.num_layers) * BT * Vp);
     g->dlosses = param_carve(base, used, BT);
 }
 
@@ -253,6 +287,24 @@ status gpt2_init_on(gpt2 *m, const gpt2_config *cfg, int B, int T, uint64_t seed
     return gpt2_init_tp(m, cfg, B, T, seed, train, dev, NULL);
 }
 
+status gpt2_table_whole(const gpt2_config *cfg, int tp_size, int tp_rank, param_table *out)
+{
+    gpt2 g;
+    memset(&g, 0, sizeof g);
+    g.cfg = *cfg;
+    g.tp = (nn_tp){ .size = tp_size, .rank = tp_rank };
+    g.l0 = 0, g.l1 = cfg->num_layers;
+    status st = gpt2_build_table(&g);
+    free(g.views.h);
+    free(g.init_index);
+    if (st != STATUS_OK) {
+        param_table_free(&g.pt);
+        return st;
+    }
+    *out = g.pt;
+    return STATUS_OK;
+}
+
 status gpt2_check_tp(const gpt2_config *c, int tp)
 {
     if (tp < 1 || c->num_heads % tp != 0) {
@@ -271,10 +323,23 @@ status gpt2_check_tp(const gpt2_config *c, int tp)
 status gpt2_init_tp(gpt2 *m, const gpt2_config *cfg, int B, int T, uint64_t seed, bool train, const device *dev,
                     const nn_tp *tp)
 {
+    return gpt2_init_parallel(m, cfg, B, T, seed, train, dev, tp, NULL);
+}
+
+status gpt2_init_parallel(gpt2 *m, const gpt2_config *cfg, int B, int T, uint64_t seed, bool train, const device *dev,
+                          const nn_tp *tp, const nn_stage *stage)
+{
     memset(m, 0, sizeof *m);
     m->tp = tp ? *tp : nn_tp_none();
-    if (m->tp.size > 1 && device_is_gpu(dev)) {
-        log_error0("parallel.tp = %d: tensor parallelism runs on the CPU only so far (device.kind = cpu)", m->tp.size);
+    nn_stage st = stage ? *stage : nn_stage_whole();
+    if (st.end == 0) st = (nn_stage){ .first = 0, .end = cfg->num_layers, .slots = st.slots };
+    CHECK(st.first >= 0 && st.first < st.end && st.end <= cfg->num_layers && st.slots >= 1,
+          "gpt2_init_parallel: a stage is a non-empty range of the blocks with at least one activation set");
+    m->l0 = st.first, m->l1 = st.end, m->slots = st.slots;
+    bool staged = m->l0 > 0 || m->l1 < cfg->num_layers;
+    if ((m->tp.size > 1 || staged) && device_is_gpu(dev)) {
+        log_error0("parallel.tp = %d, a pipeline stage of blocks %d..%d: tensor and pipeline parallelism run on the "
+                   "CPU only so far (device.kind = cpu)", m->tp.size, m->l0, m->l1 - 1);
         return STATUS_USAGE;
     }
     if (m->tp.size > 1) TRY(gpt2_check_tp(cfg, m->tp.size));
@@ -296,8 +361,11 @@ status gpt2_init_tp(gpt2 *m, const gpt2_config *cfg, int B, int T, uint64_t seed
     TRY(device_arena(dev, gpt2_layout_acts, m, &m->act_memory, &m->act_floats, "activations"));
     if (train) TRY(device_arena(dev, gpt2_layout_grads, m, &m->grad_memory, &m->grad_floats, "activation gradients"));
     m->pos_ids = malloc((size_t)B * (size_t)T * sizeof *m->pos_ids);
-    m->targets = malloc((size_t)B * (size_t)T * sizeof *m->targets);
-    if (!m->pos_ids || !m->targets) return STATUS_NOMEM;
+    m->slot_targets = malloc((size_t)m->slots * (size_t)B * (size_t)T * sizeof *m->slot_targets);
+    m->slot_loss = malloc((size_t)m->slots * sizeof *m->slot_loss);
+    if (!m->pos_ids || !m->slot_targets || !m->slot_loss) return STATUS_NOMEM;
+    for (int k = 0; k < m->slots; k++) m->slot_loss[k] = -1;
+    m->targets = m->slot_targets;
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) m->pos_ids[b * T + t] = t;
     if (gpt2_on_gpu(m)) TRY(gpt2_init_device(m, train));
@@ -314,7 +382,9 @@ void gpt2_free(gpt2 *m)
     device_free(m->dev, m->dev_ids);
     device_buffers_free(m->dev, &m->w);
     free(m->host_losses);
-    free(m->targets);
+    free(m->slot_targets);
+    free(m->slot_loss);
+    free(m->init_index);
     param_buffers_free(&m->pb);
     param_table_free(&m->pt);
     free(m->views.h);
@@ -372,33 +442,39 @@ status gpt2_forward(gpt2 *m, const int32_t *tokens, const int32_t *targets)
         ids = m->dev_ids;
         tgt = m->dev_ids + BT;
     }
-    if (tp == 1) {
+    bool first = m->l0 == 0, last_stage = m->l1 == c->num_layers;
+    if (!first) {
+        /* a later pipeline stage: encoded holds the residual stream entering block l0 */
+    } else if (tp == 1) {
         k->embedding_forward(a->encoded, ids, p + v->wte, BT, C, 0);
     } else {  /* vocabulary-parallel: each rank looks up the ids it holds, the sum has them all */
         embedding_forward_rows(a->encoded, ids, p + v->wte, BT, C, m->tp.rank * Vl, Vl);
         nn_tp_sum(&m->tp, a->encoded, btc);
     }
-    k->embedding_forward(a->encoded, m->pos_ids, p + v->wpe, BT, C, 1);
-    param_layer_time(&m->timer, 0, false);                                 /* wte, wpe */
+    if (first) {
+        k->embedding_forward(a->encoded, m->pos_ids, p + v->wpe, BT, C, 1);
+        param_layer_time(&m->timer, 0, false);                             /* wte, wpe */
+    }
     /* row-parallel layers add their bias on one rank, before the sum */
     bool bias_here = m->tp.rank == 0;
-    for (int l = 0; l < c->num_layers; l++) {
-        const float *residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * btc;
-        float *ln1 = a->ln1 + l * btc, *qkv = a->qkv + l * btl * 3, *atty = a->atty + l * btl;
-        float *attproj = a->attproj + l * btc, *res2 = a->residual2 + l * btc, *ln2 = a->ln2 + l * btc;
-        float *fch = a->fch + l * btl * 4, *fchg = a->fch_gelu + l * btl * 4, *fcproj = a->fcproj + l * btc;
-        float *res3 = a->residual3 + l * btc;
+    for (int l = m->l0; l < m->l1; l++) {
+        size_t j = (size_t)(l - m->l0);  /* the block's activations in this stage's set */
+        const float *residual = j == 0 ? a->encoded : a->residual3 + (j - 1) * btc;
+        float *ln1 = a->ln1 + j * btc, *qkv = a->qkv + j * btl * 3, *atty = a->atty + j * btl;
+        float *attproj = a->attproj + j * btc, *res2 = a->residual2 + j * btc, *ln2 = a->ln2 + j * btc;
+        float *fch = a->fch + j * btl * 4, *fchg = a->fch_gelu + j * btl * 4, *fcproj = a->fcproj + j * btc;
+        float *res3 = a->residual3 + j * btc;
         const gpt2_layer_views *h = &v->h[l];
-        k->layernorm_forward(ln1, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, residual, p + h->ln_1_w, p + h->ln_1_b,
+        k->layernorm_forward(ln1, a->ln1_mean + j * BT, a->ln1_rstd + j * BT, residual, p + h->ln_1_w, p + h->ln_1_b,
                              BT, C, GPT2_LN_EPS);
         k->matmul_forward(qkv, ln1, p + h->c_attn_w, p + h->c_attn_b, BT, C, 3 * Cl, MATMUL_LAYOUT_IN_OUT);
-        k->attention_forward(atty, a->att_lse + (size_t)l * BT * NH, qkv, qkv + Cl, qkv + 2 * Cl, 3 * Cl, NULL, B, T,
+        k->attention_forward(atty, a->att_lse + j * BT * NH, qkv, qkv + Cl, qkv + 2 * Cl, 3 * Cl, NULL, B, T,
                              Cl, NH, 1);
         k->matmul_forward(attproj, atty, p + h->attn_proj_w, bias_here ? p + h->attn_proj_b : NULL, BT, Cl, C,
                           MATMUL_LAYOUT_IN_OUT);
         nn_tp_sum(&m->tp, attproj, btc);                                   /* g */
         k->residual_forward(res2, residual, attproj, btc);
-        k->layernorm_forward(ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, res2, p + h->ln_2_w, p + h->ln_2_b, BT, C,
+        k->layernorm_forward(ln2, a->ln2_mean + j * BT, a->ln2_rstd + j * BT, res2, p + h->ln_2_w, p + h->ln_2_b, BT, C,
                              GPT2_LN_EPS);
         k->matmul_forward(fch, ln2, p + h->fc_w, p + h->fc_b, BT, C, 4 * Cl, MATMUL_LAYOUT_IN_OUT);
         k->gelu_tanh_forward(fchg, fch, btl * 4);
@@ -408,9 +484,15 @@ status gpt2_forward(gpt2 *m, const int32_t *tokens, const int32_t *targets)
         k->residual_forward(res3, res2, fcproj, btc);
         param_layer_time(&m->timer, l + 1, false);                         /* h.l */
     }
-    const float *last = a->residual3 + (size_t)(c->num_layers - 1) * btc;
+    m->mean_loss = m->slot_loss[m->slot] = -1;
+    if (!last_stage) {  /* the output goes on to the next stage; the loss is the last one's */
+        if (!targets) return STATUS_OK;
+        memcpy(m->targets, targets, (size_t)BT * sizeof *targets);
+        m->mean_loss = m->slot_loss[m->slot] = 0.0f;
+        return STATUS_OK;
+    }
+    const float *last = gpt2_stage_out(m);
     k->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, p + v->ln_f_w, p + v->ln_f_b, BT, C, GPT2_LN_EPS);
-    m->mean_loss = -1;
     gpt2_head_forward(m, targets ? tgt : NULL, BT);
     if (!targets) return STATUS_OK;
     memcpy(m->targets, targets, (size_t)BT * sizeof *targets);
@@ -423,7 +505,7 @@ status gpt2_forward(gpt2 *m, const int32_t *tokens, const int32_t *targets)
     int counted = 0;
     for (int i = 0; i < BT; i++)
         if (targets[i] >= 0) { sum += losses[i]; counted++; }
-    m->mean_loss = counted ? (float)(sum / counted) : 0.0f;
+    m->mean_loss = m->slot_loss[m->slot] = counted ? (float)(sum / counted) : 0.0f;
     return STATUS_OK;
 }
 
@@ -449,32 +531,35 @@ void gpt2_backward(gpt2 *m, const int32_t *tokens)
         tgt = m->dev_ids + BT;
         dlosses = m->host_losses;
     }
-    int counted = 0;
-    for (int i = 0; i < BT; i++) counted += m->targets[i] >= 0;
-    /* loss_scale 1: exactly 1/counted as before; a power of two (fp16's scaler) scales exactly */
-    for (int i = 0; i < BT; i++) dlosses[i] = counted ? m->loss_scale / (float)counted : 0.0f;
-    if (dlosses != s->dlosses) device_upload(m->dev, s->dlosses, dlosses, (size_t)BT * sizeof(float));
-    k->zero(s->dlogits, (size_t)BT * (size_t)Vl);
-    if (tp == 1) {
-        k->xent_backward(s->dlogits, a->logits, a->xent_lse, tgt, s->dlosses, BT, c->vocab_size, Vl);
-    } else {
-        int Vr = c->vocab_size - lo < 0 ? 0 : c->vocab_size - lo < Vl ? c->vocab_size - lo : Vl;
-        xent_vp_backward(s->dlogits, a->logits, a->xent_lse, tgt, s->dlosses, BT, lo, Vr, Vl);
-    }
-    k->zero(s->dbtc, btc);
-    k->matmul_backward(s->dbtc, g + v->wte, NULL, s->dlogits, a->lnf, p + v->wte, BT, C, Vl, MATMUL_LAYOUT_OUT_IN);
-    nn_tp_sum(&m->tp, s->dbtc, btc);                                       /* the head's input: every rank's vocabulary */
-    k->zero(s->dresidual, btc);
-    const float *last = a->residual3 + (size_t)(c->num_layers - 1) * btc;
-    k->layernorm_backward(s->dresidual, g + v->ln_f_w, g + v->ln_f_b, s->dbtc, last, p + v->ln_f_w, a->lnf_mean,
-                          a->lnf_rstd, BT, C);
-    param_layer_done(&m->hook, c->num_layers + 1);                         /* ln_f */
-    param_layer_time(&m->timer, c->num_layers + 1, true);
-    for (int l = c->num_layers - 1; l >= 0; l--) {
-        const float *residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * btc;
-        const float *ln1 = a->ln1 + l * btc, *qkv = a->qkv + l * btl * 3, *atty = a->atty + l * btl;
-        const float *res2 = a->residual2 + l * btc, *ln2 = a->ln2 + l * btc;
-        const float *fch = a->fch + l * btl * 4, *fchg = a->fch_gelu + l * btl * 4;
+    bool first = m->l0 == 0, last_stage = m->l1 == c->num_layers;
+    if (last_stage) {
+        int counted = 0;
+        for (int i = 0; i < BT; i++) counted += m->targets[i] >= 0;
+        /* loss_scale 1: exactly 1/counted as before; a power of two (fp16's scaler) scales exactly */
+        for (int i = 0; i < BT; i++) dlosses[i] = counted ? m->loss_scale / (float)counted : 0.0f;
+        if (dlosses != s->dlosses) device_upload(m->dev, s->dlosses, dlosses, (size_t)BT * sizeof(float));
+        k->zero(s->dlogits, (size_t)BT * (size_t)Vl);
+        if (tp == 1) {
+            k->xent_backward(s->dlogits, a->logits, a->xent_lse, tgt, s->dlosses, BT, c->vocab_size, Vl);
+        } else {
+            int Vr = c->vocab_size - lo < 0 ? 0 : c->vocab_size - lo < Vl ? c->vocab_size - lo : Vl;
+            xent_vp_backward(s->dlogits, a->logits, a->xent_lse, tgt, s->dlosses, BT, lo, Vr, Vl);
+        }
+        k->zero(s->dbtc, btc);
+        k->matmul_backward(s->dbtc, g + v->wte, NULL, s->dlogits, a->lnf, p + v->wte, BT, C, Vl, MATMUL_LAYOUT_OUT_IN);
+        nn_tp_sum(&m->tp, s->dbtc, btc);                                   /* the head's input: every rank's vocabulary */
+        k->zero(s->dresidual, btc);
+        k->layernorm_backward(s->dresidual, g + v->ln_f_w, g + v->ln_f_b, s->dbtc, gpt2_stage_out(m), p + v->ln_f_w,
+                              a->lnf_mean, a->lnf_rstd, BT, C);
+        param_layer_done(&m->hook, c->num_layers + 1);                     /* ln_f */
+        param_layer_time(&m->timer, c->num_layers + 1, true);
+    }  /* else dresidual holds the gradient of the stage's output, from the next stage */
+    for (int l = m->l1 - 1; l >= m->l0; l--) {
+        size_t j = (size_t)(l - m->l0);
+        const float *residual = j == 0 ? a->encoded : a->residual3 + (j - 1) * btc;
+        const float *ln1 = a->ln1 + j * btc, *qkv = a->qkv + j * btl * 3, *atty = a->atty + j * btl;
+        const float *res2 = a->residual2 + j * btc, *ln2 = a->ln2 + j * btc;
+        const float *fch = a->fch + j * btl * 4, *fchg = a->fch_gelu + j * btl * 4;
         const gpt2_layer_views *h = &v->h[l];
         /* dresidual holds d(residual3); residual3 = residual2 + fcproj. Row-parallel
          * c_proj: its input gradient is this rank's columns, its bias gradient whole. */
@@ -489,36 +574,41 @@ void gpt2_backward(gpt2 *m, const int32_t *tokens)
         nn_tp_sum(&m->tp, s->dbtc, btc);                                   /* f */
         /* d(residual2) = dresidual (the skip) + layernorm_2's input gradient, added in place. */
         k->layernorm_backward(s->dresidual, g + h->ln_2_w, g + h->ln_2_b, s->dbtc, res2, p + h->ln_2_w,
-                              a->ln2_mean + l * BT, a->ln2_rstd + l * BT, BT, C);
+                              a->ln2_mean + j * BT, a->ln2_rstd + j * BT, BT, C);
         k->zero(s->dbtc, btl);
         k->matmul_backward(s->dbtc, g + h->attn_proj_w, g + h->attn_proj_b, s->dresidual, atty, p + h->attn_proj_w, BT,
                            Cl, C, MATMUL_LAYOUT_IN_OUT);
         k->zero(s->dbt3c, btl * 3);
         k->attention_backward(s->dbt3c, s->dbt3c + Cl, s->dbt3c + 2 * Cl, s->dbtc, qkv, qkv + Cl, qkv + 2 * Cl, 3 * Cl,
-                              atty, a->att_lse + (size_t)l * BT * NH, NULL, B, T, Cl, NH, 1);
+                              atty, a->att_lse + j * BT * NH, NULL, B, T, Cl, NH, 1);
         k->zero(s->dbtc2, btc);
         k->matmul_backward(s->dbtc2, g + h->c_attn_w, g + h->c_attn_b, s->dbt3c, ln1, p + h->c_attn_w, BT, C, 3 * Cl,
                            MATMUL_LAYOUT_IN_OUT);
         nn_tp_sum(&m->tp, s->dbtc2, btc);                                  /* f */
         /* d(residual) = d(residual2) (the skip) + layernorm_1's input gradient. */
         k->layernorm_backward(s->dresidual, g + h->ln_1_w, g + h->ln_1_b, s->dbtc2, residual, p + h->ln_1_w,
-                              a->ln1_mean + l * BT, a->ln1_rstd + l * BT, BT, C);
+                              a->ln1_mean + j * BT, a->ln1_rstd + j * BT, BT, C);
         param_layer_done(&m->hook, l + 1);                                 /* h.l */
         param_layer_time(&m->timer, l + 1, true);
     }
-    if (tp == 1) k->embedding_backward(g + v->wte, s->dresidual, ids, BT, C);
-    else embedding_backward_rows(g + v->wte, s->dresidual, ids, BT, C, lo, Vl);
-    k->embedding_backward(g + v->wpe, s->dresidual, m->pos_ids, BT, C);
-    param_layer_done(&m->hook, 0);                                         /* wte (also the tied head), wpe */
-    param_layer_time(&m->timer, 0, true);
+    if (first) {
+        if (tp == 1) k->embedding_backward(g + v->wte, s->dresidual, ids, BT, C);
+        else embedding_backward_rows(g + v->wte, s->dresidual, ids, BT, C, lo, Vl);
+        k->embedding_backward(g + v->wpe, s->dresidual, m->pos_ids, BT, C);
+        param_layer_time(&m->timer, 0, true);
+    }  /* else dresidual holds the gradient of the stage's input, for the previous stage */
+    if (first || last_stage) param_layer_done(&m->hook, 0);                /* wte (also the tied head), wpe */
 }
 
 /* 6 FLOPs per parameter per token (2 forward, 4 backward), the convention of the
  * benchmark tables; attention's own T-dependent FLOPs are not counted. */
 double gpt2_flops_per_token(const gpt2 *m)
 {
-    size_t n = m->pt.total;  /* padding included, as before: the tables' convention */
-    for (int i = 0; i < m->pt.count; i++)
-        n += param_entry_full_count(&m->pt, &m->pt.entries[i]) - m->pt.entries[i].count;
-    return 6.0 * (double)n;
+    /* the whole model's parameters, wte's padding rows included (the tables' convention):
+     * wte, wpe, per block 12 C^2 + 13 C, ln_f */
+    const gpt2_config *c = &m->cfg;
+    double C = c->channels;
+    double n = (double)c->padded_vocab_size * C + (double)c->max_seq_len * C + c->num_layers * (12 * C * C + 13 * C) +
+               2 * C;
+    return 6.0 * n;
 }

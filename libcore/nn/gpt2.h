@@ -112,6 +112,12 @@ typedef struct gpt2 {
     int32_t *dev_ids;      /* (2, B, T) tokens and targets of the last forward on the device; NULL on the CPU */
     float *host_losses;    /* (B, T) losses copied back, and dlosses staged for upload (GPU only) */
     nn_tp tp;              /* tensor-parallel group (tp.h); size 1: the whole model on this rank */
+    int l0, l1;            /* pipeline stage (tp.h's nn_stage): the blocks [l0, l1) this rank holds */
+    int slots, slot;       /* activation sets (micro-batches in flight) and the one in use */
+    size_t slot_floats;    /* floats of one set in act_memory */
+    int32_t *slot_targets; /* (slots, B, T) each set's forward targets; `targets` points at the slot's */
+    float *slot_loss;      /* (slots) each set's mean loss (-1: no forward with targets) */
+    int *init_index;       /* [pt.count] each tensor's index in the whole model's table (its init stream) */
 } gpt2;
 
 /* Builds the table, allocates params (+ grads and moments when `train`) and the
@@ -134,6 +140,26 @@ status gpt2_init_on(gpt2 *m, const gpt2_config *cfg, int B, int T, uint64_t seed
  * after gpt2_forward and gpt2_backward. */
 status gpt2_init_tp(gpt2 *m, const gpt2_config *cfg, int B, int T, uint64_t seed, bool train, const device *dev,
                     const nn_tp *tp);
+/* The same as one pipeline stage (stage NULL: the whole model): the table holds the
+ * stage's blocks, plus wte and wpe on the first stage and ln_f and the tied wte on the
+ * last (both ends start from the same weights; the trainer sums their gradients); the
+ * activations are sized for the stage's blocks, `slots` times. A stage that does not
+ * start at block 0 reads its input from gpt2_stage_in, one that does not end at the
+ * last leaves its output in gpt2_stage_out (and its forward's loss is 0); its backward
+ * starts from the gradient written into gpt2_stage_grad and leaves there the gradient
+ * of its input. STATUS_USAGE on a GPU. */
+status gpt2_init_parallel(gpt2 *m, const gpt2_config *cfg, int B, int T, uint64_t seed, bool train, const device *dev,
+                          const nn_tp *tp, const nn_stage *stage);
+/* The table of the whole model (every block) as tp rank tp_rank of tp_size holds it: what
+ * a pipeline stage's tensors are a part of (the checkpoint layout's reference). */
+status gpt2_table_whole(const gpt2_config *cfg, int tp_size, int tp_rank, param_table *out);
+/* Selects activation set k (0..slots-1) for the next forward or backward. */
+void gpt2_set_slot(gpt2 *m, int k);
+/* (B, T, C) of the current set: the stage's input (the residual stream entering block l0),
+ * its output (leaving block l1 - 1) and the gradient buffer at the stage's boundary. */
+float *gpt2_stage_in(gpt2 *m);
+float *gpt2_stage_out(gpt2 *m);
+float *gpt2_stage_grad(gpt2 *m);
 /* Whether tensor parallelism of size tp fits cfg; STATUS_INPUT naming parallel.tp. */
 status gpt2_check_tp(const gpt2_config *cfg, int tp);
 void gpt2_free(gpt2 *m);
@@ -146,7 +172,7 @@ status gpt2_forward(gpt2 *m, const int32_t *tokens, const int32_t *targets);
 void gpt2_backward(gpt2 *m, const int32_t *tokens);
 
 /* Model FLOPs of one training step per token: 6 per parameter of the whole model
- * (every shard counted once: what one model replica computes). */
+ * (every shard and stage counted once: what one model replica computes). */
 double gpt2_flops_per_token(const gpt2 *m);
 
 #endif

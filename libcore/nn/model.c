@@ -119,7 +119,7 @@ status model_init(model *m, const model_spec *s, int B, int T, uint64_t seed, bo
 
 status model_init_on(model *m, const model_spec *s, int B, int T, uint64_t seed, bool train, const device *dev)
 {
-    return model_init_parallel(m, s, B, T, seed, train, dev, NULL);
+    return model_init_parallel(m, s, B, T, seed, train, dev, NULL, NULL);
 }
 
 status model_spec_check_grid(const model_spec *s, int tp, int pp)
@@ -134,6 +134,11 @@ status model_spec_check_grid(const model_spec *s, int tp, int pp)
     if (tp > 1) TRY(gpt2_check_tp(&s->gpt2, tp));
     if (pp > 1 && s->family == MODEL_FAMILY_RESNET) {
         log_error0("parallel.pp = %d: %s trains data-parallel only; set parallel.pp = 1", pp, s->name);
+        return STATUS_INPUT;
+    }
+    if (pp > 1 && s->family != MODEL_FAMILY_GPT2 && pp <= layers) {
+        log_error0("parallel.pp = %d: pipeline parallelism is built for GPT-2 so far, not %s (%s); set parallel.pp = 1",
+                   pp, s->name, model_family_of(s->family)->name);
         return STATUS_INPUT;
     }
     if (pp > 1 && pp > layers) {
@@ -151,11 +156,13 @@ status model_tp_status(model *m)
 }
 
 status model_init_parallel(model *m, const model_spec *s, int B, int T, uint64_t seed, bool train, const device *dev,
-                           const nn_tp *tp)
+                           const nn_tp *tp, const nn_stage *stage)
 {
     memset(m, 0, sizeof *m);
     m->tp = tp ? *tp : nn_tp_none();
+    m->stage = stage ? *stage : nn_stage_whole();
     if (m->tp.size > 1) TRY(model_spec_check_grid(s, m->tp.size, 1));
+    if (m->stage.end != 0 && s->family != MODEL_FAMILY_GPT2) TRY(model_spec_check_grid(s, 1, 2));
     m->spec = *s;
     m->ops = model_family_of(s->family);
     m->B = B;
@@ -163,6 +170,22 @@ status model_init_parallel(model *m, const model_spec *s, int B, int T, uint64_t
     status st = m->ops->init(m, seed, train, dev);
     if (st != STATUS_OK) model_free(m);  /* the family inits zero their object first: a partial one frees */
     return st;
+}
+
+void model_set_slot(model *m, int k, const model_batch *b)
+{
+    CHECK(m->spec.family == MODEL_FAMILY_GPT2, "model_set_slot: pipeline stages are GPT-2's so far");
+    gpt2_set_slot(&m->gpt2, k);
+    m->last = b;
+}
+
+float *model_stage_in(model *m) { return gpt2_stage_in(&m->gpt2); }
+float *model_stage_out(model *m) { return gpt2_stage_out(&m->gpt2); }
+float *model_stage_grad(model *m) { return gpt2_stage_grad(&m->gpt2); }
+
+size_t model_stage_floats(const model *m)
+{
+    return (size_t)m->B * (size_t)m->T * (size_t)m->spec.gpt2.channels;
 }
 
 void model_free(model *m)
@@ -331,7 +354,8 @@ bool model_attention_shape(const model_spec *s, int *L, int *NH)
 bool model_attention_stats(const model *m, double *entropy, double *maxw)
 {
     /* a tensor-parallel shard holds NH/tp heads: not the whole matrix */
-    if (!m->ops->attention_stats || !m->last || device_is_gpu(m->base->dev) || m->tp.size > 1) return false;
+    if (!m->ops->attention_stats || !m->last || device_is_gpu(m->base->dev) || m->tp.size > 1 || m->stage.end != 0)
+        return false;
     m->ops->attention_stats(m, entropy, maxw);
     return true;
 }

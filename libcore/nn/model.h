@@ -129,6 +129,7 @@ typedef struct model {
     resnet resnet;
     const model_batch *last; /* batch of the last forward, read by model_backward */
     nn_tp tp;               /* the tensor-parallel group it was built for (size 1: none); the family keeps its own copy */
+    nn_stage stage;         /* the pipeline stage it was built as (end 0: the whole model) */
 } model;
 
 /* Builds the family's model for (B, T) — ResNet: (B, 3, image_size, image_size) — with
@@ -142,9 +143,21 @@ status model_init_on(model *m, const model_spec *s, int B, int T, uint64_t seed,
  * are the whole model's from the same seed, sliced: at every tp size the model is the
  * same function. */
 status model_init_parallel(model *m, const model_spec *s, int B, int T, uint64_t seed, bool train, const device *dev,
-                           const nn_tp *tp);
+                           const nn_tp *tp, const nn_stage *stage);
+/* A pipeline stage (model_init_parallel's `stage`; GPT-2 only so far): selects activation
+ * set k for the next forward or backward, whose batch b was (model_backward reads it). */
+void model_set_slot(model *m, int k, const model_batch *b);
+/* (B, T, C) of the current set: the stage's input, its output, and the gradient at its
+ * boundary (written with the output's gradient before model_backward, holding the
+ * input's after it). gpt2.h's gpt2_stage_in, _out, _grad. */
+float *model_stage_in(model *m);
+float *model_stage_out(model *m);
+float *model_stage_grad(model *m);
+/* Floats of one stage boundary: B x T x C. */
+size_t model_stage_floats(const model *m);
 /* Whether a process grid of tp x pp fits the architecture: tp divides the heads (and
- * GPT-2's padded vocabulary), pp is at most the blocks; the family supports it.
+ * GPT-2's padded vocabulary), pp is at most the blocks; the family supports it (both
+ * GPT-2 only so far).
  * STATUS_INPUT naming parallel.tp / parallel.pp, the model's value and the rule. */
 status model_spec_check_grid(const model_spec *s, int tp, int pp);
 /* The first failure of the tensor-parallel reductions since the last call (a timeout,

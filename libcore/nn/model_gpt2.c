@@ -44,7 +44,7 @@ static void model_gpt2_print(const model_spec *s, FILE *f)
 static status model_gpt2_init(model *m, uint64_t seed, bool train, const device *dev)
 {
     m->base = &m->gpt2.base;
-    return gpt2_init_tp(&m->gpt2, &m->spec.gpt2, m->B, m->T, seed, train, dev, &m->tp);
+    return gpt2_init_parallel(&m->gpt2, &m->spec.gpt2, m->B, m->T, seed, train, dev, &m->tp, &m->stage);
 }
 
 static void model_gpt2_free(model *m) { gpt2_free(&m->gpt2); }

@@ -55,6 +55,21 @@ static inline void nn_tp_max(nn_tp *t, float *buf, size_t n)
     t->failed = comm_ctl_allreduce(t->ctl, MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_MAX);
 }
 
+/* A pipeline stage (Huang et al. 2019; Narayanan et al. 2021's 1F1B schedule): the blocks
+ * [first, end) of a model, the embedding with block 0 and the head with the last block
+ * (GPT-2's tied wte on both ends), and `slots` sets of activations, one per micro-batch
+ * in flight at once (1F1B on stage s of p: min(p - s, micro-batches)). end 0: the whole
+ * model, one set. */
+typedef struct nn_stage {
+    int first, end;
+    int slots;
+} nn_stage;
+
+static inline nn_stage nn_stage_whole(void)
+{
+    return (nn_stage){ .first = 0, .end = 0, .slots = 1 };
+}
+
 /* The first failure since the last call, which clears it. */
 static inline status nn_tp_status(nn_tp *t)
 {

@@ -87,7 +87,11 @@ status train_open_data(train_run *r, data_loader **out, const char *path, bool t
 /* Fills the model's micro-batch a of the current step. */
 status train_fill(train_run *r, data_loader *d, int a)
 {
-    model_batch *b = &r->batch;
+    return train_fill_into(r, d, a, &r->batch);
+}
+
+status train_fill_into(train_run *r, data_loader *d, int a, model_batch *b)
+{
     if (r->fixed_batch && d == r->train_data) return STATUS_OK;  /* synthetic-fixed: filled at setup, never changed */
     if (r->spec.family == MODEL_FAMILY_RESNET) return data_next_images(d, a, b->images, b->targets);
     if (r->spec.family == MODEL_FAMILY_GPT2) return data_next_tokens(d, a, b->ids, b->targets);

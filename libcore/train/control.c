@@ -24,8 +24,9 @@ static int control_pair(train_control_request *req, const char *key, size_t kn, 
 {
     bool is_world = kn == 5 && !memcmp(key, "world", 5);
     bool is_batch = kn == 12 && !memcmp(key, "global_batch", 12);
-    if (is_world || is_batch) {
-        long max = is_world ? TRAIN_CONTROL_MAX_WORLD : TRAIN_CONTROL_MAX_BATCH;
+    bool is_tp = kn == 2 && !memcmp(key, "tp", 2), is_pp = kn == 2 && !memcmp(key, "pp", 2);
+    if (is_world || is_batch || is_tp || is_pp) {
+        long max = is_batch ? TRAIN_CONTROL_MAX_BATCH : is_world ? TRAIN_CONTROL_MAX_WORLD : TRAIN_CONTROL_MAX_GRID;
         long x = 0;
         bool ok = vn > 0 && vn <= 10;
         for (size_t i = 0; ok && i < vn; i++) {
@@ -37,7 +38,7 @@ static int control_pair(train_control_request *req, const char *key, size_t kn, 
                      (int)(vn < 32 ? vn : 32), v, max);
             return -1;
         }
-        long *slot = is_world ? &req->world : &req->global_batch;
+        long *slot = is_world ? &req->world : is_batch ? &req->global_batch : is_tp ? &req->tp : &req->pp;
         if (*slot) {
             snprintf(why, why_len, "%.*s is given twice", (int)kn, key);
             return -1;

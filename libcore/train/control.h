@@ -10,22 +10,25 @@
  *   world        = integer in [1, TRAIN_CONTROL_MAX_WORLD]
  *   global_batch = integer in [1, TRAIN_CONTROL_MAX_BATCH]
  *   lr_rule      = linear | sqrt | none
- * Whether the values fit the run (a batch that splits into micro-batches) is the
- * caller's to check. */
+ *   tp, pp       = integer in [1, TRAIN_CONTROL_MAX_GRID]: a new process grid (parallel.tp,
+ *                  parallel.pp; dp is what the world leaves), formed in place
+ * Whether the values fit the run (a batch that splits into micro-batches, a grid the
+ * model and the world take) is the caller's to check. */
 #ifndef NEBULA_TRAIN_CONTROL_H
 #define NEBULA_TRAIN_CONTROL_H
 
 #include <stddef.h>
 
-#define TRAIN_CONTROL_KEYS      "world, global_batch, lr_rule"
+#define TRAIN_CONTROL_KEYS      "world, global_batch, lr_rule, tp, pp"
 #define TRAIN_CONTROL_MAX_BYTES 8192
 #define TRAIN_CONTROL_MAX_LINE  256         /* characters in a line, without its '\n' */
 #define TRAIN_CONTROL_MAX_WORLD (1L << 20)
 #define TRAIN_CONTROL_MAX_BATCH (1L << 30)
+#define TRAIN_CONTROL_MAX_GRID  4096        /* parallel.tp and parallel.pp's own maximum */
 
 /* What the file asked for: 0 / "" = not given. */
 typedef struct train_control_request {
-    long world, global_batch;
+    long world, global_batch, tp, pp;
     char rule[8];
 } train_control_request;
 

@@ -153,6 +153,7 @@ typedef enum train_control_action {
     TRAIN_CONTROL_ACTION_NONE = 0,   /* rejected, vanished, or nothing to change */
     TRAIN_CONTROL_ACTION_BATCH,      /* new global batch and/or lr factor from the next step */
     TRAIN_CONTROL_ACTION_RELAUNCH,   /* checkpoint, write RUN_DIR/relaunch, exit 4 */
+    TRAIN_CONTROL_ACTION_REGRID,     /* checkpoint, set the run up again on another grid (same processes) */
 } train_control_action;
 
 /* Rank 0's decision, broadcast as bytes (every rank runs the same binary). */
@@ -161,6 +162,7 @@ typedef struct train_control_decision {
     double lr_factor;          /* relative to the config's lr, see train_elastic */
     int32_t action;            /* train_control_action */
     int32_t world;             /* ranks of the relaunch */
+    int32_t tp, pp;            /* the new grid's (REGRID) */
     int32_t accepted;          /* the file parsed and fits this run: it becomes control.applied */
     char rule[8];              /* lr rule that produced lr_factor, for the log line */
 } train_control_decision;
@@ -270,17 +272,35 @@ static void train_control_decide(train_run *r, train_control_decision *d)
 
     int world = k.world ? (int)k.world : r->rt->size;
     int64_t gb = k.global_batch ? k.global_batch : r->elastic.global_batch;
+    grid_shape gs = { k.tp ? (int)k.tp : r->grid.shape.tp, k.pp ? (int)k.pp : r->grid.shape.pp, 0 };
+    bool regrid = gs.tp != r->grid.shape.tp || gs.pp != r->grid.shape.pp;
+    if (regrid && !r->ckpt) {
+        train_control_reject(r, 0, "tp/pp: a new grid is formed from a checkpoint, and checkpoints are off");
+        return;
+    }
+    if (regrid && world != r->rt->size) {
+        train_control_reject(r, 0, "tp/pp with another world: change the world (a relaunch) or the grid (in place), "
+                                   "one at a time");
+        return;
+    }
+    if (regrid && (grid_shape_resolve(&gs, world, "the control file") != STATUS_OK ||
+                   model_spec_check_grid(&r->spec, gs.tp, gs.pp) != STATUS_OK ||
+                   train_grid_allowed(r->cfg, &gs) != STATUS_OK)) {
+        train_control_reject(r, 0, "tp/pp: the grid does not fit this run (above)");
+        return;
+    }
     snprintf(d->rule, sizeof d->rule, "%s", k.rule[0] ? k.rule : config_str(r->cfg, "elastic.lr_rule"));
-    int micro = r->tb.micro_batch;
-    if (world != r->rt->size) {  /* the relaunch resolves its micro-batch from the config at that size */
+    int micro = r->tb.micro_batch, dp = regrid ? gs.dp : world / (r->grid.shape.tp * r->grid.shape.pp);
+    if (world != r->rt->size || regrid) {  /* the new run resolves its micro-batch from the config at that size */
         train_batch tb;
-        if (train_batch_resolve(&tb, r->cfg, world) != STATUS_OK) {
-            train_control_reject(r, 0, "world: the config's batch sizes do not resolve at that size (above)");
+        if (train_batch_resolve(&tb, r->cfg, dp) != STATUS_OK) {
+            train_control_reject(r, 0, regrid ? "tp/pp: the config's batch sizes do not resolve at that grid (above)"
+                                              : "world: the config's batch sizes do not resolve at that size (above)");
             return;
         }
         micro = tb.micro_batch;
     }
-    int64_t per = (int64_t)micro * world;
+    int64_t per = (int64_t)micro * dp;
     if (data_get_format(r->train_data) != DATA_FORMAT_SYNTHETIC && (uint64_t)gb > data_samples(r->train_data)) {
         /* data_open would refuse it: checked here, where a refusal does not end the run */
         snprintf(why, sizeof why, "global_batch %" PRId64 " exceeds the %" PRIu64 " samples of data.train", gb,
@@ -289,8 +309,8 @@ static void train_control_decide(train_run *r, train_control_decision *d)
         return;
     }
     if (gb % per != 0) {
-        snprintf(why, sizeof why, "global_batch %" PRId64 " is not train.micro_batch x accumulation x ranks = %d x A "
-                 "x %d for a whole A >= 1 (valid: multiples of %" PRId64 ")", gb, micro, world, per);
+        snprintf(why, sizeof why, "global_batch %" PRId64 " is not train.micro_batch x accumulation x data-parallel "
+                 "ranks = %d x A x %d for a whole A >= 1 (valid: multiples of %" PRId64 ")", gb, micro, dp, per);
         train_control_reject(r, 0, why);
         return;
     }
@@ -299,7 +319,12 @@ static void train_control_decide(train_run *r, train_control_decision *d)
                    : !strcmp(d->rule, "sqrt") ? sqrt(ratio) : 1.0;
     d->global_batch = gb;
     d->world = world;
+    d->tp = gs.tp, d->pp = gs.pp;
     d->accepted = 1;
+    if (regrid && r->step < r->steps) {
+        d->action = TRAIN_CONTROL_ACTION_REGRID;
+        return;
+    }
     if (world != r->rt->size && r->step >= r->steps)
         printf("elastic: world size %d requested at the last step: the run is complete, no relaunch\n", world);
     if (world != r->rt->size && r->step < r->steps) d->action = TRAIN_CONTROL_ACTION_RELAUNCH;
@@ -314,6 +339,23 @@ status train_control(train_run *r, int *relaunch)
     train_control_decision d;
     if (r->rt->rank == 0) train_control_decide(r, &d);
     TRY(comm_ctl_bcast_bytes(train_ctl(r), &d, sizeof d, 0));
+    if (d.action == TRAIN_CONTROL_ACTION_REGRID) {
+        /* the batch travels in the checkpoint; the run is set up again on the new grid */
+        r->elastic = (train_elastic){ d.global_batch, d.lr_factor };
+        r->regrid = (grid_shape){ d.tp, d.pp, d.world / (d.tp * d.pp) };
+        if (r->rt->rank == 0) {
+            char a[64], b[64];
+            grid_shape_name(&r->grid.shape, a, sizeof a);
+            grid_shape_name(&r->regrid, b, sizeof b);
+            printf("elastic: process grid %s -> %s requested at step %ld: checkpoint, then the groups re-formed in "
+                   "place\n", a, b, r->step);
+            train_metrics_write(r, json_pack("{s:s, s:I, s:s, s:s}", "kind", "regrid", "step", (json_int_t)r->step,
+                                             "from", a, "to", b));
+            train_control_retire(r, ".applied");
+            fflush(stdout);
+        }
+        return STATUS_OK;
+    }
     if (d.action == TRAIN_CONTROL_ACTION_RELAUNCH) {
         /* a batch given with the world travels in the checkpoint; this run takes no more steps */
         r->elastic = (train_elastic){ d.global_batch, d.lr_factor };

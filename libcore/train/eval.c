@@ -19,8 +19,13 @@ static status train_eval_sums(train_run *r, double *loss, double *acc, long *sam
     double sums[3] = { 0, 0, 0 };  /* loss sum over micro-batches, correct labels, labels */
     for (long i = 0; i < nb; i++) {
         TRY(train_fill(r, r->val_data, 0));
-        TRY(model_forward(&r->m, &r->batch, false));
-        sums[0] += model_loss(&r->m);
+        if (r->grid.shape.pp > 1) {
+            TRY(train_pp_forward_only(r, &r->batch));  /* the stages in turn; the loss on the last */
+            sums[0] += r->grid.pp_rank == r->grid.shape.pp - 1 ? model_loss(&r->m) : 0;
+        } else {
+            TRY(model_forward(&r->m, &r->batch, false));
+            sums[0] += model_loss(&r->m);
+        }
         int V = 0;
         const float *lg = model_class_logits(&r->m, &V);
         if (lg) {
@@ -38,7 +43,7 @@ static status train_eval_sums(train_run *r, double *loss, double *acc, long *sam
     comm_ctl ctl = train_ctl(r);
     ctl.name = "world (evaluation)";
     TRY(comm_ctl_allreduce(ctl, sums, tot, 3, MPI_DOUBLE, MPI_SUM));
-    *loss = nb ? tot[0] / ((double)nb * r->rt->size) : NAN;
+    *loss = nb ? tot[0] / ((double)nb * (r->rt->size / r->grid.shape.pp)) : NAN;
     *acc = tot[2] > 0 ? tot[1] / tot[2] : NAN;
     *samples = nb * r->tb.micro_batch * train_dp_size(r);
     return STATUS_OK;

@@ -140,14 +140,14 @@ status train_loop(train_run *r)
         if (agreed[2]) {  /* before the checkpoint: a batch change is part of the state it saves */
             TRY(train_control(r, &relaunch));
             units = train_units(r, NULL);
-            if (relaunch) agreed[0] = 1;
+            if (relaunch || r->regrid.tp) agreed[0] = 1;
         }
         if (agreed[0] && r->ckpt) {
             TRY(train_checkpoint(r));
             t_ckpt = train_now_s();
             saved = r->step;
         }
-        if (relaunch) {
+        if (relaunch || r->regrid.tp) {
             stopped = true;
             break;
         }
@@ -190,7 +190,7 @@ status train_loop(train_run *r)
     if (rt->rank == 0 && traffic[0] > 0)
         printf("dgc: gradient traffic between nodes %.3f MB against %.3f MB for dense ring allreduces: %.1fx less\n",
                traffic[0] / 1e6, traffic[1] / 1e6, traffic[1] / traffic[0]);
-    if (rt->rank == 0) {
+    if (rt->rank == 0 && !r->regrid.tp) {  /* a new grid continues the run: its summary comes at the end */
         double mean = timed ? sum_ms / timed : ss.step_ms, wait = timed ? sum_wait / timed : ss.comm_wait_ms;
         /* exposed_comm: the share of a step spent waiting for gradient communication after
          * backward (what overlap did not hide, waiting for slower ranks included), so in
@@ -212,5 +212,6 @@ status train_loop(train_run *r)
                    "training was not affected\n", r->metrics_lost, r->metrics_records, r->run_dir);
         fflush(stdout);
     }
+    if (r->regrid.tp) return STATUS_REGRID;
     return relaunch ? STATUS_RELAUNCH : halted ? STATUS_HALTED : stopped ? STATUS_STOPPED : STATUS_OK;
 }

@@ -282,6 +282,9 @@ void train_log_step(train_run *r, const train_step_stats *ss, double units, cons
                " zero_skipped=%zu", ds->density, ds->bytes_sent / 1e3,
                ds->bytes_sent ? (double)ds->dense_bytes / ds->bytes_sent : 0.0, ds->residual_norm,
                ds->select_s * 1e3, ds->exchange_s * 1e3, ds->zero_skipped);
+    int pp = r->grid.shape.pp, m = r->tb.accum;
+    if (pp > 1)  /* measured against 1F1B's (p - 1) / (m + p - 1) for equal stages */
+        printf(" bubble=%.3f bubble_1f1b=%.3f", ss->bubble, (double)(pp - 1) / (m + pp - 1));
     printf("\n");
     fflush(stdout);
     /* numbers through train_json_num: a diverged loss or gnorm is null, never a blank line */
@@ -303,6 +306,9 @@ void train_log_step(train_run *r, const train_step_stats *ss, double units, cons
                                                 (double)ds->zero_hit / ds->zero_predicted : 1.0),
                                             "dgc_zero_recall", train_json_num(ds->zero_true ?
                                                 (double)ds->zero_hit / ds->zero_true : 1.0)));
+    if (pp > 1)
+        json_object_update_new(j, json_pack("{s:o, s:o}", "bubble", train_json_num(ss->bubble), "bubble_1f1b",
+                                            train_json_num((double)(pp - 1) / (m + pp - 1))));
     train_metrics_write(r, j);
 }
 

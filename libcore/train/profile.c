@@ -209,7 +209,11 @@ status train_profile_setup(train_run *r)
         p->window = (long)config_int(cfg, "profile.steps");
     }
     p->nlayers = r->nlayers;
-    p->nbuckets = bucket_count(&r->bm);  /* dense steps (DGC-Pro's auto mode may switch back to them) */
+    /* dense steps (DGC-Pro's auto mode may switch back to them); the most of any rank, as
+     * the report gathers the same rows from every rank (a pipeline stage has its own) */
+    int nb = bucket_count(&r->bm);
+    TRY(comm_ctl_allreduce(train_ctl(r), MPI_IN_PLACE, &nb, 1, MPI_INT, MPI_MAX));
+    p->nbuckets = nb;
     p->fwd0 = TRAIN_PROFILE_NPHASES;
     p->bwd0 = p->fwd0 + p->nlayers;
     p->step_id = p->bwd0 + p->nlayers;

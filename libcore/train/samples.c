@@ -121,9 +121,11 @@ status train_samples_setup(train_run *r)
     char me[64] = { 0 };
     snprintf(me, sizeof me, "%s", r->rt->host);
     TRY(comm_ctl_gather(train_ctl(r), me, 64, MPI_CHAR, s->hosts, 64, MPI_CHAR, 0));
-    /* not for a tensor-parallel shard: rank 0 holds NH/tp heads, and its probe forward
-     * would need the tp group's reductions while the other ranks go on */
+    /* not for a tensor-parallel shard or a pipeline stage: rank 0 holds NH/tp heads or
+     * its stage's blocks, and its probe forward would need the group's exchanges while
+     * the other ranks go on */
     if (r->rt->rank == 0 && config_int(r->cfg, "monitor.attention_interval") > 0 && r->m.tp.size == 1 &&
+        r->m.stage.end == 0 &&
         model_attention_shape(&r->spec, &s->L, &s->NH) && !device_is_gpu(&r->dev)) {
         s->entropy = calloc((size_t)s->L * s->NH, sizeof *s->entropy);
         s->maxw = calloc((size_t)s->L * s->NH, sizeof *s->maxw);

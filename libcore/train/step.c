@@ -67,19 +67,23 @@ static status train_optim_update(train_optim *o, const param_table *pt, param_bu
     return STATUS_OK;
 }
 
-/* The global gradient norm of a tensor-parallel shard, and clipping to max_norm (INFINITY:
- * none) as optim_clip_grad_norm does: the split tensors' squares summed over the tp group,
- * the whole tensors' (equal on every tp rank) counted once. */
-static status train_clip_tp(train_run *r, const param_table *pt, float *grads, double max_norm, double *norm)
+/* The global gradient norm on a process grid, and clipping to max_norm (INFINITY: none)
+ * as optim_clip_grad_norm does: the split tensors' squares summed over the tp group, the
+ * whole tensors' (equal on every tp rank) counted once, then the stages' sums over the
+ * pp group (the tied wte once, the first stage's). */
+static status train_clip_grid(train_run *r, const param_table *pt, float *grads, double max_norm, double *norm)
 {
     double sq[2] = { 0, 0 };  /* split, whole */
     for (int i = 0; i < pt->count; i++) {
         const param_entry *e = &pt->entries[i];
-        sq[e->tp_dim < 0] += grad_norm_sq(grads + e->offset, e->count);
+        if (train_pp_counted(r, e)) sq[e->tp_dim < 0] += grad_norm_sq(grads + e->offset, e->count);
     }
     comm_ctl tc = comm_ctl_watched(comm_ctl_named(r->grid.tp_comm, r->timeout_s, "tp"), r->rt->wd);
-    TRY(comm_ctl_allreduce(tc, MPI_IN_PLACE, sq, 1, MPI_DOUBLE, MPI_SUM));
-    double total = sqrt(sq[0] + sq[1]);
+    if (r->grid.shape.tp > 1) TRY(comm_ctl_allreduce(tc, MPI_IN_PLACE, sq, 1, MPI_DOUBLE, MPI_SUM));
+    double stage = sq[0] + sq[1];
+    comm_ctl pc = comm_ctl_watched(comm_ctl_named(r->grid.pp_comm, r->timeout_s, "pp"), r->rt->wd);
+    if (r->grid.shape.pp > 1) TRY(comm_ctl_allreduce(pc, MPI_IN_PLACE, &stage, 1, MPI_DOUBLE, MPI_SUM));
+    double total = sqrt(stage);
     *norm = total;
     double coef = max_norm / (total + 1e-6);
     if (isfinite(total) && coef < 1.0) grad_scale(grads, pt->total, (float)coef);
@@ -101,7 +105,7 @@ static void train_layer_done(void *ctx, int layer)
     }
 }
 
-static void train_set_hook(train_run *r, bool on)
+void train_set_hook(train_run *r, bool on)
 {
     model_set_layer_hook(&r->m, (param_layer_hook){ on ? train_layer_done : NULL, r });
 }
@@ -138,7 +142,7 @@ status train_step(train_run *r, train_step_stats *ss)
     if (state) memcpy(model_state_saved(&r->m), state, nstate * sizeof *state);
     train_lap_begin(r);
     double t0 = train_now_s(), loss = 0;
-    ss->fwd_ms = train_zero_grads(&r->dev, pt, pb), ss->bwd_ms = 0;
+    ss->fwd_ms = train_zero_grads(&r->dev, pt, pb), ss->bwd_ms = 0, ss->bubble = 0;
     train_lap(r, TRAIN_PROFILE_ZERO);
     if (r->dgc_flush) {  /* DGC-Pro was switched off: its residuals go out with this dense step */
         dgc_flush(r->dgc, pb->grads, (float)(r->tb.accum * train_dp_size(r)), train_lr_scale(r));
@@ -146,7 +150,8 @@ status train_step(train_run *r, train_step_stats *ss)
     }
     r->hook_status = STATUS_OK;
     bool compress = r->dgc && dgc_active(r->dgc);
-    for (int a = 0; a < r->tb.accum; a++) {
+    if (r->grid.shape.pp > 1) TRY(train_pipeline(r, &loss, ss));  /* the micro-batches in the 1F1B order */
+    for (int a = 0; a < r->tb.accum && r->grid.shape.pp == 1; a++) {
         TRY(train_fill(r, r->train_data, a));
         train_lap(r, TRAIN_PROFILE_DATA);  /* the layers' laps follow, from the model's timer */
         train_set_hook(r, !compress && a == r->tb.accum - 1);  /* earlier micro-batches only accumulate (DDP's no_sync) */
@@ -159,7 +164,8 @@ status train_step(train_run *r, train_step_stats *ss)
     /* summed over the ranks: the loss, and the non-finite values of the statistics (and,
      * under DGC-Pro, of the local gradients: the exchange would fold them into the
      * residuals, so the verdict comes before it) */
-    double part[3] = { loss / r->tb.accum, state ? (double)train_count_nonfinite(state, nstate) : 0, 0 }, sum[3];
+    double part[4] = { loss / r->tb.accum, state ? (double)train_count_nonfinite(state, nstate) : 0, 0, ss->bubble },
+           sum[4];
     if (train_chaos_at(r, "NEBULA_CHAOS_NAN")) part[0] = NAN;  /* CHAOS build only: the monitor's tests */
     if (train_chaos_at(r, "NEBULA_CHAOS_SPIKE")) part[0] *= 10;
     if (train_chaos_at(r, "NEBULA_CHAOS_SLOW")) usleep(500000);
@@ -171,7 +177,7 @@ status train_step(train_run *r, train_step_stats *ss)
     if (compress) {
         if (r->tb.accum > 1) grad_scale(pb->grads, pt->total, 1.0f / (float)r->tb.accum);
         part[2] = (double)train_count_nonfinite(pb->grads, pt->total);
-        TRY(comm_ctl_allreduce(train_ctl(r), part, sum, 3, MPI_DOUBLE, MPI_SUM));
+        TRY(comm_ctl_allreduce(train_ctl(r), part, sum, 4, MPI_DOUBLE, MPI_SUM));
         summed = true;
         if (isfinite(sum[0]) && sum[1] == 0 && sum[2] == 0) {
             TRY(dgc_exchange(r->dgc, pb->grads, pb->params, r->step, train_lr_scale(r), &r->dstats));
@@ -181,19 +187,21 @@ status train_step(train_run *r, train_step_stats *ss)
         }
     } else {
         TRY(bucket_wait_all(&r->bm));
+        TRY(train_pp_tie_grads(r, pb->grads));  /* pp > 1: the tied wte's two halves */
     }
     double t2 = train_now_s();
     train_lap(r, TRAIN_PROFILE_COMM_WAIT);
     ss->comm_wait_ms = (t2 - t1) * 1e3;
     train_samples_zero_layer(r, pb->grads);
-    if (!summed) TRY(comm_ctl_allreduce(train_ctl(r), part, sum, 3, MPI_DOUBLE, MPI_SUM));
-    ss->loss = sum[0] / r->rt->size;
+    if (!summed) TRY(comm_ctl_allreduce(train_ctl(r), part, sum, 4, MPI_DOUBLE, MPI_SUM));
+    ss->loss = sum[0] / (r->rt->size / r->grid.shape.pp);  /* the last stages' losses; 0 from the others */
+    ss->bubble = sum[3] / r->rt->size;
     ss->gnorm = NAN;  /* DGC-Pro's step skipped before the exchange has no global gradient */
     /* the norm either way; DGC clipped each node's contribution before compressing */
     if (!compress || exchanged) {
         train_tensorboard_grads(r, step);  /* the averaged gradient, complete on every rank, not clipped yet */
         double clip = r->opt.clip > 0 && !compress ? r->opt.clip : INFINITY;
-        if (r->grid.shape.tp > 1) TRY(train_clip_tp(r, pt, pb->grads, clip, &ss->gnorm));
+        if (r->grid.shape.tp > 1 || r->grid.shape.pp > 1) TRY(train_clip_grid(r, pt, pb->grads, clip, &ss->gnorm));
         else optim_clip_grad_norm(pb->grads, pt->total, clip, &ss->gnorm);
     }
     ss->lr = lr_at(&r->sched, r->step) * r->elastic.lr_factor * r->mon.ck.lr_scale;

@@ -20,12 +20,18 @@
 #include "train_impl.h"
 
 /* Per layer, the range of its tensors in the table (the three families add each
- * layer's tensors consecutively; anything else is a bug). */
+ * layer's tensors consecutively; anything else is a bug). The layers are the whole
+ * model's on every pipeline stage (a stage's other layers hold no tensors), so the
+ * per-layer tables (profile, TensorBoard) have the same rows on every rank. */
 static status train_layers(train_run *r)
 {
     const param_table *pt = model_params(&r->m);
     int L = 0;
     for (int i = 0; i < pt->count; i++) L = pt->entries[i].layer + 1 > L ? pt->entries[i].layer + 1 : L;
+    if (r->grid.shape.pp > 1) {
+        comm_ctl c = comm_ctl_watched(comm_ctl_named(r->grid.pp_comm, r->timeout_s, "pp"), r->rt->wd);
+        TRY(comm_ctl_allreduce(c, MPI_IN_PLACE, &L, 1, MPI_INT, MPI_MAX));
+    }
     r->nlayers = L;
     r->layer_first = calloc((size_t)L, sizeof *r->layer_first);
     r->layer_count = calloc((size_t)L, sizeof *r->layer_count);
@@ -63,10 +69,32 @@ static status train_calibrate_comm(train_run *r)
     return STATUS_OK;
 }
 
+status train_grid_allowed(const config *cfg, const grid_shape *g)
+{
+    const grid_shape gs = *g;
+    bool hybrid = gs.tp > 1 || gs.pp > 1;
+    if (hybrid && config_bool(cfg, "ckpt.async")) {
+        log_error0("ckpt.async = true with parallel.tp = %d, parallel.pp = %d: a shard or stage writes its pieces "
+                   "of the whole tensors collectively (parallel HDF5), which the background writer does not; set "
+                   "ckpt.async = false", gs.tp, gs.pp);
+        return STATUS_INPUT;
+    }
+    if (hybrid && config_int(cfg, "train.zero") != 0) {
+        log_error0("train.zero = 1 with parallel.tp = %d, parallel.pp = %d: ZeRO's moment shards of a shard or "
+                   "stage are not laid out in checkpoints yet; set train.zero = 0", gs.tp, gs.pp);
+        return STATUS_INPUT;
+    }
+    if (hybrid && strcmp(config_str(cfg, "dgc.mode"), "on") == 0) {
+        log_error0("dgc.mode = on with parallel.tp = %d, parallel.pp = %d: DGC-Pro on the data-parallel dimension "
+                   "of a hybrid grid is not built yet; set dgc.mode = off or auto", gs.tp, gs.pp);
+        return STATUS_INPUT;
+    }
+    return STATUS_OK;
+}
+
 /* The process grid of parallel.*: checked against the world and the model, the groups
  * split, and the gradient path over the replicas (a comm of its own when tp or pp > 1,
- * the program's otherwise). Pipeline stages are refused until the trainer runs them;
- * tensor-parallel checkpoints until they are written layout-independent. */
+ * the program's otherwise). */
 static status train_grid_setup(train_run *r)
 {
     const config *cfg = r->cfg;
@@ -74,27 +102,7 @@ static status train_grid_setup(train_run *r)
     grid_shape_from_config(cfg, &gs);
     TRY(grid_shape_resolve(&gs, r->rt->size, config_origin(cfg, "parallel.tp")));
     TRY(model_spec_check_grid(&r->spec, gs.tp, gs.pp));
-    if (gs.pp > 1) {
-        log_error0("parallel.pp = %d (%s): the trainer does not run pipeline stages yet; set parallel.pp = 1", gs.pp,
-                   config_origin(cfg, "parallel.pp"));
-        return STATUS_INPUT;
-    }
-    if (gs.tp > 1 && config_bool(cfg, "ckpt.async")) {
-        log_error0("ckpt.async = true with parallel.tp = %d: a tensor-parallel shard writes its pieces of the "
-                   "whole tensors collectively (parallel HDF5), which the background writer does not; set "
-                   "ckpt.async = false", gs.tp);
-        return STATUS_INPUT;
-    }
-    if (gs.tp > 1 && config_int(cfg, "train.zero") != 0) {
-        log_error0("train.zero = 1 with parallel.tp = %d: ZeRO's moment shards of a tensor-parallel shard are not "
-                   "laid out in checkpoints yet; set train.zero = 0", gs.tp);
-        return STATUS_INPUT;
-    }
-    if (gs.tp > 1 && strcmp(config_str(cfg, "dgc.mode"), "on") == 0) {
-        log_error0("dgc.mode = on with parallel.tp = %d: DGC-Pro on the data-parallel dimension of a hybrid grid "
-                   "is not built yet; set dgc.mode = off or auto", gs.tp);
-        return STATUS_INPUT;
-    }
+    TRY(train_grid_allowed(cfg, &gs));
     TRY(grid_init(&r->grid, r->rt, &gs, r->timeout_s));
     if (gs.dp != r->rt->size) grid_print(&r->grid, r->rt, stdout);
     r->dpc = r->c;
@@ -121,6 +129,7 @@ static status train_agree(const train_run *r, status mine)
 status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, train_signals *signals)
 {
     memset(r, 0, sizeof *r);
+    r->tie_comm = MPI_COMM_NULL;  /* not 0: train_free reads it whenever setup stopped */
     r->live = *cfg;
     r->cfg = &r->live, r->rt = rt, r->c = c;
     train_reload_init(r);
@@ -161,6 +170,7 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
     r->elastic = (train_elastic){ r->tb.global_batch, 1.0 };
     r->T = r->spec.family == MODEL_FAMILY_RESNET ? 0 : (int)config_int(cfg, "train.seq_len");
     TRY(model_spec_check_batch(&r->spec, r->tb.micro_batch, r->T ? r->T : 1, "train.micro_batch", "train.seq_len"));
+    TRY(train_pp_plan(r));
 
     /* Optimizer and schedule, checked before anything big is allocated. */
     const char *opt = config_str(cfg, "optim.name");
@@ -204,8 +214,9 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
 
     nn_tp tp = { .size = r->grid.shape.tp, .rank = r->grid.tp_rank, .failed = STATUS_OK,
                  .ctl = comm_ctl_watched(comm_ctl_named(r->grid.tp_comm, r->timeout_s, "tp"), rt->wd) };
-    TRY(model_init_parallel(&r->m, &r->spec, r->tb.micro_batch, r->T, r->seed, true, &r->dev, &tp));
+    TRY(model_init_parallel(&r->m, &r->spec, r->tb.micro_batch, r->T, r->seed, true, &r->dev, &tp, &r->stage));
     TRY(train_tp_layout(r));
+    TRY(train_pp_init(r));
     TRY(device_optim_init(&r->opt.dopt, &r->dev, model_params(&r->m)));
     TRY(model_batch_init(&r->batch, &r->m));
     if (r->fixed_batch) model_batch_synthetic(&r->batch, &r->m, r->seed);
@@ -374,7 +385,9 @@ static status train_reinit(train_run *r)
 {
     model s;
     memset(&s, 0, sizeof s);
-    TRY(model_init_parallel(&s, &r->spec, 1, r->T, r->seed, false, &r->dev, &r->m.tp));
+    nn_stage one = r->m.stage;
+    one.slots = 1;
+    TRY(model_init_parallel(&s, &r->spec, 1, r->T, r->seed, false, &r->dev, &r->m.tp, &one));
     const param_table *pt = model_params(&r->m);
     param_buffers *pb = model_buffers(&r->m);
     memcpy(pb->params, model_buffers(&s)->params, pt->total * sizeof *pb->params);
@@ -489,6 +502,7 @@ void train_free(train_run *r)
     bucket_free(&r->bm);
     if (r->dpc_owned) comm_free(r->dpc_owned);
     train_tp_free(r);
+    train_pp_free(r);
     if (r->grid.shape.tp > 0) grid_free(&r->grid);  /* grid_init ran (a run that failed before has a zero shape) */
     free(r->layer_first), free(r->layer_count), free(r->raw_ids), free(r->samples);
     if (r->val_data) data_free(r->val_data);

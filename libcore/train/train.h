@@ -195,6 +195,7 @@ typedef struct train_step_stats {
     double lr;
     double step_ms, comm_wait_ms;
     double fwd_ms, bwd_ms, opt_ms; /* the phases (fwd, bwd summed over the micro-batches) */
+    double bubble;             /* pipeline (pp > 1): the schedule's idle fraction, mean over the ranks; else 0 */
 } train_step_stats;
 
 /* data.train = synthetic-fixed: one synthetic batch (model_batch_synthetic, seeded by
@@ -214,6 +215,12 @@ typedef struct train_run {
     grid grid;                 /* the process grid (parallel.*): tp x pp x dp */
     comm *dpc;                 /* the gradient path over the data-parallel group: c when dp is the world */
     comm *dpc_owned;           /* dpc when the run made it (tp or pp > 1), NULL otherwise */
+    grid_shape regrid;         /* a control file's new grid (tp > 0): train_loop checkpoints and returns
+                                  STATUS_REGRID; nebula-train sets the run up again on it */
+    nn_stage stage;            /* pp > 1: this rank's blocks (parallel.stages, or balanced by counted FLOPs) */
+    MPI_Comm tie_comm;         /* pp > 1: the first and last stage of my pipeline (the tied wte's gradient);
+                                  MPI_COMM_NULL on the stages between */
+    model_batch *pp_batches;   /* pp > 1: one batch per activation set (stage.slots) */
     double timeout_s;          /* comm.timeout: the deadline of the trainer's own collectives */
     device dev;                /* the CPU so far (device.kind = cuda is refused at setup) */
     model_spec spec;

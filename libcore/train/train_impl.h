@@ -29,6 +29,25 @@ static inline comm_ctl train_dp_ctl(const train_run *r)
 /* hybrid.c: a tensor-parallel shard's checkpoint layout (after the model is built), the
  * content's switch to it (the whole model's table, the pieces this rank writes or, with
  * load, reads; no-op at tp 1), and its release. */
+/* pipeline.c: pp > 1. The stages' blocks from parallel.stages or balanced by counted
+ * FLOPs (STATUS_INPUT naming the key); the forwards and backwards of one step's
+ * micro-batches in the 1F1B order (adds the last stage's losses to *loss, the compute
+ * times to ss, the idle fraction to ss->bubble); the tied wte's gradient summed over
+ * the first and last stage; the per-step setup and teardown. */
+status train_pp_plan(train_run *r);
+/* train.c: whether the run's other settings allow grid gs (ckpt.async, train.zero and
+ * dgc.mode = on are data-parallel only so far); STATUS_INPUT with the reason. */
+status train_grid_allowed(const config *cfg, const grid_shape *gs);
+/* step.c: the bucket hook on the model's backward, on or off. */
+void train_set_hook(train_run *r, bool on);
+status train_pp_init(train_run *r);
+status train_pipeline(train_run *r, double *loss, train_step_stats *ss);
+/* A forward of batch b through the stages in turn (evaluation), in activation set 0. */
+status train_pp_forward_only(train_run *r, model_batch *b);
+status train_pp_tie_grads(train_run *r, float *grads);
+/* Whether table entry e counts in the global gradient norm (the tied wte once: the first stage's). */
+bool train_pp_counted(const train_run *r, const param_entry *e);
+void train_pp_free(train_run *r);
 status train_tp_layout(train_run *r);
 void train_tp_content(train_run *r, ckpt_content *c, bool load);
 void train_tp_free(train_run *r);
@@ -118,6 +137,8 @@ void train_schedule_from_config(lr_schedule *s, const config *cfg);
 status train_open_data(train_run *r, data_loader **out, const char *path, bool train);
 /* Fills the model's micro-batch a of the current step from d (BERT: masked here). */
 status train_fill(train_run *r, data_loader *d, int a);
+/* The same into batch b (a pipeline's activation set's). */
+status train_fill_into(train_run *r, data_loader *d, int a, model_batch *b);
 
 /* ---- elastic.c: heartbeat and control file ---- */
 /* Rank 0, at setup: creates RUN_DIR/heartbeat at its fixed size (STATUS_IO when it cannot). */

@@ -127,14 +127,14 @@ control $tmp/typo '# a supervisor typo\nwrld=3\n'
 run $tmp/typo 2 --steps 4
 check "a typo in the control file: the run still exits 0" [ $? -eq 0 ]
 check "... the error names the file, line 2, the key and the valid keys" \
-    grep -qF "typo/control:2: unknown key 'wrld' (valid keys: world, global_batch, lr_rule)" $tmp/typo.log
+    grep -qF "typo/control:2: unknown key 'wrld' (valid keys: world, global_batch, lr_rule, tp, pp)" $tmp/typo.log
 check "... control.rejected replaces control" eval '[ -e $tmp/typo/control.rejected ] && [ ! -e $tmp/typo/control ]'
 check "... and the run reached its last step unchanged" heartbeat_is $tmp/typo 4 2 8
 control $tmp/odd 'global_batch=12\n'
 run $tmp/odd 2 --steps 4
 check "a global batch that does not split: the run still exits 0" [ $? -eq 0 ]
 check "... the error names the batch and what it must divide by" \
-    grep -qF "global_batch 12 is not train.micro_batch x accumulation x ranks = 4 x A x 2 for a whole A >= 1 (valid: multiples of 8)" \
+    grep -qF "global_batch 12 is not train.micro_batch x accumulation x data-parallel ranks = 4 x A x 2 for a whole A >= 1 (valid: multiples of 8)" \
     $tmp/odd.log
 check "... control.rejected, batch and lr unchanged" \
     eval '[ -e $tmp/odd/control.rejected ] && heartbeat_is $tmp/odd 4 2 8 && lr_is $tmp/odd 1 4 3e-3'

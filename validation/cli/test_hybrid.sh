@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # nebula-train on a process grid (parallel.tp x parallel.pp x parallel.dp) with gpt2-tiny on
 # the licence-text corpus, constant learning rate, global batch 8, a checkpoint every 10 steps:
-#   - tp2 (2 ranks) and tp2 x dp2 (4 ranks as 2 virtual nodes x 2) trained 20 steps match the
+#   - tp2 and pp2 (2 ranks; pp2: 1F1B over 4 micro-batches), tp2 x dp2, pp2 x dp2 and tp2 x pp2
+#     (4 ranks as 2 virtual nodes x 2) trained 20 steps match the
 #     data-parallel runs at the same world size (dp2, dp4): losses within 1e-5 relative at
 #     every step, the bound scaled by the gradient norm's excess over its median at a spike
 #     (lib.sh's same_losses `scaled`: step 14 of this corpus has a gradient 100x the usual,
@@ -11,12 +12,21 @@
 #     roundings grow to ~4e-4 rel_L2 on the smallest tensors in 20 steps (dp2 against dp4,
 #     printed below as the baseline), so 1e-3 holds them with a margin of 2-3, while a
 #     wrong shard (a missing reduction) misses by orders of magnitude;
-#   - a tp2 run stopped at 10 and resumed to 20 is bit-identical to the straight tp2 run;
-#   - checkpoints are layout-independent: tp2 x dp2's step 10 resumed at dp4, and dp4's at
-#     tp2 x dp2, continue the other layout's trajectory within 1e-5; nebula-ckpt verify
-#     accepts a tensor-parallel checkpoint (the whole model's tensors and table);
-#   - the memory table: parameters and optimizer state per rank at tp2 are <= 0.55 x dp2's;
-#   - bad grids exit 2 naming the reason.
+#   - tp2, pp2 and tp2 x pp2 runs stopped at 10 and resumed to 20 are bit-identical to the
+#     straight runs;
+#   - checkpoints are layout-independent: tp2 x dp2's and tp2 x pp2's step 10 resumed at dp4,
+#     and dp4's at tp2 x dp2 and tp2 x pp2, continue the other layout's trajectory within
+#     1e-5; nebula-ckpt verify accepts tensor- and pipeline-parallel checkpoints (the whole
+#     model's tensors and table);
+#   - a strategy change while the run lives: a control file asking dp4 for tp=2 at step 11 is
+#     taken at that step's end; the trainer checkpoints, re-forms the groups in the same
+#     processes (no exit) and continues: every step 11..20 logged once, the losses those of
+#     the dp4 run within 1e-5; a grid that does not fit (tp=3) is rejected, the run goes on;
+#   - the pipeline reports its measured bubble beside 1F1B's (p - 1) / (m + p - 1) at every
+#     step (the figure itself is nebula-bench table hybrid's: 4 ranks on 2 cores time nothing);
+#   - the memory table: parameters and optimizer state per rank at tp2 are <= 0.55 x dp2's
+#     (pp2's fraction printed: the tied wte is on both ends);
+#   - bad grids and stage lists exit 2 naming the reason.
 . "$(dirname "$0")/lib.sh"
 CKPT=build/bin/nebula-ckpt
 licenses_data
@@ -49,31 +59,71 @@ run $tmp/dp2 2 --steps 20
 run $tmp/tp2 2 --steps 20 --set parallel.tp=2
 run $tmp/dp4 4 --steps 20 --ranks-per-node 2
 run $tmp/tp2dp2 4 --steps 20 --ranks-per-node 2 --set parallel.tp=2
-check "tp2: the losses of 20 steps match dp2's within 1e-5 (scaled at spikes)" same_losses $tmp/dp2 $tmp/tp2 1 scaled
-check "tp2 x dp2: the losses of 20 steps match dp4's within 1e-5 (scaled at spikes)" same_losses $tmp/dp4 $tmp/tp2dp2 1 scaled
+run $tmp/pp2 2 --steps 20 --set parallel.pp=2
+run $tmp/pp2dp2 4 --steps 20 --ranks-per-node 2 --set parallel.pp=2
+run $tmp/tp2pp2 4 --steps 20 --ranks-per-node 2 --set parallel.tp=2 --set parallel.pp=2
+for l in tp2:dp2 pp2:dp2 tp2dp2:dp4 pp2dp2:dp4 tp2pp2:dp4; do
+    check "${l%%:*}: the losses of 20 steps match ${l#*:}'s within 1e-5 (scaled at spikes)" \
+        same_losses $tmp/${l#*:} $tmp/${l%%:*} 1 scaled
+done
 echo "    baseline, dp2 against dp4:"
 close_params $tmp/dp2/$s20 $tmp/dp4/$s20 || true
-check "tp2: the final parameters match dp2's (rel_L2 <= 1e-3)" close_params $tmp/dp2/$s20 $tmp/tp2/$s20
-check "tp2 x dp2: the final parameters match dp4's (rel_L2 <= 1e-3)" close_params $tmp/dp4/$s20 $tmp/tp2dp2/$s20
+for l in tp2:dp2 pp2:dp2 tp2dp2:dp4 pp2dp2:dp4 tp2pp2:dp4; do
+    check "${l%%:*}: the final parameters match ${l#*:}'s (rel_L2 <= 1e-3)" \
+        close_params $tmp/${l#*:}/$s20 $tmp/${l%%:*}/$s20
+done
+check "the pipeline's stages are printed" grep -q "pipeline: 2 stages of blocks 0..0 1..1 (balanced by counted FLOPs), 1F1B schedule, 4 micro-batches per step" $tmp/pp2.log
+check "... and the bubble beside 1F1B's (p - 1) / (m + p - 1) = 1/5 at every step" \
+    $PY -c "import json, sys; r = [j for j in map(json.loads, open('$tmp/pp2/metrics.jsonl')) if j['kind'] == 'train']; sys.exit(0 if len(r) == 20 and all(0 <= j['bubble'] < 1 and j['bubble_1f1b'] == 0.2 for j in r) else 1)"
+check "nebula-ckpt verify accepts the tp2 x pp2 checkpoint" $CKPT verify $tmp/tp2pp2/$s20
 check "the grid table names the groups" grep -q "tp     2 ranks per group: {0,1} {2,3}  (inside nodes)" $tmp/tp2dp2.log
 check "... and the data-parallel groups across the nodes" grep -q "dp     2 ranks per group: {0,2} {1,3}  (across nodes)" \
     $tmp/tp2dp2.log
 check "nebula-ckpt verify accepts the tp2 x dp2 checkpoint" $CKPT verify $tmp/tp2dp2/$s20
 
 # --- resume -----------------------------------------------------------------------------------
-run $tmp/tp2stop 2 --steps 10 --set parallel.tp=2
-run $tmp/tp2stop 2 --steps 20 --set parallel.tp=2
-check "tp2: stop at 10, resume to 20 -> bit-identical to the straight tp2 run" $CKPT diff $tmp/tp2/$s20 $tmp/tp2stop/$s20
-run $tmp/to-dp4 4 --steps 20 --ranks-per-node 2 --resume $tmp/tp2dp2/$s10
-check "tp2 x dp2's step 10 resumed at dp4 continues the tp2 x dp2 trajectory within 1e-5" \
-    same_losses $tmp/tp2dp2 $tmp/to-dp4 11
+for l in "tp2 2 --set parallel.tp=2" "pp2 2 --set parallel.pp=2" \
+    "tp2pp2 4 --ranks-per-node 2 --set parallel.tp=2 --set parallel.pp=2"; do
+    set -- $l
+    name=$1
+    shift
+    run $tmp/$name-stop "$@" --steps 10
+    run $tmp/$name-stop "$@" --steps 20
+    check "$name: stop at 10, resume to 20 -> bit-identical to the straight run" $CKPT diff $tmp/$name/$s20 $tmp/$name-stop/$s20
+done
+for from in tp2dp2 tp2pp2; do
+    run $tmp/$from-to-dp4 4 --steps 20 --ranks-per-node 2 --resume $tmp/$from/$s10
+    check "$from's step 10 resumed at dp4 continues the $from trajectory within 1e-5" \
+        same_losses $tmp/$from $tmp/$from-to-dp4 11
+done
 run $tmp/to-tp2dp2 4 --steps 20 --ranks-per-node 2 --set parallel.tp=2 --resume $tmp/dp4/$s10
 check "dp4's step 10 resumed at tp2 x dp2 continues the dp4 trajectory within 1e-5" \
     same_losses $tmp/dp4 $tmp/to-tp2dp2 11
+run $tmp/to-tp2pp2 4 --steps 20 --ranks-per-node 2 --set parallel.tp=2 --set parallel.pp=2 --resume $tmp/dp4/$s10
+check "dp4's step 10 resumed at tp2 x pp2 continues the dp4 trajectory within 1e-5" \
+    same_losses $tmp/dp4 $tmp/to-tp2pp2 11
+
+# --- the strategy changed while the run lives ---------------------------------------------------
+mkdir -p $tmp/live && printf 'tp=2\n' >$tmp/live/control
+run $tmp/live 4 --steps 20 --ranks-per-node 2 --resume $tmp/dp4/$s10
+check "dp4 -> tp2 x dp2 at step 11: the run exits 0" [ $? -eq 0 ]
+check "... the grid is re-formed in place" grep -q "process grid tp1 x pp1 x dp4 -> tp2 x pp1 x dp2 requested at step 11: checkpoint, then the groups re-formed in place" $tmp/live.log
+check "... every step 11..20 is logged once and a regrid record names the change" $PY -c "
+import json, sys
+r = list(map(json.loads, open('$tmp/live/metrics.jsonl')))
+steps = [j['step'] for j in r if j['kind'] == 'train']
+g = [j for j in r if j['kind'] == 'regrid']
+sys.exit(0 if steps == list(range(11, 21)) and len(g) == 1 and g[0]['to'] == 'tp2 x pp1 x dp2' else 1)"
+check "... and the loss curve continues dp4's within 1e-5" same_losses $tmp/dp4 $tmp/live 11 scaled
+mkdir -p $tmp/badgrid && printf 'tp=3\n' >$tmp/badgrid/control
+run $tmp/badgrid 4 --steps 3 --ranks-per-node 2
+check "a control file's grid that does not fit (tp=3 at 4 ranks) is rejected, the run exits 0" \
+    eval '[ $? -eq 0 ] && [ -e $tmp/badgrid/control.rejected ] && grep -q "tp/pp: the grid does not fit this run" $tmp/badgrid.log'
 
 # --- memory -------------------------------------------------------------------------------------
-a=$(floats $tmp/dp2.log params) b=$(floats $tmp/tp2.log params)
-echo "    parameters per rank: $a floats at dp2, $b at tp2 (optimizer state: 2 floats per parameter in both)"
+a=$(floats $tmp/dp2.log params) b=$(floats $tmp/tp2.log params) c=$(floats $tmp/pp2.log params)
+echo "    parameters per rank: $a floats at dp2, $b at tp2, $c at pp2's first stage" \
+    "(optimizer state: 2 floats per parameter in all)"
 check "tp2 holds <= 0.55 x dp2's parameters (and so optimizer state) per rank" \
     $PY -c "import sys; sys.exit(0 if 0 < int('$b') <= 0.55 * int('$a') else 1)"
 
@@ -91,4 +141,8 @@ expect "tp that does not divide the heads exits 2" 2 "parallel.tp = 3 does not d
 expect "pp above the blocks exits 2" 2 "parallel.pp = 3 is more than the 2 blocks" -- bad 3 --set parallel.pp=3
 expect "tensor parallelism for BERT exits 2 (not built yet)" 2 "tensor parallelism is built for GPT-2 so far" -- \
     bad 2 --set parallel.tp=2 --set model.name=bert-tiny
+expect "pipeline parallelism for BERT exits 2 (not built yet)" 2 "pipeline parallelism is built for GPT-2 so far" -- \
+    bad 2 --set parallel.pp=2 --set model.name=bert-tiny
+expect "parallel.stages that do not sum to the blocks exit 2" 2 'parallel.stages = "1,2"' -- \
+    bad 2 --set parallel.pp=2 --set parallel.stages=1,2
 finish

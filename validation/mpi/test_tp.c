@@ -1,5 +1,5 @@
-/* test_tp — the process grid (comm/grid.h) and GPT-2's tensor parallelism (gpt2_init_tp),
- * at 1-4 ranks.
+/* test_tp — the process grid (comm/grid.h), GPT-2's tensor parallelism (gpt2_init_tp)
+ * and its pipeline stages (gpt2_init_parallel's nn_stage), at 1-4 ranks.
  *
  * Checks: the shape rules (dp derived, a product that is not the world refused); every
  * rank's coordinates and its groups' members follow rank = t + tp (p + pp d); the dp
@@ -18,6 +18,14 @@
  * log V); on a gradient element |d| <= 1e-4 |ref| + 1e-5 max|ref| of the tensor (a
  * gradient is a sum of BT products through L blocks, each term rounded: sqrt(BT L)
  * eps_f32 relative to the largest term, times a margin of 10).
+ *
+ * Pipeline stages, on every rank alone: GPT-2 tiny's blocks as two stages, two
+ * micro-batches in flight (activation sets 0 and 1, forwards of both before either
+ * backward, as 1F1B's warm-up does), the boundary copied between the stages by hand:
+ * the losses, and every gradient but the tied wte's, are bit-identical to the whole
+ * model's (the same operations in the same order); wte's two halves, summed, match
+ * the whole model's within the tolerance above (the four contributions added in
+ * another order).
  * Usage: test_tp [--ranks-per-node N] */
 #include <math.h>
 #include <stdio.h>
@@ -140,7 +148,7 @@ static void test_gpt2_tp(const runtime *rt, int tp)
     int B = 2, T = 16;
     model whole, shard;
     CHECK(model_init(&whole, &s, B, T, 1234, true) == STATUS_OK, "whole model");
-    CHECK(model_init_parallel(&shard, &s, B, T, 1234, true, NULL, &t) == STATUS_OK, "shard");
+    CHECK(model_init_parallel(&shard, &s, B, T, 1234, true, NULL, &t, NULL) == STATUS_OK, "shard");
     param_table *pw = model_params(&whole), *ps = model_params(&shard);
     char what[160];
     /* the shard's parameters: exact slices of the whole model's */
@@ -199,6 +207,96 @@ static void test_gpt2_tp(const runtime *rt, int tp)
     grid_free(&g);
 }
 
+static void test_gpt2_stages(const runtime *rt)
+{
+    model_spec s;
+    spec_gpt2_tiny(&s);
+    int B = 2, T = 16;
+    model whole, st[2];
+    nn_stage parts[2] = { { 0, 1, 2 }, { 1, 2, 2 } };
+    CHECK(model_init(&whole, &s, B, T, 1234, true) == STATUS_OK, "whole model");
+    for (int k = 0; k < 2; k++)
+        CHECK(model_init_parallel(&st[k], &s, B, T, 1234, true, NULL, NULL, &parts[k]) == STATUS_OK, "stage");
+    param_table *pw = model_params(&whole);
+    model_batch b[2];
+    for (int i = 0; i < 2; i++) {
+        CHECK(model_batch_init(&b[i], &whole) == STATUS_OK, "batch");
+        model_batch_synthetic(&b[i], &whole, 99 + (uint64_t)i);
+    }
+    b[1].targets[5] = -1;
+    param_zero_grads(model_buffers(&whole), pw);
+    for (int k = 0; k < 2; k++) param_zero_grads(model_buffers(&st[k]), model_params(&st[k]));
+    /* the whole model: A forward, A backward, B forward, B backward */
+    double lw[2];
+    for (int i = 0; i < 2; i++) {
+        CHECK(model_forward(&whole, &b[i], true) == STATUS_OK, "forward");
+        lw[i] = model_loss(&whole);
+        model_backward(&whole);
+    }
+    /* the stages: both forwards (sets 0 and 1), then both backwards */
+    size_t n = model_stage_floats(&whole);
+    double ls[2];
+    for (int i = 0; i < 2; i++) {
+        model_set_slot(&st[0], i, &b[i]);
+        model_set_slot(&st[1], i, &b[i]);
+        CHECK(model_forward(&st[0], &b[i], true) == STATUS_OK, "stage 0 forward");
+        memcpy(model_stage_in(&st[1]), model_stage_out(&st[0]), n * sizeof(float));
+        CHECK(model_forward(&st[1], &b[i], true) == STATUS_OK, "stage 1 forward");
+        ls[i] = model_loss(&st[1]);
+    }
+    for (int i = 0; i < 2; i++) {
+        model_set_slot(&st[1], i, &b[i]);
+        model_backward(&st[1]);
+        model_set_slot(&st[0], i, &b[i]);
+        memcpy(model_stage_grad(&st[0]), model_stage_grad(&st[1]), n * sizeof(float));
+        model_backward(&st[0]);
+    }
+    char what[200];
+    snprintf(what, sizeof what, "pp2 with 2 micro-batches in flight: losses %.9g, %.9g bit-identical to the whole model's",
+             ls[0], ls[1]);
+    check(rt, ls[0] == lw[0] && ls[1] == lw[1], what, "a loss differs");
+    const param_table *p0 = model_params(&st[0]), *p1 = model_params(&st[1]);
+    bool split = p0->count + p1->count == pw->count + 1 && param_find(p0, "wte.weight") >= 0 &&
+                 param_find(p1, "wte.weight") >= 0 && param_find(p1, "wpe.weight") < 0 && param_find(p0, "ln_f.bias") < 0;
+    check(rt, split, "pp2: stage 0 holds wte, wpe and block 0, stage 1 block 1, ln_f and the tied wte", "tables differ");
+    bool exact = true, params = true;
+    double worst = 0;
+    const char *bad = "";
+    for (int e = 0; e < pw->count; e++) {
+        const param_entry *ew = &pw->entries[e];
+        const float *gw = model_buffers(&whole)->grads + ew->offset;
+        if (!strcmp(ew->name, "wte.weight")) {
+            const param_entry *a = &p0->entries[param_find(p0, ew->name)], *c = &p1->entries[param_find(p1, ew->name)];
+            float *sum = malloc(ew->count * sizeof *sum);
+            CHECK(sum != NULL, "sum");
+            for (size_t i = 0; i < ew->count; i++)
+                sum[i] = model_buffers(&st[0])->grads[a->offset + i] + model_buffers(&st[1])->grads[c->offset + i];
+            bool ok = close_all(sum, gw, ew->count, 1e-4, 1e-5, &worst);
+            free(sum);
+            snprintf(what, sizeof what, "pp2: the tied wte's two gradient halves sum to the whole model's (worst %.2f of "
+                     "the limit)", worst);
+            check(rt, ok, what, "wte differs");
+            continue;
+        }
+        int k = param_find(p0, ew->name) >= 0 ? 0 : 1;
+        const param_table *pk = k ? p1 : p0;
+        const param_entry *es = &pk->entries[param_find(pk, ew->name)];
+        if (memcmp(model_buffers(&st[k])->params + es->offset, model_buffers(&whole)->params + ew->offset,
+                   ew->count * sizeof(float)))
+            params = false;
+        if (memcmp(model_buffers(&st[k])->grads + es->offset, gw, ew->count * sizeof(float))) {
+            if (exact) bad = ew->name;
+            exact = false;
+        }
+    }
+    check(rt, params, "pp2: each stage's parameters are the whole model's (the same init streams)", "a tensor differs");
+    snprintf(what, sizeof what, "first difference in %s", bad);
+    check(rt, exact, "pp2: every other gradient is bit-identical to the whole model's", what);
+    for (int i = 0; i < 2; i++) model_batch_free(&b[i]);
+    for (int k = 0; k < 2; k++) model_free(&st[k]);
+    model_free(&whole);
+}
+
 int main(int argc, char **argv)
 {
     runtime rt;
@@ -213,6 +311,7 @@ int main(int argc, char **argv)
     test_grid(&rt, 4, 1);
     for (int tp = 2; tp <= rt.size; tp *= 2) test_gpt2_tp(&rt, tp);
     if (rt.size == 1) test_gpt2_tp(&rt, 1);
+    test_gpt2_stages(&rt);
     if (rt.rank == 0) printf("%s: %d failed checks\n", failures ? "FAIL" : "ok", failures);
     int f = failures;
     runtime_free(&rt);

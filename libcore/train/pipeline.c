@@ -1,0 +1,287 @@
+/* pipeline — what a pipeline-parallel run (parallel.pp > 1) adds to the trainer: the
+ * stages' blocks, the 1F1B schedule of a step's micro-batches, and the tied embedding.
+ *
+ * The one design decision: the schedule is Megatron-LM's non-interleaved 1F1B
+ * (Narayanan et al. 2021): stage s of p runs min(p - s - 1, m) forwards to fill the
+ * pipe, then alternates one forward with one backward, then drains the backwards, so
+ * at most p - s micro-batches are in flight and their activations held (nn_stage's
+ * slots). Between neighbours, an activation sent on always travels with the gradient
+ * received back in one exchange (comm_ctl_sendrecv), as Megatron's
+ * send_forward_recv_backward does: two blocking calls in a row would each wait for the
+ * other stage's matching call. Every micro-batch's gradients accumulate as with
+ * train.micro_batch < the global batch; the buckets start from the last backward.
+ *
+ * GPT-2's wte is both the embedding (first stage) and the LM head (last stage): each end
+ * holds a copy from the same init, the two gradients are summed over the tie group
+ * before clipping, and both apply the same update, so the copies stay equal (Megatron's
+ * embedding group). The checkpoint holds one wte, the first stage's (hybrid.c). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train_impl.h"
+
+enum { PP_TAG_ACT = 0x5050, PP_TAG_GRAD = 0x5051 };
+
+/* Counted training FLOPs per token of GPT-2 block l's stage share: 6 per parameter,
+ * attention's 12 T C, the head's 6 Vp C on the last block (the embedding lookups are
+ * free). */
+static double pp_block_cost(const gpt2_config *c, int T, int l)
+{
+    double C = c->channels;
+    double cost = 6 * (12 * C * C + 13 * C) + 12.0 * T * C;
+    if (l == c->num_layers - 1) cost += 6.0 * c->padded_vocab_size * C;
+    return cost;
+}
+
+/* Splits L blocks into p contiguous stages minimising the largest stage's cost
+ * (dynamic programming over the split points; L and p are small). first[s] = the first
+ * block of stage s, first[p] = L. */
+static void pp_balance(const gpt2_config *c, int T, int p, int *first)
+{
+    int L = c->num_layers;
+    double *pre = calloc((size_t)L + 1, sizeof *pre), *best = malloc(((size_t)p + 1) * ((size_t)L + 1) * sizeof *best);
+    int *cut = malloc(((size_t)p + 1) * ((size_t)L + 1) * sizeof *cut);
+    CHECK(pre && best && cut, "pipeline stage balance: out of memory");
+    for (int l = 0; l < L; l++) pre[l + 1] = pre[l] + pp_block_cost(c, T, l);
+#define B_(s, n) best[(size_t)(s) * ((size_t)L + 1) + (size_t)(n)]
+#define C_(s, n) cut[(size_t)(s) * ((size_t)L + 1) + (size_t)(n)]
+    for (int n = 0; n <= L; n++) B_(1, n) = pre[n], C_(1, n) = 0;
+    for (int s = 2; s <= p; s++)
+        for (int n = s; n <= L; n++) {
+            B_(s, n) = INFINITY;
+            for (int k = s - 1; k < n; k++) {  /* the first s - 1 stages take blocks [0, k) */
+                double v = fmax(B_(s - 1, k), pre[n] - pre[k]);
+                if (v < B_(s, n)) B_(s, n) = v, C_(s, n) = k;
+            }
+        }
+    first[p] = L;
+    for (int s = p, n = L; s >= 1; s--) first[s - 1] = n = s == 1 ? 0 : C_(s, n);
+#undef B_
+#undef C_
+    free(pre), free(best), free(cut);
+}
+
+status train_pp_plan(train_run *r)
+{
+    int p = r->grid.shape.pp, L = r->spec.gpt2.num_layers;
+    r->stage = nn_stage_whole();
+    r->tie_comm = MPI_COMM_NULL;
+    if (p == 1) return STATUS_OK;
+    int *first = malloc(((size_t)p + 1) * sizeof *first);
+    if (!first) return STATUS_NOMEM;
+    const char *spec = config_str(r->cfg, "parallel.stages");
+    if (!spec[0]) {
+        pp_balance(&r->spec.gpt2, r->T, p, first);
+    } else {  /* blocks per stage, e.g. "7,5" */
+        const char *at = spec;
+        int s = 0, sum = 0;
+        first[0] = 0;
+        while (*at && s < p) {
+            char *end;
+            long n = strtol(at, &end, 10);
+            if (end == at || n < 1 || (*end && *end != ',')) break;
+            sum += (int)n;
+            first[++s] = sum;
+            at = *end ? end + 1 : end;
+        }
+        if (s != p || *at || sum != L) {
+            log_error0("parallel.stages = \"%s\" (%s): give the blocks of each of the parallel.pp = %d stages, "
+                       "positive, comma-separated, summing to the %d blocks (model.n_layer), e.g. \"%d,%d\"; empty: "
+                       "balanced by counted FLOPs", spec, config_origin(r->cfg, "parallel.stages"), p, L, L - L / p * (p - 1),
+                       L / p);
+            free(first);
+            return STATUS_INPUT;
+        }
+    }
+    int me = r->grid.pp_rank;
+    r->stage = (nn_stage){ .first = first[me], .end = first[me + 1], .slots = p - me };
+    if (r->rt->rank == 0) {
+        printf("pipeline: %d stages of blocks", p);
+        for (int s = 0; s < p; s++) printf(" %d..%d", first[s], first[s + 1] - 1);
+        printf(" (%s), 1F1B schedule, %d micro-batches per step\n", spec[0] ? "parallel.stages" : "balanced by counted FLOPs",
+               r->tb.accum);
+    }
+    free(first);
+    int ends = me == 0 || me == p - 1;
+    MPI_CHECK(MPI_Comm_split(r->grid.pp_comm, ends ? 0 : MPI_UNDEFINED, me, &r->tie_comm));
+    return STATUS_OK;
+}
+
+status train_pp_init(train_run *r)
+{
+    if (r->grid.shape.pp == 1) return STATUS_OK;
+    int n = r->stage.slots;
+    if (!(r->pp_batches = calloc((size_t)n, sizeof *r->pp_batches))) return STATUS_NOMEM;
+    for (int k = 0; k < n; k++) TRY(model_batch_init(&r->pp_batches[k], &r->m));
+    return STATUS_OK;
+}
+
+void train_pp_free(train_run *r)
+{
+    if (r->pp_batches)
+        for (int k = 0; k < r->stage.slots; k++) model_batch_free(&r->pp_batches[k]);
+    free(r->pp_batches);
+    r->pp_batches = NULL;
+    if (r->tie_comm != MPI_COMM_NULL) MPI_Comm_free(&r->tie_comm);
+}
+
+/* One step's schedule on this stage. */
+typedef struct pp_sched {
+    train_run *r;
+    comm_ctl ctl;              /* the pp group */
+    int s, p, m;               /* stage, stages, micro-batches */
+    size_t n;                  /* floats of one boundary */
+    double *loss;
+    train_step_stats *ss;
+    double busy_s;             /* forward and backward compute */
+} pp_sched;
+
+static bool pp_first(const pp_sched *q) { return q->s == 0; }
+static bool pp_last(const pp_sched *q) { return q->s == q->p - 1; }
+
+static model_batch *pp_batch(pp_sched *q, int k)
+{
+    train_run *r = q->r;
+    return r->fixed_batch ? &r->batch : &r->pp_batches[k % r->stage.slots];
+}
+
+/* Micro-batch k's activation set (and batch) becomes the model's current one. */
+static void pp_use(pp_sched *q, int k)
+{
+    model_set_slot(&q->r->m, k % q->r->stage.slots, pp_batch(q, k));
+}
+
+static status pp_forward(pp_sched *q, int k)
+{
+    train_run *r = q->r;
+    model_batch *b = pp_batch(q, k);
+    TRY(train_fill_into(r, r->train_data, k, b));
+    pp_use(q, k);
+    double t0 = train_now_s();
+    TRY(model_forward(&r->m, b, true));
+    TRY(model_tp_status(&r->m));
+    double dt = train_now_s() - t0;
+    q->busy_s += dt, q->ss->fwd_ms += dt * 1e3;
+    if (pp_last(q)) *q->loss += model_loss(&r->m);
+    return STATUS_OK;
+}
+
+static status pp_backward(pp_sched *q, int k)
+{
+    train_run *r = q->r;
+    pp_use(q, k);
+    train_set_hook(r, k == q->m - 1);  /* the buckets start from the last backward (DDP's no_sync before it) */
+    double t0 = train_now_s();
+    model_backward(&r->m);
+    TRY(model_tp_status(&r->m));
+    double dt = train_now_s() - t0;
+    q->busy_s += dt, q->ss->bwd_ms += dt * 1e3;
+    train_set_hook(r, false);
+    return r->hook_status;
+}
+
+/* The neighbour exchanges (no-ops at the pipeline's ends). */
+static status pp_recv_forward(pp_sched *q, int k)
+{
+    if (pp_first(q)) return STATUS_OK;
+    pp_use(q, k);
+    return comm_ctl_recv(q->ctl, model_stage_in(&q->r->m), (int)q->n, MPI_FLOAT, q->s - 1, PP_TAG_ACT);
+}
+
+static status pp_send_forward(pp_sched *q)
+{
+    if (pp_last(q)) return STATUS_OK;
+    return comm_ctl_send(q->ctl, model_stage_out(&q->r->m), (int)q->n, MPI_FLOAT, q->s + 1, PP_TAG_ACT);
+}
+
+static status pp_recv_backward(pp_sched *q)
+{
+    if (pp_last(q)) return STATUS_OK;
+    return comm_ctl_recv(q->ctl, model_stage_grad(&q->r->m), (int)q->n, MPI_FLOAT, q->s + 1, PP_TAG_GRAD);
+}
+
+static status pp_send_backward(pp_sched *q)
+{
+    if (pp_first(q)) return STATUS_OK;
+    return comm_ctl_send(q->ctl, model_stage_grad(&q->r->m), (int)q->n, MPI_FLOAT, q->s - 1, PP_TAG_GRAD);
+}
+
+/* The output of the current forward on, the gradient for the next backward back. */
+static status pp_send_forward_recv_backward(pp_sched *q)
+{
+    if (pp_last(q)) return STATUS_OK;
+    model *m = &q->r->m;
+    return comm_ctl_sendrecv(q->ctl, model_stage_out(m), (int)q->n, q->s + 1, PP_TAG_ACT, model_stage_grad(m),
+                             (int)q->n, q->s + 1, PP_TAG_GRAD, MPI_FLOAT);
+}
+
+/* The input gradient of the current backward back, the input of forward k on. */
+static status pp_send_backward_recv_forward(pp_sched *q, int k)
+{
+    if (pp_first(q)) return STATUS_OK;
+    model *m = &q->r->m;
+    float *grad = model_stage_grad(m);  /* one buffer for every set */
+    pp_use(q, k);
+    return comm_ctl_sendrecv(q->ctl, grad, (int)q->n, q->s - 1, PP_TAG_GRAD, model_stage_in(m), (int)q->n, q->s - 1,
+                             PP_TAG_ACT, MPI_FLOAT);
+}
+
+status train_pipeline(train_run *r, double *loss, train_step_stats *ss)
+{
+    pp_sched q = { .r = r, .s = r->grid.pp_rank, .p = r->grid.shape.pp, .m = r->tb.accum, .loss = loss, .ss = ss,
+                   .n = model_stage_floats(&r->m),
+                   .ctl = comm_ctl_watched(comm_ctl_named(r->grid.pp_comm, r->timeout_s, "pp"), r->rt->wd) };
+    CHECK(q.n <= (size_t)INT32_MAX, "a pipeline boundary of more than 2^31 floats");
+    int warm = q.p - q.s - 1 < q.m ? q.p - q.s - 1 : q.m, rest = q.m - warm;
+    double t0 = train_now_s();
+    for (int i = 0; i < warm; i++) {
+        TRY(pp_recv_forward(&q, i));
+        TRY(pp_forward(&q, i));
+        TRY(pp_send_forward(&q));
+    }
+    if (rest > 0) TRY(pp_recv_forward(&q, warm));
+    for (int i = 0; i < rest; i++) {
+        TRY(pp_forward(&q, warm + i));
+        TRY(pp_send_forward_recv_backward(&q));
+        TRY(pp_backward(&q, i));
+        if (i == rest - 1) TRY(pp_send_backward(&q));
+        else TRY(pp_send_backward_recv_forward(&q, warm + i + 1));
+    }
+    for (int i = rest; i < q.m; i++) {
+        TRY(pp_recv_backward(&q));
+        TRY(pp_backward(&q, i));
+        TRY(pp_send_backward(&q));
+    }
+    double wall = train_now_s() - t0;
+    ss->bubble = wall > 0 ? 1 - q.busy_s / wall : 0;
+    return STATUS_OK;
+}
+
+status train_pp_forward_only(train_run *r, model_batch *b)
+{
+    comm_ctl c = comm_ctl_watched(comm_ctl_named(r->grid.pp_comm, r->timeout_s, "pp"), r->rt->wd);
+    int s = r->grid.pp_rank, p = r->grid.shape.pp, n = (int)model_stage_floats(&r->m);
+    model_set_slot(&r->m, 0, b);
+    if (s > 0) TRY(comm_ctl_recv(c, model_stage_in(&r->m), n, MPI_FLOAT, s - 1, PP_TAG_ACT));
+    TRY(model_forward(&r->m, b, false));
+    TRY(model_tp_status(&r->m));
+    if (s < p - 1) TRY(comm_ctl_send(c, model_stage_out(&r->m), n, MPI_FLOAT, s + 1, PP_TAG_ACT));
+    return STATUS_OK;
+}
+
+bool train_pp_counted(const train_run *r, const param_entry *e)
+{
+    return r->grid.pp_rank == 0 || strcmp(e->name, "wte.weight") != 0;
+}
+
+status train_pp_tie_grads(train_run *r, float *grads)
+{
+    if (r->tie_comm == MPI_COMM_NULL) return STATUS_OK;
+    const param_table *pt = model_params(&r->m);
+    int i = param_find(pt, "wte.weight");
+    CHECK(i >= 0, "the first and last pipeline stage hold wte");
+    const param_entry *e = &pt->entries[i];
+    comm_ctl c = comm_ctl_watched(comm_ctl_named(r->tie_comm, r->timeout_s, "tied wte"), r->rt->wd);
+    return comm_ctl_allreduce(c, MPI_IN_PLACE, grads + e->offset, (int)e->count, MPI_FLOAT, MPI_SUM);
+}
