@@ -228,11 +228,18 @@ static void print_blob_rules(const ckpt_catalog *cat, int world)
 
 int tool_reshard(const tool_args *a)
 {
-    int world = (int)config_int(a->cfg, "ckpt.dp");
-    if (world < 1) {
-        log_error0("reshard needs --dp N, the data-parallel size (ranks) to rewrite the checkpoint for");
+    int dp = (int)config_int(a->cfg, "ckpt.dp"), tp = (int)config_int(a->cfg, "ckpt.tp");
+    int pp = (int)config_int(a->cfg, "ckpt.pp");
+    if (dp < 1) {
+        log_error0("reshard needs --dp N, the data-parallel size (replicas) to rewrite the checkpoint for "
+                   "(the ranks are --tp x --pp x --dp)");
         return 2;
     }
+    if ((long)tp * pp * dp > 1 << 24) {
+        log_error0("reshard: --tp %d x --pp %d x --dp %d is more than %d ranks", tp, pp, dp, 1 << 24);
+        return 2;
+    }
+    int world = tp * pp * dp;
     ckpt_catalog cat;
     status st = ckpt_catalog_open(&cat, a->paths[0]);
     if (st != STATUS_OK) return status_exit_code(st);
@@ -241,6 +248,8 @@ int tool_reshard(const tool_args *a)
     const char *out = config_str(a->cfg, "ckpt.out");
     if (out[0]) st = ckpt_out_check_step(out, cat.h.step, cat.dir);  /* every rank: the same file system */
     if (st == STATUS_OK) st = tool_model_from_ini(&tm, cat.config, cat.file, cat.h.model, cat.file_bytes);
+    bool built = st == STATUS_OK;
+    if (st == STATUS_OK) st = model_spec_check_grid(&tm.m.spec, tp, pp);  /* names parallel.tp / parallel.pp */
     if (st == STATUS_OK) {
         st = tool_content(&c, &cat, &tm.m, true, true);
         if (st == STATUS_OK)
@@ -248,17 +257,22 @@ int tool_reshard(const tool_args *a)
         if (st == STATUS_OK && a->rt->rank == 0) {
             char step[32];
             snprintf(step, sizeof step, "step_%08" PRId64, cat.h.step);
-            printf("resharded %s from %d to %d ranks, committed as %s%s%s\n", cat.dir, cat.h.world_size, world,
-                   out[0] ? out : "itself", out[0] ? "/" : "", out[0] ? step : "");
-            printf("  tensors        %d groups unchanged: parameters and optimizer moments are replicated in data "
-                   "parallelism (read and checked by nebula-train's reader, written by its saver)\n", c.ngroups);
+            char shape[64] = "";
+            if (tp > 1 || pp > 1) snprintf(shape, sizeof shape, " (tp%d x pp%d x dp%d)", tp, pp, dp);
+            printf("resharded %s from %d to %d ranks%s, committed as %s%s%s\n", cat.dir, cat.h.world_size, world,
+                   shape, out[0] ? out : "itself", out[0] ? "/" : "", out[0] ? step : "");
+            printf("  tensors        %d groups unchanged: a checkpoint holds the whole model's tensors at every grid "
+                   "(each shard and stage reads its pieces; read and checked by nebula-train's reader, written by its "
+                   "saver)\n", c.ngroups);
             print_blob_rules(&cat, world);
-            printf("resume with: mpirun -np %d nebula-train ... --resume %s%s%s\n", world, out[0] ? out : cat.dir,
-                   out[0] ? "/" : "", out[0] ? step : "");
+            char grid[96] = "";
+            if (tp > 1 || pp > 1) snprintf(grid, sizeof grid, " --set parallel.tp=%d --set parallel.pp=%d", tp, pp);
+            printf("resume with: mpirun -np %d nebula-train ...%s --resume %s%s%s\n", world, grid,
+                   out[0] ? out : cat.dir, out[0] ? "/" : "", out[0] ? step : "");
         }
         tool_content_free(&c, &tm.m);
-        tool_model_free(&tm);
     }
+    if (built) tool_model_free(&tm);
     ckpt_catalog_free(&cat);
     return status_exit_code(st);
 }

@@ -16,6 +16,10 @@ static const config_key tool_schema[] = {
     { "ckpt", "json", CONFIG_TYPE_BOOL, "false", .help = "info, diff: one JSON document on stdout" },
     { "ckpt", "dp", CONFIG_TYPE_INT, "0", .min = 0, .max = 1 << 24,
       .help = "reshard: the data-parallel size (ranks) to rewrite the per-rank state for" },
+    { "ckpt", "tp", CONFIG_TYPE_INT, "1", .min = 1, .max = 4096,
+      .help = "reshard: the tensor-parallel size of the grid to resume on (ranks = tp x pp x dp)" },
+    { "ckpt", "pp", CONFIG_TYPE_INT, "1", .min = 1, .max = 4096,
+      .help = "reshard: the pipeline stages of the grid to resume on" },
     { "ckpt", "ranks_per_node", CONFIG_TYPE_INT, "0", .min = 0, .max = 1 << 24,
       .help = "reshard: ranks per node to record (0: the writer's, at most --dp)" },
     { "ckpt", "out", CONFIG_TYPE_STRING, "",
@@ -31,6 +35,8 @@ static const config_key tool_schema[] = {
 static const cli_option tool_options[] = {
     { "json", "ckpt.json", "true" },
     { "dp", "ckpt.dp", NULL },
+    { "tp", "ckpt.tp", NULL },
+    { "pp", "ckpt.pp", NULL },
     { "ranks-per-node", "ckpt.ranks_per_node", NULL },
     { "out", "ckpt.out", NULL },
     { "to", "ckpt.to", NULL },
@@ -45,7 +51,7 @@ static const char usage[] =
     "       nebula-ckpt verify PATH            every checksum, the commit marker, the parameter table against\n"
     "                                          the stored config; names the dataset, rank row and file offset\n"
     "       nebula-ckpt diff A B [--json]      per tensor max |a-b|, relative L2 and cosine; exit 0 only if identical\n"
-    "       nebula-ckpt reshard PATH --dp N [--ranks-per-node K] [--out DIR]\n"
+    "       nebula-ckpt reshard PATH --dp N [--tp T] [--pp P] [--ranks-per-node K] [--out DIR]\n"
     "                                          the per-rank state for a run of N ranks, as nebula-train's load at\n"
     "                                          N ranks would see it\n"
     "       nebula-ckpt upgrade PATH [--out DIR]\n"
@@ -70,7 +76,7 @@ static const tool_cmd cmds[] = {
     { "info", 1, "ckpt.json", tool_info },
     { "verify", 1, "", tool_verify },
     { "diff", 2, "ckpt.json", tool_diff },
-    { "reshard", 1, "ckpt.dp ckpt.ranks_per_node ckpt.out", tool_reshard },
+    { "reshard", 1, "ckpt.dp ckpt.tp ckpt.pp ckpt.ranks_per_node ckpt.out", tool_reshard },
     { "upgrade", 1, "ckpt.out", tool_upgrade },
     { "convert", 1, "ckpt.to ckpt.from ckpt.out model", tool_convert },
 };

@@ -22,6 +22,8 @@
 #     taken at that step's end; the trainer checkpoints, re-forms the groups in the same
 #     processes (no exit) and continues: every step 11..20 logged once, the losses those of
 #     the dp4 run within 1e-5; a grid that does not fit (tp=3) is rejected, the run goes on;
+#   - nebula-ckpt reshard --tp/--pp/--dp rewrites a checkpoint for another grid (pp2 -> tp2 x
+#     dp2, resumed on the same trajectory) and refuses a grid the model does not take;
 #   - the pipeline reports its measured bubble beside 1F1B's (p - 1) / (m + p - 1) at every
 #     step (the figure itself is nebula-bench table hybrid's: 4 ranks on 2 cores time nothing);
 #   - the memory table: parameters and optimizer state per rank at tp2 are <= 0.55 x dp2's
@@ -99,6 +101,13 @@ done
 run $tmp/to-tp2dp2 4 --steps 20 --ranks-per-node 2 --set parallel.tp=2 --resume $tmp/dp4/$s10
 check "dp4's step 10 resumed at tp2 x dp2 continues the dp4 trajectory within 1e-5" \
     same_losses $tmp/dp4 $tmp/to-tp2dp2 11
+$MPIRUN -np 2 $CKPT reshard $tmp/pp2/$s10 --tp 2 --dp 2 --out $tmp/rs >$tmp/rs.log 2>&1
+check "nebula-ckpt reshard --tp 2 --dp 2 rewrites pp2's step 10 for 4 ranks" \
+    grep -q "from 2 to 4 ranks (tp2 x pp1 x dp2), committed as $tmp/rs/step_00000010" $tmp/rs.log
+run $tmp/from-rs 4 --steps 20 --ranks-per-node 2 --set parallel.tp=2 --resume $tmp/rs/step_00000010
+check "... which tp2 x dp2 resumes on pp2's trajectory within 1e-5" same_losses $tmp/pp2 $tmp/from-rs 11
+expect "nebula-ckpt reshard --pp 3 for 2 blocks exits 2" 2 "parallel.pp = 3 is more than the 2 blocks" -- \
+    $CKPT reshard $tmp/pp2/$s10 --pp 3 --dp 1 --out $tmp/rs3
 run $tmp/to-tp2pp2 4 --steps 20 --ranks-per-node 2 --set parallel.tp=2 --set parallel.pp=2 --resume $tmp/dp4/$s10
 check "dp4's step 10 resumed at tp2 x pp2 continues the dp4 trajectory within 1e-5" \
     same_losses $tmp/dp4 $tmp/to-tp2pp2 11
