@@ -15,7 +15,7 @@
 static const config_key tool_schema[] = {
     { "ckpt", "json", CONFIG_TYPE_BOOL, "false", .help = "info, diff: one JSON document on stdout" },
     { "ckpt", "dp", CONFIG_TYPE_INT, "0", .min = 0, .max = 1 << 24,
-      .help = "reshard: the data-parallel size (ranks) to rewrite the per-rank state for" },
+      .help = "reshard: the data-parallel size of the grid to rewrite the per-rank state for" },
     { "ckpt", "tp", CONFIG_TYPE_INT, "1", .min = 1, .max = 4096,
       .help = "reshard: the tensor-parallel size of the grid to resume on (ranks = tp x pp x dp)" },
     { "ckpt", "pp", CONFIG_TYPE_INT, "1", .min = 1, .max = 4096,
@@ -52,8 +52,8 @@ static const char usage[] =
     "                                          the stored config; names the dataset, rank row and file offset\n"
     "       nebula-ckpt diff A B [--json]      per tensor max |a-b|, relative L2 and cosine; exit 0 only if identical\n"
     "       nebula-ckpt reshard PATH --dp N [--tp T] [--pp P] [--ranks-per-node K] [--out DIR]\n"
-    "                                          the per-rank state for a run of N ranks, as nebula-train's load at\n"
-    "                                          N ranks would see it\n"
+    "                                          the per-rank state for a run of T x P x N ranks (tp x pp x dp), as\n"
+    "                                          nebula-train's load on that grid would see it\n"
     "       nebula-ckpt upgrade PATH [--out DIR]\n"
     "                                          an older format version to the current one, saying what changed\n"
     "       nebula-ckpt convert PATH --to safetensors|llmc --out FILE\n"

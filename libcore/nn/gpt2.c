@@ -595,9 +595,10 @@ void gpt2_backward(gpt2 *m, const int32_t *tokens)
         if (tp == 1) k->embedding_backward(g + v->wte, s->dresidual, ids, BT, C);
         else embedding_backward_rows(g + v->wte, s->dresidual, ids, BT, C, lo, Vl);
         k->embedding_backward(g + v->wpe, s->dresidual, m->pos_ids, BT, C);
-        param_layer_time(&m->timer, 0, true);
     }  /* else dresidual holds the gradient of the stage's input, for the previous stage */
+    /* the bucket launch inside the layer's lap, as every other layer's */
     if (first || last_stage) param_layer_done(&m->hook, 0);                /* wte (also the tied head), wpe */
+    if (first) param_layer_time(&m->timer, 0, true);
 }
 
 /* 6 FLOPs per parameter per token (2 forward, 4 backward), the convention of the

@@ -99,8 +99,13 @@ status train_pp_plan(train_run *r)
     if (r->rt->rank == 0) {
         printf("pipeline: %d stages of blocks", p);
         for (int s = 0; s < p; s++) printf(" %d..%d", first[s], first[s + 1] - 1);
-        printf(" (%s), 1F1B schedule, %d micro-batches per step\n", spec[0] ? "parallel.stages" : "balanced by counted FLOPs",
-               r->tb.accum);
+        printf(" (%s), 1F1B schedule, %d micro-batch%s per step\n", spec[0] ? "parallel.stages" : "balanced by counted FLOPs",
+               r->tb.accum, r->tb.accum == 1 ? "" : "es");
+        if (r->tb.accum < p)
+            log_warn("pipeline: %d micro-batch%s per step for %d stages: the stages mostly wait (1F1B's bubble is "
+                     "(p - 1) / (m + p - 1) = %.2f); a larger train.global_batch or a smaller train.micro_batch "
+                     "gives m >= p", r->tb.accum, r->tb.accum == 1 ? "" : "es", p,
+                     (double)(p - 1) / (r->tb.accum + p - 1));
     }
     free(first);
     int ends = me == 0 || me == p - 1;

@@ -226,13 +226,25 @@ status train_profile_setup(train_run *r)
     if (!p->timers) return STATUS_NOMEM;
     for (int i = 0; i < TRAIN_PROFILE_NPHASES; i++)
         timer_init(&p->timers[i], TRAIN_PROFILE_KIND_PHASE, -1, "%s", phase_names[i]);
-    for (int l = 0; l < p->nlayers; l++) {
+    /* a pipeline stage holds some layers only: each name from the ranks that hold it (a
+     * bytewise MAX over the ranks, those without the layer giving zeros) */
+    unsigned char *names = calloc((size_t)p->nlayers, TRAIN_PROFILE_NAME);
+    if (!names) return STATUS_NOMEM;
+    for (int l = 0; l < p->nlayers; l++)
+        if (r->layer_count[l] > 0) train_layer_name(r, l, (char *)names + (size_t)l * TRAIN_PROFILE_NAME, TRAIN_PROFILE_NAME - 16);
+    status st = comm_ctl_allreduce(train_ctl(r), MPI_IN_PLACE, names, p->nlayers * TRAIN_PROFILE_NAME, MPI_UNSIGNED_CHAR,
+                                   MPI_MAX);
+    for (int l = 0; l < p->nlayers && st == STATUS_OK; l++) {
         char name[TRAIN_PROFILE_NAME];
-        train_layer_name(r, l, name, sizeof name - 16);
+        memcpy(name, names + (size_t)l * TRAIN_PROFILE_NAME, TRAIN_PROFILE_NAME - 16);
+        name[TRAIN_PROFILE_NAME - 16] = 0;
+        if (!name[0]) train_layer_name(r, l, name, sizeof name - 16);  /* held by no rank: "layer N" */
         if (l == p->nlayers - 1 && r->spec.family == MODEL_FAMILY_GPT2) strcat(name, "+head");  /* the tied head */
         timer_init(&p->timers[p->fwd0 + l], TRAIN_PROFILE_KIND_FORWARD, l, "forward %s", name);
         timer_init(&p->timers[p->bwd0 + l], TRAIN_PROFILE_KIND_BACKWARD, l, "backward %s", name);
     }
+    free(names);
+    TRY(st);
     timer_init(&p->timers[p->step_id], TRAIN_PROFILE_KIND_DETAIL, -1, "%s", "step (profiler clock)");
     timer_init(&p->timers[p->trainer_id], TRAIN_PROFILE_KIND_DETAIL, -1, "%s", "step (trainer's step_ms)");
     for (int b = 0; b < p->nbuckets; b++) {
@@ -482,6 +494,9 @@ static void tp_print(const train_run *r, const train_profile *p, const tp_row *r
         if (pass == 0)
             printf("  %-30s %6s %10.1f %6.1f%%   (the step by the trainer's clock: %.1f ms)\n", "= phases and layers", "",
                    sum, step > 0 ? 100 * sum / step : 0, rows[p->trainer_id].total);
+        if (pass == 0 && r->grid.shape.pp > 1)
+            printf("  (pipeline: a layer's figures are the mean over the ranks of its stage, and the %d stages run at "
+                   "once, so the layers add up to more than one step)\n", r->grid.shape.pp);
     }
     for (int e = 0; e < p->papi.n; e++)
         printf("  counter %s: %s\n", p->papi.name[e], p->papi.slot[e] >= 0 ? "per step, summed over the ranks (main "

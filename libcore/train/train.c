@@ -466,8 +466,10 @@ void train_print(const train_run *r, FILE *f)
     if (r->rt->rank != 0) return;
     model *m = (model *)&r->m;
     model_spec_print(&r->spec, f);
-    fprintf(f, "batch: global %d = micro-batch %d x accumulation %d x %d ranks%s; %d threads per rank\n",
-            r->tb.global_batch, r->tb.micro_batch, r->tb.accum, train_dp_size(r), r->T ? "" : " (images)", r->threads);
+    int dp = train_dp_size(r);
+    fprintf(f, "batch: global %d = micro-batch %d x accumulation %d x %d %srank%s%s; %d threads per rank\n",
+            r->tb.global_batch, r->tb.micro_batch, r->tb.accum, dp, dp < r->rt->size ? "data-parallel " : "",
+            dp == 1 ? "" : "s", r->T ? "" : " (images)", r->threads);
     fprintf(f, "device: %s\n", r->dev.describe);
     char line[512];
     data_describe(r->train_data, line, sizeof line);
