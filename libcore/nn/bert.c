@@ -3,11 +3,13 @@
  * every buffer is sized in bert_init. */
 #include "bert.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/xent.h" /* XENT_IGNORE */
 #include "base/rng.h"
+#include "cpu/embed.h"
+#include "cpu/xent.h"
 
 #define BERT_LN_EPS 1e-12f  /* BertConfig.layer_norm_eps */
 
@@ -86,10 +88,13 @@ int bert_mask_tokens(int32_t *masked_ids, int32_t *targets, const int32_t *input
     return selected;
 }
 
-/* Appends one tensor to the table; returns its offset (the view field's value). */
-static size_t bert_add(param_table *pt, const char *name, int layer, int ndim, int d0, int d1)
+/* Appends one tensor to the table, split over the tp ranks along `dim` (-1: whole);
+ * returns its offset (the view field's value). */
+static size_t bert_add(param_table *pt, const char *name, int layer, int ndim, int d0, int d1, int dim)
 {
-    int i = param_add(pt, name, layer, param_decay_default(ndim), ndim, (size_t)d0, (size_t)d1, 0, 0);
+    bool decay = param_decay_default(ndim);
+    int i = dim < 0 ? param_add(pt, name, layer, decay, ndim, (size_t)d0, (size_t)d1, 0, 0)
+                    : param_add_split(pt, name, layer, decay, ndim, (size_t)d0, (size_t)d1, dim, 1);
     return pt->entries[i].offset;
 }
 
@@ -104,39 +109,44 @@ static status bert_build_table(bert *m)
     char n[PARAM_NAME_MAX];
     if (!(v->layer = malloc((size_t)L * sizeof *v->layer))) return STATUS_NOMEM;
     param_table_init(&m->pt);
-    v->word_emb = bert_add(&m->pt, "embeddings.word_embeddings.weight", 0, 2, c->vocab_size, C);
-    v->pos_emb = bert_add(&m->pt, "embeddings.position_embeddings.weight", 0, 2, c->max_position, C);
-    v->type_emb = bert_add(&m->pt, "embeddings.token_type_embeddings.weight", 0, 2, c->type_vocab_size, C);
-    v->emb_ln_w = bert_add(&m->pt, "embeddings.LayerNorm.weight", 0, 1, C, 0);
-    v->emb_ln_b = bert_add(&m->pt, "embeddings.LayerNorm.bias", 0, 1, C, 0);
+    param_table_set_tp(&m->pt, m->tp.size, m->tp.rank);
+    /* tp (the last argument: the split dim, -1 whole): word_embeddings and the decoder's
+     * bias by vocabulary rows; query, key, value and intermediate.dense (nn.Linear's
+     * (out, in)) by output rows with their biases; the two row-parallel denses by input
+     * columns */
+    v->word_emb = bert_add(&m->pt, "embeddings.word_embeddings.weight", 0, 2, c->vocab_size, C, 0);
+    v->pos_emb = bert_add(&m->pt, "embeddings.position_embeddings.weight", 0, 2, c->max_position, C, -1);
+    v->type_emb = bert_add(&m->pt, "embeddings.token_type_embeddings.weight", 0, 2, c->type_vocab_size, C, -1);
+    v->emb_ln_w = bert_add(&m->pt, "embeddings.LayerNorm.weight", 0, 1, C, 0, -1);
+    v->emb_ln_b = bert_add(&m->pt, "embeddings.LayerNorm.bias", 0, 1, C, 0, -1);
     for (int l = 0; l < L; l++) {
         bert_layer_views *h = &v->layer[l];
-#define PL(field, suffix, nd, a, b)                                   \
+#define PL(field, suffix, nd, a, b, dim)                              \
     snprintf(n, sizeof n, "encoder.layer.%d.%s", l, suffix);          \
-    h->field = bert_add(&m->pt, n, l + 1, nd, a, b)
-        PL(q_w, "attention.self.query.weight", 2, C, C);
-        PL(q_b, "attention.self.query.bias", 1, C, 0);
-        PL(k_w, "attention.self.key.weight", 2, C, C);
-        PL(k_b, "attention.self.key.bias", 1, C, 0);
-        PL(v_w, "attention.self.value.weight", 2, C, C);
-        PL(v_b, "attention.self.value.bias", 1, C, 0);
-        PL(attn_out_w, "attention.output.dense.weight", 2, C, C);
-        PL(attn_out_b, "attention.output.dense.bias", 1, C, 0);
-        PL(attn_ln_w, "attention.output.LayerNorm.weight", 1, C, 0);
-        PL(attn_ln_b, "attention.output.LayerNorm.bias", 1, C, 0);
-        PL(inter_w, "intermediate.dense.weight", 2, IC, C);
-        PL(inter_b, "intermediate.dense.bias", 1, IC, 0);
-        PL(out_w, "output.dense.weight", 2, C, IC);
-        PL(out_b, "output.dense.bias", 1, C, 0);
-        PL(out_ln_w, "output.LayerNorm.weight", 1, C, 0);
-        PL(out_ln_b, "output.LayerNorm.bias", 1, C, 0);
+    h->field = bert_add(&m->pt, n, l + 1, nd, a, b, dim)
+        PL(q_w, "attention.self.query.weight", 2, C, C, 0);
+        PL(q_b, "attention.self.query.bias", 1, C, 0, 0);
+        PL(k_w, "attention.self.key.weight", 2, C, C, 0);
+        PL(k_b, "attention.self.key.bias", 1, C, 0, 0);
+        PL(v_w, "attention.self.value.weight", 2, C, C, 0);
+        PL(v_b, "attention.self.value.bias", 1, C, 0, 0);
+        PL(attn_out_w, "attention.output.dense.weight", 2, C, C, 1);
+        PL(attn_out_b, "attention.output.dense.bias", 1, C, 0, -1);
+        PL(attn_ln_w, "attention.output.LayerNorm.weight", 1, C, 0, -1);
+        PL(attn_ln_b, "attention.output.LayerNorm.bias", 1, C, 0, -1);
+        PL(inter_w, "intermediate.dense.weight", 2, IC, C, 0);
+        PL(inter_b, "intermediate.dense.bias", 1, IC, 0, 0);
+        PL(out_w, "output.dense.weight", 2, C, IC, 1);
+        PL(out_b, "output.dense.bias", 1, C, 0, -1);
+        PL(out_ln_w, "output.LayerNorm.weight", 1, C, 0, -1);
+        PL(out_ln_b, "output.LayerNorm.bias", 1, C, 0, -1);
 #undef PL
     }
-    v->cls_b = bert_add(&m->pt, "cls.predictions.bias", L + 1, 1, c->vocab_size, 0);
-    v->tr_w = bert_add(&m->pt, "cls.predictions.transform.dense.weight", L + 1, 2, C, C);
-    v->tr_b = bert_add(&m->pt, "cls.predictions.transform.dense.bias", L + 1, 1, C, 0);
-    v->tr_ln_w = bert_add(&m->pt, "cls.predictions.transform.LayerNorm.weight", L + 1, 1, C, 0);
-    v->tr_ln_b = bert_add(&m->pt, "cls.predictions.transform.LayerNorm.bias", L + 1, 1, C, 0);
+    v->cls_b = bert_add(&m->pt, "cls.predictions.bias", L + 1, 1, c->vocab_size, 0, 0);
+    v->tr_w = bert_add(&m->pt, "cls.predictions.transform.dense.weight", L + 1, 2, C, C, -1);
+    v->tr_b = bert_add(&m->pt, "cls.predictions.transform.dense.bias", L + 1, 1, C, 0, -1);
+    v->tr_ln_w = bert_add(&m->pt, "cls.predictions.transform.LayerNorm.weight", L + 1, 1, C, 0, -1);
+    v->tr_ln_b = bert_add(&m->pt, "cls.predictions.transform.LayerNorm.bias", L + 1, 1, C, 0, -1);
     return STATUS_OK;
 }
 
@@ -159,37 +169,51 @@ static status bert_check_views(const bert *m)
     return STATUS_OK;
 }
 
-static void bert_init_weights(bert *m, uint64_t seed)
+/* Each matrix drawn whole from its own stream (tensor index i: the table's order is the
+ * same at every tp size) and this rank's shard sliced out of it. */
+static status bert_init_weights(bert *m, uint64_t seed)
 {
-    float *p = m->pb.params;
+    float *p = m->pb.params, *full = NULL;
     for (int i = 0; i < m->pt.count; i++) {
         const param_entry *e = &m->pt.entries[i];
         float *w = p + e->offset;
         if (strstr(e->name, "LayerNorm.weight")) { for (size_t k = 0; k < e->count; k++) w[k] = 1.0f; continue; }
         if (e->ndim < 2) { memset(w, 0, e->count * sizeof *w); continue; }  /* biases, LayerNorm biases */
+        size_t n = param_entry_full_count(&m->pt, e);
+        float *dst = w;
+        if (e->tp_dim >= 0 && m->tp.size > 1) {
+            free(full);
+            if (!(full = malloc(n * sizeof *full))) return STATUS_NOMEM;
+            dst = full;
+        }
         rng r;  /* one stream per tensor: the init does not depend on table order */
         rng_init(&r, seed, 0, RNG_PURPOSE_INIT, (uint64_t)i);
-        for (size_t k = 0; k < e->count; k++) w[k] = (float)(0.02 * rng_normal(&r));
+        for (size_t k = 0; k < n; k++) dst[k] = (float)(0.02 * rng_normal(&r));
+        /* nn.Embedding(padding_idx=pad_token_id): HF zeroes that row at init. */
+        if ((size_t)e->offset == m->views.word_emb)
+            memset(dst + (size_t)m->cfg.pad_token_id * m->cfg.channels, 0, (size_t)m->cfg.channels * sizeof(float));
+        if (dst != w) param_tp_copy(&m->pt, e, w, full, false);
     }
-    /* nn.Embedding(padding_idx=pad_token_id): HF zeroes that row at init. */
-    memset(p + m->views.word_emb + (size_t)m->cfg.pad_token_id * m->cfg.channels, 0,
-           (size_t)m->cfg.channels * sizeof(float));
+    free(full);
+    return STATUS_OK;
 }
 
 static void bert_layout_acts(void *owner, float *base, size_t *used)
 {
     bert *m = owner;
     size_t L = (size_t)m->cfg.num_layers, BT = (size_t)m->B * (size_t)m->T, C = (size_t)m->cfg.channels;
-    size_t NH = (size_t)m->cfg.num_heads, V = (size_t)m->cfg.vocab_size, IC = (size_t)m->cfg.intermediate;
+    size_t tp = (size_t)m->tp.size;  /* this rank's heads, columns, FFN units and vocabulary */
+    size_t NH = (size_t)m->cfg.num_heads / tp, V = (size_t)m->cfg.vocab_size / tp, IC = (size_t)m->cfg.intermediate / tp;
+    size_t Cl = C / tp;
     bert_acts *a = &m->acts;
     a->emb = param_carve(base, used, BT * C);
     a->emb_ln = param_carve(base, used, BT * C);
     a->emb_mean = param_carve(base, used, BT);
     a->emb_rstd = param_carve(base, used, BT);
-    a->q = param_carve(base, used, L * BT * C);
-    a->k = param_carve(base, used, L * BT * C);
-    a->v = param_carve(base, used, L * BT * C);
-    a->atty = param_carve(base, used, L * BT * C);
+    a->q = param_carve(base, used, L * BT * Cl);
+    a->k = param_carve(base, used, L * BT * Cl);
+    a->v = param_carve(base, used, L * BT * Cl);
+    a->atty = param_carve(base, used, L * BT * Cl);
     a->att_lse = param_carve(base, used, L * BT * NH);
     a->attproj = param_carve(base, used, L * BT * C);
     a->res1 = param_carve(base, used, L * BT * C);
@@ -213,13 +237,14 @@ static void bert_layout_acts(void *owner, float *base, size_t *used)
     a->losses = param_carve(base, used, BT);
     a->xent_lse = param_carve(base, used, BT);
     a->key_mask = param_carve(base, used, BT);
+    a->xent_part = tp > 1 ? (double *)param_carve(base, used, 4 * BT) : NULL;  /* 2 BT doubles, 64-byte aligned */
 }
 
 static void bert_layout_grads(void *owner, float *base, size_t *used)
 {
     bert *m = owner;
-    size_t BT = (size_t)m->B * (size_t)m->T, C = (size_t)m->cfg.channels, V = (size_t)m->cfg.vocab_size;
-    size_t IC = (size_t)m->cfg.intermediate;
+    size_t tp = (size_t)m->tp.size, BT = (size_t)m->B * (size_t)m->T, C = (size_t)m->cfg.channels;
+    size_t V = (size_t)m->cfg.vocab_size / tp, IC = (size_t)m->cfg.intermediate / tp;
     bert_grad_scratch *g = &m->gs;
     g->dresidual = param_carve(base, used, BT * C);
     g->dbtc = param_carve(base, used, BT * C);
@@ -268,10 +293,54 @@ status bert_init(bert *m, const bert_config *cfg, int B, int T, uint64_t seed, b
 
 status bert_init_on(bert *m, const bert_config *cfg, int B, int T, uint64_t seed, bool train, const device *dev)
 {
+    return bert_init_tp(m, cfg, B, T, seed, train, dev, NULL);
+}
+
+status bert_check_tp(const bert_config *c, int tp)
+{
+    if (tp < 1 || c->num_heads % tp != 0) {
+        log_error0("parallel.tp = %d does not divide model.n_head = %d: tensor parallelism splits the attention "
+                   "by whole heads (choose a divisor of %d)", tp, c->num_heads, c->num_heads);
+        return STATUS_INPUT;
+    }
+    if (c->vocab_size % tp != 0) {
+        log_error0("parallel.tp = %d does not divide model.vocab_size = %d: the word embeddings and the MLM decoder "
+                   "are split by whole rows (a divisor of %d, or a vocabulary padded to a multiple of %d)", tp,
+                   c->vocab_size, c->vocab_size, tp);
+        return STATUS_INPUT;
+    }
+    return STATUS_OK;
+}
+
+status bert_table_whole(const bert_config *cfg, int tp_size, int tp_rank, param_table *out)
+{
+    bert b;
+    memset(&b, 0, sizeof b);
+    b.cfg = *cfg;
+    b.tp = (nn_tp){ .size = tp_size, .rank = tp_rank };
+    status st = bert_build_table(&b);
+    free(b.views.layer);
+    if (st != STATUS_OK) {
+        param_table_free(&b.pt);
+        return st;
+    }
+    *out = b.pt;
+    return STATUS_OK;
+}
+
+status bert_init_tp(bert *m, const bert_config *cfg, int B, int T, uint64_t seed, bool train, const device *dev,
+                    const nn_tp *tp)
+{
     memset(m, 0, sizeof *m);
+    m->tp = tp ? *tp : nn_tp_none();
     m->dev = dev;
     m->ops = dev ? dev->ops : &nn_ops_cpu;
     TRY(bert_config_check(cfg));
+    if (m->tp.size > 1 && device_is_gpu(dev)) {
+        log_error0("parallel.tp = %d: tensor parallelism runs on the CPU only so far (device.kind = cpu)", m->tp.size);
+        return STATUS_INPUT;
+    }
+    if (m->tp.size > 1) TRY(bert_check_tp(cfg, m->tp.size));
     if (T < 1 || T > cfg->max_position) {
         log_error0("sequence length T = %d is outside 1..model.max_seq_len = %d", T, cfg->max_position);
         return STATUS_INPUT;
@@ -286,7 +355,7 @@ status bert_init_on(bert *m, const bert_config *cfg, int B, int T, uint64_t seed
     TRY(bert_build_table(m));
     TRY(bert_check_views(m));
     TRY(param_buffers_init(&m->pb, &m->pt, train && !bert_on_gpu(m)));
-    bert_init_weights(m, seed);
+    TRY(bert_init_weights(m, seed));
     TRY(device_arena(dev, bert_layout_acts, m, &m->act_memory, &m->act_floats, "activations"));
     if (train) TRY(device_arena(dev, bert_layout_grads, m, &m->grad_memory, &m->grad_floats, "activation gradients"));
     size_t bt = (size_t)B * (size_t)T;
@@ -353,8 +422,10 @@ status bert_forward(bert *m, const int32_t *input_ids, const int32_t *token_type
 {
     TRY(bert_check_inputs(m, input_ids, token_type_ids, attention_mask, mlm_targets));
     const bert_config *c = &m->cfg;
-    int B = m->B, T = m->T, C = c->channels, NH = c->num_heads, IC = c->intermediate, V = c->vocab_size, BT = B * T;
-    size_t btc = (size_t)BT * (size_t)C, bti = (size_t)BT * (size_t)IC;
+    int B = m->B, T = m->T, C = c->channels, BT = B * T, tp = m->tp.size;
+    /* this rank's heads, attention columns, FFN units and vocabulary rows (all of them at tp 1) */
+    int NH = c->num_heads / tp, Cl = C / tp, IC = c->intermediate / tp, V = c->vocab_size / tp, lo = m->tp.rank * V;
+    size_t btc = (size_t)BT * (size_t)C, btl = (size_t)BT * (size_t)Cl, bti = (size_t)BT * (size_t)IC;
     const nn_ops *kn = m->ops;
     const float *p = bert_params(m);
     const bert_views *vw = &m->views;
@@ -373,31 +444,42 @@ status bert_forward(bert *m, const int32_t *input_ids, const int32_t *token_type
         device_upload(m->dev, a->key_mask, mask, (size_t)BT * sizeof *mask);
     }
     /* BertEmbeddings: LayerNorm(word + position + token_type). */
-    kn->embedding_forward(a->emb, m->input_ids, p + vw->word_emb, BT, C, 0);
+    if (tp == 1) {
+        kn->embedding_forward(a->emb, m->input_ids, p + vw->word_emb, BT, C, 0);
+    } else {  /* vocabulary-parallel: each rank looks up the ids it holds, the sum has them all */
+        embedding_forward_rows(a->emb, m->input_ids, p + vw->word_emb, BT, C, lo, V);
+        nn_tp_sum(&m->tp, a->emb, btc);
+    }
     kn->embedding_forward(a->emb, m->pos_ids, p + vw->pos_emb, BT, C, 1);
     kn->embedding_forward(a->emb, m->type_ids, p + vw->type_emb, BT, C, 1);
     kn->layernorm_forward(a->emb_ln, a->emb_mean, a->emb_rstd, a->emb, p + vw->emb_ln_w, p + vw->emb_ln_b, BT, C,
                           BERT_LN_EPS);
     param_layer_time(&m->timer, 0, false);                                  /* embeddings */
-    /* BertLayer: x1 = LN(x + Wo·attn(Wq x, Wk x, Wv x)), out = LN(x1 + W2·gelu(W1 x1)). */
+    /* BertLayer: x1 = LN(x + Wo·attn(Wq x, Wk x, Wv x)), out = LN(x1 + W2·gelu(W1 x1)).
+     * Row-parallel Wo and W2 add their bias on tp rank 0 before the sum (g). */
+    bool bias_here = m->tp.rank == 0;
     for (int l = 0; l < c->num_layers; l++) {
         const float *x = l == 0 ? a->emb_ln : a->ln2 + (size_t)(l - 1) * btc;
-        float *q = a->q + l * btc, *k = a->k + l * btc, *v = a->v + l * btc, *atty = a->atty + l * btc;
+        float *q = a->q + l * btl, *k = a->k + l * btl, *v = a->v + l * btl, *atty = a->atty + l * btl;
         float *attproj = a->attproj + l * btc, *res1 = a->res1 + l * btc, *ln1 = a->ln1 + l * btc;
         float *fch = a->fch + l * bti, *fchg = a->fch_gelu + l * bti, *fcproj = a->fcproj + l * btc;
         float *res2 = a->res2 + l * btc, *ln2 = a->ln2 + l * btc;
         const bert_layer_views *h = &vw->layer[l];
-        kn->matmul_forward(q, x, p + h->q_w, p + h->q_b, BT, C, C, MATMUL_LAYOUT_OUT_IN);
-        kn->matmul_forward(k, x, p + h->k_w, p + h->k_b, BT, C, C, MATMUL_LAYOUT_OUT_IN);
-        kn->matmul_forward(v, x, p + h->v_w, p + h->v_b, BT, C, C, MATMUL_LAYOUT_OUT_IN);
-        kn->attention_forward(atty, a->att_lse + (size_t)l * BT * NH, q, k, v, C, a->key_mask, B, T, C, NH, 0);
-        kn->matmul_forward(attproj, atty, p + h->attn_out_w, p + h->attn_out_b, BT, C, C, MATMUL_LAYOUT_OUT_IN);
+        kn->matmul_forward(q, x, p + h->q_w, p + h->q_b, BT, C, Cl, MATMUL_LAYOUT_OUT_IN);
+        kn->matmul_forward(k, x, p + h->k_w, p + h->k_b, BT, C, Cl, MATMUL_LAYOUT_OUT_IN);
+        kn->matmul_forward(v, x, p + h->v_w, p + h->v_b, BT, C, Cl, MATMUL_LAYOUT_OUT_IN);
+        kn->attention_forward(atty, a->att_lse + (size_t)l * BT * NH, q, k, v, Cl, a->key_mask, B, T, Cl, NH, 0);
+        kn->matmul_forward(attproj, atty, p + h->attn_out_w, bias_here ? p + h->attn_out_b : NULL, BT, Cl, C,
+                           MATMUL_LAYOUT_OUT_IN);
+        nn_tp_sum(&m->tp, attproj, btc);                                    /* g */
         kn->residual_forward(res1, x, attproj, btc);
         kn->layernorm_forward(ln1, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, res1, p + h->attn_ln_w, p + h->attn_ln_b,
                               BT, C, BERT_LN_EPS);
         kn->matmul_forward(fch, ln1, p + h->inter_w, p + h->inter_b, BT, C, IC, MATMUL_LAYOUT_OUT_IN);
         kn->gelu_erf_forward(fchg, fch, bti);
-        kn->matmul_forward(fcproj, fchg, p + h->out_w, p + h->out_b, BT, IC, C, MATMUL_LAYOUT_OUT_IN);
+        kn->matmul_forward(fcproj, fchg, p + h->out_w, bias_here ? p + h->out_b : NULL, BT, IC, C,
+                           MATMUL_LAYOUT_OUT_IN);
+        nn_tp_sum(&m->tp, fcproj, btc);                                     /* g */
         kn->residual_forward(res2, ln1, fcproj, btc);
         kn->layernorm_forward(ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, res2, p + h->out_ln_w, p + h->out_ln_b,
                               BT, C, BERT_LN_EPS);
@@ -438,7 +520,19 @@ status bert_forward(bert *m, const int32_t *input_ids, const int32_t *token_type
     m->mean_loss = 0.0f;  /* no targeted position */
     if (R == 0) return STATUS_OK;
     const float *losses = a->losses;
-    kn->xent_forward(a->losses, a->xent_lse, a->logits, gpu ? m->dev_head_tgt : m->head_tgt, R, V, V);
+    if (tp == 1) {
+        kn->xent_forward(a->losses, a->xent_lse, a->logits, gpu ? m->dev_head_tgt : m->head_tgt, R, V, V);
+    } else {  /* vocabulary-parallel (xent.h): the group's max, then its sums */
+        xent_vp_max(a->xent_lse, a->logits, R, V, V);
+        nn_tp_max(&m->tp, a->xent_lse, (size_t)R);
+        xent_vp_sums(a->xent_part, a->logits, a->xent_lse, m->head_tgt, R, lo, V, V);
+        nn_tp_sum_f64(&m->tp, a->xent_part, 2 * (size_t)R);
+        for (int i = 0; i < R; i++) {
+            float lse = a->xent_lse[i] + (float)log(a->xent_part[2 * i]);
+            a->xent_lse[i] = lse;
+            a->losses[i] = m->head_tgt[i] == XENT_IGNORE ? 0.0f : lse - (float)a->xent_part[2 * i + 1];
+        }
+    }
     if (gpu) {
         device_download(m->dev, m->stage + BT, a->losses, (size_t)R * sizeof(float));
         losses = m->stage + BT;
@@ -455,8 +549,9 @@ void bert_backward(bert *m)
      * and differentiates like any other: the step decides to skip it */
     CHECK(m->grad_memory && m->mean_loss != -1.0f, "bert_backward needs train=true and a forward with targets");
     const bert_config *c = &m->cfg;
-    int B = m->B, T = m->T, C = c->channels, NH = c->num_heads, IC = c->intermediate, V = c->vocab_size, BT = B * T;
-    size_t btc = (size_t)BT * (size_t)C, bti = (size_t)BT * (size_t)IC;
+    int B = m->B, T = m->T, C = c->channels, BT = B * T, tp = m->tp.size;
+    int NH = c->num_heads / tp, Cl = C / tp, IC = c->intermediate / tp, V = c->vocab_size / tp, lo = m->tp.rank * V;
+    size_t btc = (size_t)BT * (size_t)C, btl = (size_t)BT * (size_t)Cl, bti = (size_t)BT * (size_t)IC;
     const nn_ops *kn = m->ops;
     const float *p = bert_params(m);
     float *g = bert_grads(m);
@@ -475,11 +570,13 @@ void bert_backward(bert *m)
         for (int i = 0; i < R; i++) dlosses[i] = m->loss_scale / (float)counted;
         if (gpu) device_upload(m->dev, s->dlosses, dlosses, (size_t)R * sizeof(float));
         kn->zero(s->dlogits, (size_t)R * (size_t)V);
-        kn->xent_backward(s->dlogits, a->logits, a->xent_lse, tgt, s->dlosses, R, V, V);
+        if (tp == 1) kn->xent_backward(s->dlogits, a->logits, a->xent_lse, tgt, s->dlosses, R, V, V);
+        else xent_vp_backward(s->dlogits, a->logits, a->xent_lse, tgt, s->dlosses, R, lo, V, V);
         /* MLM head, tied decoder first: its weight gradient lands in word_embeddings. */
         kn->zero(s->dbtc, rc);
         kn->matmul_backward(s->dbtc, g + vw->word_emb, g + vw->cls_b, s->dlogits, a->tr_ln, p + vw->word_emb, R, C, V,
                             MATMUL_LAYOUT_OUT_IN);
+        nn_tp_sum(&m->tp, s->dbtc, rc);                                     /* the transform's output: every rank's vocabulary */
         kn->zero(s->dbtc2, rc);
         kn->layernorm_backward(s->dbtc2, g + vw->tr_ln_w, g + vw->tr_ln_b, s->dbtc, a->tr_gelu, p + vw->tr_ln_w,
                                a->tr_mean, a->tr_rstd, R, C);
@@ -495,7 +592,7 @@ void bert_backward(bert *m)
     param_layer_time(&m->timer, c->num_layers + 1, true);
     for (int l = c->num_layers - 1; l >= 0; l--) {
         const float *x = l == 0 ? a->emb_ln : a->ln2 + (size_t)(l - 1) * btc;
-        const float *q = a->q + l * btc, *k = a->k + l * btc, *v = a->v + l * btc, *atty = a->atty + l * btc;
+        const float *q = a->q + l * btl, *k = a->k + l * btl, *v = a->v + l * btl, *atty = a->atty + l * btl;
         const float *res1 = a->res1 + l * btc, *ln1 = a->ln1 + l * btc;
         const float *fch = a->fch + l * bti, *fchg = a->fch_gelu + l * bti, *res2 = a->res2 + l * btc;
         const bert_layer_views *h = &vw->layer[l];
@@ -508,25 +605,41 @@ void bert_backward(bert *m)
                             MATMUL_LAYOUT_OUT_IN);
         kn->zero(s->dbti2, bti);
         kn->gelu_erf_backward(s->dbti2, fch, s->dbti, bti);
-        /* d(ln1) = the skip already in dbtc + the FFN input gradient, added in place. */
-        kn->matmul_backward(s->dbtc, g + h->inter_w, g + h->inter_b, s->dbti2, ln1, p + h->inter_w, BT, C, IC,
-                            MATMUL_LAYOUT_OUT_IN);
+        /* d(ln1) = the skip already in dbtc + the FFN input gradient, added in place; a
+         * shard's partial input gradient is summed first (f), the skip being whole */
+        if (tp == 1) {
+            kn->matmul_backward(s->dbtc, g + h->inter_w, g + h->inter_b, s->dbti2, ln1, p + h->inter_w, BT, C, IC,
+                                MATMUL_LAYOUT_OUT_IN);
+        } else {
+            kn->zero(s->dbtc2, btc);
+            kn->matmul_backward(s->dbtc2, g + h->inter_w, g + h->inter_b, s->dbti2, ln1, p + h->inter_w, BT, C, IC,
+                                MATMUL_LAYOUT_OUT_IN);
+            nn_tp_sum(&m->tp, s->dbtc2, btc);                               /* f */
+            kn->residual_forward(s->dbtc, s->dbtc, s->dbtc2, btc);
+        }
         /* dresidual = d(res1) = d(x) skip + d(attproj). */
         kn->zero(s->dresidual, btc);
         kn->layernorm_backward(s->dresidual, g + h->attn_ln_w, g + h->attn_ln_b, s->dbtc, res1, p + h->attn_ln_w,
                                a->ln1_mean + l * BT, a->ln1_rstd + l * BT, BT, C);
-        kn->zero(s->dbtc2, btc);
+        kn->zero(s->dbtc2, btl);
         kn->matmul_backward(s->dbtc2, g + h->attn_out_w, g + h->attn_out_b, s->dresidual, atty, p + h->attn_out_w, BT,
-                            C, C, MATMUL_LAYOUT_OUT_IN);
-        kn->zero(s->dq, btc);
-        kn->zero(s->dk, btc);
-        kn->zero(s->dv, btc);
-        kn->attention_backward(s->dq, s->dk, s->dv, s->dbtc2, q, k, v, C, atty, a->att_lse + (size_t)l * BT * NH,
-                               a->key_mask, B, T, C, NH, 0);
-        /* d(x) = the skip already in dresidual + the three projections' input gradients. */
-        kn->matmul_backward(s->dresidual, g + h->q_w, g + h->q_b, s->dq, x, p + h->q_w, BT, C, C, MATMUL_LAYOUT_OUT_IN);
-        kn->matmul_backward(s->dresidual, g + h->k_w, g + h->k_b, s->dk, x, p + h->k_w, BT, C, C, MATMUL_LAYOUT_OUT_IN);
-        kn->matmul_backward(s->dresidual, g + h->v_w, g + h->v_b, s->dv, x, p + h->v_w, BT, C, C, MATMUL_LAYOUT_OUT_IN);
+                            Cl, C, MATMUL_LAYOUT_OUT_IN);
+        kn->zero(s->dq, btl);
+        kn->zero(s->dk, btl);
+        kn->zero(s->dv, btl);
+        kn->attention_backward(s->dq, s->dk, s->dv, s->dbtc2, q, k, v, Cl, atty, a->att_lse + (size_t)l * BT * NH,
+                               a->key_mask, B, T, Cl, NH, 0);
+        /* d(x) = the skip already in dresidual + the three projections' input gradients
+         * (a shard's partial sums reduced first, f) */
+        float *dx = s->dresidual;
+        if (tp > 1) kn->zero(dx = s->dbtc, btc);  /* dbtc is free since attention.output.LayerNorm's backward */
+        kn->matmul_backward(dx, g + h->q_w, g + h->q_b, s->dq, x, p + h->q_w, BT, C, Cl, MATMUL_LAYOUT_OUT_IN);
+        kn->matmul_backward(dx, g + h->k_w, g + h->k_b, s->dk, x, p + h->k_w, BT, C, Cl, MATMUL_LAYOUT_OUT_IN);
+        kn->matmul_backward(dx, g + h->v_w, g + h->v_b, s->dv, x, p + h->v_w, BT, C, Cl, MATMUL_LAYOUT_OUT_IN);
+        if (tp > 1) {
+            nn_tp_sum(&m->tp, dx, btc);                                     /* f */
+            kn->residual_forward(s->dresidual, s->dresidual, dx, btc);
+        }
         param_layer_done(&m->hook, l + 1);                                  /* encoder.layer.l */
         param_layer_time(&m->timer, l + 1, true);
     }
@@ -534,11 +647,16 @@ void bert_backward(bert *m)
     kn->zero(s->dbtc, btc);
     kn->layernorm_backward(s->dbtc, g + vw->emb_ln_w, g + vw->emb_ln_b, s->dresidual, a->emb, p + vw->emb_ln_w,
                            a->emb_mean, a->emb_rstd, BT, C);
-    /* padding_idx: the lookup adds nothing to the [PAD] row; the decoder's share stays. */
-    float *gwe = g + vw->word_emb, *gpad = gwe + (size_t)c->pad_token_id * C;
-    kn->copy(s->pad_row, gpad, (size_t)C);
-    kn->embedding_backward(gwe, s->dbtc, m->input_ids, BT, C);
-    kn->copy(gpad, s->pad_row, (size_t)C);
+    /* padding_idx: the lookup adds nothing to the [PAD] row; the decoder's share stays.
+     * A shard adds into the rows it holds only (and holds [PAD] or not). */
+    float *gwe = g + vw->word_emb;
+    int pad = c->pad_token_id - lo;
+    bool pad_here = pad >= 0 && pad < V;
+    float *gpad = gwe + (size_t)(pad_here ? pad : 0) * C;
+    if (pad_here) kn->copy(s->pad_row, gpad, (size_t)C);
+    if (tp == 1) kn->embedding_backward(gwe, s->dbtc, m->input_ids, BT, C);
+    else embedding_backward_rows(gwe, s->dbtc, m->input_ids, BT, C, lo, V);
+    if (pad_here) kn->copy(gpad, s->pad_row, (size_t)C);
     kn->embedding_backward(g + vw->pos_emb, s->dbtc, m->pos_ids, BT, C);
     kn->embedding_backward(g + vw->type_emb, s->dbtc, m->type_ids, BT, C);
     param_layer_done(&m->hook, 0);                                          /* embeddings (and the tied decoder) */
@@ -549,5 +667,8 @@ void bert_backward(bert *m)
  * attention's T-dependent FLOPs are not counted. */
 double bert_flops_per_token(const bert *m)
 {
-    return 6.0 * (double)m->pt.total;
+    double n = (double)m->pt.total;  /* a shard's: its tensors at their full sizes */
+    for (int i = 0; i < m->pt.count; i++)
+        n += (double)(param_entry_full_count(&m->pt, &m->pt.entries[i]) - m->pt.entries[i].count);
+    return 6.0 * n;
 }

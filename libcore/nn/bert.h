@@ -29,6 +29,7 @@
 #include "device.h"
 #include "model_base.h"
 #include "param.h"
+#include "tp.h"
 
 #define BERT_MAX_POSITION 512  /* rows of position_embeddings in every BERT checkpoint */
 
@@ -126,6 +127,7 @@ typedef struct bert_acts {
     float *logits;        /* (rows, V) */
     float *losses;        /* (rows) */
     float *xent_lse;      /* (rows) */
+    double *xent_part;    /* (rows, 2) tensor parallelism: the vocabulary-parallel cross-entropy's sums */
     float *key_mask;      /* (B, T) attention_mask as 1.0 / 0.0 */
 } bert_acts;
 
@@ -172,6 +174,7 @@ typedef struct bert {
     MODEL_BASE_GROUP;         /* pt, pb, dev, ops, w, hook, loss_scale, mean_loss (model_base.h) */
     bert_config cfg;          /* sizes */
     bert_views views;         /* every tensor's offset by name, resolved at init */
+    nn_tp tp;                 /* tensor-parallel group (tp.h); size 1: the whole model on this rank */
     int B, T;                 /* batch shape the activations are sized for */
     float *act_memory;        /* one allocation behind acts */
     size_t act_floats;        /* its size */
@@ -203,6 +206,21 @@ typedef struct bert {
 status bert_init(bert *m, const bert_config *cfg, int B, int T, uint64_t seed, bool train);
 /* The same on a device (NULL: the CPU), as gpt2_init_on. */
 status bert_init_on(bert *m, const bert_config *cfg, int B, int T, uint64_t seed, bool train, const device *dev);
+/* The same as one tensor-parallel shard (tp NULL or size 1: the whole model), Megatron-
+ * style as gpt2_init_tp: query, key and value by heads and intermediate.dense by output
+ * units (column-parallel, with their biases), attention.output.dense and output.dense by
+ * input columns (row-parallel; their biases whole, added on tp rank 0 before the sum),
+ * word_embeddings by rows with cls.predictions.bias (vocabulary-parallel lookup, tied
+ * decoder and cross-entropy); the embeddings' position and type tables, the LayerNorms
+ * and the MLM transform whole. The weights are the whole model's from the same seed,
+ * sliced. CPU only; STATUS_INPUT when tp does not divide the heads or the vocabulary. */
+status bert_init_tp(bert *m, const bert_config *cfg, int B, int T, uint64_t seed, bool train, const device *dev,
+                    const nn_tp *tp);
+/* STATUS_INPUT (naming the keys) when a tp group of `tp` ranks cannot split cfg. */
+status bert_check_tp(const bert_config *cfg, int tp);
+/* The whole model's table as the shard of tp rank `tp_rank` of `tp_size` sees it (its
+ * entries' full shapes and split dims), for the checkpoint layout (train/hybrid.c). */
+status bert_table_whole(const bert_config *cfg, int tp_size, int tp_rank, param_table *out);
 void bert_free(bert *m);
 
 /* input_ids, token_type_ids, attention_mask, mlm_targets: (B, T). token_type_ids NULL
@@ -221,7 +239,7 @@ status bert_forward(bert *m, const int32_t *input_ids, const int32_t *token_type
  * the inputs that forward copied, so a mismatched batch cannot be passed. */
 void bert_backward(bert *m);
 
-/* Model FLOPs of one training step per token: 6 per parameter. */
+/* Model FLOPs of one training step per token: 6 per parameter of the whole model. */
 double bert_flops_per_token(const bert *m);
 
 #endif

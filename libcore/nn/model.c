@@ -126,12 +126,12 @@ status model_spec_check_grid(const model_spec *s, int tp, int pp)
 {
     int layers = s->family == MODEL_FAMILY_GPT2 ? s->gpt2.num_layers
                  : s->family == MODEL_FAMILY_BERT ? s->bert.num_layers : 0;
-    if (tp > 1 && s->family != MODEL_FAMILY_GPT2) {
-        log_error0("parallel.tp = %d: tensor parallelism is built for GPT-2 so far, not %s (%s); set parallel.tp = 1",
-                   tp, s->name, model_family_of(s->family)->name);
+    if (tp > 1 && s->family == MODEL_FAMILY_RESNET) {
+        log_error0("parallel.tp = %d: tensor parallelism is built for the transformers (GPT-2, BERT), not %s (%s); "
+                   "set parallel.tp = 1", tp, s->name, model_family_of(s->family)->name);
         return STATUS_INPUT;
     }
-    if (tp > 1) TRY(gpt2_check_tp(&s->gpt2, tp));
+    if (tp > 1) TRY(s->family == MODEL_FAMILY_GPT2 ? gpt2_check_tp(&s->gpt2, tp) : bert_check_tp(&s->bert, tp));
     if (pp > 1 && s->family == MODEL_FAMILY_RESNET) {
         log_error0("parallel.pp = %d: %s trains data-parallel only; set parallel.pp = 1", pp, s->name);
         return STATUS_INPUT;
@@ -151,8 +151,17 @@ status model_spec_check_grid(const model_spec *s, int tp, int pp)
 
 status model_tp_status(model *m)
 {
-    if (m->spec.family != MODEL_FAMILY_GPT2 || !m->base) return STATUS_OK;
-    return nn_tp_status(&m->gpt2.tp);
+    if (!m->base) return STATUS_OK;
+    if (m->spec.family == MODEL_FAMILY_GPT2) return nn_tp_status(&m->gpt2.tp);
+    if (m->spec.family == MODEL_FAMILY_BERT) return nn_tp_status(&m->bert.tp);
+    return STATUS_OK;
+}
+
+status model_table_whole(const model_spec *s, int tp_size, int tp_rank, param_table *out)
+{
+    CHECK(s->family != MODEL_FAMILY_RESNET, "model_table_whole: ResNet has no tensor-parallel layout");
+    return s->family == MODEL_FAMILY_GPT2 ? gpt2_table_whole(&s->gpt2, tp_size, tp_rank, out)
+                                          : bert_table_whole(&s->bert, tp_size, tp_rank, out);
 }
 
 status model_init_parallel(model *m, const model_spec *s, int B, int T, uint64_t seed, bool train, const device *dev,

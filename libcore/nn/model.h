@@ -156,13 +156,16 @@ float *model_stage_grad(model *m);
 /* Floats of one stage boundary: B x T x C. */
 size_t model_stage_floats(const model *m);
 /* Whether a process grid of tp x pp fits the architecture: tp divides the heads (and
- * GPT-2's padded vocabulary), pp is at most the blocks; the family supports it (both
- * GPT-2 only so far).
+ * the padded vocabulary), pp is at most the blocks; the family supports it (tp: GPT-2
+ * and BERT; pp: GPT-2 so far).
  * STATUS_INPUT naming parallel.tp / parallel.pp, the model's value and the rule. */
 status model_spec_check_grid(const model_spec *s, int tp, int pp);
 /* The first failure of the tensor-parallel reductions since the last call (a timeout,
  * a lost peer), which clears it; read after model_forward and model_backward. */
 status model_tp_status(model *m);
+/* The whole model's table as tp rank `tp_rank` of `tp_size` sees it (full shapes, split
+ * dims): the checkpoint layout of a shard or stage (GPT-2, BERT). */
+status model_table_whole(const model_spec *s, int tp_size, int tp_rank, param_table *out);
 void model_free(model *m);
 
 /* Allocates a batch for m's shape (mask filled with 1). */

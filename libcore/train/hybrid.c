@@ -73,7 +73,7 @@ status train_tp_layout(train_run *r)
     const param_table *pt = model_params(&r->m);
     if (pt->tp_size == 1 && r->grid.shape.pp == 1) return STATUS_OK;
     param_table ref;
-    TRY(gpt2_table_whole(&r->spec.gpt2, pt->tp_size, pt->tp_rank, &ref));
+    TRY(model_table_whole(&r->spec, pt->tp_size, pt->tp_rank, &ref));
     param_table_full(&ref, &r->tp_full);
     tp_fill f = { r, 0, true };
     tp_pieces(&ref, &r->tp_full, pt, tp_fill_piece, &f);
