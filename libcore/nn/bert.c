@@ -88,14 +88,19 @@ int bert_mask_tokens(int32_t *masked_ids, int32_t *targets, const int32_t *input
     return selected;
 }
 
-/* Appends one tensor to the table, split over the tp ranks along `dim` (-1: whole);
- * returns its offset (the view field's value). */
-static size_t bert_add(param_table *pt, const char *name, int layer, int ndim, int d0, int d1, int dim)
+#define BERT_NO_VIEW SIZE_MAX  /* a view of a tensor another pipeline stage holds */
+
+/* Appends tensor number `index` of the whole model (its init stream) to the table,
+ * split over the tp ranks along `dim` (-1: whole), when `here`; returns its offset (the
+ * view field's value), BERT_NO_VIEW when not here. */
+static size_t bert_add(bert *m, bool here, int index, const char *name, int layer, int ndim, int d0, int d1, int dim)
 {
+    if (!here) return BERT_NO_VIEW;
     bool decay = param_decay_default(ndim);
-    int i = dim < 0 ? param_add(pt, name, layer, decay, ndim, (size_t)d0, (size_t)d1, 0, 0)
-                    : param_add_split(pt, name, layer, decay, ndim, (size_t)d0, (size_t)d1, dim, 1);
-    return pt->entries[i].offset;
+    int i = dim < 0 ? param_add(&m->pt, name, layer, decay, ndim, (size_t)d0, (size_t)d1, 0, 0)
+                    : param_add_split(&m->pt, name, layer, decay, ndim, (size_t)d0, (size_t)d1, dim, 1);
+    m->init_index[i] = index;
+    return m->pt.entries[i].offset;
 }
 
 /* Parameter table in BertForMaskedLM's state-dict order, with its names, and the named
@@ -104,26 +109,31 @@ static size_t bert_add(param_table *pt, const char *name, int layer, int ndim, i
 static status bert_build_table(bert *m)
 {
     const bert_config *c = &m->cfg;
-    int C = c->channels, IC = c->intermediate, L = c->num_layers;
+    int C = c->channels, IC = c->intermediate, L = c->num_layers, idx = 0;
+    bool first = m->l0 == 0, last = m->l1 == L;
     bert_views *v = &m->views;
     char n[PARAM_NAME_MAX];
-    if (!(v->layer = malloc((size_t)L * sizeof *v->layer))) return STATUS_NOMEM;
+    if (!(v->layer = malloc((size_t)L * sizeof *v->layer)) ||
+        !(m->init_index = malloc((size_t)(10 + BERT_LAYER_TENSORS * L) * sizeof *m->init_index)))
+        return STATUS_NOMEM;
     param_table_init(&m->pt);
     param_table_set_tp(&m->pt, m->tp.size, m->tp.rank);
     /* tp (the last argument: the split dim, -1 whole): word_embeddings and the decoder's
      * bias by vocabulary rows; query, key, value and intermediate.dense (nn.Linear's
      * (out, in)) by output rows with their biases; the two row-parallel denses by input
-     * columns */
-    v->word_emb = bert_add(&m->pt, "embeddings.word_embeddings.weight", 0, 2, c->vocab_size, C, 0);
-    v->pos_emb = bert_add(&m->pt, "embeddings.position_embeddings.weight", 0, 2, c->max_position, C, -1);
-    v->type_emb = bert_add(&m->pt, "embeddings.token_type_embeddings.weight", 0, 2, c->type_vocab_size, C, -1);
-    v->emb_ln_w = bert_add(&m->pt, "embeddings.LayerNorm.weight", 0, 1, C, 0, -1);
-    v->emb_ln_b = bert_add(&m->pt, "embeddings.LayerNorm.bias", 0, 1, C, 0, -1);
+     * columns. pp: the embeddings on the first stage, the head on the last, the word
+     * embeddings on both (the tied decoder) */
+    v->word_emb = bert_add(m, first || last, idx++, "embeddings.word_embeddings.weight", 0, 2, c->vocab_size, C, 0);
+    v->pos_emb = bert_add(m, first, idx++, "embeddings.position_embeddings.weight", 0, 2, c->max_position, C, -1);
+    v->type_emb = bert_add(m, first, idx++, "embeddings.token_type_embeddings.weight", 0, 2, c->type_vocab_size, C, -1);
+    v->emb_ln_w = bert_add(m, first, idx++, "embeddings.LayerNorm.weight", 0, 1, C, 0, -1);
+    v->emb_ln_b = bert_add(m, first, idx++, "embeddings.LayerNorm.bias", 0, 1, C, 0, -1);
     for (int l = 0; l < L; l++) {
         bert_layer_views *h = &v->layer[l];
+        bool here = l >= m->l0 && l < m->l1;
 #define PL(field, suffix, nd, a, b, dim)                              \
     snprintf(n, sizeof n, "encoder.layer.%d.%s", l, suffix);          \
-    h->field = bert_add(&m->pt, n, l + 1, nd, a, b, dim)
+    h->field = bert_add(m, here, idx++, n, l + 1, nd, a, b, dim)
         PL(q_w, "attention.self.query.weight", 2, C, C, 0);
         PL(q_b, "attention.self.query.bias", 1, C, 0, 0);
         PL(k_w, "attention.self.key.weight", 2, C, C, 0);
@@ -142,11 +152,11 @@ static status bert_build_table(bert *m)
         PL(out_ln_b, "output.LayerNorm.bias", 1, C, 0, -1);
 #undef PL
     }
-    v->cls_b = bert_add(&m->pt, "cls.predictions.bias", L + 1, 1, c->vocab_size, 0, 0);
-    v->tr_w = bert_add(&m->pt, "cls.predictions.transform.dense.weight", L + 1, 2, C, C, -1);
-    v->tr_b = bert_add(&m->pt, "cls.predictions.transform.dense.bias", L + 1, 1, C, 0, -1);
-    v->tr_ln_w = bert_add(&m->pt, "cls.predictions.transform.LayerNorm.weight", L + 1, 1, C, 0, -1);
-    v->tr_ln_b = bert_add(&m->pt, "cls.predictions.transform.LayerNorm.bias", L + 1, 1, C, 0, -1);
+    v->cls_b = bert_add(m, last, idx++, "cls.predictions.bias", L + 1, 1, c->vocab_size, 0, 0);
+    v->tr_w = bert_add(m, last, idx++, "cls.predictions.transform.dense.weight", L + 1, 2, C, C, -1);
+    v->tr_b = bert_add(m, last, idx++, "cls.predictions.transform.dense.bias", L + 1, 1, C, 0, -1);
+    v->tr_ln_w = bert_add(m, last, idx++, "cls.predictions.transform.LayerNorm.weight", L + 1, 1, C, 0, -1);
+    v->tr_ln_b = bert_add(m, last, idx++, "cls.predictions.transform.LayerNorm.bias", L + 1, 1, C, 0, -1);
     return STATUS_OK;
 }
 
@@ -158,19 +168,21 @@ static status bert_check_views(const bert *m)
     const bert_views *v = &m->views;
     const size_t top[] = { v->word_emb, v->pos_emb, v->type_emb, v->emb_ln_w, v->emb_ln_b,
                            v->cls_b,    v->tr_w,    v->tr_b,     v->tr_ln_w,  v->tr_ln_b };
-    size_t L = (size_t)m->cfg.num_layers, n = sizeof top / sizeof top[0];
-    size_t *all = malloc((n + L * BERT_LAYER_TENSORS) * sizeof *all);
+    size_t L = (size_t)m->cfg.num_layers, n = 0, ntop = sizeof top / sizeof top[0];
+    size_t *all = malloc((ntop + L * BERT_LAYER_TENSORS) * sizeof *all);
     if (!all) return STATUS_NOMEM;
-    memcpy(all, top, sizeof top);
-    for (size_t l = 0; l < L; l++, n += BERT_LAYER_TENSORS)
+    for (size_t i = 0; i < ntop; i++)
+        if (top[i] != BERT_NO_VIEW) all[n++] = top[i];
+    for (size_t l = (size_t)m->l0; l < (size_t)m->l1; l++, n += BERT_LAYER_TENSORS)
         memcpy(all + n, &v->layer[l], sizeof v->layer[l]);
     param_views_check(&m->pt, all, n, "bert");
     free(all);
     return STATUS_OK;
 }
 
-/* Each matrix drawn whole from its own stream (tensor index i: the table's order is the
- * same at every tp size) and this rank's shard sliced out of it. */
+/* Each matrix drawn whole from its own stream (its index in the whole model's table: the
+ * init depends on neither the tp size nor the pipeline stage) and this rank's shard
+ * sliced out of it. */
 static status bert_init_weights(bert *m, uint64_t seed)
 {
     float *p = m->pb.params, *full = NULL;
@@ -187,7 +199,7 @@ static status bert_init_weights(bert *m, uint64_t seed)
             dst = full;
         }
         rng r;  /* one stream per tensor: the init does not depend on table order */
-        rng_init(&r, seed, 0, RNG_PURPOSE_INIT, (uint64_t)i);
+        rng_init(&r, seed, 0, RNG_PURPOSE_INIT, (uint64_t)m->init_index[i]);
         for (size_t k = 0; k < n; k++) dst[k] = (float)(0.02 * rng_normal(&r));
         /* nn.Embedding(padding_idx=pad_token_id): HF zeroes that row at init. */
         if ((size_t)e->offset == m->views.word_emb)
@@ -198,18 +210,19 @@ static status bert_init_weights(bert *m, uint64_t seed)
     return STATUS_OK;
 }
 
-static void bert_layout_acts(void *owner, float *base, size_t *used)
+/* One set of activations for the stage's blocks (the embeddings' only on the first
+ * stage, the head's only on the last). */
+static void bert_layout_slot(bert *m, float *base, size_t *used)
 {
-    bert *m = owner;
-    size_t L = (size_t)m->cfg.num_layers, BT = (size_t)m->B * (size_t)m->T, C = (size_t)m->cfg.channels;
+    size_t L = (size_t)(m->l1 - m->l0), BT = (size_t)m->B * (size_t)m->T, C = (size_t)m->cfg.channels;
     size_t tp = (size_t)m->tp.size;  /* this rank's heads, columns, FFN units and vocabulary */
     size_t NH = (size_t)m->cfg.num_heads / tp, V = (size_t)m->cfg.vocab_size / tp, IC = (size_t)m->cfg.intermediate / tp;
-    size_t Cl = C / tp;
+    size_t Cl = C / tp, first = m->l0 == 0, head = m->l1 == m->cfg.num_layers;
     bert_acts *a = &m->acts;
-    a->emb = param_carve(base, used, BT * C);
+    a->emb = param_carve(base, used, first * BT * C);
     a->emb_ln = param_carve(base, used, BT * C);
-    a->emb_mean = param_carve(base, used, BT);
-    a->emb_rstd = param_carve(base, used, BT);
+    a->emb_mean = param_carve(base, used, first * BT);
+    a->emb_rstd = param_carve(base, used, first * BT);
     a->q = param_carve(base, used, L * BT * Cl);
     a->k = param_carve(base, used, L * BT * Cl);
     a->v = param_carve(base, used, L * BT * Cl);
@@ -227,18 +240,60 @@ static void bert_layout_acts(void *owner, float *base, size_t *used)
     a->ln2 = param_carve(base, used, L * BT * C);
     a->ln2_mean = param_carve(base, used, L * BT);
     a->ln2_rstd = param_carve(base, used, L * BT);
-    a->head_x = param_carve(base, used, BT * C);
-    a->tr = param_carve(base, used, BT * C);
-    a->tr_gelu = param_carve(base, used, BT * C);
-    a->tr_ln = param_carve(base, used, BT * C);
-    a->tr_mean = param_carve(base, used, BT);
-    a->tr_rstd = param_carve(base, used, BT);
-    a->logits = param_carve(base, used, BT * V);
-    a->losses = param_carve(base, used, BT);
-    a->xent_lse = param_carve(base, used, BT);
+    a->head_x = param_carve(base, used, head * BT * C);
+    a->tr = param_carve(base, used, head * BT * C);
+    a->tr_gelu = param_carve(base, used, head * BT * C);
+    a->tr_ln = param_carve(base, used, head * BT * C);
+    a->tr_mean = param_carve(base, used, head * BT);
+    a->tr_rstd = param_carve(base, used, head * BT);
+    a->logits = param_carve(base, used, head * BT * V);
+    a->losses = param_carve(base, used, head * BT);
+    a->xent_lse = param_carve(base, used, head * BT);
     a->key_mask = param_carve(base, used, BT);
-    a->xent_part = tp > 1 ? (double *)param_carve(base, used, 4 * BT) : NULL;  /* 2 BT doubles, 64-byte aligned */
+    a->xent_part = tp > 1 ? (double *)param_carve(base, used, head * 4 * BT) : NULL;  /* 2 BT doubles, 64-byte aligned */
 }
+
+/* `slots` sets, one after the other; acts views set 0. */
+static void bert_layout_acts(void *owner, float *base, size_t *used)
+{
+    bert *m = owner;
+    size_t start = *used;
+    bert_layout_slot(m, base, used);
+    m->slot_floats = *used - start;
+    *used += (size_t)(m->slots - 1) * m->slot_floats;
+}
+
+/* The host id arrays of set k (the GPU keeps its own device copies of the ids). */
+static void bert_point_slot(bert *m, int k)
+{
+    size_t bt = (size_t)m->B * (size_t)m->T;
+    int32_t *ids = m->slot_ids + (size_t)k * 4 * bt;
+    if (!device_is_gpu(m->dev)) m->input_ids = ids, m->type_ids = ids + bt;
+    m->head_pos = ids + 2 * bt;
+    m->head_tgt = ids + 3 * bt;
+}
+
+void bert_set_slot(bert *m, int k)
+{
+    CHECK(k >= 0 && k < m->slots, "bert_set_slot: activation set out of range");
+    m->slot_state[m->slot] = (bert_slot){ m->head_rows, m->head_targeted, m->mean_loss };
+    size_t used = (size_t)k * m->slot_floats;
+    bert_layout_slot(m, m->act_memory, &used);
+    bert_point_slot(m, k);
+    m->slot = k;
+    m->head_rows = m->slot_state[k].head_rows;
+    m->head_targeted = m->slot_state[k].head_targeted;
+    m->mean_loss = m->slot_state[k].mean_loss;
+}
+
+float *bert_stage_in(bert *m) { return m->acts.emb_ln; }
+
+float *bert_stage_out(bert *m)
+{
+    return m->acts.ln2 + (size_t)(m->l1 - m->l0 - 1) * (size_t)m->B * (size_t)m->T * (size_t)m->cfg.channels;
+}
+
+float *bert_stage_grad(bert *m) { return m->gs.dresidual; }
 
 static void bert_layout_grads(void *owner, float *base, size_t *used)
 {
@@ -254,7 +309,7 @@ static void bert_layout_grads(void *owner, float *base, size_t *used)
     g->dv = param_carve(base, used, BT * C);
     g->dbti = param_carve(base, used, BT * IC);
     g->dbti2 = param_carve(base, used, BT * IC);
-    g->dlogits = param_carve(base, used, BT * V);
+    g->dlogits = param_carve(base, used, (m->l1 == m->cfg.num_layers) * BT * V);
     g->dlosses = param_carve(base, used, BT);
     g->pad_row = param_carve(base, used, C);
 }
@@ -271,9 +326,7 @@ static status bert_init_device(bert *m, bool train)
     size_t bt = (size_t)m->B * (size_t)m->T;
     /* the id arrays first: from here on bert_free treats them as device memory */
     int32_t *pos = m->pos_ids;
-    free(m->input_ids);
-    free(m->type_ids);
-    m->input_ids = m->type_ids = NULL;
+    m->input_ids = m->type_ids = NULL;  /* the host ones are slot_ids' */
     m->pos_ids = device_alloc(d, bt * sizeof(int32_t), "positions");
     if (m->pos_ids) device_upload(d, m->pos_ids, pos, bt * sizeof(int32_t));
     free(pos);
@@ -318,8 +371,10 @@ status bert_table_whole(const bert_config *cfg, int tp_size, int tp_rank, param_
     memset(&b, 0, sizeof b);
     b.cfg = *cfg;
     b.tp = (nn_tp){ .size = tp_size, .rank = tp_rank };
+    b.l0 = 0, b.l1 = cfg->num_layers;
     status st = bert_build_table(&b);
     free(b.views.layer);
+    free(b.init_index);
     if (st != STATUS_OK) {
         param_table_free(&b.pt);
         return st;
@@ -331,14 +386,27 @@ status bert_table_whole(const bert_config *cfg, int tp_size, int tp_rank, param_
 status bert_init_tp(bert *m, const bert_config *cfg, int B, int T, uint64_t seed, bool train, const device *dev,
                     const nn_tp *tp)
 {
+    return bert_init_parallel(m, cfg, B, T, seed, train, dev, tp, NULL);
+}
+
+status bert_init_parallel(bert *m, const bert_config *cfg, int B, int T, uint64_t seed, bool train, const device *dev,
+                          const nn_tp *tp, const nn_stage *stage)
+{
     memset(m, 0, sizeof *m);
     m->tp = tp ? *tp : nn_tp_none();
     m->dev = dev;
     m->ops = dev ? dev->ops : &nn_ops_cpu;
     TRY(bert_config_check(cfg));
-    if (m->tp.size > 1 && device_is_gpu(dev)) {
-        log_error0("parallel.tp = %d: tensor parallelism runs on the CPU only so far (device.kind = cpu)", m->tp.size);
-        return STATUS_INPUT;
+    nn_stage st = stage ? *stage : nn_stage_whole();
+    if (st.end == 0) st = (nn_stage){ .first = 0, .end = cfg->num_layers, .slots = st.slots };
+    CHECK(st.first >= 0 && st.first < st.end && st.end <= cfg->num_layers && st.slots >= 1,
+          "bert_init_parallel: a stage is a non-empty range of the blocks with at least one activation set");
+    m->l0 = st.first, m->l1 = st.end, m->slots = st.slots;
+    bool staged = m->l0 > 0 || m->l1 < cfg->num_layers;
+    if ((m->tp.size > 1 || staged) && device_is_gpu(dev)) {
+        log_error0("parallel.tp = %d, a pipeline stage of blocks %d..%d: tensor and pipeline parallelism run on the "
+                   "CPU only so far (device.kind = cpu)", m->tp.size, m->l0, m->l1 - 1);
+        return STATUS_USAGE;
     }
     if (m->tp.size > 1) TRY(bert_check_tp(cfg, m->tp.size));
     if (T < 1 || T > cfg->max_position) {
@@ -360,12 +428,11 @@ status bert_init_tp(bert *m, const bert_config *cfg, int B, int T, uint64_t seed
     if (train) TRY(device_arena(dev, bert_layout_grads, m, &m->grad_memory, &m->grad_floats, "activation gradients"));
     size_t bt = (size_t)B * (size_t)T;
     m->pos_ids = malloc(bt * sizeof *m->pos_ids);
-    m->input_ids = malloc(bt * sizeof *m->input_ids);
-    m->type_ids = malloc(bt * sizeof *m->type_ids);
-    m->head_pos = malloc(bt * sizeof *m->head_pos);
-    m->head_tgt = malloc(bt * sizeof *m->head_tgt);
-    if (!m->pos_ids || !m->input_ids || !m->type_ids || !m->head_pos || !m->head_tgt)
-        return STATUS_NOMEM;
+    m->slot_ids = malloc((size_t)m->slots * 4 * bt * sizeof *m->slot_ids);
+    m->slot_state = calloc((size_t)m->slots, sizeof *m->slot_state);
+    if (!m->pos_ids || !m->slot_ids || !m->slot_state) return STATUS_NOMEM;
+    for (int k = 0; k < m->slots; k++) m->slot_state[k].mean_loss = -1;
+    bert_point_slot(m, 0);
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) m->pos_ids[b * T + t] = t;
     if (bert_on_gpu(m)) TRY(bert_init_device(m, train));
@@ -379,15 +446,18 @@ void bert_free(bert *m)
     device_free(m->dev, m->act_memory);
     device_free(m->dev, m->grad_memory);
     device_free(m->dev, m->pos_ids);  /* host memory on the CPU, device memory on a GPU */
-    device_free(m->dev, m->input_ids);
-    device_free(m->dev, m->type_ids);
+    if (bert_on_gpu(m)) {             /* on the CPU: slot_ids' */
+        device_free(m->dev, m->input_ids);
+        device_free(m->dev, m->type_ids);
+    }
     device_free(m->dev, m->dev_head_pos);
     device_free(m->dev, m->dev_head_tgt);
     device_buffers_free(m->dev, &m->w);
     free(m->stage_ids);
     free(m->stage);
-    free(m->head_pos);
-    free(m->head_tgt);
+    free(m->slot_ids);
+    free(m->slot_state);
+    free(m->init_index);
     param_buffers_free(&m->pb);
     param_table_free(&m->pt);
     free(m->views.layer);
@@ -443,37 +513,42 @@ status bert_forward(bert *m, const int32_t *input_ids, const int32_t *token_type
         device_upload(m->dev, m->type_ids, types, (size_t)BT * sizeof *types);
         device_upload(m->dev, a->key_mask, mask, (size_t)BT * sizeof *mask);
     }
-    /* BertEmbeddings: LayerNorm(word + position + token_type). */
-    if (tp == 1) {
-        kn->embedding_forward(a->emb, m->input_ids, p + vw->word_emb, BT, C, 0);
-    } else {  /* vocabulary-parallel: each rank looks up the ids it holds, the sum has them all */
-        embedding_forward_rows(a->emb, m->input_ids, p + vw->word_emb, BT, C, lo, V);
-        nn_tp_sum(&m->tp, a->emb, btc);
+    /* BertEmbeddings: LayerNorm(word + position + token_type); a later pipeline stage's
+     * emb_ln holds the hidden states entering block l0 instead. */
+    bool first = m->l0 == 0, last_stage = m->l1 == c->num_layers;
+    if (first) {
+        if (tp == 1) {
+            kn->embedding_forward(a->emb, m->input_ids, p + vw->word_emb, BT, C, 0);
+        } else {  /* vocabulary-parallel: each rank looks up the ids it holds, the sum has them all */
+            embedding_forward_rows(a->emb, m->input_ids, p + vw->word_emb, BT, C, lo, V);
+            nn_tp_sum(&m->tp, a->emb, btc);
+        }
+        kn->embedding_forward(a->emb, m->pos_ids, p + vw->pos_emb, BT, C, 1);
+        kn->embedding_forward(a->emb, m->type_ids, p + vw->type_emb, BT, C, 1);
+        kn->layernorm_forward(a->emb_ln, a->emb_mean, a->emb_rstd, a->emb, p + vw->emb_ln_w, p + vw->emb_ln_b, BT, C,
+                              BERT_LN_EPS);
+        param_layer_time(&m->timer, 0, false);                              /* embeddings */
     }
-    kn->embedding_forward(a->emb, m->pos_ids, p + vw->pos_emb, BT, C, 1);
-    kn->embedding_forward(a->emb, m->type_ids, p + vw->type_emb, BT, C, 1);
-    kn->layernorm_forward(a->emb_ln, a->emb_mean, a->emb_rstd, a->emb, p + vw->emb_ln_w, p + vw->emb_ln_b, BT, C,
-                          BERT_LN_EPS);
-    param_layer_time(&m->timer, 0, false);                                  /* embeddings */
     /* BertLayer: x1 = LN(x + Wo·attn(Wq x, Wk x, Wv x)), out = LN(x1 + W2·gelu(W1 x1)).
      * Row-parallel Wo and W2 add their bias on tp rank 0 before the sum (g). */
     bool bias_here = m->tp.rank == 0;
-    for (int l = 0; l < c->num_layers; l++) {
-        const float *x = l == 0 ? a->emb_ln : a->ln2 + (size_t)(l - 1) * btc;
-        float *q = a->q + l * btl, *k = a->k + l * btl, *v = a->v + l * btl, *atty = a->atty + l * btl;
-        float *attproj = a->attproj + l * btc, *res1 = a->res1 + l * btc, *ln1 = a->ln1 + l * btc;
-        float *fch = a->fch + l * bti, *fchg = a->fch_gelu + l * bti, *fcproj = a->fcproj + l * btc;
-        float *res2 = a->res2 + l * btc, *ln2 = a->ln2 + l * btc;
+    for (int l = m->l0; l < m->l1; l++) {
+        size_t j = (size_t)(l - m->l0);  /* the block's activations in this stage's set */
+        const float *x = j == 0 ? a->emb_ln : a->ln2 + (j - 1) * btc;
+        float *q = a->q + j * btl, *k = a->k + j * btl, *v = a->v + j * btl, *atty = a->atty + j * btl;
+        float *attproj = a->attproj + j * btc, *res1 = a->res1 + j * btc, *ln1 = a->ln1 + j * btc;
+        float *fch = a->fch + j * bti, *fchg = a->fch_gelu + j * bti, *fcproj = a->fcproj + j * btc;
+        float *res2 = a->res2 + j * btc, *ln2 = a->ln2 + j * btc;
         const bert_layer_views *h = &vw->layer[l];
         kn->matmul_forward(q, x, p + h->q_w, p + h->q_b, BT, C, Cl, MATMUL_LAYOUT_OUT_IN);
         kn->matmul_forward(k, x, p + h->k_w, p + h->k_b, BT, C, Cl, MATMUL_LAYOUT_OUT_IN);
         kn->matmul_forward(v, x, p + h->v_w, p + h->v_b, BT, C, Cl, MATMUL_LAYOUT_OUT_IN);
-        kn->attention_forward(atty, a->att_lse + (size_t)l * BT * NH, q, k, v, Cl, a->key_mask, B, T, Cl, NH, 0);
+        kn->attention_forward(atty, a->att_lse + j * BT * NH, q, k, v, Cl, a->key_mask, B, T, Cl, NH, 0);
         kn->matmul_forward(attproj, atty, p + h->attn_out_w, bias_here ? p + h->attn_out_b : NULL, BT, Cl, C,
                            MATMUL_LAYOUT_OUT_IN);
         nn_tp_sum(&m->tp, attproj, btc);                                    /* g */
         kn->residual_forward(res1, x, attproj, btc);
-        kn->layernorm_forward(ln1, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, res1, p + h->attn_ln_w, p + h->attn_ln_b,
+        kn->layernorm_forward(ln1, a->ln1_mean + j * BT, a->ln1_rstd + j * BT, res1, p + h->attn_ln_w, p + h->attn_ln_b,
                               BT, C, BERT_LN_EPS);
         kn->matmul_forward(fch, ln1, p + h->inter_w, p + h->inter_b, BT, C, IC, MATMUL_LAYOUT_OUT_IN);
         kn->gelu_erf_forward(fchg, fch, bti);
@@ -481,13 +556,18 @@ status bert_forward(bert *m, const int32_t *input_ids, const int32_t *token_type
                            MATMUL_LAYOUT_OUT_IN);
         nn_tp_sum(&m->tp, fcproj, btc);                                     /* g */
         kn->residual_forward(res2, ln1, fcproj, btc);
-        kn->layernorm_forward(ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, res2, p + h->out_ln_w, p + h->out_ln_b,
+        kn->layernorm_forward(ln2, a->ln2_mean + j * BT, a->ln2_rstd + j * BT, res2, p + h->out_ln_w, p + h->out_ln_b,
                               BT, C, BERT_LN_EPS);
         param_layer_time(&m->timer, l + 1, false);                          /* encoder.layer.l */
     }
+    if (!last_stage) {  /* the output goes on to the next stage; the loss is the last one's */
+        m->head_rows = m->head_targeted = 0;
+        m->mean_loss = mlm_targets ? 0.0f : -1;
+        return STATUS_OK;
+    }
     /* BertLMPredictionHead: LN(gelu(dense(h))) · word_embeddings^T + bias, on every
      * position without targets, on the targeted ones (gathered) with them. */
-    const float *last = a->ln2 + (size_t)(c->num_layers - 1) * btc, *hx = last;
+    const float *last = bert_stage_out(m), *hx = last;
     int R = BT, counted = BT;
     if (mlm_targets) {
         counted = 0;
@@ -561,8 +641,9 @@ void bert_backward(bert *m)
     bool gpu = bert_on_gpu(m);
     int R = m->head_rows, counted = m->head_targeted;  /* the forward gathered the targeted positions */
     size_t rc = (size_t)R * (size_t)C;
-    kn->zero(s->dresidual, btc);
-    if (R > 0) {
+    bool first = m->l0 == 0, last_stage = m->l1 == c->num_layers;
+    if (last_stage) kn->zero(s->dresidual, btc);  /* else it holds the gradient of the stage's output */
+    if (last_stage && R > 0) {
         const int32_t *tgt = gpu ? m->dev_head_tgt : m->head_tgt, *pos = gpu ? m->dev_head_pos : m->head_pos;
         float *dlosses = gpu ? m->stage + BT : s->dlosses;
         /* loss_scale 1: exactly 1/counted; a power of two (fp16's scaler) scales exactly; the
@@ -588,18 +669,21 @@ void bert_backward(bert *m)
         kn->embedding_backward(s->dresidual, s->dq, pos, R, C);  /* back to the positions (distinct, and zero rows
                                                                     for the padding: exact) */
     }
-    param_layer_done(&m->hook, c->num_layers + 1);                          /* cls.predictions */
-    param_layer_time(&m->timer, c->num_layers + 1, true);
-    for (int l = c->num_layers - 1; l >= 0; l--) {
-        const float *x = l == 0 ? a->emb_ln : a->ln2 + (size_t)(l - 1) * btc;
-        const float *q = a->q + l * btl, *k = a->k + l * btl, *v = a->v + l * btl, *atty = a->atty + l * btl;
-        const float *res1 = a->res1 + l * btc, *ln1 = a->ln1 + l * btc;
-        const float *fch = a->fch + l * bti, *fchg = a->fch_gelu + l * bti, *res2 = a->res2 + l * btc;
+    if (last_stage) {
+        param_layer_done(&m->hook, c->num_layers + 1);                      /* cls.predictions */
+        param_layer_time(&m->timer, c->num_layers + 1, true);
+    }
+    for (int l = m->l1 - 1; l >= m->l0; l--) {
+        size_t j = (size_t)(l - m->l0);
+        const float *x = j == 0 ? a->emb_ln : a->ln2 + (j - 1) * btc;
+        const float *q = a->q + j * btl, *k = a->k + j * btl, *v = a->v + j * btl, *atty = a->atty + j * btl;
+        const float *res1 = a->res1 + j * btc, *ln1 = a->ln1 + j * btc;
+        const float *fch = a->fch + j * bti, *fchg = a->fch_gelu + j * bti, *res2 = a->res2 + j * btc;
         const bert_layer_views *h = &vw->layer[l];
         /* dresidual holds d(ln2), the block's output. dbtc = d(res2) = d(ln1) skip + d(fcproj). */
         kn->zero(s->dbtc, btc);
         kn->layernorm_backward(s->dbtc, g + h->out_ln_w, g + h->out_ln_b, s->dresidual, res2, p + h->out_ln_w,
-                               a->ln2_mean + l * BT, a->ln2_rstd + l * BT, BT, C);
+                               a->ln2_mean + j * BT, a->ln2_rstd + j * BT, BT, C);
         kn->zero(s->dbti, bti);
         kn->matmul_backward(s->dbti, g + h->out_w, g + h->out_b, s->dbtc, fchg, p + h->out_w, BT, IC, C,
                             MATMUL_LAYOUT_OUT_IN);
@@ -620,14 +704,14 @@ void bert_backward(bert *m)
         /* dresidual = d(res1) = d(x) skip + d(attproj). */
         kn->zero(s->dresidual, btc);
         kn->layernorm_backward(s->dresidual, g + h->attn_ln_w, g + h->attn_ln_b, s->dbtc, res1, p + h->attn_ln_w,
-                               a->ln1_mean + l * BT, a->ln1_rstd + l * BT, BT, C);
+                               a->ln1_mean + j * BT, a->ln1_rstd + j * BT, BT, C);
         kn->zero(s->dbtc2, btl);
         kn->matmul_backward(s->dbtc2, g + h->attn_out_w, g + h->attn_out_b, s->dresidual, atty, p + h->attn_out_w, BT,
                             Cl, C, MATMUL_LAYOUT_OUT_IN);
         kn->zero(s->dq, btl);
         kn->zero(s->dk, btl);
         kn->zero(s->dv, btl);
-        kn->attention_backward(s->dq, s->dk, s->dv, s->dbtc2, q, k, v, Cl, atty, a->att_lse + (size_t)l * BT * NH,
+        kn->attention_backward(s->dq, s->dk, s->dv, s->dbtc2, q, k, v, Cl, atty, a->att_lse + j * BT * NH,
                                a->key_mask, B, T, Cl, NH, 0);
         /* d(x) = the skip already in dresidual + the three projections' input gradients
          * (a shard's partial sums reduced first, f) */
@@ -642,6 +726,10 @@ void bert_backward(bert *m)
         }
         param_layer_done(&m->hook, l + 1);                                  /* encoder.layer.l */
         param_layer_time(&m->timer, l + 1, true);
+    }
+    if (!first) {  /* dresidual holds the gradient of the stage's input, for the previous stage */
+        if (last_stage) param_layer_done(&m->hook, 0);                      /* the tied decoder's word embeddings */
+        return;
     }
     /* Embeddings: dresidual = d(emb_ln). */
     kn->zero(s->dbtc, btc);
@@ -667,8 +755,11 @@ void bert_backward(bert *m)
  * attention's T-dependent FLOPs are not counted. */
 double bert_flops_per_token(const bert *m)
 {
-    double n = (double)m->pt.total;  /* a shard's: its tensors at their full sizes */
-    for (int i = 0; i < m->pt.count; i++)
-        n += (double)(param_entry_full_count(&m->pt, &m->pt.entries[i]) - m->pt.entries[i].count);
+    /* the whole model's parameters (bert_build_table's tensors): the embeddings, per
+     * block 4 C^2 + 2 C IC + 9 C + IC, the head's transform and bias */
+    const bert_config *c = &m->cfg;
+    double C = c->channels, IC = c->intermediate;
+    double n = (double)(c->vocab_size + c->max_position + c->type_vocab_size) * C + 2 * C +
+               c->num_layers * (4 * C * C + 2 * C * IC + 9 * C + IC) + c->vocab_size + C * C + 3 * C;
     return 6.0 * n;
 }

@@ -96,7 +96,9 @@ int bert_mask_tokens(int32_t *masked_ids,            /* (B, T) out */
 
 typedef struct bert_acts {
     float *emb;           /* (B, T, C) word + position + token-type embeddings */
-    float *emb_ln;        /* (B, T, C) embeddings.LayerNorm output: the input of layer 0 */
+    float *emb_ln;        /* (B, T, C) the input of the stage's first block: embeddings.LayerNorm's output,
+                             or on a later pipeline stage the previous one's (the L of the per-block
+                             views below is the stage's blocks) */
     float *emb_mean;      /* (B, T) */
     float *emb_rstd;      /* (B, T) */
     float *q;             /* (L, B, T, C) attention.self.query output */
@@ -170,6 +172,13 @@ typedef struct bert_views {
     size_t tr_ln_w, tr_ln_b;          /* cls.predictions.transform.LayerNorm (C), (C) */
 } bert_views;
 
+/* What a forward leaves for its backward besides the activations (a pipeline stage's
+ * activation sets, bert_set_slot). */
+typedef struct bert_slot {
+    int head_rows, head_targeted;
+    float mean_loss;
+} bert_slot;
+
 typedef struct bert {
     MODEL_BASE_GROUP;         /* pt, pb, dev, ops, w, hook, loss_scale, mean_loss (model_base.h) */
     bert_config cfg;          /* sizes */
@@ -194,6 +203,13 @@ typedef struct bert {
     int32_t *dev_head_tgt;
     int32_t *stage_ids;       /* (2, B, T) host staging of input and type ids (GPU only) */
     float *stage;             /* (2, B, T) host staging of the key mask and of losses / dlosses (GPU only) */
+    int l0, l1;               /* pipeline stage (tp.h's nn_stage): the blocks [l0, l1) this rank holds */
+    int slots, slot;          /* activation sets (micro-batches in flight) and the one in use */
+    size_t slot_floats;       /* floats of one set in act_memory */
+    int32_t *slot_ids;        /* (slots, 4, B, T) host: each set's input and type ids, head positions and
+                                 targets; input_ids .. head_tgt point at the current set's (on the CPU) */
+    bert_slot *slot_state;    /* (slots) each set's head rows and loss while another set is in use */
+    int *init_index;          /* [pt.count] each tensor's index in the whole model's table (its init stream) */
 } bert;
 
 /* Builds the table, allocates params (+ grads and moments when `train`) and the
@@ -216,6 +232,23 @@ status bert_init_on(bert *m, const bert_config *cfg, int B, int T, uint64_t seed
  * sliced. CPU only; STATUS_INPUT when tp does not divide the heads or the vocabulary. */
 status bert_init_tp(bert *m, const bert_config *cfg, int B, int T, uint64_t seed, bool train, const device *dev,
                     const nn_tp *tp);
+/* The same as one pipeline stage (stage NULL: the whole model), as gpt2_init_parallel:
+ * the table holds the stage's blocks, plus the embeddings on the first stage and the
+ * MLM head with the tied word_embeddings on the last (the same init streams as the
+ * whole model's, so both copies start equal); the activations are sized for the
+ * stage's blocks, `slots` times. A stage that does not start at block 0 reads its
+ * input from bert_stage_in, one that does not end at the last leaves its output in
+ * bert_stage_out (its forward's loss is 0); its backward starts from the gradient
+ * written into bert_stage_grad and leaves there the gradient of its input. */
+status bert_init_parallel(bert *m, const bert_config *cfg, int B, int T, uint64_t seed, bool train, const device *dev,
+                          const nn_tp *tp, const nn_stage *stage);
+/* Selects activation set k (0..slots-1) for the next forward or backward. */
+void bert_set_slot(bert *m, int k);
+/* (B, T, C) of the current set: the stage's input (the hidden states entering block l0),
+ * its output (leaving block l1 - 1) and the gradient buffer at the stage's boundary. */
+float *bert_stage_in(bert *m);
+float *bert_stage_out(bert *m);
+float *bert_stage_grad(bert *m);
 /* STATUS_INPUT (naming the keys) when a tp group of `tp` ranks cannot split cfg. */
 status bert_check_tp(const bert_config *cfg, int tp);
 /* The whole model's table as the shard of tp rank `tp_rank` of `tp_size` sees it (its
@@ -239,7 +272,8 @@ status bert_forward(bert *m, const int32_t *input_ids, const int32_t *token_type
  * the inputs that forward copied, so a mismatched batch cannot be passed. */
 void bert_backward(bert *m);
 
-/* Model FLOPs of one training step per token: 6 per parameter of the whole model. */
+/* Model FLOPs of one training step per token: 6 per parameter of the whole model
+ * (every shard and stage counted once: what one model replica computes). */
 double bert_flops_per_token(const bert *m);
 
 #endif

@@ -136,11 +136,6 @@ status model_spec_check_grid(const model_spec *s, int tp, int pp)
         log_error0("parallel.pp = %d: %s trains data-parallel only; set parallel.pp = 1", pp, s->name);
         return STATUS_INPUT;
     }
-    if (pp > 1 && s->family != MODEL_FAMILY_GPT2 && pp <= layers) {
-        log_error0("parallel.pp = %d: pipeline parallelism is built for GPT-2 so far, not %s (%s); set parallel.pp = 1",
-                   pp, s->name, model_family_of(s->family)->name);
-        return STATUS_INPUT;
-    }
     if (pp > 1 && pp > layers) {
         log_error0("parallel.pp = %d is more than the %d blocks of %s (model.n_layer): every pipeline stage needs at "
                    "least one block", pp, layers, s->name);
@@ -171,7 +166,7 @@ status model_init_parallel(model *m, const model_spec *s, int B, int T, uint64_t
     m->tp = tp ? *tp : nn_tp_none();
     m->stage = stage ? *stage : nn_stage_whole();
     if (m->tp.size > 1) TRY(model_spec_check_grid(s, m->tp.size, 1));
-    if (m->stage.end != 0 && s->family != MODEL_FAMILY_GPT2) TRY(model_spec_check_grid(s, 1, 2));
+    if (m->stage.end != 0 && s->family == MODEL_FAMILY_RESNET) TRY(model_spec_check_grid(s, 1, 2));
     m->spec = *s;
     m->ops = model_family_of(s->family);
     m->B = B;
@@ -181,20 +176,51 @@ status model_init_parallel(model *m, const model_spec *s, int B, int T, uint64_t
     return st;
 }
 
+static bool model_is_gpt2(const model *m)
+{
+    CHECK(m->spec.family != MODEL_FAMILY_RESNET, "pipeline stages are the transformers' (GPT-2, BERT)");
+    return m->spec.family == MODEL_FAMILY_GPT2;
+}
+
 void model_set_slot(model *m, int k, const model_batch *b)
 {
-    CHECK(m->spec.family == MODEL_FAMILY_GPT2, "model_set_slot: pipeline stages are GPT-2's so far");
-    gpt2_set_slot(&m->gpt2, k);
+    if (model_is_gpt2(m)) gpt2_set_slot(&m->gpt2, k);
+    else bert_set_slot(&m->bert, k);
     m->last = b;
 }
 
-float *model_stage_in(model *m) { return gpt2_stage_in(&m->gpt2); }
-float *model_stage_out(model *m) { return gpt2_stage_out(&m->gpt2); }
-float *model_stage_grad(model *m) { return gpt2_stage_grad(&m->gpt2); }
+float *model_stage_in(model *m) { return model_is_gpt2(m) ? gpt2_stage_in(&m->gpt2) : bert_stage_in(&m->bert); }
+float *model_stage_out(model *m) { return model_is_gpt2(m) ? gpt2_stage_out(&m->gpt2) : bert_stage_out(&m->bert); }
+float *model_stage_grad(model *m) { return model_is_gpt2(m) ? gpt2_stage_grad(&m->gpt2) : bert_stage_grad(&m->bert); }
 
 size_t model_stage_floats(const model *m)
 {
-    return (size_t)m->B * (size_t)m->T * (size_t)m->spec.gpt2.channels;
+    int C = model_is_gpt2(m) ? m->spec.gpt2.channels : m->spec.bert.channels;
+    return (size_t)m->B * (size_t)m->T * (size_t)C;
+}
+
+double model_block_cost(const model_spec *s, int T, int l)
+{
+    CHECK(s->family != MODEL_FAMILY_RESNET, "model_block_cost: ResNet has no pipeline stages");
+    if (s->family == MODEL_FAMILY_GPT2) {
+        const gpt2_config *c = &s->gpt2;
+        double C = c->channels, cost = 6 * (12 * C * C + 13 * C) + 12.0 * T * C;
+        if (l == c->num_layers - 1) cost += 6.0 * c->padded_vocab_size * C;
+        return cost;
+    }
+    const bert_config *c = &s->bert;
+    double C = c->channels, IC = c->intermediate;
+    double cost = 6 * (4 * C * C + 2 * C * IC + 9 * C + IC) + 12.0 * T * C;
+    /* the MLM head runs at the masked positions only (bert.h): their share of the tokens */
+    if (l == c->num_layers - 1) cost += 6.0 * BERT_MASK_PROB * (C * C + (double)c->vocab_size * C);
+    return cost;
+}
+
+const char *model_tied_name(const model_spec *s)
+{
+    return s->family == MODEL_FAMILY_GPT2   ? "wte.weight"
+           : s->family == MODEL_FAMILY_BERT ? "embeddings.word_embeddings.weight"
+                                            : NULL;
 }
 
 void model_free(model *m)

@@ -138,26 +138,26 @@ typedef struct model {
 status model_init(model *m, const model_spec *s, int B, int T, uint64_t seed, bool train);
 /* The same on a device (device.h; NULL: the CPU): every family runs on a GPU. */
 status model_init_on(model *m, const model_spec *s, int B, int T, uint64_t seed, bool train, const device *dev);
-/* The same as one tensor-parallel shard (tp.h; NULL or size 1: the whole model). GPT-2
- * only so far (gpt2_init_tp); another family with tp > 1 is STATUS_INPUT. The weights
- * are the whole model's from the same seed, sliced: at every tp size the model is the
- * same function. */
+/* The same as one tensor-parallel shard and pipeline stage (tp.h; NULL or size 1, NULL:
+ * the whole model). The transformers only (gpt2_init_parallel, bert_init_parallel);
+ * ResNet with tp > 1 or a stage is STATUS_INPUT. The weights are the whole model's from
+ * the same seed, sliced: at every grid the model is the same function. */
 status model_init_parallel(model *m, const model_spec *s, int B, int T, uint64_t seed, bool train, const device *dev,
                            const nn_tp *tp, const nn_stage *stage);
-/* A pipeline stage (model_init_parallel's `stage`; GPT-2 only so far): selects activation
+/* A pipeline stage (model_init_parallel's `stage`; GPT-2 and BERT): selects activation
  * set k for the next forward or backward, whose batch b was (model_backward reads it). */
 void model_set_slot(model *m, int k, const model_batch *b);
 /* (B, T, C) of the current set: the stage's input, its output, and the gradient at its
  * boundary (written with the output's gradient before model_backward, holding the
- * input's after it). gpt2.h's gpt2_stage_in, _out, _grad. */
+ * input's after it). gpt2.h's gpt2_stage_in, _out, _grad; bert.h's. */
 float *model_stage_in(model *m);
 float *model_stage_out(model *m);
 float *model_stage_grad(model *m);
 /* Floats of one stage boundary: B x T x C. */
 size_t model_stage_floats(const model *m);
 /* Whether a process grid of tp x pp fits the architecture: tp divides the heads (and
- * the padded vocabulary), pp is at most the blocks; the family supports it (tp: GPT-2
- * and BERT; pp: GPT-2 so far).
+ * the padded vocabulary), pp is at most the blocks; the family supports it (tp and pp:
+ * GPT-2 and BERT).
  * STATUS_INPUT naming parallel.tp / parallel.pp, the model's value and the rule. */
 status model_spec_check_grid(const model_spec *s, int tp, int pp);
 /* The first failure of the tensor-parallel reductions since the last call (a timeout,
@@ -166,6 +166,13 @@ status model_tp_status(model *m);
 /* The whole model's table as tp rank `tp_rank` of `tp_size` sees it (full shapes, split
  * dims): the checkpoint layout of a shard or stage (GPT-2, BERT). */
 status model_table_whole(const model_spec *s, int tp_size, int tp_rank, param_table *out);
+/* Counted training FLOPs per token of block l as a pipeline stage's share (6 per
+ * parameter, attention's 12 T C; the last block carries the head, the embedding lookups
+ * are free): the weights of parallel.pp's balance. */
+double model_block_cost(const model_spec *s, int T, int l);
+/* The tensor both ends of a pipeline hold (the embedding tied to the output head):
+ * "wte.weight" (GPT-2), "embeddings.word_embeddings.weight" (BERT); NULL for ResNet. */
+const char *model_tied_name(const model_spec *s);
 void model_free(model *m);
 
 /* Allocates a batch for m's shape (mask filled with 1). */

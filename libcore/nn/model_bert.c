@@ -49,7 +49,7 @@ static void model_bert_print(const model_spec *s, FILE *f)
 static status model_bert_init(model *m, uint64_t seed, bool train, const device *dev)
 {
     m->base = &m->bert.base;
-    return bert_init_tp(&m->bert, &m->spec.bert, m->B, m->T, seed, train, dev, &m->tp);
+    return bert_init_parallel(&m->bert, &m->spec.bert, m->B, m->T, seed, train, dev, &m->tp, &m->stage);
 }
 
 static void model_bert_free(model *m) { bert_free(&m->bert); }

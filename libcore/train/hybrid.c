@@ -5,7 +5,7 @@
  * whole model's table (same names, shapes, offsets and table hash as a run without
  * tensor or pipeline parallelism), so a checkpoint written at tp2 x pp2 loads at dp4
  * and the reverse with nothing converted. A stage holds some of the tensors (the tied
- * wte on both ends: the first stage writes it), a shard pieces of them in the full flat layout:
+ * embedding on both ends: the first stage writes it), a shard pieces of them in the full flat layout:
  * a split by rows is one range per rank, a split by columns one range per row and
  * rank (and per q/k/v block). Those pieces go to the checkpoint module as a sharded
  * group (ckpt_shards, as ZeRO's moments do): every piece written by exactly one rank
@@ -63,7 +63,7 @@ static void tp_fill_piece(void *ctx, const char *name, size_t off, size_t count,
     r->tp_ranges[n + k] = count;
     r->tp_ranges[2 * n + k] = local;
     bool held = here && (owner < 0 || owner == me);
-    bool writer = r->grid.dp_rank == 0 && (owner >= 0 || me == 0) && (r->grid.pp_rank == 0 || strcmp(name, "wte.weight"));
+    bool writer = r->grid.dp_rank == 0 && (owner >= 0 || me == 0) && (r->grid.pp_rank == 0 || strcmp(name, model_tied_name(&r->spec)));
     r->tp_mine[k] = held && writer;
     r->tp_mine[n + k] = held;
 }

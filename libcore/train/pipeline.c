@@ -11,10 +11,11 @@
  * other stage's matching call. Every micro-batch's gradients accumulate as with
  * train.micro_batch < the global batch; the buckets start from the last backward.
  *
- * GPT-2's wte is both the embedding (first stage) and the LM head (last stage): each end
- * holds a copy from the same init, the two gradients are summed over the tie group
- * before clipping, and both apply the same update, so the copies stay equal (Megatron's
- * embedding group). The checkpoint holds one wte, the first stage's (hybrid.c). */
+ * The word embedding is also the output head (GPT-2's wte, BERT's tied MLM decoder):
+ * the first and the last stage each hold a copy from the same init, the two gradients
+ * are summed over the tie group before clipping, and both apply the same update, so the
+ * copies stay equal (Megatron's embedding group). The checkpoint holds one copy, the
+ * first stage's (hybrid.c). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,27 +24,15 @@
 
 enum { PP_TAG_ACT = 0x5050, PP_TAG_GRAD = 0x5051 };
 
-/* Counted training FLOPs per token of GPT-2 block l's stage share: 6 per parameter,
- * attention's 12 T C, the head's 6 Vp C on the last block (the embedding lookups are
- * free). */
-static double pp_block_cost(const gpt2_config *c, int T, int l)
-{
-    double C = c->channels;
-    double cost = 6 * (12 * C * C + 13 * C) + 12.0 * T * C;
-    if (l == c->num_layers - 1) cost += 6.0 * c->padded_vocab_size * C;
-    return cost;
-}
-
 /* Splits L blocks into p contiguous stages minimising the largest stage's cost
- * (dynamic programming over the split points; L and p are small). first[s] = the first
- * block of stage s, first[p] = L. */
-static void pp_balance(const gpt2_config *c, int T, int p, int *first)
+ * (model_block_cost; dynamic programming over the split points, L and p are small).
+ * first[s] = the first block of stage s, first[p] = L. */
+static void pp_balance(const model_spec *ms, int L, int T, int p, int *first)
 {
-    int L = c->num_layers;
     double *pre = calloc((size_t)L + 1, sizeof *pre), *best = malloc(((size_t)p + 1) * ((size_t)L + 1) * sizeof *best);
     int *cut = malloc(((size_t)p + 1) * ((size_t)L + 1) * sizeof *cut);
     CHECK(pre && best && cut, "pipeline stage balance: out of memory");
-    for (int l = 0; l < L; l++) pre[l + 1] = pre[l] + pp_block_cost(c, T, l);
+    for (int l = 0; l < L; l++) pre[l + 1] = pre[l] + model_block_cost(ms, T, l);
 #define B_(s, n) best[(size_t)(s) * ((size_t)L + 1) + (size_t)(n)]
 #define C_(s, n) cut[(size_t)(s) * ((size_t)L + 1) + (size_t)(n)]
     for (int n = 0; n <= L; n++) B_(1, n) = pre[n], C_(1, n) = 0;
@@ -64,7 +53,7 @@ static void pp_balance(const gpt2_config *c, int T, int p, int *first)
 
 status train_pp_plan(train_run *r)
 {
-    int p = r->grid.shape.pp, L = r->spec.gpt2.num_layers;
+    int p = r->grid.shape.pp, L = r->spec.family == MODEL_FAMILY_GPT2 ? r->spec.gpt2.num_layers : r->spec.bert.num_layers;
     r->stage = nn_stage_whole();
     r->tie_comm = MPI_COMM_NULL;
     if (p == 1) return STATUS_OK;
@@ -72,7 +61,7 @@ status train_pp_plan(train_run *r)
     if (!first) return STATUS_NOMEM;
     const char *spec = config_str(r->cfg, "parallel.stages");
     if (!spec[0]) {
-        pp_balance(&r->spec.gpt2, r->T, p, first);
+        pp_balance(&r->spec, L, r->T, p, first);
     } else {  /* blocks per stage, e.g. "7,5" */
         const char *at = spec;
         int s = 0, sum = 0;
@@ -277,16 +266,16 @@ status train_pp_forward_only(train_run *r, model_batch *b)
 
 bool train_pp_counted(const train_run *r, const param_entry *e)
 {
-    return r->grid.pp_rank == 0 || strcmp(e->name, "wte.weight") != 0;
+    return r->grid.pp_rank == 0 || strcmp(e->name, model_tied_name(&r->spec)) != 0;
 }
 
 status train_pp_tie_grads(train_run *r, float *grads)
 {
     if (r->tie_comm == MPI_COMM_NULL) return STATUS_OK;
     const param_table *pt = model_params(&r->m);
-    int i = param_find(pt, "wte.weight");
-    CHECK(i >= 0, "the first and last pipeline stage hold wte");
+    int i = param_find(pt, model_tied_name(&r->spec));
+    CHECK(i >= 0, "the first and last pipeline stage hold the tied embedding");
     const param_entry *e = &pt->entries[i];
-    comm_ctl c = comm_ctl_watched(comm_ctl_named(r->tie_comm, r->timeout_s, "tied wte"), r->rt->wd);
+    comm_ctl c = comm_ctl_watched(comm_ctl_named(r->tie_comm, r->timeout_s, "tied embedding"), r->rt->wd);
     return comm_ctl_allreduce(c, MPI_IN_PLACE, grads + e->offset, (int)e->count, MPI_FLOAT, MPI_SUM);
 }

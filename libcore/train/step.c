@@ -70,7 +70,7 @@ static status train_optim_update(train_optim *o, const param_table *pt, param_bu
 /* The global gradient norm on a process grid, and clipping to max_norm (INFINITY: none)
  * as optim_clip_grad_norm does: the split tensors' squares summed over the tp group, the
  * whole tensors' (equal on every tp rank) counted once, then the stages' sums over the
- * pp group (the tied wte once, the first stage's). */
+ * pp group (the tied embedding once, the first stage's). */
 static status train_clip_grid(train_run *r, const param_table *pt, float *grads, double max_norm, double *norm)
 {
     double sq[2] = { 0, 0 };  /* split, whole */
@@ -187,7 +187,7 @@ status train_step(train_run *r, train_step_stats *ss)
         }
     } else {
         TRY(bucket_wait_all(&r->bm));
-        TRY(train_pp_tie_grads(r, pb->grads));  /* pp > 1: the tied wte's two halves */
+        TRY(train_pp_tie_grads(r, pb->grads));  /* pp > 1: the tied embedding's two copies */
     }
     double t2 = train_now_s();
     train_lap(r, TRAIN_PROFILE_COMM_WAIT);

@@ -12,9 +12,10 @@
 #     roundings grow to ~4e-4 rel_L2 on the smallest tensors in 20 steps (dp2 against dp4,
 #     printed below as the baseline), so 1e-3 holds them with a margin of 2-3, while a
 #     wrong shard (a missing reduction) misses by orders of magnitude;
-#   - bert-tiny at tp2 and tp2 x dp2 the same against dp2 and dp4 (the key biases left out of
-#     the parameters: their exact gradient is 0, see below), a bit-identical resume at tp2, its
-#     checkpoints resumed across tp2 x dp2 <-> dp4, parameters per rank <= 0.55 x dp2's;
+#   - bert-tiny at tp2, pp2, tp2 x dp2, pp2 x dp2 and tp2 x pp2 the same against dp2 and dp4
+#     (the key biases left out of the parameters: their exact gradient is 0, see below), a
+#     bit-identical resume at tp2 and pp2, its checkpoints resumed across tp2 x dp2 <-> dp4
+#     and tp2 x pp2 <-> dp4, parameters per rank at tp2 <= 0.55 x dp2's;
 #   - tp2, pp2 and tp2 x pp2 runs stopped at 10 and resumed to 20 are bit-identical to the
 #     straight runs;
 #   - checkpoints are layout-independent: tp2 x dp2's and tp2 x pp2's step 10 resumed at dp4,
@@ -89,7 +90,7 @@ check "... and the data-parallel groups across the nodes" grep -q "dp     2 rank
     $tmp/tp2dp2.log
 check "nebula-ckpt verify accepts the tp2 x dp2 checkpoint" $CKPT verify $tmp/tp2dp2/$s20
 
-# --- BERT: tensor parallelism --------------------------------------------------------------------
+# --- BERT: tensor and pipeline parallelism ---------------------------------------------------------
 # bert-tiny (masked LM over the same bytes). Its key biases are left out of the parameter
 # comparison: a key bias adds q.b to all of a query's scores, which the softmax cancels, so
 # its exact gradient is 0 and AdamW turns the rounding noise into steps of the learning
@@ -100,18 +101,31 @@ run $tmp/bdp2 2 --steps 20 "${bert[@]}"
 run $tmp/btp2 2 --steps 20 "${bert[@]}" --set parallel.tp=2
 run $tmp/bdp4 4 --steps 20 --ranks-per-node 2 "${bert[@]}"
 run $tmp/btp2dp2 4 --steps 20 --ranks-per-node 2 "${bert[@]}" --set parallel.tp=2
-for l in btp2:bdp2 btp2dp2:bdp4; do
+run $tmp/bpp2 2 --steps 20 "${bert[@]}" --set parallel.pp=2
+run $tmp/bpp2dp2 4 --steps 20 --ranks-per-node 2 "${bert[@]}" --set parallel.pp=2
+run $tmp/btp2pp2 4 --steps 20 --ranks-per-node 2 "${bert[@]}" --set parallel.tp=2 --set parallel.pp=2
+for l in btp2:bdp2 btp2dp2:bdp4 bpp2:bdp2 bpp2dp2:bdp4 btp2pp2:bdp4; do
     check "bert ${l%%:*}: the losses of 20 steps match ${l#*:}'s within 1e-5" same_losses $tmp/${l#*:} $tmp/${l%%:*} 1 scaled
 done
 echo "    baseline, bert dp2 against dp4:"
 close_params $tmp/bdp2/$s20 $tmp/bdp4/$s20 key.bias || true
-for l in btp2:bdp2 btp2dp2:bdp4; do
+for l in btp2:bdp2 btp2dp2:bdp4 bpp2:bdp2 bpp2dp2:bdp4 btp2pp2:bdp4; do
     check "bert ${l%%:*}: the final parameters match ${l#*:}'s (rel_L2 <= 1e-3; key biases aside)" \
         close_params $tmp/${l#*:}/$s20 $tmp/${l%%:*}/$s20 key.bias
 done
 run $tmp/btp2-stop 2 --steps 10 "${bert[@]}" --set parallel.tp=2
 run $tmp/btp2-stop 2 --steps 20 "${bert[@]}" --set parallel.tp=2
 check "bert tp2: stop at 10, resume to 20 -> bit-identical to the straight run" $CKPT diff $tmp/btp2/$s20 $tmp/btp2-stop/$s20
+run $tmp/bpp2-stop 2 --steps 10 "${bert[@]}" --set parallel.pp=2
+run $tmp/bpp2-stop 2 --steps 20 "${bert[@]}" --set parallel.pp=2
+check "bert pp2: stop at 10, resume to 20 -> bit-identical to the straight run" $CKPT diff $tmp/bpp2/$s20 $tmp/bpp2-stop/$s20
+run $tmp/btp2pp2-to-dp4 4 --steps 20 --ranks-per-node 2 "${bert[@]}" --resume $tmp/btp2pp2/$s10
+check "bert tp2 x pp2's step 10 resumed at dp4 continues its trajectory within 1e-5" \
+    same_losses $tmp/btp2pp2 $tmp/btp2pp2-to-dp4 11
+run $tmp/bdp4-to-tp2pp2 4 --steps 20 --ranks-per-node 2 "${bert[@]}" --set parallel.tp=2 --set parallel.pp=2 \
+    --resume $tmp/bdp4/$s10
+check "bert dp4's step 10 resumed at tp2 x pp2 continues the dp4 trajectory within 1e-5" \
+    same_losses $tmp/bdp4 $tmp/bdp4-to-tp2pp2 11
 run $tmp/btp2dp2-to-dp4 4 --steps 20 --ranks-per-node 2 "${bert[@]}" --resume $tmp/btp2dp2/$s10
 check "bert tp2 x dp2's step 10 resumed at dp4 continues its trajectory within 1e-5" \
     same_losses $tmp/btp2dp2 $tmp/btp2dp2-to-dp4 11
@@ -190,8 +204,10 @@ expect "tensor parallelism for ResNet exits 2" 2 "tensor parallelism is built fo
     bad 2 --set parallel.tp=2 --set model.name=resnet18-cifar
 expect "BERT's tp that does not divide its heads exits 2" 2 "parallel.tp = 4 does not divide model.n_head = 2" -- \
     bad 4 --set parallel.tp=4 --set model.name=bert-tiny
-expect "pipeline parallelism for BERT exits 2 (not built yet)" 2 "pipeline parallelism is built for GPT-2 so far" -- \
-    bad 2 --set parallel.pp=2 --set model.name=bert-tiny
+expect "BERT's pp above its blocks exits 2" 2 "parallel.pp = 3 is more than the 2 blocks of bert-tiny" -- \
+    bad 3 --set parallel.pp=3 --set model.name=bert-tiny
+expect "pipeline parallelism for ResNet exits 2" 2 "trains data-parallel only; set parallel.pp = 1" -- \
+    bad 2 --set parallel.pp=2 --set model.name=resnet18-cifar
 expect "parallel.stages that do not sum to the blocks exit 2" 2 'parallel.stages = "1,2"' -- \
     bad 2 --set parallel.pp=2 --set parallel.stages=1,2
 finish

@@ -1,12 +1,14 @@
-/* test_tp — the process grid (comm/grid.h), GPT-2's tensor parallelism (gpt2_init_tp)
- * and its pipeline stages (gpt2_init_parallel's nn_stage), at 1-4 ranks.
+/* test_tp — the process grid (comm/grid.h), the transformers' tensor parallelism
+ * (gpt2_init_tp, bert_init_tp) and their pipeline stages (model_init_parallel's
+ * nn_stage), at 1-4 ranks.
  *
  * Checks: the shape rules (dp derived, a product that is not the world refused); every
  * rank's coordinates and its groups' members follow rank = t + tp (p + pp d); the dp
  * group's runtime has the right nodes; tp groups inside nodes are seen as such; the
  * model's grid rules (tp must divide the heads and the padded vocabulary, pp at most the
- * blocks, tp only for GPT-2). Then, for every tp that divides the world (tp2 x dp2 at 4
- * ranks too), each rank builds the whole GPT-2 tiny and its tensor-parallel shard from
+ * blocks, tp and pp only for the transformers). Then, for every tp that divides the world
+ * (tp2 x dp2 at 4 ranks too), each rank builds the whole GPT-2 tiny (BERT tiny: tp2) and
+ * its tensor-parallel shard from
  * one seed and compares: the shard's parameters are slices of the whole model's (exact);
  * the loss of one forward (with ignored targets); after the backward, every gradient
  * shard against the slice of the whole gradient.
@@ -19,13 +21,13 @@
  * gradient is a sum of BT products through L blocks, each term rounded: sqrt(BT L)
  * eps_f32 relative to the largest term, times a margin of 10).
  *
- * Pipeline stages, on every rank alone: GPT-2 tiny's blocks as two stages, two
- * micro-batches in flight (activation sets 0 and 1, forwards of both before either
- * backward, as 1F1B's warm-up does), the boundary copied between the stages by hand:
- * the losses, and every gradient but the tied wte's, are bit-identical to the whole
- * model's (the same operations in the same order); wte's two halves, summed, match
- * the whole model's within the tolerance above (the four contributions added in
- * another order).
+ * Pipeline stages, on every rank alone: GPT-2 tiny's and BERT tiny's blocks as two
+ * stages, two micro-batches in flight (activation sets 0 and 1, forwards of both before
+ * either backward, as 1F1B's warm-up does), the boundary copied between the stages by
+ * hand: the losses, and every gradient but the tied embedding's, are bit-identical to
+ * the whole model's (the same operations in the same order); the embedding's two
+ * halves, summed, match the whole model's within the tolerance above (the four
+ * contributions added in another order); each stage counts the whole model's FLOPs.
  * Usage: test_tp [--ranks-per-node N] */
 #include <math.h>
 #include <stdio.h>
@@ -123,13 +125,16 @@ static void test_model_rules(const runtime *rt)
     snprintf(r.name, sizeof r.name, "resnet18");
     r.family = MODEL_FAMILY_RESNET;
     status ok2 = model_spec_check_grid(&s, 2, 2), heads = model_spec_check_grid(&s, 3, 1);
-    status deep = model_spec_check_grid(&s, 1, 3), bert = model_spec_check_grid(&b, 2, 1);
+    status deep = model_spec_check_grid(&s, 1, 3), bert = model_spec_check_grid(&b, 2, 2);
+    status bdeep = model_spec_check_grid(&b, 1, 3), rpp = model_spec_check_grid(&r, 1, 2);
     status bheads = model_spec_check_grid(&b, 4, 1), bvocab = model_spec_check_grid(&b4, 4, 1);
     status resnet = model_spec_check_grid(&r, 2, 1);
     check(rt, ok2 == STATUS_OK, "gpt2-tiny (4 heads, 2 blocks) takes tp2 x pp2", "refused");
     check(rt, heads == STATUS_INPUT, "tp3 does not divide 4 heads: refused", "accepted");
     check(rt, deep == STATUS_INPUT, "pp3 for 2 blocks: refused", "accepted");
-    check(rt, bert == STATUS_OK, "bert-tiny takes tp2", "refused");
+    check(rt, bert == STATUS_OK, "bert-tiny takes tp2 x pp2", "refused");
+    check(rt, bdeep == STATUS_INPUT, "BERT: pp3 for 2 blocks refused", "accepted");
+    check(rt, rpp == STATUS_INPUT, "pp2 for ResNet: refused", "accepted");
     check(rt, bheads == STATUS_INPUT && bvocab == STATUS_INPUT,
           "BERT: tp4 refused for 2 heads, and for a vocabulary of 30522 rows", "accepted");
     check(rt, resnet == STATUS_INPUT, "tp2 for ResNet: refused", "accepted");
@@ -236,10 +241,12 @@ static void test_tp_shard(const runtime *rt, int tp, const model_spec *spec)
     grid_free(&g);
 }
 
-static void test_gpt2_stages(const runtime *rt)
+/* `first_only` and `last_only`: a tensor of the first stage's embeddings and one of the
+ * last stage's head. */
+static void test_stages(const runtime *rt, const model_spec *spec, const char *first_only, const char *last_only)
 {
-    model_spec s;
-    spec_gpt2_tiny(&s);
+    model_spec s = *spec;
+    const char *tied = model_tied_name(&s);
     int B = 2, T = 16;
     model whole, st[2];
     nn_stage parts[2] = { { 0, 1, 2 }, { 1, 2, 2 } };
@@ -281,20 +288,29 @@ static void test_gpt2_stages(const runtime *rt)
         model_backward(&st[0]);
     }
     char what[200];
-    snprintf(what, sizeof what, "pp2 with 2 micro-batches in flight: losses %.9g, %.9g bit-identical to the whole model's",
-             ls[0], ls[1]);
+    snprintf(what, sizeof what, "%s pp2 with 2 micro-batches in flight: losses %.9g, %.9g bit-identical to the whole "
+             "model's", s.name, ls[0], ls[1]);
     check(rt, ls[0] == lw[0] && ls[1] == lw[1], what, "a loss differs");
     const param_table *p0 = model_params(&st[0]), *p1 = model_params(&st[1]);
-    bool split = p0->count + p1->count == pw->count + 1 && param_find(p0, "wte.weight") >= 0 &&
-                 param_find(p1, "wte.weight") >= 0 && param_find(p1, "wpe.weight") < 0 && param_find(p0, "ln_f.bias") < 0;
-    check(rt, split, "pp2: stage 0 holds wte, wpe and block 0, stage 1 block 1, ln_f and the tied wte", "tables differ");
+    bool split = p0->count + p1->count == pw->count + 1 && param_find(p0, tied) >= 0 && param_find(p1, tied) >= 0 &&
+                 param_find(p0, first_only) >= 0 && param_find(p1, first_only) < 0 && param_find(p1, last_only) >= 0 &&
+                 param_find(p0, last_only) < 0;
+    snprintf(what, sizeof what, "%s pp2: stage 0 holds the embeddings (%s) and block 0, stage 1 block 1, the head (%s) "
+             "and the tied %s", s.name, first_only, last_only, tied);
+    check(rt, split, what, "tables differ");
+    snprintf(what, sizeof what, "%s pp2: each stage counts the whole model's FLOPs (6 per parameter and token)", s.name);
+    double count = 0;
+    for (int e = 0; e < pw->count; e++) count += (double)pw->entries[e].count;
+    check(rt, model_flops_per_step(&whole) == 6.0 * count * B * T &&
+              model_flops_per_step(&st[0]) == model_flops_per_step(&whole) &&
+              model_flops_per_step(&st[1]) == model_flops_per_step(&whole), what, "a stage's count differs");
     bool exact = true, params = true;
     double worst = 0;
     const char *bad = "";
     for (int e = 0; e < pw->count; e++) {
         const param_entry *ew = &pw->entries[e];
         const float *gw = model_buffers(&whole)->grads + ew->offset;
-        if (!strcmp(ew->name, "wte.weight")) {
+        if (!strcmp(ew->name, tied)) {
             const param_entry *a = &p0->entries[param_find(p0, ew->name)], *c = &p1->entries[param_find(p1, ew->name)];
             float *sum = malloc(ew->count * sizeof *sum);
             CHECK(sum != NULL, "sum");
@@ -302,9 +318,9 @@ static void test_gpt2_stages(const runtime *rt)
                 sum[i] = model_buffers(&st[0])->grads[a->offset + i] + model_buffers(&st[1])->grads[c->offset + i];
             bool ok = close_all(sum, gw, ew->count, 1e-4, 1e-5, &worst);
             free(sum);
-            snprintf(what, sizeof what, "pp2: the tied wte's two gradient halves sum to the whole model's (worst %.2f of "
-                     "the limit)", worst);
-            check(rt, ok, what, "wte differs");
+            snprintf(what, sizeof what, "%s pp2: the tied %s's two gradient halves sum to the whole model's (worst %.2f "
+                     "of the limit)", s.name, tied, worst);
+            check(rt, ok, what, "the tied tensor differs");
             continue;
         }
         int k = param_find(p0, ew->name) >= 0 ? 0 : 1;
@@ -318,9 +334,12 @@ static void test_gpt2_stages(const runtime *rt)
             exact = false;
         }
     }
-    check(rt, params, "pp2: each stage's parameters are the whole model's (the same init streams)", "a tensor differs");
-    snprintf(what, sizeof what, "first difference in %s", bad);
-    check(rt, exact, "pp2: every other gradient is bit-identical to the whole model's", what);
+    snprintf(what, sizeof what, "%s pp2: each stage's parameters are the whole model's (the same init streams)", s.name);
+    check(rt, params, what, "a tensor differs");
+    char where[PARAM_NAME_MAX + 32];
+    snprintf(where, sizeof where, "first difference in %s", bad);
+    snprintf(what, sizeof what, "%s pp2: every other gradient is bit-identical to the whole model's", s.name);
+    check(rt, exact, what, where);
     for (int i = 0; i < 2; i++) model_batch_free(&b[i]);
     for (int k = 0; k < 2; k++) model_free(&st[k]);
     model_free(&whole);
@@ -345,7 +364,8 @@ int main(int argc, char **argv)
     if (rt.size == 1) test_tp_shard(&rt, 1, &gpt2);
     if (rt.size >= 2) test_tp_shard(&rt, 2, &bert);  /* bert-tiny's 2 heads: tp2 at most */
     if (rt.size == 1) test_tp_shard(&rt, 1, &bert);
-    test_gpt2_stages(&rt);
+    test_stages(&rt, &gpt2, "wpe.weight", "ln_f.bias");
+    test_stages(&rt, &bert, "embeddings.position_embeddings.weight", "cls.predictions.bias");
     if (rt.rank == 0) printf("%s: %d failed checks\n", failures ? "FAIL" : "ok", failures);
     int f = failures;
     runtime_free(&rt);
