@@ -100,6 +100,10 @@ static const char usage[] =
     "       nebula-bench table dgc [--models gpt2,...] [--rates 1gbit,100mbit,none] [--steps N] [--reps R] [--csv]\n"
     "                                     dense vs DGC-Pro training on rate-limited links between 4 network\n"
     "                                     namespaces (root; runs tools/bench-dgc.sh, which says how it measures)\n"
+    "       nebula-bench table hybrid [--models bert-large,gpt2-medium] [--rates 1gbit,none] [--steps N]\n"
+    "                                     [--layouts dp4,dp4z,tp2dp2,pp2dp2,tp2pp2] [--seq-len T] [--global-batch G]\n"
+    "                                     [--reps R] [--csv]: the process grids on 2 virtual nodes x 2 ranks: step\n"
+    "                                     time, inter-node bytes and memory per layout (root; tools/bench-hybrid.sh)\n"
     "       nebula-bench provenance [--command TEXT] [--param KEY=VALUE]... [--format json|csv|markdown]\n"
     "                                     the provenance object of a script's run on one line (under mpirun:\n"
     "                                     every rank's host); --command and --param stand for the script's own\n"
@@ -137,7 +141,7 @@ static status refuse_unused(const config *cfg, const char *sub)
     return STATUS_OK;
 }
 
-/* `table NAME` drives whole runs — training in network namespaces (dgc), Nebula beside
+/* `table NAME` drives whole runs — training in network namespaces (dgc, hybrid), Nebula beside
  * PyTorch (models): the orchestration is the project's shell tool next to the build
  * (build/bin/../../tools/bench-NAME.sh), run in our place. */
 static int table_run(const char *name, int argc, char **argv)
@@ -171,21 +175,21 @@ int main(int argc, char **argv)
         status st = cli_parse(&cfg, bench_options, (int)(sizeof bench_options / sizeof bench_options[0]), argc,
                               argv, 1, usage, &action);
         if (st == STATUS_OK && action == CLI_ACTION_EXIT) return 0;
-        if (st == STATUS_OK) log_error0("missing subcommand; expected 'comm', 'model', 'dgc', 'table dgc', 'table models' or 'provenance' (--help for usage)");
+        if (st == STATUS_OK) log_error0("missing subcommand; expected 'comm', 'model', 'dgc', 'table dgc', 'table hybrid', 'table models' or 'provenance' (--help for usage)");
         return 2;
     }
     bool model = !strcmp(argv[1], "model"), dgc = !strcmp(argv[1], "dgc");
     if (!strcmp(argv[1], "provenance")) return bench_provenance_main(argc, argv);
     if (!strcmp(argv[1], "table")) {
-        if (argc < 3 || (strcmp(argv[2], "dgc") != 0 && strcmp(argv[2], "models") != 0)) {
-            log_error0("table: expected 'table dgc' or 'table models', got '%s'", argc < 3 ? "" : argv[2]);
+        if (argc < 3 || (strcmp(argv[2], "dgc") != 0 && strcmp(argv[2], "models") != 0 && strcmp(argv[2], "hybrid") != 0)) {
+            log_error0("table: expected 'table dgc', 'table hybrid' or 'table models', got '%s'", argc < 3 ? "" : argv[2]);
             return 2;
         }
         return table_run(argv[2], argc - 3, argv + 3);
     }
     if (strcmp(argv[1], "comm") != 0 && !model && !dgc) {
-        log_error0("unknown subcommand '%s'; expected 'comm', 'model', 'dgc', 'table dgc', 'table models' or "
-                   "'provenance'", argv[1]);
+        log_error0("unknown subcommand '%s'; expected 'comm', 'model', 'dgc', 'table dgc', 'table hybrid', 'table models' "
+                   "or 'provenance'", argv[1]);
         return 2;
     }
     cli_action action;

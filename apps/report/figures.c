@@ -229,11 +229,12 @@ static void resources_run(sbuf *b, const report *rep, const report_run *run, jso
         world = w > world ? w : world;
     }
     if (!world) { fig_nodata(b, run->label, "ranks records without a step_ms array"); return; }
-    double *v[5], *keys = malloc(sizeof(double) * (size_t)n);
+    enum { PANELS = 5 };
+    double *v[PANELS], *keys = malloc(sizeof(double) * (size_t)n);
     char (*kb)[24] = calloc(world, 24), (*lb)[96] = calloc(world, 96);
     const char **rk = calloc(world, sizeof(char *)), **rl = calloc(world, sizeof(char *));
     CHECK(keys && kb && lb && rk && rl, "out of memory");
-    for (int k = 0; k < 5; k++) {
+    for (int k = 0; k < PANELS; k++) {
         v[k] = malloc(sizeof(double) * world * (size_t)n);
         CHECK(v[k], "out of memory");
     }
@@ -253,20 +254,20 @@ static void resources_run(sbuf *b, const report *rep, const report_run *run, jso
         }
     }
     for (int i = 0; i < n; i++) keys[i] = report_num(rs[i], "step");
-    static const char *const panel[5] = { "cpu_pct", "rss_mb", "comm_wait_share", "compute_ms", "step_ms" };
-    static const char *const title[5] = { "CPU use (process CPU time / wall time, %)", "resident memory (MB)",
+    static const char *const panel[PANELS] = { "cpu_pct", "rss_mb", "comm_wait_share", "compute_ms", "step_ms" };
+    static const char *const title[PANELS] = { "CPU use (process CPU time / wall time, %)", "resident memory (MB)",
                                            "share of the step waiting for communication (comm_wait_ms / step_ms)",
                                            "compute time (step time less the wait for communication, ms)",
                                            "step time (ms)" };
-    static const char *const unit[5] = { "cpu %", "MB", "share", "ms", "ms" };
+    static const char *const unit[PANELS] = { "cpu %", "MB", "share", "ms", "ms" };
     fig_run_heading(b, rep, run);
-    for (int k = 0; k < 5; k++) {
+    for (int k = 0; k < PANELS; k++) {
         svg_heatmap h = { .panel = panel[k], .run = run->label, .title = title[k], .rows = (int)world, .cols = n,
                           .v = v[k], .row_keys = rk, .row_labels = rl, .col_keys = keys, .xlabel = "step",
                           .ylabel = "rank", .unit = unit[k], .width = FIG_W };
         heatmap_binned(b, &h);
     }
-    for (int k = 0; k < 5; k++) free(v[k]);
+    for (int k = 0; k < PANELS; k++) free(v[k]);
     free(keys), free(kb), free(lb), free(rk), free(rl);
 }
 
@@ -354,9 +355,9 @@ static double nonzero_median(const json_t *rec, const json_t *L)
     json_t *edges = json_object_get(rec, "edges_log10"), *counts = json_object_get(L, "counts");
     size_t ne = json_array_size(edges), nc = json_array_size(counts);
     if (ne < 2 || nc + 1 != ne) return NAN;
-    double below = report_num(L, "below"), above = report_num(L, "above"), total = 0;
+    double below = report_num(L, "below"), above = report_num(L, "above");
     below = isfinite(below) ? below : 0, above = isfinite(above) ? above : 0;
-    total = below + above;
+    double total = below + above;
     for (size_t k = 0; k < nc; k++) total += json_number_value(json_array_get(counts, k));
     if (!(total > 0)) return NAN;
     double half = total / 2, cum = below;
@@ -393,28 +394,24 @@ static void gradients_run(sbuf *b, const report *rep, const report_run *run, jso
     for (size_t i = 0; i < (size_t)rows * n; i++) v[i] = NAN;
     double edge0 = arr_num(gs[n - 1], "edges_log10", 0), lo = isfinite(edge0) ? edge0 : -10;
     for (int r = 0; r < rows; r++) snprintf(kb[r], 16, "%d", r), snprintf(lb[r], 64, "%d", r), rk[r] = kb[r], rl[r] = lb[r];
+    /* a layer all exact zeros is marked -inf here, then drawn below every real value (the
+     * coldest colour) once the lowest is known; a layer a record lacks stays NaN (no data) */
     for (int i = 0; i < n; i++) {
         keys[i] = report_num(gs[i], "step");
         size_t j;
         json_t *L;
         json_array_foreach(json_object_get(gs[i], "layers"), j, L) {
-            double med = nonzero_median(gs[i], L);
-            if (isfinite(med) && med < lo) lo = med;
-        }
-    }
-    /* a layer all exact zeros: below every real value, the coldest colour */
-    double floor = lo - 0.5;
-    for (int i = 0; i < n; i++) {
-        size_t j;
-        json_t *L;
-        json_array_foreach(json_object_get(gs[i], "layers"), j, L) {
             double l = report_num(L, "layer"), med = nonzero_median(gs[i], L);
+            if (isfinite(med) && med < lo) lo = med;
             if (!(l >= 0 && l < rows)) continue;
-            v[(size_t)l * n + i] = isfinite(med) ? med : floor;
+            v[(size_t)l * n + i] = isfinite(med) ? med : -INFINITY;
             const char *name = report_str(L, "name", "");
             if (name[0]) snprintf(lb[(int)l], 64, "%d %s", (int)l, name);
         }
     }
+    double floor = lo - 0.5;
+    for (size_t k = 0; k < (size_t)rows * n; k++)
+        if (v[k] == -INFINITY) v[k] = floor;
     fig_run_heading(b, rep, run);
     svg_heatmap h = { .panel = "median_log10", .run = run->label, .title = "median log10 |gradient| of the nonzero elements per layer",
                       .rows = rows, .cols = n, .v = v, .row_keys = rk, .row_labels = rl, .col_keys = keys,

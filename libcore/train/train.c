@@ -467,9 +467,9 @@ void train_print(const train_run *r, FILE *f)
     model *m = (model *)&r->m;
     model_spec_print(&r->spec, f);
     int dp = train_dp_size(r);
-    fprintf(f, "batch: global %d = micro-batch %d x accumulation %d x %d %srank%s%s; %d threads per rank\n",
+    fprintf(f, "batch: global %d = micro-batch %d x accumulation %d x %d %srank%s%s; %d thread%s per rank\n",
             r->tb.global_batch, r->tb.micro_batch, r->tb.accum, dp, dp < r->rt->size ? "data-parallel " : "",
-            dp == 1 ? "" : "s", r->T ? "" : " (images)", r->threads);
+            dp == 1 ? "" : "s", r->T ? "" : " (images)", r->threads, r->threads == 1 ? "" : "s");
     fprintf(f, "device: %s\n", r->dev.describe);
     char line[512];
     data_describe(r->train_data, line, sizeof line);

@@ -17,7 +17,6 @@ in its compute (runtime.slowdown) and layer 2's gradient is zeroed (runtime.zero
 """
 import json
 import math
-import random
 import struct
 import sys
 import zlib

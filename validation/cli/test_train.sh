@@ -41,7 +41,8 @@ MPIRUN="$MPIRUN --bind-to none" run $tmp/share 4 --steps 1 --set train.global_ba
     --set runtime.bind=none --ranks-per-node 1
 want=$(($(nproc) / 4))
 [ $want -ge 1 ] || want=1
-check "4 unbound ranks on $(nproc) cores take $want thread(s) each" grep -q "x 4 ranks; $want threads per rank" $tmp/share.log
+threads="$want threads"; [ $want -eq 1 ] && threads="1 thread"
+check "4 unbound ranks on $(nproc) cores take $threads each" grep -q "x 4 ranks; $threads per rank" $tmp/share.log
 
 # --- resume bit-identical ----------------------------------------------------------
 ck="--set ckpt.every_steps=10 --set train.global_batch=8"
