@@ -16,7 +16,8 @@
 # overhead included) as (bytes of an N-step run - bytes of a 2-step run) / (N - 2), so
 # start-up and the final checkpoint cancel; rank 0's memory table (parameters, also as a
 # count of floats, gradients, optimizer state, activations, MiB) and the largest peak RSS
-# of the 4 ranks.
+# of the 4 ranks; for the pipelines, the measured bubble (the mean over steps 2..N of
+# the trainer's 1 - busy / wall) beside 1F1B's (p - 1) / (m + p - 1).
 # The first line is the table's provenance (docs/benchmarks.md#provenance). Root only
 # (network namespaces); says so and exits 0 otherwise.
 #
@@ -100,6 +101,12 @@ once() {  # once NAME MODEL N GRID... -> bytes that crossed the switch; the log 
 mem() {  # mem LOG KEY -> MiB of that line of rank 0's memory table (its first number)
     awk -v k="$2" '$1 == k { for (i = 2; i <= NF; i++) if ($i ~ /^[0-9.]+$/) { print $i; exit } }' "$1"
 }
+bubble() {  # bubble RUN_DIR -> "measured 1f1b" of a pipeline (steps 2..N), "- -" without one
+    /usr/bin/python3 -c "
+import json, sys
+r = [j for j in map(json.loads, open(sys.argv[1])) if j.get('kind') == 'train' and j.get('step', 0) >= 2 and 'bubble' in j]
+print(f\"{sum(j['bubble'] for j in r) / len(r):.3f} {r[0]['bubble_1f1b']:.3f}\" if r else '- -')" "$1/metrics.jsonl"
+}
 rss() {  # rss RUN_DIR -> the largest rss_mb any rank reported
     /usr/bin/python3 -c "
 import json, sys
@@ -108,10 +115,10 @@ print(f'{max(v):.0f}' if v else 'nan')" "$1/metrics.jsonl"
 }
 how="2 netns nodes x 2 ranks, tbf both ways; step: mean of steps 2..$steps, median of $reps; bytes at the switch: (run $steps - run 2) / $((steps - 2)); memory: rank 0, RSS: max of 4"
 if [ $csv = 1 ]; then
-    echo "model,link,layout,ms_per_step,tok_per_s,internode_mb_per_step,params_floats,params_mib,grads_mib,optimizer_mib,activations_mib,peak_rss_mb,final_loss,measured"
+    echo "model,link,layout,ms_per_step,tok_per_s,internode_mb_per_step,params_floats,params_mib,grads_mib,optimizer_mib,activations_mib,peak_rss_mb,bubble,bubble_1f1b,final_loss,measured"
 else
-    echo "| model | link | layout | ms/step | tok/s | inter-node MB/step | params / grads / optimizer / activations, MiB per rank | peak RSS, MB | final loss | measured |"
-    echo "|---|---|---|---:|---:|---:|---|---:|---:|---|"
+    echo "| model | link | layout | ms/step | tok/s | inter-node MB/step | params / grads / optimizer / activations, MiB per rank | peak RSS, MB | bubble / 1F1B's | final loss | measured |"
+    echo "|---|---|---|---:|---:|---:|---|---:|---|---:|---|"
 fi
 summary=()
 for model in "${model_list[@]}"; do
@@ -136,13 +143,15 @@ for model in "${model_list[@]}"; do
             p=$(mem "$log" params) g=$(mem "$log" grads) o=$(mem "$log" optimizer) a=$(mem "$log" activations)
             pf=$(sed -n 's/^ *params .*(\([0-9]*\) floats.*/\1/p' "$log" | head -1)
             r=$(rss "$tmp/$model-$rate-$layout-1")
+            read -r bm bf < <(bubble "$tmp/$model-$rate-$layout-1")
             name=$layout; [ "$layout" = dp4z ] && name="dp4, ZeRO-1"
             if [ $csv = 1 ]; then
-                printf '%s,%s,%s,%.0f,%.0f,%.2f,%s,%s,%s,%s,%s,%s,%s,"%s"\n' "$model" "$rate" "$layout" "$ms" "$tok" "$mb" \
-                    "$pf" "$p" "$g" "$o" "$a" "$r" "$loss" "$how"
+                printf '%s,%s,%s,%.0f,%.0f,%.2f,%s,%s,%s,%s,%s,%s,%s,%s,%s,"%s"\n' "$model" "$rate" "$layout" "$ms" "$tok" \
+                    "$mb" "$pf" "$p" "$g" "$o" "$a" "$r" "${bm/-/}" "${bf/-/}" "$loss" "$how"
             else
-                printf '| %s | %s | %s | %.0f | %.0f | %.1f | %s / %s / %s / %s | %s | %s | %s |\n' "$model" "$rate" \
-                    "$name" "$ms" "$tok" "$mb" "$p" "$g" "$o" "$a" "$r" "$loss" "$how"
+                bub="-"; [ "$bm" = - ] || bub="$bm / $bf"
+                printf '| %s | %s | %s | %.0f | %.0f | %.1f | %s / %s / %s / %s | %s | %s | %s | %s |\n' "$model" "$rate" \
+                    "$name" "$ms" "$tok" "$mb" "$p" "$g" "$o" "$a" "$r" "$bub" "$loss" "$how"
             fi
             if [ "$layout" = dp4 ] || [ "$layout" = dp4z ]; then base=$ms base_name=$name
             elif [ -z "$best" ] || [ "$(echo "$ms < $best_ms" | bc -l)" = 1 ]; then best=$layout best_ms=$ms; fi

@@ -13,7 +13,8 @@
 #     rank's 128-row wte shard between the two ends (131 kB), 0.26 MB of payload: under half
 #     of dp4's (0.27 of its minimum, so headers and the loss's small messages cannot close
 #     the gap);
-# tp2 x pp2's rank 0 holds <= 0.55 x dp4's parameters; bad arguments exit 2 naming the
+# tp2 x pp2's rank 0 holds <= 0.55 x dp4's parameters, and its bubble is reported beside
+# 1F1B's (p - 1) / (m + p - 1) = 1/9; bad arguments exit 2 naming the
 # argument; the namespaces are removed.
 . "$(dirname "$0")/lib.sh"
 expect "table hybrid: an unknown layout is named" 2 "unknown layout 'tp4'" -- $BENCH table hybrid --layouts dp4,tp4
@@ -45,6 +46,8 @@ checks = [
     ("dp4 moves at least the gradient both ways between the nodes (0.96 MB)", f(dp, "internode_mb_per_step") >= 2 * 4 * 120576 / 1e6),
     ("tp2pp2 moves under half of dp4's bytes", 0 < f(hy, "internode_mb_per_step") < 0.5 * f(dp, "internode_mb_per_step")),
     ("tp2pp2's rank 0 holds <= 0.55 x dp4's parameters", int(hy["params_floats"]) <= 0.55 * int(dp["params_floats"])),
+    ("tp2pp2 reports its bubble beside 1F1B's 1/9 (8 micro-batches, 2 stages); dp4 none",
+     0 <= f(hy, "bubble") < 1 and hy["bubble_1f1b"] == "0.111" and dp["bubble"] == ""),
     ("each row says how it was measured", all("bytes at the switch" in r["measured"] for r in rows.values())),
 ]
 bad = 0

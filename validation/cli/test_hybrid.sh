@@ -14,10 +14,10 @@
 #     wrong shard (a missing reduction) misses by orders of magnitude;
 #   - bert-tiny at tp2, pp2, tp2 x dp2, pp2 x dp2 and tp2 x pp2 the same against dp2 and dp4
 #     (the key biases left out of the parameters: their exact gradient is 0, see below), a
-#     bit-identical resume at tp2 and pp2, its checkpoints resumed across tp2 x dp2 <-> dp4
+#     bit-identical resume at each layout, its checkpoints resumed across tp2 x dp2 <-> dp4
 #     and tp2 x pp2 <-> dp4, parameters per rank at tp2 <= 0.55 x dp2's;
-#   - tp2, pp2 and tp2 x pp2 runs stopped at 10 and resumed to 20 are bit-identical to the
-#     straight runs;
+#   - runs at each layout stopped at 10 and resumed to 20 are bit-identical to the straight
+#     runs;
 #   - checkpoints are layout-independent: tp2 x dp2's and tp2 x pp2's step 10 resumed at dp4,
 #     and dp4's at tp2 x dp2 and tp2 x pp2, continue the other layout's trajectory within
 #     1e-5; nebula-ckpt verify accepts tensor- and pipeline-parallel checkpoints (the whole
@@ -113,12 +113,17 @@ for l in btp2:bdp2 btp2dp2:bdp4 bpp2:bdp2 bpp2dp2:bdp4 btp2pp2:bdp4; do
     check "bert ${l%%:*}: the final parameters match ${l#*:}'s (rel_L2 <= 1e-3; key biases aside)" \
         close_params $tmp/${l#*:}/$s20 $tmp/${l%%:*}/$s20 key.bias
 done
-run $tmp/btp2-stop 2 --steps 10 "${bert[@]}" --set parallel.tp=2
-run $tmp/btp2-stop 2 --steps 20 "${bert[@]}" --set parallel.tp=2
-check "bert tp2: stop at 10, resume to 20 -> bit-identical to the straight run" $CKPT diff $tmp/btp2/$s20 $tmp/btp2-stop/$s20
-run $tmp/bpp2-stop 2 --steps 10 "${bert[@]}" --set parallel.pp=2
-run $tmp/bpp2-stop 2 --steps 20 "${bert[@]}" --set parallel.pp=2
-check "bert pp2: stop at 10, resume to 20 -> bit-identical to the straight run" $CKPT diff $tmp/bpp2/$s20 $tmp/bpp2-stop/$s20
+for l in "btp2 2 --set parallel.tp=2" "bpp2 2 --set parallel.pp=2" \
+    "btp2dp2 4 --ranks-per-node 2 --set parallel.tp=2" "bpp2dp2 4 --ranks-per-node 2 --set parallel.pp=2" \
+    "btp2pp2 4 --ranks-per-node 2 --set parallel.tp=2 --set parallel.pp=2"; do
+    set -- $l
+    name=$1
+    shift
+    run $tmp/$name-stop "$@" "${bert[@]}" --steps 10
+    run $tmp/$name-stop "$@" "${bert[@]}" --steps 20
+    check "bert ${name#b}: stop at 10, resume to 20 -> bit-identical to the straight run" \
+        $CKPT diff $tmp/$name/$s20 $tmp/$name-stop/$s20
+done
 run $tmp/btp2pp2-to-dp4 4 --steps 20 --ranks-per-node 2 "${bert[@]}" --resume $tmp/btp2pp2/$s10
 check "bert tp2 x pp2's step 10 resumed at dp4 continues its trajectory within 1e-5" \
     same_losses $tmp/btp2pp2 $tmp/btp2pp2-to-dp4 11
@@ -137,6 +142,7 @@ check "bert tp2: parameters per rank $b of dp2's $a <= 0.55 x" $PY -c "import sy
 
 # --- resume -----------------------------------------------------------------------------------
 for l in "tp2 2 --set parallel.tp=2" "pp2 2 --set parallel.pp=2" \
+    "tp2dp2 4 --ranks-per-node 2 --set parallel.tp=2" "pp2dp2 4 --ranks-per-node 2 --set parallel.pp=2" \
     "tp2pp2 4 --ranks-per-node 2 --set parallel.tp=2 --set parallel.pp=2"; do
     set -- $l
     name=$1
