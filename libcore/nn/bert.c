@@ -758,8 +758,14 @@ double bert_flops_per_token(const bert *m)
     /* the whole model's parameters (bert_build_table's tensors): the embeddings, per
      * block 4 C^2 + 2 C IC + 9 C + IC, the head's transform and bias */
     const bert_config *c = &m->cfg;
-    double C = c->channels, IC = c->intermediate;
+    double C = c->channels;
     double n = (double)(c->vocab_size + c->max_position + c->type_vocab_size) * C + 2 * C +
-               c->num_layers * (4 * C * C + 2 * C * IC + 9 * C + IC) + c->vocab_size + C * C + 3 * C;
+               c->num_layers * bert_block_params(c) + c->vocab_size + C * C + 3 * C;
     return 6.0 * n;
+}
+
+double bert_block_params(const bert_config *c)
+{
+    double C = c->channels, IC = c->intermediate;
+    return 4 * C * C + 2 * C * IC + 9 * C + IC;
 }

@@ -275,5 +275,8 @@ void bert_backward(bert *m);
 /* Model FLOPs of one training step per token: 6 per parameter of the whole model
  * (every shard and stage counted once: what one model replica computes). */
 double bert_flops_per_token(const bert *m);
+/* Parameters of one encoder block: 4 C^2 + 2 C IC + 9 C + IC (bert_build_table's 16
+ * tensors), for the FLOP counts. */
+double bert_block_params(const bert_config *cfg);
 
 #endif

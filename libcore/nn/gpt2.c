@@ -609,7 +609,13 @@ double gpt2_flops_per_token(const gpt2 *m)
      * wte, wpe, per block 12 C^2 + 13 C, ln_f */
     const gpt2_config *c = &m->cfg;
     double C = c->channels;
-    double n = (double)c->padded_vocab_size * C + (double)c->max_seq_len * C + c->num_layers * (12 * C * C + 13 * C) +
+    double n = (double)c->padded_vocab_size * C + (double)c->max_seq_len * C + c->num_layers * gpt2_block_params(c) +
                2 * C;
     return 6.0 * n;
+}
+
+double gpt2_block_params(const gpt2_config *c)
+{
+    double C = c->channels;
+    return 12 * C * C + 13 * C;
 }

@@ -174,5 +174,7 @@ void gpt2_backward(gpt2 *m, const int32_t *tokens);
 /* Model FLOPs of one training step per token: 6 per parameter of the whole model
  * (every shard and stage counted once: what one model replica computes). */
 double gpt2_flops_per_token(const gpt2 *m);
+/* Parameters of one block: 12 C^2 + 13 C, for the FLOP counts. */
+double gpt2_block_params(const gpt2_config *cfg);
 
 #endif

@@ -204,13 +204,12 @@ double model_block_cost(const model_spec *s, int T, int l)
     CHECK(s->family != MODEL_FAMILY_RESNET, "model_block_cost: ResNet has no pipeline stages");
     if (s->family == MODEL_FAMILY_GPT2) {
         const gpt2_config *c = &s->gpt2;
-        double C = c->channels, cost = 6 * (12 * C * C + 13 * C) + 12.0 * T * C;
+        double C = c->channels, cost = 6 * gpt2_block_params(c) + 12.0 * T * C;
         if (l == c->num_layers - 1) cost += 6.0 * c->padded_vocab_size * C;
         return cost;
     }
     const bert_config *c = &s->bert;
-    double C = c->channels, IC = c->intermediate;
-    double cost = 6 * (4 * C * C + 2 * C * IC + 9 * C + IC) + 12.0 * T * C;
+    double C = c->channels, cost = 6 * bert_block_params(c) + 12.0 * T * C;
     /* the MLM head runs at the masked positions only (bert.h): their share of the tokens */
     if (l == c->num_layers - 1) cost += 6.0 * BERT_MASK_PROB * (C * C + (double)c->vocab_size * C);
     return cost;
