@@ -38,6 +38,7 @@ typedef struct dgc_header {
 struct dgc {
     const runtime *rt;
     comm_ctl node, peers;            /* the node's ranks; the same local rank on every node (with the deadline) */
+    comm_ctl norm;                   /* o.norm_comm with the deadline (a process grid) */
     const param_table *pt;
     dgc_options o;
     int L, lrank, P, prank;          /* node size and my rank in it; peers (nodes) and mine */
@@ -113,6 +114,7 @@ status dgc_init(dgc **out, const runtime *rt, const param_table *pt, const dgc_o
     d->rt = rt;
     d->node = comm_ctl_watched(comm_ctl_named(rt->node, o->timeout_s, "dgc node"), rt->wd);
     d->peers = comm_ctl_watched(comm_ctl_named(rt->peers, o->timeout_s, "dgc peers"), rt->wd);
+    if (o->norm_comm) d->norm = comm_ctl_watched(comm_ctl_named(*o->norm_comm, o->timeout_s, "dgc norm"), rt->wd);
     d->pt = pt;
     d->o = *o;
     d->L = rt->local_size;
@@ -139,6 +141,12 @@ status dgc_init(dgc **out, const runtime *rt, const param_table *pt, const dgc_o
     bool has_u = o->momentum > 0;
     size_t ent_bytes = sizeof(dgc_entry_state) * (size_t)nent;
     d->state_bytes = sizeof(dgc_header) + ent_bytes + (has_u ? 2 : 1) * smax * sizeof(float);
+    if (o->rows_comm) {  /* a grid's stages hold different slices: every row the largest one's size */
+        unsigned long long mine = d->state_bytes, most;
+        TRY(comm_ctl_allreduce(comm_ctl_watched(comm_ctl_named(*o->rows_comm, o->timeout_s, "dgc rows"), rt->wd),
+                               &mine, &most, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX));  /* d leaks on a timeout */
+        d->state_bytes = (size_t)most;
+    }
     d->state = aligned_alloc(64, (d->state_bytes + 63) / 64 * 64);
     size_t S = d->S ? d->S : 1, range = S / (size_t)d->P + 1, biggest = 1;
     for (int e = d->first; e < d->last; e++)
@@ -217,7 +225,9 @@ void dgc_state_reset(dgc *d)
     size_t off = sizeof(dgc_header);
     memset(d->state + off, 0, d->state_bytes - off);
     for (int e = d->first; e < d->last; e++) {
-        d->es[e].dense = d->pt->entries[e].count < d->o.min_numel;
+        /* a tensor whole on every tensor-parallel shard (norms, biases) goes dense: the
+           shards' budgets differ, so selections would, and its copies would drift apart */
+        d->es[e].dense = d->pt->entries[e].count < d->o.min_numel || (d->pt->tp_size > 1 && d->pt->entries[e].tp_dim < 0);
         d->es[e].scale = 1.0f;
     }
     size_t nblk = d->blk_base[d->pt->count];
@@ -693,9 +703,21 @@ status dgc_exchange(dgc *d, float *grads, const float *params, long step, double
     float scale = 1.0f / (float)rt->size;
     if (d->o.clip > 0) {  /* local clipping of the node's contribution to clip / sqrt(nodes) */
         double ss = 0, all;
-#pragma omp parallel for simd reduction(+ : ss) schedule(static)
-        for (size_t i = 0; i < d->S; i++) ss += (double)d->slice[i] * d->slice[i];
+        for (int e = d->first; e < d->last; e++) {
+            const param_entry *pe = &d->pt->entries[e];
+            /* a tensor whole on every tensor-parallel shard (norms, biases) counts once */
+            if (d->o.norm_comm && d->pt->tp_rank > 0 && pe->tp_dim < 0) continue;
+            const float *x = d->slice + (pe->offset - d->s0);
+            double part = 0;
+#pragma omp parallel for simd reduction(+ : part) schedule(static)
+            for (size_t i = 0; i < pe->count; i++) part += (double)x[i] * x[i];
+            ss += part;
+        }
         TRY(comm_ctl_allreduce(d->node, &ss, &all, 1, MPI_DOUBLE, MPI_SUM));
+        if (d->o.norm_comm) {  /* a grid: the node's other shards and stages, each node once */
+            double part = d->lrank == 0 ? all : 0;
+            TRY(comm_ctl_allreduce(d->norm, &part, &all, 1, MPI_DOUBLE, MPI_SUM));
+        }
         double norm = sqrt(all) * scale, limit = d->o.clip / sqrt((double)d->P);
         if (norm > limit) scale = (float)(scale * limit / (norm + 1e-6));
     }

@@ -78,6 +78,11 @@ typedef struct dgc_options {
     int64_t min_params;       /* auto: off below this many parameters */
     double min_comm_fraction; /* auto: off when communication takes less than this fraction of compute */
     double timeout_s;         /* deadline of each collective in seconds (comm.timeout); 0: none */
+    const MPI_Comm *norm_comm;/* on a process grid, the ranks of every shard and stage of this node's
+                                 replicas: the clipping norm sums over them (alive as long as the dgc);
+                                 NULL otherwise */
+    const MPI_Comm *rows_comm;/* a checkpoint's world other than rt->world (a grid): the state is padded
+                                 to its largest rank's, a checkpoint's rows being of one size; NULL: none */
 } dgc_options;
 
 /* Config keys of [dgc], for an app's schema. */

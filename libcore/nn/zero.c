@@ -185,6 +185,19 @@ void zero_free(zero *z)
     memset(z, 0, sizeof *z);
 }
 
+int zero_shard_index(const zero *z, size_t offset)
+{
+    int lo = 0, hi = z->nshards;  /* the last shard starting at or before offset */
+    while (hi - lo > 1) {
+        int mid = lo + (hi - lo) / 2;
+        if (z->shards[mid].offset <= offset) lo = mid;
+        else hi = mid;
+    }
+    CHECK(z->nshards && z->shards[lo].offset <= offset && offset < z->shards[lo].offset + z->shards[lo].count,
+          "zero_shard_index: an offset outside every shard");
+    return lo;
+}
+
 void zero_adamw_step(zero *z, const param_table *pt, param_buffers *pb, const adamw_hparams *hp, double lr, long t)
 {
     CHECK(z->opt.moments == 2, "zero: AdamW needs zero_init with moments = 2");

@@ -103,6 +103,9 @@ typedef struct zero {
 status zero_init(zero *z, MPI_Comm comm, const param_table *pt, const zero_options *o);
 void zero_free(zero *z);
 
+/* The shard holding flat offset `offset` (binary search; dies when no shard does). */
+int zero_shard_index(const zero *z, size_t offset);
+
 /* The owned shards' update (optim_adamw_step_ranges / optim_sgd_step_ranges with the
  * packed moments); params of other shards are left as they are. */
 void zero_adamw_step(zero *z, const param_table *pt, param_buffers *pb, const adamw_hparams *hp, double lr, long t);

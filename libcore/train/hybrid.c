@@ -10,7 +10,14 @@
  * rank (and per q/k/v block). Those pieces go to the checkpoint module as a sharded
  * group (ckpt_shards, as ZeRO's moments do): every piece written by exactly one rank
  * (the replicas' dp rank 0; a whole tensor by tp rank 0 too), read by every rank that
- * needs it (each shard its pieces, every rank the whole tensors). */
+ * needs it (each shard its pieces, every rank the whole tensors).
+ *
+ * Under ZeRO the moments' pieces are the same pieces cut where ZeRO's shards of the
+ * local tensors end (multiples of zero.shard_numel from a local tensor's start: the same
+ * cut whichever rank computes it, so every rank lists the same ranges, as the
+ * checkpoint's checksums need); a piece of the moments is written and read by the rank
+ * of its replica's data-parallel group that owns the shard, the rules of stage and
+ * shard above otherwise unchanged. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,10 +25,12 @@
 
 /* Calls fn for every piece of the full layout in ascending offset order: its full
  * offset and count, the tp rank holding it (-1: a whole tensor, held by every tp rank),
- * whether this rank's stage holds the tensor, and where the piece sits in this rank's
- * local buffer. `ref` is the whole model's table at this tp rank, `full` its full shapes,
- * `pt` this rank's (its stage's tensors). */
-typedef void (*tp_piece_fn)(void *ctx, const char *name, size_t off, size_t count, int owner, bool here, size_t local);
+ * whether this rank's stage holds the tensor, where the piece starts within the local
+ * tensor (the same at every tp rank), and the local tensor's offset in this rank's buffer.
+ * `ref` is the whole model's table at this tp rank, `full` its full shapes, `pt` this
+ * rank's (its stage's tensors). */
+typedef void (*tp_piece_fn)(void *ctx, const char *name, size_t off, size_t count, int owner, bool here, size_t rel,
+                            size_t base);
 
 static void tp_pieces(const param_table *ref, const param_table *full, const param_table *pt, tp_piece_fn fn, void *ctx)
 {
@@ -31,7 +40,7 @@ static void tp_pieces(const param_table *ref, const param_table *full, const par
         int li = param_find(pt, e->name);
         size_t base = li >= 0 ? pt->entries[li].offset : 0;
         if (e->tp_dim < 0) {
-            fn(ctx, e->name, f->offset, f->count, -1, li >= 0, base);
+            fn(ctx, e->name, f->offset, f->count, -1, li >= 0, 0, base);
             continue;
         }
         size_t outer = 1, inner = 1;
@@ -42,30 +51,63 @@ static void tp_pieces(const param_table *ref, const param_table *full, const par
             for (size_t part = 0; part < (size_t)e->tp_parts; part++)
                 for (size_t r = 0; r < tp; r++)
                     fn(ctx, e->name, f->offset + (o * local * tp + (part * tp + r) * blk) * inner, blk * inner, (int)r,
-                       li >= 0, base + (o * local + part * blk) * inner);
+                       li >= 0, (o * local + part * blk) * inner, base);
     }
 }
 
 typedef struct tp_fill {
     train_run *r;
-    int n;             /* pieces so far */
-    bool count_only;
+    train_pieces *p;   /* NULL: count the ranges only */
+    bool zero;         /* the moments under ZeRO: cut at its shards */
+    int n;             /* ranges so far */
 } tp_fill;
 
-static void tp_fill_piece(void *ctx, const char *name, size_t off, size_t count, int owner, bool here, size_t local)
+static void tp_fill_piece(void *ctx, const char *name, size_t off, size_t count, int owner, bool here, size_t rel,
+                          size_t base)
 {
     tp_fill *f = ctx;
     train_run *r = f->r;
-    int k = f->n++;
-    if (f->count_only) return;
-    int n = r->tp_save.n, me = r->grid.tp_rank;
-    r->tp_ranges[k] = off;
-    r->tp_ranges[n + k] = count;
-    r->tp_ranges[2 * n + k] = local;
+    int me = r->grid.tp_rank;
     bool held = here && (owner < 0 || owner == me);
-    bool writer = r->grid.dp_rank == 0 && (owner >= 0 || me == 0) && (r->grid.pp_rank == 0 || strcmp(name, model_tied_name(&r->spec)));
-    r->tp_mine[k] = held && writer;
-    r->tp_mine[n + k] = held;
+    bool writer = (owner >= 0 || me == 0) && (r->grid.pp_rank == 0 || strcmp(name, model_tied_name(&r->spec)));
+    size_t numel = f->zero ? r->zero.opt.shard_numel : 0;
+    for (size_t at = 0, end; at < count; at = end) {
+        end = numel ? (rel + at) / numel * numel + numel - rel : count;  /* the next shard boundary */
+        if (end > count) end = count;
+        int k = f->n++;
+        if (!f->p) continue;
+        int n = f->p->save.n;
+        size_t local = base + rel + at, packed = local;
+        bool owns = r->grid.dp_rank == 0, reads = true;
+        if (f->zero && held) {
+            int s = zero_shard_index(&r->zero, local);
+            owns = reads = r->zero.ck_mine[s];
+            packed = r->zero.ck_packed[s] + (local - r->zero.shards[s].offset);
+        }
+        f->p->ranges[k] = off + at;
+        f->p->ranges[n + k] = end - at;
+        f->p->ranges[2 * n + k] = packed;
+        f->p->mine[k] = held && writer && owns;
+        f->p->mine[n + k] = held && reads;
+    }
+}
+
+static status tp_pieces_build(train_run *r, const param_table *ref, bool zero, train_pieces *p)
+{
+    const param_table *pt = model_params(&r->m);
+    tp_fill f = { r, NULL, zero, 0 };
+    tp_pieces(ref, &r->tp_full, pt, tp_fill_piece, &f);
+    int n = f.n;
+    p->ranges = malloc(3 * (size_t)n * sizeof *p->ranges);
+    p->mine = malloc(2 * (size_t)n);
+    if (!p->ranges || !p->mine) return STATUS_NOMEM;
+    p->save = (param_shards){ .n = n, .offset = p->ranges, .count = p->ranges + n, .packed = p->ranges + 2 * n,
+                              .mine = p->mine };
+    p->load = p->save;
+    p->load.mine = p->mine + n;
+    f = (tp_fill){ r, p, zero, 0 };
+    tp_pieces(ref, &r->tp_full, pt, tp_fill_piece, &f);
+    return STATUS_OK;
 }
 
 status train_tp_layout(train_run *r)
@@ -75,38 +117,30 @@ status train_tp_layout(train_run *r)
     param_table ref;
     TRY(model_table_whole(&r->spec, pt->tp_size, pt->tp_rank, &ref));
     param_table_full(&ref, &r->tp_full);
-    tp_fill f = { r, 0, true };
-    tp_pieces(&ref, &r->tp_full, pt, tp_fill_piece, &f);
-    int n = f.n;
-    r->tp_ranges = malloc(3 * (size_t)n * sizeof *r->tp_ranges);
-    r->tp_mine = malloc(2 * (size_t)n);
-    if (!r->tp_ranges || !r->tp_mine) {
-        param_table_free(&ref);
-        return STATUS_NOMEM;
-    }
-    r->tp_save = (param_shards){ .n = n, .offset = r->tp_ranges, .count = r->tp_ranges + n,
-                                 .packed = r->tp_ranges + 2 * n, .mine = r->tp_mine };
-    r->tp_load = r->tp_save;
-    r->tp_load.mine = r->tp_mine + n;
-    f = (tp_fill){ r, 0, false };
-    tp_pieces(&ref, &r->tp_full, pt, tp_fill_piece, &f);
+    status st = tp_pieces_build(r, &ref, false, &r->tp_params);
+    if (st == STATUS_OK && r->use_zero) st = tp_pieces_build(r, &ref, true, &r->tp_moments);
     param_table_free(&ref);
-    return STATUS_OK;
+    return st;
 }
 
 void train_tp_content(train_run *r, ckpt_content *c, bool load)
 {
-    if (!r->tp_ranges) return;
+    if (!r->tp_params.ranges) return;
     c->table_hash = param_table_hash(&r->tp_full);
     for (int g = 0; g < c->ngroups; g++) {
+        bool moments = r->use_zero && train_ckpt_group_is_optim(train_ckpt_group_find(c->groups[g].group));
+        const train_pieces *p = moments ? &r->tp_moments : &r->tp_params;
         c->groups[g].table = &r->tp_full;
-        c->shards[g] = load ? &r->tp_load : &r->tp_save;
+        c->shards[g] = load ? &p->load : &p->save;
     }
 }
 
 void train_tp_free(train_run *r)
 {
-    if (r->tp_ranges) param_table_free(&r->tp_full);
-    free(r->tp_ranges);
-    free(r->tp_mine);
+    if (r->tp_params.ranges) param_table_free(&r->tp_full);
+    for (int k = 0; k < 2; k++) {
+        train_pieces *p = k ? &r->tp_moments : &r->tp_params;
+        free(p->ranges);
+        free(p->mine);
+    }
 }

@@ -165,7 +165,8 @@ static status pp_backward(pp_sched *q, int k)
 {
     train_run *r = q->r;
     pp_use(q, k);
-    train_set_hook(r, k == q->m - 1);  /* the buckets start from the last backward (DDP's no_sync before it) */
+    /* the buckets start from the last backward (DDP's no_sync before it); DGC-Pro sends after it */
+    train_set_hook(r, k == q->m - 1 && !(r->dgc && dgc_active(r->dgc)));
     double t0 = train_now_s();
     model_backward(&r->m);
     TRY(model_tp_status(&r->m));

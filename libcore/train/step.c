@@ -181,6 +181,7 @@ status train_step(train_run *r, train_step_stats *ss)
         summed = true;
         if (isfinite(sum[0]) && sum[1] == 0 && sum[2] == 0) {
             TRY(dgc_exchange(r->dgc, pb->grads, pb->params, r->step, train_lr_scale(r), &r->dstats));
+            TRY(train_pp_tie_grads(r, pb->grads));  /* pp > 1: the two copies' exchanged gradients summed */
             r->dgc_sent += (double)r->dstats.bytes_sent;
             r->dgc_dense += (double)r->dstats.dense_bytes;
             exchanged = true;
@@ -250,6 +251,8 @@ void train_dgc_options(const train_run *r, dgc_options *o)
     o->weight_decay = r->opt.use_sgd ? r->opt.sgd.weight_decay : 0;
     o->clip = r->opt.clip;
     o->seed = r->seed;
+    o->norm_comm = r->dgc_norm_comm != MPI_COMM_NULL ? &r->dgc_norm_comm : NULL;
+    o->rows_comm = o->norm_comm ? &r->rt->world : NULL;
 }
 
 status train_dgc_setup(train_run *r)
@@ -270,11 +273,13 @@ status train_dgc_setup(train_run *r)
     const param_table *pt = model_params(&r->m);
     size_t nparams = 0;
     for (int e = 0; e < pt->count; e++) nparams += pt->entries[e].count;
+    /* on a grid DGC-Pro runs over each replica's data-parallel group, its nodes those
+       of the group (dp_rt) */
+    bool grid = train_dp_size(r) != r->rt->size;
+    const runtime *drt = grid ? &r->grid.dp_rt : r->rt;
     const char *why = NULL;
     char buf[256];
-    if (o.mode == DGC_MODE_AUTO && train_dp_size(r) != r->rt->size) {
-        why = "a hybrid grid: DGC-Pro compresses a data-parallel-only run so far";
-    } else if (o.mode == DGC_MODE_AUTO && r->rt->nnodes == 1) {
+    if (o.mode == DGC_MODE_AUTO && drt->nnodes == 1) {
         why = "one node: its gradients are reduced densely in shared memory";
     } else if (o.mode == DGC_MODE_AUTO && (int64_t)nparams < o.min_params) {
         snprintf(buf, sizeof buf, "%zu parameters is below dgc.min_params = %" PRId64 " (set dgc.mode = on to force)",
@@ -285,15 +290,17 @@ status train_dgc_setup(train_run *r)
         if (r->rt->rank == 0) printf("dgc: off (auto): %s\n", why);
         return STATUS_OK;
     }
+    if (grid)  /* collective over the world: the dp node index as colour */
+        MPI_CHECK(MPI_Comm_split(r->rt->world, drt->node_id, r->rt->rank, &r->dgc_norm_comm));
     train_dgc_options(r, &o);
-    TRY(dgc_init(&r->dgc, r->rt, pt, &o));
+    TRY(dgc_init(&r->dgc, drt, pt, &o));
     dgc_set_active(r->dgc, o.mode == DGC_MODE_ON);
     if (r->rt->rank == 0)
         printf("dgc: %s: sparsity %.4g after %ld warm-up steps in %d stages from %.4g, %s values, %s threshold, momentum correction %s, "
                "%d nodes x %d ranks\n", o.mode == DGC_MODE_ON ? "on" : "auto (decided in the first 5 steps)",
                o.sparsity, o.warmup_steps, o.warmup_stages, o.warmup_sparsity, o.values == DGC_VALUES_FP16 ? "fp16" : "fp32",
                o.exact_topk ? "exact top-k" : "sampled", o.momentum > 0 ? "on" : "off (AdamW: plain accumulation)",
-               r->rt->nnodes, r->rt->local_size);
+               drt->nnodes, drt->local_size);
     return STATUS_OK;
 }
 

@@ -79,16 +79,6 @@ status train_grid_allowed(const config *cfg, const grid_shape *g)
                    "ckpt.async = false", gs.tp, gs.pp);
         return STATUS_INPUT;
     }
-    if (hybrid && config_int(cfg, "train.zero") != 0) {
-        log_error0("train.zero = 1 with parallel.tp = %d, parallel.pp = %d: ZeRO's moment shards of a shard or "
-                   "stage are not laid out in checkpoints yet; set train.zero = 0", gs.tp, gs.pp);
-        return STATUS_INPUT;
-    }
-    if (hybrid && strcmp(config_str(cfg, "dgc.mode"), "on") == 0) {
-        log_error0("dgc.mode = on with parallel.tp = %d, parallel.pp = %d: DGC-Pro on the data-parallel dimension "
-                   "of a hybrid grid is not built yet; set dgc.mode = off or auto", gs.tp, gs.pp);
-        return STATUS_INPUT;
-    }
     return STATUS_OK;
 }
 
@@ -129,7 +119,7 @@ static status train_agree(const train_run *r, status mine)
 status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, train_signals *signals)
 {
     memset(r, 0, sizeof *r);
-    r->tie_comm = MPI_COMM_NULL;  /* not 0: train_free reads it whenever setup stopped */
+    r->tie_comm = r->dgc_norm_comm = MPI_COMM_NULL;  /* not 0: train_free reads them whenever setup stopped */
     r->live = *cfg;
     r->cfg = &r->live, r->rt = rt, r->c = c;
     train_reload_init(r);
@@ -215,7 +205,6 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
     nn_tp tp = { .size = r->grid.shape.tp, .rank = r->grid.tp_rank, .failed = STATUS_OK,
                  .ctl = comm_ctl_watched(comm_ctl_named(r->grid.tp_comm, r->timeout_s, "tp"), rt->wd) };
     TRY(model_init_parallel(&r->m, &r->spec, r->tb.micro_batch, r->T, r->seed, true, &r->dev, &tp, &r->stage));
-    TRY(train_tp_layout(r));
     TRY(train_pp_init(r));
     TRY(device_optim_init(&r->opt.dopt, &r->dev, model_params(&r->m)));
     TRY(model_batch_init(&r->batch, &r->m));
@@ -240,6 +229,7 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
                             r->opt.use_sgd ? 1 : 2 };
         TRY(zero_init(&r->zero, r->grid.dp_comm, pt, &zo));
     }
+    TRY(train_tp_layout(r));  /* after ZeRO's shards: under ZeRO the moments' pieces are cut at them */
 
     TRY(train_layers(r));
     size_t *off = malloc((size_t)pt->count * sizeof *off), *cnt = malloc((size_t)pt->count * sizeof *cnt);
@@ -350,13 +340,15 @@ status train_resume(train_run *r)
         dgc_state_reset(r->dgc);
         dgc_set_active(r->dgc, !strcmp(config_str(r->cfg, "dgc.mode"), "on"));
         log_warn0("dgc: the checkpoint holds no compression state for this layout (written without DGC-Pro, or "
-                  "with another number of ranks per node): residuals and velocities start from zero");
+                  "with another number of ranks per node or another process grid): residuals and velocities start from zero");
     } else if (r->dgc && (info.resharded || dgc_state_loaded(r->dgc) != STATUS_OK)) {
         dgc_state_reset(r->dgc);
         log_warn0("dgc: the checkpoint's compression state belongs to another layout of ranks or an older "
                   "state format; residuals and velocities start from zero (what they held is not applied)");
     }
-    if (r->use_zero && info.world_size != r->rt->size) {
+    /* a grid's shards are its tensors' pieces: only a data-parallel run's ZeRO shards are
+       the same across the two world sizes */
+    if (r->use_zero && info.world_size != r->rt->size && train_dp_size(r) == r->rt->size) {
         double fs, fe;
         TRY(zero_moved_fraction(&r->zero, info.world_size, &fs, &fe));
         int a = info.world_size, b = r->rt->size;
@@ -495,6 +487,7 @@ void train_free(train_run *r)
     train_trace_free(r);
     if (r->ckpt) ckpt_writer_free(r->ckpt);
     dgc_free(r->dgc);
+    if (r->dgc_norm_comm != MPI_COMM_NULL) MPI_Comm_free(&r->dgc_norm_comm);
     if (r->use_zero) zero_free(&r->zero);
     device_optim_free(&r->opt.dopt);
     train_tensorboard_free(r);

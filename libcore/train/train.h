@@ -206,6 +206,14 @@ typedef struct train_step_stats {
 #define TRAIN_DATA_SYNTHETIC_FIXED "synthetic-fixed"
 
 /* Everything a run owns. */
+/* A checkpoint group's pieces of the full layout on a process grid (hybrid.c): the
+ * ranges this rank writes and those it reads, over one range list shared by every rank. */
+typedef struct train_pieces {
+    param_shards save, load;
+    size_t *ranges;            /* the arrays behind both: offset, count, packed (3 x n) */
+    uint8_t *mine;             /* mine flags: save's (n), then load's (n) */
+} train_pieces;
+
 typedef struct train_run {
     const config *cfg;         /* &live */
     config live;               /* the run's config: the program's, then every hot reload applied */
@@ -220,6 +228,8 @@ typedef struct train_run {
     nn_stage stage;            /* pp > 1: this rank's blocks (parallel.stages, or balanced by counted FLOPs) */
     MPI_Comm tie_comm;         /* pp > 1: the first and last stage of my pipeline (the tied wte's gradient);
                                   MPI_COMM_NULL on the stages between */
+    MPI_Comm dgc_norm_comm;    /* DGC-Pro on a grid: the ranks of my dp node index (every shard and stage of
+                                  the replicas there: DGC's clipping norm); MPI_COMM_NULL otherwise */
     model_batch *pp_batches;   /* pp > 1: one batch per activation set (stage.slots) */
     double timeout_s;          /* comm.timeout: the deadline of the trainer's own collectives */
     device dev;                /* the CPU so far (device.kind = cuda is refused at setup) */
@@ -251,11 +261,10 @@ typedef struct train_run {
     /* tensor parallelism (hybrid.c): checkpoints hold the whole model's tensors, so they load at
        any layout; a shard reads and writes its pieces of them as ranges of the full layout */
     param_table tp_full;       /* tp > 1: the whole model's table (param_table_full) */
-    param_shards tp_save;      /* the full layout's pieces this rank writes (each written once: dp rank 0,
-                                  the whole tensors by tp rank 0 too) */
-    param_shards tp_load;      /* the pieces this rank reads (its shard's, and the whole tensors) */
-    size_t *tp_ranges;         /* the arrays behind both: offset, count, packed (3 x n) */
-    uint8_t *tp_mine;          /* mine flags: save's (n), then load's (n) */
+    train_pieces tp_params;    /* the parameters' pieces (each written once: dp rank 0, the whole
+                                  tensors by tp rank 0 too) */
+    train_pieces tp_moments;   /* under ZeRO, the moments': the pieces cut at ZeRO's shards, each
+                                  written and read by its owner in the data-parallel group */
     dgc *dgc;                  /* DGC-Pro when configured and not ruled out at setup; NULL otherwise */
     dgc_stats dstats;          /* of the last step it ran */
     double dgc_sent, dgc_dense;/* bytes sent between nodes by this rank over the run, and a dense ring's */
