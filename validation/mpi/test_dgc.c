@@ -9,7 +9,10 @@
  * through the warm-up and a changing rate, with and without momentum; conservation: everything sent plus every node's residual equals
  * everything accumulated (exact with fp32 values, to float rounding with fp16); the
  * sparse path sends less than a dense ring would; every rank ends with the same bits.
- * Gradients are integers, so every sum is exact in any order. */
+ * Gradients are integers, so every sum is exact in any order. At 2 ranks, the pipeline
+ * stages of a process grid: each rank compressing its stage's tensors alone, with the
+ * clipping norm summed over the stages (norm_comm), gives the whole model's result, and
+ * the two stages' states have one size (rows_comm). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -466,6 +469,58 @@ static void test_zero_predict(const runtime *rt, double momentum, dgc_values vk)
     param_table_free(&f.pt);
 }
 
+/* Two "stages" (rank 0: tensor a, rank 1: tensor b, of other sizes), each compressing
+ * alone (a data-parallel group of one) with the clipping norm summed over both, against
+ * one rank compressing a and b together: the same clipped, selected values (exact top-k,
+ * one density for all tensors, so a tensor's selection depends on its values and the
+ * clipping scale only). Without the summed norm the scale differs (the check fails). */
+static void test_norm_comm(const runtime *rt)
+{
+    param_table whole, stage;
+    param_table_init(&whole);
+    param_table_init(&stage);
+    param_add(&whole, "a.weight", 0, true, 2, 20, 30, 0, 0);
+    param_add(&whole, "b.weight", 1, true, 2, 20, 50, 0, 0);
+    int mine = rt->rank;  /* the tensor of this stage */
+    const param_entry *we = &whole.entries[mine];
+    param_add(&stage, we->name, mine, true, 2, we->shape[0], we->shape[1], 0, 0);
+    float *gw = calloc(whole.total, sizeof(float)), *gs = calloc(stage.total, sizeof(float));
+    float *gn = calloc(stage.total, sizeof(float)), *p = calloc(whole.total, sizeof(float));
+    for (int e = 0; e < 2; e++)
+        for (size_t i = 0; i < whole.entries[e].count; i++)
+            gw[whole.entries[e].offset + i] = (float)((double)(mix(i * 977u + (uint64_t)e) >> 11) / 9007199254740992.0 - 0.5);
+    memcpy(gs, gw + we->offset, we->count * sizeof(float));
+    memcpy(gn, gs, we->count * sizeof(float));
+    runtime solo;
+    runtime_sub_init(&solo, rt, MPI_COMM_SELF);
+    dgc_options o = { .mode = DGC_MODE_ON, .sparsity = 0.9, .exact_topk = true, .min_numel = 1, .clip = 0.5, .seed = 9 };
+    dgc *dw = NULL, *dn = NULL, *ds = NULL;
+    bool ok = dgc_init(&dw, &solo, &whole, &o) == STATUS_OK && dgc_init(&dn, &solo, &stage, &o) == STATUS_OK;
+    o.norm_comm = o.rows_comm = &rt->world;
+    ok = ok && dgc_init(&ds, &solo, &stage, &o) == STATUS_OK;
+    dgc_stats st;
+    ok = ok && dgc_exchange(dw, gw, p, 0, 1.0, &st) == STATUS_OK && dgc_exchange(ds, gs, p, 0, 1.0, &st) == STATUS_OK &&
+         dgc_exchange(dn, gn, p, 0, 1.0, &st) == STATUS_OK;
+    double err = 0, err_alone = 0, norm = 0;
+    for (size_t i = 0; ok && i < we->count; i++) {
+        double ref = gw[we->offset + i];
+        err = fmax(err, fabs(gs[i] - ref)), err_alone = fmax(err_alone, fabs(gn[i] - ref));
+        norm = fmax(norm, fabs(ref));
+    }
+    unsigned long long bytes = ok ? dgc_state_bytes(ds) : 0, lo, hi;
+    MPI_Allreduce(&bytes, &lo, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, rt->world);
+    MPI_Allreduce(&bytes, &hi, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, rt->world);
+    char why[256];
+    snprintf(why, sizeof why, "stage %d: worst difference %.3g with the summed norm, %.3g alone (largest value %.3g); "
+             "state bytes %llu .. %llu", mine, err, err_alone, norm, lo, hi);
+    check(rt, ok && err <= 1e-6 * norm && err_alone > 1e-2 * norm && lo == hi,
+          "grid stages: the clipping norm summed over the stages gives the whole model's result, one state size", why);
+    dgc_free(dw), dgc_free(dn), dgc_free(ds);
+    runtime_sub_free(&solo);
+    free(gw), free(gs), free(gn), free(p);
+    param_table_free(&whole), param_table_free(&stage);
+}
+
 int main(int argc, char **argv)
 {
     runtime rt;
@@ -485,6 +540,7 @@ int main(int argc, char **argv)
     test_layer_ratios(&rt);
     test_zero_predict(&rt, 0, DGC_VALUES_FP32);
     test_zero_predict(&rt, 0.5, DGC_VALUES_FP16);
+    if (rt.size == 2) test_norm_comm(&rt);
     if (rt.rank == 0) printf("%s\n", failures ? "FAILED" : "PASSED");
     runtime_free(&rt);
     return failures ? 1 : 0;
