@@ -248,7 +248,12 @@ status train_pipeline(train_run *r, double *loss, train_step_stats *ss)
         TRY(pp_backward(&q, i));
         TRY(pp_send_backward(&q));
     }
+    /* idle against the pipeline's makespan, the longest stage's (Narayanan et al.'s
+       definition, which (p - 1) / (m + p - 1) is): a stage that ends early waits for the
+       step like one that starts late (measured against its own span, the last stage of
+       p = 2, m = 4 idles 1/13 where the first idles 3/15) */
     double wall = train_now_s() - t0;
+    TRY(comm_ctl_allreduce(q.ctl, MPI_IN_PLACE, &wall, 1, MPI_DOUBLE, MPI_MAX));
     ss->bubble = wall > 0 ? 1 - q.busy_s / wall : 0;
     return STATUS_OK;
 }

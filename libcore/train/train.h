@@ -195,7 +195,7 @@ typedef struct train_step_stats {
     double lr;
     double step_ms, comm_wait_ms;
     double fwd_ms, bwd_ms, opt_ms; /* the phases (fwd, bwd summed over the micro-batches) */
-    double bubble;             /* pipeline (pp > 1): the schedule's idle fraction, mean over the ranks; else 0 */
+    double bubble;             /* pipeline (pp > 1): the schedule's idle fraction against its makespan, mean over the ranks; else 0 */
 } train_step_stats;
 
 /* data.train = synthetic-fixed: one synthetic batch (model_batch_synthetic, seeded by
