@@ -8,7 +8,7 @@
 # synthetic data, AdamW). The data-parallel baseline is dp4 (bucketed allreduces, every
 # rank holding the whole model and its optimizer state) or dp4z, the same with ZeRO-1
 # (train.zero = 1: the moments sharded, for a model whose four replicas do not fit in
-# memory; a grid refuses it).
+# memory; the grids train without it, their model split already).
 #
 # Per row: the step time (a run's mean step, its first step left out; the median of
 # --reps runs) and the tokens per second it makes; the bytes that crossed between the
@@ -17,7 +17,7 @@
 # start-up and the final checkpoint cancel; rank 0's memory table (parameters, also as a
 # count of floats, gradients, optimizer state, activations, MiB) and the largest peak RSS
 # of the 4 ranks; for the pipelines, the measured bubble (the mean over steps 2..N of
-# the trainer's 1 - busy / wall) beside 1F1B's (p - 1) / (m + p - 1).
+# the trainer's 1 - busy / the pipeline's makespan) beside 1F1B's (p - 1) / (m + p - 1).
 # The first line is the table's provenance (docs/benchmarks.md#provenance). Root only
 # (network namespaces); says so and exits 0 otherwise.
 #
