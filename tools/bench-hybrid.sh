@@ -113,7 +113,7 @@ import json, sys
 v = [x for j in map(json.loads, open(sys.argv[1])) if j.get('kind') == 'ranks' for x in j.get('rss_mb', [])]
 print(f'{max(v):.0f}' if v else 'nan')" "$1/metrics.jsonl"
 }
-how="2 netns nodes x 2 ranks, tbf both ways; step: mean of steps 2..$steps, median of $reps; bytes at the switch: (run $steps - run 2) / $((steps - 2)); memory: rank 0, RSS: max of 4"
+how_rest="step: mean of steps 2..$steps, median of $reps; bytes at the switch: (run $steps - run 2) / $((steps - 2)); memory: rank 0, RSS: max of 4"
 if [ $csv = 1 ]; then
     echo "model,link,layout,ms_per_step,tok_per_s,internode_mb_per_step,params_floats,params_mib,grads_mib,optimizer_mib,activations_mib,peak_rss_mb,bubble,bubble_1f1b,final_loss,measured"
 else
@@ -124,6 +124,7 @@ summary=()
 for model in "${model_list[@]}"; do
     for rate in "${rate_list[@]}"; do
         tools/netns-cluster rate "$rate" >/dev/null
+        how="2 netns nodes x 2 ranks, $([ "$rate" = none ] && echo unshaped || echo "tbf $rate both ways"); $how_rest"
         base="" base_name="" best="" best_ms=""
         for layout in "${layout_list[@]}"; do
             read -r -a grid <<<"$(grid_args "$layout")"
