@@ -93,6 +93,14 @@ static void partition(const param_table *pt, int L, int *first_of)
     first_of[L] = pt->count;
 }
 
+/* A tensor every tensor-parallel shard holds whole (position embedding, norms, the
+ * row-parallel layers' biases): equal on every shard, so it is compressed by none
+ * (dgc_state_reset) and counted once in the clipping norm (dgc_exchange). */
+static bool whole_on_every_shard(const param_table *pt, int e)
+{
+    return pt->tp_size > 1 && pt->entries[e].tp_dim < 0;
+}
+
 static size_t entry_start(const param_table *pt, int e)
 {
     return e < pt->count ? pt->entries[e].offset : pt->total;
@@ -227,7 +235,7 @@ void dgc_state_reset(dgc *d)
     for (int e = d->first; e < d->last; e++) {
         /* a tensor whole on every tensor-parallel shard (norms, biases) goes dense: the
            shards' budgets differ, so selections would, and its copies would drift apart */
-        d->es[e].dense = d->pt->entries[e].count < d->o.min_numel || (d->pt->tp_size > 1 && d->pt->entries[e].tp_dim < 0);
+        d->es[e].dense = d->pt->entries[e].count < d->o.min_numel || whole_on_every_shard(d->pt, e);
         d->es[e].scale = 1.0f;
     }
     size_t nblk = d->blk_base[d->pt->count];
@@ -703,16 +711,18 @@ status dgc_exchange(dgc *d, float *grads, const float *params, long step, double
     float scale = 1.0f / (float)rt->size;
     if (d->o.clip > 0) {  /* local clipping of the node's contribution to clip / sqrt(nodes) */
         double ss = 0, all;
-        for (int e = d->first; e < d->last; e++) {
+        const float *x = d->slice;
+#pragma omp parallel for simd reduction(+ : ss) schedule(static)
+        for (size_t i = 0; i < d->S; i++) ss += (double)x[i] * x[i];
+        /* a tensor whole on every tensor-parallel shard (norms, biases) counts once: tp
+           rank 0's copy; the others take theirs back out (small tensors, one pass each) */
+        for (int e = d->first; e < d->last && d->o.norm_comm && d->pt->tp_rank > 0; e++) {
+            if (!whole_on_every_shard(d->pt, e)) continue;
             const param_entry *pe = &d->pt->entries[e];
-            /* a tensor whole on every tensor-parallel shard (norms, biases) counts once */
-            if (d->o.norm_comm && d->pt->tp_rank > 0 && pe->tp_dim < 0) continue;
-            const float *x = d->slice + (pe->offset - d->s0);
-            double part = 0;
-#pragma omp parallel for simd reduction(+ : part) schedule(static)
-            for (size_t i = 0; i < pe->count; i++) part += (double)x[i] * x[i];
-            ss += part;
+            const float *w = d->slice + (pe->offset - d->s0);
+            for (size_t i = 0; i < pe->count; i++) ss -= (double)w[i] * w[i];
         }
+        ss = fmax(ss, 0.0);  /* the subtraction's rounding */
         TRY(comm_ctl_allreduce(d->node, &ss, &all, 1, MPI_DOUBLE, MPI_SUM));
         if (d->o.norm_comm) {  /* a grid: the node's other shards and stages, each node once */
             double part = d->lrank == 0 ? all : 0;
