@@ -212,6 +212,8 @@ static status bert_init_weights(bert *m, uint64_t seed)
 
 /* One set of activations for the stage's blocks (the embeddings' only on the first
  * stage, the head's only on the last). */
+static void bert_layout_grads(void *owner, float *base, size_t *used);
+
 static void bert_layout_slot(bert *m, float *base, size_t *used)
 {
     size_t L = (size_t)(m->l1 - m->l0), BT = (size_t)m->B * (size_t)m->T, C = (size_t)m->cfg.channels;
@@ -284,6 +286,18 @@ void bert_set_slot(bert *m, int k)
     m->head_rows = m->slot_state[k].head_rows;
     m->head_targeted = m->slot_state[k].head_targeted;
     m->mean_loss = m->slot_state[k].mean_loss;
+}
+
+void bert_set_batch(bert *m, int B)
+{
+    CHECK(B >= 1 && B <= m->capacity && !device_is_gpu(m->dev), "bert_set_batch: 1 <= B <= capacity, on the CPU");
+    if (B == m->B) return;
+    m->B = B;
+    size_t used = (size_t)m->slot * m->slot_floats;
+    bert_layout_slot(m, m->act_memory, &used);
+    bert_point_slot(m, m->slot);
+    used = 0;
+    if (m->grad_memory) bert_layout_grads(m, m->grad_memory, &used);
 }
 
 float *bert_stage_in(bert *m) { return m->acts.emb_ln; }
@@ -418,7 +432,7 @@ status bert_init_parallel(bert *m, const bert_config *cfg, int B, int T, uint64_
         return STATUS_INPUT;
     }
     m->cfg = *cfg;
-    m->B = B;
+    m->B = m->capacity = B;
     m->T = T;
     TRY(bert_build_table(m));
     TRY(bert_check_views(m));

@@ -184,7 +184,8 @@ typedef struct bert {
     bert_config cfg;          /* sizes */
     bert_views views;         /* every tensor's offset by name, resolved at init */
     nn_tp tp;                 /* tensor-parallel group (tp.h); size 1: the whole model on this rank */
-    int B, T;                 /* batch shape the activations are sized for */
+    int B, T;                 /* batch shape of the next forward (B <= capacity; bert_set_batch) */
+    int capacity;             /* samples the activations are sized for (the B of init) */
     float *act_memory;        /* one allocation behind acts */
     size_t act_floats;        /* its size */
     bert_acts acts;           /* views into act_memory */
@@ -219,6 +220,9 @@ typedef struct bert {
  * counter-RNG stream (seed, 0, RNG_PURPOSE_INIT, tensor index). Weight decay on
  * matrices and embeddings, none on biases and LayerNorm weights. STATUS_INPUT when T
  * exceeds max_position (names the key) or the config is inconsistent. */
+/* As gpt2_set_batch: the next micro-batches have B samples, 1 <= B <= capacity (CPU only). */
+void bert_set_batch(bert *m, int B);
+
 status bert_init(bert *m, const bert_config *cfg, int B, int T, uint64_t seed, bool train);
 /* The same on a device (NULL: the CPU), as gpt2_init_on. */
 status bert_init_on(bert *m, const bert_config *cfg, int B, int T, uint64_t seed, bool train, const device *dev);

@@ -175,6 +175,8 @@ static status gpt2_init_weights(gpt2 *m, uint64_t seed)
     return STATUS_OK;
 }
 
+static void gpt2_layout_grads(void *owner, float *base, size_t *used);
+
 /* One set of activations for the stage's blocks (the head's only on the last stage). */
 static void gpt2_layout_slot(gpt2 *m, float *base, size_t *used)
 {
@@ -226,6 +228,16 @@ void gpt2_set_slot(gpt2 *m, int k)
     m->slot = k;
     m->targets = m->slot_targets + (size_t)k * (size_t)m->B * (size_t)m->T;
     m->mean_loss = m->slot_loss[k];
+}
+
+void gpt2_set_batch(gpt2 *m, int B)
+{
+    CHECK(B >= 1 && B <= m->capacity && !device_is_gpu(m->dev), "gpt2_set_batch: 1 <= B <= capacity, on the CPU");
+    if (B == m->B) return;
+    m->B = B;
+    gpt2_set_slot(m, m->slot);
+    size_t used = 0;
+    if (m->grad_memory) gpt2_layout_grads(m, m->grad_memory, &used);
 }
 
 float *gpt2_stage_in(gpt2 *m) { return m->acts.encoded; }
@@ -352,7 +364,7 @@ status gpt2_init_parallel(gpt2 *m, const gpt2_config *cfg, int B, int T, uint64_
         return STATUS_INPUT;
     }
     m->cfg = *cfg;
-    m->B = B;
+    m->B = m->capacity = B;
     m->T = T;
     TRY(gpt2_build_table(m));
     TRY(gpt2_check_views(m));

@@ -100,7 +100,8 @@ typedef struct gpt2 {
     MODEL_BASE_GROUP;      /* pt, pb, dev, ops, w, hook, loss_scale, mean_loss (model_base.h) */
     gpt2_config cfg;       /* sizes */
     gpt2_views views;      /* every tensor's offset by name, resolved at init */
-    int B, T;              /* batch shape the activations are sized for */
+    int B, T;              /* batch shape of the next forward (B <= capacity; gpt2_set_batch) */
+    int capacity;          /* samples the activations are sized for (the B of init) */
     float *act_memory;     /* one allocation behind acts */
     size_t act_floats;     /* its size */
     gpt2_acts acts;        /* views into act_memory */
@@ -123,6 +124,11 @@ typedef struct gpt2 {
 /* Builds the table, allocates params (+ grads and moments when `train`) and the
  * activations for (B, T); initialises weights like GPT-2 (normal 0.02, residual
  * projections 0.02/sqrt(2L), zero biases, unit norms) from the counter RNG. */
+/* The next micro-batches have B samples, 1 <= B <= capacity (CPU only; set it before
+ * the forward, keep it through the backward). The activation views are laid out again
+ * for B, so a run at B is the run of a model built for B, bit for bit. */
+void gpt2_set_batch(gpt2 *m, int B);
+
 status gpt2_init(gpt2 *m, const gpt2_config *cfg, int B, int T, uint64_t seed, bool train);
 /* The same on a device (NULL: the CPU). On a GPU the weights are initialised on the
  * host exactly as on the CPU and uploaded; w holds params, grads and (when `train`)

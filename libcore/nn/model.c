@@ -284,6 +284,19 @@ param_buffers *model_device_buffers(model *m)
     return model_base_buffers(m->base);
 }
 
+status model_set_micro_batch(model *m, int B)
+{
+    if (m->spec.family == MODEL_FAMILY_RESNET || device_is_gpu(m->base->dev)) {
+        log_error0("micro-batches of unequal size run on the CPU for GPT-2 and BERT only (%s%s): batch "
+                   "normalisation's statistics depend on the micro-batch", m->spec.name,
+                   device_is_gpu(m->base->dev) ? " on a GPU" : "");
+        return STATUS_USAGE;
+    }
+    if (model_is_gpt2(m)) gpt2_set_batch(&m->gpt2, B);
+    else bert_set_batch(&m->bert, B);
+    return STATUS_OK;
+}
+
 void model_set_loss_scale(model *m, float scale)
 {
     m->base->loss_scale = scale;

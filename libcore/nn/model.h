@@ -196,6 +196,11 @@ float model_loss(const model *m);
 param_buffers *model_device_buffers(model *m);
 /* model_backward differentiates scale * loss from now on (fp16 loss scaling; default 1). */
 void model_set_loss_scale(model *m, float scale);
+/* The next micro-batches have B samples, 1 <= B <= the B the model was built for (a
+ * heterogeneous rank's share, train/sched.c); bit for bit the run of a model built for B.
+ * GPT-2 and BERT on the CPU; STATUS_USAGE (logged) otherwise. model_batch buffers keep
+ * their size: a batch of B fills their first B samples. */
+status model_set_micro_batch(model *m, int B);
 
 /* Trainable tensors and their flat buffers (params, grads, moments). */
 param_table *model_params(model *m);
