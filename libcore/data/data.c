@@ -282,15 +282,35 @@ uint64_t data_sample_index(const data_loader *d, uint64_t epoch, uint64_t pos)
 /* Position (within the epoch) of the first sample of micro-batch a of this rank. */
 static uint64_t micro_batch_first(const data_loader *d, int a)
 {
-    CHECK(a >= 0 && a < d->cfg.accum, "the micro-step a lies in [0, accum)");
+    CHECK(a >= 0 && a < data_micro_batches(d), "the micro-step a lies in [0, data_micro_batches)");
+    return d->state.cursor + d->share_first + (uint64_t)a * (uint64_t)d->cfg.micro_batch;
+}
+
+void data_set_share(data_loader *d, uint64_t first, uint64_t count)
+{
+    CHECK(first + count <= d->global_batch, "a share lies inside the global batch");
+    d->share_first = first;
+    d->share_count = count;
+}
+
+int data_micro_batches(const data_loader *d)
+{
     uint64_t b = (uint64_t)d->cfg.micro_batch;
-    return d->state.cursor + ((uint64_t)d->cfg.dp_rank * (uint64_t)d->cfg.accum + (uint64_t)a) * b;
+    return (int)((d->share_count + b - 1) / b);
+}
+
+int data_micro_batch_size(const data_loader *d, int a)
+{
+    uint64_t b = (uint64_t)d->cfg.micro_batch, at = (uint64_t)a * b;
+    CHECK(a >= 0 && at < d->share_count, "the micro-step a lies in [0, data_micro_batches)");
+    return (int)(d->share_count - at < b ? d->share_count - at : b);
 }
 
 void data_batch_samples(const data_loader *d, int a, uint64_t *samples)
 {
     uint64_t first = micro_batch_first(d, a);
-    for (int i = 0; i < d->cfg.micro_batch; i++) samples[i] = data_sample_index(d, d->state.epoch, first + (uint64_t)i);
+    for (int i = 0; i < data_micro_batch_size(d, a); i++)
+        samples[i] = data_sample_index(d, d->state.epoch, first + (uint64_t)i);
 }
 
 /* ---- open / free ------------------------------------------------------------ */
@@ -325,6 +345,8 @@ status data_open(data_loader **out, const data_config *cfg)
     d->cfg.path = path;
     d->h5_file = d->h5_images = d->h5_fspace = d->h5_mspace = H5I_INVALID_HID;
     d->global_batch = (uint64_t)cfg->micro_batch * (uint64_t)cfg->accum * (uint64_t)cfg->dp_size;
+    d->share_count = (uint64_t)cfg->micro_batch * (uint64_t)cfg->accum;
+    d->share_first = (uint64_t)cfg->dp_rank * d->share_count;
 
     status st = data_detect(d);
     if (st == STATUS_OK) st = cfg->images ? data_open_images(d) : data_open_tokens(d);
@@ -397,7 +419,7 @@ status data_next_tokens(data_loader *d, int a, int32_t *inputs, int32_t *targets
     CHECK(!d->cfg.images, "data_next_tokens is called on a token loader (images: data_next_images)");
     const int T = d->cfg.T;
     const uint64_t first = micro_batch_first(d, a);
-    for (int i = 0; i < d->cfg.micro_batch; i++) {
+    for (int i = 0, n = data_micro_batch_size(d, a); i < n; i++) {
         uint64_t s = data_sample_index(d, d->state.epoch, first + (uint64_t)i);
         int32_t *in = inputs + (size_t)i * (size_t)T, *tg = targets ? targets + (size_t)i * (size_t)T : NULL;
         if (d->format == DATA_FORMAT_SYNTHETIC) {
@@ -417,7 +439,7 @@ status data_next_images(data_loader *d, int a, float *images, int32_t *labels)
     CHECK(d->cfg.images, "data_next_images is called on an image loader (tokens: data_next_tokens)");
     const size_t per = 3 * (size_t)d->cfg.H * (size_t)d->cfg.W;
     const uint64_t first = micro_batch_first(d, a);
-    for (int i = 0; i < d->cfg.micro_batch; i++) {
+    for (int i = 0, n = data_micro_batch_size(d, a); i < n; i++) {
         uint64_t s = data_sample_index(d, d->state.epoch, first + (uint64_t)i);
         int32_t label;
         TRY(data_image_emit(d, s, images + (size_t)i * per, &label));

@@ -118,7 +118,18 @@ uint64_t data_sample_index(const data_loader *d, uint64_t epoch, uint64_t pos);
  * order data_next_* returns them. */
 void data_batch_samples(const data_loader *d, int a, uint64_t *samples /* (b) */);
 
-/* Micro-batch a (0 <= a < accum) of the current step for this rank. Pure: calling
+/* Heterogeneous ranks (train/sched.c): this rank's part of every global batch becomes
+ * the `count` samples from position `first` (first + count <= GB; the ranks' shares
+ * disjoint and covering it, which the caller guarantees); micro-batch a holds samples
+ * [first + a b, min(first + count, first + (a + 1) b)). Until it is called the share is
+ * the uniform one: first = dp_rank A b, count = A b. The loader's state is unchanged. */
+void data_set_share(data_loader *d, uint64_t first, uint64_t count);
+/* Micro-batches of this rank's share per step (ceil(count / b); A by default, 0 for an
+ * empty share) and the samples of micro-batch a (b, but the last may hold fewer). */
+int data_micro_batches(const data_loader *d);
+int data_micro_batch_size(const data_loader *d, int a);
+
+/* Micro-batch a (0 <= a < data_micro_batches) of the current step for this rank. Pure: calling
  * it again returns the same micro-batch until data_advance.
  * tokens: inputs (b, T) and next-token targets (b, T); targets may be NULL (BERT).
  * images: images (b, 3, H, W) normalised and augmented, labels (b); labels may be NULL.

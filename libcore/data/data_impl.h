@@ -22,6 +22,8 @@ struct data_loader {
     uint64_t samples;          /* samples per epoch: token windows or images */
     uint64_t global_batch;     /* GB = b * A * dp_size */
     data_state state;          /* the position, the same on every rank */
+    uint64_t share_first;      /* this rank's samples of every global batch: [share_first, + share_count) */
+    uint64_t share_count;      /* (default: dp_rank * A * b and A * b; data_set_share) */
     int perm_half_bits;        /* the permutation's Feistel domain is [0, 4^perm_half_bits) */
 
     /* Token streams (and CIFAR-10 records): the file mapped read-only. */

@@ -145,6 +145,51 @@ static void compare_steps(const runtime *rt, const char *path, bool images, cons
     data_free(d);
 }
 
+/* Heterogeneous shares (data_set_share): unequal parts of every global batch, one of
+ * them empty, b = 2 with partial last micro-batches. Gathered in rank order they must be
+ * the whole global batch, step by step: disjoint and covering, in order. */
+static void compare_shares(const runtime *rt, const char *path)
+{
+    static const int shares[4][4] = { { 4 }, { 7, 1 }, { 5, 0, 7 }, { 7, 0, 3, 6 } };
+    const int GB = B * A * rt->size, n = rt->size <= 4 ? shares[rt->size - 1][rt->rank] : B * A;
+    int counts[4], displs[4], first = 0;
+    for (int r = 0; r < rt->size && r < 4; r++) {
+        counts[r] = shares[rt->size - 1][r] * T, displs[r] = first * T, first += shares[rt->size - 1][r];
+    }
+    int mine_first = displs[rt->size <= 4 ? rt->rank : 0] / T;
+    data_config mine = cfg_for(path, false, B, A, rt->rank, rt->size);
+    data_loader *d = NULL, *ref = NULL;
+    data_config whole = cfg_for(path, false, GB, 1, 0, 1);
+    if (rt->size > 4 || data_open(&d, &mine) != STATUS_OK || (rt->rank == 0 && data_open(&ref, &whole) != STATUS_OK))
+        MPI_Abort(rt->world, 1);
+    data_set_share(d, (uint64_t)mine_first, (uint64_t)n);
+    int32_t *il = malloc(sizeof(int32_t) * (size_t)(GB * T) + 1), *iall = malloc(sizeof(int32_t) * (size_t)(GB * T));
+    int32_t *iref = malloc(sizeof(int32_t) * (size_t)(GB * T));
+    bool same = true, sizes = data_micro_batches(d) == (n + B - 1) / B;
+    for (int s = 0; s < STEPS; s++) {
+        int at = 0;
+        for (int a = 0; a < data_micro_batches(d); a++) {
+            same &= data_next_tokens(d, a, il + (size_t)at * T, NULL) == STATUS_OK;
+            at += data_micro_batch_size(d, a);
+        }
+        sizes &= at == n;
+        MPI_Gatherv(il, n * T, MPI_INT32_T, iall, counts, displs, MPI_INT32_T, 0, rt->world);
+        if (rt->rank == 0) {
+            data_next_tokens(ref, 0, iref, NULL);
+            same &= !memcmp(iall, iref, sizeof(int32_t) * (size_t)(GB * T));
+            data_advance(ref);
+        }
+        data_advance(d);
+    }
+    char line[200];
+    snprintf(line, sizeof line, "tokens, unequal shares (%d of %d samples here, micro-batches of <= %d): gathered in "
+             "rank order, step by step, the global batch 1 process reads (%d steps)", n, GB, B, STEPS);
+    check(rt, same && sizes, line);
+    free(il), free(iall), free(iref);
+    data_free(ref);
+    data_free(d);
+}
+
 int main(int argc, char **argv)
 {
     runtime_options ro = { .ranks_per_node = 0, .bind = RUNTIME_BIND_NONE };
@@ -167,6 +212,7 @@ int main(int argc, char **argv)
 
     compare_steps(&rt, tok, false, "tokens");
     compare_steps(&rt, img, true, "HDF5 images, crop + flip");
+    if (rt.size <= 4) compare_shares(&rt, tok);
 
     data_config c = cfg_for(bad, false, B, A, rt.rank, rt.size);
     data_loader *d = NULL;
