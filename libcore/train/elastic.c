@@ -111,7 +111,7 @@ status train_elastic_set_batch(train_run *r, int64_t gb, double lr_factor)
     }
     data_free(r->train_data);
     r->train_data = d;
-    return STATUS_OK;
+    return train_sched_reassign(r, "the global batch changed");
 }
 
 /* After a checkpoint load: the batch and learning-rate factor an elastic control file

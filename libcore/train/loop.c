@@ -104,6 +104,7 @@ status train_loop(train_run *r)
         TRY(train_samples_step(r, &ss, log_now));
         /* after the step's line: it describes the step as it ran */
         if (r->dgc) TRY(train_dgc_auto(r, &ss, first));
+        TRY(train_sched_after_step(r, &ss));
         if (r->val_data && eval_every > 0 && r->step % eval_every == 0 && r->step < r->steps) {
             TRY(train_evaluate(r));
         }

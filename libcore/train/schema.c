@@ -38,6 +38,15 @@ const config_key train_schema_keys[] = {
       .help = "gradient bucket size (PyTorch DDP's bucket_cap_mb = 25)" },
     { "train", "zero", CONFIG_TYPE_INT, "0", .min = 0, .max = 1,
       .help = "ZeRO stage: 1 shards the optimizer state (AdamW m, v; SGD momentum) over the ranks" },
+    { "sched", "mode", CONFIG_TYPE_ENUM, "off", .choices = "off|static|balanced",
+      .help = "heterogeneous ranks: off (b x accum samples each), static (shares by sched.shares), balanced "
+              "(shares by measured speed)" },
+    { "sched", "shares", CONFIG_TYPE_STRING, "",
+      .help = "static: one positive weight per data-parallel rank, e.g. 1,1,0.4,0.4" },
+    { "sched", "min_share", CONFIG_TYPE_FLOAT, "0.1", .min = 0, .max = 1,
+      .help = "every rank gets at least this fraction of an equal share (at least 1 sample; 0: may get none)" },
+    { "sched", "interval", CONFIG_TYPE_INT, "10", .min = 1, .max = 1 << 30,
+      .help = "balanced: steps between measurements and assignments" },
     { "zero", "shard_numel", CONFIG_TYPE_INT, "65536", .min = 16, .max = 1 << 30,
       .help = "ZeRO: most floats per shard (tensors are cut into chunks of this size)" },
     { "zero", "vnodes", CONFIG_TYPE_INT, "256", .min = 1, .max = 4096,
@@ -238,6 +247,9 @@ void train_ckpt_content(train_run *r, ckpt_content *c)
     c->blobs[c->nblobs++] = (ckpt_blob){ TRAIN_CKPT_MONITOR, &r->mon.ck, sizeof r->mon.ck, true, false };
     /* optional: a checkpoint older than hot reload resumes with no change applied */
     c->blobs[c->nblobs++] = (ckpt_blob){ TRAIN_CKPT_RELOAD, r->reload.blob, sizeof r->reload.blob, true, false };
+    /* optional: heterogeneous shares; without them (another layout, an older checkpoint) the config's */
+    if (r->share.mode != TRAIN_SCHED_MODE_OFF)
+        c->blobs[c->nblobs++] = (ckpt_blob){ TRAIN_CKPT_SCHED, &r->share.ck, sizeof r->share.ck, true, false };
     train_tp_content(r, c, false);  /* tensor parallelism: the whole model's tensors, this shard's pieces */
 }
 

@@ -151,13 +151,29 @@ status train_step(train_run *r, train_step_stats *ss)
     r->hook_status = STATUS_OK;
     bool compress = r->dgc && dgc_active(r->dgc);
     if (r->grid.shape.pp > 1) TRY(train_pipeline(r, &loss, ss));  /* the micro-batches in the 1F1B order */
-    for (int a = 0; a < r->tb.accum && r->grid.shape.pp == 1; a++) {
+    /* this rank's micro-batches: A of b samples, or its share's under sched.mode (sched.c),
+       each micro-batch's gradient weighted by its samples / b, the loss likewise */
+    int nmb = r->grid.shape.pp == 1 ? train_micro_batches(r) : 0, b = r->tb.micro_batch;
+    for (int a = 0; a < nmb; a++) {
+        int n = train_micro_batch_size(r, a);
+        double la = 0;
         TRY(train_fill(r, r->train_data, a));
+        if (r->share.mode != TRAIN_SCHED_MODE_OFF) {
+            TRY(model_set_micro_batch(&r->m, n));
+            model_set_loss_scale(&r->m, (float)n / (float)b);
+        }
         train_lap(r, TRAIN_PROFILE_DATA);  /* the layers' laps follow, from the model's timer */
-        train_set_hook(r, !compress && a == r->tb.accum - 1);  /* earlier micro-batches only accumulate (DDP's no_sync) */
+        train_set_hook(r, !compress && a == nmb - 1);  /* earlier micro-batches only accumulate (DDP's no_sync) */
         if (a == 0) train_samples_slowdown(r);  /* a planted straggler: inside the first layer's forward lap */
-        TRY(train_forward_backward(&r->m, &r->batch, &r->dev, &loss, ss));
+        TRY(train_forward_backward(&r->m, &r->batch, &r->dev, &la, ss));
+        loss += n == b ? la : la * n / b;
         TRY(r->hook_status);
+    }
+    if (r->share.mode != TRAIN_SCHED_MODE_OFF) {  /* back to the whole micro-batch (evaluation, probes) */
+        TRY(model_set_micro_batch(&r->m, b));
+        model_set_loss_scale(&r->m, 1.0f);
+        for (int i = pt->count - 1; i >= 0 && nmb == 0 && !compress; i--)  /* an empty share: zeros to the sum */
+            TRY(bucket_mark_ready(&r->bm, i));
     }
     train_set_hook(r, false);
     double t1 = train_now_s();

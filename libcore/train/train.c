@@ -243,6 +243,7 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
     /* forced DGC-Pro never sends the dense gradient: no need to time it (slow links: minutes) */
     if (strcmp(config_str(cfg, "dgc.mode"), "on") != 0) TRY(train_calibrate_comm(r));
     TRY(train_dgc_setup(r));
+    TRY(train_sched_setup(r));
     TRY(train_profile_setup(r));
     TRY(train_samples_setup(r));
     TRY(train_trace_setup(r));
@@ -335,6 +336,7 @@ status train_resume(train_run *r)
     r->step = (long)info.step;
     TRY(train_reload_resume(r, &c));  /* first: the batch it may change is what elastic's is relative to */
     TRY(train_elastic_resume(r, &c));
+    TRY(train_sched_resume(r, &c, &info));
     TRY(data_set_state(r->train_data, &r->loader_state));
     if (r->dgc && !train_ckpt_blob(&c, TRAIN_CKPT_DGC)->loaded) {
         dgc_state_reset(r->dgc);
@@ -487,6 +489,7 @@ void train_free(train_run *r)
     train_trace_free(r);
     if (r->ckpt) ckpt_writer_free(r->ckpt);
     dgc_free(r->dgc);
+    train_sched_free(r);
     if (r->dgc_norm_comm != MPI_COMM_NULL) MPI_Comm_free(&r->dgc_norm_comm);
     if (r->use_zero) zero_free(&r->zero);
     device_optim_free(&r->opt.dopt);

@@ -54,6 +54,7 @@
 #define TRAIN_CKPT_DGC     "dgc"      /* blob, optional: DGC-Pro's per-rank state */
 #define TRAIN_CKPT_MONITOR "monitor"  /* blob, optional: train_monitor_ckpt */
 #define TRAIN_CKPT_RELOAD  "reload"   /* blob, optional: train_reload's history (JSON text) */
+#define TRAIN_CKPT_SCHED   "sched"    /* blob, optional: train_sched_ckpt, this rank's share */
 
 /* The tensor groups of a model's checkpoint, in the order they are written. */
 typedef enum train_ckpt_group {
@@ -101,6 +102,34 @@ typedef struct train_batch {
 /* STATUS_INPUT naming the keys when the three given values disagree or GB does not
  * split evenly. */
 status train_batch_resolve(train_batch *tb, const config *cfg, int world);
+
+/* Heterogeneous ranks (sched.c): this data-parallel rank's share of every global batch
+ * and its measured speed, checkpointed as the optional blob "sched" (fixed layout, no
+ * padding) so that a resume at the same layout continues the same assignment. */
+typedef struct train_sched_ckpt {
+    int64_t first, count;      /* samples [first, first + count) of every global batch */
+    int64_t global_batch;      /* GB the share is of; 0: no assignment (uniform shares) */
+    int64_t dp_size;           /* data-parallel ranks it was assigned over */
+    double speed;              /* samples per second of compute, EMA (0: not measured yet) */
+    int64_t assigned_at;       /* step of the assignment */
+} train_sched_ckpt;
+
+typedef enum train_sched_mode {
+    TRAIN_SCHED_MODE_OFF = 0,  /* every rank b x A samples (uniform data parallelism) */
+    TRAIN_SCHED_MODE_STATIC,   /* shares in proportion to sched.shares */
+    TRAIN_SCHED_MODE_BALANCED, /* shares in proportion to the measured speeds, every sched.interval steps */
+} train_sched_mode;
+
+typedef struct train_sched {
+    train_sched_mode mode;
+    double min_share;          /* floor: this fraction of an equal share (GB / dp), at least 1 sample */
+    long interval;             /* balanced: steps between assignments */
+    train_sched_ckpt ck;       /* checkpointed */
+    double *weights;           /* [dp] static: sched.shares; balanced: the gathered speeds */
+    int64_t *counts;           /* [dp] the assignment in force */
+    double compute_s;          /* this rank's forward + backward seconds since the last assignment */
+    long samples, steps;       /* its samples and steps over that time */
+} train_sched;
 
 /* The elastic state that outlives a step: checkpointed as the optional blob "elastic"
  * (fixed layout, no padding). The factor is relative to the configured global batch,
@@ -273,6 +302,7 @@ typedef struct train_run {
     bool dgc_flush;            /* auto switched DGC-Pro off: flush its residuals into the next step */
     data_state loader_state;   /* the training loader's position after the last step (checkpointed) */
     train_elastic elastic;     /* checkpointed; see train_elastic */
+    train_sched share;         /* heterogeneous ranks' shares (sched.c); mode off: uniform */
     int config_batch;          /* the global batch the config resolves to at this world size */
     int heartbeat_fd;          /* run_dir/heartbeat on rank 0, -1 elsewhere */
     /* elastic.c, rank 0: a control file that could be neither renamed nor removed (a

@@ -246,6 +246,19 @@ status train_rollback(train_run *r);
 void train_dgc_options(const train_run *r, dgc_options *o);
 /* DGC-Pro at setup: off, forced on, or auto (ruled out for small models, one node). */
 status train_dgc_setup(train_run *r);
+/* sched.c: heterogeneous ranks' shares of the global batch (mode off: nothing). Setup
+ * after the loaders (STATUS_INPUT naming the key for what it cannot do); the micro-batches
+ * of this rank's share in a step and the size of each; the checkpoint's shares after a
+ * load; an assignment anew (the global batch changed); balanced mode's measurement and
+ * assignment after each step. */
+status train_sched_setup(train_run *r);
+void train_sched_free(train_run *r);
+int train_micro_batches(const train_run *r);
+int train_micro_batch_size(const train_run *r, int a);
+status train_sched_resume(train_run *r, const ckpt_content *c, const ckpt_info *info);
+status train_sched_reassign(train_run *r, const char *why);
+status train_sched_after_step(train_run *r, const train_step_stats *ss);
+status train_sched_apportion(const double *w, int n, int64_t gb, int64_t floor_n, int64_t *out);
 /* Auto mode's decision after the first steps of a fresh run (collective). */
 status train_dgc_auto(train_run *r, const train_step_stats *ss, long first);
 
