@@ -27,15 +27,14 @@
 
 /* Splits gb samples over n ranks in proportion to w (w <= 0 counts as 0; all 0: equal),
  * each at least `floor_n`: floor_n each, the rest by weight rounded down, then one more
- * to the largest remainders (the lower rank first on ties). STATUS_INPUT when the
- * floors alone exceed gb. */
-status train_sched_apportion(const double *w, int n, int64_t gb, int64_t floor_n, int64_t *out)
+ * to the largest remainders (the lower rank first on ties). frac: n doubles of scratch.
+ * STATUS_INPUT when the floors alone exceed gb. */
+status train_sched_apportion(const double *w, int n, int64_t gb, int64_t floor_n, int64_t *out, double *frac)
 {
     if (floor_n * n > gb) return STATUS_INPUT;
     double sum = 0;
     for (int i = 0; i < n; i++) sum += w[i] > 0 ? w[i] : 0;
     int64_t rest = gb - floor_n * n, given = 0;
-    double frac[n];
     for (int i = 0; i < n; i++) {
         double q = (double)rest * (sum > 0 ? (w[i] > 0 ? w[i] : 0) / sum : 1.0 / n);
         double fl = floor(q);
@@ -67,13 +66,11 @@ static status sched_assign(train_run *r, const double *w, const char *why)
 {
     train_sched *s = &r->share;
     int dp = train_dp_size(r), me = train_dp_rank(r);
-    int64_t *counts = malloc((size_t)dp * sizeof *counts);
-    if (!counts) return STATUS_NOMEM;
-    status st = train_sched_apportion(w, dp, r->tb.global_batch, sched_floor(r), counts);
+    int64_t *counts = s->next;
+    status st = train_sched_apportion(w, dp, r->tb.global_batch, sched_floor(r), counts, s->plan);
     if (st != STATUS_OK) {
         log_error0("sched.min_share = %g: %d ranks x %lld samples is more than the global batch of %d",
                    s->min_share, dp, (long long)sched_floor(r), r->tb.global_batch);
-        free(counts);
         return st;
     }
     bool changed = s->ck.global_batch != r->tb.global_batch;
@@ -83,7 +80,6 @@ static status sched_assign(train_run *r, const double *w, const char *why)
         if (d < me) first += counts[d];
         s->counts[d] = counts[d];
     }
-    free(counts);
     s->ck.first = first, s->ck.count = s->counts[me];
     s->ck.global_batch = r->tb.global_batch, s->ck.dp_size = dp, s->ck.assigned_at = r->step;
     data_set_share(r->train_data, (uint64_t)s->ck.first, (uint64_t)s->ck.count);
@@ -100,10 +96,11 @@ status train_sched_reassign(train_run *r, const char *why)
     return r->share.mode == TRAIN_SCHED_MODE_OFF ? STATUS_OK : sched_assign(r, r->share.weights, why);
 }
 
-/* "1,1,0.4,0.4" into dp positive weights; STATUS_INPUT naming the key otherwise. */
-static status sched_parse_shares(train_run *r, double *w)
+/* A comma-separated list of dp positive numbers (key's value) into w; STATUS_INPUT naming
+ * the key otherwise. */
+static status sched_parse_list(train_run *r, const char *key, double *w, const char *example)
 {
-    const char *text = config_str(r->cfg, "sched.shares"), *p = text;
+    const char *text = config_str(r->cfg, key), *p = text;
     int dp = train_dp_size(r), n = 0;
     while (*p && n <= dp) {
         char *end;
@@ -114,9 +111,9 @@ static status sched_parse_shares(train_run *r, double *w)
         p = *end ? end + 1 : end;
     }
     if (n == dp) return STATUS_OK;
-    log_error0("sched.shares = '%s' (%s): sched.mode = static needs %d positive weights, one per data-parallel "
-               "rank, comma-separated (e.g. %s)", text, config_origin(r->cfg, "sched.shares"), dp,
-               dp == 4 ? "1,1,0.4,0.4" : "1,0.5");
+    log_error0("%s = '%s' (%s): sched.mode = %s needs %d positive numbers, one per data-parallel rank, "
+               "comma-separated (e.g. %s)", key, text, config_origin(r->cfg, key), config_str(r->cfg, "sched.mode"), dp,
+               example);
     return STATUS_INPUT;
 }
 
@@ -125,11 +122,13 @@ status train_sched_setup(train_run *r)
     train_sched *s = &r->share;
     const char *mode = config_str(r->cfg, "sched.mode");
     memset(s, 0, sizeof *s);
-    s->mode = !strcmp(mode, "static") ? TRAIN_SCHED_MODE_STATIC
-            : !strcmp(mode, "balanced") ? TRAIN_SCHED_MODE_BALANCED : TRAIN_SCHED_MODE_OFF;
+    static const char *const names[] = { "off", "static", "balanced", "performance", "economy" };
+    for (int k = 0; k < 5; k++)
+        if (!strcmp(mode, names[k])) s->mode = (train_sched_mode)k;
     if (s->mode == TRAIN_SCHED_MODE_OFF) return STATUS_OK;
     s->min_share = config_float(r->cfg, "sched.min_share");
     s->interval = (long)config_int(r->cfg, "sched.interval");
+    s->target = config_float(r->cfg, "sched.target");
     const char *why = NULL;
     if (r->grid.shape.tp > 1 || r->grid.shape.pp > 1) why = "parallel.tp and parallel.pp must be 1 (data parallelism)";
     else if (r->spec.family == MODEL_FAMILY_RESNET) why = "ResNet's batch normalisation depends on the micro-batch";
@@ -140,19 +139,42 @@ status train_sched_setup(train_run *r)
                    config_origin(r->cfg, "sched.mode"), why);
         return STATUS_INPUT;
     }
+    if (s->mode == TRAIN_SCHED_MODE_ECONOMY && !(s->target > 0)) {
+        log_error0("sched.mode = economy (%s) needs sched.target, the samples per second to reach with the least "
+                   "cost (e.g. --set sched.target=400)", config_origin(r->cfg, "sched.mode"));
+        return STATUS_INPUT;
+    }
     int dp = train_dp_size(r);
     s->weights = calloc((size_t)dp, sizeof *s->weights);
+    s->costs = calloc((size_t)dp, sizeof *s->costs);
+    s->meas = calloc(3 * (size_t)dp, sizeof *s->meas);
+    s->plan = calloc(3 * (size_t)dp, sizeof *s->plan);
+    s->order = calloc((size_t)dp, sizeof *s->order);
+    s->in = calloc((size_t)dp, sizeof *s->in);
     s->counts = calloc((size_t)dp, sizeof *s->counts);
-    if (!s->weights || !s->counts) return STATUS_NOMEM;
-    for (int d = 0; d < dp; d++) s->weights[d] = 1.0;
-    if (s->mode == TRAIN_SCHED_MODE_STATIC) TRY(sched_parse_shares(r, s->weights));
+    s->next = calloc((size_t)dp, sizeof *s->next);
+    if (!s->weights || !s->costs || !s->meas || !s->plan || !s->order || !s->in || !s->counts || !s->next)
+        return STATUS_NOMEM;
+    for (int d = 0; d < dp; d++) s->weights[d] = s->costs[d] = 1.0;
+    if (s->mode == TRAIN_SCHED_MODE_STATIC) TRY(sched_parse_list(r, "sched.shares", s->weights, "1,1,0.4,0.4"));
+    if (s->mode == TRAIN_SCHED_MODE_ECONOMY && config_str(r->cfg, "sched.costs")[0])
+        TRY(sched_parse_list(r, "sched.costs", s->costs, "3,3,1,1"));
+    if (r->rt->rank == 0) {
+        printf("sched: %s over %d data-parallel ranks, global batch %d, micro-batches of at most %d, floor %lld "
+               "samples (sched.min_share = %g)", mode, dp, r->tb.global_batch, r->tb.micro_batch,
+               (long long)sched_floor(r), s->min_share);
+        if (s->mode != TRAIN_SCHED_MODE_STATIC) printf(", measured every %ld steps", s->interval);
+        if (s->mode == TRAIN_SCHED_MODE_ECONOMY) printf(", target %g samples/s", s->target);
+        printf("\n");
+    }
     return sched_assign(r, s->weights, s->mode == TRAIN_SCHED_MODE_STATIC ? "sched.shares" : "equal until measured");
 }
 
 void train_sched_free(train_run *r)
 {
-    free(r->share.weights), free(r->share.counts);
-    r->share.weights = NULL, r->share.counts = NULL;
+    train_sched *s = &r->share;
+    free(s->weights), free(s->costs), free(s->meas), free(s->plan), free(s->order), free(s->in), free(s->counts), free(s->next);
+    s->weights = s->costs = s->meas = s->plan = NULL, s->order = NULL, s->in = NULL, s->counts = s->next = NULL;
 }
 
 int train_micro_batches(const train_run *r)
@@ -197,28 +219,119 @@ status train_sched_resume(train_run *r, const ckpt_content *c, const ckpt_info *
     return st;
 }
 
-/* Balanced: this rank's compute time of the step; every sched.interval steps the
- * speeds (an EMA, samples per second) gathered and the shares assigned anew. */
+/* The samples x[d] each rank takes when the ranks in `in` finish together at T (a rank's
+ * predicted step: fixed + x / rate), the others held at `floor`; sum x = gb. Returns T,
+ * found by bisection (the sum grows with T). */
+static double sched_waterfill(const double *rate, const double *fixed, const bool *in, int n, double gb, double floor_n,
+                              double *x)
+{
+    double rest = gb, lo = 0, hi = 0;
+    for (int d = 0; d < n; d++) {
+        if (!in[d]) rest -= floor_n;
+        else hi = fmax(hi, fixed[d] + gb / rate[d]);
+    }
+    for (int it = 0; it < 200; it++) {
+        double T = 0.5 * (lo + hi), sum = 0;
+        for (int d = 0; d < n; d++)
+            if (in[d]) sum += fmax(floor_n, rate[d] * (T - fixed[d]));
+        if (sum < rest) lo = T;
+        else hi = T;
+    }
+    for (int d = 0; d < n; d++) x[d] = in[d] ? fmax(floor_n, rate[d] * (hi - fixed[d])) : floor_n;
+    return hi;
+}
+
+/* The predicted step of an assignment: its slowest rank's fixed + x / rate. */
+static double sched_step_time(const double *rate, const double *fixed, const double *x, int n)
+{
+    double t = 0;
+    for (int d = 0; d < n; d++) t = fmax(t, fixed[d] + x[d] / rate[d]);
+    return t;
+}
+
+/* The modes' plans from the gathered measurements (meas: speed, rate, fixed_s per rank):
+ * the samples each rank should take into s->weights, what was decided into why. Every
+ * rank computes the same from the same numbers. */
+static void sched_plan(train_run *r, char *why, size_t cap)
+{
+    train_sched *s = &r->share;
+    int dp = train_dp_size(r);
+    double gb = r->tb.global_batch, fl = (double)sched_floor(r);
+    double *rate = s->plan, *fixed = s->plan + dp, *x = s->plan + 2 * dp;
+    bool *in = s->in;
+    for (int d = 0; d < dp; d++) {
+        rate[d] = fmax(s->meas[3 * d + 1], 1e-9), fixed[d] = s->meas[3 * d + 2], in[d] = true;
+        s->weights[d] = s->meas[3 * d];  /* balanced: in proportion to the busy speed */
+    }
+    size_t at = 0;
+    if (s->mode == TRAIN_SCHED_MODE_BALANCED) {
+        at += (size_t)snprintf(why, cap, "balanced: busy samples/s");
+        for (int d = 0; d < dp && at < cap - 12; d++) at += (size_t)snprintf(why + at, cap - at, "%s%.1f", d ? "," : " ", s->weights[d]);
+        return;
+    }
+    if (s->mode == TRAIN_SCHED_MODE_PERFORMANCE) {
+        double T = sched_waterfill(rate, fixed, in, dp, gb, fl, x);
+        at += (size_t)snprintf(why, cap, "performance: predicted step %.1f ms", 1e3 * sched_step_time(rate, fixed, x, dp));
+        for (int d = 0; d < dp && at < cap - 80; d++)  /* ranks whose floor alone passes the others' step */
+            if (fixed[d] + fl / rate[d] > T * (1 + 1e-9))
+                at += (size_t)snprintf(why + at, cap - at, "; rank %d held at the floor (%.1f ms fixed + %.2f ms per sample "
+                                       "against %.1f ms)", d, 1e3 * fixed[d], 1e3 / rate[d], 1e3 * T);
+    } else {  /* economy: the cheapest per sample first, until the predicted rate reaches the target */
+        int *order = s->order;
+        for (int d = 0; d < dp; d++) order[d] = d, in[d] = false;
+        for (int i = 1; i < dp; i++)  /* insertion sort by cost / rate, rank on ties */
+            for (int j = i; j > 0 && s->costs[order[j]] / rate[order[j]] < s->costs[order[j - 1]] / rate[order[j - 1]]; j--) {
+                int t = order[j];
+                order[j] = order[j - 1], order[j - 1] = t;
+            }
+        double step = 0, cost = 0;
+        int k = 0;
+        while (k < dp) {
+            in[order[k++]] = true;
+            sched_waterfill(rate, fixed, in, dp, gb, fl, x);
+            step = sched_step_time(rate, fixed, x, dp);
+            if (gb / step >= s->target) break;
+        }
+        for (int d = 0; d < dp; d++) cost += in[d] ? s->costs[d] : 0;
+        bool reach = gb / step >= s->target;
+        at += (size_t)snprintf(why, cap, "economy: %d of %d ranks (cost %.3g per s) for a predicted %.1f samples/s, "
+                               "target %g%s", k, dp, cost, gb / step, s->target,
+                               reach ? "" : " (out of reach: every rank at work)");
+        if (!reach && !s->told && r->rt->rank == 0)
+            printf("sched: step %ld: sched.target = %g samples/s is out of reach: %.1f predicted with every rank at work\n",
+                   r->step, s->target, gb / step);
+        s->told = !reach;
+    }
+    for (int d = 0; d < dp; d++) s->weights[d] = x[d] - fl;  /* apportioned above the floor */
+}
+
+/* After each step: this rank's busy time (the step less its wait for the others: a slow
+ * rank's own delays count, the fast ranks' waits for it do not) and forward + backward
+ * time; every sched.interval steps (balanced, performance, economy) the EMAs gathered,
+ * the plan made and the shares assigned anew. */
 status train_sched_after_step(train_run *r, const train_step_stats *ss)
 {
     train_sched *s = &r->share;
     if (s->mode == TRAIN_SCHED_MODE_OFF) return STATUS_OK;
     if (s->ck.global_batch != r->tb.global_batch)  /* the global batch changed (elastic, reload) */
         TRY(sched_assign(r, s->weights, "the global batch changed"));
-    if (s->mode != TRAIN_SCHED_MODE_BALANCED) return STATUS_OK;
-    /* busy: the step but its wait for the others (a slow rank's own delays count, the
-       fast ranks' waits for it do not) */
-    s->compute_s += (ss->step_ms - ss->comm_wait_ms) * 1e-3;
+    if (s->mode == TRAIN_SCHED_MODE_STATIC) return STATUS_OK;
+    s->busy_s += (ss->step_ms - ss->comm_wait_ms) * 1e-3;
+    s->fb_s += (ss->fwd_ms + ss->bwd_ms) * 1e-3;
     s->samples += s->ck.count;
     if (++s->steps < s->interval) return STATUS_OK;
-    double now = s->compute_s > 0 && s->samples > 0 ? (double)s->samples / s->compute_s : s->ck.speed;
-    s->ck.speed = s->ck.speed > 0 ? 0.5 * s->ck.speed + 0.5 * now : now;
-    s->compute_s = 0, s->samples = 0, s->steps = 0;
-    TRY(comm_ctl_allgather(train_dp_ctl(r), &s->ck.speed, 1, MPI_DOUBLE, s->weights, 1, MPI_DOUBLE));
-    char why[160];
-    snprintf(why, sizeof why, "balanced: speeds measured over %ld steps, samples/s", s->interval);
-    size_t at = strlen(why);
-    for (int d = 0; d < train_dp_size(r) && at < sizeof why - 12; d++)
-        at += (size_t)snprintf(why + at, sizeof why - at, "%s%.1f", d ? "," : " ", s->weights[d]);
+    train_sched_ckpt *ck = &s->ck;
+    double speed = s->busy_s > 0 && s->samples > 0 ? (double)s->samples / s->busy_s : ck->speed;
+    double rate = s->fb_s > 0 && s->samples > 0 ? (double)s->samples / s->fb_s : ck->rate;
+    double fixed = fmax(0.0, (s->busy_s - s->fb_s) / (double)s->steps);
+    bool first = ck->speed <= 0;
+    ck->speed = first ? speed : 0.5 * ck->speed + 0.5 * speed;
+    ck->rate = first ? rate : 0.5 * ck->rate + 0.5 * rate;
+    ck->fixed_s = first ? fixed : 0.5 * ck->fixed_s + 0.5 * fixed;
+    s->busy_s = s->fb_s = 0, s->samples = 0, s->steps = 0;
+    double mine[3] = { ck->speed, ck->rate, ck->fixed_s };
+    TRY(comm_ctl_allgather(train_dp_ctl(r), mine, 3, MPI_DOUBLE, s->meas, 3, MPI_DOUBLE));
+    char why[512];
+    sched_plan(r, why, sizeof why);
     return sched_assign(r, s->weights, why);
 }

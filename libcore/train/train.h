@@ -110,7 +110,9 @@ typedef struct train_sched_ckpt {
     int64_t first, count;      /* samples [first, first + count) of every global batch */
     int64_t global_batch;      /* GB the share is of; 0: no assignment (uniform shares) */
     int64_t dp_size;           /* data-parallel ranks it was assigned over */
-    double speed;              /* samples per second of compute, EMA (0: not measured yet) */
+    double speed;              /* samples per second of busy time (the step less its wait), EMA; 0: not measured */
+    double rate;               /* samples per second of forward + backward, EMA (the part that grows with the share) */
+    double fixed_s;            /* seconds per step that do not grow with the share (data, optimizer, delays), EMA */
     int64_t assigned_at;       /* step of the assignment */
 } train_sched_ckpt;
 
@@ -118,6 +120,10 @@ typedef enum train_sched_mode {
     TRAIN_SCHED_MODE_OFF = 0,  /* every rank b x A samples (uniform data parallelism) */
     TRAIN_SCHED_MODE_STATIC,   /* shares in proportion to sched.shares */
     TRAIN_SCHED_MODE_BALANCED, /* shares in proportion to the measured speeds, every sched.interval steps */
+    TRAIN_SCHED_MODE_PERFORMANCE, /* the shortest predicted step (fixed + share / rate per rank); a rank
+                                     whose fixed time alone passes it is held at the floor */
+    TRAIN_SCHED_MODE_ECONOMY,  /* the cheapest ranks (sched.costs per sample) that reach sched.target
+                                  samples/s; the others held at the floor */
 } train_sched_mode;
 
 typedef struct train_sched {
@@ -125,9 +131,17 @@ typedef struct train_sched {
     double min_share;          /* floor: this fraction of an equal share (GB / dp), at least 1 sample */
     long interval;             /* balanced: steps between assignments */
     train_sched_ckpt ck;       /* checkpointed */
-    double *weights;           /* [dp] static: sched.shares; balanced: the gathered speeds */
+    double *weights;           /* [dp] static: sched.shares; the other modes: the samples each would take */
+    double *costs;             /* [dp] economy: sched.costs, cost per second of a rank */
+    double *meas;              /* [3 dp] gathered speed, rate, fixed_s of every rank */
+    double *plan;              /* [3 dp] the plan's scratch: rates, fixed times, samples */
+    int *order;                /* [dp] economy's order by cost per sample */
+    bool *in;                  /* [dp] the ranks at work beyond the floor */
     int64_t *counts;           /* [dp] the assignment in force */
-    double compute_s;          /* this rank's forward + backward seconds since the last assignment */
+    int64_t *next;             /* [dp] the assignment being made */
+    double target;             /* economy: samples per second to reach */
+    bool told;                 /* economy: the target's being out of reach was logged */
+    double busy_s, fb_s;       /* this rank's busy and forward + backward seconds since the last assignment */
     long samples, steps;       /* its samples and steps over that time */
 } train_sched;
 

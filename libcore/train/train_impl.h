@@ -258,7 +258,7 @@ int train_micro_batch_size(const train_run *r, int a);
 status train_sched_resume(train_run *r, const ckpt_content *c, const ckpt_info *info);
 status train_sched_reassign(train_run *r, const char *why);
 status train_sched_after_step(train_run *r, const train_step_stats *ss);
-status train_sched_apportion(const double *w, int n, int64_t gb, int64_t floor_n, int64_t *out);
+status train_sched_apportion(const double *w, int n, int64_t gb, int64_t floor_n, int64_t *out, double *frac);
 /* Auto mode's decision after the first steps of a fresh run (collective). */
 status train_dgc_auto(train_run *r, const train_step_stats *ss, long first);
 

@@ -10,6 +10,13 @@
 #     forward, several times the step) measures the speeds every 5 steps and gives rank 3
 #     less than an equal share but at least sched.min_share of one (1 of 4 samples); its
 #     losses match uniform within 1e-5;
+#   - performance mode, rank 3 slowed the same way: the predicted step (fixed time + share /
+#     forward-backward rate per rank, water-filled) cannot be shortened by giving rank 3
+#     work, so it is held at the floor, 1 sample (no starvation: sched.min_share = 0.1 of an
+#     equal share of 4), and the log says why; with sched.min_share = 0 it is excluded (0
+#     samples: its zero gradient still joins the sum); losses within 1e-5 of uniform;
+#   - economy mode, costs 4,4,1,1 and a target the cheapest rank reaches alone: the two
+#     expensive ranks are held at the floor; an unreachable target is said;
 #   - resume: static runs stopped at 10 and resumed to 20 are bit-identical to the straight
 #     run; a balanced run resumed at 10 takes the checkpoint's shares (assigned at step 10)
 #     and its steps 11-15, until it measures anew, are the straight run's bit for bit;
@@ -58,6 +65,34 @@ sys.exit(0 if rows and all(sum(r) == 16 and 1 <= r[3] < 4 for r in rows) else 1)
 PY
 check "balanced: losses within 1e-5 of uniform at every step" same_losses "$tmp/u" "$tmp/b"
 
+# shares_at LOG STEP PYEXPR: the shares assigned at STEP (c[0..3]) satisfy PYEXPR
+shares_at() {
+    $PY - "$1" "$2" "$3" <<'PY'
+import re, sys
+m = re.search(rf"step {sys.argv[2]}: shares of the global batch 16: ([\d,]+)", open(sys.argv[1]).read())
+c = list(map(int, m.group(1).split(","))) if m else None
+sys.exit(0 if c and sum(c) == 16 and eval(sys.argv[3]) else 1)
+PY
+}
+run "$tmp/p" --steps 20 --set sched.mode=performance "${BAL[@]:2}"
+grep "^sched: step 5" "$tmp/p.log" | sed 's/^/    /'
+check "performance: rank 3, slowed by a fixed 200 ms, is held at the floor, exactly 1 sample (min_share 0.1 of 4)" \
+    shares_at "$tmp/p.log" 5 "c[3] == 1"
+check "performance: the log says why (its fixed time against the others' step)" grep -q "rank 3 held at the floor" "$tmp/p.log"
+check "performance: losses within 1e-5 of uniform" same_losses "$tmp/u" "$tmp/p"
+run "$tmp/p0" --steps 20 --set sched.mode=performance --set sched.min_share=0 "${BAL[@]:2}"
+check "performance with sched.min_share = 0: rank 3 is excluded (0 samples; its zero gradient still joins the sum)" \
+    shares_at "$tmp/p0.log" 5 "c[3] == 0"
+check "performance, rank 3 excluded: losses within 1e-5 of uniform" same_losses "$tmp/u" "$tmp/p0"
+ECO=(--set sched.mode=economy --set sched.interval=5 --set sched.costs=4,4,1,1)
+run "$tmp/c" --steps 20 "${ECO[@]}" --set sched.target=1
+grep "^sched: step 5" "$tmp/c.log" | sed 's/^/    /'
+check "economy: a target the cheapest rank reaches alone: ranks 0 and 1 (cost 4) held at the floor" \
+    shares_at "$tmp/c.log" 5 "c[0] == 1 and c[1] == 1 and max(c[2], c[3]) >= 7"
+check "economy: losses within 1e-5 of uniform" same_losses "$tmp/u" "$tmp/c"
+run "$tmp/c2" --steps 10 "${ECO[@]}" --set sched.target=1e9
+check "economy: an unreachable target is said, every rank at work" grep -q "sched.target = 1e+09 samples/s is out of reach" "$tmp/c2.log"
+
 run "$tmp/s2" --steps 10 --set sched.mode=static --set sched.shares=3,3,1,1
 run "$tmp/s2" --steps 20 --set sched.mode=static --set sched.shares=3,3,1,1
 check "static: stopped at 10, resumed to 20, bit-identical" same_losses "$tmp/s" "$tmp/s2" 11 exact
@@ -73,8 +108,10 @@ run_out() {
     cat "$1.log"
     return $rc
 }
-expect "shares of the wrong count" 2 "needs 4 positive weights" -- run_out "$tmp/x1" --steps 2 --set sched.mode=static --set sched.shares=1,1
+expect "shares of the wrong count" 2 "needs 4 positive numbers" -- run_out "$tmp/x1" --steps 2 --set sched.mode=static --set sched.shares=1,1
 expect "a negative share" 2 "sched.shares = '1,1,-1,1'" -- run_out "$tmp/x2" --steps 2 --set sched.mode=static --set sched.shares=1,1,-1,1
 expect "an unknown mode" 2 "sched.mode" -- run_out "$tmp/x4" --steps 2 --set sched.mode=fastest
+expect "economy without a target" 2 "needs sched.target" -- run_out "$tmp/x6" --steps 2 --set sched.mode=economy
+expect "costs of the wrong count" 2 "sched.costs = '1,2'" -- run_out "$tmp/x7" --steps 2 "${ECO[@]::2}" --set sched.costs=1,2 --set sched.target=5
 expect "sched with a pipeline" 2 "parallel.tp and parallel.pp must be 1" -- run_out "$tmp/x5" --steps 2 --set sched.mode=balanced --set parallel.pp=2
 finish
