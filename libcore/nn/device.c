@@ -223,15 +223,29 @@ status device_open(device *d, device_kind kind, precision_kind precision, int or
 #endif
 }
 
+precision_kind device_auto_precision(device_kind kind, int sm_major)
+{
+    if (kind != DEVICE_KIND_CUDA) return PRECISION_FP32;
+    return sm_major >= 8 ? PRECISION_BF16 : sm_major == 7 ? PRECISION_FP16 : PRECISION_FP32;
+}
+
 status device_open_from_config(device *d, const struct config *cfg, int ordinal)
 {
     device_kind k = DEVICE_KIND_CPU;
     precision_kind p = PRECISION_FP32;
     /* the schema's enum check already refused anything else */
-    const char *why = NULL;
-    CHECK(device_kind_parse(config_str(cfg, "device.kind"), &k) &&
-              precision_kind_parse(config_str(cfg, "device.precision"), &p, &why),
+    const char *why = NULL, *want = config_str(cfg, "device.precision");
+    bool automatic = !strcmp(want, "auto");
+    CHECK(device_kind_parse(config_str(cfg, "device.kind"), &k) && (automatic || precision_kind_parse(want, &p, &why)),
           "DEVICE_CONFIG_KEYS and the parsers disagree");
+    if (automatic) p = device_auto_precision(k, 0);
+#ifdef NEBULA_CUDA
+    if (automatic && k == DEVICE_KIND_CUDA && cuda_device_count() > 0) {  /* the GPU this rank will open */
+        cuda_device_info info;
+        if (cuda_device_select((ordinal < 0 ? 0 : ordinal) % cuda_device_count(), &info) == 0)
+            p = device_auto_precision(k, info.sm_major);
+    }
+#endif
     return device_open(d, k, p, ordinal);
 }
 

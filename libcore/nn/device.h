@@ -115,13 +115,20 @@ typedef struct device {
 #define DEVICE_CONFIG_KEYS                                                                          \
     { "device", "kind", CONFIG_TYPE_ENUM, "cpu", .choices = "cpu|cuda",                             \
       .help = "where the model runs: cpu, or cuda (one GPU per rank, host-local rank modulo the GPUs)" }, \
-    { "device", "precision", CONFIG_TYPE_ENUM, "fp32", .choices = PRECISION_CHOICES,                \
+    { "device", "precision", CONFIG_TYPE_ENUM, "fp32", .choices = PRECISION_CHOICES "|auto",       \
       .help = "bf16 or fp16 GEMM operands, fp32 accumulation and master weights; fp16 (cuda only) with loss " \
-              "scaling; bf16 on the CPU needs AVX512-BF16 or AMX" }
+              "scaling; bf16 on the CPU needs AVX512-BF16 or AMX; auto: per rank, bf16 on a GPU with bf16 " \
+              "tensor cores (sm_80 on), fp16 on sm_70-75, fp32 on older GPUs and on CPUs" }
 
 struct config;
-/* device_open with the [device] keys of cfg. */
+/* device_open with the [device] keys of cfg; precision auto is resolved per rank on the
+ * device it opens (device_auto_precision). */
 status device_open_from_config(device *d, const struct config *cfg, int ordinal);
+/* What device.precision = auto picks for a device: a GPU's tensor cores take bf16 from
+ * compute capability 8.0 (Ampere) on and fp16 on 7.x (Volta, Turing: no bf16), older GPUs
+ * and CPUs fp32 (a CPU rank beside GPUs keeps the reference precision, as PyTorch's
+ * autocast leaves CPU ops fp32 by default). */
+precision_kind device_auto_precision(device_kind kind, int sm_major);
 
 /* CUDA devices visible to this process (runtime_options.gpus); 0 without CUDA, driver or GPU. */
 int device_gpu_count(void);

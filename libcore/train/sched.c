@@ -18,6 +18,7 @@
  * needs the same time). Each rank gets at least sched.min_share of an equal share. The
  * apportionment is the largest-remainder method on numbers every rank holds alike, so
  * every rank computes the same assignment with no broadcast. */
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,8 +86,14 @@ static status sched_assign(train_run *r, const double *w, const char *why)
     data_set_share(r->train_data, (uint64_t)s->ck.first, (uint64_t)s->ck.count);
     if (changed && r->rt->rank == 0) {
         printf("sched: step %ld: shares of the global batch %d:", r->step, r->tb.global_batch);
-        for (int d = 0; d < dp; d++) printf("%s%lld", d ? "," : " ", (long long)s->counts[d]);
+        json_t *shares = json_array();
+        for (int d = 0; d < dp; d++) {
+            printf("%s%lld", d ? "," : " ", (long long)s->counts[d]);
+            json_array_append_new(shares, json_integer((json_int_t)s->counts[d]));
+        }
         printf(" (%s)\n", why);
+        train_metrics_write(r, json_pack("{s:s, s:I, s:s, s:o, s:s}", "kind", "sched", "step", (json_int_t)r->step, "mode",
+                                         config_str(r->cfg, "sched.mode"), "shares", shares, "reason", why));
     }
     return STATUS_OK;
 }
@@ -115,6 +122,20 @@ static status sched_parse_list(train_run *r, const char *key, double *w, const c
                "comma-separated (e.g. %s)", key, text, config_origin(r->cfg, key), config_str(r->cfg, "sched.mode"), dp,
                example);
     return STATUS_INPUT;
+}
+
+/* Rank 0 prints each rank's host, CPUs and device with the precision it runs (device.precision
+ * = auto resolves per rank: a GPU's tensor cores, a CPU's fp32). */
+static status sched_print_ranks(train_run *r)
+{
+    enum { W = 400 };
+    char mine[W], *all = r->rt->rank == 0 ? malloc((size_t)W * (size_t)r->rt->size) : NULL;
+    if (r->rt->rank == 0 && !all) return STATUS_NOMEM;
+    snprintf(mine, sizeof mine, "%s cpus %s: %s", r->rt->host, r->rt->cpus[0] ? r->rt->cpus : "-", r->dev.describe);
+    status st = comm_ctl_gather(train_ctl(r), mine, W, MPI_CHAR, all, W, MPI_CHAR, 0);
+    for (int k = 0; st == STATUS_OK && all && k < r->rt->size; k++) printf("sched: rank %d: %.*s\n", k, W, all + (size_t)k * W);
+    free(all);
+    return st;
 }
 
 status train_sched_setup(train_run *r)
@@ -159,6 +180,7 @@ status train_sched_setup(train_run *r)
     if (s->mode == TRAIN_SCHED_MODE_STATIC) TRY(sched_parse_list(r, "sched.shares", s->weights, "1,1,0.4,0.4"));
     if (s->mode == TRAIN_SCHED_MODE_ECONOMY && config_str(r->cfg, "sched.costs")[0])
         TRY(sched_parse_list(r, "sched.costs", s->costs, "3,3,1,1"));
+    TRY(sched_print_ranks(r));
     if (r->rt->rank == 0) {
         printf("sched: %s over %d data-parallel ranks, global batch %d, micro-batches of at most %d, floor %lld "
                "samples (sched.min_share = %g)", mode, dp, r->tb.global_batch, r->tb.micro_batch,

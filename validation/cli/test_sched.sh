@@ -56,7 +56,7 @@ run "$tmp/e" --steps 20 --set sched.mode=static --set sched.shares=1,1,1,1
 check "equal shares: uniform data parallelism bit for bit" same_losses "$tmp/u" "$tmp/e" 1 exact
 
 BAL=(--set sched.mode=balanced --set sched.interval=5 --set runtime.slowdown=3:200)
-run "$tmp/b" --steps 20 "${BAL[@]}"
+run "$tmp/b" --steps 20 "${BAL[@]}" --set device.precision=auto
 grep "^sched:" "$tmp/b.log" | sed 's/^/    /'
 check "balanced: rank 3 (slowed) gets less than an equal share, at least min_share of one" $PY - "$tmp/b.log" <<'PY'
 import re, sys
@@ -64,6 +64,14 @@ rows = [list(map(int, m.group(1).split(","))) for m in re.finditer(r"step (?:5|1
 sys.exit(0 if rows and all(sum(r) == 16 and 1 <= r[3] < 4 for r in rows) else 1)
 PY
 check "balanced: losses within 1e-5 of uniform at every step" same_losses "$tmp/u" "$tmp/b"
+check "device.precision = auto: each of the 4 CPU ranks prints its device, fp32" \
+    test "$(grep -cE '^sched: rank [0-3]: .*cpu .*, fp32$' "$tmp/b.log")" -eq 4
+check "balanced: metrics.jsonl has a sched record per change, its shares those of the log" $PY - "$tmp/b" <<'PY'
+import json, re, sys
+recs = [j for j in map(json.loads, open(sys.argv[1] + "/metrics.jsonl")) if j["kind"] == "sched"]
+logged = {int(s): list(map(int, c.split(","))) for s, c in re.findall(r"sched: step (\d+): shares of the global batch 16: ([\d,]+)", open(sys.argv[1] + ".log").read())}
+sys.exit(0 if recs and all(logged.get(j["step"]) == j["shares"] and j["mode"] == "balanced" for j in recs) else 1)
+PY
 
 # shares_at LOG STEP PYEXPR: the shares assigned at STEP (c[0..3]) satisfy PYEXPR
 shares_at() {

@@ -10,6 +10,7 @@
  * torch's GradScaler rule reproduced in validation/reference/loss_scaler_ref.py (a
  * missing python3 is a FAIL, never a skip). One line per check, exit 1 on any
  * failure. Run from the repository root. */
+#include "nn/device.h"
 #include "nn/precision.h"
 
 #include <math.h>
@@ -92,6 +93,12 @@ static void test_kinds(void)
     bool bad = !precision_kind_parse("float16", &got, &why) && got == PRECISION_BF16 && why &&
                strstr(why, "fp32") && strstr(why, "bf16") && strstr(why, "fp16");
     check(bad, "an unknown name is refused with a message naming the valid values (\"%s\")", why ? why : "");
+    check(device_auto_precision(DEVICE_KIND_CUDA, 9) == PRECISION_BF16 &&
+              device_auto_precision(DEVICE_KIND_CUDA, 8) == PRECISION_BF16 &&
+              device_auto_precision(DEVICE_KIND_CUDA, 7) == PRECISION_FP16 &&
+              device_auto_precision(DEVICE_KIND_CUDA, 6) == PRECISION_FP32 &&
+              device_auto_precision(DEVICE_KIND_CPU, 0) == PRECISION_FP32,
+          "device.precision = auto: bf16 on sm_80 and sm_90, fp16 on sm_70 (no bf16 tensor cores), fp32 on sm_60 and CPUs");
     check(precision_kind_bytes(PRECISION_FP32) == 4 && precision_kind_bytes(PRECISION_BF16) == 2 &&
               precision_kind_bytes(PRECISION_FP16) == 2 && strcmp(PRECISION_CHOICES, "fp32|bf16|fp16") == 0,
           "bytes per value 4, 2, 2; PRECISION_CHOICES lists the names");
