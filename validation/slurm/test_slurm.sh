@@ -23,6 +23,11 @@
 #   chain      train -> bench with afterok: bench starts after train ended and writes its
 #              node-count table; a train that fails (exit 2) cancels the bench behind it
 #   two-nodes  train.sbatch -N 2 x 2 ranks, srun and mpirun: ranks 0-1 on n1, 2-3 on n2
+#   fallback   jobscripts/submit on a cluster of two partitions, fast (n1) and slow (n2):
+#              with fast free a train job goes there; with fast held by a 20-minute job and
+#              --max-wait 1, sbatch --test-only says fast would start it in ~20 min, so
+#              the job is submitted to slow instead and completes there; with no fallback
+#              it waits for fast (submitted there, pending); bad usage exits 2
 #   chaos      chaos.sbatch as a 2-task array (kill-30pct, preempt: nebula-chaos relaunching
 #              nebula-train with srun inside the allocation) and a 75-second soak.sbatch on
 #              2 nodes (kill, stop, preempt; ranks found and hit on n2 through the job):
@@ -31,7 +36,7 @@
 # Needs root (the daemons run as root), except `scripts`: the others say so and are
 # skipped (exit 77) when not root.
 . "$(dirname "$0")/../cli/lib.sh"
-scenario=${1:?usage: test_slurm.sh scripts|train|requeue|outcome|array|chain|two-nodes|chaos}
+scenario=${1:?usage: test_slurm.sh scripts|train|requeue|outcome|array|chain|two-nodes|fallback|chaos}
 PY=/usr/bin/python3
 CKPT=build/bin/nebula-ckpt
 
@@ -45,13 +50,16 @@ check() {
 }
 
 if [ "$scenario" = scripts ]; then
-    for f in jobscripts/*.sbatch jobscripts/lib.sh tools/slurm-local; do
+    for f in jobscripts/*.sbatch jobscripts/lib.sh jobscripts/submit tools/slurm-local; do
         check "bash -n $f" bash -n "$f"
         check "shellcheck $f" shellcheck -x "$f"
     done
     for f in jobscripts/*.sbatch; do
         expect "$f outside a job exits 2" 2 "not inside a Slurm job" -- env -u SLURM_JOB_ID bash "$f"
     done
+    expect "submit with a bad --max-wait" 2 "--max-wait must be minutes" -- jobscripts/submit --max-wait soon jobscripts/train.sbatch
+    expect "submit without a script" 2 "no job script given" -- jobscripts/submit --partition fast
+    expect "slurm-local with a bad --partition" 2 "--partition needs NAME=NODES" -- tools/slurm-local start "$tmp/c" --partition fast
     expect "slurm-local without a directory" 2 "the cluster directory is missing" -- tools/slurm-local start
     expect "slurm-local with a bad option" 2 "unknown option '--bogus'" -- tools/slurm-local start "$tmp/c" --bogus
     expect "slurm-local status of nothing" 1 "no cluster in" -- tools/slurm-local status "$tmp"
@@ -82,7 +90,9 @@ steps_before=$(pgrep -c slurmstepd)
 trap 'stop_cluster; rm -rf "$tmp"' EXIT
 cpus=2
 [ "$scenario" = chaos ] && cpus=4  # the chaos scenarios run 4 ranks on one node
-tools/slurm-local start "$cluster" --nodes 2 --cpus $cpus >"$tmp/start.log" 2>&1 ||
+parts=()
+[ "$scenario" = fallback ] && parts=(--partition fast=n1 --partition slow=n2)
+tools/slurm-local start "$cluster" --nodes 2 --cpus $cpus "${parts[@]}" >"$tmp/start.log" 2>&1 ||
     { echo "FAIL - the cluster did not start"; cat "$tmp/start.log"; exit 1; }
 eval "$(tools/slurm-local env "$cluster")"
 # both "nodes" are one host: OpenMPI's shared-memory transport would mix up their segments
@@ -119,6 +129,27 @@ TRAIN_ARGS=(--set data.train="$data/train.bin" --set data.val="$data/val.bin" --
 final_ckpt() { ls -d "$1"/ckpt/step_* 2>/dev/null | tail -1; }
 
 case "$scenario" in
+fallback)
+    SUB=(jobscripts/submit --partition fast --fallback-partition slow --max-wait 1)
+    TRAIN=(jobscripts/train.sbatch "${TRAIN_ARGS[@]}" --steps 20)
+    jid=$("${SUB[@]}" -n 2 -o "$out/free.out" "${TRAIN[@]}" --run-dir "$tmp/run-free" 2>"$tmp/free.err")
+    st=$(wait_job "$jid" 120) && ok "fast free: the job completed" || { bad "fast free: $st"; show_out "$out/free.out"; }
+    check "fast free: submitted to fast, on n1" test "$(job_field "$jid" Partition) $(job_field "$jid" BatchHost)" = "fast n1"
+    sed 's/^/    /' "$tmp/free.err"
+    hold=$(sbatch --parsable -p fast -n 2 --time=20 -o /dev/null --wrap "sleep 600")
+    t0=$SECONDS
+    until [ "$(job_field "$hold" JobState)" = RUNNING ] || [ $((SECONDS - t0)) -gt 30 ]; do sleep 0.2; done
+    jid=$("${SUB[@]}" -n 2 -o "$out/held.out" "${TRAIN[@]}" --run-dir "$tmp/run-held" 2>"$tmp/held.err")
+    sed 's/^/    /' "$tmp/held.err"
+    check "fast held for 20 min: the helper says it falls back" grep -q "falling back to slow" "$tmp/held.err"
+    st=$(wait_job "$jid" 120) && ok "fast held: the job completed on the fallback" || { bad "fast held: $st"; show_out "$out/held.out"; }
+    check "fast held: submitted to slow, ran on n2" test "$(job_field "$jid" Partition) $(job_field "$jid" BatchHost)" = "slow n2"
+    check "fast held: it trained its 20 steps" grep -q "^summary: steps=20 " "$out/held.out"
+    jid=$(jobscripts/submit --partition fast --max-wait 1 -n 2 -o /dev/null --wrap true 2>"$tmp/none.err")
+    check "no fallback given: submitted to fast, pending behind the holder" \
+        test "$(job_field "$jid" Partition) $(job_field "$jid" JobState)" = "fast PENDING"
+    scancel "$jid" "$hold"
+    ;;
 train)
     for launcher in srun mpirun; do
         jid=$(NEBULA_LAUNCHER=$launcher sbatch --parsable -o "$out/train-$launcher.out" jobscripts/train.sbatch \
