@@ -100,6 +100,9 @@ static const char usage[] =
     "       nebula-bench table dgc [--models gpt2,...] [--rates 1gbit,100mbit,none] [--steps N] [--reps R] [--csv]\n"
     "                                     dense vs DGC-Pro training on rate-limited links between 4 network\n"
     "                                     namespaces (root; runs tools/bench-dgc.sh, which says how it measures)\n"
+    "       nebula-bench table hetero [--quotas 50,50,20,20] [--modes balanced,performance] [--steps N] [--reps R]\n"
+    "                                     uniform data parallelism against the scheduler's modes on ranks capped by\n"
+    "                                     cgroup CPU quotas (root; tools/bench-hetero.sh)\n"
     "       nebula-bench table hybrid [--models bert-large,gpt2-medium] [--rates 1gbit,none] [--steps N]\n"
     "                                     [--layouts dp4,dp4z,tp2dp2,pp2dp2,tp2pp2] [--seq-len T] [--global-batch G]\n"
     "                                     [--reps R] [--csv]: the process grids on 2 virtual nodes x 2 ranks: step\n"
@@ -181,8 +184,10 @@ int main(int argc, char **argv)
     bool model = !strcmp(argv[1], "model"), dgc = !strcmp(argv[1], "dgc");
     if (!strcmp(argv[1], "provenance")) return bench_provenance_main(argc, argv);
     if (!strcmp(argv[1], "table")) {
-        if (argc < 3 || (strcmp(argv[2], "dgc") != 0 && strcmp(argv[2], "models") != 0 && strcmp(argv[2], "hybrid") != 0)) {
-            log_error0("table: expected 'table dgc', 'table hybrid' or 'table models', got '%s'", argc < 3 ? "" : argv[2]);
+        if (argc < 3 || (strcmp(argv[2], "dgc") != 0 && strcmp(argv[2], "models") != 0 && strcmp(argv[2], "hybrid") != 0 &&
+                         strcmp(argv[2], "hetero") != 0)) {
+            log_error0("table: expected 'table dgc', 'table hetero', 'table hybrid' or 'table models', got '%s'",
+                       argc < 3 ? "" : argv[2]);
             return 2;
         }
         return table_run(argv[2], argc - 3, argv + 3);

@@ -92,8 +92,19 @@ static status sched_assign(train_run *r, const double *w, const char *why)
             json_array_append_new(shares, json_integer((json_int_t)s->counts[d]));
         }
         printf(" (%s)\n", why);
-        train_metrics_write(r, json_pack("{s:s, s:I, s:s, s:o, s:s}", "kind", "sched", "step", (json_int_t)r->step, "mode",
-                                         config_str(r->cfg, "sched.mode"), "shares", shares, "reason", why));
+        json_t *rec = json_pack("{s:s, s:I, s:s, s:o, s:s}", "kind", "sched", "step", (json_int_t)r->step, "mode",
+                                config_str(r->cfg, "sched.mode"), "shares", shares, "reason", why);
+        if (rec && s->meas[0] > 0) {  /* measured: each rank's busy samples/s, forward-backward samples/s, fixed s */
+            json_t *v = json_array(), *f = json_array(), *c = json_array();
+            for (int d = 0; d < dp; d++) {
+                json_array_append_new(v, json_real(s->meas[3 * d]));
+                json_array_append_new(f, json_real(s->meas[3 * d + 1]));
+                json_array_append_new(c, json_real(s->meas[3 * d + 2]));
+            }
+            json_object_set_new(rec, "speeds", v), json_object_set_new(rec, "rates", f);
+            json_object_set_new(rec, "fixed_s", c);
+        }
+        train_metrics_write(r, rec);
     }
     return STATUS_OK;
 }
