@@ -106,11 +106,11 @@ row() {  # row MODE total steady ideal shares
     local rt rs over
     rt=$(echo "$2 / $ut" | bc -l) rs=$(echo "$3 / $us" | bc -l)
     over=nan
-    [ "$4" = nan ] || over=$(echo "($3 / $4 - 1) * 100" | bc -l)
+    [ "$4" = nan ] || over=$(printf '%.1f' "$(echo "($3 / $4 - 1) * 100" | bc -l)")
     if [ $csv = 1 ]; then
         printf '%s,%.2f,%.3f,%.1f,%.3f,%s,%s,%s,"%s"\n' "$1" "$2" "$rt" "$3" "$rs" "$4" "$over" "$5" "$how"
     else
-        [ "$over" = nan ] || over=$(printf '%+.0f%%' "$over")
+        [ "$over" = nan ] || over=$(printf '%+.0f%%' "$over")  # the percentage, signed
         printf '| %s | %.2f | %.2f | %.1f | %.2f | %s | %s | %s | %s |\n' "$1" "$2" "$rt" "$3" "$rs" "$4" "$over" "$5" "$how"
     fi
 }

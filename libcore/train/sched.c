@@ -162,8 +162,7 @@ status train_sched_setup(train_run *r)
     s->interval = (long)config_int(r->cfg, "sched.interval");
     s->target = config_float(r->cfg, "sched.target");
     const char *why = NULL;
-    if (r->grid.shape.tp > 1 || r->grid.shape.pp > 1) why = "parallel.tp and parallel.pp must be 1 (data parallelism)";
-    else if (r->spec.family == MODEL_FAMILY_RESNET) why = "ResNet's batch normalisation depends on the micro-batch";
+    if (r->spec.family == MODEL_FAMILY_RESNET) why = "ResNet's batch normalisation depends on the micro-batch";
     else if (device_is_gpu(&r->dev)) why = "device.kind = cpu only so far";
     else if (r->fixed_batch) why = "data.train = synthetic-fixed trains on one fixed micro-batch";
     if (why) {
@@ -307,8 +306,8 @@ static void sched_plan(train_run *r, char *why, size_t cap)
         at += (size_t)snprintf(why, cap, "performance: predicted step %.1f ms", 1e3 * sched_step_time(rate, fixed, x, dp));
         for (int d = 0; d < dp && at < cap - 80; d++)  /* ranks whose floor alone passes the others' step */
             if (fixed[d] + fl / rate[d] > T * (1 + 1e-9))
-                at += (size_t)snprintf(why + at, cap - at, "; rank %d held at the floor (%.1f ms fixed + %.2f ms per sample "
-                                       "against %.1f ms)", d, 1e3 * fixed[d], 1e3 / rate[d], 1e3 * T);
+                at += (size_t)snprintf(why + at, cap - at, "; rank %d %s (%.1f ms fixed + %.2f ms per sample "
+                                       "against %.1f ms)", d, fl > 0 ? "held at the floor" : "excluded", 1e3 * fixed[d], 1e3 / rate[d], 1e3 * T);
     } else {  /* economy: the cheapest per sample first, until the predicted rate reaches the target */
         int *order = s->order;
         for (int d = 0; d < dp; d++) order[d] = d, in[d] = false;

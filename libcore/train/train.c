@@ -79,6 +79,12 @@ status train_grid_allowed(const config *cfg, const grid_shape *g)
                    "ckpt.async = false", gs.tp, gs.pp);
         return STATUS_INPUT;
     }
+    if (hybrid && strcmp(config_str(cfg, "sched.mode"), "off")) {
+        log_error0("sched.mode = %s (%s) with parallel.tp = %d, parallel.pp = %d: heterogeneous shares are for data "
+                   "parallelism; parallel.tp and parallel.pp must be 1 (or set sched.mode = off)",
+                   config_str(cfg, "sched.mode"), config_origin(cfg, "sched.mode"), gs.tp, gs.pp);
+        return STATUS_INPUT;
+    }
     return STATUS_OK;
 }
 

@@ -109,6 +109,17 @@ run "$tmp/b2" --steps 15 "${BAL[@]}"
 check "balanced: resumed with the checkpoint's shares" grep -q "resumed with the checkpoint's shares (assigned at step 10)" "$tmp/b2.log"
 check "balanced: resumed at 10, steps 11-15 bit-identical to the straight run" same_losses "$tmp/b" "$tmp/b2" 11 exact
 
+# the elastic control file: a new grid is refused under sched (the run goes on); a new
+# global batch is apportioned again by the same weights
+mkdir -p "$tmp/grid" && printf 'tp=2\n' >"$tmp/grid/control"
+run "$tmp/grid" --steps 3 --set sched.mode=static --set sched.shares=3,3,1,1
+check "a control file's tp=2 under sched.mode: rejected, the run goes on and exits 0" \
+    eval '[ $? -eq 0 ] && [ -e "$tmp/grid/control.rejected" ] && grep -q "heterogeneous shares are for data parallelism" "$tmp/grid.log"'
+mkdir -p "$tmp/gb" && printf 'global_batch=32\n' >"$tmp/gb/control"
+run "$tmp/gb" --steps 3 --set sched.mode=static --set sched.shares=3,3,1,1
+check "a control file's global_batch=32: shares 12,12,4,4 from the same weights, the run exits 0" \
+    eval '[ $? -eq 0 ] && grep -q "shares of the global batch 32: 12,12,4,4 (the global batch changed)" "$tmp/gb.log"'
+
 # run_out DIR ARGS...: run, then its log on stdout (expect reads the message)
 run_out() {
     run "$@"
@@ -121,5 +132,5 @@ expect "a negative share" 2 "sched.shares = '1,1,-1,1'" -- run_out "$tmp/x2" --s
 expect "an unknown mode" 2 "sched.mode" -- run_out "$tmp/x4" --steps 2 --set sched.mode=fastest
 expect "economy without a target" 2 "needs sched.target" -- run_out "$tmp/x6" --steps 2 --set sched.mode=economy
 expect "costs of the wrong count" 2 "sched.costs = '1,2'" -- run_out "$tmp/x7" --steps 2 "${ECO[@]::2}" --set sched.costs=1,2 --set sched.target=5
-expect "sched with a pipeline" 2 "parallel.tp and parallel.pp must be 1" -- run_out "$tmp/x5" --steps 2 --set sched.mode=balanced --set parallel.pp=2
+expect "sched with a pipeline" 2 "parallel.tp and parallel.pp must be 1 (or set sched.mode = off)" -- run_out "$tmp/x5" --steps 2 --set sched.mode=balanced --set parallel.pp=2
 finish
