@@ -11,13 +11,18 @@
  * each sample weighs 1 / GB exactly as there — the update is uniform data parallelism's
  * up to the order of the float sums, and with equal shares it is the same bits.
  *
- * Modes: static (shares in proportion to sched.shares) and balanced (in proportion to
- * each rank's measured samples per second of its busy time, the step less its wait for
- * the gradient exchange: an EMA refreshed every
- * sched.interval steps: the step time is the slowest rank's, minimised when every rank
- * needs the same time). Each rank gets at least sched.min_share of an equal share. The
- * apportionment is the largest-remainder method on numbers every rank holds alike, so
- * every rank computes the same assignment with no broadcast. */
+ * Modes: static (in proportion to sched.shares); balanced (in proportion to each rank's
+ * measured samples per second of busy time: every rank then needs the same time, and
+ * the step, the slowest rank's, is as short as it gets); performance (the shortest
+ * predicted step of a fixed time plus the share over a forward-backward rate per rank,
+ * water-filled; a rank whose fixed time alone passes it is held at the floor); economy
+ * (the cheapest ranks per sample until sched.target samples/s, the rest at the floor).
+ * Measurements are EMAs refreshed every sched.interval steps and gathered with one
+ * allgather. Every rank gets at least sched.min_share of an equal share.
+ *
+ * The one design decision: the assignment is computed, not sent. Every rank runs the
+ * same planning and largest-remainder apportionment on the same gathered numbers, so
+ * all reach the same shares with no broadcast and no rank can disagree. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -135,14 +140,43 @@ static status sched_parse_list(train_run *r, const char *key, double *w, const c
     return STATUS_INPUT;
 }
 
-/* Rank 0 prints each rank's host, CPUs and device with the precision it runs (device.precision
- * = auto resolves per rank: a GPU's tensor cores, a CPU's fp32). */
+/* This rank's memory headroom in MiB: the host's available memory (MemAvailable) over the
+ * ranks that share it, or what its cgroup still allows if that is less; -1 unknown. */
+static double sched_headroom_mib(const train_run *r)
+{
+    double avail = -1, v;
+    char line[256];
+    FILE *f = fopen("/proc/meminfo", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lf kB", &v) == 1) avail = v / 1024 / (r->rt->local_size > 0 ? r->rt->local_size : 1);
+    if (f) fclose(f);
+    static const char *const limits[][2] = { { "/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current" },
+                                             { "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                                               "/sys/fs/cgroup/memory/memory.usage_in_bytes" } };
+    for (int k = 0; k < 2; k++) {
+        double lim, use;
+        FILE *a = fopen(limits[k][0], "r"), *b = fopen(limits[k][1], "r");
+        if (a && b && fscanf(a, "%lf", &lim) == 1 && fscanf(b, "%lf", &use) == 1 && lim < 1e18 && lim > use) {
+            double cg = (lim - use) / 1048576 / (r->rt->local_size > 0 ? r->rt->local_size : 1);
+            if (avail < 0 || cg < avail) avail = cg;
+        }
+        if (a) fclose(a);
+        if (b) fclose(b);
+    }
+    return avail;
+}
+
+/* Rank 0 prints each rank's host, CPUs, memory headroom and device with the precision it
+ * runs (device.precision = auto resolves per rank: a GPU's tensor cores, a CPU's fp32). A
+ * share never needs more memory than the configured micro-batch (it is more micro-batches,
+ * not larger ones), so the headroom is reported, not planned with. */
 static status sched_print_ranks(train_run *r)
 {
-    enum { W = 400 };
+    enum { W = 512 };
     char mine[W], *all = r->rt->rank == 0 ? malloc((size_t)W * (size_t)r->rt->size) : NULL;
     if (r->rt->rank == 0 && !all) return STATUS_NOMEM;
-    snprintf(mine, sizeof mine, "%s cpus %s: %s", r->rt->host, r->rt->cpus[0] ? r->rt->cpus : "-", r->dev.describe);
+    snprintf(mine, sizeof mine, "%.64s cpus %.64s, %.0f MiB headroom: %.256s", r->rt->host, r->rt->cpus[0] ? r->rt->cpus : "-",
+             sched_headroom_mib(r), r->dev.describe);
     status st = comm_ctl_gather(train_ctl(r), mine, W, MPI_CHAR, all, W, MPI_CHAR, 0);
     for (int k = 0; st == STATUS_OK && all && k < r->rt->size; k++) printf("sched: rank %d: %.*s\n", k, W, all + (size_t)k * W);
     free(all);
@@ -291,17 +325,17 @@ static void sched_plan(train_run *r, char *why, size_t cap)
     double gb = r->tb.global_batch, fl = (double)sched_floor(r);
     double *rate = s->plan, *fixed = s->plan + dp, *x = s->plan + 2 * dp;
     bool *in = s->in;
-    for (int d = 0; d < dp; d++) {
-        rate[d] = fmax(s->meas[3 * d + 1], 1e-9), fixed[d] = s->meas[3 * d + 2], in[d] = true;
-        s->weights[d] = s->meas[3 * d];  /* balanced: in proportion to the busy speed */
+    bool balanced = s->mode == TRAIN_SCHED_MODE_BALANCED;
+    for (int d = 0; d < dp; d++) {  /* balanced: the busy speed, no fixed part (in proportion above the floor) */
+        rate[d] = fmax(s->meas[3 * d + (balanced ? 0 : 1)], 1e-9), fixed[d] = balanced ? 0 : s->meas[3 * d + 2];
+        in[d] = true;
     }
     size_t at = 0;
-    if (s->mode == TRAIN_SCHED_MODE_BALANCED) {
+    if (balanced) {
+        sched_waterfill(rate, fixed, in, dp, gb, fl, x);
         at += (size_t)snprintf(why, cap, "balanced: busy samples/s");
-        for (int d = 0; d < dp && at < cap - 12; d++) at += (size_t)snprintf(why + at, cap - at, "%s%.1f", d ? "," : " ", s->weights[d]);
-        return;
-    }
-    if (s->mode == TRAIN_SCHED_MODE_PERFORMANCE) {
+        for (int d = 0; d < dp && at < cap - 12; d++) at += (size_t)snprintf(why + at, cap - at, "%s%.1f", d ? "," : " ", rate[d]);
+    } else if (s->mode == TRAIN_SCHED_MODE_PERFORMANCE) {
         double T = sched_waterfill(rate, fixed, in, dp, gb, fl, x);
         at += (size_t)snprintf(why, cap, "performance: predicted step %.1f ms", 1e3 * sched_step_time(rate, fixed, x, dp));
         for (int d = 0; d < dp && at < cap - 80; d++)  /* ranks whose floor alone passes the others' step */
