@@ -102,7 +102,7 @@ status train_fill_into(train_run *r, data_loader *d, int a, model_batch *b)
     data_batch_samples(d, a, r->samples);
     bert_special_tokens sp = BERT_SPECIAL_TOKENS_UNCASED;
     uint64_t epoch = data_get_state(d).epoch;
-    for (int i = 0; i < r->tb.micro_batch; i++) {
+    for (int i = 0, n = data_micro_batch_size(d, a); i < n; i++) {  /* a share's last micro-batch may hold fewer */
         size_t at = (size_t)i * (size_t)r->T;
         bert_mask_tokens(b->ids + at, b->targets + at, r->raw_ids + at, b->mask + at, 1, r->T,
                          model_vocab_size(&r->spec), &sp, r->seed, (uint32_t)r->samples[i], epoch);
