@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# nebula-bench table hetero at the smallest scale: GPT-2 tiny of 1 block of 64, global batch
-# 16, 8 steps measured every 2, 4 ranks capped at 50/50/20/20% of a CPU by cgroups of their
+# nebula-bench table hetero at a small scale: GPT-2 tiny of 2 blocks of 128, global batch
+# 32, 10 steps measured every 3, 4 ranks capped at 50/50/20/20% of a CPU by cgroups of their
 # own (tools/cpu-quota), one run per mode: one CSV row per mode whose times are numbers, the
 # uniform row at ratio 1; the balanced and performance rows end with shares that sum to the
 # global batch and give each capped rank (2, 3) less than each full one (0, 1) — the
@@ -31,7 +31,7 @@ print(f"    {cpu:.2f} s CPU in {wall:.2f} s")
 sys.exit(0 if cpu <= wall / 3 else 1)
 PY
 tools/cpu-quota --cleanup
-$BENCH table hetero --steps 8 --interval 2 --reps 1 --layers 1 --width 64 --global-batch 16 --csv \
+$BENCH table hetero --steps 10 --interval 3 --reps 1 --layers 2 --width 128 --global-batch 32 --csv \
     >"$tmp/h.csv" 2>"$tmp/h.err"
 echo "    rc $?: $(tail -3 "$tmp/h.err")"
 sed 's/^/    /' "$tmp/h.csv"
@@ -44,7 +44,7 @@ u = rows["uniform (sched.mode = off)"]
 ok = float(u["vs_uniform"]) == 1 and float(u["time_to_samples_s"]) > 0 and u["final_shares"] == "uniform"
 for m in ("balanced", "performance"):
     s = list(map(int, rows[m]["final_shares"].split("/")))
-    ok = ok and sum(s) == 16 and max(s[2], s[3]) < min(s[0], s[1]) and min(s) >= 1 and float(rows[m]["steady_ms_per_step"]) > 0
+    ok = ok and sum(s) == 32 and max(s[2], s[3]) < min(s[0], s[1]) and min(s) >= 1 and float(rows[m]["steady_ms_per_step"]) > 0
 sys.exit(0 if ok else 1)
 PY
 check "table hetero removed its cgroups" test -z "$(ls -d /sys/fs/cgroup/cpu/nebula-quota-* /sys/fs/cgroup/nebula-quota-* 2>/dev/null)"

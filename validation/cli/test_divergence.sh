@@ -134,6 +134,6 @@ expect "verify fails on NaN parameters, naming the tensor and the count" 1 \
     "/params/h.0.attn.c_attn.weight: holds 2 NaN or Inf value(s)" -- $CK verify "$nan"
 expect "resuming NaN parameters is refused, exit 2, naming the tensor" 2 \
     "h.0.attn.c_attn.weight holds 2 NaN or Inf value(s)" -- \
-    timeout 60 $TRAIN --model gpt2-tiny --set train.micro_batch=2 --steps 4 --set train.threads=1 \
+    timeout 60 $TRAIN --model gpt2-tiny --set train.micro_batch=2 --steps 1000 --set train.threads=1 \
     --set runtime.bind=none --run-dir "$tmp/nan" --resume "$nan"
 finish

@@ -29,9 +29,11 @@ tmp, pages = sys.argv[1], sys.argv[2:]
 flag = re.compile(r'(?<![\w-])--[a-z][a-z0-9-]*')
 helps = {e: set(flag.findall(open(f"{tmp}/help-{e}.txt").read())) for e in ("train", "ckpt", "bench", "chaos")}
 anyhelp = set().union(*helps.values())
-# other programs' flags that the pages show in prose: mpirun's, Slurm's, the local cluster tool's
+# other programs' flags that the pages show in prose: mpirun's, Slurm's, the local cluster tool's,
+# jobscripts/submit's (an sbatch wrapper: validation/slurm/test_slurm.sh checks its options)
 foreign = {"--oversubscribe", "--mpi", "--cpu-bind", "--cpus", "--dependency", "--exclusive", "--nodes",
-           "--ntasks-per-node", "--open-mode", "--parsable", "--requeue", "--signal", "--time"}
+           "--ntasks-per-node", "--open-mode", "--parsable", "--requeue", "--signal", "--time",
+           "--partition", "--constraint", "--fallback-partition", "--fallback-constraint", "--max-wait"}
 fails = 0
 def fail(msg):
     global fails

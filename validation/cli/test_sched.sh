@@ -10,6 +10,8 @@
 #     forward, several times the step) measures the speeds every 5 steps and gives rank 3
 #     less than an equal share but at least sched.min_share of one (1 of 4 samples); its
 #     losses match uniform within 1e-5;
+#   - balanced mode on 2 fast + 2 slow ranks for real (cgroup CPU quotas 50,50,20,20 where
+#     root can set them): losses within 1e-5 of uniform;
 #   - performance mode, rank 3 slowed the same way: the predicted step (fixed time + share /
 #     forward-backward rate per rank, water-filled) cannot be shortened by giving rank 3
 #     work, so it is held at the floor, 1 sample (no starvation: sched.min_share = 0.1 of an
@@ -72,6 +74,23 @@ recs = [j for j in map(json.loads, open(sys.argv[1] + "/metrics.jsonl")) if j["k
 logged = {int(s): list(map(int, c.split(","))) for s, c in re.findall(r"sched: step (\d+): shares of the global batch 16: ([\d,]+)", open(sys.argv[1] + ".log").read())}
 sys.exit(0 if recs and all(logged.get(j["step"]) == j["shares"] and j["mode"] == "balanced" for j in recs) else 1)
 PY
+
+# 2 fast + 2 slow ranks for real: ranks 2 and 3 capped at 20% of a CPU, 0 and 1 at 50%
+# (tools/cpu-quota, root and a writable cgroup CPU controller; skipped otherwise)
+if [ "$(id -u)" -eq 0 ] && tools/cpu-quota --check >/dev/null 2>&1; then
+    export NEBULA_QUOTA_TAG=sched$$
+    $MPIRUN -np 4 --bind-to none tools/cpu-quota 50,50,20,20 -- build/bin/nebula-train \
+        --config configs/train/gpt2-tiny-licenses.ini --run-dir "$tmp/q" --ranks-per-node 2 --set data.train="$data/train.bin" \
+        --set data.val= --set optim.schedule=constant --set optim.warmup_steps=0 --set train.log_interval=1 \
+        --set train.eval_interval=0 --set ckpt.every_steps=10 --set train.global_batch=16 --set train.micro_batch=4 \
+        --set train.threads=1 --steps 20 --set sched.mode=balanced --set sched.interval=5 >"$tmp/q.log" 2>&1 </dev/null
+    tools/cpu-quota --cleanup
+    grep "^sched: step" "$tmp/q.log" | sed 's/^/    /'
+    check "balanced, 2 ranks at 50% and 2 at 20% of a CPU: losses within 1e-5 of uniform at every step" \
+        same_losses "$tmp/u" "$tmp/q"
+else
+    echo "    (no root or no writable cgroup CPU controller: the quota-capped balanced run is not made)"
+fi
 
 # shares_at LOG STEP PYEXPR: the shares assigned at STEP (c[0..3]) satisfy PYEXPR
 shares_at() {
