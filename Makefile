@@ -1,6 +1,7 @@
 # Nebula — one entry point: deps, all, test, check, demo, bench.
 #
-#   make deps      install every missing Debian package (as root), or say what is missing
+#   make deps      install every missing Debian package (as root), or say what is missing;
+#                  make deps-test: only what the tests need (never needed to build)
 #   make           build libcore, kernels and every executable into build/
 #   make test      the quick tier: unit, MPI, reference-vs-PyTorch, emulated GPU kernels,
 #                  fuzz replays and CLI errors (lines tagged `tier=quick` in
@@ -20,28 +21,22 @@ USE_CUDA ?= auto
 VERBOSE  ?= 0
 NP       ?= 4
 
-CC      := mpicc
-NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
-CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+include mk/detect.mk
 
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -fopenmp -MMD -MP -Ilibcore -Ikernels -I$(B)
+# Position-independent code, so the same objects make libnebula.so (make install);
+# no semantic interposition, so calls inside the library stay direct and inlinable.
+CFLAGS  += -fPIC -fno-semantic-interposition
 # No a * b + c contracted into an FMA (GCC's ISO-mode default, not clang's): the kernels'
 # builds per vector level then give element-wise results bit for bit alike.
 CFLAGS  += -ffp-contract=off
-# OpenBLAS's OpenMP build shares the kernels' OpenMP thread pool; the default
-# pthreads build would run its own threads beside OpenMP threads that are still
-# spinning after each parallel region, and the two fight for the cores.
-OPENBLAS_DIR := /usr/lib/x86_64-linux-gnu/openblas-openmp
-CFLAGS  += -I/usr/include/x86_64-linux-gnu/openblas-openmp
-# Parallel HDF5 (Debian's OpenMPI build) for checkpoints and image sets; zlib's CRC-32 for checksums.
-HDF5_DIR := /usr/lib/x86_64-linux-gnu/hdf5/openmpi
-CFLAGS  += -I/usr/include/hdf5/openmpi
-LDLIBS  := -linih -ljansson -lhwloc -ldnnl -L$(HDF5_DIR) -Wl,-rpath,$(HDF5_DIR) -lhdf5 -lisal -lz \
-           -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas -lm
-# PAPI: the profiler's hardware counters (profile.events; libcore/train/profile_papi.c)
-CFLAGS  += $(shell pkg-config --cflags papi 2>/dev/null)
-LDLIBS  += $(shell pkg-config --libs papi 2>/dev/null || echo -lpapi)
+# The libraries mk/detect.mk found: parallel HDF5 (checkpoints, image sets), the CBLAS
+# (with OpenBLAS, Debian's OpenMP build, which shares the kernels' OpenMP thread pool
+# instead of running its own threads beside spinning OpenMP ones), oneDNN, PAPI (the
+# profiler's counters, optional), inih, jansson, hwloc, ISA-L and zlib (checksums).
+CFLAGS  += $(DEP_CFLAGS)
+LDLIBS  := $(DEP_LIBS)
 LDFLAGS += -fopenmp
 
 ifeq ($(USE_CUDA),auto)
@@ -76,7 +71,8 @@ ifneq ($(filter x86_64%,$(or $(shell $(CC) -dumpmachine 2>/dev/null),$(shell una
 endif
 ISA_CFLAGS_avx2   := -mavx2 -mfma
 ISA_CFLAGS_avx512 := -mavx2 -mfma -mavx512f -mavx512bw -mavx512vl -mavx512dq -mprefer-vector-width=512
-APPS        := $(patsubst apps/%/,%,$(sort $(dir $(wildcard apps/*/*.c))))
+# apps/nebula is the umbrella command `nebula` (mk/install.mk), not a nebula-<app>.
+APPS        := $(filter-out nebula,$(patsubst apps/%/,%,$(sort $(dir $(wildcard apps/*/*.c)))))
 BINS        := $(addprefix $(B)/bin/nebula-,$(APPS))
 TEST_SRC    := $(wildcard validation/unit/test_*.c validation/mpi/test_*.c validation/reference/test_*.c)
 TESTS       := $(patsubst validation/%.c,$(B)/test/%,$(TEST_SRC))
@@ -84,7 +80,7 @@ TESTS       := $(patsubst validation/%.c,$(B)/test/%,$(TEST_SRC))
 GPU_TEST_SRC := $(wildcard validation/gpu/test_*.c)
 
 LIBS := $(B)/lib/libcore.a $(B)/lib/libkernels.a
-# CUDA: Hopper machine code (sm_90) plus compute_90 PTX that newer GPUs JIT-compile.
+# CUDA: machine code for CUDA_ARCHS plus PTX of the newest (mk/detect.mk).
 # The toolkit keeps cuBLAS/cuDNN in lib64 and NCCL in lib on some installs: both go on
 # the search and run paths. NEBULA_CUDA_LIBS lists the libraries for tools/gpu-check.
 ifdef CUDA_ON
@@ -92,29 +88,44 @@ ifdef CUDA_ON
   LDLIBS += -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib \
             -lnccl -lcudnn -lcublasLt -lcublas -lcudart -lstdc++
   CFLAGS += -DNEBULA_CUDA=1 -I$(CUDA_HOME)/include
-  NVFLAGS := -O3 -std=c++17 -Ikernels -Ilibcore -gencode arch=compute_90,code=sm_90 \
-             -gencode arch=compute_90,code=compute_90 --expt-relaxed-constexpr \
-             -Xcompiler -Wall,-Wextra,-Werror
+  NVFLAGS := -O3 -std=c++17 -Ikernels -Ilibcore $(CUDA_GENCODE) --expt-relaxed-constexpr \
+             -Xcompiler -Wall,-Wextra,-Werror,-fPIC
   TESTS  += $(patsubst validation/%.c,$(B)/test/%,$(GPU_TEST_SRC))
 endif
 
-DEPS_STAMP := $(B)/.deps-ok
+DEPS_STAMP := $(B)/deps.mk
 
-.PHONY: all deps deps-report test check check-gpu demo bench clean FORCE
+.PHONY: all deps deps-test deps-report probe-vars test check check-gpu demo bench clean FORCE
 .DEFAULT_GOAL := all
 
 all: $(DEPS_STAMP) $(BINS) $(TESTS)
 	@tools/deps.sh report
 	@echo "nebula: built $(words $(BINS)) executable(s), $(words $(TESTS)) test programs; CUDA kernels: $(if $(CUDA_ON),built with $(NVCC),not built)"
 
-# Dependencies are checked once per build tree (and again after `make clean`);
-# tools/deps.sh installs what is missing when run as root.
-$(DEPS_STAMP): tools/deps.sh
+# Dependencies are probed once per build tree (and again after `make clean`, or when
+# the probe or the detection changes): tools/deps.sh compiles and links against each
+# library with the flags above and, on Debian as root, installs what is missing. The
+# stamp is an included makefile, so make reads itself again after remaking it and
+# mk/detect.mk sees the libraries that were just installed.
+$(DEPS_STAMP): tools/deps.sh mk/detect.mk
 	$(Q)tools/deps.sh ensure
-	$(Q)mkdir -p $(B) && touch $@
+	$(Q)mkdir -p $(B) && echo '# the dependencies were found (tools/deps.sh ensure)' > $@
+NO_DEPS_GOALS := clean deps deps-test deps-report probe-vars
+ifneq ($(or $(if $(MAKECMDGOALS),,all),$(filter-out $(NO_DEPS_GOALS),$(MAKECMDGOALS))),)
+  include $(DEPS_STAMP)
+endif
 
 deps:
 	$(Q)tools/deps.sh install
+
+# The test-time tools only (Python reference stack, Slurm, h5dump, build/venv, ...).
+deps-test:
+	$(Q)tools/deps.sh install-test
+
+shq = '$(subst ','\'',$(1))'
+# The flags tools/deps.sh probes with when it runs outside make.
+probe-vars:
+	@echo $(foreach v,NEBULA_PROBE_CC NEBULA_PROBE_CFLAGS NEBULA_PROBE_LIBS NEBULA_PROBE_BLAS,"export $(v)=$(call shq,$($(v)));")
 
 deps-report:
 	$(Q)tools/deps.sh report
@@ -175,9 +186,11 @@ $(B)/test/%: $(B)/obj/validation/%.o $(LIBS)
 # end to end with the build up to date, on the 2-core machine while other builds ran (its
 # sum alone is about 2.5 min; reference/resnet-vs-pytorch is a fifth of it). Budget: 5 min.
 test: all
+	$(Q)tools/deps.sh ensure-test
 	$(Q)tools/run-tests.sh --tier quick validation/tests.list
 
 check: all
+	$(Q)tools/deps.sh ensure-test
 	$(Q)tools/run-tests.sh validation/tests.list
 
 # The GPU tests and benchmark (validation/gpu/tests.list); without CUDA kernels or a
@@ -288,6 +301,8 @@ $(B)/chaos/bin/nebula-train: $(CHAOS_OBJ) $(filter-out $(B)/lib/libcore.a,$(LIBS
 
 clean:
 	rm -rf $(B)
+
+include mk/install.mk
 
 # NCCL logic on a host fake ----------------------------------------------------
 # build/test/fake/test_nccl_fake{,_aware}: libcore/comm/comm_nccl.c (comm's nccl

@@ -1,12 +1,16 @@
 # lib.sh — what every Nebula job script does the same way; sourced, not submitted.
 #
 # sbatch copies a job script into Slurm's spool directory before running it, so a script
-# cannot find this file next to itself: it finds the installation through NEBULA_HOME
+# cannot find this file next to itself: it finds it through NEBULA_JOBSCRIPTS (set by the
+# modulefile of an installation: PREFIX/share/nebula/jobscripts), else NEBULA_HOME/jobscripts
 # (default: the directory sbatch was called from, SLURM_SUBMIT_DIR).
 #
 # Variables every job script reads (set them in the environment before sbatch, which
 # exports the submitting environment by default):
-#   NEBULA_HOME        the Nebula tree holding build/bin and configs/ (default: SLURM_SUBMIT_DIR)
+#   NEBULA_HOME        where the job runs: relative configs and run directories are under it
+#                      (default: SLURM_SUBMIT_DIR)
+#   NEBULA_BIN         the directory of the executables (default: NEBULA_HOME/build/bin in a
+#                      build tree, else the one of nebula-train on PATH, as after module load)
 #   NEBULA_LAUNCHER    srun (default: direct launch, srun --mpi=pmix) or mpirun (OpenMPI's
 #                      launcher, which takes the allocation from Slurm)
 #   NEBULA_SRUN_ARGS   extra srun options (word-split), e.g. "--cpu-bind=cores"
@@ -20,7 +24,16 @@
 NEBULA_HOME=${NEBULA_HOME:-${SLURM_SUBMIT_DIR:-$PWD}}
 NEBULA_LAUNCHER=${NEBULA_LAUNCHER:-srun}
 NEBULA_MAX_RESTARTS=${NEBULA_MAX_RESTARTS:-20}
-NEBULA_BIN=$NEBULA_HOME/build/bin
+if [ -z "${NEBULA_BIN:-}" ]; then
+    if [ -x "$NEBULA_HOME/build/bin/nebula-train" ]; then
+        NEBULA_BIN=$NEBULA_HOME/build/bin
+    elif command -v nebula-train >/dev/null; then
+        NEBULA_BIN=$(dirname "$(command -v nebula-train)")
+    else
+        NEBULA_BIN=$NEBULA_HOME/build/bin
+    fi
+fi
+export NEBULA_BIN
 
 # UCX only on request. An OMPI_MCA_* variable overrides openmpi-mca-params.conf, and srun
 # and mpirun both hand the environment to every rank. OpenMPI 4.1's pml ucx also declines
@@ -55,7 +68,7 @@ nebula_need() {
     [ -d "$NEBULA_HOME" ] || nebula_die "NEBULA_HOME=$NEBULA_HOME is not a directory"
     local b
     for b in "$@"; do
-        [ -x "$NEBULA_BIN/$b" ] || nebula_die "$NEBULA_BIN/$b is missing; build it first (make, on a login node): job scripts never build"
+        [ -x "$NEBULA_BIN/$b" ] || nebula_die "$NEBULA_BIN/$b is missing; build it first (make, on a login node), or set NEBULA_BIN / module load nebula: job scripts never build"
     done
     case "$NEBULA_LAUNCHER" in srun|mpirun) ;;
         *) nebula_die "NEBULA_LAUNCHER=$NEBULA_LAUNCHER: valid values are srun and mpirun" ;;

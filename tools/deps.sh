@@ -1,61 +1,167 @@
 #!/usr/bin/env bash
-# deps.sh — detect, report and install Nebula's dependencies (Debian 12 package names).
+# deps.sh — find, report and install Nebula's dependencies.
 #
-#   tools/deps.sh report    print ✓/✗ per dependency (MPI and its PMLs, parallel HDF5, BLAS, ...);
-#                           exit 1 when a required package is missing
-#   tools/deps.sh install   apt-get install every missing package (root), else print how;
-#                           then the Python environment below
-#   tools/deps.sh ensure    install only when something required is missing; the Python
-#                           environment when it is missing
+#   tools/deps.sh report        ✓/✗ per build dependency (compiled and linked, not asked of a
+#                               package manager) and per test tool; exit 1 when a build
+#                               dependency is missing
+#   tools/deps.sh ensure        before a build: probe the libraries with the flags of
+#                               mk/detect.mk; when one is missing and this is Debian as root,
+#                               apt-get install the build packages; else name what is missing
+#                               and the variable that points at it (exit 2)
+#   tools/deps.sh ensure-test   before make test/check: as root on Debian, install missing test
+#                               packages; create build/venv when missing (never fails the run:
+#                               the tests that need a missing tool say so)
+#   tools/deps.sh install       make deps: every build and test package (Debian, root), build/venv
+#   tools/deps.sh install-test  make deps-test: the test packages and build/venv only
 #
-# Required packages are what the CPU build and `make check` need; CUDA, NCCL and cuDNN are
-# optional and only reported.
+# The one decision: a build needs compilers and libraries, not packages. The probes
+# compile and link one small program per library with the flags the Makefile will use
+# (NEBULA_PROBE_* from mk/detect.mk, or `make -s probe-vars` when run alone), so a
+# login node with Lmod modules, a RHEL host or a non-root user builds whenever the
+# libraries are there; the package lists below are only how Debian gets them.
 #
-# The Python environment build/venv is Debian's python3 with its system packages visible
-# (torch, torchvision, h5py, numpy come from apt, above) plus what Debian does not ship,
-# from PyPI: the official safetensors package, which validation/cli/test_ckpt_torch.sh
-# loads nebula-ckpt's files with. pip honours PIP_INDEX_URL and PIP_FIND_LINKS (a mirror,
-# a directory of wheels) for machines without PyPI.
+# build/venv is Debian's python3 with its system packages visible (torch, h5py, numpy
+# from apt) plus what Debian does not ship, from PyPI: safetensors and tensorboard, which
+# the converter's and the TensorBoard writer's tests read back with. It is test-time only:
+# an offline login node builds without it. pip honours PIP_INDEX_URL and PIP_FIND_LINKS.
 set -euo pipefail
 
-REQUIRED_PKGS=(
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+# What the build links (Debian 12 names).
+BUILD_PKGS=(
     build-essential pkg-config
-    openmpi-bin libopenmpi-dev            # MPI (OpenMPI 4.1)
-    libhdf5-openmpi-dev hdf5-tools        # parallel HDF5 and h5dump
-    libopenblas-dev libopenblas-openmp-dev   # BLAS for GEMM (the OpenMP build is linked)
-    libdnnl-dev                              # oneDNN: direct convolutions and batch norm for CNNs
-    libucx-dev libpmix-dev                # UCX transport, PMIx for srun --mpi=pmix
-    libpapi-dev libhwloc-dev              # hardware counters, topology and binding
-    libinih-dev libjansson-dev zlib1g-dev # INI config parser, JSON, CRC-32 combination
-    libisal-dev                           # ISA-L: CRC-32 at memory speed (PCLMUL), zlib-compatible
-    python3-torch python3-torchvision python3-h5py python3-numpy   # reference-vs-PyTorch validation
-    python3-venv                          # build/venv (below): PyPI's safetensors beside Debian's torch
-    python3-sklearn                       # the handwritten digits of the ResNet convergence test
-    chromium python3-html5lib             # nebula-report: its page rendered headless and parsed strictly (test report/html)
-    iproute2 nftables                     # tools/netns-cluster: namespaces, veth, tbf rate limits, packet loss
-    slurm-wlm munge                       # tools/slurm-local: the Slurm cluster the job-script tests start
-    shellcheck                            # the job scripts are linted in make check
+    openmpi-bin libopenmpi-dev                # MPI (OpenMPI 4.1)
+    libhdf5-openmpi-dev                       # parallel HDF5
+    libopenblas-dev libopenblas-openmp-dev    # BLAS for GEMM (the OpenMP build is linked)
+    libdnnl-dev                               # oneDNN: direct convolutions and batch norm for CNNs
+    libpapi-dev libhwloc-dev                  # profiler counters (optional: PAPI=0), topology and binding
+    libinih-dev libjansson-dev zlib1g-dev     # INI config parser, JSON, CRC-32 combination
+    libisal-dev                               # ISA-L: CRC-32 at memory speed (PCLMUL), zlib-compatible
+    help2man                                  # make install: man pages from --help
 )
-# Optional: `make fuzz` only (libFuzzer and the sanitizer runtimes, OpenMP for clang);
-# `make check` replays the fuzz corpus with gcc's sanitizers and needs none of them.
+# What make test / make check run beside the binaries.
+TEST_PKGS=(
+    hdf5-tools                                # h5dump reads the checkpoints in tests
+    libucx-dev libpmix-dev                    # UCX PML test; PMIx for srun --mpi=pmix
+    python3-torch python3-torchvision python3-h5py python3-numpy   # reference-vs-PyTorch validation
+    python3-venv                              # build/venv: PyPI's safetensors beside Debian's torch
+    python3-sklearn                           # the handwritten digits of the ResNet convergence test
+    chromium python3-html5lib                 # nebula-report: its page rendered headless and parsed strictly
+    iproute2 nftables                         # tools/netns-cluster: namespaces, veth, tbf rate limits, loss
+    slurm-wlm munge                           # tools/slurm-local: the Slurm cluster of the job-script tests
+    shellcheck                                # the job scripts are linted in make check
+    environment-modules                       # the modulefile of make install is loaded in a test
+)
+# Optional: `make fuzz` only (libFuzzer and the sanitizer runtimes, OpenMP for clang).
 FUZZ_PKGS=(clang libclang-rt-dev libomp-dev)
-# PyPI packages of build/venv, at the version the checks were written against:
-# safetensors (the converter's tests), tensorboard (its own event-file reader checks the
-# trainer's RUN_DIR/tb files: validation/cli/test_tensorboard.sh).
-VENV=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/build/venv
+VENV=$ROOT/build/venv
 VENV_PKGS=(safetensors==0.8.0 tensorboard==2.21.0)
 
+have() { command -v "$1" >/dev/null 2>&1; }
+is_debian_root() { [ "$(id -u)" -eq 0 ] && have apt-get && have dpkg-query; }
+
+# Debian packages of a list that are not installed (empty off Debian).
 missing_pkgs() {
+    have dpkg-query || return 0
     local p
     for p in "$@"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || echo "$p"
     done
 }
 
-mark() { if "$@" >/dev/null 2>&1; then printf '✓'; else printf '✗'; fi; }
+apt_install() {
+    [ $# -gt 0 ] || return 0
+    echo "nebula: installing $*"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q
+    apt-get install -y -q --no-install-recommends "$@"
+}
 
-# True when build/venv runs and holds every VENV_PKGS version (without importing torch,
-# which takes seconds).
+# ---- build probes ---------------------------------------------------------------
+probe_vars() {
+    if [ -z "${NEBULA_PROBE_CC:-}" ]; then
+        eval "$(make -C "$ROOT" --no-print-directory -s probe-vars)"
+    fi
+}
+
+# probe NAME HINT CODE: compile and link CODE with the build's flags; on failure
+# print NAME, HINT and the compiler's first error.
+PROBE_FAILED=()
+probe() {
+    local name=$1 hint=$2 code=$3 dir err
+    dir=$(mktemp -d)
+    printf '%s\n' "$code" > "$dir/p.c"
+    # shellcheck disable=SC2086 # the flags are word lists
+    if err=$($NEBULA_PROBE_CC -std=c11 -D_GNU_SOURCE -fopenmp -I"$ROOT/kernels" $NEBULA_PROBE_CFLAGS "$dir/p.c" -o "$dir/p" \
+                 $NEBULA_PROBE_LIBS 2>&1); then
+        printf '  ✓ %-10s %s\n' "$name" "$(probe_version "$name")"
+    else
+        printf '  ✗ %-10s not usable: %s\n' "$name" "$hint"
+        printf '%s\n' "$err" | grep -m1 -E 'error|undefined' | sed 's/^/               /'
+        PROBE_FAILED+=("$name")
+    fi
+    rm -rf "$dir"
+}
+
+probe_version() {
+    case $1 in
+        MPI)     mpirun --version 2>/dev/null | head -1 || true ;;
+        HDF5)    pkg-config --modversion hdf5-openmpi hdf5 2>/dev/null | head -1 || true ;;
+        BLAS)    echo "$NEBULA_PROBE_BLAS $(pkg-config --modversion "$NEBULA_PROBE_BLAS" 2>/dev/null || true)" ;;
+        *)       pkg-config --modversion "$(echo "$1" | tr 'A-Z' 'a-z' | sed 's/isa-l/libisal/')" 2>/dev/null || true ;;
+    esac
+}
+
+probe_all() {
+    probe_vars
+    PROBE_FAILED=()
+    if ! have "${NEBULA_PROBE_CC%% *}"; then
+        printf '  ✗ %-10s %s not found (MPICC=/path/to/mpicc, or module load openmpi)\n' MPI "$NEBULA_PROBE_CC"
+        PROBE_FAILED+=(MPI)
+        return
+    fi
+    probe MPI "mpicc cannot build an MPI program (MPICC=...)" \
+        '#include <mpi.h>
+int main(void) { int v, s; return MPI_Get_version(&v, &s); }'
+    probe HDF5 "a parallel HDF5 (HDF5_DIR=prefix, or module load hdf5/parallel)" \
+        '#include <hdf5.h>
+#ifndef H5_HAVE_PARALLEL
+#error this HDF5 was built without MPI: a parallel build is needed
+#endif
+int main(void) { unsigned a, b, c; return H5get_libversion(&a, &b, &c) < 0; }'
+    probe BLAS "a CBLAS (BLAS=openblas|blis|mkl|flexiblas, BLAS_DIR=prefix)" \
+        '#include "cpu/blas.h"
+int main(void) { float a = 1, b = 1, c = 0; cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 1, 1, 1, 1, &a, 1, &b, 1, 0, &c, 1); return c != 1; }'
+    probe oneDNN "oneDNN (ONEDNN_DIR=prefix, or module load onednn)" \
+        '#include <dnnl.h>
+int main(void) { return dnnl_version() == 0; }'
+    probe hwloc "hwloc (PKG_CONFIG_PATH to its hwloc.pc)" \
+        '#include <hwloc.h>
+int main(void) { return hwloc_get_api_version() == 0; }'
+    probe inih "inih (PKG_CONFIG_PATH to its inih.pc)" \
+        '#include <ini.h>
+int main(void) { return ini_parse_string("", 0, 0); }'
+    probe jansson "jansson (PKG_CONFIG_PATH to its jansson.pc)" \
+        '#include <jansson.h>
+int main(void) { json_t *j = json_object(); json_decref(j); return 0; }'
+    probe ISA-L "ISA-L (PKG_CONFIG_PATH to its libisal.pc)" \
+        '#include <stdint.h>
+#include <isa-l/crc.h>
+int main(void) { return crc32_gzip_refl(0, (const unsigned char *)"", 0) != 0; }'
+    probe zlib "zlib" \
+        '#include <zlib.h>
+int main(void) { return crc32(0, 0, 0) != 0; }'
+    if [[ "$NEBULA_PROBE_CFLAGS" == *NEBULA_PAPI* ]]; then
+        probe PAPI "PAPI (or PAPI=0: the profiler reports its counters n/a)" \
+            '#include <papi.h>
+int main(void) { return PAPI_is_initialized() < 0; }'
+    else
+        printf '  - %-10s not built in (PAPI=0 or no libpapi): profiler counters report n/a\n' PAPI
+    fi
+}
+
+# ---- test tools -----------------------------------------------------------------
 venv_ok() {
     local p
     [ -x "$VENV/bin/python" ] || return 1
@@ -69,8 +175,7 @@ venv_install() {
     venv_ok && return 0
     echo "nebula: creating $VENV (python3 -m venv --system-site-packages) with ${VENV_PKGS[*]} from PyPI"
     if ! /usr/bin/python3 -m venv --clear --system-site-packages "$VENV"; then
-        echo "nebula: python3 -m venv failed; on Debian/Ubuntu it needs python3-venv" \
-             "(make deps as root installs it)" >&2
+        echo "nebula: python3 -m venv failed; on Debian/Ubuntu it needs python3-venv" >&2
         return 2
     fi
     if ! "$VENV/bin/python" -m pip install -q "${VENV_PKGS[@]}"; then
@@ -81,87 +186,107 @@ venv_install() {
     venv_ok || { echo "nebula: $VENV still lacks ${VENV_PKGS[*]} after pip install" >&2; return 2; }
 }
 
-report() {
-    local nvcc pmls
-    nvcc=$(command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
-    pmls=$(ompi_info --parsable 2>/dev/null | sed -n 's/^mca:pml:\([a-z0-9]*\):version:"mca.*/\1/p' | sort -u | tr '\n' ' ')
-    echo "nebula: dependencies"
-    printf '  %s MPI        %s (PMLs: %s)\n' "$(mark command -v mpicc)" \
-        "$(mpirun --version 2>/dev/null | head -1 || echo 'not found')" "${pmls:-none}"
-    printf '  %s HDF5       parallel=%s (h5dump: %s)\n' \
-        "$(mark grep -q 'define H5_HAVE_PARALLEL 1' /usr/include/hdf5/openmpi/H5pubconf.h)" \
-        "$(grep -q 'define H5_HAVE_PARALLEL 1' /usr/include/hdf5/openmpi/H5pubconf.h 2>/dev/null && echo yes || echo no)" \
-        "$(command -v h5dump || echo no)"
-    printf '  %s BLAS       %s\n' "$(mark pkg-config --exists openblas)" "$(pkg-config --modversion openblas 2>/dev/null || echo 'openblas not found')"
-    printf '  %s oneDNN     %s\n' "$(mark test -f /usr/include/oneapi/dnnl/dnnl.h)" "$(dpkg-query -W -f='${Version}' libdnnl-dev 2>/dev/null || echo 'not found')"
+mark() { if "$@" >/dev/null 2>&1; then printf '✓'; else printf '✗'; fi; }
+pymods() { /usr/bin/python3 -c 'import importlib.util, sys
+sys.exit(any(importlib.util.find_spec(m) is None for m in sys.argv[1:]))' "$@"; }
+
+report_tests() {
+    echo "nebula: test tools (a missing one makes the tests that need it fail or skip, never the build)"
+    printf '  %s h5dump     %s\n' "$(mark have h5dump)" "$(command -v h5dump || echo 'not found (hdf5-tools)')"
+    printf '  %s Python     torch, torchvision, h5py, numpy, sklearn, html5lib\n' \
+        "$(mark pymods torch torchvision h5py numpy sklearn html5lib)"
+    if venv_ok; then printf '  ✓ venv       %s: %s\n' "$VENV" "${VENV_PKGS[*]}"
+    else printf '  ✗ venv       %s: missing or without %s (make deps-test)\n' "$VENV" "${VENV_PKGS[*]}"; fi
+    printf '  %s Slurm      %s, munge %s\n' "$(mark have slurmctld)" \
+        "$(slurmctld -V 2>/dev/null || echo 'slurmctld not found')" "$(mark have munged)"
     printf '  %s UCX        %s\n' "$(mark pkg-config --exists ucx)" "$(pkg-config --modversion ucx 2>/dev/null || echo 'not found')"
     printf '  %s PMIx       %s\n' "$(mark pkg-config --exists pmix)" "$(pkg-config --modversion pmix 2>/dev/null || echo 'not found')"
-    printf '  %s PAPI       %s\n' "$(mark pkg-config --exists papi)" "$(pkg-config --modversion papi 2>/dev/null || echo 'not found')"
-    printf '  %s hwloc      %s\n' "$(mark pkg-config --exists hwloc)" "$(pkg-config --modversion hwloc 2>/dev/null || echo 'not found')"
-    printf '  %s inih       %s\n' "$(mark pkg-config --exists inih)" "$(pkg-config --modversion inih 2>/dev/null || echo 'not found')"
-    printf '  %s jansson    %s\n' "$(mark pkg-config --exists jansson)" "$(pkg-config --modversion jansson 2>/dev/null || echo 'not found')"
-    printf '  %s Slurm      %s, munge %s (job-script tests)\n' "$(mark command -v slurmctld)" \
-        "$(dpkg-query -W -f='${Version}' slurm-wlm 2>/dev/null || echo 'not found')" \
-        "$(dpkg-query -W -f='${Version}' munge 2>/dev/null || echo 'not found')"
-    # Package versions, not imports: importing torch takes seconds.
-    local pyv
-    pyv=$(dpkg-query -W -f='${Package} ${Version}\n' python3-torch python3-h5py python3-numpy 2>/dev/null | tr '\n' ' ')
-    printf '  %s Python     %s\n' "$(mark dpkg-query -W -f='${Status}' python3-torch)" "${pyv:-python3-torch/h5py/numpy not found}"
-    if venv_ok; then
-        printf '  ✓ venv       %s: %s, system packages visible\n' "$VENV" "${VENV_PKGS[*]}"
-    else
-        printf '  ✗ venv       %s: missing or without %s (make deps creates it)\n' "$VENV" "${VENV_PKGS[*]}"
-    fi
+    printf '  %s modules    %s\n' "$(mark test -f /usr/share/modules/init/bash)" "environment-modules (the modulefile test)"
+    printf '  %s others     chromium %s, nft %s, shellcheck %s, help2man %s\n' \
+        "$(mark have chromium)" "$(mark have chromium)" "$(mark have nft)" "$(mark have shellcheck)" "$(mark have help2man)"
+    local nvcc
+    nvcc=$(command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
     if [ -n "$nvcc" ]; then
         local cinc; cinc="$(dirname "$(dirname "$nvcc")")/include"
-        printf '  ✓ CUDA       %s\n' "$("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
-        printf '  %s NCCL\n' "$(mark test -f "$cinc/nccl.h")"
-        printf '  %s cuDNN\n' "$(mark test -f "$cinc/cudnn.h")"
+        printf '  ✓ CUDA       %s (NCCL %s, cuDNN %s)\n' "$("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')" \
+            "$(mark test -f "$cinc/nccl.h")" "$(mark test -f "$cinc/cudnn.h")"
     else
-        printf '  ✗ CUDA       nvcc not found (CPU build only)\n  ✗ NCCL\n  ✗ cuDNN\n'
+        printf '  - CUDA       nvcc not found (CPU build only)\n'
     fi
-    local fuzz_missing
-    fuzz_missing=$(missing_pkgs "${FUZZ_PKGS[@]}" | tr '\n' ' ')
-    printf '  %s libFuzzer  %s\n' "$([ -z "$fuzz_missing" ] && echo ✓ || echo ✗)" \
-        "${fuzz_missing:+missing $fuzz_missing}${fuzz_missing:-clang $(clang -dumpversion 2>/dev/null)} (make fuzz only)"
-    # Optional parts (CUDA, fuzzing) only report; a missing required package fails.
-    local missing
-    missing=$(missing_pkgs "${REQUIRED_PKGS[@]}" | tr '\n' ' ')
-    if [ -n "$missing" ]; then
-        echo "nebula: required packages missing: $missing(make deps installs them)" >&2
+    printf '  %s libFuzzer  clang %s (make fuzz only)\n' "$(mark have clang)" "$(clang -dumpversion 2>/dev/null || echo '-')"
+}
+
+report() {
+    echo "nebula: build dependencies (compiled and linked with the build's flags; mk/detect.mk)"
+    probe_all
+    report_tests
+    if [ ${#PROBE_FAILED[@]} -gt 0 ]; then
+        echo "nebula: cannot build without: ${PROBE_FAILED[*]}" >&2
         return 1
     fi
 }
 
-install() {
-    install_pkgs
+ensure() {
+    probe_all >/dev/null
+    [ ${#PROBE_FAILED[@]} -eq 0 ] && return 0
+    if is_debian_root; then
+        mapfile -t m < <(missing_pkgs "${BUILD_PKGS[@]}")
+        apt_install "${m[@]}"
+        # The flags make computed before the install may lack what it brought: ask again.
+        unset NEBULA_PROBE_CC
+        probe_all >/dev/null
+        [ ${#PROBE_FAILED[@]} -eq 0 ] && return 0
+    fi
+    echo "nebula: the build needs libraries that were not found:" >&2
+    probe_all | grep '✗' >&2 || true
+    if have dpkg-query; then
+        mapfile -t m < <(missing_pkgs "${BUILD_PKGS[@]}")
+        [ ${#m[@]} -eq 0 ] || echo "  on Debian/Ubuntu: sudo apt-get install ${m[*]} (or make deps as root)" >&2
+    fi
+    echo "  on a cluster: module load openmpi hdf5/parallel openblas hwloc, or point the variables of" >&2
+    echo "  mk/detect.mk (HDF5_DIR, BLAS, BLAS_DIR, ONEDNN_DIR, MPICC, PKG_CONFIG_PATH) at them" >&2
+    return 2
+}
+
+ensure_test() {
+    if is_debian_root; then
+        mapfile -t m < <(missing_pkgs "${TEST_PKGS[@]}")
+        apt_install "${m[@]}" || echo "nebula: could not install the test packages ${m[*]}" >&2
+    fi
+    venv_install || echo "nebula: continuing without build/venv: the tests that read files back with" \
+                         "safetensors and tensorboard will fail" >&2
+    return 0
+}
+
+install_all() {
+    if is_debian_root; then
+        mapfile -t m < <(missing_pkgs "${BUILD_PKGS[@]}" "${TEST_PKGS[@]}" "${FUZZ_PKGS[@]}")
+        if [ ${#m[@]} -eq 0 ]; then echo "nebula: every package is installed"; else apt_install "${m[@]}"; fi
+    else
+        mapfile -t m < <(missing_pkgs "${BUILD_PKGS[@]}" "${TEST_PKGS[@]}" "${FUZZ_PKGS[@]}")
+        if [ ${#m[@]} -gt 0 ]; then
+            echo "nebula: missing packages: ${m[*]}" >&2
+            echo "  on Debian/Ubuntu: sudo apt-get install ${m[*]}" >&2
+        elif ! have dpkg-query; then
+            echo "nebula: not Debian: install the libraries of mk/detect.mk with the system's packages or modules" >&2
+        fi
+    fi
     venv_install
 }
 
-install_pkgs() {
-    local missing
-    mapfile -t missing < <(missing_pkgs "${REQUIRED_PKGS[@]}" "${FUZZ_PKGS[@]}")
-    if [ ${#missing[@]} -eq 0 ]; then
-        echo "nebula: all required packages are installed"
-        return 0
+install_test() {
+    if is_debian_root; then
+        mapfile -t m < <(missing_pkgs "${TEST_PKGS[@]}")
+        apt_install "${m[@]}"
     fi
-    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
-        echo "nebula: installing ${missing[*]}"
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get update -q
-        apt-get install -y -q --no-install-recommends "${missing[@]}"
-    else
-        echo "nebula: missing packages: ${missing[*]}" >&2
-        echo "  on Debian/Ubuntu: sudo apt-get install ${missing[*]}" >&2
-        echo "  on a cluster with modules, typically: module load openmpi hdf5/parallel openblas hwloc" >&2
-        echo "  (inih and jansson are small: build them from source into \$HOME/.local if no module exists)" >&2
-        return 2
-    fi
+    venv_install
 }
 
 case "${1:-report}" in
-    report)  report ;;
-    install) install; report ;;
-    ensure)  if [ -n "$(missing_pkgs "${REQUIRED_PKGS[@]}")" ]; then install_pkgs; fi; venv_install ;;
-    *) echo "usage: tools/deps.sh report|install|ensure" >&2; exit 2 ;;
+    report)       report ;;
+    ensure)       ensure ;;
+    ensure-test)  ensure_test ;;
+    install)      install_all; report ;;
+    install-test) install_test; report_tests ;;
+    *) echo "usage: tools/deps.sh report|ensure|ensure-test|install|install-test" >&2; exit 2 ;;
 esac

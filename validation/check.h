@@ -380,10 +380,11 @@ __attribute__((unused)) static const char *capture_end(test_ctx *t, bool echo)
     return t->captured;
 }
 
-/* /tmp/nebula-NAME-XXXXXX, removed with everything in it by scratch_free. */
+/* $TMPDIR (else /tmp)/nebula-NAME-XXXXXX, removed with everything in it by scratch_free. */
 __attribute__((unused)) static void scratch_dir(test_ctx *t, const char *name)
 {
-    snprintf(t->dir, sizeof t->dir, "/tmp/nebula-%s-XXXXXX", name);
+    const char *tmp = getenv("TMPDIR");
+    snprintf(t->dir, sizeof t->dir, "%s/nebula-%s-XXXXXX", tmp && tmp[0] ? tmp : "/tmp", name);
     if (!mkdtemp(t->dir)) { perror("mkdtemp"); exit(1); }
 }
 

@@ -11,7 +11,7 @@
  * removed after. The model is any libcore/nn preset ([model] keys, --model NAME or
  * --config configs/models/NAME.ini). --device cuda steps through train_step_batch
  * until the trainer runs on a GPU. */
-#include <cblas.h>
+#include "cpu/blas.h"
 #include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
@@ -266,8 +266,9 @@ static status bench_model_steps(const config *cfg, train_run *r, int B, int T, c
     model_spec_print(spec, info);
     char isa[256];
     isa_describe(isa, sizeof isa);
-    fprintf(info, "# cpu: ISA level %s; activations %s; OpenBLAS %s (%s)\n", isa, dnn_layout_name(DNN_BLOCKED),
-            openblas_get_corename(), openblas_get_config());
+    char blas[256];
+    blas_describe(blas, sizeof blas);
+    fprintf(info, "# cpu: ISA level %s; activations %s; BLAS %s\n", isa, dnn_layout_name(DNN_BLOCKED), blas);
     fprintf(info, "# sgemm 2048^3 in this process: %.1f GFLOP/s", gflops);
     if (bf16_gflops > 0) fprintf(info, "; bf16 GEMM (oneDNN, operands rounded): %.1f GFLOP/s", bf16_gflops);
     fprintf(info, "; model FLOPs per step %.1f G\n", flops_step / 1e9);

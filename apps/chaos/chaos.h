@@ -60,7 +60,8 @@ typedef struct chaos_ctx {
     char name[128];
     char out[CHAOS_PATH_MAX];      /* report, logs and run directories */
     char run_dir[CHAOS_PATH_MAX];  /* the faulted run */
-    char train_bin[CHAOS_PATH_MAX];
+    char train_bin[CHAOS_PATH_MAX];  /* the nebula-train a launch starts (chaos_bin_path, or CHAOS_TRAIN_BIN) */
+    char ckpt_bin[CHAOS_PATH_MAX];   /* nebula-ckpt, for verify and diff */
     double t0;
     chaos_launch launches[CHAOS_MAX_LAUNCHES];
     int nlaunches;
@@ -143,6 +144,9 @@ long chaos_log_resumed(const char *log);
 /* "eval step=N loss=X" last in the log: X, or NAN. */
 double chaos_log_final_loss(const char *log, long *step);
 /* This executable's path, for the shim and the probe on every node. */
+/* nebula-train, nebula-ckpt: in $NEBULA_BIN, else beside nebula-chaos (an install's bin/,
+ * the tree's build/bin), else build/bin/NAME under the working directory. */
+void chaos_bin_path(const char *name, char *out, size_t cap);
 void chaos_self_path(char *out, size_t cap);
 /* splitmix64: every random choice of a scenario or soak, from fault.seed (reproducible). */
 uint64_t chaos_mix(uint64_t *state);

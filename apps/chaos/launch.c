@@ -310,6 +310,20 @@ long chaos_corrupt_newest(const char *run_dir, long bytes)
     return ok ? best : -1;
 }
 
+void chaos_bin_path(const char *name, char *out, size_t cap)
+{
+    const char *bin = getenv("NEBULA_BIN");
+    if (bin && bin[0] && snprintf(out, cap, "%s/%s", bin, name) < (int)cap && access(out, X_OK) == 0) return;
+    char self[4096];
+    chaos_self_path(self, sizeof self);
+    char *slash = strrchr(self, '/');
+    if (slash) {
+        *slash = '\0';
+        if (snprintf(out, cap, "%s/%s", self, name) < (int)cap && access(out, X_OK) == 0) return;
+    }
+    snprintf(out, cap, "build/bin/%s", name);
+}
+
 void chaos_self_path(char *out, size_t cap)
 {
     ssize_t n = readlink("/proc/self/exe", out, cap - 1);

@@ -103,7 +103,7 @@ static const char usage[] =
     "                                 time to recover per fault, leak slopes, checkpoint integrity\n"
     "       nebula-chaos list         the scenarios under chaos/\n"
     "SCENARIO is a file (chaos/kill-30pct.ini) or a name under chaos/. DIR defaults to runs/chaos/NAME; its\n"
-    "run/ and reference/ are replaced. Run from the Nebula tree (build/bin/nebula-train). Exit: 0 every\n"
+    "run/ and reference/ are replaced. Finds nebula-train in $NEBULA_BIN, beside nebula-chaos, or build/bin. Exit: 0 every\n"
     "invariant holds, 1 one does not, 2 usage or input error, 128+N stopped by signal N (SIGTERM, SIGINT,\n"
     "SIGHUP: forwarded to the launch, which is killed 10 s later; the report says interrupted).";
 
@@ -242,8 +242,10 @@ int main(int argc, char **argv)
         log_error("missing command: expected run, soak or list (--help)");
         return 2;
     }
-    if (access("build/bin/nebula-train", X_OK) != 0) {
-        log_error("build/bin/nebula-train is missing: run from the Nebula tree after make");
+    char train_bin[4096];
+    chaos_bin_path("nebula-train", train_bin, sizeof train_bin);
+    if (access(train_bin, X_OK) != 0) {
+        log_error("%s is missing: run from the Nebula tree after make, or set NEBULA_BIN", train_bin);
         return 2;
     }
     if (chaos_check_values(&cfg, soak) != STATUS_OK) return 2;

@@ -302,7 +302,7 @@ int chaos_run_scenario(const config *cfg, const char *out)
     snprintf(x->name, sizeof x->name, "%s", config_str(cfg, "scenario.name"));
     snprintf(x->out, sizeof x->out, "%s", out);
     snprintf(x->run_dir, sizeof x->run_dir, "%s/run", out);
-    snprintf(x->train_bin, sizeof x->train_bin, "build/bin/nebula-train");
+    chaos_bin_path("nebula-train", x->train_bin, sizeof x->train_bin);
     const char *kind = config_str(cfg, "fault.kind");
     long steps = config_int(cfg, "scenario.steps"), ck = config_int(cfg, "scenario.ckpt_every");
     int world = (int)config_int(cfg, "scenario.ranks");
@@ -371,7 +371,7 @@ int chaos_run_scenario(const config *cfg, const char *out)
         snprintf(hb, sizeof hb, "%s/heartbeat", x->run_dir);
         unlink(hb);
         env[0] = NULL;
-        snprintf(x->train_bin, sizeof x->train_bin, "build/bin/nebula-train");
+        chaos_bin_path("nebula-train", x->train_bin, sizeof x->train_bin);
         if (!strcmp(kind, "io-error") && x->nlaunches == 0) {
             snprintf(x->train_bin, sizeof x->train_bin, "%s", CHAOS_TRAIN_BIN);
             char list[CONFIG_STR_MAX + 64] = "";
@@ -554,7 +554,9 @@ int chaos_run_scenario(const config *cfg, const char *out)
     if (ok && ref_rc == 0 && same_world) {
         char dlog[2 * CHAOS_PATH_MAX];
         snprintf(dlog, sizeof dlog, "%s/diff.log", out);
-        int d = chaos_run_cmd((const char *const[]){ "build/bin/nebula-ckpt", "diff", a, b, NULL }, dlog);
+        char ckpt_bin[4096];
+        chaos_bin_path("nebula-ckpt", ckpt_bin, sizeof ckpt_bin);
+        int d = chaos_run_cmd((const char *const[]){ ckpt_bin, "diff", a, b, NULL }, dlog);
         row(rows, &nr, d == 0 && loss == ref_loss, "final state vs fault-free (same world size)", "bit-identical",
             "nebula-ckpt diff exit %d; held-out loss %.6f vs %.6f", d, loss, ref_loss);
     } else {

@@ -271,7 +271,9 @@ int chaos_soak(const config *cfg, const char *out, json_t *prov)
         chaos_launch *l = &x->launches[x->nlaunches];
         snprintf(log, sizeof log, "%s/launch-%d.log", out, x->nlaunches + 1);
         const char *env[2] = { NULL, NULL };
-        snprintf(x->train_bin, sizeof x->train_bin, "%s", arm ? CHAOS_TRAIN_BIN : "build/bin/nebula-train");
+        if (arm) snprintf(x->train_bin, sizeof x->train_bin, "%s", CHAOS_TRAIN_BIN);
+        else chaos_bin_path("nebula-train", x->train_bin, sizeof x->train_bin);
+        chaos_bin_path("nebula-ckpt", x->ckpt_bin, sizeof x->ckpt_bin);
         if (arm) {
             snprintf(fault_env, sizeof fault_env, "NEBULA_CHAOS_FAULT=%s", arm);
             env[0] = fault_env;
@@ -367,7 +369,7 @@ int chaos_soak(const config *cfg, const char *out, json_t *prov)
                 if (c > last_verified) {
                     char path[2 * CHAOS_PATH_MAX];
                     snprintf(path, sizeof path, "%s/ckpt/step_%08ld", x->run_dir, c);
-                    int rc = chaos_run_cmd((const char *const[]){ "build/bin/nebula-ckpt", "verify", path, NULL }, vlog);
+                    int rc = chaos_run_cmd((const char *const[]){ x->ckpt_bin, "verify", path, NULL }, vlog);
                     /* a newer save may have pruned it meanwhile: only a checkpoint still there
                      * counts; 126 and up is the verifier not running (a rebuild), not a verdict */
                     if (rc >= 126 || rc < 0) {
@@ -544,7 +546,7 @@ int chaos_soak(const config *cfg, const char *out, json_t *prov)
     }
     char path[2 * CHAOS_PATH_MAX];
     snprintf(path, sizeof path, "%s/ckpt/step_%08ld", x->run_dir, final);
-    int final_rc = final >= 0 ? chaos_run_cmd((const char *const[]){ "build/bin/nebula-ckpt", "verify", path, NULL },
+    int final_rc = final >= 0 ? chaos_run_cmd((const char *const[]){ x->ckpt_bin, "verify", path, NULL },
                                               vlog) : -1;
     double drop = isnan(first) ? NAN : 1.0 - lastq / first;
     double max_rss = config_float(cfg, "soak.max_rss_mb_per_h"), max_fd = config_float(cfg, "soak.max_fds_per_h");

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cblas.h>
+#include "blas.h"
 
 #include "base/log.h"
 #include "isa_variant.h"

@@ -4,7 +4,7 @@
 #include "precision.h"
 
 #include <assert.h>
-#include <cblas.h>
+#include "blas.h"
 #include <stdlib.h>
 #include <string.h>
 

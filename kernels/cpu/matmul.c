@@ -9,11 +9,11 @@
  * (isa_variant.h); the rest is built once. */
 #include "matmul.h"
 
-#include <cblas.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "blas.h"
 #include "isa_variant.h"
 
 /* Below this many elements of out (or dout) the bias fill and the dbias reduction
@@ -132,13 +132,5 @@ void matmul_backward_ref(double *dinp, double *dweight, double *dbias, const dou
             for (int i = 0; i < BT; i++) s += dout[(size_t)i * OC + o];
             dbias[o] += s;
         }
-}
-
-void matmul_blas_version(char *buf, size_t len)
-{
-    /* "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64" and the kernel
-     * its DYNAMIC_ARCH build picked for this CPU */
-    const char *config = openblas_get_config(), *core = openblas_get_corename();
-    snprintf(buf, len, "%s (core %s)", config && config[0] ? config : "OpenBLAS", core && core[0] ? core : "unknown");
 }
 #endif

@@ -36,10 +36,6 @@ void matmul_backward(float *dinp,         /* (BT, C) or NULL */
                      const float *weight, /* (OC, C) or (C, OC), per layout */
                      int BT, int C, int OC, matmul_layout layout);
 
-/* The BLAS the fp32 GEMMs run on, for provenance: OpenBLAS's build configuration
- * (version, DYNAMIC_ARCH, threads) and the core kernel it chose for this CPU. */
-void matmul_blas_version(char *buf, size_t len);
-
 /* The same contracts with bf16 operands (--precision bf16 on the CPU,
  * matmul_bf16.c): inp, weight and dout rounded to bf16 (nearest even), products
  * summed in fp32, outputs and the bias fp32. Needs isa level avx512_bf16 or amx

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cpu/blas.h"
 #include "cpu/dnn.h"
 #include "cpu/isa.h"
 #include "cpu/matmul.h"
@@ -17,7 +18,7 @@ json_t *comm_provenance_local(const config *cfg, int argc, char *const *argv)
 {
     json_t *p = provenance_new(cfg, argc, argv, 1);
     char text[512];
-    matmul_blas_version(text, sizeof text);
+    blas_describe(text, sizeof text);
     provenance_set(p, "blas", text);
     dnn_version(text, sizeof text);
     provenance_set(p, "onednn", text);

@@ -3,13 +3,19 @@
  * with no native event behind it in a VM, a disabled component, a misspelt name)
  * is reported as "n/a: <PAPI's reason>" and the others still count; nothing here
  * ever fails the run. The counters are this rank's main thread's (PAPI counts the
- * calling thread): OpenMP and BLAS worker threads are not included. */
+ * calling thread): OpenMP and BLAS worker threads are not included. A build without
+ * PAPI (mk/detect.mk) checks the names the same way and reports each event n/a. */
+#ifdef NEBULA_PAPI
 #include <papi.h>
+#else
+#define PAPI_NULL (-1) /* built without PAPI (make PAPI=0, or no libpapi found): every event n/a */
+#endif
 #include <stdio.h>
 #include <string.h>
 
 #include "profile.h"
 
+#ifdef NEBULA_PAPI
 /* Why event code (named name) cannot be added: PAPI's error, the component's disabled
  * reason when it has one, and for a preset that this machine does not back a note. */
 static void papi_reason(char *out, size_t cap, const char *name, int code, int rc)
@@ -25,6 +31,7 @@ static void papi_reason(char *out, size_t cap, const char *name, int code, int r
                     : " (no native event of this CPU backs this preset; papi_avail lists the ones it has)";
     snprintf(out, cap, "n/a: %.60s%s%s", PAPI_strerror(rc), comp, extra);
 }
+#endif
 
 status train_profile_papi_init(train_profile_papi *pp, const char *events)
 {
@@ -51,6 +58,11 @@ status train_profile_papi_init(train_profile_papi *pp, const char *events)
     }
     if (pp->n == 1 && !strcmp(pp->name[0], "none")) pp->n = 0;
     if (pp->n == 0) return STATUS_OK;
+#ifndef NEBULA_PAPI
+    for (int e = 0; e < pp->n; e++)
+        snprintf(pp->why[e], sizeof pp->why[e], "n/a: built without PAPI (rebuild with libpapi found, or PAPI=1)");
+    return STATUS_OK;
+#else
     int rc = PAPI_is_initialized() ? (int)PAPI_VER_CURRENT : PAPI_library_init(PAPI_VER_CURRENT);
     if (rc != (int)PAPI_VER_CURRENT) {
         for (int e = 0; e < pp->n; e++)
@@ -83,21 +95,28 @@ status train_profile_papi_init(train_profile_papi *pp, const char *events)
     train_profile_papi_read(pp);
     memcpy(pp->last, pp->now, sizeof pp->last);
     return STATUS_OK;
+#endif
 }
 
 void train_profile_papi_read(train_profile_papi *pp)
 {
+#ifdef NEBULA_PAPI
     if (pp->ncounting && PAPI_read(pp->eventset, pp->now) != PAPI_OK) memcpy(pp->now, pp->last, sizeof pp->now);
+#else
+    (void)pp;
+#endif
 }
 
 void train_profile_papi_free(train_profile_papi *pp)
 {
+#ifdef NEBULA_PAPI
     if (pp->eventset != PAPI_NULL) {
         long long v[TRAIN_PROFILE_EVENTS_MAX];
         if (pp->ncounting) (void)PAPI_stop(pp->eventset, v);
         (void)PAPI_cleanup_eventset(pp->eventset);
         (void)PAPI_destroy_eventset(&pp->eventset);
     }
+#endif
     pp->eventset = PAPI_NULL;
     pp->ncounting = 0;
 }

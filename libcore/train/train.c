@@ -5,7 +5,6 @@
  * free. */
 #include <errno.h>
 #include <inttypes.h>
-#include <cblas.h>
 #include <jansson.h>
 #include <math.h>
 #include <omp.h>
@@ -15,6 +14,7 @@
 #include <unistd.h>
 
 #include "base/path.h"
+#include "cpu/blas.h"
 #include "ckpt/tool/offline.h"
 #include "nn/param.h"
 #include "train_impl.h"
@@ -148,7 +148,7 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
         if (r->threads < 1) r->threads = 1;
     }
     omp_set_num_threads(r->threads);
-    openblas_set_num_threads(r->threads);
+    blas_set_threads(r->threads);
     TRY(fault_plan_init(&r->metrics_fault, "metrics"));
     TRY(fault_plan_init(&r->rundir_fault, "rundir"));
     /* The model runs on a GPU in nebula-bench model --device cuda; the loop's buckets,
