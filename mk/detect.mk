@@ -65,19 +65,23 @@ else ifeq ($(BLAS),flexiblas)
 else
   $(error BLAS=$(BLAS) is not one of openblas, blis, mkl, flexiblas)
 endif
+# Without a .pc file: BLAS_DIR (its include/ and, for BLIS and FlexiBLAS, the
+# include/blis or include/flexiblas below it), else Debian's OpenMP build of the
+# library where it exists (/usr/include/<triplet>/<lib>-openmp), else the defaults.
+TRIPLET  := $(shell $(MPICC) -dumpmachine 2>/dev/null)
+BLAS_SUB := $(if $(filter blis flexiblas,$(BLAS)),/$(BLAS))
+BLAS_DEB := $(wildcard /usr/lib/$(TRIPLET)/$(BLAS)-openmp)
 ifdef BLAS_DIR
-  BLAS_CFLAGS := -I$(BLAS_DIR)/include
+  BLAS_CFLAGS := -I$(BLAS_DIR)/include$(BLAS_SUB) -I$(BLAS_DIR)/include
   BLAS_LIBS   := -L$(BLAS_DIR)/lib $(or $(BLAS_FALLBACK),-lopenblas)
 else ifneq ($(BLAS_PC),)
   BLAS_CFLAGS := $(call pc_cflags,$(BLAS_PC))
   BLAS_LIBS   := $(call pc_libs,$(BLAS_PC))
-else ifeq ($(BLAS),openblas)
-  # No openblas.pc: Debian's OpenMP build where it exists, else the linker's default.
-  OPENBLAS_DEB := $(wildcard /usr/lib/$(shell $(MPICC) -dumpmachine 2>/dev/null)/openblas-openmp)
-  BLAS_CFLAGS := $(if $(OPENBLAS_DEB),-I/usr/include/$(shell $(MPICC) -dumpmachine)/openblas-openmp)
-  BLAS_LIBS   := $(if $(OPENBLAS_DEB),-L$(OPENBLAS_DEB)) -lopenblas
+else ifneq ($(BLAS_DEB),)
+  BLAS_CFLAGS := -I/usr/include/$(TRIPLET)/$(BLAS)-openmp
+  BLAS_LIBS   := -L$(BLAS_DEB) $(or $(BLAS_FALLBACK),-lopenblas)
 else
-  BLAS_LIBS   := $(BLAS_FALLBACK)
+  BLAS_LIBS   := $(or $(BLAS_FALLBACK),-lopenblas)
 endif
 
 # ---- oneDNN, PAPI, the small libraries ------------------------------------------
@@ -102,7 +106,10 @@ SMALL_LIBS   := inih:-linih jansson:-ljansson hwloc:-lhwloc libisal:-lisal zlib:
 SMALL_CFLAGS := $(foreach p,$(SMALL_LIBS),$(call pc_cflags,$(word 1,$(subst :, ,$(p)))))
 SMALL_LDLIBS := $(foreach p,$(SMALL_LIBS),$(or $(call pc_libs,$(word 1,$(subst :, ,$(p)))),$(word 2,$(subst :, ,$(p)))))
 
-DEP_CFLAGS := $(HDF5_CFLAGS) $(BLAS_CFLAGS) $(BLAS_DEFINE) $(DNNL_CFLAGS) $(PAPI_CFLAGS) $(SMALL_CFLAGS)
+# Library headers as system headers: -Werror is for Nebula's code, not for what the
+# libraries' headers do (BLIS's cblas.h defines static functions it never calls).
+DEP_CFLAGS := $(patsubst -I%,-isystem %,$(HDF5_CFLAGS) $(BLAS_CFLAGS) $(DNNL_CFLAGS) $(PAPI_CFLAGS) $(SMALL_CFLAGS)) \
+              $(BLAS_DEFINE)
 DEP_LIBS   := $(DNNL_LIBS) $(HDF5_LIBS) $(SMALL_LDLIBS) $(BLAS_LIBS) $(PAPI_LIBS) -lm
 DEP_LIBS   += $(call rpaths,$(HDF5_LIBS) $(BLAS_LIBS) $(DNNL_LIBS))
 

@@ -43,6 +43,7 @@ BUILD_PKGS=(
 # What make test / make check run beside the binaries.
 TEST_PKGS=(
     hdf5-tools                                # h5dump reads the checkpoints in tests
+    libblis-openmp-dev                        # the BLAS=blis build test
     libucx-dev libpmix-dev                    # UCX PML test; PMIx for srun --mpi=pmix
     python3-torch python3-torchvision python3-h5py python3-numpy   # reference-vs-PyTorch validation
     python3-venv                              # build/venv: PyPI's safetensors beside Debian's torch

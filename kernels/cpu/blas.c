@@ -14,14 +14,14 @@ void blas_describe(char *buf, size_t len)
     snprintf(buf, len, "%s", v);
 }
 #elif defined(NEBULA_BLAS_BLIS)
-#include <blis/blis.h>
+#include <blis.h>
 void blas_set_threads(int n) { bli_thread_set_num_threads(n); }
 void blas_describe(char *buf, size_t len)
 {
     snprintf(buf, len, "BLIS %s (arch %s)", bli_info_get_version_str(), bli_arch_string(bli_arch_query_id()));
 }
 #elif defined(NEBULA_BLAS_FLEXIBLAS)
-#include <flexiblas/flexiblas_api.h>
+#include <flexiblas_api.h>
 void blas_set_threads(int n) { flexiblas_set_num_threads(n); }
 void blas_describe(char *buf, size_t len)
 {

@@ -8,12 +8,10 @@
 
 #include <stddef.h>
 
+/* Each library's cblas.h lies in its own include directory (mk/detect.mk puts it
+ * first on the path); MKL names it mkl_cblas.h. */
 #if defined(NEBULA_BLAS_MKL)
 #include <mkl_cblas.h>
-#elif defined(NEBULA_BLAS_BLIS)
-#include <blis/cblas.h>
-#elif defined(NEBULA_BLAS_FLEXIBLAS)
-#include <flexiblas/cblas.h>
 #else
 #include <cblas.h>
 #endif
