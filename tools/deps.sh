@@ -44,7 +44,6 @@ BUILD_PKGS=(
 TEST_PKGS=(
     hdf5-tools                                # h5dump reads the checkpoints in tests
     libblis-openmp-dev                        # the BLAS=blis build test
-    libucx-dev libpmix-dev                    # UCX PML test; PMIx for srun --mpi=pmix
     python3-torch python3-torchvision python3-h5py python3-numpy   # reference-vs-PyTorch validation
     python3-venv                              # build/venv: PyPI's safetensors beside Debian's torch
     python3-sklearn                           # the handwritten digits of the ResNet convergence test
@@ -200,8 +199,12 @@ report_tests() {
     else printf '  ✗ venv       %s: missing or without %s (make deps-test)\n' "$VENV" "${VENV_PKGS[*]}"; fi
     printf '  %s Slurm      %s, munge %s\n' "$(mark have slurmctld)" \
         "$(slurmctld -V 2>/dev/null || echo 'slurmctld not found')" "$(mark have munged)"
-    printf '  %s UCX        %s\n' "$(mark pkg-config --exists ucx)" "$(pkg-config --modversion ucx 2>/dev/null || echo 'not found')"
-    printf '  %s PMIx       %s\n' "$(mark pkg-config --exists pmix)" "$(pkg-config --modversion pmix 2>/dev/null || echo 'not found')"
+    # UCX and PMIx are OpenMPI's and Slurm's plugins (libucx0, libpmix2 come with them):
+    # Nebula links neither, so their runtime components are what counts.
+    printf '  %s UCX        OpenMPI pml ucx component (the UCX test: mpi/ucx-pml)\n' \
+        "$(mark bash -c 'ompi_info --parsable | grep -q mca:pml:ucx')"
+    printf '  %s PMIx       Slurm mpi_pmix plugin (srun --mpi=pmix in the job scripts)\n' \
+        "$(mark bash -c 'ls /usr/lib/*/slurm-wlm/mpi_pmix*.so')"
     printf '  %s modules    %s\n' "$(mark test -f /usr/share/modules/init/bash)" "environment-modules (the modulefile test)"
     printf '  %s others     chromium %s, nft %s, shellcheck %s, help2man %s\n' \
         "$(mark have chromium)" "$(mark have chromium)" "$(mark have nft)" "$(mark have shellcheck)" "$(mark have help2man)"
