@@ -122,7 +122,8 @@ ifdef CUDA_HOME
   NVCC ?= $(wildcard $(CUDA_HOME)/bin/nvcc)
 endif
 NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
-CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+# (a link on PATH, such as /usr/bin/nvcc, is followed to the toolkit it belongs to)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(NVCC)))
 ifneq ($(NVCC),)
   CUDA_ARCHS ?= $(filter $(patsubst compute_%,%,$(shell $(NVCC) --list-gpu-arch 2>/dev/null)),70 75 80 90)
 endif
