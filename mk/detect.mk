@@ -122,8 +122,10 @@ ifdef CUDA_HOME
   NVCC ?= $(wildcard $(CUDA_HOME)/bin/nvcc)
 endif
 NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
-# (a link on PATH, such as /usr/bin/nvcc, is followed to the toolkit it belongs to)
-CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(NVCC)))
+# (nvcc names its toolkit itself: a link or wrapper script on PATH leads to the real one)
+ifneq ($(NVCC),)
+  CUDA_HOME ?= $(realpath $(shell $(NVCC) --dryrun -x cu -c /dev/null -o /dev/null 2>&1 | sed -n 's/^\#\$$ TOP=//p' | head -1))
+endif
 ifneq ($(NVCC),)
   CUDA_ARCHS ?= $(filter $(patsubst compute_%,%,$(shell $(NVCC) --list-gpu-arch 2>/dev/null)),70 75 80 90)
 endif
