@@ -211,7 +211,8 @@ report_tests() {
     local nvcc
     nvcc=$(command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
     if [ -n "$nvcc" ]; then
-        local cinc; cinc="$(dirname "$(dirname "$nvcc")")/include"
+        local cinc  # the toolkit nvcc itself names (PATH may hold a wrapper script)
+        cinc="$("$nvcc" --dryrun -x cu -c /dev/null -o /dev/null 2>&1 | sed -n 's/^#\$ TOP=//p' | head -1)/../include"
         printf '  ✓ CUDA       %s (NCCL %s, cuDNN %s)\n' "$("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')" \
             "$(mark test -f "$cinc/nccl.h")" "$(mark test -f "$cinc/cudnn.h")"
     else

@@ -145,7 +145,7 @@ long chaos_log_resumed(const char *log);
 double chaos_log_final_loss(const char *log, long *step);
 /* This executable's path, for the shim and the probe on every node. */
 /* nebula-train, nebula-ckpt: in $NEBULA_BIN, else beside nebula-chaos (an install's bin/,
- * the tree's build/bin), else build/bin/NAME under the working directory. */
+ * the tree's build/bin), else build/bin/NAME under the working directory, else on PATH. */
 void chaos_bin_path(const char *name, char *out, size_t cap);
 void chaos_self_path(char *out, size_t cap);
 /* splitmix64: every random choice of a scenario or soak, from fault.seed (reproducible). */

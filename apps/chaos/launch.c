@@ -321,6 +321,12 @@ void chaos_bin_path(const char *name, char *out, size_t cap)
         *slash = '\0';
         if (snprintf(out, cap, "%s/%s", self, name) < (int)cap && access(out, X_OK) == 0) return;
     }
+    if (access("build/bin/nebula-train", X_OK) != 0 && getenv("PATH")) { /* not in a build tree: PATH */
+        char list[4096];
+        snprintf(list, sizeof list, "%s", getenv("PATH"));
+        for (char *rest = list, *dir; (dir = strsep(&rest, ":")) != NULL;)
+            if (dir[0] && snprintf(out, cap, "%s/%s", dir, name) < (int)cap && access(out, X_OK) == 0) return;
+    }
     snprintf(out, cap, "build/bin/%s", name);
 }
 
