@@ -1,13 +1,14 @@
-/* config_compat — schema versions: renamed keys read through aliases, removed keys
- * refused with their reason, defaults that changed kept for older files, and
- * migrate-config, which rewrites a file to the current version (docs/compat.md).
+/* config_compat — schema versions while loading: renamed keys read through their old
+ * names (a deprecation warning once per key, rank 0), removed keys refused with the
+ * reason, defaults that changed kept for files of older versions, the config_version key
+ * (docs/compat.md). migrate-config is config_migrate.c.
  *
- * The one decision to know: a migration is a line edit of the user's own text, not a
- * dump. Comments, order and blank lines stay; only the lines that name an old key change
- * (renamed in place, moved to their new section, or commented out when removed), and the
- * version line is written. The result is then loaded beside the original and both
- * resolved configs are compared, so a migration that would change a value is refused
- * instead of written. */
+ * The one decision to know: the history is the app's data, a table handed to
+ * config_set_compat (nebula-train's is libcore/train/schema.c), and config.c reaches this
+ * file only through the function table that call installs, so a program without a history
+ * (the fuzzers, the tools with their own schemas) links config.c alone. One table serves
+ * every program that reads the trainer's files: an entry whose new key a schema lacks is
+ * another program's and is ignored there. */
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>

@@ -5,7 +5,8 @@
 #   report names each renamed key with FILE:LINE, the migrated file equals the one in
 #   configs/ now, and old and migrated files resolve to the same config (--print-config);
 #   old names still load with one deprecation warning per key on rank 0 of an mpirun, and
-#   through --set and `nebula-train control`; migrate-config's refusals (exit 2).
+#   through --set and `nebula-train control`; a run's stored config uses the new names;
+#   migrate-config's refusals (exit 2).
 . "$(dirname "$0")/lib.sh"
 TRAIN=build/bin/nebula-train
 v1=validation/fixtures/config/v1
@@ -51,6 +52,13 @@ expect "--set with an old name warns naming --set" 0 "--set train.zero=1: train.
 $TRAIN --set train.zero=1 --print-config 2>/dev/null | sed -n '/^\[zero\]/,/^$/p' >$tmp/zero
 check "... and sets the new key (zero.stage = 1)" grep -qx "stage = 1" $tmp/zero
 check "--print-config writes the version first" [ "$($TRAIN --print-config | head -2 | tr '\n' ' ')" = "[nebula] config_version = 2 " ]
+licenses_data
+$MPIRUN -np 2 $TRAIN --config $old --run-dir $tmp/old-run --steps 1 --set optim.warmup_steps=0 --set data.train=$data/train.bin --set data.val= \
+    --set ckpt.every_steps=1 >$tmp/old-run.log 2>&1 </dev/null
+check "a run from the old file stores its config (config.ini, the checkpoint's) under the new names, versioned" \
+    bash -c "grep -A1 -x '\[nebula\]' $tmp/old-run/config.ini | grep -qx 'config_version = 2' &&
+             grep -qx 'max_grad_norm = 1' $tmp/old-run/config.ini && grep -qx 'keep_last = 2' $tmp/old-run/config.ini &&
+             ! grep -qE '^(clip|keep) =' $tmp/old-run/config.ini && build/bin/nebula-ckpt info $tmp/old-run/ckpt/step_00000001 2>&1 | grep -q 'max_grad_norm = 1'"
 mkdir -p $tmp/run
 $TRAIN control $tmp/run --set train.clip=0.5 >/dev/null 2>&1
 check "control with an old name asks the run for the new one" grep -rq "train.max_grad_norm" $tmp/run/reload
