@@ -9,16 +9,11 @@
  * (the fuzzers, the tools with their own schemas) links config.c alone. One table serves
  * every program that reads the trainer's files: an entry whose new key a schema lacks is
  * another program's and is ignored there. */
-#include <ctype.h>
 #include <errno.h>
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "config_impl.h"
-#include "path.h"
 
 /* ---- aliases ---------------------------------------------------------------------- */
 
