@@ -87,7 +87,7 @@ for model in "${model_list[@]}"; do
     for rate in "${rate_list[@]}"; do
         tools/netns-cluster rate "$rate" >/dev/null
         read -r dms dloss < <(run "dense-$model-$rate" "$model" --set comm.algo=ring)
-        read -r gms gloss < <(run "dgc-$model-$rate" "$model" --set dgc.mode=on --set dgc.values=fp16)
+        read -r gms gloss < <(run "dgc-$model-$rate" "$model" --set dgc.mode=on --set dgc.value_dtype=fp16)
         params=$(sed -n 's/^ *params .*(\([0-9]*\) floats.*/\1/p' "$tmp/dense-$model-$rate.log" | head -1)
         red=$(sed -n 's/^dgc: gradient traffic .*: \([0-9.]*\)x less/\1/p' "$tmp/dgc-$model-$rate.log")
         speed=$(echo "$dms / $gms" | bc -l)
@@ -100,7 +100,7 @@ for model in "${model_list[@]}"; do
         fi
         if [ "$rate" = none ]; then  # unshaped: what auto decides, and what that costs against dense
             read -r ams _ < <(run "auto-$model" "$model" --set comm.algo=ring --set dgc.mode=auto \
-                --set dgc.values=fp16 --set dgc.min_params=0 --steps $((steps + 4)))
+                --set dgc.value_dtype=fp16 --set dgc.min_params=0 --steps $((steps + 4)))
             auto_rows+=("| $model | $rate | $(sed -n 's/^dgc: \(on\|off\) (auto): \(.*\)/\1: \2/p' "$tmp/auto-$model.log" | paste -sd';' | sed 's/;/; /g') | $(printf '%.0f ms vs dense %.0f ms = %.3f' "$ams" "$dms" "$(echo "$ams / $dms" | bc -l)") |")
         fi
     done

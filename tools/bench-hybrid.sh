@@ -7,7 +7,7 @@
 # the same global batch (--global-batch sequences of --seq-len tokens, micro-batch 1,
 # synthetic data, AdamW). The data-parallel baseline is dp4 (bucketed allreduces, every
 # rank holding the whole model and its optimizer state) or dp4z, the same with ZeRO-1
-# (train.zero = 1: the moments sharded, for a model whose four replicas do not fit in
+# (zero.stage = 1: the moments sharded, for a model whose four replicas do not fit in
 # memory; the grids train without it, their model split already).
 #
 # Per row: the step time (a run's mean step, its first step left out; the median of
@@ -60,8 +60,8 @@ for r in "${rate_list[@]}"; do
 done
 grid_args() {  # LAYOUT -> the --set arguments of its grid
     case $1 in
-    dp4) echo "--set train.zero=0 --set comm.algo=hier" ;;
-    dp4z) echo "--set train.zero=1 --set comm.algo=hier" ;;
+    dp4) echo "--set zero.stage=0 --set comm.algo=hier" ;;
+    dp4z) echo "--set zero.stage=1 --set comm.algo=hier" ;;
     tp2dp2) echo "--set parallel.tp=2" ;;
     pp2dp2) echo "--set parallel.pp=2" ;;
     tp2pp2) echo "--set parallel.tp=2 --set parallel.pp=2" ;;

@@ -201,9 +201,9 @@ static void bench_train_config(bench_trainer *bt, const config *cfg, bool resnet
     bench_set(bt, "train.steps=%d", (int)(config_int(cfg, "bench.model_warmup") + config_int(cfg, "bench.steps")));
     bench_set(bt, "train.seed=%lld", (long long)config_int(cfg, "bench.seed"));
     bench_set(bt, "train.threads=%d", threads > 0 ? threads : omp_get_max_threads());  /* 0: OMP_NUM_THREADS or all cores */
-    bench_set(bt, "train.clip=0");
+    bench_set(bt, "train.max_grad_norm=0");
     bench_set(bt, "train.run_dir=%s", bt->dir);
-    bench_set(bt, "train.zero=0");
+    bench_set(bt, "zero.stage=0");
     bench_set(bt, "data.train=" TRAIN_DATA_SYNTHETIC_FIXED);
     bench_set(bt, "data.val=");
     bench_set(bt, "optim.name=auto");

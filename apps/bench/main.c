@@ -14,6 +14,7 @@
 #include "base/cli.h"
 #include "dgc/dgc.h"
 #include "nn/model.h"
+#include "train/train.h"
 
 static const config_key bench_schema[] = {
     RUNTIME_CONFIG_KEYS,
@@ -174,6 +175,7 @@ int main(int argc, char **argv)
     runtime_preinit(argv[0]);
     config cfg;
     config_init(&cfg, bench_schema, (int)(sizeof bench_schema / sizeof bench_schema[0]));
+    config_set_compat(&cfg, &train_config_compat);  /* the trainer's files (configs/models) carry its version */
     if (argc < 2 || strncmp(argv[1], "--", 2) == 0) {
         cli_action action;
         status st = cli_parse(&cfg, bench_options, (int)(sizeof bench_options / sizeof bench_options[0]), argc,

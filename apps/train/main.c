@@ -24,6 +24,9 @@ static const char usage[] =
     "       nebula-train prepare OUT_DIR FILE... [--val-fraction F]\n"
     "         byte-level token files OUT_DIR/train.bin and OUT_DIR/val.bin (the last F of each\n"
     "         file, default 0.1) from text files, for data.train and data.val\n"
+    "       nebula-train migrate-config OLD.ini (-o NEW.ini | --in-place)\n"
+    "         rewrites a config to the current config_version and reports each key converted, defaulted or\n"
+    "         impossible (exit 0: automatic, 1: a person must look, 2: bad input)\n"
     "       nebula-train control RUN_DIR --set section.key=value ... | --undo | --list [--at-step N] [--wait SECONDS]\n"
     "         hot reload: asks the live run in RUN_DIR to change config keys at its next step end\n"
     "         (--at-step: at the end of step N; --undo: restore what the newest change replaced;\n"
@@ -47,7 +50,7 @@ static const cli_option train_options[] = {
     { "async-ckpt", "ckpt.async", "true" },
     { "profile", "profile.mode", "on" },
     { "trace", "trace.enable", "true" },
-    { "zero", "train.zero", NULL },
+    { "zero", "zero.stage", NULL },
     { "device", "device.kind", NULL },
     { "precision", "device.precision", NULL },
 };
@@ -117,6 +120,31 @@ static int prepare_main(int argc, char **argv)
     return status_exit_code(st);
 }
 
+/* nebula-train migrate-config OLD.ini (-o NEW.ini | --in-place): no MPI. */
+static int migrate_main(int argc, char **argv)
+{
+    const char *in = NULL, *out = NULL;
+    bool in_place = false;
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "-o") && i + 1 < argc) out = argv[++i];
+        else if (!strcmp(argv[i], "--in-place")) in_place = true;
+        else if (argv[i][0] != '-' && !in) in = argv[i];
+        else {
+            log_error0("migrate-config: unexpected argument '%s'\n%s", argv[i], usage);
+            return 2;
+        }
+    }
+    if (!in || (!out && !in_place) || (out && in_place)) {
+        log_error0("migrate-config needs a config file and one of -o NEW.ini or --in-place\n%s", usage);
+        return 2;
+    }
+    static config_key schema[256];
+    static config cfg;
+    config_init(&cfg, schema, train_config_schema(schema, 256));
+    config_set_compat(&cfg, &train_config_compat);
+    return config_migrate(&cfg, in, out ? out : in, in_place, stdout);
+}
+
 /* nebula-train control RUN_DIR ...: no MPI. The request is checked against the schema
  * here (a bad key or value exits 2 before anything is written) and again by the run,
  * which knows what fits it (a batch that splits, DGC-Pro set up). */
@@ -125,6 +153,7 @@ static int control_main(int argc, char **argv)
     static config_key schema[256];
     config cfg;
     config_init(&cfg, schema, train_config_schema(schema, 256));
+    config_set_compat(&cfg, &train_config_compat);
     train_reload_request req;
     memset(&req, 0, sizeof req);
     req.at_step = req.applied_step = -1;
@@ -141,6 +170,8 @@ static int control_main(int argc, char **argv)
             char key[TRAIN_RELOAD_MAX_KEY + 1];
             snprintf(key, sizeof key, "%.*s", eq ? (int)(eq - kv) : (int)strlen(kv), kv);
             if (config_set(&cfg, kv) != STATUS_OK) return 2;  /* the schema's message names the key and values */
+            const char *canon = config_canonical_key(&cfg, key);  /* a renamed key: its new name */
+            if (canon != key) snprintf(key, sizeof key, "%s", canon);
             const char *no = train_reload_refusal(key);
             if (no) {
                 log_error0("--set %s: %s cannot change while the run lives: %s\nlive keys: %s", kv, key, no,
@@ -216,10 +247,12 @@ int main(int argc, char **argv)
     install_signals();
     if (argc >= 2 && !strcmp(argv[1], "prepare")) return prepare_main(argc, argv);
     if (argc >= 2 && !strcmp(argv[1], "control")) return control_main(argc, argv);
+    if (argc >= 2 && !strcmp(argv[1], "migrate-config")) return migrate_main(argc, argv);
 
     static config_key schema[256];
     config cfg;
     config_init(&cfg, schema, train_config_schema(schema, 256));
+    config_set_compat(&cfg, &train_config_compat);
     cli_action action;
     status st = cli_parse(&cfg, train_options, (int)(sizeof train_options / sizeof train_options[0]), argc, argv, 1,
                           usage, &action);

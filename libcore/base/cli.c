@@ -38,7 +38,7 @@ static int edit_distance(const char *a, const char *b)
     return d[la][lb];
 }
 
-static const char *builtin_flags[] = { "config", "set", "help", "version" };
+static const char *builtin_flags[] = { "config", "set", "help", "version", "print-config" };
 
 static void cli_unknown(const char *flag, const cli_option *opts, int nopts)
 {
@@ -67,7 +67,8 @@ static void cli_help(const config *cfg, const cli_option *opts, int nopts, const
         if (opts[i].value) printf("  %-26s same as --set %s=%s\n", left, opts[i].key, opts[i].value);
         else printf("  %-26s same as --set %s=X\n", left, opts[i].key);
     }
-    printf("  --help                     this text\n  --version                  print the version\n\n"
+    printf("  --print-config             print the resolved config (INI, as checkpoints store it) and exit\n"
+           "  --help                     this text\n  --version                  print the version\n\n"
            "config keys (type, default, valid values):\n");
     config_help(cfg->schema, cfg->nkeys, stdout);
 }
@@ -104,6 +105,7 @@ status cli_parse(config *cfg, const cli_option *opts, int nopts, int argc, char 
             TRY(config_load_file(cfg, path));
         }
     }
+    bool print_config = false;
     for (int i = first; i < argc; i++) {
         char arg[1200];
         if (strncmp(argv[i], "--", 2) != 0 || argv[i][2] == '\0') {
@@ -115,6 +117,7 @@ status cli_parse(config *cfg, const cli_option *opts, int nopts, int argc, char 
         size_t nlen = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
         const char *name, *value;
         if (!strncmp(arg + 2, "config", nlen) && nlen == 6) { if (!eq) i++; continue; }
+        if (!strcmp(arg + 2, "print-config")) { print_config = true; continue; }
         if (!strncmp(arg + 2, "set", nlen) && nlen == 3) {
             TRY(cli_split(arg, argc, argv, &i, true, &name, &value));
             TRY(config_set(cfg, value));
@@ -135,6 +138,15 @@ status cli_parse(config *cfg, const cli_option *opts, int nopts, int argc, char 
         char assignment[1200];
         snprintf(assignment, sizeof assignment, "%s=%s", opts[k].key, opts[k].value ? opts[k].value : value);
         TRY(config_set(cfg, assignment));
+    }
+    if (print_config) {  /* a dry run: what a run would resolve, nothing started */
+        size_t n = config_dump(cfg, NULL, 0) + 1;
+        char *text = malloc(n);
+        CHECK(text, "out of memory for the config dump");
+        config_dump(cfg, text, n);
+        fputs(text, stdout);
+        free(text);
+        *action = CLI_ACTION_EXIT;
     }
     return STATUS_OK;
 }

@@ -17,7 +17,7 @@ typedef struct cli_option {
 
 typedef enum cli_action {
     CLI_ACTION_RUN = 0, /* parsed; run the program */
-    CLI_ACTION_EXIT,    /* --help or --version was printed; exit 0 */
+    CLI_ACTION_EXIT,    /* --help, --version or --print-config was printed; exit 0 */
 } cli_action;
 
 /* Parses argv[first..argc) into cfg. Unknown flags, missing arguments and bad

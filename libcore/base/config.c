@@ -7,6 +7,7 @@
  * path_open_regular) and must be text, so that the reader's lines are the file's. A load works on a scratch copy of the config,
  * so a file with any error leaves the caller's values untouched. */
 #include "config.h"
+#include "config_impl.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -388,6 +389,20 @@ static status config_assign(config *cfg, int k, const char *text, const char *wh
     return STATUS_OK;
 }
 
+int config_key_index(const config *cfg, const char *section, const char *name)
+{
+    return config_find_pair(cfg->schema, cfg->nkeys, section, name);
+}
+
+bool config_assign_text(config *cfg, int k, const char *text, const char *origin)
+{
+    config_value v = { .i = 0 };
+    if (!config_parse_value(&cfg->schema[k], text, &v)) return false;
+    snprintf(v.origin, sizeof v.origin, "%s", origin);
+    cfg->values[k] = v;
+    return true;
+}
+
 /* ---- init --------------------------------------------------------------------------- */
 
 /* Section and key names travel through libinih, which truncates them at 50 characters
@@ -463,6 +478,7 @@ typedef struct config_loader {
     config_reader rd;            /* line source */
     int first_error;             /* first line whose error the handler reported, 0 if none */
     int set_at[CONFIG_MAX_KEYS]; /* line that set each key in this input, 0 if not yet */
+    int version;                 /* the input's config_version (1 when it names none) */
 } config_loader;
 
 /* ini_reader: one line per call (fgets-like). A line longer than the buffer would be
@@ -526,9 +542,20 @@ static int config_on_pair(void *user, const char *section, const char *name, con
     int line = ld->rd.line;
     char where[PATH_MAX + 16];
     snprintf(where, sizeof where, "%s:%d", ld->name, line);
+    if (ld->cfg->compat && !strcmp(section, CONFIG_VERSION_SECTION) && !strcmp(name, CONFIG_VERSION_KEY)) {
+        if (ld->cfg->compat_ops->version(ld->cfg, value, where, &ld->version)) return 1;
+        if (!ld->first_error) ld->first_error = line;
+        return 0;
+    }
     int k = config_find_pair(ld->cfg->schema, ld->cfg->nkeys, section, name);
-    if (k < 0) {
+    if (k < 0 && ld->cfg->compat) {
+        k = ld->cfg->compat_ops->lookup(ld->cfg, section, name, where);
+        if (k == CONFIG_COMPAT_SKIPPED) return 1;
+    }
+    if (k == CONFIG_COMPAT_UNKNOWN) {
         config_report_unknown(ld->cfg, where, section, name);
+    } else if (k < 0) {
+        /* refused: the history said why */
     } else if (ld->set_at[k]) {
         /* libinih also sends an indented line as a continuation of the previous key. */
         log_error0("%s: %s.%s is set again (first at line %d); remove the duplicate, "
@@ -564,7 +591,7 @@ static status config_parse(config_loader *ld)
 static status config_load(config *cfg, const char *name, const char *text, size_t n)
 {
     TRY(config_check_text(text, n, name));
-    config_loader ld = { .name = name, .rd = { .text = text } };
+    config_loader ld = { .name = name, .rd = { .text = text }, .version = 1 };
     ld.cfg = malloc(sizeof *ld.cfg);
     if (!ld.cfg) {
         log_error0("%s: out of memory for a copy of the config", name);
@@ -572,6 +599,7 @@ static status config_load(config *cfg, const char *name, const char *text, size_
     }
     *ld.cfg = *cfg;
     status st = config_parse(&ld);
+    if (st == STATUS_OK && ld.cfg->compat) ld.cfg->compat_ops->defaults(ld.cfg, ld.version, ld.set_at, name);
     if (st == STATUS_OK) *cfg = *ld.cfg;
     free(ld.cfg);
     return st;
@@ -638,10 +666,10 @@ status config_set(config *cfg, const char *assignment)
     }
     *dot = '\0';
     int k = config_find_pair(cfg->schema, cfg->nkeys, key, dot + 1);
-    if (k < 0) {
-        config_report_unknown(cfg, where, key, dot + 1);
-        return STATUS_INPUT;
-    }
+    if (k < 0 && cfg->compat) k = cfg->compat_ops->lookup(cfg, key, dot + 1, where);
+    if (k == CONFIG_COMPAT_SKIPPED) return STATUS_OK;
+    if (k == CONFIG_COMPAT_UNKNOWN) config_report_unknown(cfg, where, key, dot + 1);
+    if (k < 0) return STATUS_INPUT;
     if (config_trim(eq + 1, strlen(eq + 1), value, sizeof value) > CONFIG_STR_MAX) {
         log_error0("%s: value is longer than %d characters", where, CONFIG_STR_MAX);
         return STATUS_INPUT;
@@ -705,6 +733,8 @@ size_t config_dump(const config *cfg, char *buf, size_t len)
     CHECK(cfg && (buf || len == 0), "config_dump needs a config and a buffer");
     config_buf b = { buf, len, 0 };
     if (len) buf[0] = '\0';
+    if (cfg->compat) /* the names below are this version's */
+        config_buf_printf(&b, "[%s]\n%s = %d\n", CONFIG_VERSION_SECTION, CONFIG_VERSION_KEY, cfg->compat->version);
     for (int k = 0; k < cfg->nkeys; k++) {
         if (!config_first_of_section(cfg->schema, k)) continue;
         config_buf_printf(&b, "%s[%s]\n", b.len ? "\n" : "", cfg->schema[k].section);

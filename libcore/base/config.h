@@ -70,10 +70,45 @@ typedef struct config_value {
     char origin[CONFIG_ORIGIN_MAX];      /* "default", "FILE:LINE" or "--set" */
 } config_value;
 
+/* ---- schema versions (config_compat.c, docs/compat.md) ------------------------------
+ * A file may say which schema version it was written for: `[nebula] config_version = N`
+ * (CONFIG_VERSION_SECTION, CONFIG_VERSION_KEY); a file without it is version 1. An app
+ * hands config_set_compat its history: the keys later versions renamed (still read, with
+ * a deprecation warning), removed (refused with the reason) or whose default changed
+ * (a file of an older version keeps the default it was written against). */
+#define CONFIG_VERSION_SECTION "nebula"
+#define CONFIG_VERSION_KEY     "config_version"
+#define CONFIG_MAX_ALIASES     32 /* entries in an app's compat table */
+
+typedef enum config_alias_kind {
+    CONFIG_ALIAS_RENAMED, /* old_key now reads new_key: same value, same meaning */
+    CONFIG_ALIAS_REMOVED, /* old_key is refused; `reason` says why and what replaces it */
+    CONFIG_ALIAS_DEFAULT, /* new_key's default changed in `since`; older files keep old_default */
+} config_alias_kind;
+
+typedef struct config_alias {
+    config_alias_kind kind;  /* what happened to the key */
+    int since;               /* the first schema version with the change */
+    const char *old_key;     /* "section.key" as older versions spelt it (RENAMED, REMOVED) */
+    const char *new_key;     /* "section.key" now (RENAMED, DEFAULT) */
+    const char *old_default; /* DEFAULT: the value files older than `since` meant */
+    const char *reason;      /* REMOVED: why, and what replaces it; others: a note for the report */
+} config_alias;
+
+typedef struct config_compat {
+    int version;                 /* the current schema version (what dumps and migrations write) */
+    const config_alias *aliases; /* the history, oldest first */
+    int naliases;                /* at most CONFIG_MAX_ALIASES */
+} config_compat;
+
 typedef struct config {
     const config_key *schema;            /* the app's static table, not copied */
     int nkeys;                           /* entries in schema */
     config_value values[CONFIG_MAX_KEYS]; /* values[k] resolves schema[k] */
+    const config_compat *compat;         /* renamed/removed keys and versions; NULL: none */
+    const struct config_compat_ops *compat_ops; /* config_compat.c's functions (config_impl.h); NULL: none */
+    uint32_t warned;                     /* bit a: alias a's deprecation was printed (once per key) */
+    bool migrating;                      /* removed keys are skipped, not refused (migrate-config) */
 } config;
 
 /* Sets every default; a schema that is malformed or whose defaults do not pass their
@@ -90,6 +125,18 @@ status config_load_file(config *cfg, const char *path);
 status config_load_string(config *cfg, const char *text, const char *name);
 /* One `section.key=value` from --set; origin "--set". */
 status config_set(config *cfg, const char *assignment);
+
+/* Schema history for files, --set and stored configs (see config_compat above). Also
+ * makes config_dump write the version. */
+void config_set_compat(config *cfg, const config_compat *compat);
+/* The current name of `key` ("section.key"), following a rename; key itself otherwise. */
+const char *config_canonical_key(const config *cfg, const char *key);
+/* Rewrites the config file `in` to the current schema version into `out` (atomically,
+ * temp + rename) and prints a report to `report`: each key converted, defaulted or
+ * impossible. Returns 0 (fully automatic), 1 (something needs a person; `out` is still
+ * written, the removed keys commented out), 2 (bad input: nothing written). Refuses
+ * out == in (the same file) unless in_place. */
+int config_migrate(const config *empty, const char *in, const char *out, bool in_place, FILE *report);
 
 /* Getters take "section.key"; a key missing from the schema or of another type dies. */
 int64_t config_int(const config *cfg, const char *key);

@@ -100,7 +100,7 @@ typedef struct dgc_options {
     { "dgc", "sample_fraction", CONFIG_TYPE_FLOAT, "0.01", .min = 1e-6, .max = 1,                          \
       .help = "fraction of each tensor sampled to choose the threshold" },                                 \
     { "dgc", "exact_topk", CONFIG_TYPE_BOOL, "false", .help = "exact top-k instead of a sampled threshold" }, \
-    { "dgc", "values", CONFIG_TYPE_ENUM, "fp32", .choices = "fp32|fp16",                                   \
+    { "dgc", "value_dtype", CONFIG_TYPE_ENUM, "fp32", .choices = "fp32|fp16",                                   \
       .help = "encoding of the values sent (fp16 rounding stays in the residual)" },                       \
     { "dgc", "min_numel", CONFIG_TYPE_INT, "16384", .min = 1, .max = 1L << 40,                              \
       .help = "tensors with fewer entries (biases, norms) are sent dense" },                               \

@@ -17,7 +17,7 @@ void dgc_options_from_config(const config *cfg, dgc_options *o)
     o->warmup_sparsity = config_float(cfg, "dgc.warmup_sparsity");
     o->sample_fraction = config_float(cfg, "dgc.sample_fraction");
     o->exact_topk = config_bool(cfg, "dgc.exact_topk");
-    o->values = !strcmp(config_str(cfg, "dgc.values"), "fp16") ? DGC_VALUES_FP16 : DGC_VALUES_FP32;
+    o->values = !strcmp(config_str(cfg, "dgc.value_dtype"), "fp16") ? DGC_VALUES_FP16 : DGC_VALUES_FP32;
     o->min_numel = (size_t)config_int(cfg, "dgc.min_numel");
     o->min_energy = config_float(cfg, "dgc.min_energy");
     o->layer_ratios = config_bool(cfg, "dgc.layer_ratios");

@@ -114,9 +114,9 @@ static void train_log_diverged(train_run *r, long step, const char *why)
     snprintf(dir, sizeof dir, "%s/ckpt", r->run_dir);
     if (r->ckpt && ckpt_last_committed(dir, path, sizeof path, &at))
         log_error("HINT: the last committed checkpoint is step %" PRId64 " at %s; lower optim.lr (now %g) or set "
-                  "train.clip and resume from step %" PRId64 " (--set ckpt.resume=%s)", at, path, lr, at, path);
+                  "train.max_grad_norm and resume from step %" PRId64 " (--set ckpt.resume=%s)", at, path, lr, at, path);
     else
-        log_error("HINT: no checkpoint is committed%s; lower optim.lr (now %g) or set train.clip and start again",
+        log_error("HINT: no checkpoint is committed%s; lower optim.lr (now %g) or set train.max_grad_norm and start again",
                   r->ckpt ? "" : " (checkpoints are off)", lr);
 }
 

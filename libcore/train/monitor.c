@@ -48,8 +48,8 @@ static const struct {
 } monitor_rules[MONITOR_NRULES] = {
     { "explosion", "monitor.explosion_action" },     { "nonfinite", "monitor.nonfinite_action" },
     { "spike", "monitor.spike_action" },             { "stagnation", "monitor.stagnation_action" },
-    { "throughput", "monitor.throughput_action" },   { "comm_stall", "monitor.comm_stall_action" },
-    { "memory", "monitor.memory_action" },
+    { "throughput", "monitor.throughput_drop_action" },   { "comm_stall", "monitor.comm_stall_action" },
+    { "memory", "monitor.memory_growth_action" },
 };
 
 _Static_assert(MONITOR_NRULES <= (int)(sizeof ((train_monitor *)0)->fired / sizeof(long)), "fired[] holds every rule");

@@ -38,7 +38,7 @@
 static const char *const reload_live_keys[] = {
     "optim.lr", "optim.weight_decay", "optim.beta1", "optim.beta2", "optim.eps", "optim.momentum",
     "optim.nesterov", "optim.schedule", "optim.warmup_steps", "optim.min_lr", "optim.step_size", "optim.gamma",
-    "train.clip", "train.steps", "train.global_batch", "train.accum", "train.log_interval", "train.eval_interval",
+    "train.max_grad_norm", "train.steps", "train.global_batch", "train.accum", "train.log_interval", "train.eval_interval",
     "train.eval_batches", "train.max_skipped_steps", "ckpt.every_steps", "ckpt.every_minutes", "dgc.mode",
     "dgc.sparsity", "dgc.warmup_steps", "dgc.warmup_sparsity", "dgc.warmup_stages", "elastic.lr_rule",
 };
@@ -447,7 +447,7 @@ static status reload_derive(train_run *r, bool resuming)
     r->opt.adamw.weight_decay = r->opt.sgd.weight_decay = config_float(c, "optim.weight_decay");
     r->opt.sgd.momentum = config_float(c, "optim.momentum");
     r->opt.sgd.nesterov = config_bool(c, "optim.nesterov");
-    r->opt.clip = config_float(c, "train.clip");
+    r->opt.clip = config_float(c, "train.max_grad_norm");
     r->steps = (long)config_int(c, "train.steps");
     train_schedule_from_config(&r->sched, c);
     if (r->dgc) {

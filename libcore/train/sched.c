@@ -193,6 +193,7 @@ status train_sched_setup(train_run *r)
         if (!strcmp(mode, names[k])) s->mode = (train_sched_mode)k;
     if (s->mode == TRAIN_SCHED_MODE_OFF) return STATUS_OK;
     s->min_share = config_float(r->cfg, "sched.min_share");
+    s->floor_first = config_bool(r->cfg, "compat.sched_floor_first");
     s->interval = (long)config_int(r->cfg, "sched.interval");
     s->target = config_float(r->cfg, "sched.target");
     const char *why = NULL;
@@ -315,6 +316,19 @@ static double sched_step_time(const double *rate, const double *fixed, const dou
     return t;
 }
 
+void train_sched_balanced_weights(const double *speed, int n, double gb, double floor_n, bool floor_first,
+                                  double *scratch, bool *in, double *weights)
+{
+    double *rate = scratch, *fixed = scratch + n, *x = scratch + 2 * n;
+    for (int d = 0; d < n; d++) {
+        if (floor_first) weights[d] = speed[d];  /* the floor first, the rest by speed: the floor dilutes it */
+        rate[d] = fmax(speed[d], 1e-9), fixed[d] = 0, in[d] = true;
+    }
+    if (floor_first) return;
+    sched_waterfill(rate, fixed, in, n, gb, floor_n, x);  /* no fixed part: in proportion above the floor */
+    for (int d = 0; d < n; d++) weights[d] = x[d] - floor_n;
+}
+
 /* The modes' plans from the gathered measurements (meas: speed, rate, fixed_s per rank):
  * the samples each rank should take into s->weights, what was decided into why. Every
  * rank computes the same from the same numbers. */
@@ -332,9 +346,12 @@ static void sched_plan(train_run *r, char *why, size_t cap)
     }
     size_t at = 0;
     if (balanced) {
-        sched_waterfill(rate, fixed, in, dp, gb, fl, x);
-        at += (size_t)snprintf(why, cap, "balanced: busy samples/s");
-        for (int d = 0; d < dp && at < cap - 12; d++) at += (size_t)snprintf(why + at, cap - at, "%s%.1f", d ? "," : " ", rate[d]);
+        for (int d = 0; d < dp; d++) rate[d] = s->meas[3 * d];
+        train_sched_balanced_weights(rate, dp, gb, fl, s->floor_first, s->plan, in, s->weights);
+        at += (size_t)snprintf(why, cap, "balanced%s: busy samples/s", s->floor_first ? " (compat.sched_floor_first)" : "");
+        for (int d = 0; d < dp && at < cap - 12; d++)
+            at += (size_t)snprintf(why + at, cap - at, "%s%.1f", d ? "," : " ", fmax(s->meas[3 * d], 1e-9));
+        return;
     } else if (s->mode == TRAIN_SCHED_MODE_PERFORMANCE) {
         double T = sched_waterfill(rate, fixed, in, dp, gb, fl, x);
         at += (size_t)snprintf(why, cap, "performance: predicted step %.1f ms", 1e3 * sched_step_time(rate, fixed, x, dp));

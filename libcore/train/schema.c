@@ -27,8 +27,8 @@ const config_key train_schema_keys[] = {
     { "train", "run_dir", CONFIG_TYPE_STRING, "runs/train",
       .help = "where metrics.jsonl, config.ini (the resolved config), heartbeat and ckpt/ go (created); "
               "one run at a time (RUN_DIR/lock)" },
-    { "train", "clip", CONFIG_TYPE_FLOAT, "1.0", .min = 0, .max = 1e30,
-      .help = "max global gradient L2 norm (0: no clipping)" },
+    { "train", "max_grad_norm", CONFIG_TYPE_FLOAT, "1.0", .min = 0, .max = 1e30,
+      .help = "clip the global gradient L2 norm to this (0: no clipping)" },
     { "train", "max_skipped_steps", CONFIG_TYPE_INT, "10", .min = 0, .max = 1e9,
       .help = "steps in a row that may be skipped for a non-finite loss or gradient norm; one more ends the run "
               "as diverged (exit 1)" },
@@ -36,8 +36,7 @@ const config_key train_schema_keys[] = {
       .help = "OpenMP and BLAS threads per rank (0: the cores this rank is bound to)" },
     { "train", "bucket_bytes", CONFIG_TYPE_SIZE, "25M", .min = 4096, .max = 1ull << 34,
       .help = "gradient bucket size (PyTorch DDP's bucket_cap_mb = 25)" },
-    { "train", "zero", CONFIG_TYPE_INT, "0", .min = 0, .max = 1,
-      .help = "ZeRO stage: 1 shards the optimizer state (AdamW m, v; SGD momentum) over the ranks" },
+
     { "sched", "mode", CONFIG_TYPE_ENUM, "off", .choices = "off|static|balanced|performance|economy",
       .help = "heterogeneous ranks: off (b x accum samples each), static (shares by sched.shares), balanced "
               "(by measured speed), performance (shortest predicted step), economy (cheapest ranks reaching "
@@ -52,6 +51,8 @@ const config_key train_schema_keys[] = {
       .help = "economy: one positive cost per second per data-parallel rank (empty: all 1), e.g. 3,3,1,1" },
     { "sched", "interval", CONFIG_TYPE_INT, "10", .min = 1, .max = 1 << 30,
       .help = "balanced: steps between measurements and assignments" },
+    { "zero", "stage", CONFIG_TYPE_INT, "0", .min = 0, .max = 1,
+      .help = "ZeRO stage: 1 shards the optimizer state (AdamW m, v; SGD momentum) over the ranks" },
     { "zero", "shard_numel", CONFIG_TYPE_INT, "65536", .min = 16, .max = 1 << 30,
       .help = "ZeRO: most floats per shard (tensors are cut into chunks of this size)" },
     { "zero", "vnodes", CONFIG_TYPE_INT, "256", .min = 1, .max = 4096,
@@ -89,7 +90,8 @@ const config_key train_schema_keys[] = {
       .help = "checkpoint every N steps (0: off; the last step is always saved when checkpoints are on)" },
     { "ckpt", "every_minutes", CONFIG_TYPE_FLOAT, "0", .min = 0, .max = 1e9,
       .help = "checkpoint when this many minutes passed since the last one (0: off)" },
-    { "ckpt", "keep", CONFIG_TYPE_INT, "3", .min = 1, .max = 1e6, .help = "committed checkpoints kept" },
+    { "ckpt", "keep_last", CONFIG_TYPE_INT, "3", .min = 1, .max = 1e6,
+      .help = "the newest committed checkpoints kept (older ones are removed)" },
     { "ckpt", "async", CONFIG_TYPE_BOOL, "false",
       .help = "copy the state to memory and write it in a background thread" },
     { "ckpt", "resume", CONFIG_TYPE_STRING, "auto",
@@ -115,13 +117,13 @@ const config_key train_schema_keys[] = {
     { "monitor", "stagnation_action", CONFIG_TYPE_STRING, "log", .help = "actions of the stagnation rule" },
     { "monitor", "throughput_drop", CONFIG_TYPE_FLOAT, "0", .min = 0, .max = 1,
       .help = "throughput drop: 3 steps in a row below this fraction of monitor.window's median (0: off)" },
-    { "monitor", "throughput_action", CONFIG_TYPE_STRING, "log", .help = "actions of the throughput rule" },
+    { "monitor", "throughput_drop_action", CONFIG_TYPE_STRING, "log", .help = "actions of the throughput rule" },
     { "monitor", "comm_stall", CONFIG_TYPE_FLOAT, "0", .min = 0, .max = 1,
       .help = "communication stall: a rank waited for gradient communication this fraction of the step (0: off)" },
     { "monitor", "comm_stall_action", CONFIG_TYPE_STRING, "log", .help = "actions of the comm-stall rule" },
     { "monitor", "memory_growth", CONFIG_TYPE_SIZE, "0", .min = 0, .max = 1ull << 50,
       .help = "memory growth: a rank's resident set grew this much since the warm-up steps (0: off)" },
-    { "monitor", "memory_action", CONFIG_TYPE_STRING, "log", .help = "actions of the memory-growth rule" },
+    { "monitor", "memory_growth_action", CONFIG_TYPE_STRING, "log", .help = "actions of the memory-growth rule" },
     { "monitor", "window", CONFIG_TYPE_INT, "50", .min = 8, .max = TRAIN_MONITOR_WINDOW_MAX,
       .help = "steps of loss and throughput history the spike and throughput rules compare with" },
     { "monitor", "cooldown", CONFIG_TYPE_INT, "10", .min = 1, .max = 1e9,
@@ -168,8 +170,33 @@ const config_key train_schema_keys[] = {
     { "profile", "shapes", CONFIG_TYPE_STRING, "",
       .help = "the record of shapes already profiled by auto mode (empty: RUN_DIR/profile-shapes; a shared path "
               "makes the rule span runs)" },
+    /* behaviour switches (docs/compat.md): false is today's numerics, true an earlier release's */
+    { "compat", "sched_floor_first", CONFIG_TYPE_BOOL, "false",
+      .help = "sched balanced: every rank the floor first, the rest in proportion to its busy speed (before d9fa268; "
+              "the floor dilutes the proportion)" },
+    { "compat", "dgc_unscaled_lr", CONFIG_TYPE_BOOL, "false",
+      .help = "DGC-Pro: momentum-corrected accumulation without the learning rate folded in (before 2b0c7fc; a "
+              "delayed update is applied at the rate of the step that sends it)" },
 };
 const int train_schema_nkeys = (int)(sizeof train_schema_keys / sizeof train_schema_keys[0]);
+
+/* Schema version 2 renamed keys whose names broke the pattern of their neighbours (docs/compat.md). */
+static const config_alias train_aliases[] = {
+    { CONFIG_ALIAS_RENAMED, 2, "train.zero", "zero.stage", NULL, "ZeRO's keys live in [zero]" },
+    { CONFIG_ALIAS_RENAMED, 2, "train.clip", "train.max_grad_norm", NULL, "says what is clipped" },
+    { CONFIG_ALIAS_RENAMED, 2, "ckpt.keep", "ckpt.keep_last", NULL, "says which are kept" },
+    { CONFIG_ALIAS_RENAMED, 2, "dgc.values", "dgc.value_dtype", NULL, "an encoding, not the values" },
+    { CONFIG_ALIAS_RENAMED, 2, "monitor.throughput_action", "monitor.throughput_drop_action", NULL,
+      "named after its rule's threshold, as the other rules' actions" },
+    { CONFIG_ALIAS_RENAMED, 2, "monitor.memory_action", "monitor.memory_growth_action", NULL,
+      "named after its rule's threshold, as the other rules' actions" },
+};
+
+const config_compat train_config_compat = {
+    .version = 2,
+    .aliases = train_aliases,
+    .naliases = (int)(sizeof train_aliases / sizeof train_aliases[0]),
+};
 
 int train_config_schema(config_key *out, int cap)
 {

@@ -115,6 +115,7 @@ void train_set_hook(train_run *r, bool on)
  * that produced it. */
 static double train_lr_scale(const train_run *r)
 {
+    if (r->compat_dgc_unscaled_lr) return 1.0;  /* before 2b0c7fc: v += u, the exchange's sums as they came */
     double s = lr_at(&r->sched, r->step) * r->elastic.lr_factor * r->mon.ck.lr_scale / r->sched.base_lr;
     return s > 0 ? s : 1.0;
 }
@@ -278,12 +279,12 @@ status train_dgc_setup(train_run *r)
     if (o.mode == DGC_MODE_OFF) return STATUS_OK;
     if (r->use_zero) {
         if (o.mode == DGC_MODE_ON) {
-            log_error0("dgc.mode = on and train.zero = 1 (%s) are not supported together: DGC-Pro's momentum "
+            log_error0("dgc.mode = on and zero.stage = 1 (%s) are not supported together: DGC-Pro's momentum "
                        "correction keeps full-size per-rank state and applies the update itself; set dgc.mode = off "
-                       "or train.zero = 0", config_origin(r->cfg, "train.zero"));
+                       "or zero.stage = 0", config_origin(r->cfg, "zero.stage"));
             return STATUS_INPUT;
         }
-        if (r->rt->rank == 0) printf("dgc: off (auto): not with train.zero = 1\n");
+        if (r->rt->rank == 0) printf("dgc: off (auto): not with zero.stage = 1\n");
         return STATUS_OK;
     }
     const param_table *pt = model_params(&r->m);

@@ -135,7 +135,8 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
     r->lock_fd = r->metrics_fd = -1;
     r->seed = (uint64_t)config_int(cfg, "train.seed");
     r->steps = (long)config_int(cfg, "train.steps");
-    r->opt.clip = config_float(cfg, "train.clip");
+    r->opt.clip = config_float(cfg, "train.max_grad_norm");
+    r->compat_dgc_unscaled_lr = config_bool(cfg, "compat.dgc_unscaled_lr");
     snprintf(r->run_dir, sizeof r->run_dir, "%s", config_str(cfg, "train.run_dir"));
     config_dump(cfg, r->config_text, sizeof r->config_text);
     r->threads = (int)config_int(cfg, "train.threads");
@@ -189,12 +190,12 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
     }
     TRY(train_monitor_setup(r));
 
-    r->use_zero = config_int(cfg, "train.zero") == 1;
+    r->use_zero = config_int(cfg, "zero.stage") == 1;
     if (r->use_zero && config_bool(cfg, "ckpt.async")) {
-        log_error0("ckpt.async = true and train.zero = 1 (%s) are not supported together: the asynchronous writer "
+        log_error0("ckpt.async = true and zero.stage = 1 (%s) are not supported together: the asynchronous writer "
                    "stages every tensor on rank 0, which a ZeRO run does not hold (gathering the moments there "
                    "would undo the memory ZeRO saves); set ckpt.async = false (ZeRO checkpoints are written in "
-                   "parallel, each rank its shards)", config_origin(cfg, "train.zero"));
+                   "parallel, each rank its shards)", config_origin(cfg, "zero.stage"));
         return STATUS_INPUT;
     }
 
@@ -265,7 +266,7 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
         snprintf(dir, sizeof dir, "%s/ckpt", r->run_dir);
         ckpt_content shape;
         train_ckpt_content(r, &shape);
-        TRY(ckpt_writer_init(&r->ckpt, rt->world, dir, (int)config_int(cfg, "ckpt.keep"),
+        TRY(ckpt_writer_init(&r->ckpt, rt->world, dir, (int)config_int(cfg, "ckpt.keep_last"),
                              config_bool(cfg, "ckpt.async"), &shape));
     }
     status files = STATUS_OK;

@@ -90,6 +90,8 @@ extern const int train_schema_nkeys;
 /* Every key nebula-train reads (runtime, comm, model, dgc, device and the trainer's)
  * into out[cap]; returns how many. */
 int train_config_schema(config_key *out, int cap);
+/* The schema's history (renamed keys, the version), for config_set_compat. */
+extern const config_compat train_config_compat;
 
 /* Global batch = micro_batch x accum x data-parallel size (world / (tp x pp)); any two given (0 = not
  * given), the third is derived; accum defaults to 1 when only one is given. */
@@ -129,6 +131,7 @@ typedef enum train_sched_mode {
 typedef struct train_sched {
     train_sched_mode mode;
     double min_share;          /* floor: this fraction of an equal share (GB / dp), at least 1 sample */
+    bool floor_first;          /* compat.sched_floor_first: balanced shares as before d9fa268 (docs/compat.md) */
     long interval;             /* balanced: steps between assignments */
     train_sched_ckpt ck;       /* checkpointed */
     double *weights;           /* [dp] static: sched.shares; the other modes: the samples each would take */
@@ -299,7 +302,8 @@ typedef struct train_run {
     uint64_t seed;
     int threads;               /* OpenMP / BLAS threads of this rank */
     double comm_ms;            /* calibrated: one blocking allreduce of all buckets */
-    bool use_zero;             /* train.zero = 1: optimizer state sharded over the ranks (ZeRO-1) */
+    bool use_zero;             /* zero.stage = 1: optimizer state sharded over the ranks (ZeRO-1) */
+    bool compat_dgc_unscaled_lr; /* compat.dgc_unscaled_lr: DGC-Pro without the rate folded in (docs/compat.md) */
     zero zero;                 /* the shards, their packed moments and the all-gather; use_zero only */
     /* tensor parallelism (hybrid.c): checkpoints hold the whole model's tensors, so they load at
        any layout; a shard reads and writes its pieces of them as ranges of the full layout */

@@ -35,7 +35,7 @@ static inline comm_ctl train_dp_ctl(const train_run *r)
  * times to ss, the idle fraction to ss->bubble); the tied wte's gradient summed over
  * the first and last stage; the per-step setup and teardown. */
 status train_pp_plan(train_run *r);
-/* train.c: whether the run's other settings allow grid gs (ckpt.async, train.zero and
+/* train.c: whether the run's other settings allow grid gs (ckpt.async, zero.stage and
  * dgc.mode = on are data-parallel only so far); STATUS_INPUT with the reason. */
 status train_grid_allowed(const config *cfg, const grid_shape *gs);
 /* step.c: the bucket hook on the model's backward, on or off. */
@@ -259,6 +259,12 @@ status train_sched_resume(train_run *r, const ckpt_content *c, const ckpt_info *
 status train_sched_reassign(train_run *r, const char *why);
 status train_sched_after_step(train_run *r, const train_step_stats *ss);
 status train_sched_apportion(const double *w, int n, int64_t gb, int64_t floor_n, int64_t *out, double *frac);
+/* Balanced mode's weights for train_sched_apportion from the ranks' busy speeds: the
+ * samples above the floor that make every rank's busy time equal (water-filled), or, with
+ * floor_first (compat.sched_floor_first, before d9fa268), the speeds themselves, so the
+ * rest after everyone's floor goes in proportion to speed. scratch: 3 n doubles, in: n. */
+void train_sched_balanced_weights(const double *speed, int n, double gb, double floor_n, bool floor_first,
+                                  double *scratch, bool *in, double *weights);
 /* Auto mode's decision after the first steps of a fresh run (collective). */
 status train_dgc_auto(train_run *r, const train_step_stats *ss, long first);
 

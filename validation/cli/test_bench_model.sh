@@ -20,7 +20,7 @@ same_step() {
                 --set bench.model_warmup=0 | awk -F, '/^[0-9]/ { print $NF }' | tr '\n' ' ')
     train=$(build/bin/nebula-train --model "$m" --set train.micro_batch="$b" --seq-len "$t" --steps 4 --seed 7 \
                 --data synthetic-fixed --set train.threads=2 --set runtime.bind=none --set optim.schedule=constant \
-                --set optim.warmup_steps=0 --lr "$lr" --set optim.weight_decay="$wd" --set train.clip=0 \
+                --set optim.warmup_steps=0 --lr "$lr" --set optim.weight_decay="$wd" --set train.max_grad_norm=0 \
                 --set train.log_interval=1 --run-dir "$tmp/same-$m" 2>&1 |
                 sed -n 's/^step=[0-9]* loss=\([0-9.]*\).*/\1/p' | xargs -n1 printf '%.4f ' 2>/dev/null)
     if [ -n "$bench" ] && [ "$(wc -w <<<"$bench")" = 4 ] && [ "$bench" = "$train" ]; then

@@ -17,7 +17,7 @@
 TRAIN=build/bin/nebula-train
 PY=/usr/bin/python3
 what=${1:?resnet or gpt}
-DGC=(--set dgc.mode=on --set dgc.sparsity=0.999 --set dgc.values=fp16)
+DGC=(--set dgc.mode=on --set dgc.sparsity=0.999 --set dgc.value_dtype=fp16)
 train() {  # train NAME ARGS... -> the log in $tmp/NAME.log
     local name=$1
     shift

@@ -27,7 +27,7 @@ diverge() {
     local name=$1 model=$2
     shift 2
     timeout 120 stdbuf -oL $TRAIN --model "$model" "$@" --set train.micro_batch=2 --steps 40 --lr 1000 \
-        --set optim.schedule=constant --set optim.warmup_steps=0 --set train.clip=0 --set train.threads=1 \
+        --set optim.schedule=constant --set optim.warmup_steps=0 --set train.max_grad_norm=0 --set train.threads=1 \
         --set runtime.bind=none --set train.log_interval=1 --set ckpt.every_steps=2 --set train.max_skipped_steps=2 \
         --set monitor.nonfinite_action=log \
         --run-dir "$tmp/$name" >"$tmp/$name.log" 2>&1 </dev/null
@@ -93,7 +93,7 @@ done
 # residuals a skipped step would have absorbed stay finite
 timeout 120 $MPIRUN -np 2 $TRAIN --model gpt2-tiny --set train.micro_batch=2 --steps 40 --set dgc.mode=on \
     --ranks-per-node 1 --set optim.name=sgd --lr 1000 --set optim.schedule=constant --set optim.warmup_steps=0 \
-    --set train.clip=0 --set train.threads=1 --set runtime.bind=none --set train.log_interval=1 \
+    --set train.max_grad_norm=0 --set train.threads=1 --set runtime.bind=none --set train.log_interval=1 \
     --set train.max_skipped_steps=2 --run-dir "$tmp/dgc" >"$tmp/dgc.log" 2>&1 </dev/null
 rc=$?
 check "DGC-Pro: divergence exits 1 (got $rc), the skips found before the exchange" \

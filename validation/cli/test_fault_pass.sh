@@ -7,7 +7,7 @@
 # gpt2-tiny on 2 ranks with NEBULA_CHAOS_FAULT=MODULE#N:ERRNO, which fails the Nth fault
 # point of the module that the process reaches, until a run reaches no point N (all
 # points passed). The run resumes from step 3 of a copy of a committed 6-step run and
-# trains to step 6 with ckpt.keep=1, so its one save reaches every call of the
+# trains to step 6 with ckpt.keep_last=1, so its one save reaches every call of the
 # checkpoint writer: the directory, a step replaced (6: moved aside, put back when its
 # save fails), the commit and pruning (3). Invariants for each N:
 #   - the run exits 0 (the failure was survivable) or 1 (a failed save, its documented
@@ -39,7 +39,7 @@ run() {
     timeout 120 $MPIRUN -np 2 $bin --config configs/train/gpt2-tiny-licenses.ini --run-dir "$dir" \
         --set data.train="$data/train.bin" --set data.val= --set optim.schedule=constant \
         --set optim.warmup_steps=0 --set train.log_interval=3 --set train.eval_interval=0 \
-        --set ckpt.every_steps=3 --set ckpt.keep=2 --set train.global_batch=8 --steps "$steps" "$@" \
+        --set ckpt.every_steps=3 --set ckpt.keep_last=2 --set train.global_batch=8 --steps "$steps" "$@" \
         >>"$dir.log" 2>&1 </dev/null
 }
 step() { printf '%s/ckpt/step_%08d' "$1" "$2"; }
@@ -91,7 +91,7 @@ one() {
     text=$([ $err = ENOSPC ] && echo "No space left on device" || echo "Input/output error")
     cp -a $tmp/seed "$d"
     : >"$d.log"
-    NEBULA_CHAOS_FAULT=$module#$n:$err run $CHAOS "$d" 6 --resume "$(step "$d" 3)" --set ckpt.keep=1 \
+    NEBULA_CHAOS_FAULT=$module#$n:$err run $CHAOS "$d" 6 --resume "$(step "$d" 3)" --set ckpt.keep_last=1 \
         --set ckpt.async=$([ $mode = async ] && echo true || echo false)
     rc=$?
     if [ $rc -eq 2 ] && grep -q "NEBULA_CHAOS_FAULT: cannot use '$module#" "$d.log"; then

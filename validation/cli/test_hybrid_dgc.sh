@@ -19,7 +19,7 @@
 . "$(dirname "$0")/lib.sh"
 CKPT=build/bin/nebula-ckpt
 licenses_data
-DGC=(--set dgc.mode=on --set dgc.sparsity=0.99 --set dgc.min_numel=1 --set train.clip=0.1)
+DGC=(--set dgc.mode=on --set dgc.sparsity=0.99 --set dgc.min_numel=1 --set train.max_grad_norm=0.1)
 run() {
     local dir=$1 np=$2
     shift 2

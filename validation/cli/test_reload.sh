@@ -122,11 +122,11 @@ check "... and the losses are those of a run without requests, bit for bit" same
 
 # --- undo -------------------------------------------------------------------------------
 ask undo --set optim.lr=1e-3 --at-step 2
-ask undo --set optim.lr=5e-4 --set train.clip=0.5 --at-step 3
+ask undo --set optim.lr=5e-4 --set train.max_grad_norm=0.5 --at-step 3
 ask undo --undo --at-step 4
 ask undo --undo --at-step 5
 run undo --steps 6
-check "undo: v3 undoes v2 (lr and clip back)" grep -q "^reload v3 at step 4 (undoes v2): train.clip 0.5 -> 1, optim.lr 0.0005 -> 0.001" \
+check "undo: v3 undoes v2 (lr and clip back)" grep -q "^reload v3 at step 4 (undoes v2): train.max_grad_norm 0.5 -> 1, optim.lr 0.0005 -> 0.001" \
     "$tmp/undo.log"
 check "... v4 undoes v1" grep -q "^reload v4 at step 5 (undoes v1): optim.lr 0.001 -> 0.003" "$tmp/undo.log"
 check "... the rate of every step follows: 3e-3 3e-3 1e-3 5e-4 1e-3 3e-3" \

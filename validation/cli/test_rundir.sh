@@ -129,7 +129,7 @@ check "a FIFO as RUN_DIR/metrics.jsonl exits 2 (got $rc), not a hang" eval "[ $r
 # --- metrics: valid JSON always, write faults ----------------------------------------------
 R=$tmp/rn
 timeout 120 $MPIRUN -np 1 $TRAIN --model gpt2-tiny --run-dir $R --set train.micro_batch=2 --set optim.name=sgd \
-    --set optim.warmup_steps=0 --set optim.lr=1000 --set optim.schedule=constant --set train.clip=0 \
+    --set optim.warmup_steps=0 --set optim.lr=1000 --set optim.schedule=constant --set train.max_grad_norm=0 \
     --set train.log_interval=1 --steps 8 >$R.log 2>&1 </dev/null
 check "a diverging GPT-2 (SGD): every metrics line is JSON, a non-finite loss and gnorm are null with their keys kept" eval \
     "json_ok $R/metrics.jsonl && grep -q '\"loss\":null' $R/metrics.jsonl && grep -q '\"gnorm\":null' $R/metrics.jsonl"

@@ -69,7 +69,7 @@ check "async checkpoints: resume from step 10 -> step 30 bit-identical to the st
 # parameters, moments and the compression state (/rank/dgc: velocities, residuals)
 # bit-identical to the straight run
 dg="$ck --ranks-per-node 1 --set optim.name=sgd --set optim.lr=0.3 --set dgc.mode=on --set dgc.min_numel=1024 \
-    --set dgc.warmup_steps=8 --set dgc.values=fp16"
+    --set dgc.warmup_steps=8 --set dgc.value_dtype=fp16"
 run $tmp/dgc-straight 2 --steps 30 $dg
 run $tmp/dgc-stopped 2 --steps 20 $dg
 run $tmp/dgc-stopped 2 --steps 30 $dg
@@ -97,7 +97,7 @@ check "a DGC-Pro checkpoint resumed at 2 nodes x 2 goes on with a fresh compress
 mkdir -p $tmp/killed
 # (keep every checkpoint: on a loaded machine the run may be steps past 10 when the kill lands,
 # and its own step-40 commit would retire step 10; what it committed after 10 is removed)
-( run $tmp/killed 2 --steps 100000 $ck --set ckpt.keep=1000000 ) &
+( run $tmp/killed 2 --steps 100000 $ck --set ckpt.keep_last=1000000 ) &
 for i in $(seq 1 600); do [ -e $tmp/killed/ckpt/step_00000010/COMMITTED ] && break; sleep 0.1; done
 pkill -KILL -f "run-dir $tmp/killed" ; wait 2>/dev/null
 find $tmp/killed/ckpt -mindepth 1 -maxdepth 1 ! -name step_00000010 -exec rm -rf {} +

@@ -101,7 +101,7 @@ check "a live dp4 -> tp2 x dp2 change under ZeRO re-forms the grid" grep -q "the
 check "... and continues the dp4 trajectory within 1e-5" same_losses $tmp/z0-4 $tmp/live 11
 
 # --- refused combinations ----------------------------------------------------------------------
-expect "ZeRO with asynchronous checkpoints exits 2 saying why" 2 "ckpt.async = true and train.zero = 1" -- \
+expect "ZeRO with asynchronous checkpoints exits 2 saying why" 2 "ckpt.async = true and zero.stage = 1" -- \
     $MPIRUN -np 2 $TRAIN --config configs/train/gpt2-tiny-licenses.ini --run-dir $tmp/bad \
     --set data.train="$data/train.bin" --set data.val= --steps 2 --set optim.warmup_steps=0 --zero 1 --async-ckpt
 expect "ZeRO with forced DGC-Pro exits 2 saying why" 2 "not supported together" -- \
