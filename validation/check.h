@@ -361,8 +361,12 @@ static bool check(test_ctx *t, bool ok, const char *fmt, ...)
 __attribute__((unused)) static void capture_begin(test_ctx *t)
 {
     fflush(stderr);
-    t->cap = tmpfile();
-    if (!t->cap) { perror("tmpfile"); exit(1); }
+    /* tmpfile() would ignore TMPDIR and insist on /tmp */
+    const char *tmpd = getenv("TMPDIR");
+    char path[256];
+    snprintf(path, sizeof path, "%s/nebula-capture-XXXXXX", tmpd && tmpd[0] ? tmpd : "/tmp");
+    int fd = mkstemp(path);
+    if (fd < 0 || unlink(path) != 0 || !(t->cap = fdopen(fd, "w+"))) { perror("capture_begin"); exit(1); }
     t->saved_fd = dup(2);
     dup2(fileno(t->cap), 2);
 }

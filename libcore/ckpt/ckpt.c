@@ -288,7 +288,7 @@ static void log_save_failure(const ckpt_writer *w, int64_t step, int err)
     if (err == ENOSPC || (free_mib >= 0 && free_mib < need_mib)) {
         log_error("checkpoint of step %" PRId64 " failed: %s: %s has %.1f MiB free, a checkpoint takes %.1f MiB",
                   step, strerror(ENOSPC), w->dir, free_mib, need_mib);
-        log_error("HINT: free space there or keep fewer checkpoints (ckpt.keep, now %d); %s", w->keep_last, resume);
+        log_error("HINT: free space there or keep fewer checkpoints (ckpt.keep_last, now %d); %s", w->keep_last, resume);
     } else {
         log_error("checkpoint of step %" PRId64 " failed: %s", step, err ? strerror(err) : "I/O error");
         log_error("HINT: check the storage under %s (dmesg, the file system's health) before relaunching; %s",

@@ -171,14 +171,15 @@ static bool exists(const char *dir, const char *name)
 /* stderr of this rank into a buffer, to check what a failure said. */
 typedef struct capture {
     int saved;          /* the real stderr */
-    char path[64];      /* where it went meanwhile */
+    char path[256];      /* where it went meanwhile */
     char text[16384];   /* what was written */
 } capture;
 
 static void capture_begin(capture *cp)
 {
     fflush(stderr);
-    snprintf(cp->path, sizeof cp->path, "/tmp/nebula-ckpt-err-XXXXXX");
+    const char *tmpd = getenv("TMPDIR");
+    snprintf(cp->path, sizeof cp->path, "%s/nebula-ckpt-err-XXXXXX", tmpd && tmpd[0] ? tmpd : "/tmp");
     int fd = mkstemp(cp->path);
     CHECK(fd >= 0, "mkstemp");
     cp->saved = dup(2);

@@ -344,7 +344,9 @@ static void test_tune(runtime *rt, comm *c)
     MPI_Allreduce(agree, mx, 2, MPI_INT, MPI_MAX, rt->world);
     check(rt, st == STATUS_OK && mx[0] == (int)a && mx[1] == (int)b && a != COMM_ALGO_AUTO,
           "tuning picks the same algorithm on every rank");
-    char path[] = "/tmp/nebula-tune-XXXXXX";
+    char path[256];
+    const char *tmpd = getenv("TMPDIR");
+    snprintf(path, sizeof path, "%s/nebula-tune-XXXXXX", tmpd && tmpd[0] ? tmpd : "/tmp");
     if (rt->rank == 0) { int fd = mkstemp(path); close(fd); }
     MPI_Bcast(path, sizeof path, MPI_CHAR, 0, rt->world);
     st = comm_tune_save(c, path);

@@ -199,13 +199,15 @@ int main(int argc, char **argv)
     status st = runtime_init(&rt, &argc, &argv, &ro);
     if (st != STATUS_OK) runtime_exit(&rt, st);
 
-    char dir[64] = "/tmp/nebula-data-mpi-XXXXXX";
+    char dir[200];
+    const char *tmpd = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/nebula-data-mpi-XXXXXX", tmpd && tmpd[0] ? tmpd : "/tmp");
     if (rt.rank == 0) {
         if (!mkdtemp(dir)) MPI_Abort(rt.world, 1);
         write_files(dir);
     }
     MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, rt.world);
-    char tok[128], img[128], bad[128];
+    char tok[256], img[256], bad[256];
     snprintf(tok, sizeof tok, "%s/tok.bin", dir);
     snprintf(img, sizeof img, "%s/img.h5", dir);
     snprintf(bad, sizeof bad, "%s/bad.bin", dir);
@@ -221,7 +223,7 @@ int main(int argc, char **argv)
 
     MPI_Barrier(rt.world);
     if (rt.rank == 0) {
-        char cmd[128];
+        char cmd[256];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
         if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
     }

@@ -276,7 +276,9 @@ int main(void)
              "{\"layers\":\"%d\",\"heads\":\"%d\",\"pad_token_id\":\"%d\",\"lr\":\"%g\",\"weight_decay\":\"%g\","
              "\"beta1\":\"%g\",\"beta2\":\"%g\",\"eps\":\"%g\",\"steps\":\"%d\",\"warmup\":\"%d\"}",
              cfg.num_layers, cfg.num_heads, cfg.pad_token_id, lr, wd, hp.beta1, hp.beta2, hp.eps, STEPS, WARMUP);
-    char dir[] = "/tmp/nebula-bert-XXXXXX", path[128], cmd[512];
+    char dir[256], path[320], cmd[1024];
+    const char *tmpd = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/nebula-bert-XXXXXX", tmpd && tmpd[0] ? tmpd : "/tmp");
     if (!mkdtemp(dir)) return 1;
     snprintf(path, sizeof path, "%s/dump.safetensors", dir);
     if (st_write(path, t, nt, meta) != STATUS_OK) return 1;

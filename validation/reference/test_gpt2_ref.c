@@ -91,7 +91,9 @@ int main(void)
              "{\"layers\":\"%d\",\"heads\":\"%d\",\"vocab_size\":\"%d\",\"lr\":\"%g\",\"weight_decay\":\"%g\","
              "\"steps\":\"%d\",\"warmup\":\"%d\"}",
              cfg.num_layers, cfg.num_heads, cfg.vocab_size, lr, wd, STEPS, WARMUP);
-    char dir[] = "/tmp/nebula-gpt2-XXXXXX", path[128], cmd[512];
+    char dir[256], path[320], cmd[1024];
+    const char *tmpd = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/nebula-gpt2-XXXXXX", tmpd && tmpd[0] ? tmpd : "/tmp");
     if (!mkdtemp(dir)) return 1;
     snprintf(path, sizeof path, "%s/dump.safetensors", dir);
     if (st_write(path, t, nt, meta) != STATUS_OK) return 1;

@@ -244,7 +244,9 @@ int main(int argc, char **argv)
         { "resnet50", "resnet50", 4, 48, 48, 10 },
     };
     enum { NCASES = sizeof cases / sizeof cases[0] };
-    char dir[] = "/tmp/nebula-resnet-XXXXXX", paths[NCASES][128], cmd[1024];
+    char dir[256], paths[NCASES][320], cmd[4096];
+    const char *tmpd = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/nebula-resnet-XXXXXX", tmpd && tmpd[0] ? tmpd : "/tmp");
     if (!mkdtemp(dir)) { perror("test_resnet_ref: mkdtemp"); return 1; }
     int failed = 0, ran = 0, len = snprintf(cmd, sizeof cmd, "/usr/bin/python3 validation/reference/resnet_ref.py");
     for (int i = 0; i < NCASES; i++) {

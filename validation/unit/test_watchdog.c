@@ -52,7 +52,9 @@ int main(void)
     watchdog_leave(wd);
     watchdog_stop(wd);
 
-    char dir[] = "/tmp/test_watchdog.XXXXXX", path[64];
+    char dir[256], path[300];
+    const char *tmpd = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/test_watchdog.XXXXXX", tmpd && tmpd[0] ? tmpd : "/tmp");
     if (!mkdtemp(dir)) return 1;
     snprintf(path, sizeof path, "%s/beacons", dir);
     /* a deadline of 0.5 s: ticks of 0.1 s, lines stale after 1.3 s */
