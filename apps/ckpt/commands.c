@@ -107,6 +107,8 @@ static int diff_header(const ckpt_catalog *a, const ckpt_catalog *b, json_t *out
         { "format_version", x->version, y->version }, { "step", x->step, y->step },
         { "world_size", x->world_size, y->world_size }, { "resharded_from", x->resharded_from, y->resharded_from },
         { "table_hash", (long long)x->table_hash, (long long)y->table_hash },
+        { "parallel_dp", x->layout.dp, y->layout.dp }, { "parallel_tp", x->layout.tp, y->layout.tp },
+        { "parallel_pp", x->layout.pp, y->layout.pp }, { "zero_stage", x->layout.zero_stage, y->layout.zero_stage },
     };
     int n = 0;
     if (strcmp(x->model, y->model) != 0) {
@@ -252,6 +254,7 @@ int tool_reshard(const tool_args *a)
     if (st == STATUS_OK) st = model_spec_check_grid(&tm.m.spec, tp, pp);  /* names parallel.tp / parallel.pp */
     if (st == STATUS_OK) {
         st = tool_content(&c, &cat, &tm.m, true, true);
+        c.layout = (ckpt_layout){ dp, tp, pp, cat.h.layout.zero_stage };  /* the grid it is rewritten for */
         if (st == STATUS_OK)
             st = ckpt_reshard(a->rt->world, &cat, &c, world, (int)config_int(a->cfg, "ckpt.ranks_per_node"), out);
         if (st == STATUS_OK && a->rt->rank == 0) {
