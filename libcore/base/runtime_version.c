@@ -26,6 +26,7 @@ typedef struct version_row {
     int32_t oldest;     /* oldest protocol version it speaks */
     int32_t newest;     /* newest: NEBULA_PROTOCOL_VERSION, or NEBULA_TEST_PROTOCOL */
 } version_row;
+_Static_assert(sizeof(version_row) == 136, "the start-up exchange is frozen: every build sends these 136 bytes");
 
 /* NEBULA_TEST_PROTOCOL: "N" (speaks N only) or "LO-HI"; false when malformed. */
 static bool test_protocol(const char *v, int32_t *lo, int32_t *hi)
