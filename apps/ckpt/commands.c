@@ -71,6 +71,12 @@ int tool_verify(const tool_args *a)
         for (int k = 0; k < cat.n; k++) bytes += cat.items[k].bytes;
         printf("verify %s (step %" PRId64 ", %s, %d ranks)\n", cat.dir, cat.h.step, cat.h.model, cat.h.world_size);
         printf("  commit     %s\n", cat.commit == CKPT_COMMIT_YES ? "committed" : "NOT committed");
+        const char *stored = "float32";  /* the tensors' type: an export copy's 16 bits */
+        for (int k = 0; k < cat.n; k++)
+            if (!cat.items[k].blob && strcmp(cat.items[k].dtype, "float32") != 0) stored = cat.items[k].dtype;
+        printf("  format     version %d, grid dp %d x tp %d x pp %d, ZeRO stage %d%s, tensors %s\n", cat.h.version,
+               cat.h.layout.dp, cat.h.layout.tp, cat.h.layout.pp, cat.h.layout.zero_stage,
+               cat.h.layout_recorded ? "" : " (implied: version 1 records none)", stored);
         printf("  checksums  %d datasets, %" PRIu64 " bytes: %s\n", cat.n, bytes,
                nbad ? "MISMATCH (see above)" : "every CRC-32 matches, blob rows included");
         printf("  tables     %s\n", st_tables == STATUS_OK ? tables : "MISMATCH (see above)");

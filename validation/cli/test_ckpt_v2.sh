@@ -8,11 +8,13 @@
 #     for bit and the same checkpoint at step 5 (diff: identical; that a resume equals the
 #     uninterrupted run is test_ckpt_tool's and test_ckpt's: the fixtures were written by
 #     older builds, whose float rounding may differ from this one's);
+#   - saves record their grid (tensor parallel, ZeRO-1);
 #   - the version 2 fixture resumes; a file claiming version 3 is refused (exit 2) naming
 #     both versions, as a version 1 build refuses a version 2 file;
 #   - convert --dtype bf16 / fp16 writes an export copy stored in 16 bits that verifies,
 #     reads in h5py with the values rounded to nearest, and resumes with a warning that
-#     the run continues from rounded values; --dtype fp32 widens it back exactly.
+#     the run continues from rounded values (a ZeRO run refuses it); --dtype fp32 widens it
+#     back exactly.
 set -u
 cd "$(dirname "$0")/../.."
 . validation/cli/lib.sh
@@ -49,7 +51,8 @@ expect "upgrade of the v1 fixture (--out) says what changed" 0 "format version 1
     $CK upgrade $FX/v1/$S3 --out $tmp/upgraded/ckpt
 expect "... recording the grid from the stored config" 0 "parallel    dp 2 x tp 1 x pp 1, ZeRO stage 0" -- \
     $CK info $tmp/upgraded/ckpt/$S3
-expect "... which verifies (every checksum unchanged)" 0 "ok" -- $CK verify $tmp/upgraded/ckpt/$S3
+expect "... which verifies (every checksum unchanged), showing the new fields" 0 \
+    "format     version 2, grid dp 2 x tp 1 x pp 1, ZeRO stage 0, tensors float32" -- $CK verify $tmp/upgraded/ckpt/$S3
 check "... the fixture itself is untouched (still version 1)" \
     $PY -c "import h5py,sys; sys.exit(int(h5py.File('$FX/v1/$S3/state.h5','r').attrs['format_version']) != 1)"
 check "h5py reads the upgraded file: version 2, the grid, a dtype on every dataset, data as in v1" \
@@ -81,17 +84,26 @@ check "nebula-train resumes the v2 fixture" grep -q "resumed from $tmp/v2/ckpt/$
 place $FX/v2/$S3 $tmp/v3
 $PY -c "import h5py, numpy as np; h5py.File('$tmp/v3/ckpt/$S3/state.h5', 'r+').attrs['format_version'] = np.int32(3)"
 run $tmp/v3 --resume $tmp/v3/ckpt/$S3
+rc=$?
 check "a file of format version 3 is refused (exit 2) naming both versions" \
-    bash -c "grep -q 'format v3 > supported v2' $tmp/v3.log && ! grep -q resumed $tmp/v3.log"
+    bash -c "[ $rc -eq 2 ] && grep -q 'format v3 > supported v2' $tmp/v3.log && ! grep -q resumed $tmp/v3.log"
 expect "... and nebula-ckpt refuses it the same way (exit 2)" 2 "format v3 > supported v2" -- \
     $CK info $tmp/v3/ckpt/$S3
+
+# --- the grid a save records --------------------------------------------------------------------
+run $tmp/tp2 --set parallel.tp=2
+expect "a tensor-parallel save records dp 1 x tp 2" 0 "parallel    dp 1 x tp 2 x pp 1, ZeRO stage 0" -- \
+    $CK info $tmp/tp2/ckpt/$S5
+run $tmp/zero --set train.zero=1
+expect "a ZeRO-1 save records stage 1" 0 "parallel    dp 2 x tp 1 x pp 1, ZeRO stage 1" -- $CK info $tmp/zero/ckpt/$S5
 
 # --- reduced-precision export copies -----------------------------------------------------------
 run $tmp/straight
 for dt in bf16 fp16; do
     expect "convert --dtype $dt writes an export copy" 0 "committed" -- \
         $CK convert $tmp/straight/ckpt/$S5 --dtype $dt --out $tmp/$dt/ckpt
-    expect "... which verifies" 0 "ok" -- $CK verify $tmp/$dt/ckpt/$S5
+    expect "... which verifies, naming the stored type" 0 "tensors $([ $dt = bf16 ] && echo bfloat16 || echo float16)" \
+        -- $CK verify $tmp/$dt/ckpt/$S5
     check "... h5py: every tensor 16-bit, its dtype attribute, values rounded to nearest, crc32 as stored" \
         $PY - $tmp/$dt/ckpt/$S5/state.h5 $tmp/straight/ckpt/$S5/state.h5 $dt <<'PY'
 import sys, zlib, h5py, numpy as np
@@ -120,6 +132,11 @@ expect "info names the stored type" 0 "bfloat16" -- $CK info $tmp/bf16/ckpt/$S5
 run $tmp/bf16 --steps 6 --resume $tmp/bf16/ckpt/$S5
 check "nebula-train resumes the bf16 copy, warning that it continues from rounded values" \
     bash -c "grep -q 'resumed from .*$S5 at step 5' $tmp/bf16.log && grep -q 'stores its tensors as bfloat16' $tmp/bf16.log"
+run $tmp/bf16-zero --steps 6 --resume $tmp/bf16/ckpt/$S5 --set train.zero=1
+rc=$?
+check "... and refuses it into ZeRO shards (exit 2), naming the tensor, its type and the fix" \
+    bash -c "[ $rc -eq 2 ] && grep -q 'is stored as bfloat16, and this run holds that group in ZeRO shards.*--dtype fp32' \
+             $tmp/bf16-zero.log"
 expect "convert --dtype fp32 widens the fp16 copy back" 0 "committed" -- \
     $CK convert $tmp/fp16/ckpt/$S5 --dtype fp32 --out $tmp/wide/ckpt
 check "... exactly: its tensors equal the fp16 values" $PY - $tmp/wide/ckpt/$S5/state.h5 $tmp/fp16/ckpt/$S5/state.h5 <<'PY'
