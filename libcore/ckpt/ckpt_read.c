@@ -1,6 +1,8 @@
-/* ckpt_read — loading one checkpoint file: header checks (magic, version, step, model),
+/* ckpt_read — loading one checkpoint file: header checks (magic, version — every one up
+ * to this build's is read as it is — step, model, version 2's grid),
  * the layout check that lists missing, unexpected and reshaped tensors, the collective
- * read of each rank's slices, checksum verification and replication. Every check ends
+ * read of each rank's slices (16-bit tensors of export copies read as stored, hashed, then
+ * widened), checksum verification and replication. Every check ends
  * in ckpt_agree, so all ranks take the same branch and no collective is left waiting.
  * The header reader and the layout check are also nebula-ckpt's (ckpt_inspect.c), and
  * the blob row a rank takes is ckpt_reshard_row, which the offline reshard applies too. */
