@@ -71,6 +71,12 @@ int tool_verify(const tool_args *a)
         for (int k = 0; k < cat.n; k++) bytes += cat.items[k].bytes;
         printf("verify %s (step %" PRId64 ", %s, %d ranks)\n", cat.dir, cat.h.step, cat.h.model, cat.h.world_size);
         printf("  commit     %s\n", cat.commit == CKPT_COMMIT_YES ? "committed" : "NOT committed");
+        const char *stored = "float32";  /* the tensors' type: an export copy's 16 bits */
+        for (int k = 0; k < cat.n; k++)
+            if (!cat.items[k].blob && strcmp(cat.items[k].dtype, "float32") != 0) stored = cat.items[k].dtype;
+        printf("  format     version %d, grid dp %d x tp %d x pp %d, ZeRO stage %d%s, tensors %s\n", cat.h.version,
+               cat.h.layout.dp, cat.h.layout.tp, cat.h.layout.pp, cat.h.layout.zero_stage,
+               cat.h.layout_recorded ? "" : " (implied: version 1 records none)", stored);
         printf("  checksums  %d datasets, %" PRIu64 " bytes: %s\n", cat.n, bytes,
                nbad ? "MISMATCH (see above)" : "every CRC-32 matches, blob rows included");
         printf("  tables     %s\n", st_tables == STATUS_OK ? tables : "MISMATCH (see above)");
@@ -107,6 +113,8 @@ static int diff_header(const ckpt_catalog *a, const ckpt_catalog *b, json_t *out
         { "format_version", x->version, y->version }, { "step", x->step, y->step },
         { "world_size", x->world_size, y->world_size }, { "resharded_from", x->resharded_from, y->resharded_from },
         { "table_hash", (long long)x->table_hash, (long long)y->table_hash },
+        { "parallel_dp", x->layout.dp, y->layout.dp }, { "parallel_tp", x->layout.tp, y->layout.tp },
+        { "parallel_pp", x->layout.pp, y->layout.pp }, { "zero_stage", x->layout.zero_stage, y->layout.zero_stage },
     };
     int n = 0;
     if (strcmp(x->model, y->model) != 0) {
@@ -252,6 +260,7 @@ int tool_reshard(const tool_args *a)
     if (st == STATUS_OK) st = model_spec_check_grid(&tm.m.spec, tp, pp);  /* names parallel.tp / parallel.pp */
     if (st == STATUS_OK) {
         st = tool_content(&c, &cat, &tm.m, true, true);
+        c.layout = (ckpt_layout){ dp, tp, pp, cat.h.layout.zero_stage };  /* the grid it is rewritten for */
         if (st == STATUS_OK)
             st = ckpt_reshard(a->rt->world, &cat, &c, world, (int)config_int(a->cfg, "ckpt.ranks_per_node"), out);
         if (st == STATUS_OK && a->rt->rank == 0) {

@@ -286,11 +286,33 @@ static int convert_from(const tool_args *a, const char *format, const char *out)
     return status_exit_code(st);
 }
 
+/* A copy of a checkpoint with its tensors in another element type (ckpt_export). */
+static int convert_dtype(const tool_args *a, const char *dtype, const char *out)
+{
+    ckpt_catalog cat;
+    status st = ckpt_catalog_open(&cat, a->paths[0]);
+    if (st != STATUS_OK) return status_exit_code(st);
+    st = ckpt_out_check_step(out, cat.h.step, NULL);
+    if (st == STATUS_OK) st = ckpt_export(a->rt->world, &cat, dtype, out);
+    if (st == STATUS_OK && a->rt->rank == 0)
+        printf("converted %s to %s tensors, committed as %s/step_%08" PRId64 "\n", cat.dir, dtype, out, cat.h.step);
+    ckpt_catalog_free(&cat);
+    return status_exit_code(st);
+}
+
 int tool_convert(const tool_args *a)
 {
     const char *to = config_str(a->cfg, "ckpt.to"), *from = config_str(a->cfg, "ckpt.from");
-    const char *out = config_str(a->cfg, "ckpt.out");
+    const char *out = config_str(a->cfg, "ckpt.out"), *dtype = config_str(a->cfg, "ckpt.dtype");
     bool to_file = strcmp(to, "none") != 0;
+    if (strcmp(dtype, "none") != 0) {
+        if (to_file || strcmp(from, "none") != 0 || !out[0]) {
+            log_error0("convert --dtype %s takes a checkpoint and --out DIR (the copy goes to DIR/step_N), and "
+                       "neither --to nor --from", dtype);
+            return 2;
+        }
+        return convert_dtype(a, dtype, out);
+    }
     if (to_file == (strcmp(from, "none") != 0)) {
         log_error0("convert needs one of --to FORMAT (a checkpoint to a file) and --from FORMAT (a file to a "
                    "checkpoint); FORMAT is safetensors or llmc");

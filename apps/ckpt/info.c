@@ -58,7 +58,10 @@ static void print_text(const ckpt_catalog *cat)
     printf("model       %s (table_hash %016" PRIx64 ")\n", h->model, h->table_hash);
     printf("world       %d ranks, %d per node", h->world_size, h->ranks_per_node);
     if (h->resharded_from) printf(" (resharded offline from %d ranks: every blob row is rank 0's)", h->resharded_from);
-    printf("\noptimizer   %s\n", !strcmp(optimizer(cat), "adamw") ? "AdamW moments (optim/m, optim/v)"
+    printf("\nparallel    dp %d x tp %d x pp %d, ZeRO stage %d%s\n", h->layout.dp, h->layout.tp, h->layout.pp,
+           h->layout.zero_stage, h->layout_recorded ? "" : " (not recorded before format version 2: data parallel "
+           "implied)");
+    printf("optimizer   %s\n", !strcmp(optimizer(cat), "adamw") ? "AdamW moments (optim/m, optim/v)"
                                  : !strcmp(optimizer(cat), "sgd") ? "SGD momentum (optim/m)" : "no optimizer state");
     printf("buffers     %s\n", has_group(cat, "/" TRAIN_CKPT_BUFFERS "/") ? "batch-norm running statistics (buffers)" : "none");
     data_state ls;
@@ -134,6 +137,9 @@ static void print_json(const ckpt_catalog *cat)
                           "table_hash", hash, "world_size", h->world_size, "ranks_per_node", h->ranks_per_node,
                           "resharded_from", h->resharded_from ? json_integer(h->resharded_from) : json_null(),
                           "state", state_json(cat), "config", cat->config, "tensors", tensors, "blobs", blobs);
+    json_object_set_new(j, "layout", h->layout_recorded ? json_pack("{s:i, s:i, s:i, s:i}", "dp", h->layout.dp, "tp",
+                                                                    h->layout.tp, "pp", h->layout.pp, "zero_stage",
+                                                                    h->layout.zero_stage) : json_null());
     json_dumpf(j, stdout, JSON_INDENT(1));
     printf("\n");
     json_decref(j);

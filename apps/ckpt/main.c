@@ -29,6 +29,9 @@ static const config_key tool_schema[] = {
       .help = "convert: a checkpoint to this file format" },
     { "ckpt", "from", CONFIG_TYPE_ENUM, "none", .choices = "none|safetensors|llmc",
       .help = "convert: a file of this format to a checkpoint" },
+    { "ckpt", "dtype", CONFIG_TYPE_ENUM, "none", .choices = "none|bf16|fp16|fp32",
+      .help = "convert: a copy of the checkpoint (--out DIR) with every tensor stored in this type, for export "
+              "(bf16/fp16 round to nearest; training checkpoints stay fp32 for an exact resume)" },
     MODEL_CONFIG_KEYS,
 };
 
@@ -41,6 +44,7 @@ static const cli_option tool_options[] = {
     { "out", "ckpt.out", NULL },
     { "to", "ckpt.to", NULL },
     { "from", "ckpt.from", NULL },
+    { "dtype", "ckpt.dtype", NULL },
     { "model", "model.name", NULL },
 };
 
@@ -60,6 +64,8 @@ static const char usage[] =
     "       nebula-ckpt convert FILE --from safetensors|llmc [--model NAME] [--set model.KEY=V] --out DIR\n"
     "                                          the parameters to Hugging Face / llm.c files, or such a file to\n"
     "                                          DIR/step_00000000 (zero moments) that nebula-train resumes from\n"
+    "       nebula-ckpt convert PATH --dtype bf16|fp16|fp32 --out DIR\n"
+    "                                          a copy with its tensors stored in that type (export; fp32 widens)\n"
     "PATH is a checkpoint directory (RUN/ckpt/step_N) or its state.h5. reshard and upgrade commit their\n"
     "result like a save: in place, or as DIR/step_N with --out DIR. Large checkpoints: mpirun -np P\n"
     "nebula-ckpt ... reads and writes with parallel HDF5. Exit: 0 ok, 1 damaged, different (diff) or failed,\n"
@@ -78,7 +84,7 @@ static const tool_cmd cmds[] = {
     { "diff", 2, "ckpt.json", tool_diff },
     { "reshard", 1, "ckpt.dp ckpt.tp ckpt.pp ckpt.ranks_per_node ckpt.out", tool_reshard },
     { "upgrade", 1, "ckpt.out", tool_upgrade },
-    { "convert", 1, "ckpt.to ckpt.from ckpt.out model", tool_convert },
+    { "convert", 1, "ckpt.to ckpt.from ckpt.dtype ckpt.out model", tool_convert },
 };
 #define NCMDS (int)(sizeof cmds / sizeof cmds[0])
 #define NOPTS (int)(sizeof tool_options / sizeof tool_options[0])

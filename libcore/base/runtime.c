@@ -173,6 +173,7 @@ status runtime_init(runtime *rt, int *argc, char ***argv, const runtime_options 
         return STATUS_INPUT;
     }
     TRY(runtime_check_slurm(rt));
+    TRY(runtime_check_versions(rt));  /* first collective: builds that cannot talk stop here */
 
     MPI_Comm host_comm;
     watchdog_enter(rt->wd, "start-up: splitting the world into node, leaders and peers communicators",

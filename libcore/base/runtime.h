@@ -15,6 +15,14 @@
 #include "log.h"
 #include "watchdog.h"
 
+/* The wire protocol: what ranks send each other (message layouts, collective sequences,
+ * the start-up exchange). A build speaks every version from NEBULA_PROTOCOL_OLDEST to
+ * NEBULA_PROTOCOL_VERSION; runtime_init refuses a job whose ranks share none. Bump the
+ * version with any change another build could misread; raise OLDEST only when the old
+ * behaviour is no longer kept (docs/design.md#versions). */
+#define NEBULA_PROTOCOL_VERSION 1
+#define NEBULA_PROTOCOL_OLDEST  1
+
 typedef enum runtime_bind {
     RUNTIME_BIND_AUTO = 0, /* bind to a core only if the launcher did not bind */
     RUNTIME_BIND_CORE,     /* always bind to one core (by local rank on the host) */
@@ -57,6 +65,7 @@ typedef struct runtime {
     watchdog *wd;          /* this rank's watchdog (a pointer: modules guard their blocking calls
                               through a const runtime); NULL when opt.timeout_s is 0 */
     double timeout_s;      /* opt.timeout_s: the watchdog's deadline for runtime's own calls */
+    int protocol;          /* the wire protocol version the job runs: the newest every rank speaks */
 } runtime;
 
 /* Config keys of [runtime], for an app's schema (needs <math.h> for INFINITY). */
@@ -77,6 +86,15 @@ void runtime_preinit(const char *prog);
 /* MPI_Init_thread (FUNNELED), communicators, binding, launch checks.
  * STATUS_PEER when the launch is inconsistent (for example singletons under srun). */
 status runtime_init(runtime *rt, int *argc, char ***argv, const runtime_options *opt);
+
+/* Collective over rt->world, called by runtime_init before the communicators are split:
+ * every rank's build string (cli_version) and protocol range are exchanged; rt->protocol
+ * is set to the newest version every rank speaks, and rank 0 logs one line listing the
+ * builds when they differ. STATUS_USAGE on every rank, rank 0 naming each kind of rank
+ * (build, protocol range, ranks, hosts), when no version is common; STATUS_INPUT for a
+ * malformed test hook. Test hooks: NEBULA_TEST_BUILD replaces this rank's build string,
+ * NEBULA_TEST_PROTOCOL ("N" or "LO-HI") its protocol range. */
+status runtime_check_versions(runtime *rt);
 
 /* Rank 0 prints host, node id, local rank, bound cores and GPU of every rank. */
 void runtime_print_placement(const runtime *rt, FILE *f);

@@ -15,7 +15,9 @@
  *   /                      attributes: magic "NEBULA-CKPT", format_version, step,
  *                          model (preset name), table_hash, config (resolved config
  *                          text), world_size, ranks_per_node, nebula_version,
- *                          checksum_algorithm "crc32"; resharded_from only in files
+ *                          checksum_algorithm "crc32", and since version 2 the
+ *                          process grid parallel_dp, parallel_tp, parallel_pp (their
+ *                          product is world_size) and zero_stage; resharded_from only in files
  *                          nebula-ckpt reshard rewrote (every blob row is then rank 0's
  *                          of a run of that many ranks, and loads report resharded)
  *   /<group>/<tensor name> one float32 dataset per tensor, torch's shape; groups:
@@ -24,7 +26,9 @@
  *   /rank/<blob name>      uint8 (world_size, bytes): one row per rank (RNG states,
  *                          loader position, later DGC residuals); attribute
  *                          row_checksums (world_size uint32), one per row
- *   every dataset          attribute "checksum": CRC-32 of its bytes as stored
+ *   every dataset          attribute "checksum": CRC-32 of its bytes as stored; since
+ *                          version 2 attribute "dtype": "float32" (training saves),
+ *                          "bfloat16" or "float16" (export copies, ckpt_export), "uint8" (blobs)
  *                          (zlib's crc32, the same as Python's zlib.crc32 and gzip;
  *                          float32 little-endian, rows in rank order)
  *
@@ -55,9 +59,19 @@
 #include "base/watchdog.h"
 #include "nn/param.h"
 
-#define CKPT_FORMAT_VERSION 1
+#define CKPT_FORMAT_VERSION 2
 #define CKPT_MAX_GROUPS 8
 #define CKPT_MAX_BLOBS 8
+
+/* The process grid of the run that wrote a checkpoint (format version 2 on): data-,
+ * tensor- and pipeline-parallel sizes and the ZeRO stage. Informative: the tensors are
+ * the whole model's at any grid, so a load never depends on it. */
+typedef struct ckpt_layout {
+    int32_t dp;                 /* data-parallel replicas; 0 in a content: the communicator's size */
+    int32_t tp;                 /* tensor-parallel shards (1: none) */
+    int32_t pp;                 /* pipeline stages (1: none) */
+    int32_t zero_stage;         /* 0: moments replicated; 1: ZeRO-1 (moments sharded over dp) */
+} ckpt_layout;
 
 /* A group held in shards (ZeRO) rather than as a full flat buffer: param_shards
  * (nn/param.h) says which ranges this rank holds. Save writes each rank's ranges with a
@@ -97,6 +111,8 @@ typedef struct ckpt_content {
     const char *config_text;    /* resolved config (save only; NULL: empty) */
     int ranks_per_node;         /* save only: ranks per (virtual) node, runtime.max_local_size;
                                    0: counted from the communicator's shared-memory nodes */
+    ckpt_layout layout;         /* save only: the writer's process grid (all zero: data parallel over
+                                   the communicator, no ZeRO); dp x tp x pp must be the world size */
     int resharded_from;         /* save only: 0, or the world size whose rank 0 rows every blob row
                                    holds (ckpt_reshard); a load then reports info.resharded */
     double timeout_s;           /* deadline in seconds of each of the module's control collectives
@@ -123,6 +139,11 @@ typedef struct ckpt_info {
     bool resharded;             /* world size differs, or the file was resharded offline: blobs hold
                                    rank 0's row, the caller adapts */
     int skipped;                /* newer checkpoints refused (corrupt or uncommitted) before this one */
+    int version;                /* format_version of the file loaded (1 .. CKPT_FORMAT_VERSION) */
+    ckpt_layout layout;         /* its writer's grid (version 1: dp = world_size, tp = pp = 1, stage 0) */
+    char dtype[12];             /* "float32"; "bfloat16" or "float16" when the tensors were stored in
+                                   reduced precision (an export copy): they were widened on load and the
+                                   run continues from rounded values, not bit-exactly */
 } ckpt_info;
 
 typedef struct ckpt_writer ckpt_writer;  /* opaque: staging memory and the async thread */
@@ -199,10 +220,10 @@ int ckpt_retire_after(const char *dir, int64_t step);
  * committed checkpoints none of which verifies it returns STATUS_CORRUPT. Loads every
  * group of `c` (names and shapes must match; missing and unexpected tensors are listed
  * in the error; groups of the file that c does not name are ignored) and every blob
- * (this rank's row, rank 0's when resharded). STATUS_INPUT for another model (naming
- * both), a table hash mismatch, a missing group or blob, a newer format version, an
- * older one (the message names `nebula-ckpt upgrade`), or an explicit path that is not
- * a committed checkpoint; STATUS_CORRUPT when an explicit
+ * (this rank's row, rank 0's when resharded). Reads every format version from 1 on
+ * (info->version says which). STATUS_INPUT for another model (naming
+ * both), a table hash mismatch, a missing group or blob, a newer format version (naming
+ * both versions), or an explicit path that is not a committed checkpoint; STATUS_CORRUPT when an explicit
  * path fails its checksums (naming the dataset) or is truncated or unreadable;
  * STATUS_IO when a read fails. On an error the contents of c's buffers are unspecified.
  * Wait for a running async save of the same directory (ckpt_wait) before loading. */

@@ -454,6 +454,14 @@ static int write_root_attrs(hid_t f, const ckpt_plan *p, const ckpt_content *c, 
     rc |= attr_write(f, "ranks_per_node", H5T_STD_I32LE, H5T_NATIVE_INT32, 0, &rpn);
     rc |= attr_write_str(f, "nebula_version", cli_version());
     rc |= attr_write_str(f, "checksum_algorithm", "crc32");
+    /* version 2: the process grid; a content without one is data parallel over all ranks */
+    ckpt_layout l = c->layout.dp > 0 ? c->layout : (ckpt_layout){ ws, 1, 1, c->layout.zero_stage };
+    CHECK(l.tp >= 1 && l.pp >= 1 && (int64_t)l.dp * l.tp * l.pp == ws,
+          "a checkpoint layout whose dp x tp x pp is not the world size");
+    rc |= attr_write(f, "parallel_dp", H5T_STD_I32LE, H5T_NATIVE_INT32, 0, &l.dp);
+    rc |= attr_write(f, "parallel_tp", H5T_STD_I32LE, H5T_NATIVE_INT32, 0, &l.tp);
+    rc |= attr_write(f, "parallel_pp", H5T_STD_I32LE, H5T_NATIVE_INT32, 0, &l.pp);
+    rc |= attr_write(f, "zero_stage", H5T_STD_I32LE, H5T_NATIVE_INT32, 0, &l.zero_stage);
     if (c->resharded_from > 0)  /* only in offline reshards: its absence means the writer's own rows */
         rc |= attr_write(f, "resharded_from", H5T_STD_I32LE, H5T_NATIVE_INT32, 0, &c->resharded_from);
     return rc;
@@ -507,6 +515,7 @@ status ckpt_file_create(const char *path, MPI_Comm comm, const ckpt_plan *p, con
         H5_CHECK(s);
         hid_t ds = H5Dcreate2(f, d->path, blob ? H5T_STD_U8LE : H5T_IEEE_F32LE, s, H5P_DEFAULT, dcpl, H5P_DEFAULT);
         int rc = ds < 0 ? -1 : attr_write(ds, "checksum", H5T_STD_U32LE, H5T_NATIVE_UINT32, 0, &d->crc);
+        if (!rc) rc = attr_write_str(ds, "dtype", blob ? "uint8" : "float32");  /* version 2 */
         if (blob && !rc)
             rc = attr_write(ds, "row_checksums", H5T_STD_U32LE, H5T_NATIVE_UINT32, d->dims[0], d->row_crcs);
         if (ds >= 0) H5Dclose(ds);

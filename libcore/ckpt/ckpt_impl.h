@@ -220,6 +220,24 @@ int ckpt_magic_read(hid_t f);
  * and the missing, unexpected and reshaped tensors in why. */
 status ckpt_check_layout(hid_t f, const ckpt_header *h, const ckpt_content *c, hid_t *ids, char *why);
 
+/* ckpt_dtype.c — element types of tensors (format version 2). */
+typedef enum ckpt_dtype {
+    CKPT_DTYPE_F32 = 0,  /* "float32": every training save */
+    CKPT_DTYPE_BF16,     /* "bfloat16": export copies */
+    CKPT_DTYPE_F16,      /* "float16": export copies */
+} ckpt_dtype;
+const char *ckpt_dtype_name(ckpt_dtype t);
+/* "fp32"/"float32", "bf16"/"bfloat16", "fp16"/"float16"; false for anything else. */
+bool ckpt_dtype_parse(const char *s, ckpt_dtype *out);
+size_t ckpt_dtype_size(ckpt_dtype t);
+/* The HDF5 file type (little-endian) of t; the caller closes it. */
+hid_t ckpt_dtype_h5(ckpt_dtype t);
+/* The ckpt_dtype of an HDF5 type, or -1 when it is none of them. */
+int ckpt_dtype_of(hid_t type);
+/* float32 to 16 bits (to nearest, ties to even; NaN stays NaN) and back (exact). */
+void ckpt_dtype_narrow(ckpt_dtype t, uint16_t *dst, const float *src, size_t n);
+void ckpt_dtype_widen(ckpt_dtype t, float *dst, const uint16_t *src, size_t n);
+
 /* ckpt_read.c — the rule of a world-size change, shared by ckpt_load and nebula-ckpt
  * reshard: the blob row that rank `rank` of a run of `world` ranks continues from, in
  * a file whose blobs have `rows` rows — its own at the same size, else rank 0's. */

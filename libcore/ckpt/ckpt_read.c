@@ -1,6 +1,8 @@
-/* ckpt_read — loading one checkpoint file: header checks (magic, version, step, model),
+/* ckpt_read — loading one checkpoint file: header checks (magic, version — every one up
+ * to this build's is read as it is — step, model, version 2's grid),
  * the layout check that lists missing, unexpected and reshaped tensors, the collective
- * read of each rank's slices, checksum verification and replication. Every check ends
+ * read of each rank's slices (16-bit tensors of export copies read as stored, hashed, then
+ * widened), checksum verification and replication. Every check ends
  * in ckpt_agree, so all ranks take the same branch and no collective is left waiting.
  * The header reader and the layout check are also nebula-ckpt's (ckpt_inspect.c), and
  * the blob row a rank takes is ckpt_reshard_row, which the offline reshard applies too. */
@@ -67,6 +69,24 @@ int ckpt_magic_read(hid_t f)
     return strcmp(magic, CKPT_MAGIC) == 0;
 }
 
+/* Version 2's process grid (its product is the world size), or version 1's implied
+ * one; the name of a bad attribute, NULL when it is fine. */
+static const char *read_layout(hid_t f, ckpt_header *h)
+{
+    ckpt_layout *l = &h->layout;
+    *l = (ckpt_layout){ h->world_size, 1, 1, 0 };
+    h->layout_recorded = h->version >= 2;
+    if (!h->layout_recorded) return NULL;
+    if (ckpt_attr_read(f, "parallel_dp", H5T_NATIVE_INT32, 0, &l->dp) != 0 || l->dp < 1) return "parallel_dp";
+    if (ckpt_attr_read(f, "parallel_tp", H5T_NATIVE_INT32, 0, &l->tp) != 0 || l->tp < 1) return "parallel_tp";
+    if (ckpt_attr_read(f, "parallel_pp", H5T_NATIVE_INT32, 0, &l->pp) != 0 || l->pp < 1) return "parallel_pp";
+    if ((int64_t)l->dp * l->tp * l->pp != h->world_size) return "parallel_dp (dp x tp x pp is not world_size)";
+    if (ckpt_attr_read(f, "zero_stage", H5T_NATIVE_INT32, 0, &l->zero_stage) != 0 || l->zero_stage < 0 ||
+        l->zero_stage > 3)
+        return "zero_stage";
+    return NULL;
+}
+
 status ckpt_header_read(hid_t f, ckpt_header *h, char *why)
 {
     memset(h, 0, sizeof *h);
@@ -97,6 +117,7 @@ status ckpt_header_read(hid_t f, ckpt_header *h, char *why)
              (ckpt_attr_read(f, "resharded_from", H5T_NATIVE_INT32, 0, &h->resharded_from) != 0 ||
               h->resharded_from < 1))
         bad = "resharded_from";
+    if (!bad) bad = read_layout(f, h);
     if (bad) {
         snprintf(why, CKPT_WHY_MAX, "attribute %s is missing or malformed", bad);
         return STATUS_CORRUPT;
@@ -111,16 +132,8 @@ status ckpt_header_read(hid_t f, ckpt_header *h, char *why)
 static status read_header(hid_t f, const char *path, int64_t marker_step, const ckpt_content *c, ckpt_header *h,
                           char *why)
 {
-    TRY(ckpt_header_read(f, h, why));
-    if (h->version < CKPT_FORMAT_VERSION) {
-        char dir[CKPT_PATH_MAX], *slash;
-        snprintf(dir, sizeof dir, "%s", path);
-        if ((slash = strrchr(dir, '/')) != NULL) *slash = '\0';
-        snprintf(why, CKPT_WHY_MAX, "format version %d is older than the version this build reads (%d); HINT: "
-                 "`nebula-ckpt upgrade %.1800s` migrates it (`--out DIR` keeps the original)", h->version,
-                 CKPT_FORMAT_VERSION, dir);
-        return STATUS_INPUT;
-    }
+    (void)path;
+    TRY(ckpt_header_read(f, h, why));  /* every version up to this build's is read as it is */
     if (h->step != marker_step) {
         snprintf(why, CKPT_WHY_MAX, "the file holds step %" PRId64 ", its %s marker says %" PRId64, h->step,
                  CKPT_MARKER, marker_step);
@@ -178,8 +191,8 @@ static hid_t open_checked(hid_t loc, const char *name, const char *shown, bool b
     hid_t t = ds >= 0 ? H5Dget_type(ds) : -1, s = ds >= 0 ? H5Dget_space(ds) : -1;
     hsize_t got[PARAM_MAX_DIMS] = { 0 };
     int got_ndim = s >= 0 ? H5Sget_simple_extent_ndims(s) : -1;
-    bool ok = t >= 0 && H5Tget_class(t) == (blob ? H5T_INTEGER : H5T_FLOAT) && H5Tget_size(t) == (blob ? 1 : 4) &&
-              got_ndim == ndim && ndim <= PARAM_MAX_DIMS;
+    bool typed = t >= 0 && (blob ? H5Tget_class(t) == H5T_INTEGER && H5Tget_size(t) == 1 : ckpt_dtype_of(t) >= 0);
+    bool ok = typed && got_ndim == ndim && ndim <= PARAM_MAX_DIMS;
     if (ok && ndim > 0) {
         H5Sget_simple_extent_dims(s, got, NULL);
         for (int k = 0; k < ndim; k++) ok = ok && got[k] == dims[k];
@@ -189,7 +202,7 @@ static hid_t open_checked(hid_t loc, const char *name, const char *shown, bool b
         shape_str(a, sizeof a, got_ndim > 0 && got_ndim <= PARAM_MAX_DIMS ? got_ndim : 0, got);
         shape_str(b, sizeof b, ndim, dims);
         list_add(shape, "%s is %s%s in the file, %s here", shown, a,
-                 t >= 0 && H5Tget_size(t) != (blob ? 1 : 4) ? " (another type)" : "", b);
+                 t >= 0 && !typed ? " (another type)" : "", b);
     }
     if (t >= 0) H5Tclose(t);
     if (s >= 0) H5Sclose(s);
@@ -322,11 +335,65 @@ static status shard_pieces(comm_ctl ctl, const ckpt_content *c, ckpt_crc_piece *
     return STATUS_OK;
 }
 
+/* The stored type of an open tensor dataset (open_checked let only ckpt_dtypes through). */
+static ckpt_dtype stored_dtype(hid_t ds)
+{
+    hid_t t = H5Dget_type(ds);
+    H5_CHECK(t);
+    int dt = ckpt_dtype_of(t);
+    H5Tclose(t);
+    return dt < 0 ? CKPT_DTYPE_F32 : (ckpt_dtype)dt;
+}
+
+/* Elements [a, b) of a tensor selected in fs into dst (float32). A 16-bit tensor is read
+ * as stored and widened here; *stored is then the stored bytes' length, and the CRC-32
+ * returned is theirs (the file's checksum covers the data as stored). -1: HDF5 failed. */
+static int read_piece(hid_t ds, hid_t fs, hid_t dxpl, size_t n, float *dst, uint64_t *stored, uint32_t *crc)
+{
+    hid_t ms = ckpt_mem_space(n);
+    ckpt_dtype dt = stored_dtype(ds);
+    int rc = 0;
+    if (dt == CKPT_DTYPE_F32) {
+        rc = H5Dread(ds, H5T_NATIVE_FLOAT, ms, fs, dxpl, dst) < 0 ? -1 : 0;
+        *stored = n * sizeof(float);
+        *crc = *stored ? ckpt_crc_copy(NULL, dst, *stored) : 0;
+    } else {
+        uint16_t *raw = malloc((n + 1) * sizeof *raw);
+        CHECK(raw, "out of memory reading a 16-bit tensor");
+        hid_t ft = H5Dget_type(ds);  /* the file's own type as the memory type: the bits as stored */
+        H5_CHECK(ft);
+        rc = H5Dread(ds, ft, ms, fs, dxpl, raw) < 0 ? -1 : 0;
+        H5Tclose(ft);
+        *stored = n * sizeof *raw;
+        *crc = *stored ? ckpt_crc_bytes(0, raw, *stored) : 0;
+        ckpt_dtype_widen(dt, dst, raw, n);
+        free(raw);
+    }
+    H5Sclose(ms);
+    return rc;
+}
+
+/* ZeRO shards hash float32 pieces across ranks: a 16-bit tensor is not read into them. */
+static status check_shard_dtypes(const hid_t *ids, const ckpt_content *c, char *why)
+{
+    for (int g = 0, k = 0; g < c->ngroups; k += c->groups[g].table->count, g++)
+        for (int i = 0; c->shards[g] && i < c->groups[g].table->count; i++)
+            if (ids[k + i] >= 0 && stored_dtype(ids[k + i]) != CKPT_DTYPE_F32) {
+                snprintf(why, CKPT_WHY_MAX, "/%s/%s is stored as %s, and this run holds that group in ZeRO shards, "
+                         "which load float32 only; HINT: `nebula-ckpt convert PATH --dtype fp32 --out DIR` widens "
+                         "the copy (exactly), or resume without train.zero", c->groups[g].group,
+                         c->groups[g].table->entries[i].name, ckpt_dtype_name(stored_dtype(ids[k + i])));
+                return STATUS_INPUT;
+            }
+    return STATUS_OK;
+}
+
 /* Collective reads of this rank's slices (and blob row) with their CRC-32 pieces and
  * the recorded checksums; blob rows are verified here against row_checksums. */
 static status read_data(MPI_Comm comm, const hid_t *ids, const ckpt_header *h, ckpt_content *c, ckpt_crc_piece *pc,
                         uint32_t *file_crc, char *why)
 {
+    TRY(check_shard_dtypes(ids, c, why));  /* the same verdict on every rank: the same file */
     int rank, size;
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
@@ -350,16 +417,17 @@ static status read_data(MPI_Comm comm, const hid_t *ids, const ckpt_header *h, c
             size_t a, b;
             for (int d = 0; d < e->ndim; d++) dims[d] = e->shape[d];
             ckpt_tensor_piece(t, e, comm, &a, &b);
-            hid_t fs = H5Dget_space(ids[k]), ms = ckpt_mem_space(b - a);
+            hid_t fs = H5Dget_space(ids[k]);
             H5_CHECK(fs);
             ckpt_select_flat(fs, e->ndim, dims, a, b);
             float *dst = c->groups[g].data + e->offset + a;
-            if ((H5Dread(ids[k], H5T_NATIVE_FLOAT, ms, fs, dxpl, dst) < 0 ||
+            uint64_t stored;
+            uint32_t crc;
+            if ((read_piece(ids[k], fs, dxpl, b - a, dst, &stored, &crc) != 0 ||
                  ckpt_attr_read(ids[k], "checksum", H5T_NATIVE_UINT32, 0, &file_crc[k]) != 0) && !failed[0])
                 snprintf(failed, sizeof failed, "/%s/%s", c->groups[g].group, e->name);
-            pc[k].len = (b - a) * sizeof(float);
-            pc[k].crc = pc[k].len ? ckpt_crc_copy(NULL, dst, pc[k].len) : 0;
-            H5Sclose(ms);
+            pc[k].len = stored;
+            pc[k].crc = crc;
             H5Sclose(fs);
         }
     }
@@ -499,6 +567,12 @@ status ckpt_file_read(MPI_Comm comm, const char *path, int64_t marker_step, ckpt
         info->world_size = h.resharded_from ? h.resharded_from : h.world_size;
         info->ranks_per_node = h.ranks_per_node;
         info->resharded = ckpt_resharded(&h, size);
+        info->version = h.version;
+        info->layout = h.layout;
+        snprintf(info->dtype, sizeof info->dtype, "float32");
+        for (int k = 0; k < n; k++)
+            if (ids[k] >= 0 && stored_dtype(ids[k]) != CKPT_DTYPE_F32)
+                snprintf(info->dtype, sizeof info->dtype, "%s", ckpt_dtype_name(stored_dtype(ids[k])));
     }
     for (int k = 0; k < n + c->nblobs; k++)
         if (ids[k] >= 0) H5Dclose(ids[k]);

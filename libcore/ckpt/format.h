@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "ckpt.h"
 #include "nn/param.h"
 
 #define CKPT_ITEM_PATH 160  /* bytes of a dataset path "/" group "/" name, with its NUL */
@@ -28,6 +29,9 @@ typedef struct ckpt_header {
     int32_t ranks_per_node;     /* of the writer */
     int32_t resharded_from;     /* 0, or the world size before an offline reshard */
     char nebula_version[64];    /* of the writer; "" when absent */
+    ckpt_layout layout;         /* version 2 on: the root attributes parallel_dp/tp/pp and zero_stage;
+                                   version 1: dp = world_size, tp = pp = 1, stage 0 (not recorded) */
+    bool layout_recorded;       /* the file holds the layout attributes (version 2 on) */
 } ckpt_header;
 
 /* One dataset as the file holds it. */

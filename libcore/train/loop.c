@@ -19,6 +19,8 @@ static status train_checkpoint(train_run *r)
     TRY(train_check_state(r));
     ckpt_content c;
     train_ckpt_content(r, &c);
+    /* the grid recorded in the file (format version 2): dp x tp x pp, ZeRO stage */
+    c.layout = (ckpt_layout){ r->grid.shape.dp, r->grid.shape.tp, r->grid.shape.pp, r->use_zero ? 1 : 0 };
     double t0 = train_now_s();
     TRY(ckpt_save(r->ckpt, &c));
     double ms = (train_now_s() - t0) * 1e3;

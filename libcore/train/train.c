@@ -367,6 +367,14 @@ status train_resume(train_run *r)
                    a < b ? a : b, a < b ? b : a, 100.0 * (1.0 - (double)(a < b ? a : b) / (a < b ? b : a)));
     }
     if (r->rt->rank == 0) train_resume_compare(r, info.path);
+    if (info.version < CKPT_FORMAT_VERSION)  /* read as it is: no step of the load depends on the version */
+        log_msg0(LOG_LEVEL_INFO, "checkpoint %s is format version %d (this build writes %d): read directly; "
+                 "`nebula-ckpt upgrade` rewrites it as version %d", info.path, info.version, CKPT_FORMAT_VERSION,
+                 CKPT_FORMAT_VERSION);
+    if (strcmp(info.dtype, "float32") != 0)
+        log_warn0("checkpoint %s stores its tensors as %s (an export copy): they were widened to float32, and this "
+                  "run continues from rounded values, not bit-exactly from the run that wrote it", info.path,
+                  info.dtype);
     /* metrics.jsonl is appended across launches: records of steps after this one that an
      * earlier launch wrote before it died were not committed, and are redone from here */
     train_metrics_write(r, json_pack("{s:s, s:I, s:s, s:I}", "kind", "resume", "step", (json_int_t)r->step,

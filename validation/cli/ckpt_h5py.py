@@ -47,9 +47,11 @@ def check_file(path):
     with h5py.File(path, "r") as f:
         a = f.attrs
         ws = int(a["world_size"])
-        ok = (a["magic"] == "NEBULA-CKPT" and int(a["format_version"]) == 1 and int(a["step"]) == STEP
+        ok = (a["magic"] == "NEBULA-CKPT" and int(a["format_version"]) == 2 and int(a["step"]) == STEP
               and a["model"] == "tiny-test" and "[model]" in a["config"] and a["checksum_algorithm"] == "crc32"
-              and a["nebula_version"] != "" and int(a["ranks_per_node"]) >= 1)
+              and a["nebula_version"] != "" and int(a["ranks_per_node"]) >= 1
+              and int(a["parallel_dp"]) * int(a["parallel_tp"]) * int(a["parallel_pp"]) == ws
+              and int(a["zero_stage"]) in (0, 1))
         check(ok, "root attributes", repr(dict(a)))
         bad = []
         for g, (group, table) in enumerate(GROUPS):
@@ -59,7 +61,7 @@ def check_file(path):
                 ds = f[f"/{group}/{name}"]
                 data = ds[()]
                 want = value(g, t, int(np.prod(shape))).reshape(shape)
-                if ds.shape != shape or ds.dtype != np.float32:
+                if ds.shape != shape or ds.dtype != np.float32 or ds.attrs["dtype"] != "float32":
                     bad.append(f"{ds.name}: {ds.shape} {ds.dtype}")
                 elif not np.array_equal(np.asarray(data), want):
                     bad.append(f"{ds.name}: values")

@@ -147,7 +147,13 @@ static bool dtype_name(hid_t t, char *out, size_t len)
 {
     H5T_class_t cls = H5Tget_class(t);
     size_t size = H5Tget_size(t);
-    if (cls == H5T_FLOAT && (size == 2 || size == 4 || size == 8)) {
+    if (cls == H5T_FLOAT && size == 2) {  /* IEEE half or bfloat16 (format version 2 exports) */
+        int dt = ckpt_dtype_of(t);
+        if (dt < 0) return false;
+        snprintf(out, len, "%s", ckpt_dtype_name((ckpt_dtype)dt));
+        return true;
+    }
+    if (cls == H5T_FLOAT && (size == 4 || size == 8)) {
         snprintf(out, len, "float%zu", 8 * size);
         return true;
     }
@@ -189,6 +195,10 @@ static status describe(walk *w, hid_t ds, ckpt_dataset *d)
     haddr_t off = H5Dget_offset(ds);
     d->offset = off == HADDR_UNDEF ? UINT64_MAX : (uint64_t)off;
     d->has_checksum = ckpt_attr_read(ds, "checksum", H5T_NATIVE_UINT32, 0, &d->checksum) == 0;
+    char label[16];  /* version 2: the "dtype" attribute names the stored type */
+    if (w->cat->h.version >= 2 && (ckpt_attr_read_str(ds, "dtype", label, sizeof label) != 0 || strcmp(label, d->dtype)))
+        return walk_fail(w, "dataset %s: its dtype attribute is missing or does not name its type (%s)", d->path,
+                         d->dtype);
     return STATUS_OK;
 }
 

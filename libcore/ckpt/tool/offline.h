@@ -108,6 +108,13 @@ status ckpt_reshard(MPI_Comm comm, const ckpt_catalog *cat, const ckpt_content *
  * written, changes "". */
 status ckpt_upgrade(MPI_Comm comm, const ckpt_catalog *cat, const char *out_root, char *changes, size_t len);
 
+/* Collective (rank 0 works): a copy of a committed checkpoint, format version 2, with
+ * every tensor stored as dtype ("bf16", "fp16" or "fp32": rounded to nearest even, or
+ * widened exactly) and its checksum recomputed; blobs and attributes as they are. The
+ * original is verified first, the copy after; committed as out_root/step_N (out_root
+ * must be given: an export never replaces the checkpoint it copies). */
+status ckpt_export(MPI_Comm comm, const ckpt_catalog *cat, const char *dtype, const char *out_root);
+
 /* Not collective. STATUS_INPUT, logged naming `flag` and the checkpoint, when `out` (a
  * file, or with is_dir a directory) is a committed checkpoint directory or lies inside
  * one (its state.h5, its COMMITTED marker, anything under it): outputs never go there. */
