@@ -381,7 +381,7 @@ static status check_shard_dtypes(const hid_t *ids, const ckpt_content *c, char *
             if (ids[k + i] >= 0 && stored_dtype(ids[k + i]) != CKPT_DTYPE_F32) {
                 snprintf(why, CKPT_WHY_MAX, "/%s/%s is stored as %s, and this run holds that group in ZeRO shards, "
                          "which load float32 only; HINT: `nebula-ckpt convert PATH --dtype fp32 --out DIR` widens "
-                         "the copy (exactly), or resume without train.zero", c->groups[g].group,
+                         "the copy (exactly), or resume without zero.stage", c->groups[g].group,
                          c->groups[g].table->entries[i].name, ckpt_dtype_name(stored_dtype(ids[k + i])));
                 return STATUS_INPUT;
             }
