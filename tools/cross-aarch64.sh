@@ -87,34 +87,37 @@ fill_sysroot() {
     mapfile -t pkgs < <({ printf '%s\n' "${DEV_PKGS[@]}"; run_closure; } | sort -u)
     echo "cross-aarch64: downloading ${#pkgs[@]} arm64 packages into $X/debs"
     mkdir -p "$X/debs"
+    # Stale package lists name versions the mirror no longer has: as root, update once and retry.
     (cd "$X/debs" && apt-get download -q "${pkgs[@]/%/:arm64}" >/dev/null) ||
+        { [ "$(id -u)" -eq 0 ] && apt_update && (cd "$X/debs" && apt-get download -q "${pkgs[@]/%/:arm64}" >/dev/null); } ||
         { echo "cross-aarch64: apt-get download failed (network, or stale lists: apt-get update)" >&2; return 1; }
     rm -rf "$SR" && mkdir -p "$SR"
-    for p in "$X"/debs/*.deb; do dpkg-deb -x "$p" "$SR"; done
-    sysroot_fix
+    for p in "$X"/debs/*.deb; do
+        dpkg-deb -x "$p" "$SR" || { echo "cross-aarch64: cannot unpack $p" >&2; return 1; }
+    done
+    sysroot_fix || return 1
     stamp_text >"$SR/.complete"
     echo "cross-aarch64: sysroot ready ($(du -sh "$SR" | cut -f1))"
 }
 
-# Installs (root) or reports what is missing; returns non-zero when something still is.
+# Installs (root) or reports what is missing; returns non-zero when something still is
+# (the last line printed says what).
 deps() {
     local root=0
     [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null && root=1
+    if ! have_host_tools && [ $root = 1 ]; then
+        apt_update && apt-get install -y -q --no-install-recommends "${HOST_PKGS[@]}"
+    fi
     if ! have_host_tools; then
-        if [ $root = 1 ]; then
-            apt_update && apt-get install -y -q --no-install-recommends "${HOST_PKGS[@]}"
-        else
-            echo "cross-aarch64: missing ${HOST_PKGS[*]}; as root: apt-get install --no-install-recommends ${HOST_PKGS[*]}" >&2
-            return 1
-        fi
+        echo "cross-aarch64: missing ${HOST_PKGS[*]}; as root: apt-get install --no-install-recommends ${HOST_PKGS[*]}" >&2
+        return 1
+    fi
+    if ! have_arm64_lists && [ $root = 1 ]; then
+        dpkg --add-architecture arm64 && apt_update
     fi
     if ! have_arm64_lists; then
-        if [ $root = 1 ]; then
-            dpkg --add-architecture arm64 && apt_update
-        else
-            echo "cross-aarch64: no arm64 package lists; as root: dpkg --add-architecture arm64 && apt-get update" >&2
-            return 1
-        fi
+        echo "cross-aarch64: no arm64 package lists; as root: dpkg --add-architecture arm64 && apt-get update" >&2
+        return 1
     fi
     have_sysroot || fill_sysroot
 }

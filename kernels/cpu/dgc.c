@@ -100,6 +100,7 @@ static size_t select_portable(const float *x, size_t from, size_t n, float thr, 
     return got;
 }
 
+#if defined(DGC_HAVE_AVX2) || defined(DGC_HAVE_NEON)
 /* Writes i + (each set bit of bits), ascending, while they fit; returns the count. */
 static size_t select_bits(uint32_t bits, size_t i, uint32_t *idx, size_t cap, size_t got)
 {
@@ -111,6 +112,7 @@ static size_t select_bits(uint32_t bits, size_t i, uint32_t *idx, size_t cap, si
     }
     return got;
 }
+#endif
 
 #ifdef DGC_HAVE_AVX2
 __attribute__((target("avx2")))
