@@ -409,3 +409,4 @@ $(foreach t,$(EMU_PROGRAMS),$(eval $(call EMU_TEST_RULE,$(t))))
 
 -include $(shell find $(B)/obj $(B)/san $(B)/fuzz $(B)/chaos -name '*.d' 2>/dev/null)
 .SECONDARY:
+-include mk/cross-aarch64.mk

@@ -1,14 +1,27 @@
 /* dgc — DGC-Pro's selection kernels on the CPU (see dgc.h): the exact k-th largest,
- * the stratified sample, and the vectorised compare-and-compact. */
+ * the stratified sample, and the vectorised compare-and-compact.
+ *
+ * The compare-and-compact has three builds with one result: the portable loop (the
+ * specification), AVX2 on x86-64 where isa_active() allows it, NEON on aarch64 (part of
+ * ARMv8-A, so always). Each tests 32 or 16 entries at once and skips the block when none
+ * passes, then writes the passing indices in ascending order; the comparisons are the
+ * portable loop's (|x| >= thr, false for NaN), so the indices are the same. */
 #include "dgc.h"
 
 #include <float.h>
-#include <immintrin.h>
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
 
 #include "isa.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define DGC_HAVE_AVX2 1
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
+#define DGC_HAVE_NEON 1
+#endif
 
 #define DGC_SAMPLE_RUN 16
 
@@ -87,6 +100,21 @@ static size_t select_portable(const float *x, size_t from, size_t n, float thr, 
     return got;
 }
 
+#if defined(DGC_HAVE_AVX2) || defined(DGC_HAVE_NEON)
+/* Writes i + (each set bit of bits), ascending, while they fit; returns the count. */
+static size_t select_bits(uint32_t bits, size_t i, uint32_t *idx, size_t cap, size_t got)
+{
+    while (bits) {
+        uint32_t b = (uint32_t)__builtin_ctz(bits);
+        if (got < cap) idx[got] = (uint32_t)(i + b);
+        got++;
+        bits &= bits - 1;
+    }
+    return got;
+}
+#endif
+
+#ifdef DGC_HAVE_AVX2
 __attribute__((target("avx2")))
 static size_t select_avx2(const float *x, size_t n, float thr, uint32_t *idx, size_t cap)
 {
@@ -102,19 +130,50 @@ static size_t select_avx2(const float *x, size_t n, float thr, uint32_t *idx, si
         if (_mm256_testz_ps(any, any)) continue;  /* the usual case at high sparsity */
         uint32_t bits = (uint32_t)_mm256_movemask_ps(c0) | (uint32_t)_mm256_movemask_ps(c1) << 8 |
                         (uint32_t)_mm256_movemask_ps(c2) << 16 | (uint32_t)_mm256_movemask_ps(c3) << 24;
-        while (bits) {
-            uint32_t b = (uint32_t)__builtin_ctz(bits);
-            if (got < cap) idx[got] = (uint32_t)(i + b);
-            got++;
-            bits &= bits - 1;
-        }
+        got = select_bits(bits, i, idx, cap, got);
     }
     return select_portable(x, i, n, thr, idx, cap, got);
 }
+#endif
+
+#ifdef DGC_HAVE_NEON
+/* The 4 lanes of a comparison (all ones or zero) as bits 0-3. */
+static inline uint32_t neon_mask4(uint32x4_t c)
+{
+    const uint32_t w[4] = { 1, 2, 4, 8 };
+    return vaddvq_u32(vandq_u32(c, vld1q_u32(w)));
+}
+
+static size_t select_neon(const float *x, size_t n, float thr, uint32_t *idx, size_t cap)
+{
+    const float32x4_t t = vdupq_n_f32(thr);
+    size_t got = 0, i = 0;
+    for (; i + 16 <= n; i += 16) {
+        uint32x4_t c0 = vcgeq_f32(vabsq_f32(vld1q_f32(x + i)), t);  /* false for NaN, as >= */
+        uint32x4_t c1 = vcgeq_f32(vabsq_f32(vld1q_f32(x + i + 4)), t);
+        uint32x4_t c2 = vcgeq_f32(vabsq_f32(vld1q_f32(x + i + 8)), t);
+        uint32x4_t c3 = vcgeq_f32(vabsq_f32(vld1q_f32(x + i + 12)), t);
+        uint32x4_t any = vorrq_u32(vorrq_u32(c0, c1), vorrq_u32(c2, c3));
+        if (vmaxvq_u32(any) == 0) continue;  /* the usual case at high sparsity */
+        uint32_t bits = neon_mask4(c0) | neon_mask4(c1) << 4 | neon_mask4(c2) << 8 | neon_mask4(c3) << 12;
+        got = select_bits(bits, i, idx, cap, got);
+    }
+    return select_portable(x, i, n, thr, idx, cap, got);
+}
+#endif
 
 size_t dgc_select(const float *x, size_t n, float thr, uint32_t *idx, size_t cap)
 {
+#if defined(DGC_HAVE_AVX2)
     if (isa_active() >= ISA_AVX2) return select_avx2(x, n, thr, idx, cap);
+#elif defined(DGC_HAVE_NEON)
+    return select_neon(x, n, thr, idx, cap);
+#endif
+    return select_portable(x, 0, n, thr, idx, cap, 0);
+}
+
+size_t dgc_select_portable(const float *x, size_t n, float thr, uint32_t *idx, size_t cap)
+{
     return select_portable(x, 0, n, thr, idx, cap, 0);
 }
 

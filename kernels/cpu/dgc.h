@@ -35,6 +35,10 @@ size_t dgc_sample_abs(const float *x, size_t n, double fraction, uint64_t seed, 
  * ~1 G entries/s per core. x (n), idx (cap). */
 size_t dgc_select(const float *x, size_t n, float thr, uint32_t *idx, size_t cap);
 
+/* dgc_select's plain loop, the specification its AVX2 and NEON builds equal index for
+ * index (for tests). */
+size_t dgc_select_portable(const float *x, size_t n, float thr, uint32_t *idx, size_t cap);
+
 /* cuda_dgc_count_above on the CPU: the number of i < n with |x[i]| >= thr. */
 size_t dgc_count_above(const float *x, size_t n, float thr);
 

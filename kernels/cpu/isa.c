@@ -11,6 +11,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 #define ISA_X86 1
+#elif defined(__aarch64__)
+#include <sys/auxv.h>
 #endif
 
 static const char *const names[ISA_LEVELS] = { "base", "avx2", "avx512", "avx512_bf16", "amx" };
@@ -112,6 +114,12 @@ static void isa_detect(void)
                  avx512 && vnni ? " VNNI" : "", avx512 && bf16 ? " BF16" : "", avx512 && fp16 ? " FP16" : "",
                  amx ? " AMX" : amx_cpu ? ", AMX not permitted by the kernel" : avx512 ? ", no AMX" : "");
     cpu_model(isa.model, sizeof isa.model);
+#elif defined(__aarch64__)
+    /* One level, base, with NEON always (ARMv8-A); what else the kernel reports is for
+     * the logs (Grace: SVE, SVE2, BF16). */
+    unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
+    snprintf(isa.features, sizeof isa.features, "NEON%s%s%s", hw & HWCAP_SVE ? " SVE" : "",
+             hw2 & HWCAP2_SVE2 ? " SVE2" : "", hw2 & HWCAP2_BF16 ? " BF16" : "");
 #endif
     if (!isa.model[0]) cpu_model_proc(isa.model, sizeof isa.model);
     isa.active = isa.machine;

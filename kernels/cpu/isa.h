@@ -2,7 +2,8 @@
  * the CPU kernels use.
  *
  * Levels, each containing the one before:
- *   base         x86-64 (SSE2), or another architecture: portable C only
+ *   base         x86-64 (SSE2), or another architecture: its baseline (aarch64: NEON,
+ *                which the optimizer and DGC-Pro loops use; see docs/portability.md)
  *   avx2         AVX2 + FMA
  *   avx512       AVX-512 F, BW, VL, DQ (oneDNN's avx512_core): 16-float vectors
  *   avx512_bf16  + AVX512_VNNI and AVX512_BF16 (bf16 dot products)

@@ -1,7 +1,8 @@
 /* optim — the CPU element loops of AdamW, SGD and the gradient-norm clip (see optim.h).
  *
- * Inner loops: AVX2+FMA intrinsics where the CPU has them, else the portable loop with
- * the same operations (fmaf is exact everywhere), so the bits do not depend on which
+ * Inner loops: AVX2+FMA intrinsics where the CPU has them, NEON on aarch64 (always
+ * there), else the portable loop with the same operations (fmaf is exact everywhere,
+ * and so are the vector divides and square roots), so the bits do not depend on which
  * one runs. */
 #include "optim.h"
 
@@ -13,6 +14,9 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define OPTIM_HAVE_AVX2 1
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
+#define OPTIM_HAVE_NEON 1
 #endif
 
 /* This thread's share of [0, n) in whole lines, balanced over the team. */
@@ -25,15 +29,9 @@ void optim_thread_share(size_t n, size_t *lo, size_t *hi)
     *hi = b * OPTIM_LINE_FLOATS < n ? b * OPTIM_LINE_FLOATS : n;
 }
 
-static bool use_avx2(bool portable)
-{
 #ifdef OPTIM_HAVE_AVX2
-    return !portable && isa_active() >= ISA_AVX2;
-#else
-    (void)portable;
-    return false;
+static bool use_avx2(bool portable) { return !portable && isa_active() >= ISA_AVX2; }
 #endif
-}
 
 /* ---- AdamW ----------------------------------------------------------------- */
 
@@ -75,11 +73,40 @@ static void adamw_avx2(float *restrict p, const float *restrict g, float *restri
 }
 #endif
 
+#ifdef OPTIM_HAVE_NEON
+/* adamw_avx2's operations, 4 lanes at a time (vfmaq_f32(a, b, c) = fmaf(b, c, a)). */
+static void adamw_neon(float *restrict p, const float *restrict g, float *restrict m, float *restrict v, size_t n,
+                       const adamw_coef *c)
+{
+    const float32x4_t decay = vdupq_n_f32(c->decay), b1 = vdupq_n_f32(c->b1), a1 = vdupq_n_f32(c->a1);
+    const float32x4_t b2 = vdupq_n_f32(c->b2), a2 = vdupq_n_f32(c->a2), bc2 = vdupq_n_f32(c->bc2_sqrt);
+    const float32x4_t eps = vdupq_n_f32(c->eps), neg_step = vdupq_n_f32(c->neg_step);
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        float32x4_t gi = vld1q_f32(g + i);
+        float32x4_t pi = vmulq_f32(vld1q_f32(p + i), decay);
+        float32x4_t mi = vfmaq_f32(vmulq_f32(vld1q_f32(m + i), b1), gi, a1);
+        float32x4_t vi = vfmaq_f32(vmulq_f32(vld1q_f32(v + i), b2), vmulq_f32(a2, gi), gi);
+        float32x4_t denom = vaddq_f32(vdivq_f32(vsqrtq_f32(vi), bc2), eps);
+        pi = vaddq_f32(pi, vdivq_f32(vmulq_f32(neg_step, mi), denom));
+        vst1q_f32(p + i, pi);
+        vst1q_f32(m + i, mi);
+        vst1q_f32(v + i, vi);
+    }
+    adamw_portable(p + i, g + i, m + i, v + i, n - i, c);
+}
+#endif
+
 void adamw_update(float *p, const float *g, float *m, float *v, size_t n, const adamw_coef *c, bool portable)
 {
 #ifdef OPTIM_HAVE_AVX2
     if (use_avx2(portable)) {
         adamw_avx2(p, g, m, v, n, c);
+        return;
+    }
+#elif defined(OPTIM_HAVE_NEON)
+    if (!portable) {
+        adamw_neon(p, g, m, v, n, c);
         return;
     }
 #endif
@@ -125,11 +152,37 @@ static void sgd_avx2(float *restrict p, const float *restrict g, float *restrict
 }
 #endif
 
+#ifdef OPTIM_HAVE_NEON
+static void sgd_neon(float *restrict p, const float *restrict g, float *restrict b, size_t n, const sgd_coef *c)
+{
+    const float32x4_t wd = vdupq_n_f32(c->wd), mu = vdupq_n_f32(c->mu), neg_lr = vdupq_n_f32(c->neg_lr);
+    const bool has_wd = c->wd != 0.0f;
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        float32x4_t pi = vld1q_f32(p + i);
+        float32x4_t d = vld1q_f32(g + i);
+        if (has_wd) d = vfmaq_f32(d, pi, wd);
+        if (c->momentum) {
+            float32x4_t bi = c->first ? d : vaddq_f32(vmulq_f32(vld1q_f32(b + i), mu), d);
+            vst1q_f32(b + i, bi);
+            d = c->nesterov ? vfmaq_f32(d, bi, mu) : bi;
+        }
+        vst1q_f32(p + i, vfmaq_f32(pi, d, neg_lr));
+    }
+    sgd_portable(p + i, g + i, b ? b + i : NULL, n - i, c);
+}
+#endif
+
 void sgd_update(float *p, const float *g, float *b, size_t n, const sgd_coef *c, bool portable)
 {
 #ifdef OPTIM_HAVE_AVX2
     if (use_avx2(portable)) {
         sgd_avx2(p, g, b, n, c);
+        return;
+    }
+#elif defined(OPTIM_HAVE_NEON)
+    if (!portable) {
+        sgd_neon(p, g, b, n, c);
         return;
     }
 #endif

@@ -8,7 +8,7 @@
  * within a few ulp. Every operation is elementwise and IEEE correctly rounded
  * (fmaf, sqrtf, division; the build's -std=c11 keeps the compiler from
  * contracting anything else), so results do not depend on the thread count, on
- * the AVX2 or portable inner loop, or on the machine.
+ * the vector (AVX2, NEON) or portable inner loop, or on the machine.
  *
  * Step counting: `t` is the number of the update being made, starting at 1
  * (torch's state['step'] after its increment). A loop whose step counter starts
@@ -32,14 +32,14 @@ typedef struct adamw_hparams {
     double beta2;         /* second-moment decay, [0, 1) (torch default 0.999) */
     double eps;           /* added to sqrt(v)/sqrt(1 - beta2^t), > 0 (torch default 1e-8) */
     double weight_decay;  /* decoupled: p *= 1 - lr*wd on decay entries (torch default 1e-2) */
-    bool portable;        /* force the portable loop (same bits as the AVX2 one; for tests) */
+    bool portable;        /* force the portable loop (same bits as the AVX2 or NEON one; for tests) */
 } adamw_hparams;
 
 typedef struct sgd_hparams {
     double momentum;      /* 0 disables the buffer (pb->m); [0, 1) otherwise; dampening is 0 */
     bool nesterov;        /* Nesterov momentum (needs momentum > 0) */
     double weight_decay;  /* coupled L2: g += wd*p on decay entries, before momentum */
-    bool portable;        /* force the portable loop (same bits as the AVX2 one; for tests) */
+    bool portable;        /* force the portable loop (same bits as the AVX2 or NEON one; for tests) */
     const uint8_t *plain; /* per entry, NULL for none: 1 = momentum and weight decay were applied
                              before the exchange (DGC's momentum correction), so p -= lr*g */
 } sgd_hparams;

@@ -6,9 +6,9 @@
  * weight decay on the decay entries only, over 10 steps, and clip_grad_norm_
  * against torch 1.13 through validation/reference/optim_ref.py (one python3 run;
  * a missing torch is a FAIL, never a skip); lr_at against closed forms; and
- * bit-identical results for 1, 2 and 3 OpenMP threads and for the AVX2 and
- * portable inner loops. One line per check, exit 1 on any failure. Run from the
- * repository root (the script is also found next to the binary's tree). */
+ * bit-identical results for 1, 2 and 3 OpenMP threads and for the vector (AVX2 on
+ * x86-64, NEON on aarch64) and portable inner loops. One line per check, exit 1 on
+ * any failure. Run from the repository root (the script is also found next to the binary's tree). */
 #include "nn/optim.h"
 #include "nn/param.h"
 #include "base/rng.h"
@@ -619,8 +619,8 @@ static void test_determinism(tally *t)
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         determinism_run(&pt, cases[c].threads, cases[c].portable, other, norms);
         check(t, memcmp(one, other, n * sizeof(float)) == 0 && memcmp(norms1, norms, sizeof norms) == 0,
-              "AdamW, SGD and clip_grad_norm bit-identical: 1 thread AVX2-if-present vs %d thread(s) %s loop",
-              cases[c].threads, cases[c].portable ? "portable" : "AVX2-if-present");
+              "AdamW, SGD and clip_grad_norm bit-identical: 1 thread vector-if-present vs %d thread(s) %s loop",
+              cases[c].threads, cases[c].portable ? "portable" : "vector-if-present (AVX2, NEON)");
     }
     omp_set_num_threads(saved);
     free(one);
