@@ -15,9 +15,10 @@ XA_B      := $(B)/aarch64
 XA_SR     := $(XA_B)/sysroot
 XA_ML     := $(XA_SR)/usr/lib/aarch64-linux-gnu
 XA_CC     ?= $(if $(shell command -v ccache 2>/dev/null),ccache )aarch64-linux-gnu-gcc
-# The native flags without the host's include paths, the x86 vector-level variants and
-# CUDA (the CUDA kernels are not cross-built).
-XA_CFLAGS := $(filter-out -I/% -I$(B) -DNEBULA_ISA_VARIANTS=% -DNEBULA_CUDA=%,$(CFLAGS)) -I$(XA_B) \
+# The native flags without the host's include paths (mk/detect.mk's DEP_CFLAGS), the x86
+# vector-level variants and CUDA; the sysroot's OpenBLAS and PAPI instead.
+XA_CFLAGS := $(filter-out -I/% -I$(B) -DNEBULA_ISA_VARIANTS=% -DNEBULA_CUDA=% $(DEP_CFLAGS),$(CFLAGS)) -I$(XA_B) \
+             -DNEBULA_BLAS_OPENBLAS=1 -DNEBULA_PAPI=1 \
              --sysroot=$(XA_SR) -I$(XA_ML)/openmpi/include -I$(XA_SR)/usr/include/aarch64-linux-gnu/openblas-openmp \
              -I$(XA_SR)/usr/include/hdf5/openmpi
 # Run paths are the node's paths (qemu-aarch64 -L maps them into the sysroot).
