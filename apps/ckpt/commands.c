@@ -103,9 +103,10 @@ static const char *kind_str(ckpt_diff_kind k)
     return s[k];
 }
 
-/* The header fields that must agree for two checkpoints to be identical; the config
- * and the writer's version are shown but do not count (a run directory is part of
- * the config). Returns how many differ. */
+/* The header fields that must agree for two checkpoints to be identical; the config,
+ * the writer's version and the process grid (parallel_*, zero_stage: how the ranks held
+ * the state, which the files store layout-independently) are shown but do not count (a
+ * run directory is part of the config). Returns how many counted fields differ. */
 static int diff_header(const ckpt_catalog *a, const ckpt_catalog *b, json_t *out)
 {
     const ckpt_header *x = &a->h, *y = &b->h;
@@ -116,6 +117,7 @@ static int diff_header(const ckpt_catalog *a, const ckpt_catalog *b, json_t *out
         { "parallel_dp", x->layout.dp, y->layout.dp }, { "parallel_tp", x->layout.tp, y->layout.tp },
         { "parallel_pp", x->layout.pp, y->layout.pp }, { "zero_stage", x->layout.zero_stage, y->layout.zero_stage },
     };
+    const size_t counted = 5; /* the fields before the grid */
     int n = 0;
     if (strcmp(x->model, y->model) != 0) {
         json_object_set_new(out, "model", json_pack("[s, s]", x->model, y->model));
@@ -124,7 +126,7 @@ static int diff_header(const ckpt_catalog *a, const ckpt_catalog *b, json_t *out
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (f[i].va != f[i].vb) {
             json_object_set_new(out, f[i].name, json_pack("[I, I]", (json_int_t)f[i].va, (json_int_t)f[i].vb));
-            n++;
+            n += i < counted;
         }
     return n;
 }
@@ -141,7 +143,9 @@ static void print_diff_text(const ckpt_diff_row *rows, int n, json_t *header, in
     json_object_foreach(header, key, v) {
         char *x = json_dumps(json_array_get(v, 0), JSON_ENCODE_ANY);
         char *y = json_dumps(json_array_get(v, 1), JSON_ENCODE_ANY);
-        printf("header %-15s %s in A, %s in B\n", key, x, y);
+        bool grid = !strncmp(key, "parallel_", 9) || !strcmp(key, "zero_stage");
+        printf("header %-15s %s in A, %s in B%s\n", key, x, y,
+               grid ? " (the grid it was written at; not counted: the data is layout-independent)" : "");
         free(x);
         free(y);
     }

@@ -44,7 +44,7 @@ expect "a transformer key on a ResNet" 2 "model.n_head = 4 (--set) does not appl
 expect "a ResNet key on a transformer" 2 "model.stem = cifar (--set) does not apply to gpt2, a GPT-2 model" -- \
     $BENCH model --model gpt2 --set model.stem=cifar --dry-run
 expect "stacked model files of two families name the stray key and its line" 2 \
-    "model.n_layer = 12 (configs/models/gpt2.ini:13) does not apply to resnet18-cifar" -- \
+    "model.n_layer = 12 (configs/models/gpt2.ini:16) does not apply to resnet18-cifar" -- \
     $BENCH model --config configs/models/gpt2.ini --config configs/models/resnet18-cifar.ini --dry-run
 expect "bad stem lists the choices" 2 "preset|imagenet|cifar" -- $BENCH model --model resnet18 --set model.stem=mnist --dry-run
 finish

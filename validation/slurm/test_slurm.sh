@@ -246,18 +246,18 @@ outcome)
     grep -E "stopping at|the launcher exited|requeueing|^===|^resumed" "$out/outcome.out" | sed 's/^/    /'
     ;;
 array)
-    jid=$(NEBULA_TIERS="unit/config mpi/comm-np nomatch/" sbatch --parsable --array=0-2 \
+    jid=$(NEBULA_TIERS="unit/rng mpi/comm-np nomatch/" sbatch --parsable --array=0-2 \
           -o "$out/validate-%A_%a.out" jobscripts/validate.sbatch)
     wait_job "$jid" 300 >/dev/null
     for t in 0 1 2; do squeue -h -t all -j "${jid}_$t" -o "    task $t: %T" ; done
-    check "tier unit/config: COMPLETED" test "$(job_field "${jid}_0" JobState)" = COMPLETED
-    check "... 1 passed, 0 failed" grep -q "^validate: tier 'unit/config': 1 passed, 0 failed" "$out/validate-${jid}_0.out"
+    check "tier unit/rng: COMPLETED" test "$(job_field "${jid}_0" JobState)" = COMPLETED
+    check "... 1 passed, 0 failed" grep -q "^validate: tier 'unit/rng': 1 passed, 0 failed" "$out/validate-${jid}_0.out"
     check "tier mpi/comm-np (MPI tests at 1-4 ranks inside a task): COMPLETED" \
         test "$(job_field "${jid}_1" JobState)" = COMPLETED
     check "... 6 passed, 0 failed" grep -q "^validate: tier 'mpi/comm-np': 6 passed, 0 failed" "$out/validate-${jid}_1.out"
     check "tier nomatch/: FAILED with exit 2" test "$(job_field "${jid}_2" ExitCode)" = 2:0
     check "... saying it matches no test" grep -q "tier 'nomatch/' matches no test" "$out/validate-${jid}_2.out"
-    jid=$(NEBULA_TIERS="unit/config" sbatch --parsable --array=0-1 -o "$out/short-%A_%a.out" jobscripts/validate.sbatch)
+    jid=$(NEBULA_TIERS="unit/rng" sbatch --parsable --array=0-1 -o "$out/short-%A_%a.out" jobscripts/validate.sbatch)
     wait_job "$jid" 120 >/dev/null
     check "an array longer than the tiers: the extra task exits 2 naming the range" \
         grep -q "submit with --array=0-0" "$out/short-${jid}_1.out"
