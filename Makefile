@@ -6,7 +6,11 @@
 #   make test      the quick tier: unit, MPI, reference-vs-PyTorch, emulated GPU kernels,
 #                  fuzz replays and CLI errors (lines tagged `tier=quick` in
 #                  validation/tests.list); last line "N passed, N failed, N skipped"
-#   make check     build and run all tests (the whole validation/tests.list), same last line
+#   make check     build and run every test of validation/tests.list but the long tier
+#                  (≤ 30 min on 2 cores), then check that no test wrote into the source
+#                  tree (tree/unchanged); same last line
+#   make check-long the long runs (`# tier=long`: DGC-Pro convergence, soaks), each with a
+#                  short sibling in `make check`; jobscripts/validate.sbatch runs them too
 #   make check-gpu the GPU tests (validation/gpu/tests.list) and the GPU benchmark table
 #   make demo      run the main job on an embedded default
 #   make bench     the communication benchmark table (docs/benchmarks.md)
@@ -95,7 +99,7 @@ endif
 
 DEPS_STAMP := $(B)/deps.mk
 
-.PHONY: all deps deps-test deps-report probe-vars test check check-gpu demo bench clean FORCE
+.PHONY: all deps deps-test deps-report probe-vars test check check-long check-gpu demo bench clean FORCE
 .DEFAULT_GOAL := all
 
 all: $(DEPS_STAMP) $(BINS) $(TESTS)
@@ -192,6 +196,10 @@ test: all
 check: all
 	$(Q)tools/deps.sh ensure-test
 	$(Q)tools/run-tests.sh validation/tests.list
+
+check-long: all
+	$(Q)tools/deps.sh ensure-test
+	$(Q)tools/run-tests.sh --tier long validation/tests.list
 
 # The GPU tests and benchmark (validation/gpu/tests.list); without CUDA kernels or a
 # CUDA device it says so and is skipped (exit 77), which is no failure of the target.

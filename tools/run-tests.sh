@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run-tests.sh — the one test runner: one line per test, then "N passed, N failed, N skipped".
 #
-#   tools/run-tests.sh [--tier quick] LIST [FILTER]
+#   tools/run-tests.sh [--tier quick|long | --all] LIST [FILTER]
 #
 # Each non-comment line of the list is `name | command`; a test passes when its
 # command exits 0 within NEBULA_TEST_TIMEOUT seconds (default 600), or within N
@@ -10,13 +10,22 @@
 # one line that says why ("SKIP: needs root"): it is reported as SKIP with that reason
 # and counted apart, never as passed. The output of a failing test is printed after its
 # line; all output is kept in build/test-logs/ (or NEBULA_TEST_LOGS). FILTER keeps the
-# tests whose names contain it; --tier quick keeps the lines tagged `# tier=quick`
-# (`make test`). The exit status is non-zero only when a test failed.
+# tests whose names contain it; --tier T keeps the lines tagged `# tier=T` (quick: `make
+# test`; long: `make check-long`). Without --tier, every line but the long tier runs (`make
+# check`); --all runs the long tier too (jobscripts/validate.sbatch). A whole-list run
+# (no FILTER, inside a git checkout) ends with one more check, tree/unchanged: no test may
+# create, change or delete a file of the source tree (build/ and the logs aside), so
+# `git status --porcelain` reads the same after the run as before it. The exit status is
+# non-zero only when a test failed.
 set -uo pipefail
 
-tier=
-if [ "${1:-}" = --tier ]; then tier=${2:?usage: tools/run-tests.sh [--tier quick] LIST [FILTER]}; shift 2; fi
-list=${1:?usage: tools/run-tests.sh [--tier quick] LIST [FILTER]}
+usage='usage: tools/run-tests.sh [--tier quick|long | --all] LIST [FILTER]'
+tier= all=0
+case "${1:-}" in
+--tier) tier=${2:?$usage}; shift 2 ;;
+--all) all=1; shift ;;
+esac
+list=${1:?$usage}
 filter=${2:-}
 logdir=${NEBULA_TEST_LOGS:-build/test-logs}
 mkdir -p "$logdir"
@@ -26,6 +35,20 @@ mkdir -p "$logdir"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
 export MPIRUN="mpirun --oversubscribe"
+# Python's byte-code caches would land beside the test scripts in the source tree.
+export PYTHONDONTWRITEBYTECODE=1
+
+# The source tree's state (git's view, ignored files included, build/ and the logs left
+# out), taken before and after a whole-list run.
+tree_state() {
+    git status --porcelain --ignored --untracked-files=all 2>/dev/null |
+        grep -v -e '^!! build/' -e "^!! ${logdir%/}/" -e "^?? ${logdir%/}/" || true
+}
+watch_tree=0
+if [ -z "$filter" ] && git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    watch_tree=1
+    tree_before=$(tree_state)
+fi
 
 SKIP_RC=77
 passed=0 failed=0 skipped=0 failed_names=()
@@ -35,6 +58,7 @@ while IFS= read -r line; do
     cmd=$(sed 's/^[^|]*|[[:space:]]*//' <<<"$line")
     [[ -n "$filter" && "$name" != *"$filter"* ]] && continue
     [[ -n "$tier" && ! "$cmd" =~ \#.*tier=$tier([[:space:]]|$) ]] && continue
+    [[ -z "$tier" && $all -eq 0 && "$cmd" =~ \#.*tier=long([[:space:]]|$) ]] && continue
     log="$logdir/${name//[^A-Za-z0-9_.-]/_}.log"
     start=$(date +%s%N)
     limit=${NEBULA_TEST_TIMEOUT:-600}
@@ -58,6 +82,19 @@ while IFS= read -r line; do
         tail -n 30 "$log" | sed 's/^/      | /'
     fi
 done <"$list"
+
+if [ $watch_tree -eq 1 ]; then
+    changed=$(diff <(printf '%s\n' "$tree_before") <(tree_state) | sed -n 's/^[<>] //p')
+    if [ -z "$changed" ]; then
+        passed=$((passed + 1))
+        printf 'PASS  %-44s\n' tree/unchanged
+    else
+        failed=$((failed + 1))
+        failed_names+=(tree/unchanged)
+        printf 'FAIL  %-44s (the source tree changed: a test wrote outside build/)\n' tree/unchanged
+        printf '%s\n' "$changed" | head -n 30 | sed 's/^/      | /'
+    fi
+fi
 
 [ $failed -gt 0 ] && printf 'failed: %s\n' "${failed_names[*]}"
 echo "$passed passed, $failed failed, $skipped skipped"

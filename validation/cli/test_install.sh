@@ -84,5 +84,5 @@ if [ -f /usr/share/modules/init/bash ]; then
 else
     echo "skip - module load (environment-modules not installed: make deps-test)"
 fi
-check "the Spack recipe is valid Python" $PY -m py_compile packaging/spack/package.py
+check "the Spack recipe is valid Python" $PY -c 'import sys; compile(open(sys.argv[1]).read(), sys.argv[1], "exec")' packaging/spack/package.py
 finish
