@@ -1,6 +1,6 @@
 /* check — the one header of the C test programs (under validation/): one line per check
  * ("ok - what" / "FAIL - what"), the count of failed checks that makes the exit status,
- * the derived tolerance |got - ref| <= atol + rtol*|ref| (STYLE.md's kernel triad), and
+ * the derived tolerance |got - ref| <= atol + rtol*|ref| (docs/testing.md#kernel-triad), and
  * the skip convention: a program that cannot run here prints one "SKIP ..." line and
  * exits CHECK_SKIP (77, as under automake), which tools/run-tests.sh counts as skipped,
  * never as passed.

@@ -293,53 +293,88 @@ static void final_ckpt(const char *run_dir, long steps, char *out, size_t cap)
     snprintf(out, cap, "%s/ckpt/step_%08ld", run_dir, steps);
 }
 
-int chaos_run_scenario(const config *cfg, const char *out)
+/* Everything the scenario's phases share: the reference, the faulted run's progress and
+ * the invariant rows. */
+typedef struct scen {
+    const config *cfg;
+    const char *out;
+    chaos_ctx *x;
+    const char *kind;          /* fault.kind */
+    long steps, ck;            /* scenario.steps, scenario.ckpt_every */
+    int world;                 /* the next launch's ranks */
+    double deadline, hb_timeout;
+    char ref_dir[2 * CHAOS_PATH_MAX], ref_log[2 * CHAOS_PATH_MAX], sup_log[2 * CHAOS_PATH_MAX];
+    int ref_rc;
+    double ref_loss;
+    bool use_netns;
+    double t_run, t_done, loss_until, t_hb;
+    int fi, to_remove;         /* faults acted on; ranks the next relaunch leaves out */
+    bool failed, ok;
+    char why[256];
+    long corrupted;            /* the step ckpt-corrupt damaged, -1 if none */
+    char log[2 * CHAOS_PATH_MAX], env_fault[CONFIG_STR_MAX + 64];
+    check_row rows[32];
+    int nr;
+} scen;
+
+/* The context, the fault plan and its checks; 0, or the exit code (2: the plan is not
+ * valid). */
+static int scen_setup(scen *S, const config *cfg, const char *out)
 {
-    chaos_ctx *x = calloc(1, sizeof *x);
+    chaos_ctx *x = S->x = calloc(1, sizeof *x);
     CHECK(x, "out of memory");
+    S->cfg = cfg;
+    S->out = out;
     x->cfg = cfg;
     x->t0 = chaos_now();
     snprintf(x->name, sizeof x->name, "%s", config_str(cfg, "scenario.name"));
     snprintf(x->out, sizeof x->out, "%s", out);
     snprintf(x->run_dir, sizeof x->run_dir, "%s/run", out);
     chaos_bin_path("nebula-train", x->train_bin, sizeof x->train_bin);
-    const char *kind = config_str(cfg, "fault.kind");
-    long steps = config_int(cfg, "scenario.steps"), ck = config_int(cfg, "scenario.ckpt_every");
-    int world = (int)config_int(cfg, "scenario.ranks");
-    double deadline = config_float(cfg, "scenario.deadline"), hb_timeout = config_float(cfg, "scenario.heartbeat_timeout");
+    S->kind = config_str(cfg, "fault.kind");
+    S->steps = config_int(cfg, "scenario.steps");
+    S->ck = config_int(cfg, "scenario.ckpt_every");
+    S->world = (int)config_int(cfg, "scenario.ranks");
+    S->deadline = config_float(cfg, "scenario.deadline");
+    S->hb_timeout = config_float(cfg, "scenario.heartbeat_timeout");
     uint64_t seed = (uint64_t)config_int(cfg, "fault.seed");
-    char ref_dir[2 * CHAOS_PATH_MAX];
-    snprintf(ref_dir, sizeof ref_dir, "%s/reference", out);
+    snprintf(S->ref_dir, sizeof S->ref_dir, "%s/reference", out);
     if (plan_steps(x, &seed) != STATUS_OK) return 2;
-    if (!strcmp(kind, "io-error") || !strcmp(kind, "disk-full")) {
+    if (!strcmp(S->kind, "io-error") || !strcmp(S->kind, "disk-full")) {
         for (int i = 0; i < x->nfaults; i++)
-            if (!strcmp(kind, "io-error") && x->faults[i].at_step % ck) {
+            if (!strcmp(S->kind, "io-error") && x->faults[i].at_step % S->ck) {
                 log_error("fault.at: an io-error strikes a checkpoint, so its steps must be multiples of "
-                          "scenario.ckpt_every = %ld, not %ld", ck, x->faults[i].at_step);
+                          "scenario.ckpt_every = %ld, not %ld", S->ck, x->faults[i].at_step);
                 return 2;
             }
     }
     printf("scenario %s: %s\n", x->name, config_str(cfg, "scenario.description"));
     printf("  %d ranks (%ld per node), %ld steps, a checkpoint every %ld, heartbeat timeout %g s, deadline %g s\n",
-           world, (long)config_int(cfg, "scenario.ranks_per_node"), steps, ck, hb_timeout, deadline);
+           S->world, (long)config_int(cfg, "scenario.ranks_per_node"), S->steps, S->ck, S->hb_timeout, S->deadline);
     fflush(stdout);
+    return 0;
+}
 
-    /* the fault-free run first: the faulted run is compared with it */
-    double ref_loss = NAN;
-    bool use_netns = !strcmp(config_str(cfg, "scenario.launcher"), "netns");
-    if (use_netns) {
+/* The fault-free run first (the faulted run is compared with it), in the namespace
+ * cluster when the scenario uses one; then disk-full's tmpfs. 0, or the exit code. */
+static int scen_reference(scen *S)
+{
+    const config *cfg = S->cfg;
+    chaos_ctx *x = S->x;
+    S->ref_loss = NAN;
+    S->use_netns = !strcmp(config_str(cfg, "scenario.launcher"), "netns");
+    if (S->use_netns) {
         char nodes[16];
-        snprintf(nodes, sizeof nodes, "%ld", world / config_int(cfg, "scenario.ranks_per_node"));
+        snprintf(nodes, sizeof nodes, "%ld", S->world / config_int(cfg, "scenario.ranks_per_node"));
         sh(x, (const char *const[]){ "tools/netns-cluster", "down", NULL });
         sh(x, (const char *const[]){ "tools/netns-cluster", "up", nodes, NULL });
         x->netns_up = true;
     }
-    int ref_rc = chaos_reference(x, ref_dir, world, steps, &ref_loss);
-    char ref_log[2 * CHAOS_PATH_MAX];
-    snprintf(ref_log, sizeof ref_log, "%s/reference.log", out);
-    printf("  reference: exit %d, held-out loss %.6f (%.1f s)\n", ref_rc, ref_loss, chaos_now() - x->t0);
+    S->ref_rc = chaos_reference(x, S->ref_dir, S->world, S->steps, &S->ref_loss);
+    snprintf(S->ref_log, sizeof S->ref_log, "%s/reference.log", S->out);
+    printf("  reference: exit %d, held-out loss %.6f (%.1f s)\n", S->ref_rc, S->ref_loss, chaos_now() - x->t0);
     fflush(stdout);
-    if (!strcmp(kind, "disk-full")) {
+    if (!strcmp(S->kind, "disk-full")) {
         mkdir(x->run_dir, 0755);
         char opts[64];
         snprintf(opts, sizeof opts, "size=%llu", (unsigned long long)config_size(cfg, "fault.disk_size"));
@@ -349,158 +384,183 @@ int chaos_run_scenario(const config *cfg, const char *out)
         }
         x->tmpfs_mounted = true;
     }
+    return 0;
+}
 
-    /* the faulted run */
-    double t_run = chaos_now(), loss_until = 0, t_hb = 0;
-    char sup_log[2 * CHAOS_PATH_MAX];
-    snprintf(sup_log, sizeof sup_log, "%s/supervisor.log", out);
-    int fi = 0, to_remove = 0;
-    bool failed = false, ok = false;
-    char why[256] = "";
-    long corrupted = -1;
-    char log[2 * CHAOS_PATH_MAX], env_fault[CONFIG_STR_MAX + 64];
+/* Watches launch l until it ends or is stopped: the deadline, progress and recoveries,
+ * the end of a packet loss, the planned faults, a dead or hung rank. */
+static void scen_watch(scen *S, chaos_launch *l)
+{
+    const config *cfg = S->cfg;
+    chaos_ctx *x = S->x;
+    S->t_hb = l->t_start;
+    double t_prev_loop = chaos_now();
+    for (;;) {
+        double now = chaos_now();
+        /* time the supervisor spent elsewhere (a remote kill step) is not the ranks' */
+        if (now - t_prev_loop > 1.0) S->t_hb += now - t_prev_loop;
+        t_prev_loop = now;
+        if (chaos_interrupted) {
+            chaos_stop(l, x->run_dir, chaos_interrupted, CHAOS_STOP_GRACE);
+            S->failed = true;
+            return;
+        }
+        if (now - x->t0 > S->deadline) {
+            snprintf(S->why, sizeof S->why, "the scenario's deadline of %g s passed", S->deadline);
+            chaos_stop(l, x->run_dir, SIGTERM, 2);
+            S->failed = true;
+            return;
+        }
+        if (l->resumed_step < 0) l->resumed_step = chaos_log_resumed(l->log);
+        long step = chaos_heartbeat(x->run_dir, NULL);
+        if (step > l->last_step) {
+            l->last_step = step;
+            S->t_hb = now;
+            if (!l->t_first_progress && l->resumed_step >= 0 && step > l->resumed_step) {
+                l->t_first_progress = now;
+                for (int i = 0; i < S->fi; i++)
+                    if (x->faults[i].launch < x->nlaunches - 1 && !x->faults[i].t_recover)
+                        x->faults[i].t_recover = now;
+            }
+        }
+        if (S->loss_until > 0 && now >= S->loss_until) {
+            sh(x, (const char *const[]){ "tools/netns-cluster", "loss", "none", NULL });
+            log_info("packet loss ended");
+            S->loss_until = 0;
+        }
+        if (S->fi < x->nfaults && step >= x->faults[S->fi].at_step && l->pid > 0) {
+            inject(x, &x->faults[S->fi], l, step, &S->to_remove);
+            if (!strcmp(S->kind, "packet-loss")) S->loss_until = now + config_float(cfg, "fault.loss_seconds");
+            S->fi++;
+        }
+        if (chaos_poll(l)) return;
+        if (chaos_rank_died(l, x->run_dir)) {
+            log_info("a rank of launch %d is gone: stopping the others", x->nlaunches);
+            chaos_kill_ranks(x->run_dir, S->sup_log);
+            chaos_stop(l, x->run_dir, SIGTERM, 2);
+            return;
+        }
+        if (now - S->t_hb > S->hb_timeout) {
+            log_warn("no progress for %.1f s (heartbeat at step %ld): the launch is hung; stopping it", now - S->t_hb,
+                     l->last_step);
+            l->hung = true;
+            chaos_kill_ranks(x->run_dir, S->sup_log);
+            chaos_stop(l, x->run_dir, SIGTERM, 2);
+            return;
+        }
+        usleep(50000);
+    }
+}
+
+/* What the operator does between an ending and the relaunch: free the disk, damage the
+ * newest checkpoint (ckpt-corrupt), take the world size the run asked for or the ranks
+ * that remain. */
+static void scen_before_relaunch(scen *S, chaos_launch *l)
+{
+    const config *cfg = S->cfg;
+    chaos_ctx *x = S->x;
+    if (!strcmp(S->kind, "disk-full")) free_disk(x);
+    if (!strcmp(S->kind, "ckpt-corrupt") && S->fi > 0 && x->faults[S->fi - 1].launch == x->nlaunches - 1) {
+        S->corrupted = corrupt_newest(x);
+        chaos_fault *c = &x->faults[S->fi - 1];
+        c->injected = S->corrupted >= 0 && !strstr(c->what, "not reached");
+        if (S->corrupted >= 0)
+            snprintf(c->what + strlen(c->what), sizeof c->what - strlen(c->what), ", step %ld corrupted", S->corrupted);
+        printf("  corrupted %ld bytes of the newest committed checkpoint, step %ld\n",
+               (long)config_int(cfg, "fault.corrupt_bytes"), S->corrupted);
+    }
+    if (l->exit_code == 4) {  /* nebula-train asked for another world size */
+        char rp[2 * CHAOS_PATH_MAX], buf[128];
+        snprintf(rp, sizeof rp, "%s/relaunch", x->run_dir);
+        FILE *f = fopen(rp, "r");
+        int w = 0;
+        if (f && fgets(buf, sizeof buf, f)) sscanf(buf, "world=%d", &w);
+        if (f) fclose(f);
+        if (w > 0) S->world = w;
+    }
+    if (S->to_remove > 0) {
+        S->world = S->world - S->to_remove < 1 ? 1 : S->world - S->to_remove;
+        S->to_remove = 0;
+    }
+}
+
+/* The faulted run: launches, watches and relaunches until success (S->ok), a failure
+ * (S->failed, S->why) or an interruption. */
+static void scen_launches(scen *S)
+{
+    const config *cfg = S->cfg;
+    chaos_ctx *x = S->x;
+    S->t_run = chaos_now();
+    snprintf(S->sup_log, sizeof S->sup_log, "%s/supervisor.log", S->out);
+    S->corrupted = -1;
     const char *env[2] = { NULL, NULL };
     for (;;) {
         if (chaos_interrupted) {
-            failed = true;
+            S->failed = true;
             break;
         }
         chaos_launch *l = &x->launches[x->nlaunches];
-        snprintf(log, sizeof log, "%s/launch-%d.log", out, x->nlaunches + 1);
+        snprintf(S->log, sizeof S->log, "%s/launch-%d.log", S->out, x->nlaunches + 1);
         char hb[2 * CHAOS_PATH_MAX];
         snprintf(hb, sizeof hb, "%s/heartbeat", x->run_dir);
         unlink(hb);
         env[0] = NULL;
         chaos_bin_path("nebula-train", x->train_bin, sizeof x->train_bin);
-        if (!strcmp(kind, "io-error") && x->nlaunches == 0) {
+        if (!strcmp(S->kind, "io-error") && x->nlaunches == 0) {
             snprintf(x->train_bin, sizeof x->train_bin, "%s", CHAOS_TRAIN_BIN);
             char list[CONFIG_STR_MAX + 64] = "";
             for (int i = 0; i < x->nfaults; i++)
                 snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s@%ld", i ? "," : "",
                          config_str(cfg, "fault.io"), x->faults[i].at_step);
-            snprintf(env_fault, sizeof env_fault, "NEBULA_CHAOS_FAULT=%s", list);
-            env[0] = env_fault;
+            snprintf(S->env_fault, sizeof S->env_fault, "NEBULA_CHAOS_FAULT=%s", list);
+            env[0] = S->env_fault;
         }
-        if (chaos_start(x, x->run_dir, world, log, steps, env, l) != 0) { failed = true; break; }
+        if (chaos_start(x, x->run_dir, S->world, S->log, S->steps, env, l) != 0) { S->failed = true; break; }
         x->nlaunches++;
-        printf("  launch %d: %d ranks%s\n", x->nlaunches, world, env[0] ? " (CHAOS build, fault armed)" : "");
+        printf("  launch %d: %d ranks%s\n", x->nlaunches, S->world, env[0] ? " (CHAOS build, fault armed)" : "");
         fflush(stdout);
-        t_hb = l->t_start;
-        double t_prev_loop = chaos_now();
-        for (;;) {
-            double now = chaos_now();
-            /* time the supervisor spent elsewhere (a remote kill step) is not the ranks' */
-            if (now - t_prev_loop > 1.0) t_hb += now - t_prev_loop;
-            t_prev_loop = now;
-            if (chaos_interrupted) {
-                chaos_stop(l, x->run_dir, chaos_interrupted, CHAOS_STOP_GRACE);
-                failed = true;
-                break;
-            }
-            if (now - x->t0 > deadline) {
-                snprintf(why, sizeof why, "the scenario's deadline of %g s passed", deadline);
-                chaos_stop(l, x->run_dir, SIGTERM, 2);
-                failed = true;
-                break;
-            }
-            if (l->resumed_step < 0) l->resumed_step = chaos_log_resumed(l->log);
-            long step = chaos_heartbeat(x->run_dir, NULL);
-            if (step > l->last_step) {
-                l->last_step = step;
-                t_hb = now;
-                if (!l->t_first_progress && l->resumed_step >= 0 && step > l->resumed_step) {
-                    l->t_first_progress = now;
-                    for (int i = 0; i < fi; i++)
-                        if (x->faults[i].launch < x->nlaunches - 1 && !x->faults[i].t_recover)
-                            x->faults[i].t_recover = now;
-                }
-            }
-            if (loss_until > 0 && now >= loss_until) {
-                sh(x, (const char *const[]){ "tools/netns-cluster", "loss", "none", NULL });
-                log_info("packet loss ended");
-                loss_until = 0;
-            }
-            if (fi < x->nfaults && step >= x->faults[fi].at_step && l->pid > 0) {
-                inject(x, &x->faults[fi], l, step, &to_remove);
-                if (!strcmp(kind, "packet-loss")) loss_until = now + config_float(cfg, "fault.loss_seconds");
-                fi++;
-            }
-            if (chaos_poll(l)) break;
-            if (chaos_rank_died(l, x->run_dir)) {
-                log_info("a rank of launch %d is gone: stopping the others", x->nlaunches);
-                chaos_kill_ranks(x->run_dir, sup_log);
-                chaos_stop(l, x->run_dir, SIGTERM, 2);
-                break;
-            }
-            if (now - t_hb > hb_timeout) {
-                log_warn("no progress for %.1f s (heartbeat at step %ld): the launch is hung; stopping it", now - t_hb,
-                         l->last_step);
-                l->hung = true;
-                chaos_kill_ranks(x->run_dir, sup_log);
-                chaos_stop(l, x->run_dir, SIGTERM, 2);
-                break;
-            }
-            usleep(50000);
-        }
+        scen_watch(S, l);
         if (l->resumed_step < 0) l->resumed_step = chaos_log_resumed(l->log);
-        if (!strcmp(kind, "io-error")) io_evidence(x, x->nlaunches - 1);
+        if (!strcmp(S->kind, "io-error")) io_evidence(x, x->nlaunches - 1);
         long final_step = chaos_heartbeat(x->run_dir, NULL);  /* steps it finished while being stopped */
         if (final_step > l->last_step) l->last_step = final_step;
-        for (int i = 0; i < fi; i++)
+        for (int i = 0; i < S->fi; i++)
             if (x->faults[i].launch == x->nlaunches - 1 && !x->faults[i].t_detect)
                 x->faults[i].t_detect = l->t_end ? l->t_end : chaos_now();
         printf("  launch %d ended: exit %d%s after %.1f s, resumed from step %ld, reached step %ld\n", x->nlaunches,
                l->exit_code, l->hung ? " (hung: stopped by the supervisor)" : "", (l->t_end ? l->t_end : chaos_now()) -
                l->t_start, l->resumed_step, l->last_step);
         fflush(stdout);
-        if (failed) break;
-        if (l->exit_code == 0 && !l->hung) { ok = true; break; }
+        if (S->failed) break;
+        if (l->exit_code == 0 && !l->hung) { S->ok = true; break; }
         if (l->exit_code == 2) {
-            snprintf(why, sizeof why, "launch %d exited 2 (usage or input error): see %s", x->nlaunches, l->log);
-            failed = true;
+            snprintf(S->why, sizeof S->why, "launch %d exited 2 (usage or input error): see %s", x->nlaunches, l->log);
+            S->failed = true;
             break;
         }
         if (x->nlaunches == (int)config_int(cfg, "scenario.max_launches") || x->nlaunches == CHAOS_MAX_LAUNCHES) {
-            snprintf(why, sizeof why, "%d launches did not reach step %ld", x->nlaunches, steps);
-            failed = true;
+            snprintf(S->why, sizeof S->why, "%d launches did not reach step %ld", x->nlaunches, S->steps);
+            S->failed = true;
             break;
         }
-        /* what the operator does before relaunching */
-        if (!strcmp(kind, "disk-full")) free_disk(x);
-        if (!strcmp(kind, "ckpt-corrupt") && fi > 0 && x->faults[fi - 1].launch == x->nlaunches - 1) {
-            corrupted = corrupt_newest(x);
-            chaos_fault *c = &x->faults[fi - 1];
-            c->injected = corrupted >= 0 && !strstr(c->what, "not reached");
-            if (corrupted >= 0)
-                snprintf(c->what + strlen(c->what), sizeof c->what - strlen(c->what), ", step %ld corrupted", corrupted);
-            printf("  corrupted %ld bytes of the newest committed checkpoint, step %ld\n",
-                   (long)config_int(cfg, "fault.corrupt_bytes"), corrupted);
-        }
-        if (l->exit_code == 4) {  /* nebula-train asked for another world size */
-            char rp[2 * CHAOS_PATH_MAX], buf[128];
-            snprintf(rp, sizeof rp, "%s/relaunch", x->run_dir);
-            FILE *f = fopen(rp, "r");
-            int w = 0;
-            if (f && fgets(buf, sizeof buf, f)) sscanf(buf, "world=%d", &w);
-            if (f) fclose(f);
-            if (w > 0) world = w;
-        }
-        if (to_remove > 0) {
-            world = world - to_remove < 1 ? 1 : world - to_remove;
-            to_remove = 0;
-        }
+        scen_before_relaunch(S, l);
     }
     if (chaos_interrupted)
-        snprintf(why, sizeof why, "interrupted by %s: launch stopped", chaos_signame(chaos_interrupted));
-    double t_done = chaos_now();
-    /* steps redone per fault: the last step the struck launch reached, less the step the
-     * next one resumed from */
-    for (int i = 0; i < fi; i++) {
+        snprintf(S->why, sizeof S->why, "interrupted by %s: launch stopped", chaos_signame(chaos_interrupted));
+    S->t_done = chaos_now();
+}
+
+/* Steps redone per fault: the last step the struck launch reached, less the step the
+ * next one resumed from. */
+static void scen_lost_steps(scen *S)
+{
+    chaos_ctx *x = S->x;
+    for (int i = 0; i < S->fi; i++) {
         chaos_fault *f = &x->faults[i];
         int L = f->launch;
         /* the last fault injected into a launch is the one that ended it; earlier ones
          * (SIGUSR1, a loss it lived through) let the run go on */
-        bool last_in_launch = i + 1 == fi || x->faults[i + 1].launch != L;
+        bool last_in_launch = i + 1 == S->fi || x->faults[i + 1].launch != L;
         bool ended = L + 1 < x->nlaunches && last_in_launch;
         /* the next launch that got as far as loading a checkpoint (one that hung during
          * start-up, still under the fault, resumed nothing) */
@@ -509,124 +569,139 @@ int chaos_run_scenario(const config *cfg, const char *out)
         f->lost = ended ? x->launches[L].last_step - x->launches[next].resumed_step : 0;
         if (!ended) f->t_detect = f->t_recover = 0;  /* the run went on (USR1, a loss it survived) */
     }
+}
 
-    /* invariants */
-    check_row rows[32];
-    int nr = 0;
+/* The final state against the fault-free run's: bit-identical at the same world size,
+ * the held-out loss within 1% and the same global batch at another. */
+static void scen_check_final(scen *S, const chaos_launch *last)
+{
+    chaos_ctx *x = S->x;
+    int world0 = (int)config_int(S->cfg, "scenario.ranks");
+    bool same_world = last->world == world0;
+    long lstep = 0;
+    double loss = chaos_log_final_loss(last->log, &lstep);
+    long gb_ref = 0, gb = 0;
+    bool have_gb = global_batch_of(S->ref_log, &gb_ref) && global_batch_of(last->log, &gb);
+    char a[3 * CHAOS_PATH_MAX], b[3 * CHAOS_PATH_MAX];
+    final_ckpt(x->run_dir, S->steps, a, sizeof a);
+    final_ckpt(S->ref_dir, S->steps, b, sizeof b);
+    if (S->ok && S->ref_rc == 0 && same_world) {
+        char dlog[2 * CHAOS_PATH_MAX];
+        snprintf(dlog, sizeof dlog, "%s/diff.log", S->out);
+        char ckpt_bin[4096];
+        chaos_bin_path("nebula-ckpt", ckpt_bin, sizeof ckpt_bin);
+        int d = chaos_run_cmd((const char *const[]){ ckpt_bin, "diff", a, b, NULL }, dlog);
+        row(S->rows, &S->nr, d == 0 && loss == S->ref_loss, "final state vs fault-free (same world size)",
+            "bit-identical", "nebula-ckpt diff exit %d; held-out loss %.6f vs %.6f", d, loss, S->ref_loss);
+    } else {
+        double rel = fabs(loss - S->ref_loss) / S->ref_loss;
+        row(S->rows, &S->nr, S->ok && S->ref_rc == 0 && rel <= 0.01 && have_gb && gb == gb_ref,
+            "held-out loss vs fault-free (world size changed)", "within 1%, same global batch",
+            "%.6f vs %.6f (%.3f%%) at %d ranks, global batch %ld vs %ld", loss, S->ref_loss, 100 * rel, last->world, gb,
+            gb_ref);
+    }
+}
+
+/* The invariant rows: target reached, steps lost, no corrupt checkpoint loaded, every
+ * fault injected, the final state, the deadline. */
+static void scen_invariants(scen *S)
+{
+    const config *cfg = S->cfg;
+    chaos_ctx *x = S->x;
+    long ck = S->ck;
     chaos_launch *last = &x->launches[x->nlaunches ? x->nlaunches - 1 : 0];
-    row(rows, &nr, ok && last->last_step == steps, "reached the target step", "= target", "%ld of %ld%s%s",
-        last->last_step, steps, why[0] ? ": " : "", why);
+    row(S->rows, &S->nr, S->ok && last->last_step == S->steps, "reached the target step", "= target", "%ld of %ld%s%s",
+        last->last_step, S->steps, S->why[0] ? ": " : "", S->why);
     long worst = 0;
-    for (int i = 0; i < fi; i++) worst = x->faults[i].lost > worst ? x->faults[i].lost : worst;
+    for (int i = 0; i < S->fi; i++) worst = x->faults[i].lost > worst ? x->faults[i].lost : worst;
     long bound = ck * config_int(cfg, "scenario.max_lost_intervals");
     char req[64];
     snprintf(req, sizeof req, "<= %ld (%ld interval%s)", bound, bound / ck, bound / ck > 1 ? "s" : "");
-    row(rows, &nr, worst <= bound, "steps lost per fault", req, "at most %ld (interval %ld)", worst, ck);
+    row(S->rows, &S->nr, worst <= bound, "steps lost per fault", req, "at most %ld (interval %ld)", worst, ck);
     bool clean = true;
     for (int i = 1; i < x->nlaunches; i++)
-        if (corrupted >= 0 && x->launches[i].resumed_step == corrupted) clean = false;
+        if (S->corrupted >= 0 && x->launches[i].resumed_step == S->corrupted) clean = false;
     char resumed[256] = "";
     for (int i = 1; i < x->nlaunches; i++)
         if (x->launches[i].resumed_step >= 0)
             snprintf(resumed + strlen(resumed), sizeof resumed - strlen(resumed), "%s%ld", resumed[0] ? ", " : "",
                      x->launches[i].resumed_step);
-    if (corrupted >= 0)
-        row(rows, &nr, clean, "no torn or corrupt checkpoint loaded", "never", "step %ld corrupted; relaunches "
-            "resumed from %s", corrupted, resumed);
+    if (S->corrupted >= 0)
+        row(S->rows, &S->nr, clean, "no torn or corrupt checkpoint loaded", "never", "step %ld corrupted; relaunches "
+            "resumed from %s", S->corrupted, resumed);
     else
-        row(rows, &nr, clean, "no torn or corrupt checkpoint loaded", "never", "relaunches resumed from %s "
+        row(S->rows, &S->nr, clean, "no torn or corrupt checkpoint loaded", "never", "relaunches resumed from %s "
             "(each checksum-verified on load)", resumed[0] ? resumed : "-");
     /* evidence, never the plan: a fault counts when kill(2) reached every rank it named,
      * the rank logged "chaos: injected", the disk was full, the checkpoint was damaged */
     int injected = 0;
     for (int i = 0; i < x->nfaults; i++) injected += x->faults[i].injected;
-    row(rows, &nr, injected == x->nfaults, "every planned fault injected", "all, on evidence",
-        "%d of %d (%d acted on)", injected, x->nfaults, fi);
-    int world0 = (int)config_int(cfg, "scenario.ranks");
-    bool same_world = last->world == world0;
-    long lstep = 0;
-    double loss = chaos_log_final_loss(last->log, &lstep);
-    long gb_ref = 0, gb = 0;
-    bool have_gb = global_batch_of(ref_log, &gb_ref) && global_batch_of(last->log, &gb);
-    char a[3 * CHAOS_PATH_MAX], b[3 * CHAOS_PATH_MAX];
-    final_ckpt(x->run_dir, steps, a, sizeof a);
-    final_ckpt(ref_dir, steps, b, sizeof b);
-    if (ok && ref_rc == 0 && same_world) {
-        char dlog[2 * CHAOS_PATH_MAX];
-        snprintf(dlog, sizeof dlog, "%s/diff.log", out);
-        char ckpt_bin[4096];
-        chaos_bin_path("nebula-ckpt", ckpt_bin, sizeof ckpt_bin);
-        int d = chaos_run_cmd((const char *const[]){ ckpt_bin, "diff", a, b, NULL }, dlog);
-        row(rows, &nr, d == 0 && loss == ref_loss, "final state vs fault-free (same world size)", "bit-identical",
-            "nebula-ckpt diff exit %d; held-out loss %.6f vs %.6f", d, loss, ref_loss);
-    } else {
-        double rel = fabs(loss - ref_loss) / ref_loss;
-        row(rows, &nr, ok && ref_rc == 0 && rel <= 0.01 && have_gb && gb == gb_ref,
-            "held-out loss vs fault-free (world size changed)", "within 1%, same global batch",
-            "%.6f vs %.6f (%.3f%%) at %d ranks, global batch %ld vs %ld", loss, ref_loss, 100 * rel, last->world, gb,
-            gb_ref);
-    }
+    row(S->rows, &S->nr, injected == x->nfaults, "every planned fault injected", "all, on evidence",
+        "%d of %d (%d acted on)", injected, x->nfaults, S->fi);
+    scen_check_final(S, last);
     double detect = 0, recover = 0;
-    for (int i = 0; i < fi; i++) {
+    for (int i = 0; i < S->fi; i++) {
         if (x->faults[i].t_detect) detect = fmax(detect, x->faults[i].t_detect - x->faults[i].t_inject);
         if (x->faults[i].t_recover) recover = fmax(recover, x->faults[i].t_recover - x->faults[i].t_inject);
     }
-    row(rows, &nr, t_done - x->t0 <= deadline, "ended within the deadline", "<= deadline",
-        "%.1f s of %g s (faulted run %.1f s); worst detection %.1f s, worst recovery %.1f s", t_done - x->t0, deadline,
-        t_done - t_run, detect, recover);
+    row(S->rows, &S->nr, S->t_done - x->t0 <= S->deadline, "ended within the deadline", "<= deadline",
+        "%.1f s of %g s (faulted run %.1f s); worst detection %.1f s, worst recovery %.1f s", S->t_done - x->t0,
+        S->deadline, S->t_done - S->t_run, detect, recover);
+}
 
-    /* nothing left behind */
+/* Nothing left behind: the tmpfs unmounted, the namespaces down, no rank process. */
+static void scen_clean_up(scen *S)
+{
+    chaos_ctx *x = S->x;
     if (x->tmpfs_mounted) {
         /* keep the final checkpoint for the report's readers: the tmpfs goes, so copy nothing; the diff ran */
         if (umount2(x->run_dir, MNT_DETACH) == 0) x->tmpfs_mounted = false;
     }
-    if (use_netns) {
+    if (S->use_netns) {
         sh(x, (const char *const[]){ "tools/netns-cluster", "down", NULL });
         x->netns_up = false;
     }
     pid_t pids[1024];
-    int left = chaos_rank_pids(x->run_dir, pids, 1024) + chaos_rank_pids(ref_dir, pids, 1024);
-    row(rows, &nr, left == 0 && !x->tmpfs_mounted && !x->netns_up, "nothing left behind",
+    int left = chaos_rank_pids(x->run_dir, pids, 1024) + chaos_rank_pids(S->ref_dir, pids, 1024);
+    row(S->rows, &S->nr, left == 0 && !x->tmpfs_mounted && !x->netns_up, "nothing left behind",
         "no rank, namespace or mount", "%d rank processes%s%s", left, x->tmpfs_mounted ? ", tmpfs still mounted" : "",
         x->netns_up ? ", namespaces up" : "");
+}
 
-    /* report */
-    bool pass = true;
-    for (int i = 0; i < nr; i++) pass &= rows[i].pass;
-    char md_path[2 * CHAOS_PATH_MAX], js_path[2 * CHAOS_PATH_MAX];
-    snprintf(md_path, sizeof md_path, "%s/report.md", out);
-    snprintf(js_path, sizeof js_path, "%s/report.json", out);
-    FILE *md = fopen(md_path, "w");
-    json_t *jf = json_array(), *jc = json_array();
-    for (int pass_no = 0; pass_no < 2; pass_no++) {
-        FILE *f = pass_no == 0 ? stdout : md;
-        if (!f) continue;
-        if (chaos_interrupted)
-            fprintf(f, "\n### nebula-chaos %s: INTERRUPTED by %s\n\n", x->name, chaos_signame(chaos_interrupted));
-        else
-            fprintf(f, "\n### nebula-chaos %s: %s\n\n", x->name, pass ? "PASS" : "FAIL");
-        fprintf(f, "%s. %d launch(es); fault-free reference at %d ranks.\n\n",
-                config_str(cfg, "scenario.description"), x->nlaunches, world0);
-        if (fi > 0) {
-            fprintf(f, "| fault | at step | launch | detected after | recovered after | steps lost |\n");
-            fprintf(f, "|---|---:|---:|---:|---:|---:|\n");
-            for (int i = 0; i < fi; i++) {
-                chaos_fault *c = &x->faults[i];
-                fprintf(f, "| %s | %ld | %d | ", c->what, c->step, c->launch + 1);
-                if (c->t_detect) fprintf(f, "%.2f s | ", c->t_detect - c->t_inject); else fprintf(f, "— | ");
-                if (c->t_recover) fprintf(f, "%.2f s | ", c->t_recover - c->t_inject); else fprintf(f, "— | ");
-                fprintf(f, "%ld |\n", c->lost);
-            }
-            fprintf(f, "\n");
+/* The report as Markdown, to stdout and report.md alike. */
+static void scen_write_md(const scen *S, bool pass, FILE *f)
+{
+    const chaos_ctx *x = S->x;
+    if (chaos_interrupted)
+        fprintf(f, "\n### nebula-chaos %s: INTERRUPTED by %s\n\n", x->name, chaos_signame(chaos_interrupted));
+    else
+        fprintf(f, "\n### nebula-chaos %s: %s\n\n", x->name, pass ? "PASS" : "FAIL");
+    fprintf(f, "%s. %d launch(es); fault-free reference at %d ranks.\n\n", config_str(S->cfg, "scenario.description"),
+            x->nlaunches, (int)config_int(S->cfg, "scenario.ranks"));
+    if (S->fi > 0) {
+        fprintf(f, "| fault | at step | launch | detected after | recovered after | steps lost |\n");
+        fprintf(f, "|---|---:|---:|---:|---:|---:|\n");
+        for (int i = 0; i < S->fi; i++) {
+            const chaos_fault *c = &x->faults[i];
+            fprintf(f, "| %s | %ld | %d | ", c->what, c->step, c->launch + 1);
+            if (c->t_detect) fprintf(f, "%.2f s | ", c->t_detect - c->t_inject); else fprintf(f, "— | ");
+            if (c->t_recover) fprintf(f, "%.2f s | ", c->t_recover - c->t_inject); else fprintf(f, "— | ");
+            fprintf(f, "%ld |\n", c->lost);
         }
-        fprintf(f, "| invariant | required | measured | |\n|---|---|---|---|\n");
-        for (int i = 0; i < nr; i++)
-            fprintf(f, "| %s | %s | %s | %s |\n", rows[i].name, rows[i].required, rows[i].measured,
-                    rows[i].pass ? "pass" : "**FAIL**");
+        fprintf(f, "\n");
     }
-    if (md) fclose(md);
-    for (int i = 0; i < fi; i++) {
-        chaos_fault *c = &x->faults[i];
+    fprintf(f, "| invariant | required | measured | |\n|---|---|---|---|\n");
+    for (int i = 0; i < S->nr; i++)
+        fprintf(f, "| %s | %s | %s | %s |\n", S->rows[i].name, S->rows[i].required, S->rows[i].measured,
+                S->rows[i].pass ? "pass" : "**FAIL**");
+}
+
+static void scen_write_json(const scen *S, bool pass, const char *js_path)
+{
+    const chaos_ctx *x = S->x;
+    json_t *jf = json_array(), *jc = json_array();
+    for (int i = 0; i < S->fi; i++) {
+        const chaos_fault *c = &x->faults[i];
         json_array_append_new(jf, json_pack("{s:s, s:b, s:I, s:i, s:f, s:f, s:I}", "fault", c->what, "injected",
                                             c->injected, "step",
                                             (json_int_t)c->step, "launch", c->launch + 1, "detect_s",
@@ -634,15 +709,44 @@ int chaos_run_scenario(const config *cfg, const char *out)
                                             c->t_recover ? c->t_recover - c->t_inject : -1.0, "lost_steps",
                                             (json_int_t)c->lost));
     }
-    for (int i = 0; i < nr; i++)
-        json_array_append_new(jc, json_pack("{s:s, s:s, s:s, s:b}", "invariant", rows[i].name, "required",
-                                            rows[i].required, "measured", rows[i].measured, "pass", rows[i].pass));
+    for (int i = 0; i < S->nr; i++)
+        json_array_append_new(jc, json_pack("{s:s, s:s, s:s, s:b}", "invariant", S->rows[i].name, "required",
+                                            S->rows[i].required, "measured", S->rows[i].measured, "pass",
+                                            S->rows[i].pass));
     json_t *j = json_pack("{s:s, s:b, s:s?, s:i, s:o, s:o}", "scenario", x->name, "pass", pass && !chaos_interrupted,
                           "interrupted", chaos_interrupted ? chaos_signame(chaos_interrupted) : NULL, "launches",
                           x->nlaunches, "faults", jf, "invariants", jc);
     json_dump_file(j, js_path, JSON_INDENT(2));
     json_decref(j);
+}
+
+int chaos_run_scenario(const config *cfg, const char *out)
+{
+    scen *S = calloc(1, sizeof *S);
+    CHECK(S, "out of memory");
+    int rc = scen_setup(S, cfg, out);
+    if (rc == 0) rc = scen_reference(S);
+    if (rc != 0) return rc;
+    chaos_ctx *x = S->x;
+    scen_launches(S);
+    scen_lost_steps(S);
+    scen_invariants(S);
+    scen_clean_up(S);
+
+    bool pass = true;
+    for (int i = 0; i < S->nr; i++) pass &= S->rows[i].pass;
+    char md_path[2 * CHAOS_PATH_MAX], js_path[2 * CHAOS_PATH_MAX];
+    snprintf(md_path, sizeof md_path, "%s/report.md", out);
+    snprintf(js_path, sizeof js_path, "%s/report.json", out);
+    FILE *md = fopen(md_path, "w");
+    scen_write_md(S, pass, stdout);
+    if (md) {
+        scen_write_md(S, pass, md);
+        fclose(md);
+    }
+    scen_write_json(S, pass, js_path);
     printf("\nreport: %s and %s\n", md_path, js_path);
     free(x);
+    free(S);
     return pass ? 0 : 1;
 }

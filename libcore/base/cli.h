@@ -1,6 +1,6 @@
 /* cli — the command line every executable shares: long options only, each one a
  * shorthand for a config key, plus --config FILE, repeatable --set section.key=value,
- * --help and --version (DESIGN.md §3 CLI).
+ * --help and --version (docs/design.md#cli).
  *
  * Precedence: schema defaults < --config files (in order) < flags and --set (in
  * order), so the command line always wins over files wherever it appears. */

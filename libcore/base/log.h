@@ -1,6 +1,6 @@
 /* log — rank-aware logging, the status codes of expected trouble, and die().
  *
- * Two error tiers (DESIGN.md §3): bugs and impossible states go through die(),
+ * Two error tiers (docs/design.md#errors): bugs and impossible states go through die(),
  * which prints `host:rank file:line: what failed: why` plus a hint and calls
  * MPI_Abort; expected trouble (bad input, timeouts, I/O) is a `status` passed
  * up to the app, which prints one message and exits with status_exit_code().
@@ -66,7 +66,7 @@ void log_capture(char *buf, size_t len);
 const char *status_str(status st);
 /* 0 ok, 2 usage/input errors, 3 stopped on request with the state saved (relaunch to
  * resume), 4 relaunch requested at another world size (RUN_DIR/relaunch says which),
- * 1 everything else (DESIGN.md §3 CLI). */
+ * 1 everything else (docs/design.md#cli). */
 int status_exit_code(status st);
 
 /* The bug tier: never returns. `what` is the failing statement, `why` the reason. */

@@ -43,7 +43,7 @@ int path_write_all(int fd, const void *p, size_t n);
  * fails (errno set) or the file ends first (errno 0). */
 int path_read_all_at(int fd, void *p, size_t n, uint64_t off);
 
-/* Writes the file `path` atomically (DESIGN.md §3 durable writes): fill(ctx, fd)
+/* Writes the file `path` atomically (docs/design.md#durable-writes): fill(ctx, fd)
  * writes the contents into `path.tmp.PID`, which is fsync'd and renamed over
  * `path`, then the directory is fsync'd, so a reader finds the old file or the
  * whole new one, never a part. The temporary is created with O_EXCL|O_NOFOLLOW (a

@@ -1,5 +1,5 @@
 /* runtime_version — the start-up check that every rank of a job runs software that speaks
- * a common wire protocol (DESIGN.md §3, docs/design.md#versions): one MPI_Allgather of
+ * a common wire protocol (docs/design.md#versions): one MPI_Allgather of
  * each rank's build string, host and protocol range, before any communicator of the
  * training exists.
  *

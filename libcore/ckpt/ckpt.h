@@ -1,4 +1,4 @@
-/* ckpt — HDF5 checkpoints (DESIGN.md §3): one directory per step holding one HDF5
+/* ckpt — HDF5 checkpoints (docs/design.md#checkpoints): one directory per step holding one HDF5
  * file written by all ranks, committed atomically, found again by the newest commit
  * marker, verified by per-dataset checksums, and loaded into a model's flat buffers.
  *

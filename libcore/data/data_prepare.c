@@ -6,7 +6,7 @@
  * 1 MiB buffer, so files of any size work; sizes are taken first so each header is
  * written once, and an input that changes size while being read is an error. Both
  * outputs go to temporary names and are renamed only when both are complete and
- * fsync'd (DESIGN.md §3 durable writes): a failure leaves any earlier outputs as
+ * fsync'd (docs/design.md#durable-writes): a failure leaves any earlier outputs as
  * they were. */
 #include "data.h"
 #include "base/path.h"

@@ -20,7 +20,7 @@
 #ifdef NEBULA_CUDA
 #include "cuda/device.h"
 #include "device_impl.h"
-/* The check-macro family's CUDA member (STYLE.md): a failed runtime call is a bug or a
+/* The check-macro family's CUDA member (docs/design.md#errors): a failed runtime call is a bug or a
  * dead device, never expected trouble, so it dies with the call and CUDA's reason. */
 #define CUDA_CHECK(call) \
     do { int cuda_rc_ = (call); \

@@ -1,5 +1,5 @@
-/* param — the parameter table and the flat buffers it describes (DESIGN.md §3
- * "Flat buffers"; llm.c's ParameterTensors).
+/* param — the parameter table and the flat buffers it describes (docs/design.md#flat-buffers;
+ * llm.c's ParameterTensors).
  *
  * The one design decision: a model's parameters are ONE allocation of
  * `total` floats, and gradients and optimizer moments are further allocations
@@ -189,7 +189,7 @@ typedef struct param_optim_memory {
     const char *note;
 } param_optim_memory;
 
-/* The memory table of DESIGN.md §3, in MiB: params, grads, optimizer (the m
+/* The memory table of docs/design.md#no-allocation, in MiB: params, grads, optimizer (the m
  * and v buffers that param_buffers_init(.., true) allocates: 2 x params; or
  * `optim` when not NULL), activations, comm buffers and total. The caller prints
  * it on rank 0 only. */

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_gpu_absent — the GPU path on a machine without a GPU (DESIGN.md: CUDA is
+# test_gpu_absent — the GPU path on a machine without a GPU (docs/gpu.md: CUDA is
 # optional and detected): the CUDA objects are built when nvcc is present, every GPU
 # test program links, starts, says it checked nothing and exits 77 (skipped),
 # `make check-gpu` reports every GPU test as skipped without claiming a result, and

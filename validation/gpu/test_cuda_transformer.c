@@ -1,5 +1,5 @@
 /* test_cuda_transformer — the CUDA transformer kernels (kernels/cuda/transformer.h)
- * against the CPU fast kernels on the same random inputs (STYLE.md's kernel triad):
+ * against the CPU fast kernels on the same random inputs (docs/testing.md#kernel-triad):
  * layernorm, GELU (tanh and erf), residual, embedding, cross-entropy, attention.
  *
  * Shapes include the awkward ones: C not a multiple of 32, C = 1, T = 1, odd B*T,

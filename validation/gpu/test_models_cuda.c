@@ -1,4 +1,4 @@
-/* test_models_cuda — GPT-2 and BERT on the GPU (STYLE.md's golden tests):
+/* test_models_cuda — GPT-2 and BERT on the GPU (docs/testing.md#golden-tests):
  *
  *  1. gpt2-tiny in fp32 on the GPU against the same model on the CPU (no Python):
  *     the GPU model is built by the same gpt2.c through the device's kernel table,

@@ -1,5 +1,5 @@
 /* test_kernels_attn — the attention and cross-entropy kernels against their double
- * specifications (STYLE.md kernel triad). For every case:
+ * specifications (docs/testing.md#kernel-triad). For every case:
  *   (a) fast forward vs double reference, derived tolerances, canaries around outputs;
  *   (b) reference backward vs central differences of L = sum(out * R) in double;
  *   (c) fast backward vs reference backward;

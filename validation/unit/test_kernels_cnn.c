@@ -1,5 +1,5 @@
 /* test_kernels_cnn — the CNN kernels written in Nebula (maxpool, global avgpool,
- * relu) against their double-precision specifications (STYLE.md kernel triad), and the
+ * relu) against their double-precision specifications (docs/testing.md#kernel-triad), and the
  * thread-count independence of every CNN kernel; conv2d and batchnorm (oneDNN) are
  * test_kernels_conv's.
  *

@@ -1,5 +1,5 @@
 /* test_kernels_conv — the oneDNN kernels of a CNN (conv2d, batchnorm) against their
- * double-precision specifications (STYLE.md kernel triad), in both activation layouts
+ * double-precision specifications (docs/testing.md#kernel-triad), in both activation layouts
  * and at the ISA level the process runs (validation/tests.list runs it at auto,
  * NEBULA_CPU_ISA=avx2 and =avx512; a level the CPU lacks is SKIP, 77).
  *

@@ -1,6 +1,6 @@
 /* test_kernels_dense — the dense-layer CPU kernels (matmul, layernorm, gelu,
  * embedding, residual) against their double-precision specifications (the
- * STYLE.md kernel triad). For every kernel, at 2-4 shapes with odd sizes:
+ * kernel triad, docs/testing.md#kernel-triad). For every kernel, at 2-4 shapes with odd sizes:
  *   (a) fast float forward vs the double reference, tolerance derived from the
  *       reduction length, outputs surrounded by canaries;
  *   (b) the double reference backward vs central differences of
