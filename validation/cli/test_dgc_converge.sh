@@ -16,9 +16,10 @@
 #           check-long`): gpt2-tiny 1500 steps, one seed, warm-up 300 steps, and
 #           ResNet-18 100 steps, each against its dense run with the same steps. DGC-Pro
 #           still lags there (held-out loss +6.5% at 1500 steps, measured; it closes the
-#           gap by 10000), so the bounds are loose, 15% loss and 10% accuracy, but a run
-#           that loses its residuals (no error feedback: only 0.1% of each gradient
-#           ever applied) or its momentum masking misses them by far; traffic >= 100x less.
+#           gap by 10000), so the bounds are loose, 10% loss and 10% accuracy; a run that
+#           loses its residuals (no error feedback) ends at +14.7% and fails. Traffic
+#           >= 100x less for the GPT, >= 30x for ResNet-18, whose 20 warm-up steps weigh
+#           more in 100.
 # usage: test_dgc_converge.sh resnet|gpt|short
 . "$(dirname "$0")/lib.sh"
 TRAIN=build/bin/nebula-train
@@ -34,19 +35,20 @@ train() {  # train NAME ARGS... -> the log in $tmp/NAME.log
 # the figure, or nan when the log lacks it (a run that failed: the judgement fails)
 last_eval() { local x; x=$(sed -n "s/^eval step=$2 .*$3=\([0-9.]*\).*/\1/p" "$tmp/$1.log" | tail -1); echo "${x:-nan}"; }
 reduction() { local x; x=$(sed -n 's/^dgc: gradient traffic .*: \([0-9.]*\)x less/\1/p' "$tmp/$1.log"); echo "${x:-nan}"; }
-judge() {  # judge LABEL "DENSE..." "DGC..." "RATIO..." higher|lower LIMIT: means of the lists compared
+judge() {  # judge LABEL "DENSE..." "DGC..." "RATIO..." higher|lower LIMIT [MIN_RATIO=100]: means compared
     if $PY - "$@" <<'PYEOF'
 import sys
 def floats(s):
     return [float(x) for x in s.split()]
 label, dense, dgc, ratios, better = sys.argv[1], floats(sys.argv[2]), floats(sys.argv[3]), floats(sys.argv[4]), sys.argv[5]
 limit = float(sys.argv[6])
+min_ratio = float(sys.argv[7]) if len(sys.argv) > 7 else 100
 md, mg, ratio = sum(dense) / len(dense), sum(dgc) / len(dgc), min(ratios)
 within = mg >= (1 - limit) * md if better == "higher" else mg <= (1 + limit) * md
-ok = within and len(dense) == len(dgc) == len(ratios) and all(r >= 100 for r in ratios)  # nan fails both
+ok = within and len(dense) == len(dgc) == len(ratios) and all(r >= min_ratio for r in ratios)  # nan fails both
 each = "" if len(dense) == 1 else " (per seed: " + ", ".join(f"{a:.4f}/{b:.4f}" for a, b in zip(dense, dgc)) + ")"
 print(f"{'ok' if ok else 'FAIL'} - {label}: dense {md:.4f}, DGC-Pro {mg:.4f} ({(mg - md) / md:+.2%}, limit "
-      f"{limit:.0%}){each}, gradient traffic {ratio:.1f}x less at least (limit 100x)")
+      f"{limit:.0%}){each}, gradient traffic {ratio:.1f}x less at least (limit {min_ratio:.0f}x)")
 sys.exit(0 if ok else 1)
 PYEOF
     then :; else fails=$((fails + 1)); fi
@@ -93,13 +95,13 @@ short)
     train gpt-dgc "${G[@]}" "${DGC[@]}" --set dgc.min_numel=1 --set dgc.warmup_steps=300 \
         --set dgc.warmup_stages=3 --set dgc.warmup_sparsity=0.9375
     judge "gpt2-tiny on the licences, 1500 steps, held-out loss (short)" "$(last_eval gpt-dense 1500 loss)" \
-        "$(last_eval gpt-dgc 1500 loss)" "$(reduction gpt-dgc)" lower 0.15
+        "$(last_eval gpt-dgc 1500 loss)" "$(reduction gpt-dgc)" lower 0.10
     R=(--config configs/train/resnet18-digits.ini --set data.train="$tmp/digits/train.h5"
        --set data.val="$tmp/digits/test.h5" --steps 100 --set train.eval_interval=100)
     train rn-dense "${R[@]}"
     train rn-dgc "${R[@]}" "${DGC[@]}" --set dgc.warmup_steps=20
     judge "ResNet-18 on the digits, 100 steps, held-out accuracy (short)" "$(last_eval rn-dense 100 acc)" \
-        "$(last_eval rn-dgc 100 acc)" "$(reduction rn-dgc)" higher 0.10
+        "$(last_eval rn-dgc 100 acc)" "$(reduction rn-dgc)" higher 0.10 30
     ;;
 *) echo "usage: test_dgc_converge.sh resnet|gpt|short"; exit 2 ;;
 esac

@@ -31,12 +31,14 @@
 #   chaos      chaos.sbatch as a 2-task array (kill-30pct, preempt: nebula-chaos relaunching
 #              nebula-train with srun inside the allocation) and a 75-second soak.sbatch on
 #              2 nodes (kill, stop, preempt; ranks found and hit on n2 through the job):
-#              every invariant holds in every report
+#              every invariant holds in every report (`make check-long`)
+#   chaos-short  its sibling in `make check`: chaos.sbatch with kill-30pct alone and a
+#              40-second soak.sbatch on 2 nodes (kill, preempt), the same checks
 #
 # Needs root (the daemons run as root), except `scripts`: the others say so and are
 # skipped (exit 77) when not root.
 . "$(dirname "$0")/../cli/lib.sh"
-scenario=${1:?usage: test_slurm.sh scripts|train|requeue|outcome|array|chain|two-nodes|fallback|chaos}
+scenario=${1:?usage: test_slurm.sh scripts|train|requeue|outcome|array|chain|two-nodes|fallback|chaos|chaos-short}
 PY=/usr/bin/python3
 CKPT=build/bin/nebula-ckpt
 
@@ -313,33 +315,36 @@ two-nodes)
     check "srun and mpirun across 2 nodes end bit-identical" \
         $CKPT diff "$(final_ckpt "$tmp/run-2n-srun")" "$(final_ckpt "$tmp/run-2n-mpirun")"
     ;;
-chaos)
+chaos|chaos-short)
     [ -s build/data/licenses/train.bin ] ||
         build/bin/nebula-train prepare build/data/licenses /usr/share/common-licenses/* >/dev/null
-    jid=$(NEBULA_SCENARIOS="kill-30pct preempt" sbatch --parsable --array=0-1 -o "$out/chaos-%A_%a.out" \
+    # the scenarios of the array, and the soak's length, fault period, fault kinds and count
+    if [ "$scenario" = chaos ]; then names=(kill-30pct preempt) soak=(75s 24s kill,stop,preempt 3)
+    else names=(kill-30pct) soak=(40s 18s kill,preempt 2); fi
+    jid=$(NEBULA_SCENARIOS="${names[*]}" sbatch --parsable --array=0-$((${#names[@]} - 1)) -o "$out/chaos-%A_%a.out" \
           jobscripts/chaos.sbatch)
     wait_job "$jid" 400 >/dev/null
-    for t in 0 1; do
-        name=$( [ $t = 0 ] && echo kill-30pct || echo preempt )
+    for t in "${!names[@]}"; do
+        name=${names[$t]}
         check "chaos.sbatch task $t ($name): COMPLETED" test "$(job_field "${jid}_$t" JobState)" = COMPLETED
         check "... its report passes" grep -q "^### nebula-chaos $name: PASS" "$out/chaos-${jid}_$t.out"
         check "... nebula-chaos launched with srun" grep -q "^+ srun --mpi=pmix" "runs/chaos/$name-$jid/launch-1.log"
         [ "$(job_field "${jid}_$t" JobState)" = COMPLETED ] || show_out "$out/chaos-${jid}_$t.out" 30
     done
-    rm -rf "runs/chaos/kill-30pct-$jid" "runs/chaos/preempt-$jid"
+    for name in "${names[@]}"; do rm -rf "runs/chaos/$name-$jid"; done
     # a soak across the 2 nodes: rank 1 runs on n2, so its faults (and the final SIGTERM)
     # go through a step of the job (srun --overlap -w n2 kill) and its samples through
     # `nebula-chaos probe`. 75 s on two shared cores measure checkpoint blips, not leaks or
     # drift: those bounds are loosened; the faults must strike on evidence and be recovered from.
-    jid=$(NEBULA_SOAK_DURATION=75s NEBULA_SOAK_FAULT_EVERY=24s NEBULA_SOAK_SAMPLE_EVERY=2s \
-          NEBULA_CHAOS_ARGS="--set soak.faults=kill,stop,preempt --set scenario.heartbeat_timeout=10 --set soak.max_throughput_drop=0.9 --set soak.max_fds_per_h=5000 --set soak.max_rss_mb_per_h=5000 --set soak.max_disk_mb_per_h=5000" \
+    jid=$(NEBULA_SOAK_DURATION=${soak[0]} NEBULA_SOAK_FAULT_EVERY=${soak[1]} NEBULA_SOAK_SAMPLE_EVERY=2s \
+          NEBULA_CHAOS_ARGS="--set soak.faults=${soak[2]} --set scenario.heartbeat_timeout=10 --set soak.max_throughput_drop=0.9 --set soak.max_fds_per_h=5000 --set soak.max_rss_mb_per_h=5000 --set soak.max_disk_mb_per_h=5000" \
           sbatch --parsable -N 2 --ntasks=2 --ntasks-per-node=1 --time=5 -o "$out/soak.out" jobscripts/soak.sbatch)
-    st=$(wait_job "$jid" 300) && ok "soak.sbatch on 2 nodes (75 s, kill, stop, preempt) completed" ||
+    st=$(wait_job "$jid" 300) && ok "soak.sbatch on 2 nodes (${soak[0]}, ${soak[2]}) completed" ||
         { bad "soak.sbatch: $st"; show_out "$out/soak.out" 30; }
     check "... its report passes" grep -q "^### nebula-chaos soak: PASS" "$out/soak.out"
     check "... both nodes registered a rank" grep -q "node=n2" "runs/chaos/soak-$jid/run.ranks/rank.1"
-    check "... 3 faults struck on evidence and were recovered from" \
-        $PY -c "import json,sys; r=json.load(open('runs/chaos/soak-$jid/report.json')); sys.exit(not (r['faults'] == r['injected'] == r['recovered'] == 3))"
+    check "... ${soak[3]} faults struck on evidence and were recovered from" \
+        $PY -c "import json,sys; r=json.load(open('runs/chaos/soak-$jid/report.json')); sys.exit(not (r['faults'] == r['injected'] == r['recovered'] == ${soak[3]}))"
     sed -n '/### nebula-chaos soak/,/graceful end/p' "$out/soak.out" | sed 's/^/    /'
     rm -rf "runs/chaos/soak-$jid"
     ;;
