@@ -91,7 +91,7 @@ stop_cluster() {
 steps_before=$(pgrep -c slurmstepd)
 trap 'stop_cluster; rm -rf "$tmp"' EXIT
 cpus=2
-[ "$scenario" = chaos ] && cpus=4  # the chaos scenarios run 4 ranks on one node
+case $scenario in chaos|chaos-short) cpus=4 ;; esac  # the chaos scenarios run 4 ranks on one node
 parts=()
 [ "$scenario" = fallback ] && parts=(--partition fast=n1 --partition slow=n2)
 tools/slurm-local start "$cluster" --nodes 2 --cpus $cpus "${parts[@]}" >"$tmp/start.log" 2>&1 ||
