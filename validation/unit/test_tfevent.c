@@ -6,7 +6,7 @@
  * its empty runs merged, and enough records to pass through several buffer flushes.
  * TensorBoard's own reader checks the trainer's files (validation/cli/test_tensorboard.sh).
  * One line per check, exit 1 on any failure. */
-#include "monitor/tfevent.h"
+#include "record/tfevent.h"
 
 #include <dirent.h>
 #include <float.h>
