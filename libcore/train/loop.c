@@ -96,7 +96,9 @@ status train_loop(train_run *r)
         TRY(train_trace_begin(r));  /* collective where the traced steps begin */
         TRY(train_check_start(r));  /* the parameters it starts from (once, and after a rollback) */
         TRY(train_step(r, &ss));
-        TRY(train_step_verdict(r, &ss));  /* a skipped step counted, or the run ended as diverged */
+        bool past;  /* too many skipped steps in a row, and the alert rules' guard takes over */
+        TRY(train_step_verdict(r, &ss, train_alert_guards_nonfinite(r), &past));
+        if (past) train_alert_note_skip(r);  /* the guard's rule fires at this step's end */
         TRY(train_profile_step(r, &ss));
         train_trace_step(r, &ss);
         train_heartbeat(r);

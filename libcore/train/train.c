@@ -234,6 +234,7 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
     TRY(train_dgc_setup(r));
     TRY(train_sched_setup(r));
     TRY(train_profile_setup(r));
+    train_layer_timer_update(r);  /* the profiler's layer laps (the trace's too, once it is set up) */
     TRY(train_samples_setup(r));
     TRY(train_trace_setup(r));
 

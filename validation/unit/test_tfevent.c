@@ -1,4 +1,4 @@
-/* test_tfevent — the TensorBoard event writer (libcore/monitor/tfevent.h): CRC-32C known
+/* test_tfevent — the TensorBoard event writer (libcore/record/tfevent.h): CRC-32C known
  * answers (RFC 3720 B.4 and the "123456789" check value), TFRecord's mask, protobuf
  * varints, TensorFlow's default buckets and the bucket search, and a written file read
  * back here with a decoder of its own: framing and both CRCs of every record, the

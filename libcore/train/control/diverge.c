@@ -124,7 +124,8 @@ status train_check_state(train_run *r)
     return STATUS_DIVERGED;
 }
 
-static status train_skip(train_run *r, long step, double loss, double gnorm, double state_bad, double grads_bad)
+static status train_skip(train_run *r, long step, double loss, double gnorm, double state_bad, double grads_bad,
+                         bool guarded, bool *past)
 {
     long limit = (long)config_int(r->cfg, "train.max_skipped_steps");
     r->skipped_in_a_row++;
@@ -143,13 +144,13 @@ static status train_skip(train_run *r, long step, double loss, double gnorm, dou
                    r->skipped_in_a_row, limit);
         return STATUS_OK;
     }
-    if (train_alert_guards_nonfinite(r)) {  /* the divergence guard: monitor.nonfinite_action decides */
+    if (guarded) {  /* the divergence guard: monitor.nonfinite_action decides */
         train_emit(r, json_pack("{s:s, s:I, s:s, s:I}", "kind", "skipped", "step", (json_int_t)step,
                                          "reason", what, "in_a_row", (json_int_t)r->skipped_in_a_row));
         log_error0("step %ld: %s; the step is skipped (%ld in a row, more than train.max_skipped_steps = %ld): "
                    "monitor.nonfinite_action = %s", step, what, r->skipped_in_a_row, limit,
                    config_str(r->cfg, "monitor.nonfinite_action"));
-        train_alert_note_skip(r);
+        *past = true;
         return STATUS_OK;
     }
     char why[512];
@@ -165,10 +166,11 @@ status train_diverged(train_run *r, long step, const char *why)
     return STATUS_DIVERGED;
 }
 
-status train_step_verdict(train_run *r, const train_step_stats *ss)
+status train_step_verdict(train_run *r, const train_step_stats *ss, bool guarded, bool *past)
 {
     long step = r->step;  /* train_step counted it already */
-    if (ss->skipped) TRY(train_skip(r, step, ss->loss, ss->gnorm, ss->state_bad, ss->grads_bad));
+    *past = false;
+    if (ss->skipped) TRY(train_skip(r, step, ss->loss, ss->gnorm, ss->state_bad, ss->grads_bad, guarded, past));
     else train_step_applied(r, step);
     r->last_loss = ss->loss;
     r->last_gnorm = ss->gnorm;

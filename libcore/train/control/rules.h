@@ -46,10 +46,11 @@ status train_reload_resume(train_run *r, const ckpt_content *c);
  * tensor, when the parameters the run starts from (a resumed checkpoint's) are not finite. */
 status train_check_start(train_run *r);
 /* After each step, with its verdict (ss->skipped ...): the run of skipped steps ends or
- * grows; a skipped step is logged and recorded, STATUS_DIVERGED (logged with the last
- * commit and a HINT) past train.max_skipped_steps unless the alert rules' guard takes
- * over (monitor.nonfinite_action). */
-status train_step_verdict(train_run *r, const train_step_stats *ss);
+ * grows; a skipped step is logged and recorded. Past train.max_skipped_steps: with
+ * guarded (the alert rules' guard takes over, monitor.nonfinite_action) *past is set for
+ * the loop to hand to train_alert_note_skip; without, STATUS_DIVERGED, logged with the
+ * last commit and a HINT. Never calls the alert rules: they sit above it. */
+status train_step_verdict(train_run *r, const train_step_stats *ss, bool guarded, bool *past);
 /* Before a checkpoint (collective under ZeRO): STATUS_DIVERGED, logged, when a parameter
  * or optimizer moment is not finite (an update overflowed), so that none is saved. */
 status train_check_state(train_run *r);

@@ -99,7 +99,7 @@ const config_key train_schema_keys[] = {
     { "elastic", "lr_rule", CONFIG_TYPE_ENUM, "linear", .choices = "linear|sqrt|none",
       .help = "how lr follows a global_batch change from run_dir/control (linear: Goyal et al. 2017; sqrt: "
               "Adam-family, Malladi et al. 2022), unless the file names lr_rule" },
-    /* alert rules (monitor.c, docs/monitor.md): a threshold (0: the rule is off) and the
+    /* alert rules (control/alert.c, docs/monitor.md): a threshold (0: the rule is off) and the
      * actions it takes, a list of log, checkpoint, stop, lower_lr, rollback, disable_dgc */
     { "monitor", "explosion", CONFIG_TYPE_FLOAT, "1e5", .min = 0, .max = 1e300,
       .help = "gradient explosion: a global gradient norm above this (0: off)" },

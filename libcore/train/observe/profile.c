@@ -270,8 +270,7 @@ status train_profile_setup(train_run *r)
     timer_init(&p->timers[p->ckpt0], TRAIN_PROFILE_KIND_DETAIL, -1, "%s", "checkpoint stall");
     timer_init(&p->timers[p->ckpt0 + 1], TRAIN_PROFILE_KIND_DETAIL, -1, "%s", "checkpoint copy");
     timer_init(&p->timers[p->ckpt0 + 2], TRAIN_PROFILE_KIND_DETAIL, -1, "%s", "checkpoint write");
-    p->active = true;
-    train_layer_timer_update(r);
+    p->active = true;  /* the layer timer is installed by train.c (trace.c's, shared with the trace) */
     train_observe(r, &(train_step_observer){ .begin = profile_begin, .lap = profile_lap, .ctx = p });
     return STATUS_OK;
 }

@@ -3,8 +3,8 @@
  * bucket's allreduce with its algorithm's phases, DGC-Pro's phases and the checkpoints,
  * per rank, written by rank 0 as RUN_DIR/trace.json (Chrome trace-event JSON).
  *
- * The one design decision: the trace takes its laps at the profiler's hooks (step.c's
- * train_lap, the model's layer timer), so a traced step is cut exactly as a profiled
+ * The one design decision: the trace takes its laps where the profiler does (the step's
+ * observer list, core/step.c's train_lap; the model's layer timer), so a traced step is cut exactly as a profiled
  * one, and what it adds per step is a clock read and a 40-byte store per lap plus the
  * buckets' stamps that comm and the bucket manager keep anyway. Every rank records on
  * its own CLOCK_MONOTONIC; the clocks are compared with rank 0's by ping-pong when the
