@@ -2,7 +2,8 @@
  * auto decision, evaluation, and at each step end one agreement of every rank on
  * the checkpoint triggers, signals, the alert rules' actions, the elastic control file
  * and hot-reload requests (rank 0's clock, rules and file system decide); then the last checkpoint, the final evaluation and the
- * summary line.
+ * summary line. It sits above the three sub-modules (train_impl.h) and composes them: the
+ * step's divergence verdict goes to control/diverge.c, an alert's rollback is run here.
  *
  * The one design decision: everything a step end acts on is agreed in one small
  * allreduce (MAX of five flags) before anyone acts, so every rank checkpoints,
@@ -26,7 +27,7 @@ static status train_checkpoint(train_run *r)
     double ms = (train_now_s() - t0) * 1e3;
     train_profile_ckpt(r, ms);
     train_trace_ckpt(r, t0, ms);
-    if (r->step > r->alert.floor) r->alert.floor = LONG_MAX;  /* a newer state to roll back to */
+    train_alert_saved(r);  /* a newer state to roll back to */
     if (r->rt->rank != 0) return STATUS_OK;
     train_emit(r, json_pack("{s:s, s:I, s:o, s:b}", "kind", "checkpoint", "step", (json_int_t)r->step,
                                      "stall_ms", train_json_num(ms), "async", config_bool(r->cfg, "ckpt.async")));

@@ -1,8 +1,9 @@
 /* train — see train.h: the run's setup (the run directory locked first, rundir.c; batch,
  * optimizer and schedule checked before anything big is allocated; then data, model,
  * ZeRO, buckets, DGC-Pro, checkpoint writer, the run directory's files), resume (with
- * a warning when the seed or seq_len differ from the checkpoint's), the setup table and
- * free. */
+ * a warning when the seed or seq_len differ from the checkpoint's), the rollback, the
+ * setup table and free. Above the three sub-modules (train_impl.h): the one place that
+ * sets up core, control and observe in turn and registers the sink of records first. */
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -402,12 +403,12 @@ status train_rollback(train_run *r)
     snprintf(dir, sizeof dir, "%s/ckpt", r->run_dir);
     if (r->ckpt) TRY(ckpt_wait(r->ckpt));  /* a background save commits (or fails) first */
     /* rank 0 picks, every rank loads the same one */
-    long before = r->alert.floor < from + 1 ? r->alert.floor : from + 1;
+    long before = train_alert_floor(r) < from + 1 ? train_alert_floor(r) : from + 1;
     if (r->rt->rank == 0 && !(r->ckpt && ckpt_committed_before(dir, before, path, sizeof path, &at))) path[0] = '\0';
     TRY(comm_ctl_bcast_bytes(train_ctl(r), path, sizeof path, 0));
     data_state loader = r->loader_state;  /* the data of the undone steps is skipped */
     train_elastic elastic = r->elastic;
-    train_alert_ckpt mon = r->alert.ck;
+    train_alert_ckpt mon = r->alert_ck;
     char *history = malloc(sizeof r->reload.blob);  /* the live config and its history stay */
     if (!history) return STATUS_NOMEM;
     memcpy(history, r->reload.blob, sizeof r->reload.blob);
@@ -428,13 +429,11 @@ status train_rollback(train_run *r)
         at = 0;
         TRY(train_reinit(r));
     }
-    r->loader_state = loader, r->elastic = elastic, r->alert.ck = mon;
-    r->alert.ck.rollbacks++;
+    r->loader_state = loader, r->elastic = elastic, r->alert_ck = mon;
+    r->alert_ck.rollbacks++;
     TRY(data_set_state(r->train_data, &r->loader_state));
     r->step = (long)at;
-    r->alert.floor = (long)at;  /* another alert before a newer commit goes further back */
-    memset(r->alert.fired, 0, sizeof r->alert.fired);  /* from here on the rules watch a new trajectory */
-    r->alert.nloss = r->alert.at_loss = r->alert.slow_in_a_row = 0;
+    train_alert_rolled_back(r, (long)at);
     r->skipped_in_a_row = 0;
     r->last_applied = r->step;
     r->params_checked = false;
@@ -443,13 +442,13 @@ status train_rollback(train_run *r)
     if (r->rt->rank != 0) return STATUS_OK;
     printf("rollback: step %ld -> %s (step %ld); the data of steps %ld-%ld is skipped%s (rollback %" PRId64
            " of monitor.max_rollbacks = %" PRId64 ")\n", from, path[0] ? path : "the initial state from train.seed",
-           r->step, r->step + 1, from, retired ? "; newer checkpoints removed" : "", r->alert.ck.rollbacks,
+           r->step, r->step + 1, from, retired ? "; newer checkpoints removed" : "", r->alert_ck.rollbacks,
            config_int(r->cfg, "monitor.max_rollbacks"));
     fflush(stdout);
     train_emit(r, json_pack("{s:s, s:I, s:I, s:o, s:I, s:I}", "kind", "rollback", "step", (json_int_t)from,
                                      "to_step", (json_int_t)r->step, "checkpoint",
                                      path[0] ? json_string(path) : json_null(), "checkpoints_removed",
-                                     (json_int_t)retired, "rollbacks", (json_int_t)r->alert.ck.rollbacks));
+                                     (json_int_t)retired, "rollbacks", (json_int_t)r->alert_ck.rollbacks));
     return STATUS_OK;
 }
 
@@ -488,6 +487,7 @@ void train_free(train_run *r)
     if (r->ckpt) ckpt_writer_free(r->ckpt);
     dgc_free(r->dgc);
     train_sched_free(r);
+    train_alert_free(r);
     if (r->dgc_norm_comm != MPI_COMM_NULL) MPI_Comm_free(&r->dgc_norm_comm);
     if (r->use_zero) zero_free(&r->zero);
     device_optim_free(&r->opt.dopt);

@@ -166,24 +166,8 @@ typedef struct train_alert_ckpt {
     int64_t rollbacks;         /* rollbacks taken by the run (monitor.max_rollbacks bounds them) */
 } train_alert_ckpt;
 
-#define TRAIN_ALERT_WINDOW_MAX 1024  /* monitor.window's bound: the ring buffers below */
-
-/* The alert rules' state (control/alert.c): windows of the step's global figures, and the
- * rules' own state. Every rank keeps it, so every rank could decide; rank 0 does. */
-typedef struct train_alert {
-    train_alert_ckpt ck;     /* checkpointed */
-    double loss[TRAIN_ALERT_WINDOW_MAX]; /* ring: the losses of the last applied steps */
-    double rate[TRAIN_ALERT_WINDOW_MAX]; /* ring: the throughput of the last steps (units/s) */
-    int nloss, nrate;          /* entries held (at most monitor.window) */
-    int at_loss, at_rate;      /* next slot to write */
-    int slow_in_a_row;         /* steps in a row below monitor.throughput_drop x the median */
-    double best_eval;          /* the best held-out loss so far (INFINITY before the first) */
-    int evals_since_best;      /* evaluations since it improved by more than monitor.stagnation_min_delta */
-    double rss0;               /* this rank's resident set (bytes) after the warm-up steps or the last memory alert */
-    long fired[8];             /* the tick each rule last fired, for monitor.cooldown (0: never) */
-    bool nonfinite_due;        /* train_skip: more than train.max_skipped_steps skipped in a row */
-    long floor;                /* a rollback goes to a checkpoint older than this step (LONG_MAX: any) */
-} train_alert;
+#define TRAIN_ALERT_WINDOW_MAX 1024  /* monitor.window's bound: the alert rules' windows */
+typedef struct train_alert train_alert;  /* control/alert.c's */
 
 /* Hot reload (reload.c, docs/monitor.md "Hot reload"): the history of the changes applied
  * to the run's config, checkpointed as the optional blob "reload": JSON text, NUL-padded,
@@ -383,7 +367,8 @@ typedef struct train_run {
     int nobservers;
     train_sink sink;           /* records (train_emit); metrics.c's after train_setup's start */
     struct train_samples *smp; /* per-rank samples, the attention probe, the test hooks (samples.c) */
-    train_alert alert;         /* alert rules and their actions (control/alert.c) */
+    train_alert_ckpt alert_ck; /* the alert rules' checkpointed state: the rate scale, the rollbacks */
+    struct train_alert *alert; /* the alert rules' windows and own state (control/alert.c) */
     struct train_profile *prof; /* profiler mode (profile.h, profile.mode); NULL when off */
     struct train_trace *trace; /* the communication timeline (trace.c, trace.enable); NULL when off */
     struct train_tensorboard *tensorboard; /* rank 0: RUN_DIR/tb and the histograms (tensorboard.c); NULL elsewhere */

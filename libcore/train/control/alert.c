@@ -1,5 +1,5 @@
-/* alert — the alert rules over each step's global figures ([monitor] keys), and the actions they take
- * (docs/monitor.md). Rules: gradient explosion (norm above monitor.explosion),
+/* alert — the alert rules over each step's global figures (the [monitor] keys), and the
+ * actions they take (docs/monitor.md). Rules: gradient explosion (norm above monitor.explosion),
  * non-finite steps past train.max_skipped_steps (the divergence guard), a loss spike
  * (robust z-score over monitor.window), stagnation of the held-out loss, a throughput
  * drop, a communication stall, memory growth. Actions: log, checkpoint, stop (exit 5,
@@ -25,6 +25,22 @@
 #include <unistd.h>
 
 #include "rules.h"
+
+/* The rules' state (r->alert; the checkpointed part is r->alert_ck): windows of the
+ * step's global figures, and the rules' own state. Every rank keeps it, so every rank could decide; rank 0 does. */
+struct train_alert {
+    double loss[TRAIN_ALERT_WINDOW_MAX]; /* ring: the losses of the last applied steps */
+    double rate[TRAIN_ALERT_WINDOW_MAX]; /* ring: the throughput of the last steps (units/s) */
+    int nloss, nrate;          /* entries held (at most monitor.window) */
+    int at_loss, at_rate;      /* next slot to write */
+    int slow_in_a_row;         /* steps in a row below monitor.throughput_drop x the median */
+    double best_eval;          /* the best held-out loss so far (INFINITY before the first) */
+    int evals_since_best;      /* evaluations since it improved by more than monitor.stagnation_min_delta */
+    double rss0;               /* this rank's resident set (bytes) after the warm-up steps or the last memory alert */
+    long fired[8];             /* the tick each rule last fired, for monitor.cooldown (0: never) */
+    bool nonfinite_due;        /* train_skip: more than train.max_skipped_steps skipped in a row */
+    long floor;                /* a rollback goes to a checkpoint older than this step (LONG_MAX: any) */
+};
 
 static const char *const alert_action_names[] = { "log", "checkpoint", "stop", "lower_lr", "rollback",
                                                     "disable_dgc" };
@@ -111,11 +127,36 @@ status train_alert_setup(train_run *r)
                    config_int(r->cfg, "monitor.stagnation_patience"));
         return STATUS_INPUT;
     }
-    memset(&r->alert, 0, sizeof r->alert);
-    r->alert.ck.lr_scale = 1.0;
-    r->alert.best_eval = INFINITY;
-    r->alert.floor = LONG_MAX;
+    r->alert = calloc(1, sizeof *r->alert);
+    if (!r->alert) return STATUS_NOMEM;
+    r->alert_ck = (train_alert_ckpt){ .lr_scale = 1.0 };
+    r->alert->best_eval = INFINITY;
+    r->alert->floor = LONG_MAX;
     return STATUS_OK;
+}
+
+void train_alert_free(train_run *r)
+{
+    free(r->alert);
+    r->alert = NULL;
+}
+
+long train_alert_floor(const train_run *r)
+{
+    return r->alert->floor;
+}
+
+void train_alert_saved(train_run *r)
+{
+    if (r->step > r->alert->floor) r->alert->floor = LONG_MAX;  /* a newer state to roll back to */
+}
+
+void train_alert_rolled_back(train_run *r, long at)
+{
+    train_alert *m = r->alert;
+    m->floor = at;  /* another alert before a newer commit goes further back */
+    memset(m->fired, 0, sizeof m->fired);  /* from here on the rules watch a new trajectory */
+    m->nloss = m->at_loss = m->slow_in_a_row = 0;
 }
 
 static int alert_cmp(const void *a, const void *b)
@@ -152,7 +193,7 @@ static void alert_fire_rule(train_run *r, alert_fire *f, alert_rule k, double va
     f->actions |= bits;
     if (k == ALERT_RULE_EXPLOSION || k == ALERT_RULE_NONFINITE) f->actions |= TRAIN_ALERT_SUSPECT;
     if (k == ALERT_RULE_MEMORY) f->actions |= TRAIN_ALERT_REBASE_RSS;
-    r->alert.fired[k] = r->ticks;
+    r->alert->fired[k] = r->ticks;
     json_t *acts = json_array();
     char list[128] = "";
     for (int a = 0; a < ALERT_NACTIONS; a++) {
@@ -172,13 +213,13 @@ static void alert_fire_rule(train_run *r, alert_fire *f, alert_rule k, double va
 static bool alert_ready(const train_run *r, alert_rule k)
 {
     long cool = (long)config_int(r->cfg, "monitor.cooldown");
-    return !r->alert.fired[k] || r->ticks - r->alert.fired[k] >= cool;
+    return !r->alert->fired[k] || r->ticks - r->alert->fired[k] >= cool;
 }
 
 /* Rank 0: the rules on the step's global figures. */
 static int alert_decide(train_run *r, const train_step_stats *ss, double units, const double stall[2])
 {
-    train_alert *m = &r->alert;
+    train_alert *m = r->alert;
     const config *cfg = r->cfg;
     alert_fire f = { 0 };
     char what[256];
@@ -258,7 +299,7 @@ static int alert_decide(train_run *r, const train_step_stats *ss, double units, 
 
 status train_alert_step(train_run *r, const train_step_stats *ss, double units, int *actions)
 {
-    train_alert *m = &r->alert;
+    train_alert *m = r->alert;
     r->ticks++;
     *actions = 0;
     /* the per-rank figures, reduced only while a rule reads them (the config is the same
@@ -283,7 +324,7 @@ status train_alert_step(train_run *r, const train_step_stats *ss, double units, 
 
 void train_alert_note_skip(train_run *r)
 {
-    r->alert.nonfinite_due = true;
+    r->alert->nonfinite_due = true;
 }
 
 bool train_alert_guards_nonfinite(const train_run *r)
@@ -294,15 +335,15 @@ bool train_alert_guards_nonfinite(const train_run *r)
 status train_alert_act(train_run *r, int actions)
 {
     bool rank0 = r->rt->rank == 0;
-    if (actions & TRAIN_ALERT_REBASE_RSS) r->alert.rss0 = train_rss();  /* alert again on further growth only */
+    if (actions & TRAIN_ALERT_REBASE_RSS) r->alert->rss0 = train_rss();  /* alert again on further growth only */
     if (actions & TRAIN_ALERT_LOWER_LR) {
         double f = config_float(r->cfg, "monitor.lr_factor");
-        r->alert.ck.lr_scale *= f;
+        r->alert_ck.lr_scale *= f;
         if (rank0) {
-            printf("monitor: learning rate x %g: now %g of the schedule's\n", f, r->alert.ck.lr_scale);
+            printf("monitor: learning rate x %g: now %g of the schedule's\n", f, r->alert_ck.lr_scale);
             train_emit(r, json_pack("{s:s, s:I, s:o, s:o}", "kind", "lower_lr", "step", (json_int_t)r->step,
                                              "factor", train_json_num(f), "lr_scale",
-                                             train_json_num(r->alert.ck.lr_scale)));
+                                             train_json_num(r->alert_ck.lr_scale)));
         }
     }
     if ((actions & TRAIN_ALERT_DISABLE_DGC) && r->dgc && dgc_active(r->dgc)) {
@@ -312,10 +353,10 @@ status train_alert_act(train_run *r, int actions)
     }
     if (actions & TRAIN_ALERT_ROLLBACK) {
         long limit = (long)config_int(r->cfg, "monitor.max_rollbacks");
-        if (r->alert.ck.rollbacks >= limit) {
+        if (r->alert_ck.rollbacks >= limit) {
             char why[256];
             snprintf(why, sizeof why, "an alert asked for a rollback, but the run took %" PRId64 " already "
-                     "(monitor.max_rollbacks = %ld)", r->alert.ck.rollbacks, limit);
+                     "(monitor.max_rollbacks = %ld)", r->alert_ck.rollbacks, limit);
             return train_diverged(r, r->step, why);
         }
         /* within the bound: the loop rolls back (train_rollback), as the action bit says */

@@ -77,6 +77,13 @@ status train_alert_step(train_run *r, const train_step_stats *ss, double units, 
 /* Every rank, with the agreed actions: lowers the rate, switches DGC-Pro off; a rollback
  * past monitor.max_rollbacks is STATUS_DIVERGED. Rollback, checkpoint and stop are the loop's. */
 status train_alert_act(train_run *r, int actions);
+void train_alert_free(train_run *r);
+/* The rollback's bound: a checkpoint older than this step (LONG_MAX: any); after a
+ * checkpoint's save, the bound lifts (a newer state to go back to); after a rollback
+ * to step at, the rules start over on the new trajectory with the bound at it. */
+long train_alert_floor(const train_run *r);
+void train_alert_saved(train_run *r);
+void train_alert_rolled_back(train_run *r, long at);
 /* train_skip: more than train.max_skipped_steps in a row; the guard's rule fires next. */
 void train_alert_note_skip(train_run *r);
 /* Whether the guard's actions take over from ending the run (rollback or stop among them). */

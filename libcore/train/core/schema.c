@@ -276,7 +276,7 @@ void train_ckpt_content(train_run *r, ckpt_content *c)
     if (r->dgc)
         c->blobs[c->nblobs++] = (ckpt_blob){ TRAIN_CKPT_DGC, dgc_state(r->dgc), dgc_state_bytes(r->dgc), true, false };
     /* optional: a checkpoint older than the monitor resumes with no lowered rate and no rollback taken */
-    c->blobs[c->nblobs++] = (ckpt_blob){ TRAIN_CKPT_ALERT, &r->alert.ck, sizeof r->alert.ck, true, false };
+    c->blobs[c->nblobs++] = (ckpt_blob){ TRAIN_CKPT_ALERT, &r->alert_ck, sizeof r->alert_ck, true, false };
     /* optional: a checkpoint older than hot reload resumes with no change applied */
     c->blobs[c->nblobs++] = (ckpt_blob){ TRAIN_CKPT_RELOAD, r->reload.blob, sizeof r->reload.blob, true, false };
     /* optional: heterogeneous shares; without them (another layout, an older checkpoint) the config's */

@@ -133,7 +133,7 @@ static void zero_planted_layer(train_run *r, float *grads)
 static double train_lr_scale(const train_run *r)
 {
     if (r->compat_dgc_unscaled_lr) return 1.0;  /* before 2b0c7fc: v += u, the exchange's sums as they came */
-    double s = lr_at(&r->sched, r->step) * r->elastic.lr_factor * r->alert.ck.lr_scale / r->sched.base_lr;
+    double s = lr_at(&r->sched, r->step) * r->elastic.lr_factor * r->alert_ck.lr_scale / r->sched.base_lr;
     return s > 0 ? s : 1.0;
 }
 
@@ -237,7 +237,7 @@ status train_step(train_run *r, train_step_stats *ss)
         if (r->grid.shape.tp > 1 || r->grid.shape.pp > 1) TRY(train_clip_grid(r, pt, pb->grads, clip, &ss->gnorm));
         else optim_clip_grad_norm(pb->grads, pt->total, clip, &ss->gnorm);
     }
-    ss->lr = lr_at(&r->sched, r->step) * r->elastic.lr_factor * r->alert.ck.lr_scale;
+    ss->lr = lr_at(&r->sched, r->step) * r->elastic.lr_factor * r->alert_ck.lr_scale;
     train_lap(r, TRAIN_PROFILE_CLIP);
     ckpt_fence(r->ckpt);  /* an async checkpoint's background copy of the state must be done */
     bool skip = !isfinite(ss->loss) || !isfinite(ss->gnorm) || sum[1] > 0 || sum[2] > 0;
