@@ -225,7 +225,7 @@ FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 600
 FUZZ_TARGETS := safetensors llmc config control
 FUZZ_LIBSRC  := libcore/ckpt/tool/safetensors.c libcore/ckpt/tool/llmc.c libcore/nn/param.c libcore/base/path.c \
-                libcore/base/log.c libcore/base/config.c libcore/train/control.c
+                libcore/base/log.c libcore/base/config.c libcore/train/control/control.c
 FUZZ_OPTS_safetensors := -max_len=4096 -dict=validation/fuzz/safetensors.dict
 FUZZ_OPTS_llmc        := -max_len=8192
 FUZZ_OPTS_config      := -max_len=4096 -dict=validation/fuzz/config.dict

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # check-layers.sh — libcore's modules include only modules below them (docs/design.md):
-#   base < kernels < comm < nn < data < dgc < ckpt < ckpt/tool < monitor < train
-# and no file under libcore/ or kernels/ includes a private header (*_impl.h) of
-# another folder. Prints every offending include; exits 1 when there is one.
+#   base < kernels < comm < nn < data < dgc < ckpt < ckpt/tool < record
+#        < train/core < train/control < train/observe < train (its top files)
+# the trainer's sub-modules in the same one-way order (each may include train/train.h,
+# the module's public header, which names their shared train_run), and no file under
+# libcore/ or kernels/ includes a private header (*_impl.h) of another folder. Prints
+# every offending include; exits 1 when there is one.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-order=(base comm nn data dgc ckpt ckpt/tool monitor train)
+order=(base comm nn data dgc ckpt ckpt/tool record train/core train/control train/observe train)
 rank() { local i; for i in "${!order[@]}"; do [ "${order[$i]}" = "$1" ] && { echo "$i"; return; }; done; echo -1; }
 bad=0
 while IFS= read -r f; do
@@ -17,6 +20,7 @@ while IFS= read -r f; do
         case "$tgt" in cpu|cuda)                       # kernels: above base, below comm and the rest
             [ "$me" -ge 1 ] || { echo "$f includes $inc: base may not include kernels"; bad=1; }
             continue ;; esac
+        case "$dir:$inc" in train/*:train/train.h) continue ;; esac  # the public header, below the sub-modules' code
         them=$(rank "$tgt")
         if [ "$them" -lt 0 ] || [ "$them" -gt "$me" ]; then
             echo "$f includes $inc: $dir may include only modules below it"; bad=1

@@ -16,7 +16,7 @@
 
 #include "base/cli.h"
 #include "base/path.h"
-#include "train/control.h"
+#include "train/control/control.h"
 #include "train/train.h"
 
 static const char usage[] =

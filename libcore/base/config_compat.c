@@ -4,7 +4,7 @@
  * (docs/compat.md). migrate-config is config_migrate.c.
  *
  * The one decision to know: the history is the app's data, a table handed to
- * config_set_compat (nebula-train's is libcore/train/schema.c), and config.c reaches this
+ * config_set_compat (nebula-train's is libcore/train/core/schema.c), and config.c reaches this
  * file only through the function table that call installs, so a program without a history
  * (the fuzzers, the tools with their own schemas) links config.c alone. One table serves
  * every program that reads the trainer's files: an entry whose new key a schema lacks is

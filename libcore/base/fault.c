@@ -1,6 +1,7 @@
 /* CHAOS-build fault points (fault.h). The table below is the one list of every point in
  * the suite, so that a rule naming a point that does not exist is refused up front; a
- * module adds its points here when it wraps a call with FAULT_ERRNO. */
+ * module adds its points here when it wraps a call with FAULT_ERRNO. The step switches
+ * (NEBULA_CHAOS_NAN, ...) are the same mechanism keyed by the step a process runs. */
 #include "fault.h"
 
 #include <errno.h>
@@ -146,6 +147,24 @@ int fault_errno(fault_plan *f, const char *point, int64_t step)
     return 0;
 }
 
+bool fault_step_at(const char *var, long tick, long step, bool say)
+{
+    /* var = "5,6,7": the 5th, 6th and 7th step this process runs (counted across
+     * rollbacks, so a redone step is clean), on every rank */
+    const char *list = getenv(var);
+    for (const char *p = list; p && *p;) {
+        char *end;
+        long t = strtol(p, &end, 10);
+        if (end == p) break;
+        if (t == tick) {
+            if (say) printf("chaos: %s at step %ld (the %ld-th step run)\n", var, step, tick);
+            return true;
+        }
+        p = *end == ',' ? end + 1 : end;
+    }
+    return false;
+}
+
 #else  /* the normal build: no rules, no environment read, no fault code */
 
 status fault_plan_init(fault_plan *f, const char *module)
@@ -159,5 +178,11 @@ int fault_errno(fault_plan *f, const char *point, int64_t step)
 {
     (void)f, (void)point, (void)step;
     return 0;
+}
+
+bool fault_step_at(const char *var, long tick, long step, bool say)
+{
+    (void)var, (void)tick, (void)step, (void)say;
+    return false;
 }
 #endif

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "base/log.h"
@@ -41,6 +42,15 @@ status fault_plan_init(fault_plan *f, const char *module);
  * the line "chaos: injected ENOSPC at ckpt.fsync (step 20, point #3)"; 0 when none or f is
  * NULL. Counts the point for #N rules. Thread-safe. */
 int fault_errno(fault_plan *f, const char *point, int64_t step);
+
+/* The step switches of the CHAOS build (docs/chaos.md), for the trainer's step: whether
+ * the environment variable var lists tick, the tick-th step this process runs (counted
+ * across rollbacks, so a redone step is clean; the same on every rank), after the line
+ * "chaos: VAR at step STEP (the TICK-th step run)" when say. The switches:
+ *   NEBULA_CHAOS_NAN    the step's loss is NaN        NEBULA_CHAOS_SPIKE  the loss reported x 10
+ *   NEBULA_CHAOS_SLOW   the step 0.5 s longer         NEBULA_CHAOS_LEAK   64 MiB touched, never freed
+ * Always false in the normal build, which reads no environment. */
+bool fault_step_at(const char *var, long tick, long step, bool say);
 
 #ifdef CHAOS
 #define FAULT_ERRNO(f, point, step) fault_errno((f), (point), (step))

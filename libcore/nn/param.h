@@ -91,7 +91,7 @@ static inline void param_layer_done(const param_layer_hook *h, int layer)
 }
 
 /* Called by a model at each layer boundary of its forward and backward, for the
- * trainer's profiler (libcore/train/profile.c): `layer` has just finished — forward in
+ * trainer's profiler (libcore/train/observe/profile.c): `layer` has just finished — forward in
  * ascending layer order, backward right after its param_layer_done. PARAM_LAYER_LAST
  * closes the forward (model_forward, after the family's: final norm, head and loss go
  * to the highest layer). fn NULL: no calls, one NULL check per layer. */

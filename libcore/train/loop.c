@@ -2,7 +2,8 @@
  * auto decision, evaluation, and at each step end one agreement of every rank on
  * the checkpoint triggers, signals, the alert rules' actions, the elastic control file
  * and hot-reload requests (rank 0's clock, rules and file system decide); then the last checkpoint, the final evaluation and the
- * summary line.
+ * summary line. It sits above the three sub-modules (train_impl.h) and composes them: the
+ * step's divergence verdict goes to control/diverge.c, an alert's rollback is run here.
  *
  * The one design decision: everything a step end acts on is agreed in one small
  * allreduce (MAX of five flags) before anyone acts, so every rank checkpoints,
@@ -26,9 +27,9 @@ static status train_checkpoint(train_run *r)
     double ms = (train_now_s() - t0) * 1e3;
     train_profile_ckpt(r, ms);
     train_trace_ckpt(r, t0, ms);
-    if (r->step > r->mon.floor) r->mon.floor = LONG_MAX;  /* a newer state to roll back to */
+    train_alert_saved(r);  /* a newer state to roll back to */
     if (r->rt->rank != 0) return STATUS_OK;
-    train_metrics_write(r, json_pack("{s:s, s:I, s:o, s:b}", "kind", "checkpoint", "step", (json_int_t)r->step,
+    train_emit(r, json_pack("{s:s, s:I, s:o, s:b}", "kind", "checkpoint", "step", (json_int_t)r->step,
                                      "stall_ms", train_json_num(ms), "async", config_bool(r->cfg, "ckpt.async")));
     if (!config_bool(r->cfg, "ckpt.async")) {
         printf("checkpoint step=%ld stall_ms=%.1f\n", r->step, ms);
@@ -56,7 +57,7 @@ static status train_nothing_to_do(train_run *r)
     if (r->rt->rank == 0) {
         printf("nothing to do: the checkpoint resumed is at step %ld and train.steps = %ld; no step was run "
                "(raise --steps to train further)\n", r->step, r->steps);
-        train_metrics_write(r, json_pack("{s:s, s:I, s:I, s:I}", "kind", "summary", "steps", (json_int_t)r->step,
+        train_emit(r, json_pack("{s:s, s:I, s:I, s:I}", "kind", "summary", "steps", (json_int_t)r->step,
                                          "steps_run", (json_int_t)0, "metrics_lost", (json_int_t)r->metrics_lost));
         fflush(stdout);
     }
@@ -94,12 +95,16 @@ status train_loop(train_run *r)
         long ck_steps = (long)config_int(cfg, "ckpt.every_steps");
         double ck_minutes = config_float(cfg, "ckpt.every_minutes");
         TRY(train_trace_begin(r));  /* collective where the traced steps begin */
+        TRY(train_check_start(r));  /* the parameters it starts from (once, and after a rollback) */
         TRY(train_step(r, &ss));
+        bool past;  /* too many skipped steps in a row, and the alert rules' guard takes over */
+        TRY(train_step_verdict(r, &ss, train_alert_guards_nonfinite(r), &past));
+        if (past) train_alert_note_skip(r);  /* the guard's rule fires at this step's end */
         TRY(train_profile_step(r, &ss));
         train_trace_step(r, &ss);
         train_heartbeat(r);
         ckpt_poll(r->ckpt);  /* commits a finished background checkpoint without waiting */
-        if (r->mon.ticks >= 1) { sum_ms += ss.step_ms; sum_wait += ss.comm_wait_ms; timed++; }  /* skip warm-up */
+        if (r->ticks >= 1) { sum_ms += ss.step_ms; sum_wait += ss.comm_wait_ms; timed++; }  /* skip warm-up */
         bool log_now = r->step % log_every == 0 || r->step == r->steps;
         if (log_now && r->dgc && dgc_active(r->dgc)) TRY(train_log_dgc_layers(r));
         if (log_now) train_log_step(r, &ss, units, unit);
@@ -111,7 +116,7 @@ status train_loop(train_run *r)
             TRY(train_evaluate(r));
         }
         int alert;  /* rank 0's decision on the alert rules; 0 elsewhere */
-        TRY(train_monitor_step(r, &ss, units, &alert));
+        TRY(train_alert_step(r, &ss, units, &alert));
         /* Checkpoint triggers, signals, a control file and the alerts' actions, agreed by
          * every rank (rank 0's clock, file system and rules decide). */
         train_signals *sig = r->signals;
@@ -126,15 +131,16 @@ status train_loop(train_run *r)
         sig->checkpoint = 0;
         if (agreed[3]) {
             int act = agreed[3];
-            TRY(train_monitor_act(r, act));  /* lower_lr, disable_dgc, rollback */
-            if (act & TRAIN_MONITOR_CHECKPOINT) agreed[0] = 1;
+            TRY(train_alert_act(r, act));  /* lower_lr, disable_dgc; the bound on rollbacks */
+            if (act & TRAIN_ALERT_ROLLBACK) TRY(train_rollback(r));
+            if (act & TRAIN_ALERT_CHECKPOINT) agreed[0] = 1;
             /* a rollback is made durable at once (the skipped data, the lowered rate and the
              * rollback count are part of the state); a suspect state is never saved by a stop */
-            if (act & TRAIN_MONITOR_ROLLBACK) agreed[0] = 1;
-            else if ((act & TRAIN_MONITOR_STOP) && (act & TRAIN_MONITOR_SUSPECT) && !(act & TRAIN_MONITOR_CHECKPOINT))
+            if (act & TRAIN_ALERT_ROLLBACK) agreed[0] = 1;
+            else if ((act & TRAIN_ALERT_STOP) && (act & TRAIN_ALERT_SUSPECT) && !(act & TRAIN_ALERT_CHECKPOINT))
                 agreed[0] = 0;
-            else if (act & TRAIN_MONITOR_STOP) agreed[0] = 1;
-            halted = act & TRAIN_MONITOR_STOP;
+            else if (act & TRAIN_ALERT_STOP) agreed[0] = 1;
+            halted = act & TRAIN_ALERT_STOP;
         }
         if (agreed[4]) {  /* a hot reload, before the checkpoint that then records it */
             TRY(train_reload_take(r));
@@ -201,15 +207,15 @@ status train_loop(train_run *r)
          * time, and that ratio read 1930% on an imbalanced run. */
         double exposed = mean > 0 ? fmin(100.0, fmax(0.0, 100 * wait / mean)) : 0.0;
         printf("summary: steps=%ld steps_run=%ld final_loss=%.6f mean_step_ms=%.1f %s=%.1f comm_wait_ms=%.2f "
-               "comm_ms=%.2f exposed_comm=%.0f%% time_s=%.1f run_dir=%s\n", r->step, r->mon.ticks, ss.loss, mean,
+               "comm_ms=%.2f exposed_comm=%.0f%% time_s=%.1f run_dir=%s\n", r->step, r->ticks, ss.loss, mean,
                unit, mean > 0 ? units / (mean / 1e3) : 0.0, wait, r->comm_ms, exposed, train_now_s() - t_run,
                r->run_dir);
         json_t *j = json_pack("{s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:I}", "kind", "summary", "steps",
-                              (json_int_t)r->step, "steps_run", (json_int_t)r->mon.ticks, "final_loss",
+                              (json_int_t)r->step, "steps_run", (json_int_t)r->ticks, "final_loss",
                               train_json_num(ss.loss), "mean_step_ms", train_json_num(mean), "comm_wait_ms",
                               train_json_num(wait), "comm_ms", train_json_num(r->comm_ms), "exposed_comm_pct",
                               train_json_num(exposed), "metrics_lost", (json_int_t)r->metrics_lost);
-        train_metrics_write(r, j);  /* its metrics_lost: the records before it */
+        train_emit(r, j);  /* its metrics_lost: the records before it */
         if (r->metrics_lost)
             printf("metrics: %ld of %ld records could not be written to %s/metrics.jsonl (see the warnings above); "
                    "training was not affected\n", r->metrics_lost, r->metrics_records, r->run_dir);

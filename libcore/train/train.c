@@ -1,8 +1,9 @@
 /* train — see train.h: the run's setup (the run directory locked first, rundir.c; batch,
  * optimizer and schedule checked before anything big is allocated; then data, model,
  * ZeRO, buckets, DGC-Pro, checkpoint writer, the run directory's files), resume (with
- * a warning when the seed or seq_len differ from the checkpoint's), the setup table and
- * free. */
+ * a warning when the seed or seq_len differ from the checkpoint's), the rollback, the
+ * setup table and free. Above the three sub-modules (train_impl.h): the one place that
+ * sets up core, control and observe in turn and registers the sink of records first. */
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -69,25 +70,6 @@ static status train_calibrate_comm(train_run *r)
     return STATUS_OK;
 }
 
-status train_grid_allowed(const config *cfg, const grid_shape *g)
-{
-    const grid_shape gs = *g;
-    bool hybrid = gs.tp > 1 || gs.pp > 1;
-    if (hybrid && config_bool(cfg, "ckpt.async")) {
-        log_error0("ckpt.async = true with parallel.tp = %d, parallel.pp = %d: a shard or stage writes its pieces "
-                   "of the whole tensors collectively (parallel HDF5), which the background writer does not; set "
-                   "ckpt.async = false", gs.tp, gs.pp);
-        return STATUS_INPUT;
-    }
-    if (hybrid && strcmp(config_str(cfg, "sched.mode"), "off")) {
-        log_error0("sched.mode = %s (%s) with parallel.tp = %d, parallel.pp = %d: heterogeneous shares are for data "
-                   "parallelism; parallel.tp and parallel.pp must be 1 (or set sched.mode = off)",
-                   config_str(cfg, "sched.mode"), config_origin(cfg, "sched.mode"), gs.tp, gs.pp);
-        return STATUS_INPUT;
-    }
-    return STATUS_OK;
-}
-
 /* The process grid of parallel.*: checked against the world and the model, the groups
  * split, and the gradient path over the replicas (a comm of its own when tp or pp > 1,
  * the program's otherwise). */
@@ -125,6 +107,7 @@ static status train_agree(const train_run *r, status mine)
 status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, train_signals *signals)
 {
     memset(r, 0, sizeof *r);
+    train_metrics_attach(r);  /* the records' sink, before anything records */
     r->tie_comm = r->dgc_norm_comm = MPI_COMM_NULL;  /* not 0: train_free reads them whenever setup stopped */
     r->live = *cfg;
     r->cfg = &r->live, r->rt = rt, r->c = c;
@@ -188,7 +171,7 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
         log_error0("the learning-rate schedule is not usable: %s (see the [optim] keys)", why);
         return STATUS_INPUT;
     }
-    TRY(train_monitor_setup(r));
+    TRY(train_alert_setup(r));
 
     r->use_zero = config_int(cfg, "zero.stage") == 1;
     if (r->use_zero && config_bool(cfg, "ckpt.async")) {
@@ -252,6 +235,7 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
     TRY(train_dgc_setup(r));
     TRY(train_sched_setup(r));
     TRY(train_profile_setup(r));
+    train_layer_timer_update(r);  /* the profiler's layer laps (the trace's too, once it is set up) */
     TRY(train_samples_setup(r));
     TRY(train_trace_setup(r));
 
@@ -377,7 +361,7 @@ status train_resume(train_run *r)
                   info.dtype);
     /* metrics.jsonl is appended across launches: records of steps after this one that an
      * earlier launch wrote before it died were not committed, and are redone from here */
-    train_metrics_write(r, json_pack("{s:s, s:I, s:s, s:I}", "kind", "resume", "step", (json_int_t)r->step,
+    train_emit(r, json_pack("{s:s, s:I, s:s, s:I}", "kind", "resume", "step", (json_int_t)r->step,
                                      "checkpoint", info.path, "redo_until", (json_int_t)(r->redo_until > r->step ?
                                                                                          r->redo_until : r->step)));
     if (r->rt->rank == 0)
@@ -419,12 +403,12 @@ status train_rollback(train_run *r)
     snprintf(dir, sizeof dir, "%s/ckpt", r->run_dir);
     if (r->ckpt) TRY(ckpt_wait(r->ckpt));  /* a background save commits (or fails) first */
     /* rank 0 picks, every rank loads the same one */
-    long before = r->mon.floor < from + 1 ? r->mon.floor : from + 1;
+    long before = train_alert_floor(r) < from + 1 ? train_alert_floor(r) : from + 1;
     if (r->rt->rank == 0 && !(r->ckpt && ckpt_committed_before(dir, before, path, sizeof path, &at))) path[0] = '\0';
     TRY(comm_ctl_bcast_bytes(train_ctl(r), path, sizeof path, 0));
     data_state loader = r->loader_state;  /* the data of the undone steps is skipped */
     train_elastic elastic = r->elastic;
-    train_monitor_ckpt mon = r->mon.ck;
+    train_alert_ckpt mon = r->alert_ck;
     char *history = malloc(sizeof r->reload.blob);  /* the live config and its history stay */
     if (!history) return STATUS_NOMEM;
     memcpy(history, r->reload.blob, sizeof r->reload.blob);
@@ -445,13 +429,11 @@ status train_rollback(train_run *r)
         at = 0;
         TRY(train_reinit(r));
     }
-    r->loader_state = loader, r->elastic = elastic, r->mon.ck = mon;
-    r->mon.ck.rollbacks++;
+    r->loader_state = loader, r->elastic = elastic, r->alert_ck = mon;
+    r->alert_ck.rollbacks++;
     TRY(data_set_state(r->train_data, &r->loader_state));
     r->step = (long)at;
-    r->mon.floor = (long)at;  /* another alert before a newer commit goes further back */
-    memset(r->mon.fired, 0, sizeof r->mon.fired);  /* from here on the rules watch a new trajectory */
-    r->mon.nloss = r->mon.at_loss = r->mon.slow_in_a_row = 0;
+    train_alert_rolled_back(r, (long)at);
     r->skipped_in_a_row = 0;
     r->last_applied = r->step;
     r->params_checked = false;
@@ -460,13 +442,13 @@ status train_rollback(train_run *r)
     if (r->rt->rank != 0) return STATUS_OK;
     printf("rollback: step %ld -> %s (step %ld); the data of steps %ld-%ld is skipped%s (rollback %" PRId64
            " of monitor.max_rollbacks = %" PRId64 ")\n", from, path[0] ? path : "the initial state from train.seed",
-           r->step, r->step + 1, from, retired ? "; newer checkpoints removed" : "", r->mon.ck.rollbacks,
+           r->step, r->step + 1, from, retired ? "; newer checkpoints removed" : "", r->alert_ck.rollbacks,
            config_int(r->cfg, "monitor.max_rollbacks"));
     fflush(stdout);
-    train_metrics_write(r, json_pack("{s:s, s:I, s:I, s:o, s:I, s:I}", "kind", "rollback", "step", (json_int_t)from,
+    train_emit(r, json_pack("{s:s, s:I, s:I, s:o, s:I, s:I}", "kind", "rollback", "step", (json_int_t)from,
                                      "to_step", (json_int_t)r->step, "checkpoint",
                                      path[0] ? json_string(path) : json_null(), "checkpoints_removed",
-                                     (json_int_t)retired, "rollbacks", (json_int_t)r->mon.ck.rollbacks));
+                                     (json_int_t)retired, "rollbacks", (json_int_t)r->alert_ck.rollbacks));
     return STATUS_OK;
 }
 
@@ -505,6 +487,7 @@ void train_free(train_run *r)
     if (r->ckpt) ckpt_writer_free(r->ckpt);
     dgc_free(r->dgc);
     train_sched_free(r);
+    train_alert_free(r);
     if (r->dgc_norm_comm != MPI_COMM_NULL) MPI_Comm_free(&r->dgc_norm_comm);
     if (r->use_zero) zero_free(&r->zero);
     device_optim_free(&r->opt.dopt);

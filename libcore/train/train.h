@@ -8,11 +8,13 @@
  * nebula-bench model times train_step itself (train_setup on one rank with
  * data.train = synthetic-fixed, then train_step in its own loop).
  *
- * Files: schema.c (config keys, checkpoint content), batch.c (batch arithmetic, the
- * loaders, filling a micro-batch), step.c (the step and DGC-Pro's auto mode),
- * eval.c, metrics.c, elastic.c, monitor.c (alert rules and actions), loop.c (the step
- * loop, checkpoints), train.c (setup, resume, rollback, free). Layering inside: batch.c <- elastic.c <- train.c, loop.c;
- * elastic never calls back into the loop.
+ * Files, in three sub-modules with a one-way order core < control < observe
+ * (tools/check-layers.sh; train_impl.h says how the top files compose them):
+ * core/ (batch arithmetic and loaders, checkpoint content and schema, the step,
+ * pipeline and tensor grids, evaluation, the seams upward), control/ (elastic and the
+ * control file, hot reload, the run directory, divergence, alert rules, heterogeneous
+ * shares), observe/ (metrics and its sinks, TensorBoard, profiler, trace, samples);
+ * train.c (setup, resume, rollback, free) and loop.c (the step loop) on top.
  *
  * The one design decision: every source of randomness after initialisation is a
  * counter-based function of (seed, step, sample) — the data order and augmentation
@@ -52,7 +54,7 @@
 #define TRAIN_CKPT_LOADER  "loader"   /* blob: data_state, the training loader's position */
 #define TRAIN_CKPT_ELASTIC "elastic"  /* blob, optional: train_elastic */
 #define TRAIN_CKPT_DGC     "dgc"      /* blob, optional: DGC-Pro's per-rank state */
-#define TRAIN_CKPT_MONITOR "monitor"  /* blob, optional: train_monitor_ckpt */
+#define TRAIN_CKPT_ALERT   "monitor"  /* blob, optional: train_alert_ckpt (the alert rules' state) */
 #define TRAIN_CKPT_RELOAD  "reload"   /* blob, optional: train_reload's history (JSON text) */
 #define TRAIN_CKPT_SCHED   "sched"    /* blob, optional: train_sched_ckpt, this rank's share */
 
@@ -156,35 +158,16 @@ typedef struct train_elastic {
     double lr_factor;          /* multiplies the schedule's rate: lr_rule applied to GB / configured GB */
 } train_elastic;
 
-/* The monitor's state that outlives a step and a rollback (monitor.c): checkpointed as the
+/* The alert rules' state that outlives a step and a rollback (control/alert.c): checkpointed as the
  * optional blob "monitor" (fixed layout, no padding), so a resumed run lowers and rolls
  * back exactly as the uninterrupted one would. */
-typedef struct train_monitor_ckpt {
+typedef struct train_alert_ckpt {
     double lr_scale;           /* product of the lower_lr actions taken: multiplies the schedule's rate */
     int64_t rollbacks;         /* rollbacks taken by the run (monitor.max_rollbacks bounds them) */
-} train_monitor_ckpt;
+} train_alert_ckpt;
 
-#define TRAIN_MONITOR_WINDOW_MAX 1024  /* monitor.window's bound: the ring buffers below */
-
-/* The monitor's state (monitor.c): windows of the step's global figures, and the
- * rules' own state. Every rank keeps it, so every rank could decide; rank 0 does. */
-typedef struct train_monitor {
-    train_monitor_ckpt ck;     /* checkpointed */
-    double loss[TRAIN_MONITOR_WINDOW_MAX]; /* ring: the losses of the last applied steps */
-    double rate[TRAIN_MONITOR_WINDOW_MAX]; /* ring: the throughput of the last steps (units/s) */
-    int nloss, nrate;          /* entries held (at most monitor.window) */
-    int at_loss, at_rate;      /* next slot to write */
-    int slow_in_a_row;         /* steps in a row below monitor.throughput_drop x the median */
-    double best_eval;          /* the best held-out loss so far (INFINITY before the first) */
-    int evals_since_best;      /* evaluations since it improved by more than monitor.stagnation_min_delta */
-    bool eval_new;             /* an evaluation ran at this step (eval.c sets it, with last_eval) */
-    double last_eval;
-    double rss0;               /* this rank's resident set (bytes) after the warm-up steps or the last memory alert */
-    long ticks;                /* steps run by this launch (a rollback does not rewind it) */
-    long fired[8];             /* the tick each rule last fired, for monitor.cooldown (0: never) */
-    bool nonfinite_due;        /* train_skip: more than train.max_skipped_steps skipped in a row */
-    long floor;                /* a rollback goes to a checkpoint older than this step (LONG_MAX: any) */
-} train_monitor;
+#define TRAIN_ALERT_WINDOW_MAX 1024  /* monitor.window's bound: the alert rules' windows */
+typedef struct train_alert train_alert;  /* control/alert.c's */
 
 /* Hot reload (reload.c, docs/monitor.md "Hot reload"): the history of the changes applied
  * to the run's config, checkpointed as the optional blob "reload": JSON text, NUL-padded,
@@ -242,7 +225,28 @@ typedef struct train_step_stats {
     double step_ms, comm_wait_ms;
     double fwd_ms, bwd_ms, opt_ms; /* the phases (fwd, bwd summed over the micro-batches) */
     double bubble;             /* pipeline (pp > 1): the schedule's idle fraction against its makespan, mean over the ranks; else 0 */
+    /* the divergence verdict, for the loop to hand to control/diverge.c */
+    bool skipped;              /* the update was not applied (a non-finite loss, norm or statistic) */
+    double state_bad;          /* non-finite batch-norm statistics the step produced, summed over the ranks */
+    double grads_bad;          /* non-finite local gradients under DGC-Pro, summed over the ranks */
 } train_step_stats;
+
+/* An observer of the step (observe/ adds them at setup, core/step.c calls them in that
+ * order); each reads the step as it goes and never writes back. NULL: not wanted. */
+typedef struct train_step_observer {
+    void (*begin)(void *ctx);            /* the step's first clock read */
+    void (*lap)(void *ctx, int phase);   /* phase (TRAIN_PROFILE_ZERO ...) just ended */
+    void (*grads)(void *ctx, long step); /* the averaged gradient of step, complete, not clipped yet */
+    void (*applied)(void *ctx);          /* the update applied or skipped: the step's statistics are final */
+    void *ctx;
+} train_step_observer;
+#define TRAIN_OBSERVERS_MAX 4
+
+/* Where records go (train_emit): metrics.c registers itself at setup. */
+typedef struct train_sink {
+    void (*write)(void *ctx, void *record);  /* takes the record (a json_t *) */
+    void *ctx;
+} train_sink;
 
 /* data.train = synthetic-fixed: one synthetic batch (model_batch_synthetic, seeded by
  * train.seed) is every micro-batch of every step, as in Horovod's and PyTorch's
@@ -350,8 +354,21 @@ typedef struct train_run {
     bool params_checked;       /* the parameters this run started from were found finite */
     double last_loss;          /* the last step's loss and gradient norm (for the divergence message) */
     double last_gnorm;
+    long ticks;                /* steps run by this launch (a rollback does not rewind it; the alert
+                                  rules count them, the CHAOS switches name them) */
+    double last_eval;          /* the held-out loss of the last evaluation (eval.c) */
+    bool eval_new;             /* an evaluation ran at this step (the stagnation rule reads and clears it) */
+    /* planted effects of the tests (runtime.slowdown, runtime.zero_grad_layer; samples.c parses them) */
+    int slow_rank;             /* this rank sleeps slow_us in its first micro-batch's forward */
+    long slow_us;              /* 0: off */
+    bool zero_on;              /* zero_layer's reduced gradient is set to 0 on every rank */
+    int zero_layer;
+    train_step_observer observers[TRAIN_OBSERVERS_MAX];
+    int nobservers;
+    train_sink sink;           /* records (train_emit); metrics.c's after train_setup's start */
     struct train_samples *smp; /* per-rank samples, the attention probe, the test hooks (samples.c) */
-    train_monitor mon;         /* alert rules and their actions (monitor.c) */
+    train_alert_ckpt alert_ck; /* the alert rules' checkpointed state: the rate scale, the rollbacks */
+    struct train_alert *alert; /* the alert rules' windows and own state (control/alert.c) */
     struct train_profile *prof; /* profiler mode (profile.h, profile.mode); NULL when off */
     struct train_trace *trace; /* the communication timeline (trace.c, trace.enable); NULL when off */
     struct train_tensorboard *tensorboard; /* rank 0: RUN_DIR/tb and the histograms (tensorboard.c); NULL elsewhere */

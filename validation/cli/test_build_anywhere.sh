@@ -27,7 +27,7 @@ mkdir -p "$src/build"
 cp -a build/obj build/lib "$src/build/"
 rm -f "$src"/build/lib/*.a "$src"/build/lib/libnebula.so*  # relinked from the objects, old and new
 for o in libcore/ckpt/ckpt_file libcore/base/config libcore/base/runtime libcore/base/provenance \
-         kernels/cpu/matmul kernels/cpu/blas kernels/cpu/dnn libcore/train/profile_papi libcore/train/train; do
+         kernels/cpu/matmul kernels/cpu/blas kernels/cpu/dnn libcore/train/observe/profile_papi libcore/train/train; do
     rm -f "$src/build/obj/$o.o"
 done
 chown -R "$user" "$tmp"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Heterogeneous ranks (sched.mode, libcore/train/sched.c): gpt2-tiny on the licence-text
+# Heterogeneous ranks (sched.mode, libcore/train/control/sched.c): gpt2-tiny on the licence-text
 # corpus, 4 ranks as 2 virtual nodes x 2, global batch 16, micro-batch 4, 20 steps:
 #   - static shares 3,3,1,1 (6,6,2,2 samples: the slow ranks run one partial micro-batch of
 #     2) match uniform data parallelism (4 each) within 1e-5 relative at every step, and

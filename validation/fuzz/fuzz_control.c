@@ -4,7 +4,7 @@
  * of the input (or 0) and a reason. Built by `make fuzz` with libFuzzer, ASan and
  * UBSan, and by `make` as a replay program (replay.c). */
 #include "fuzz_input.h"
-#include "train/control.h"
+#include "train/control/control.h"
 
 #include <string.h>
 

@@ -1,4 +1,4 @@
-/* test_tfevent — the TensorBoard event writer (libcore/monitor/tfevent.h): CRC-32C known
+/* test_tfevent — the TensorBoard event writer (libcore/record/tfevent.h): CRC-32C known
  * answers (RFC 3720 B.4 and the "123456789" check value), TFRecord's mask, protobuf
  * varints, TensorFlow's default buckets and the bucket search, and a written file read
  * back here with a decoder of its own: framing and both CRCs of every record, the
@@ -6,7 +6,7 @@
  * its empty runs merged, and enough records to pass through several buffer flushes.
  * TensorBoard's own reader checks the trainer's files (validation/cli/test_tensorboard.sh).
  * One line per check, exit 1 on any failure. */
-#include "monitor/tfevent.h"
+#include "record/tfevent.h"
 
 #include <dirent.h>
 #include <float.h>

@@ -23,30 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train_impl.h"
+#include "rules.h"
 
-/* Whether x[0..n) is finite: the largest magnitude's bits below the exponent's all-ones
- * (a max reduction over integers, which vectorises; the model's buffers every step). */
-static bool train_all_finite(const float *x, size_t n)
-{
-    uint32_t top = 0;
-#pragma omp parallel for simd reduction(max : top) schedule(static) if (n > (1u << 16))
-    for (size_t i = 0; i < n; i++) {
-        uint32_t bits;
-        memcpy(&bits, &x[i], sizeof bits);
-        bits &= 0x7fffffffu;
-        top = bits > top ? bits : top;
-    }
-    return top < 0x7f800000u;
-}
 
-size_t train_count_nonfinite(const float *x, size_t n)
-{
-    if (train_all_finite(x, n)) return 0;
-    size_t bad = 0;  /* the rare case: counted for the message */
-    for (size_t i = 0; i < n; i++) bad += !isfinite(x[i]);
-    return bad;
-}
 
 /* The first tensor of t holding non-finite values of buf: its index, and its count in
  * *count; -1 when there is none. */
@@ -62,31 +41,11 @@ static int train_first_nonfinite(const param_table *t, const float *buf, size_t 
     return -1;
 }
 
-bool train_chaos_at(const train_run *r, const char *var)
-{
-#ifdef CHAOS
-    /* var = "5,6,7": the 5th, 6th and 7th step this process runs (counted across
-     * rollbacks, so a redone step is clean), on every rank */
-    const char *list = getenv(var);
-    long tick = r->mon.ticks + 1;
-    for (const char *p = list; p && *p;) {
-        char *end;
-        long t = strtol(p, &end, 10);
-        if (end == p) break;
-        if (t == tick) {
-            if (r->rt->rank == 0) printf("chaos: %s at step %ld (the %ld-th step run)\n", var, r->step + 1, tick);
-            return true;
-        }
-        p = *end == ',' ? end + 1 : end;
-    }
-#else
-    (void)r, (void)var;
-#endif
-    return false;
-}
 
 status train_check_start(train_run *r)
 {
+    if (r->params_checked) return STATUS_OK;
+    r->params_checked = true;
     const param_table *pt = model_params(&r->m);
     size_t n = 0;
     int e = train_first_nonfinite(pt, model_buffers(&r->m)->params, &n);
@@ -106,7 +65,7 @@ static void train_log_diverged(train_run *r, long step, const char *why)
 {
     if (r->ckpt) (void)ckpt_wait(r->ckpt);  /* a background save still running commits first */
     if (r->rt->rank != 0) return;
-    train_metrics_write(r, json_pack("{s:s, s:I, s:s}", "kind", "diverged", "step", (json_int_t)step, "reason", why));
+    train_emit(r, json_pack("{s:s, s:I, s:s}", "kind", "diverged", "step", (json_int_t)step, "reason", why));
     log_error("step %ld: the run diverged: %s; no checkpoint holds non-finite values", step, why);
     char dir[4200], path[4300];
     int64_t at;
@@ -147,7 +106,7 @@ static status train_overflow(train_run *r, char *what, size_t len)
     return STATUS_OK;
 }
 
-void train_step_applied(train_run *r, long step)
+static void train_step_applied(train_run *r, long step)
 {
     r->skipped_in_a_row = 0;
     r->last_applied = step;
@@ -165,7 +124,8 @@ status train_check_state(train_run *r)
     return STATUS_DIVERGED;
 }
 
-status train_skip(train_run *r, long step, double loss, double gnorm, double state_bad, double grads_bad)
+static status train_skip(train_run *r, long step, double loss, double gnorm, double state_bad, double grads_bad,
+                         bool guarded, bool *past)
 {
     long limit = (long)config_int(r->cfg, "train.max_skipped_steps");
     r->skipped_in_a_row++;
@@ -178,19 +138,19 @@ status train_skip(train_run *r, long step, double loss, double gnorm, double sta
     else
         snprintf(what, sizeof what, "the loss is %g and the gradient norm %g", loss, gnorm);
     if (r->skipped_in_a_row <= limit) {
-        train_metrics_write(r, json_pack("{s:s, s:I, s:s, s:I}", "kind", "skipped", "step", (json_int_t)step,
+        train_emit(r, json_pack("{s:s, s:I, s:s, s:I}", "kind", "skipped", "step", (json_int_t)step,
                                          "reason", what, "in_a_row", (json_int_t)r->skipped_in_a_row));
         log_error0("step %ld: %s; the step is skipped (%ld in a row, train.max_skipped_steps = %ld)", step, what,
                    r->skipped_in_a_row, limit);
         return STATUS_OK;
     }
-    if (train_monitor_guards_nonfinite(r)) {  /* the divergence guard: monitor.nonfinite_action decides */
-        train_metrics_write(r, json_pack("{s:s, s:I, s:s, s:I}", "kind", "skipped", "step", (json_int_t)step,
+    if (guarded) {  /* the divergence guard: monitor.nonfinite_action decides */
+        train_emit(r, json_pack("{s:s, s:I, s:s, s:I}", "kind", "skipped", "step", (json_int_t)step,
                                          "reason", what, "in_a_row", (json_int_t)r->skipped_in_a_row));
         log_error0("step %ld: %s; the step is skipped (%ld in a row, more than train.max_skipped_steps = %ld): "
                    "monitor.nonfinite_action = %s", step, what, r->skipped_in_a_row, limit,
                    config_str(r->cfg, "monitor.nonfinite_action"));
-        train_monitor_note_skip(r);
+        *past = true;
         return STATUS_OK;
     }
     char why[512];
@@ -204,4 +164,15 @@ status train_diverged(train_run *r, long step, const char *why)
 {
     train_log_diverged(r, step, why);
     return STATUS_DIVERGED;
+}
+
+status train_step_verdict(train_run *r, const train_step_stats *ss, bool guarded, bool *past)
+{
+    long step = r->step;  /* train_step counted it already */
+    *past = false;
+    if (ss->skipped) TRY(train_skip(r, step, ss->loss, ss->gnorm, ss->state_bad, ss->grads_bad, guarded, past));
+    else train_step_applied(r, step);
+    r->last_loss = ss->loss;
+    r->last_gnorm = ss->gnorm;
+    return STATUS_OK;
 }

@@ -1,9 +1,9 @@
-/* trace — the event ring, the name tables and the trace-event JSON writer (trace.h).
+/* tracefile — the event ring, the name tables and the trace-event JSON writer (tracefile.h).
  *
  * The writer prints with stdio into the temporary file path_write_atomic hands it:
  * the events are fixed-shape records whose only free text is a name of the tables
  * (escaped once per event) and the caller's otherData, already serialised. */
-#include "trace.h"
+#include "tracefile.h"
 
 #include <inttypes.h>
 #include <math.h>

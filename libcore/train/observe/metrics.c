@@ -38,14 +38,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "train_impl.h"
+#include "observe.h"
 
-double train_units(const train_run *r, const char **unit)
-{
-    bool images = r->spec.family == MODEL_FAMILY_RESNET;
-    if (unit) *unit = images ? "img/s" : "tok/s";
-    return images ? r->tb.global_batch : (double)r->tb.global_batch * r->T;
-}
 
 /* seconds as h:mm:ss (negative or non-finite: 0:00:00). */
 static void train_hms(char *buf, size_t cap, double seconds)
@@ -54,10 +48,6 @@ static void train_hms(char *buf, size_t cap, double seconds)
     snprintf(buf, cap, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
 }
 
-void *train_json_num(double v)
-{
-    return isfinite(v) ? json_real(v) : json_null();
-}
 
 /* What the tail of metrics.jsonl (its last 64 KiB) says of earlier launches: the highest
  * launch number (an older file's records without one count as launch 1) and the furthest
@@ -210,6 +200,16 @@ static bool metrics_append(train_run *r, const char *text, size_t n)
 
 /* One record of metrics.jsonl (rank 0; a no-op elsewhere); takes j. A NULL j (a record
  * that could not be built) counts as lost. */
+static void metrics_sink(void *ctx, void *record)
+{
+    train_metrics_write(ctx, record);
+}
+
+void train_metrics_attach(train_run *r)
+{
+    r->sink = (train_sink){ metrics_sink, r };
+}
+
 void train_metrics_write(train_run *r, void *record)
 {
     json_t *j = record;

@@ -3,8 +3,8 @@
  * bucket's allreduce with its algorithm's phases, DGC-Pro's phases and the checkpoints,
  * per rank, written by rank 0 as RUN_DIR/trace.json (Chrome trace-event JSON).
  *
- * The one design decision: the trace takes its laps at the profiler's hooks (step.c's
- * train_lap, the model's layer timer), so a traced step is cut exactly as a profiled
+ * The one design decision: the trace takes its laps where the profiler does (the step's
+ * observer list, core/step.c's train_lap; the model's layer timer), so a traced step is cut exactly as a profiled
  * one, and what it adds per step is a clock read and a 40-byte store per lap plus the
  * buckets' stamps that comm and the bucket manager keep anyway. Every rank records on
  * its own CLOCK_MONOTONIC; the clocks are compared with rank 0's by ping-pong when the
@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train_impl.h"
+#include "observe.h"
 
 #define TRACE_SYNC_ROUNDS 16     /* pings per rank and comparison: the shortest round trip is kept */
 #define TRACE_TAG_EVENTS 0x4e54  /* "NT": a rank's events to rank 0 */
@@ -126,6 +126,17 @@ static void fill_names(train_run *r, train_trace *t)
     }
 }
 
+/* The step's laps, as an observer of the step (train_observe). */
+static void trace_begin(void *ctx)
+{
+    train_trace_step_begin_(ctx);
+}
+static void trace_lap(void *ctx, int id)
+{
+    train_run *r = ctx;
+    if (r->trace->in_step) train_trace_lap_(r, id);
+}
+
 status train_trace_setup(train_run *r)
 {
     if (!config_bool(r->cfg, "trace.enable")) return STATUS_OK;
@@ -145,6 +156,7 @@ status train_trace_setup(train_run *r)
     t->wtime_off = wtime_offset();
     t->ckpt_step = -1;
     train_layer_timer_update(r);
+    train_observe(r, &(train_step_observer){ .begin = trace_begin, .lap = trace_lap, .ctx = r });
     return STATUS_OK;
 }
 

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "train_impl.h"
+#include "core.h"
 
 /* Loss (and perplexity or accuracy) over up to train.eval_batches global batches of
  * the held-out data, in its file order, every rank its share. */
@@ -61,7 +61,7 @@ static void train_log_eval(train_run *r, double loss, double acc, long samples)
                           (json_t *)train_json_num(loss), "samples", (json_int_t)samples);
     if (r->spec.family == MODEL_FAMILY_RESNET) json_object_set_new(j, "acc", train_json_num(acc));
     else json_object_set_new(j, "ppl", train_json_num(exp(loss)));
-    train_metrics_write(r, j);
+    train_emit(r, j);
     fflush(stdout);
 }
 
@@ -72,7 +72,7 @@ status train_evaluate(train_run *r)
     long n;
     TRY(train_eval_sums(r, &loss, &acc, &n));
     train_log_eval(r, loss, acc, n);
-    r->mon.eval_new = true;  /* the stagnation rule reads it at this step's end */
-    r->mon.last_eval = loss;
+    r->eval_new = true;  /* the stagnation rule reads it at this step's end */
+    r->last_eval = loss;
     return STATUS_OK;
 }

@@ -31,7 +31,7 @@
 
 #include "base/path.h"
 #include "control.h"
-#include "train_impl.h"
+#include "rules.h"
 
 /* ---- which keys may change live ---- */
 
@@ -333,7 +333,7 @@ static int reload_fits(const train_run *r, const config *s, char *why, size_t le
     if (!lr_schedule_valid(&sc, &bad)) return snprintf(why, len, "the learning-rate schedule is not usable: %s", bad), -1;
     if (config_bool(s, "optim.nesterov") && config_float(s, "optim.momentum") == 0)
         return snprintf(why, len, "optim.nesterov = true needs optim.momentum > 0"), -1;
-    if (train_monitor_check(s, why, len) != 0) return -1;
+    if (train_alert_check(s, why, len) != 0) return -1;
     if (config_int(s, "monitor.stagnation_patience") > 0 && !config_str(s, "data.val")[0])
         return snprintf(why, len, "monitor.stagnation_patience watches the held-out loss, but the run has no data.val"),
                -1;
@@ -605,7 +605,7 @@ static status reload_take_one(train_run *r)
         if (rank0 && why[0]) {  /* refused now (not before): answered, recorded */
             log_error("reload v%d refused at step %ld: %s; the run goes on unchanged", d->version, r->step, why);
             reload_answer(r, d->version, request, false, why);
-            train_metrics_write(r, json_pack("{s:s, s:I, s:i, s:b, s:s}", "kind", "reload", "step", (json_int_t)r->step,
+            train_emit(r, json_pack("{s:s, s:I, s:i, s:b, s:s}", "kind", "reload", "step", (json_int_t)r->step,
                                              "version", d->version, "applied", 0, "reason", why));
         }
         goto free_buffers;
@@ -624,7 +624,7 @@ static status reload_take_one(train_run *r)
                d->again ? " (applied again: the launch that applied it first lost its state since)" : "", late, what);
         fflush(stdout);
         reload_answer(r, d->version, request, true, what);
-        train_metrics_write(r, json_pack("{s:s, s:I, s:i, s:b, s:O, s:o, s:b}", "kind", "reload", "step",
+        train_emit(r, json_pack("{s:s, s:I, s:i, s:b, s:O, s:o, s:b}", "kind", "reload", "step",
                                          (json_int_t)r->step, "version", d->version, "applied", 1, "changes", changes,
                                          "undo_of", d->undo_of ? json_integer(d->undo_of) : json_null(), "again",
                                          d->again));

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "cpu/optim.h"  /* grad_scale */
-#include "train_impl.h"
+#include "core.h"
 
 /* Zeroes the gradients (on the device that holds them); returns the milliseconds. */
 static double train_zero_grads(const device *dev, const param_table *pt, param_buffers *w)
@@ -110,13 +110,30 @@ void train_set_hook(train_run *r, bool on)
     model_set_layer_hook(&r->m, (param_layer_hook){ on ? train_layer_done : NULL, r });
 }
 
+/* CHAOS build: whether the step switch var (base/fault.h) names this step. */
+static bool chaos_at(const train_run *r, const char *var)
+{
+    return fault_step_at(var, r->ticks + 1, r->step + 1, r->rt->rank == 0);
+}
+
+/* runtime.zero_grad_layer: that layer's reduced gradient set to 0 (every rank), a
+ * planted effect the gradient pictures must show. */
+static void zero_planted_layer(train_run *r, float *grads)
+{
+    if (!r->zero_on) return;
+    const param_table *pt = model_params(&r->m);
+    int first = r->layer_first[r->zero_layer], n = r->layer_count[r->zero_layer];
+    for (int i = first; i < first + n; i++)
+        memset(grads + pt->entries[i].offset, 0, pt->entries[i].count * sizeof *grads);
+}
+
 /* This step's learning rate relative to the peak: DGC-Pro folds it into what it
  * accumulates (dgc_exchange), so a delayed coordinate gets the rates of the steps
  * that produced it. */
 static double train_lr_scale(const train_run *r)
 {
     if (r->compat_dgc_unscaled_lr) return 1.0;  /* before 2b0c7fc: v += u, the exchange's sums as they came */
-    double s = lr_at(&r->sched, r->step) * r->elastic.lr_factor * r->mon.ck.lr_scale / r->sched.base_lr;
+    double s = lr_at(&r->sched, r->step) * r->elastic.lr_factor * r->alert_ck.lr_scale / r->sched.base_lr;
     return s > 0 ? s : 1.0;
 }
 
@@ -132,10 +149,6 @@ status train_step(train_run *r, train_step_stats *ss)
     param_table *pt = model_params(&r->m);
     param_buffers *pb = model_buffers(&r->m);
     long step = r->step + 1;  /* the step this call computes, as its metrics line names it */
-    if (!r->params_checked) {
-        TRY(train_check_start(r));
-        r->params_checked = true;
-    }
     /* ResNet's forward moves the running statistics before the step is decided: the
      * copy is what a skipped step puts back */
     float *state = model_state(&r->m);
@@ -165,7 +178,8 @@ status train_step(train_run *r, train_step_stats *ss)
         }
         train_lap(r, TRAIN_PROFILE_DATA);  /* the layers' laps follow, from the model's timer */
         train_set_hook(r, !compress && a == nmb - 1);  /* earlier micro-batches only accumulate (DDP's no_sync) */
-        if (a == 0) train_samples_slowdown(r);  /* a planted straggler: inside the first layer's forward lap */
+        if (a == 0 && r->slow_us > 0 && r->rt->rank == r->slow_rank)
+            usleep((useconds_t)r->slow_us);  /* a planted straggler: inside the first layer's forward lap */
         TRY(train_forward_backward(&r->m, &r->batch, &r->dev, &la, ss));
         loss += n == b ? la : la * n / b;
         TRY(r->hook_status);
@@ -183,10 +197,10 @@ status train_step(train_run *r, train_step_stats *ss)
      * residuals, so the verdict comes before it) */
     double part[4] = { loss / r->tb.accum, state ? (double)train_count_nonfinite(state, nstate) : 0, 0, ss->bubble },
            sum[4];
-    if (train_chaos_at(r, "NEBULA_CHAOS_NAN")) part[0] = NAN;  /* CHAOS build only: the monitor's tests */
-    if (train_chaos_at(r, "NEBULA_CHAOS_SPIKE")) part[0] *= 10;
-    if (train_chaos_at(r, "NEBULA_CHAOS_SLOW")) usleep(500000);
-    if (train_chaos_at(r, "NEBULA_CHAOS_LEAK")) {  /* 64 MiB touched and never freed */
+    if (chaos_at(r, "NEBULA_CHAOS_NAN")) part[0] = NAN;  /* CHAOS build only: the alert rules' tests */
+    if (chaos_at(r, "NEBULA_CHAOS_SPIKE")) part[0] *= 10;
+    if (chaos_at(r, "NEBULA_CHAOS_SLOW")) usleep(500000);
+    if (chaos_at(r, "NEBULA_CHAOS_LEAK")) {  /* 64 MiB touched and never freed */
         char *leak = malloc(64u << 20);
         if (leak) memset(leak, 1, 64u << 20);
     }
@@ -210,25 +224,26 @@ status train_step(train_run *r, train_step_stats *ss)
     double t2 = train_now_s();
     train_lap(r, TRAIN_PROFILE_COMM_WAIT);
     ss->comm_wait_ms = (t2 - t1) * 1e3;
-    train_samples_zero_layer(r, pb->grads);
+    zero_planted_layer(r, pb->grads);
     if (!summed) TRY(comm_ctl_allreduce(train_ctl(r), part, sum, 4, MPI_DOUBLE, MPI_SUM));
     ss->loss = sum[0] / (r->rt->size / r->grid.shape.pp);  /* the last stages' losses; 0 from the others */
     ss->bubble = sum[3] / r->rt->size;
     ss->gnorm = NAN;  /* DGC-Pro's step skipped before the exchange has no global gradient */
     /* the norm either way; DGC clipped each node's contribution before compressing */
     if (!compress || exchanged) {
-        train_tensorboard_grads(r, step);  /* the averaged gradient, complete on every rank, not clipped yet */
+        for (int i = 0; i < r->nobservers; i++)  /* the averaged gradient, complete on every rank, not clipped yet */
+            if (r->observers[i].grads) r->observers[i].grads(r->observers[i].ctx, step);
         double clip = r->opt.clip > 0 && !compress ? r->opt.clip : INFINITY;
         if (r->grid.shape.tp > 1 || r->grid.shape.pp > 1) TRY(train_clip_grid(r, pt, pb->grads, clip, &ss->gnorm));
         else optim_clip_grad_norm(pb->grads, pt->total, clip, &ss->gnorm);
     }
-    ss->lr = lr_at(&r->sched, r->step) * r->elastic.lr_factor * r->mon.ck.lr_scale;
+    ss->lr = lr_at(&r->sched, r->step) * r->elastic.lr_factor * r->alert_ck.lr_scale;
     train_lap(r, TRAIN_PROFILE_CLIP);
     ckpt_fence(r->ckpt);  /* an async checkpoint's background copy of the state must be done */
     bool skip = !isfinite(ss->loss) || !isfinite(ss->gnorm) || sum[1] > 0 || sum[2] > 0;
+    ss->skipped = skip, ss->state_bad = sum[1], ss->grads_bad = sum[2];  /* the verdict, for the loop */
     if (skip) {
         if (state) memcpy(state, model_state_saved(&r->m), nstate * sizeof *state);
-        TRY(train_skip(r, step, ss->loss, ss->gnorm, sum[1], sum[2]));
     } else if (r->use_zero) {
         /* only the owned shards; then every rank's to every rank, through the gradient
          * buffer, which nothing reads after the update (zeroed at the next step) */
@@ -239,13 +254,11 @@ status train_step(train_run *r, train_step_stats *ss)
         r->opt.sgd.plain = compress ? dgc_plain_entries(r->dgc) : NULL;
         TRY(train_optim_update(&r->opt, pt, pb, ss->lr, r->step + 1));
     }
-    if (!skip) train_step_applied(r, step);
-    r->last_loss = ss->loss;
-    r->last_gnorm = ss->gnorm;
     /* ResNet's running statistics: rank 0's everywhere, as DDP's broadcast_buffers. */
     if (model_state_table(&r->m))
         TRY(comm_ctl_bcast(train_ctl(r), model_state(&r->m), (int)model_state_table(&r->m)->total, MPI_FLOAT, 0));
-    train_tensorboard_weights(r);  /* a histogram step: the updated weights and the grad_hist record */
+    for (int i = 0; i < r->nobservers; i++)  /* e.g. a histogram step's updated weights */
+        if (r->observers[i].applied) r->observers[i].applied(r->observers[i].ctx);
     double t3 = train_now_s();
     train_lap(r, TRAIN_PROFILE_OPTIM);
     ss->opt_ms = (t3 - t2) * 1e3;

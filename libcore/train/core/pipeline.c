@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train_impl.h"
+#include "core.h"
 
 enum { PP_TAG_ACT = 0x5050, PP_TAG_GRAD = 0x5051 };
 

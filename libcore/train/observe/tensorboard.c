@@ -25,8 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "monitor/tfevent.h"
-#include "train_impl.h"
+#include "record/tfevent.h"
+#include "observe.h"
 
 /* grad_hist's bins: edges 10^-10, 10^-9.5, .. 10^2 of |g|. */
 #define TB_EDGE_LO   (-10.0)
@@ -90,6 +90,16 @@ static tfevent *tb_writer(train_run *r, status *st)
     return t->w;
 }
 
+/* The averaged gradient and the applied update, as an observer of the step. */
+static void tb_grads(void *ctx, long step)
+{
+    train_tensorboard_grads(ctx, step);
+}
+static void tb_weights(void *ctx)
+{
+    train_tensorboard_weights(ctx);
+}
+
 status train_tensorboard_setup(train_run *r)
 {
     if (r->rt->rank != 0) return STATUS_OK;
@@ -115,6 +125,7 @@ status train_tensorboard_setup(train_run *r)
     for (int k = 0; k <= TB_BINS; k++) t->edge_abs[k] = pow(10.0, TB_EDGE_LO + TB_EDGE_STEP * k);
     tfevent_default_limits(t->limit);
     r->tensorboard = t;
+    train_observe(r, &(train_step_observer){ .grads = tb_grads, .applied = tb_weights, .ctx = r });
     status st;
     (void)tb_writer(r, &st);  /* asked for at launch: a file that cannot be made stops the run, as metrics.jsonl */
     return st;
@@ -342,5 +353,5 @@ void train_tensorboard_weights(train_run *r)
         }
         (void)tfevent_flush(w);
     }
-    train_metrics_write(r, tb_grad_hist_record(t, step));
+    train_emit(r, tb_grad_hist_record(t, step));
 }

@@ -18,7 +18,7 @@
 
 #include "base/path.h"
 #include "profile.h"
-#include "train_impl.h"
+#include "observe.h"
 
 #define TP_NV (5 + TRAIN_PROFILE_EVENTS_MAX)  /* per timer and rank: count, total, min, median, max, counters */
 
@@ -185,6 +185,16 @@ static int shapes_fill(void *ctx, int fd)
     return 0;
 }
 
+/* The step's laps, as an observer of the step (train_observe). */
+static void profile_begin(void *ctx)
+{
+    train_profile_step_begin(ctx);
+}
+static void profile_lap(void *ctx, int id)
+{
+    train_profile_lap(ctx, id);
+}
+
 status train_profile_setup(train_run *r)
 {
     const config *cfg = r->cfg;
@@ -260,8 +270,8 @@ status train_profile_setup(train_run *r)
     timer_init(&p->timers[p->ckpt0], TRAIN_PROFILE_KIND_DETAIL, -1, "%s", "checkpoint stall");
     timer_init(&p->timers[p->ckpt0 + 1], TRAIN_PROFILE_KIND_DETAIL, -1, "%s", "checkpoint copy");
     timer_init(&p->timers[p->ckpt0 + 2], TRAIN_PROFILE_KIND_DETAIL, -1, "%s", "checkpoint write");
-    p->active = true;
-    train_layer_timer_update(r);
+    p->active = true;  /* the layer timer is installed by train.c (trace.c's, shared with the trace) */
+    train_observe(r, &(train_step_observer){ .begin = profile_begin, .lap = profile_lap, .ctx = p });
     return STATUS_OK;
 }
 

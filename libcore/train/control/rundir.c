@@ -41,7 +41,7 @@
 #include <unistd.h>
 
 #include "base/path.h"
-#include "train_impl.h"
+#include "rules.h"
 
 #define HOLDER_MAX 512
 

@@ -5,7 +5,7 @@
  * so a new group is added here and nowhere else. */
 #include <string.h>
 
-#include "train_impl.h"
+#include "core.h"
 
 const config_key train_schema_keys[] = {
     { "train", "micro_batch", CONFIG_TYPE_INT, "0", .min = 0, .max = 1 << 20,
@@ -99,7 +99,7 @@ const config_key train_schema_keys[] = {
     { "elastic", "lr_rule", CONFIG_TYPE_ENUM, "linear", .choices = "linear|sqrt|none",
       .help = "how lr follows a global_batch change from run_dir/control (linear: Goyal et al. 2017; sqrt: "
               "Adam-family, Malladi et al. 2022), unless the file names lr_rule" },
-    /* alert rules (monitor.c, docs/monitor.md): a threshold (0: the rule is off) and the
+    /* alert rules (control/alert.c, docs/monitor.md): a threshold (0: the rule is off) and the
      * actions it takes, a list of log, checkpoint, stop, lower_lr, rollback, disable_dgc */
     { "monitor", "explosion", CONFIG_TYPE_FLOAT, "1e5", .min = 0, .max = 1e300,
       .help = "gradient explosion: a global gradient norm above this (0: off)" },
@@ -124,7 +124,7 @@ const config_key train_schema_keys[] = {
     { "monitor", "memory_growth", CONFIG_TYPE_SIZE, "0", .min = 0, .max = 1ull << 50,
       .help = "memory growth: a rank's resident set grew this much since the warm-up steps (0: off)" },
     { "monitor", "memory_growth_action", CONFIG_TYPE_STRING, "log", .help = "actions of the memory-growth rule" },
-    { "monitor", "window", CONFIG_TYPE_INT, "50", .min = 8, .max = TRAIN_MONITOR_WINDOW_MAX,
+    { "monitor", "window", CONFIG_TYPE_INT, "50", .min = 8, .max = TRAIN_ALERT_WINDOW_MAX,
       .help = "steps of loss and throughput history the spike and throughput rules compare with" },
     { "monitor", "cooldown", CONFIG_TYPE_INT, "10", .min = 1, .max = 1e9,
       .help = "steps before a rule that fired may fire again" },
@@ -276,7 +276,7 @@ void train_ckpt_content(train_run *r, ckpt_content *c)
     if (r->dgc)
         c->blobs[c->nblobs++] = (ckpt_blob){ TRAIN_CKPT_DGC, dgc_state(r->dgc), dgc_state_bytes(r->dgc), true, false };
     /* optional: a checkpoint older than the monitor resumes with no lowered rate and no rollback taken */
-    c->blobs[c->nblobs++] = (ckpt_blob){ TRAIN_CKPT_MONITOR, &r->mon.ck, sizeof r->mon.ck, true, false };
+    c->blobs[c->nblobs++] = (ckpt_blob){ TRAIN_CKPT_ALERT, &r->alert_ck, sizeof r->alert_ck, true, false };
     /* optional: a checkpoint older than hot reload resumes with no change applied */
     c->blobs[c->nblobs++] = (ckpt_blob){ TRAIN_CKPT_RELOAD, r->reload.blob, sizeof r->reload.blob, true, false };
     /* optional: heterogeneous shares; without them (another layout, an older checkpoint) the config's */
@@ -301,4 +301,23 @@ void train_schedule_from_config(lr_schedule *s, const config *cfg)
     s->min_lr = config_float(cfg, "optim.min_lr");
     s->step_size = (long)config_int(cfg, "optim.step_size");
     s->gamma = config_float(cfg, "optim.gamma");
+}
+
+status train_grid_allowed(const config *cfg, const grid_shape *g)
+{
+    const grid_shape gs = *g;
+    bool hybrid = gs.tp > 1 || gs.pp > 1;
+    if (hybrid && config_bool(cfg, "ckpt.async")) {
+        log_error0("ckpt.async = true with parallel.tp = %d, parallel.pp = %d: a shard or stage writes its pieces "
+                   "of the whole tensors collectively (parallel HDF5), which the background writer does not; set "
+                   "ckpt.async = false", gs.tp, gs.pp);
+        return STATUS_INPUT;
+    }
+    if (hybrid && strcmp(config_str(cfg, "sched.mode"), "off")) {
+        log_error0("sched.mode = %s (%s) with parallel.tp = %d, parallel.pp = %d: heterogeneous shares are for data "
+                   "parallelism; parallel.tp and parallel.pp must be 1 (or set sched.mode = off)",
+                   config_str(cfg, "sched.mode"), config_origin(cfg, "sched.mode"), gs.tp, gs.pp);
+        return STATUS_INPUT;
+    }
+    return STATUS_OK;
 }

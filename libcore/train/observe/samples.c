@@ -2,10 +2,11 @@
  * (docs/pictures.md): every log interval each rank's step time, compute time, comm wait,
  * CPU use and resident memory ("ranks" records: the resource heatmap), and every
  * monitor.attention_interval steps the attention heads' entropy and largest weight on
- * a fixed probe batch ("attention": the head matrix of GPT-2 and BERT). Also the two
- * test hooks that plant an effect those pictures must show: runtime.slowdown (one rank
- * sleeps in every step's compute) and runtime.zero_grad_layer (one layer's reduced
- * gradient is zeroed, a cold row of the gradient heatmap).
+ * a fixed probe batch ("attention": the head matrix of GPT-2 and BERT). Also the keys
+ * of the two test hooks that plant an effect those pictures must show, which core's
+ * step carries out: runtime.slowdown (one rank sleeps in every step's compute) and
+ * runtime.zero_grad_layer (one layer's reduced gradient is zeroed, a cold row of the
+ * gradient heatmap).
  *
  * The one design decision: the probe batch is read once at setup from the held-out data
  * (else the training file, in file order), so every sample of every launch looks at the
@@ -20,7 +21,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "train_impl.h"
+#include "observe.h"
 
 enum { SAMPLE_STEP_MS, SAMPLE_COMPUTE_MS, SAMPLE_WAIT_MS, SAMPLE_CPU_PCT, SAMPLE_RSS_MB, SAMPLE_N };
 
@@ -30,24 +31,12 @@ struct train_samples {
     double t_wall, t_cpu;      /* wall and process CPU seconds at the last record */
     double *all;               /* rank 0: (world, SAMPLE_N) gathered */
     char *hosts;               /* rank 0: (world, 64) host names */
-    int slow_rank;             /* runtime.slowdown: this rank sleeps ... */
-    long slow_us;              /* ... this long in every step's compute (0: off) */
-    int zero_layer;            /* runtime.zero_grad_layer, -1 off */
     int L, NH;                 /* attention: layers and heads; 0 without attention */
     bool probe_ok;             /* rank 0 holds the probe batch */
     model_batch probe;         /* rank 0: the fixed probe batch */
     double *entropy, *maxw;    /* rank 0: (L, NH) */
 };
 
-double train_rss(void)
-{
-    FILE *f = fopen("/proc/self/statm", "r");
-    long pages = 0, rss = 0;
-    if (!f) return 0;
-    if (fscanf(f, "%ld %ld", &pages, &rss) != 2) rss = 0;
-    fclose(f);
-    return (double)rss * (double)sysconf(_SC_PAGESIZE);
-}
 
 static double cpu_seconds(void)
 {
@@ -57,11 +46,11 @@ static double cpu_seconds(void)
            ru.ru_stime.tv_usec * 1e-6;
 }
 
-/* runtime.slowdown = "RANK:MS" (empty: off). */
-static status parse_slowdown(train_run *r, train_samples *s)
+/* runtime.slowdown = "RANK:MS" (empty: off), planted in the run for core's step. */
+static status parse_slowdown(train_run *r)
 {
     const char *v = config_str(r->cfg, "runtime.slowdown");
-    s->slow_rank = -1;
+    r->slow_rank = -1, r->slow_us = 0;
     if (!v[0]) return STATUS_OK;
     int rank, n = 0;
     double ms;
@@ -70,7 +59,7 @@ static status parse_slowdown(train_run *r, train_samples *s)
                    "ms of sleep per step, e.g. 1:50", v, config_origin(r->cfg, "runtime.slowdown"), r->rt->size);
         return STATUS_INPUT;
     }
-    s->slow_rank = rank, s->slow_us = (long)(ms * 1e3);
+    r->slow_rank = rank, r->slow_us = (long)(ms * 1e3);
     return STATUS_OK;
 }
 
@@ -104,13 +93,14 @@ status train_samples_setup(train_run *r)
     train_samples *s = calloc(1, sizeof *s);
     if (!s) return STATUS_NOMEM;
     r->smp = s;
-    TRY(parse_slowdown(r, s));
-    s->zero_layer = (int)config_int(r->cfg, "runtime.zero_grad_layer");
-    if (s->zero_layer >= r->nlayers) {
-        log_error0("runtime.zero_grad_layer = %d (%s): the model has layers 0 to %d (-1: off)", s->zero_layer,
+    TRY(parse_slowdown(r));
+    r->zero_layer = (int)config_int(r->cfg, "runtime.zero_grad_layer");
+    if (r->zero_layer >= r->nlayers) {
+        log_error0("runtime.zero_grad_layer = %d (%s): the model has layers 0 to %d (-1: off)", r->zero_layer,
                    config_origin(r->cfg, "runtime.zero_grad_layer"), r->nlayers - 1);
         return STATUS_INPUT;
     }
+    r->zero_on = r->zero_layer >= 0;
     s->t_wall = train_now_s(), s->t_cpu = cpu_seconds();
     int world = r->rt->size;
     if (r->rt->rank == 0) {
@@ -133,22 +123,6 @@ status train_samples_setup(train_run *r)
         TRY(probe_read(r, s));
     }
     return STATUS_OK;
-}
-
-void train_samples_slowdown(train_run *r)
-{
-    train_samples *s = r->smp;
-    if (s && s->slow_us > 0 && r->rt->rank == s->slow_rank) usleep((useconds_t)s->slow_us);
-}
-
-void train_samples_zero_layer(train_run *r, float *grads)
-{
-    train_samples *s = r->smp;
-    if (!s || s->zero_layer < 0) return;
-    const param_table *pt = model_params(&r->m);
-    int first = r->layer_first[s->zero_layer], n = r->layer_count[s->zero_layer];
-    for (int i = first; i < first + n; i++)
-        memset(grads + pt->entries[i].offset, 0, pt->entries[i].count * sizeof *grads);
 }
 
 static json_t *json_row(const double *v, int n, int stride)
@@ -181,7 +155,7 @@ static status samples_ranks(train_run *r, train_samples *s)
     json_object_set_new(j, "comm_wait_ms", json_row(s->all + SAMPLE_WAIT_MS, world, SAMPLE_N));
     json_object_set_new(j, "cpu_pct", json_row(s->all + SAMPLE_CPU_PCT, world, SAMPLE_N));
     json_object_set_new(j, "rss_mb", json_row(s->all + SAMPLE_RSS_MB, world, SAMPLE_N));
-    train_metrics_write(r, j);
+    train_emit(r, j);
     return STATUS_OK;
 }
 
@@ -195,7 +169,7 @@ static status samples_attention(train_run *r, train_samples *s)
         json_array_append_new(ent, json_row(s->entropy + (size_t)l * s->NH, s->NH, 1));
         json_array_append_new(mx, json_row(s->maxw + (size_t)l * s->NH, s->NH, 1));
     }
-    train_metrics_write(r, json_pack("{s:s, s:I, s:i, s:i, s:o, s:o}", "kind", "attention", "step",
+    train_emit(r, json_pack("{s:s, s:I, s:i, s:i, s:o, s:o}", "kind", "attention", "step",
                                      (json_int_t)r->step, "layers", s->L, "heads", s->NH, "entropy", ent,
                                      "max_weight", mx));
     return STATUS_OK;

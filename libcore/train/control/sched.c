@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train_impl.h"
+#include "rules.h"
 
 /* Splits gb samples over n ranks in proportion to w (w <= 0 counts as 0; all 0: equal),
  * each at least `floor_n`: floor_n each, the rest by weight rounded down, then one more
@@ -109,7 +109,7 @@ static status sched_assign(train_run *r, const double *w, const char *why)
             json_object_set_new(rec, "speeds", v), json_object_set_new(rec, "rates", f);
             json_object_set_new(rec, "fixed_s", c);
         }
-        train_metrics_write(r, rec);
+        train_emit(r, rec);
     }
     return STATUS_OK;
 }
@@ -242,16 +242,6 @@ void train_sched_free(train_run *r)
     train_sched *s = &r->share;
     free(s->weights), free(s->costs), free(s->meas), free(s->plan), free(s->order), free(s->in), free(s->counts), free(s->next);
     s->weights = s->costs = s->meas = s->plan = NULL, s->order = NULL, s->in = NULL, s->counts = s->next = NULL;
-}
-
-int train_micro_batches(const train_run *r)
-{
-    return r->share.mode == TRAIN_SCHED_MODE_OFF ? r->tb.accum : data_micro_batches(r->train_data);
-}
-
-int train_micro_batch_size(const train_run *r, int a)
-{
-    return r->share.mode == TRAIN_SCHED_MODE_OFF ? r->tb.micro_batch : data_micro_batch_size(r->train_data, a);
 }
 
 /* After a resume: the checkpoint's shares when they were assigned over this many ranks

@@ -27,7 +27,7 @@
  * the training loader, which cannot change its batch, is reopened at the position the
  * old one reached, so the steps after a change read exactly what a run resumed from a
  * checkpoint at that step would. */
-#include "train_impl.h"
+#include "rules.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -349,7 +349,7 @@ status train_control(train_run *r, int *relaunch)
             grid_shape_name(&r->regrid, b, sizeof b);
             printf("elastic: process grid %s -> %s requested at step %ld: checkpoint, then the groups re-formed in "
                    "place\n", a, b, r->step);
-            train_metrics_write(r, json_pack("{s:s, s:I, s:s, s:s}", "kind", "regrid", "step", (json_int_t)r->step,
+            train_emit(r, json_pack("{s:s, s:I, s:s, s:s}", "kind", "regrid", "step", (json_int_t)r->step,
                                              "from", a, "to", b));
             train_control_retire(r, ".applied");
             fflush(stdout);
@@ -395,7 +395,7 @@ status train_relaunch_write(train_run *r, int world)
     long wv[2] = { world, r->step };
     TRY(path_write_atomic(path, "relaunch file", train_relaunch_fill, wv));
     train_control_retire(r, ".applied");
-    train_metrics_write(r, json_pack("{s:s, s:I, s:i}", "kind", "relaunch", "step", (json_int_t)r->step, "world",
+    train_emit(r, json_pack("{s:s, s:I, s:i}", "kind", "relaunch", "step", (json_int_t)r->step, "world",
                                      world));
     printf("elastic: world size %d requested at step %ld: %s; relaunch with %d ranks (exit 4)\n", world, r->step,
            r->ckpt ? "checkpoint committed" : "checkpoints are off, a relaunch starts from step 0",

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train_impl.h"
+#include "core.h"
 
 /* Calls fn for every piece of the full layout in ascending offset order: its full
  * offset and count, the tp rank holding it (-1: a whole tensor, held by every tp rank),

@@ -4,7 +4,7 @@
  * write, and hardware counters through PAPI where the machine has them. Rank 0 prints
  * the table and writes RUN_DIR/profile.json; the first run of a model and batch shape
  * prints a short one-screen profile with batch advice (profile.mode = auto).
- * Private to libcore/train (step.c, loop.c, train.c).
+ * Private to libcore/train/observe (and the top files: loop.c, train.c).
  *
  * The one design decision: the step is cut by consecutive clock reads ("laps"), each
  * lap charged to the phase or layer that just ended, so the phases and layers tile
@@ -18,7 +18,7 @@
 #include <stdbool.h>
 #include <time.h>
 
-#include "train.h"
+#include "train/core/core.h"
 
 #define TRAIN_PROFILE_RING       256  /* samples per timer kept for the median: the last 256 profiled steps */
 #define TRAIN_PROFILE_EVENTS_MAX 8    /* PAPI events of profile.events */
@@ -33,16 +33,6 @@ typedef enum train_profile_kind {
     TRAIN_PROFILE_KIND_BACKWARD,
     TRAIN_PROFILE_KIND_DETAIL,
 } train_profile_kind;
-
-/* The phases of the step partition, in step order (their timer ids). */
-enum {
-    TRAIN_PROFILE_ZERO = 0,    /* zeroing the gradients */
-    TRAIN_PROFILE_DATA,        /* filling the micro-batches, advancing the loader */
-    TRAIN_PROFILE_COMM_WAIT,   /* the wait for the buckets, or DGC-Pro's exchange */
-    TRAIN_PROFILE_CLIP,        /* the loss allreduce, the non-finite check, clipping */
-    TRAIN_PROFILE_OPTIM,       /* the update (ZeRO's all-gather, ResNet's statistics broadcast) */
-    TRAIN_PROFILE_NPHASES
-};
 
 typedef struct train_profile_timer {
     char name[TRAIN_PROFILE_NAME];   /* "data", "forward h.3", "bucket 2", ... */

@@ -1,4 +1,4 @@
-/* trace — a per-rank timeline of complete events, and the writer of Chrome's
+/* tracefile — a per-rank timeline of complete events, and the writer of Chrome's
  * trace-event JSON that Perfetto and chrome://tracing open (docs/profile.md,
  * "Communication timeline"; the format: Google's "Trace Event Format" document,
  * complete events "ph": "X" and metadata events "ph": "M").
@@ -10,8 +10,8 @@
  * as dropped. Text is made only by the writer, once, on the rank that writes the file,
  * from every rank's records and each rank's clock map (its offset to the reference
  * clock, interpolated for drift). Knows nothing of MPI: base only. */
-#ifndef NEBULA_MONITOR_TRACE_H
-#define NEBULA_MONITOR_TRACE_H
+#ifndef NEBULA_RECORD_TRACEFILE_H
+#define NEBULA_RECORD_TRACEFILE_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "train_impl.h"
+#include "core.h"
 
 status train_batch_resolve(train_batch *tb, const config *cfg, int world)
 {
@@ -108,4 +108,15 @@ status train_fill_into(train_run *r, data_loader *d, int a, model_batch *b)
                          model_vocab_size(&r->spec), &sp, r->seed, (uint32_t)r->samples[i], epoch);
     }
     return STATUS_OK;
+}
+
+/* The share sched.c assigned, as the loader splits it (the whole b x A without one). */
+int train_micro_batches(const train_run *r)
+{
+    return r->share.mode == TRAIN_SCHED_MODE_OFF ? r->tb.accum : data_micro_batches(r->train_data);
+}
+
+int train_micro_batch_size(const train_run *r, int a)
+{
+    return r->share.mode == TRAIN_SCHED_MODE_OFF ? r->tb.micro_batch : data_micro_batch_size(r->train_data, a);
 }
