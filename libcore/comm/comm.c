@@ -223,6 +223,12 @@ void comm_split_even(size_t count, int n, int i, size_t *off, size_t *len)
     *len = base + (ui < rem ? 1 : 0);
 }
 
+/* An allreduce's bus bytes: 2(n-1)/n of the buffer (comm.h). */
+static uint64_t comm_bus_bytes(const comm *c, size_t bytes)
+{
+    return (uint64_t)(2.0 * (double)bytes * (c->rt->size - 1) / c->rt->size);
+}
+
 /* mpi and flat split messages above segment_bytes (MPI counts are int). */
 static void op_segment(const comm *c, comm_op *o)
 {
@@ -259,6 +265,7 @@ static status op_start(comm *c, comm_op *o, void *buf, size_t count, reduce_dtyp
                     .scale = scale, .scratch = o->scratch, .scratch_bytes = o->scratch_bytes, .t_start = MPI_Wtime() };
     o->deadline = c->opt.timeout_s > 0 ? o->t_start + c->opt.timeout_s : 0;
     if (count == 0) return STATUS_OK;  /* nothing to exchange; the op is complete */
+    c->bytes += comm_bus_bytes(c, count * esz);
     op_segment(c, o);
     if (own) {
         TRY(c->be.ops->op_start(c, o));
@@ -278,6 +285,11 @@ static status op_start(comm *c, comm_op *o, void *buf, size_t count, reduce_dtyp
     c->tail = o;
     o->active = 1;
     return STATUS_OK;
+}
+
+uint64_t comm_bytes(const comm *c)
+{
+    return c->bytes;
 }
 
 status comm_allreduce_start(comm *c, comm_op *o, void *buf, size_t count, reduce_dtype dt,
@@ -492,6 +504,7 @@ status comm_allreduce(comm *c, void *buf, size_t count, reduce_dtype dt, reduce_
     if (count > 0 && blocking_fast_path(c, bytes, algo)) {
         while (c->head) TRY(comm_wait(c, c->head));
         c->seq++;  /* one sequence number per allreduce, as the polled path takes */
+        c->bytes += comm_bus_bytes(c, bytes);
         watchdog_enter(c->rt->wd, "comm_allreduce: OpenMPI's blocking MPI_Allreduce", c->opt.timeout_s);
         status st = c->be.ops->allreduce(&c->be, COMM_GROUP_WORLD_COLL, buf, count, dt, op);
         watchdog_leave(c->rt->wd);

@@ -56,6 +56,11 @@ static inline comm_ctl comm_ctl_watched(comm_ctl c, watchdog *wd)
     return c;
 }
 
+/* c's deadline passed in `what`: logs the operation, the communicator's members (world
+ * ranks) and, when c is watched, what their beacons say (comm_group's waits report
+ * through it too). */
+void comm_ctl_report_timeout(comm_ctl c, const char *what);
+
 /* sendbuf may be MPI_IN_PLACE where MPI allows it. */
 status comm_ctl_allreduce(comm_ctl c, const void *sendbuf, void *recvbuf, int count, MPI_Datatype dt, MPI_Op op);
 status comm_ctl_reduce(comm_ctl c, const void *sendbuf, void *recvbuf, int count, MPI_Datatype dt, MPI_Op op,
