@@ -122,6 +122,33 @@ status comm_init(comm **out, const runtime *rt, const comm_options *opt)
     return STATUS_OK;
 }
 
+status comm_group_init(comm_group **out, MPI_Comm members, const comm_group_options *o)
+{
+    *out = NULL;
+    if (members == MPI_COMM_NULL) return STATUS_OK;
+    comm_group *g = calloc(1, sizeof *g);
+    if (!g) return STATUS_NOMEM;
+    g->members = members;
+    g->opt = *o;
+    MPI_Comm_rank(members, &g->rank);
+    MPI_Comm_size(members, &g->size);
+    status st = o->backend == COMM_BACKEND_NCCL ? comm_nccl_group_backend_init(g)
+                                                : comm_mpi_group_backend_init(&g->be, members);
+    if (st != STATUS_OK) {
+        free(g);
+        return st;
+    }
+    *out = g;
+    return STATUS_OK;
+}
+
+void comm_group_free(comm_group *g)
+{
+    if (!g) return;
+    if (g->be.ops) g->be.ops->free(&g->be);
+    free(g);
+}
+
 void comm_free(comm *c)
 {
     if (!c) return;

@@ -291,11 +291,12 @@ status comm_group_allgatherv_start(comm_group *g, comm_vop *v, const void *send,
  * recv + rdispls[r] (elements of esz bytes). */
 status comm_group_alltoallv_start(comm_group *g, comm_vop *v, const void *send, const int *scounts,
                                   const int *sdispls, void *recv, const int *rcounts, const int *rdispls, size_t esz);
-/* Point to point: send_bytes to member `dest` and recv_bytes from member `source`,
- * both with `tag`, waited on together (a peer of -1, or 0 bytes, leaves out that half):
- * the pipeline's activations and their gradients. */
+/* Point to point: send_bytes to member `dest` with send_tag and recv_bytes from member
+ * `source` with recv_tag, waited on together (a peer of -1, or 0 bytes, leaves out that
+ * half): the pipeline's activations and their gradients. (nccl matches a pair's
+ * messages in call order; the tags are for mpi.) */
 status comm_group_sendrecv_start(comm_group *g, comm_vop *v, const void *send, size_t send_bytes, int dest,
-                                 void *recv, size_t recv_bytes, int source, int tag);
+                                 int send_tag, void *recv, size_t recv_bytes, int source, int recv_tag);
 status comm_group_test(comm_group *g, comm_vop *v, bool *done);
 status comm_group_wait(comm_group *g, comm_vop *v);
 
@@ -307,8 +308,8 @@ status comm_group_allgatherv(comm_group *g, const void *send, void *recv, const 
                              size_t esz);
 status comm_group_alltoallv(comm_group *g, const void *send, const int *scounts, const int *sdispls, void *recv,
                             const int *rcounts, const int *rdispls, size_t esz);
-status comm_group_sendrecv(comm_group *g, const void *send, size_t send_bytes, int dest, void *recv,
-                           size_t recv_bytes, int source, int tag);
+status comm_group_sendrecv(comm_group *g, const void *send, size_t send_bytes, int dest, int send_tag, void *recv,
+                           size_t recv_bytes, int source, int recv_tag);
 
 /* Bytes the comm's allreduces put on the wire so far (each 2(n-1)/n of its buffer, the
  * bus model above): with comm_group_bytes, what a training step costs. */

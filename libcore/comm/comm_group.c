@@ -8,7 +8,10 @@
  * (flat, hier, ring, nccl's pipeline) are for one large in-place sum; the payloads
  * here are many shapes on many groups (node, peers, tp, pp, dp), so each is handed to
  * the backend's own primitive for it — MPI's collective, NCCL's — and what this file
- * adds is the deadline, the report of a missed one, and the bytes counted. */
+ * adds is the deadline, the report of a missed one, and the bytes counted.
+ * (comm_group_init and _free are in comm.c, beside comm_init: code that only runs ops
+ * on a group it was handed, such as a model's tensor-parallel sums, then links no
+ * backend's library.) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,33 +21,6 @@
 #include "ctl.h"
 
 #define G COMM_GROUP_WORLD_COLL  /* every primitive of a group runs on its members */
-
-status comm_group_init(comm_group **out, MPI_Comm members, const comm_group_options *o)
-{
-    *out = NULL;
-    if (members == MPI_COMM_NULL) return STATUS_OK;
-    comm_group *g = calloc(1, sizeof *g);
-    if (!g) return STATUS_NOMEM;
-    g->members = members;
-    g->opt = *o;
-    MPI_Comm_rank(members, &g->rank);
-    MPI_Comm_size(members, &g->size);
-    status st = o->backend == COMM_BACKEND_NCCL ? comm_nccl_group_backend_init(g)
-                                                : comm_mpi_group_backend_init(&g->be, members);
-    if (st != STATUS_OK) {
-        free(g);
-        return st;
-    }
-    *out = g;
-    return STATUS_OK;
-}
-
-void comm_group_free(comm_group *g)
-{
-    if (!g) return;
-    if (g->be.ops) g->be.ops->free(&g->be);
-    free(g);
-}
 
 int comm_group_rank(const comm_group *g)
 {
@@ -132,13 +108,13 @@ status comm_group_alltoallv_start(comm_group *g, comm_vop *v, const void *send, 
 }
 
 status comm_group_sendrecv_start(comm_group *g, comm_vop *v, const void *send, size_t send_bytes, int dest,
-                                 void *recv, size_t recv_bytes, int source, int tag)
+                                 int send_tag, void *recv, size_t recv_bytes, int source, int recv_tag)
 {
     vop_begin(g, v, dest >= 0 && source >= 0 ? "send and receive" : dest >= 0 ? "send" : "receive");
     if (dest >= 0) g->bytes += send_bytes;
     v->nreq = 2;
-    return vop_started(v, g->be.ops->isendrecv(&g->be, COMM_GROUP_WORLD_P2P, send, send_bytes, dest, recv,
-                                               recv_bytes, source, tag, v->req));
+    return vop_started(v, g->be.ops->isendrecv(&g->be, COMM_GROUP_WORLD_P2P, send, send_bytes, dest, send_tag, recv,
+                                               recv_bytes, source, recv_tag, v->req));
 }
 
 status comm_group_test(comm_group *g, comm_vop *v, bool *done)
@@ -216,10 +192,10 @@ status comm_group_alltoallv(comm_group *g, const void *send, const int *scounts,
     return comm_group_wait(g, &v);
 }
 
-status comm_group_sendrecv(comm_group *g, const void *send, size_t send_bytes, int dest, void *recv,
-                           size_t recv_bytes, int source, int tag)
+status comm_group_sendrecv(comm_group *g, const void *send, size_t send_bytes, int dest, int send_tag, void *recv,
+                           size_t recv_bytes, int source, int recv_tag)
 {
     comm_vop v = { 0 };
-    TRY(comm_group_sendrecv_start(g, &v, send, send_bytes, dest, recv, recv_bytes, source, tag));
+    TRY(comm_group_sendrecv_start(g, &v, send, send_bytes, dest, send_tag, recv, recv_bytes, source, recv_tag));
     return comm_group_wait(g, &v);
 }

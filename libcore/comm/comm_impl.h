@@ -49,8 +49,8 @@ typedef struct comm_backend_ops {
      * bytes: none), as two handles req[0..1] that testall completes together (a zero
      * handle is complete): posted apart, two ranks exchanging both ways could each
      * wait for the other's second half (nccl runs a stream's work in order). */
-    status (*isendrecv)(comm_backend *be, int group, const void *send, size_t send_bytes, int dest, void *recv,
-                        size_t recv_bytes, int source, int tag, uint64_t *req);
+    status (*isendrecv)(comm_backend *be, int group, const void *send, size_t send_bytes, int dest, int send_tag,
+                        void *recv, size_t recv_bytes, int source, int recv_tag, uint64_t *req);
     /* *done = true when all n requests completed (their handles are then released). */
     status (*testall)(comm_backend *be, uint64_t *reqs, int n, bool *done);
     void (*free)(comm_backend *be);

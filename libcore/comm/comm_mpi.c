@@ -116,14 +116,14 @@ static status mpi_irecv(comm_backend *be, int group, void *buf, size_t bytes, in
     return STATUS_OK;
 }
 
-static status mpi_isendrecv(comm_backend *be, int group, const void *send, size_t send_bytes, int dest, void *recv,
-                            size_t recv_bytes, int source, int tag, uint64_t *req)
+static status mpi_isendrecv(comm_backend *be, int group, const void *send, size_t send_bytes, int dest,
+                            int send_tag, void *recv, size_t recv_bytes, int source, int recv_tag, uint64_t *req)
 {
     *as_req(&req[0]) = MPI_REQUEST_NULL;
     *as_req(&req[1]) = MPI_REQUEST_NULL;
     /* the receive first: a peer's matching send then finds it posted */
-    if (source >= 0 && recv_bytes > 0) TRY(mpi_irecv(be, group, recv, recv_bytes, source, tag, &req[0]));
-    if (dest >= 0 && send_bytes > 0) TRY(mpi_isend(be, group, send, send_bytes, dest, tag, &req[1]));
+    if (source >= 0 && recv_bytes > 0) TRY(mpi_irecv(be, group, recv, recv_bytes, source, recv_tag, &req[0]));
+    if (dest >= 0 && send_bytes > 0) TRY(mpi_isend(be, group, send, send_bytes, dest, send_tag, &req[1]));
     return STATUS_OK;
 }
 

@@ -248,10 +248,10 @@ static status ng_ialltoallv(comm_backend *be, int group, const void *send, const
     return ng_record(n, req);
 }
 
-static status ng_isendrecv(comm_backend *be, int group, const void *send, size_t send_bytes, int dest, void *recv,
-                           size_t recv_bytes, int source, int tag, uint64_t *req)
+static status ng_isendrecv(comm_backend *be, int group, const void *send, size_t send_bytes, int dest,
+                           int send_tag, void *recv, size_t recv_bytes, int source, int recv_tag, uint64_t *req)
 {
-    (void)group, (void)tag;  /* NCCL matches a pair's messages in call order: the tag is the caller's order */
+    (void)group, (void)send_tag, (void)recv_tag;  /* NCCL matches a pair's messages in call order: the tag is the caller's order */
     nccl_group *n = be->impl;
     TRY(ng_usable(n));
     req[1] = 0;

@@ -1,6 +1,7 @@
 /* dgc — see dgc.h. The state, the per-tensor compression of a slice and the
  * hierarchical exchange. */
 #include "dgc.h"
+#include "comm/comm.h"
 #include "comm/ctl.h"
 
 #include <float.h>
@@ -37,7 +38,9 @@ typedef struct dgc_header {
 
 struct dgc {
     const runtime *rt;
-    comm_ctl node, peers;            /* the node's ranks; the same local rank on every node (with the deadline) */
+    comm_ctl node, peers;            /* the node's ranks; the same local rank on every node (with the deadline):
+                                        scalars and size agreements */
+    comm_group *node_g, *peers_g;    /* the same ranks for the vector payloads (comm.h) */
     comm_ctl norm;                   /* o.norm_comm with the deadline (a process grid) */
     const param_table *pt;
     dgc_options o;
@@ -52,6 +55,7 @@ struct dgc {
     dgc_entry_state *es;
     float *u, *v;
     uint8_t *plain;                  /* [pt->count] */
+    float *plainf;                   /* [pt->count] the node's vote on plain, as floats (0 or 1) */
     float *slice;                    /* [S] node sum, then contribution (the caller's gradient on one-rank nodes) */
     float *own_slice;                /* [S] on nodes of several ranks */
     float *scratch;                  /* [max(range, largest tensor)] thresholds, packed dense runs */
@@ -123,6 +127,10 @@ status dgc_init(dgc **out, const runtime *rt, const param_table *pt, const dgc_o
     d->node = comm_ctl_watched(comm_ctl_named(rt->node, o->timeout_s, "dgc node"), rt->wd);
     d->peers = comm_ctl_watched(comm_ctl_named(rt->peers, o->timeout_s, "dgc peers"), rt->wd);
     if (o->norm_comm) d->norm = comm_ctl_watched(comm_ctl_named(*o->norm_comm, o->timeout_s, "dgc norm"), rt->wd);
+    comm_group_options go = { .backend = COMM_BACKEND_MPI, .timeout_s = o->timeout_s, .name = "dgc node", .wd = rt->wd };
+    TRY(comm_group_init(&d->node_g, rt->node, &go));  /* mpi: nothing communicated; d leaks on a failure */
+    go.name = "dgc peers";
+    TRY(comm_group_init(&d->peers_g, rt->peers, &go));
     d->pt = pt;
     d->o = *o;
     d->L = rt->local_size;
@@ -165,6 +173,7 @@ status dgc_init(dgc **out, const runtime *rt, const param_table *pt, const dgc_o
     d->cap = (size_t)(2 * dmax * (double)S) + 16 * (size_t)(d->last - d->first + 1);
     if (d->cap > S) d->cap = S;
     d->plain = calloc((size_t)nent, 1);
+    d->plainf = calloc((size_t)nent + 1, sizeof(float));
     d->own_slice = d->L > 1 ? malloc(S * sizeof(float)) : NULL;
     d->scratch = malloc((range > biggest ? range : biggest) * sizeof(float));
     d->idx = malloc(d->cap * sizeof(uint32_t));
@@ -188,7 +197,7 @@ status dgc_init(dgc **out, const runtime *rt, const param_table *pt, const dgc_o
     d->vzero = calloc(nblk + 1, 1);
     d->skip = calloc(nblk + 1, 1);
     d->runs2 = malloc(sizeof(size_t) * 2 * ((biggest + DGC_BLOCK - 1) / DGC_BLOCK + 1));
-    CHECK(d->state && d->plain && (d->own_slice || d->L == 1) && d->scratch && d->idx && d->val && d->uidx &&
+    CHECK(d->state && d->plain && d->plainf && (d->own_slice || d->L == 1) && d->scratch && d->idx && d->val && d->uidx &&
               d->uval && d->scount && d->acc &&
               d->dense_tmp && d->touched && d->runs && d->energy && d->blk_base && d->gzero && d->vzero && d->skip && d->runs2,
           "dgc: out of memory for the compression state");
@@ -210,7 +219,8 @@ status dgc_init(dgc **out, const runtime *rt, const param_table *pt, const dgc_o
 void dgc_free(dgc *d)
 {
     if (!d) return;
-    free(d->cnt), free(d->dsp), free(d->state), free(d->plain), free(d->own_slice), free(d->scratch), free(d->uidx),
+    comm_group_free(d->node_g), comm_group_free(d->peers_g);
+    free(d->cnt), free(d->dsp), free(d->state), free(d->plain), free(d->plainf), free(d->own_slice), free(d->scratch), free(d->uidx),
         free(d->uval);
     free(d->idx), free(d->val), free(d->sbuf), free(d->rbuf), free(d->scount), free(d->acc), free(d->dense_tmp);
     free(d->touched), free(d->runs), free(d->energy), free(d->blk_base), free(d->gzero), free(d->vzero), free(d->skip),
@@ -498,23 +508,22 @@ status dgc_layer_table(dgc *d, float *density, float *concentration, uint8_t *de
 {
     int n = d->pt->count;
     double base = dgc_density_at(&d->o, step);
-    float *f = calloc(2 * (size_t)n, sizeof(float));
-    uint8_t *b = calloc((size_t)n, 1);
-    CHECK(f && b, "out of memory");
+    /* density, concentration and the dense flag (0 or 1) of my tensors, zeros elsewhere:
+       the maximum over the node is each tensor's owner's value, exactly */
+    float *f = calloc(3 * (size_t)n, sizeof(float));
+    CHECK(f, "out of memory");
     for (int e = d->first; e < d->last; e++) {
         f[e] = d->es[e].dense ? 1.0f : (float)(base * d->es[e].scale);
         f[n + e] = d->es[e].concentration;
-        b[e] = d->es[e].dense;
+        f[2 * n + e] = d->es[e].dense;
     }
-    status st = comm_ctl_reduce(d->node, d->rt->local_rank == 0 ? MPI_IN_PLACE : f, f, 2 * n, MPI_FLOAT, MPI_MAX, 0);
-    if (st == STATUS_OK)
-        st = comm_ctl_reduce(d->node, d->rt->local_rank == 0 ? MPI_IN_PLACE : b, b, n, MPI_UINT8_T, MPI_MAX, 0);
+    status st = comm_group_allreduce(d->node_g, f, 3 * (size_t)n, REDUCE_DTYPE_F32, REDUCE_OP_MAX);
     if (st == STATUS_OK && d->rt->local_rank == 0) {
         memcpy(density, f, (size_t)n * sizeof(float));
         memcpy(concentration, f + n, (size_t)n * sizeof(float));
-        memcpy(dense, b, (size_t)n);
+        for (int e = 0; e < n; e++) dense[e] = f[2 * n + e] != 0.0f;
     }
-    if (st == STATUS_OK) free(f), free(b);  /* after a timeout MPI may still write them: left to the ending job */
+    if (st == STATUS_OK) free(f);  /* after a timeout MPI may still write it: left to the ending job */
     return st;
 }
 
@@ -609,7 +618,7 @@ static status exchange(dgc *d, dgc_stats *st)
         rtotal += (size_t)d->rcount[r];
     }
     reserve(&d->rbuf, &d->rbuf_cap, rtotal + 1);
-    TRY(comm_ctl_alltoallv(d->peers, d->sbuf, d->scount, d->sdispl, MPI_BYTE, d->rbuf, d->rcount, d->rdispl, MPI_BYTE));
+    TRY(comm_group_alltoallv(d->peers_g, d->sbuf, d->scount, d->sdispl, d->rbuf, d->rcount, d->rdispl, 1));
     for (int r = 0; r < P; r++)
         if (r != d->prank) {
             st->bytes_sent += (size_t)d->scount[r];
@@ -677,7 +686,7 @@ static status exchange(dgc *d, dgc_stats *st)
         rtotal += (size_t)d->rcount[r];
     }
     reserve(&d->rbuf, &d->rbuf_cap, rtotal + 1);
-    TRY(comm_ctl_allgatherv(d->peers, d->sbuf, mylen, MPI_BYTE, d->rbuf, d->rcount, d->rdispl, MPI_BYTE));
+    TRY(comm_group_allgatherv(d->peers_g, d->sbuf, d->rbuf, d->rcount, d->rdispl, 1));
     st->bytes_sent += (size_t)mylen * (size_t)(P - 1);
     st->bytes_recv += rtotal - (size_t)mylen;
     double t3 = MPI_Wtime();
@@ -707,7 +716,7 @@ status dgc_exchange(dgc *d, float *grads, const float *params, long step, double
     const runtime *rt = d->rt;
     d->out = grads + d->s0;
     d->slice = d->L > 1 ? d->own_slice : d->out;
-    if (d->L > 1) TRY(comm_ctl_reduce_scatter(d->node, grads, d->slice, d->cnt, MPI_FLOAT, MPI_SUM));
+    if (d->L > 1) TRY(comm_group_reduce_scatter(d->node_g, grads, d->slice, d->cnt, REDUCE_DTYPE_F32, REDUCE_OP_SUM));
     float scale = 1.0f / (float)rt->size;
     if (d->o.clip > 0) {  /* local clipping of the node's contribution to clip / sqrt(nodes) */
         double ss = 0, all;
@@ -764,7 +773,9 @@ status dgc_exchange(dgc *d, float *grads, const float *params, long step, double
     st->residual_norm = sqrt(rn);
     st->select_s = MPI_Wtime() - ts;
     /* Tell the other ranks of the node which entries are plain (every rank's optimizer needs all). */
-    TRY(comm_ctl_allreduce(d->node, MPI_IN_PLACE, d->plain, d->pt->count, MPI_UINT8_T, MPI_MAX));
+    for (int e = 0; e < d->pt->count; e++) d->plainf[e] = d->plain[e];
+    TRY(comm_group_allreduce(d->node_g, d->plainf, (size_t)d->pt->count, REDUCE_DTYPE_F32, REDUCE_OP_MAX));
+    for (int e = 0; e < d->pt->count; e++) d->plain[e] = d->plainf[e] != 0.0f;
     if (d->P > 1) {
         TRY(exchange(d, st));
     } else {
@@ -788,7 +799,9 @@ status dgc_exchange(dgc *d, float *grads, const float *params, long step, double
      * dense; Pro 2: the others' densities for the next step. */
     int ne = d->last - d->first;
     if (d->o.min_energy > 0 || d->o.layer_ratios) {
-        if (ne > 0) TRY(comm_ctl_allreduce(d->peers, MPI_IN_PLACE, d->energy + 3 * d->first, 3 * ne, MPI_DOUBLE, MPI_SUM));
+        if (ne > 0)
+            TRY(comm_group_allreduce(d->peers_g, d->energy + 3 * d->first, 3 * (size_t)ne, REDUCE_DTYPE_F64,
+                                     REDUCE_OP_SUM));
         for (int e = d->first; e < d->last && d->o.min_energy > 0; e++) {
             if (d->es[e].dense) continue;
             double tot = d->energy[3 * e + 1];
@@ -799,7 +812,7 @@ status dgc_exchange(dgc *d, float *grads, const float *params, long step, double
         if (d->o.layer_ratios) TRY(layer_ratios(d, step));
     }
     if (d->L > 1)
-        TRY(comm_ctl_allgatherv(d->node, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, grads, d->cnt, d->dsp, MPI_FLOAT));
+        TRY(comm_group_allgatherv(d->node_g, NULL, grads, d->cnt, d->dsp, sizeof(float)));
     st->dense_bytes = d->P > 1 ? (size_t)(2.0 * (d->P - 1) / d->P * (double)d->S * 4) : 0;
     st->total_s = MPI_Wtime() - t0;
     return STATUS_OK;

@@ -1,7 +1,7 @@
 /* zero — ZeRO-1 shards, consistent-hash ownership, the sharded step and the
  * parameter all-gather (see zero.h for the design). */
 #include "zero.h"
-#include "comm/ctl.h"
+#include "cpu/optim.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -118,6 +118,8 @@ status zero_init(zero *z, MPI_Comm comm, const param_table *pt, const zero_optio
     CHECK(o->moments >= 0 && o->moments <= 2, "zero: 0, 1 or 2 moment buffers");
     z->comm = comm;
     z->opt = *o;
+    comm_group_options go = { .backend = COMM_BACKEND_MPI, .name = "zero" };
+    TRY(comm_group_init(&z->group, comm, &go));  /* mpi: on comm itself, nothing communicated */
     MPI_Comm_rank(comm, &z->rank);
     MPI_Comm_size(comm, &z->size);
     TRY(zero_ring_init(&z->ring, z->size, o->vnodes));
@@ -181,7 +183,8 @@ void zero_free(zero *z)
     zero_ring_free(&z->ring);
     free(z->shards), free(z->mine), free(z->counts), free(z->displs);
     free(z->ck_offset), free(z->ck_count), free(z->ck_packed), free(z->ck_mine);
-    free(z->m), free(z->v);
+    free(z->m), free(z->v), free(z->pack);
+    comm_group_free(z->group);
     memset(z, 0, sizeof *z);
 }
 
@@ -216,13 +219,62 @@ status zero_allgather_params(zero *z, float *params, float *scratch, double time
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < z->nmine; i++)
         memcpy(block + z->mine[i].packed, params + z->mine[i].offset, z->mine[i].count * sizeof(float));
-    TRY(comm_ctl_allgatherv(comm_ctl_named(z->comm, timeout_s, "zero"), MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, scratch,
-                            z->counts, z->displs, MPI_FLOAT));
+    comm_group_set_timeout(z->group, timeout_s);
+    TRY(comm_group_allgatherv(z->group, NULL, scratch, z->counts, z->displs, sizeof(float)));
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < z->nshards; i++) {
         const zero_shard *s = &z->shards[i];
         if (s->owner != z->rank) memcpy(params + s->offset, scratch + s->gather, s->count * sizeof(float));
     }
+    return STATUS_OK;
+}
+
+status zero_reduce_scatter_grads(zero *z, float *grads, double scale, double timeout_s)
+{
+    if (!z->pack) {
+        z->pack = malloc((z->numel + z->owned + 1) * sizeof(float));
+        if (!z->pack) {
+            log_error("zero: out of memory for the reduce-scatter's %.1f MiB", (double)z->numel * 4 / MIB);
+            return STATUS_NOMEM;
+        }
+    }
+    float *mine = z->pack + z->numel;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < z->nshards; i++) {
+        const zero_shard *s = &z->shards[i];
+        memcpy(z->pack + s->gather, grads + s->offset, s->count * sizeof(float));
+    }
+    comm_group_set_timeout(z->group, timeout_s);
+    TRY(comm_group_reduce_scatter(z->group, z->pack, mine, z->counts, REDUCE_DTYPE_F32, REDUCE_OP_SUM));
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < z->nmine; i++) {
+        float *g = grads + z->mine[i].offset;
+        const float *r = mine + z->mine[i].packed;
+        if (scale == 1.0) memcpy(g, r, z->mine[i].count * sizeof(float));
+        else
+            for (size_t k = 0; k < z->mine[i].count; k++) g[k] = (float)(r[k] * scale);
+    }
+    return STATUS_OK;
+}
+
+status zero_grad_norm_sq(zero *z, const param_table *pt, const float *grads, double timeout_s, double *sq,
+                         double *sq_entry)
+{
+    double *part = calloc((size_t)z->nshards + 1, sizeof *part);
+    if (!part) return STATUS_NOMEM;
+    for (int i = 0; i < z->nshards; i++)
+        if (z->shards[i].owner == z->rank) part[i] = grad_norm_sq(grads + z->shards[i].offset, z->shards[i].count);
+    comm_group_set_timeout(z->group, timeout_s);
+    status st = comm_group_allreduce(z->group, part, (size_t)z->nshards, REDUCE_DTYPE_F64, REDUCE_OP_SUM);
+    if (st != STATUS_OK) return st;  /* part leaks: MPI may still write it, and the job is ending */
+    if (sq_entry) memset(sq_entry, 0, (size_t)pt->count * sizeof *sq_entry);
+    double total = 0;
+    for (int i = 0; i < z->nshards; i++) {  /* one owner per shard: the others added 0, exactly */
+        total += part[i];
+        if (sq_entry) sq_entry[z->shards[i].entry] += part[i];
+    }
+    *sq = total;
+    free(part);
     return STATUS_OK;
 }
 
