@@ -54,14 +54,17 @@ typedef struct comm_backend_ops {
     /* *done = true when all n requests completed (their handles are then released). */
     status (*testall)(comm_backend *be, uint64_t *reqs, int n, bool *done);
     void (*free)(comm_backend *be);
-    /* A backend with an allreduce engine of its own (nccl: device buffers) sets the
-     * rest and none of the primitives above; comm.c then runs every op through it,
-     * one op at a time in start order (COMM_CLASS_NCCL). NULL for mpi. */
-    status (*op_start)(comm *c, comm_op *o);                /* at comm_allreduce_start: check, order after the producer */
-    status (*op_post)(comm *c, comm_op *o);                 /* its turn came: enqueue it */
-    status (*op_test)(comm *c, comm_op *o, bool *done);     /* advance without blocking */
-    status (*op_timeout)(comm *c, const comm_op *o);        /* deadline passed: say where, name late ranks, abort */
-    status (*set_stream)(comm *c, cuda_stream s);           /* comm_set_stream */
+    /* Local frees only, after a failed wait: collective frees would wait for the very
+     * ranks that did not arrive (comm_free). */
+    void (*abandon)(comm_backend *be);
+    /* The gradient path's allreduce engine, filled by every backend (comm.c calls only
+     * these): mpi runs the host algorithms (flat, hier, ring, mpi: comm_host_* below),
+     * nccl its device pipeline, one op at a time in start order (COMM_CLASS_NCCL). */
+    status (*op_resolve)(comm *c, comm_algo *algo, size_t bytes, bool blocking); /* AUTO -> an algorithm; refuse one it cannot run */
+    status (*op_start)(comm *c, comm_op *o);                /* at comm_allreduce_start: set up, take its ticket */
+    status (*op_progress)(comm *c, comm_op *o, bool *done); /* advance without blocking; *done when complete */
+    status (*op_timeout)(comm *c, const comm_op *o);        /* deadline passed: say where, name late ranks */
+    status (*set_stream)(comm *c, cuda_stream s);           /* comm_set_stream (mpi: nothing to order) */
 } comm_backend_ops;
 
 struct comm_backend {
@@ -71,6 +74,12 @@ struct comm_backend {
     int group_size[COMM_NGROUPS]; /* size of each group */
     char describe[160];           /* backend, library version, transport */
 };
+
+/* The mpi backend's allreduce engine (comm.c): the host algorithms. */
+status comm_host_resolve(comm *c, comm_algo *algo, size_t bytes, bool blocking);
+status comm_host_op_start(comm *c, comm_op *o);
+status comm_host_op_progress(comm *c, comm_op *o, bool *done);
+status comm_host_set_stream(comm *c, cuda_stream s);
 
 /* Timeout diagnosis (comm_diag.c): answer other ranks' probes while waiting;
  * on a missed deadline, probe everyone and name the ranks that did not arrive. */

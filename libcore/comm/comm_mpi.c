@@ -155,8 +155,21 @@ static void mpi_group_free(comm_backend *be)
     be->impl = NULL;
 }
 
+/* After a failed wait: the duplicates stay (freeing them is collective), the job is ending. */
+static void mpi_abandon(comm_backend *be)
+{
+    free(be->impl);
+    be->impl = NULL;
+}
+
 static const comm_backend_ops comm_mpi_ops = {
     .name = "mpi",
+    .abandon = mpi_abandon,
+    .op_resolve = comm_host_resolve,
+    .op_start = comm_host_op_start,
+    .op_progress = comm_host_op_progress,
+    .op_timeout = comm_diag_timeout,
+    .set_stream = comm_host_set_stream,
     .iallreduce = mpi_iallreduce,
     .allreduce = mpi_allreduce,
     .ireduce_scatter = mpi_ireduce_scatter,
@@ -249,7 +262,8 @@ status comm_mpi_backend_init(comm_backend *be, const runtime *rt)
     return STATUS_OK;
 }
 
-/* The primitives of the world backend; free leaves the members' communicator alone. */
+/* The primitives of the world backend; free leaves the members' communicator alone.
+ * A group's backend runs no allreduce engine (comm_group calls the primitives only). */
 static const comm_backend_ops comm_mpi_group_ops = {
     .name = "mpi",
     .iallreduce = mpi_iallreduce,
@@ -262,6 +276,7 @@ static const comm_backend_ops comm_mpi_group_ops = {
     .isendrecv = mpi_isendrecv,
     .testall = mpi_testall,
     .free = mpi_group_free,
+    .abandon = mpi_group_free,
 };
 
 status comm_mpi_group_backend_init(comm_backend *be, MPI_Comm members)

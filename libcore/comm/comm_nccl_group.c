@@ -320,6 +320,7 @@ static const comm_backend_ops nccl_group_ops = {
     .isendrecv = ng_isendrecv,
     .testall = ng_testall,
     .free = ng_free,
+    .abandon = ng_free,  /* it finalizes only when nothing is in flight, else aborts */
 };
 
 /* Member 0 makes the unique id, the members receive it, then a non-blocking init
