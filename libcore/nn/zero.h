@@ -43,6 +43,7 @@
 
 #define ZERO_SHARD_NUMEL_DEFAULT 65536
 #define ZERO_VNODES_DEFAULT      256
+#define ZERO_PACK_NUMEL          (1u << 22)  /* the reduce-scatter's packing buffer: at most 16 MiB of floats */
 
 /* splitmix64's finaliser (Steele et al., OOPSLA'14): a bijection of 64-bit integers. */
 uint64_t zero_mix(uint64_t x);
@@ -96,8 +97,11 @@ typedef struct zero {
     float *v;                /* (owned) AdamW second moment; NULL unless moments == 2 */
     int *counts, *displs;    /* [size] all-gather: each rank's owned floats and block start */
     comm_group *group;       /* the vector payloads on comm (mpi backend, host buffers) */
-    float *pack;             /* (numel + owned) the reduce-scatter's packed gradient and my reduced block;
-                                allocated at its first use */
+    size_t pack_numel;       /* floats of one round of the reduce-scatter, at most (ZERO_PACK_NUMEL) */
+    float *pack;             /* (pack_numel + its share of mine) one round's packed gradient and my reduced
+                                part; allocated at the first reduce-scatter */
+    int *by_owner;           /* [nshards] shard indices by owner, then offset: each owner's block in order */
+    int *rs_counts;          /* [size] one round's floats of each owner's block */
     /* the moments' ranges, as a checkpoint writes and reads them */
     size_t *ck_offset, *ck_count, *ck_packed;  /* [nshards] */
     uint8_t *ck_mine;        /* [nshards] */
@@ -122,7 +126,10 @@ void zero_sgd_step(zero *z, const param_table *pt, param_buffers *pb, const sgd_
  * rounding: the buckets' formula), each rank receiving its own shards only, written
  * back at their offsets in grads; the other shards' floats in grads are left as they
  * were (this rank's unreduced contribution: read them no more this step). The
- * shards are packed into owner blocks (the all-gather's layout) for one reduce-scatter.
+ * shards are packed into owner blocks (the all-gather's layout) and reduce-scattered
+ * in rounds of at most pack_numel floats (each owner's block cut into as many equal
+ * parts), so the extra memory is bounded whatever the model's size; each float is
+ * summed over the ranks once, in whichever round carries it.
  * STATUS_TIMEOUT after timeout_s seconds (0: no deadline); STATUS_NOMEM logged. */
 status zero_reduce_scatter_grads(zero *z, float *grads, double scale, double timeout_s);
 
