@@ -25,6 +25,9 @@
  *         f32 sums only. Ops run one at a time in start order (comm_nccl.c says why);
  *         comm_set_stream orders each op after the work that produced its buffer.
  * The same calls (start / test / wait / progress, the bucket manager) serve both.
+ * Every other vector payload goes through a comm_group (below): its ops (allreduce,
+ * reduce-scatter, all-gather, all-to-all, send-receive) on any group of ranks, also
+ * implemented by both backends (comm_mpi.c, comm_nccl_group.c).
  *
  * A wait that passes the deadline probes every rank and names the ranks that did
  * not arrive, then returns STATUS_TIMEOUT. */
