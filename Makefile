@@ -327,7 +327,7 @@ include mk/install.mk
 FAKE_NCCL_DIR    := validation/gpu/fake
 FAKE_NCCL_CFLAGS  = -I$(FAKE_NCCL_DIR) -DNEBULA_CUDA=1 $(CFLAGS)
 FAKE_NCCL_LDLIBS  = $(filter-out -lnccl -lcudnn -lcublasLt -lcublas -lcudart,$(LDLIBS))
-FAKE_NCCL_OBJ    := $(addprefix $(B)/fake/obj/,libcore/comm/comm_nccl.o validation/gpu/test_nccl.o \
+FAKE_NCCL_OBJ    := $(addprefix $(B)/fake/obj/,libcore/comm/comm_nccl.o libcore/comm/comm_nccl_group.o validation/gpu/test_nccl.o \
                       $(FAKE_NCCL_DIR)/fake_cuda.o $(FAKE_NCCL_DIR)/fake_nccl.o)
 FAKE_NCCL_BINS   := $(B)/test/fake/test_nccl_fake $(B)/test/fake/test_nccl_fake_aware
 all: $(FAKE_NCCL_BINS)

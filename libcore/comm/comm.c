@@ -7,8 +7,9 @@
  * collective or a shared resource (mpi: a collective on one communicator; hier:
  * the node segment) run in start order within their ordering class (tickets).
  * Ops in flight form a list in start order; there is no limit on their number.
- * A backend with its own engine (nccl) gets its ops through the op_* entries of
- * its vtable, one at a time in start order (ordering class COMM_CLASS_NCCL). */
+ * Every backend runs its ops through the op_* entries of its vtable: the mpi
+ * backend's are the host algorithms here (comm_host_*), nccl's its device pipeline,
+ * one op at a time in start order (ordering class COMM_CLASS_NCCL). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,7 +63,7 @@ const char *comm_late_ranks(const comm *c)
 
 status comm_set_stream(comm *c, cuda_stream s)
 {
-    return c->be.ops->set_stream ? c->be.ops->set_stream(c, s) : STATUS_OK;
+    return c->be.ops->set_stream(c, s);
 }
 
 void comm_options_from_config(const config *cfg, comm_options *opt)
@@ -122,12 +123,39 @@ status comm_init(comm **out, const runtime *rt, const comm_options *opt)
     return STATUS_OK;
 }
 
+status comm_group_init(comm_group **out, MPI_Comm members, const comm_group_options *o)
+{
+    *out = NULL;
+    if (members == MPI_COMM_NULL) return STATUS_OK;
+    comm_group *g = calloc(1, sizeof *g);
+    if (!g) return STATUS_NOMEM;
+    g->members = members;
+    g->opt = *o;
+    MPI_Comm_rank(members, &g->rank);
+    MPI_Comm_size(members, &g->size);
+    status st = o->backend == COMM_BACKEND_NCCL ? comm_nccl_group_backend_init(g)
+                                                : comm_mpi_group_backend_init(&g->be, members);
+    if (st != STATUS_OK) {
+        free(g);
+        return st;
+    }
+    *out = g;
+    return STATUS_OK;
+}
+
+void comm_group_free(comm_group *g)
+{
+    if (!g) return;
+    if (g->be.ops) g->be.ops->free(&g->be);
+    free(g);
+}
+
 void comm_free(comm *c)
 {
     if (!c) return;
     comm_op_free(&c->blocking);
     if (c->failed || c->head) {  /* peers may never arrive: skip every collective free */
-        if (c->be.ops && c->be.ops->op_test) c->be.ops->free(&c->be);  /* nccl: host memory only (it checks) */
+        if (c->be.ops) c->be.ops->abandon(&c->be);
         free(c);
         return;
     }
@@ -223,6 +251,12 @@ void comm_split_even(size_t count, int n, int i, size_t *off, size_t *len)
     *len = base + (ui < rem ? 1 : 0);
 }
 
+/* An allreduce's bus bytes: 2(n-1)/n of the buffer (comm.h). */
+static uint64_t comm_bus_bytes(const comm *c, size_t bytes)
+{
+    return (uint64_t)(2.0 * (double)bytes * (c->rt->size - 1) / c->rt->size);
+}
+
 /* mpi and flat split messages above segment_bytes (MPI counts are int). */
 static void op_segment(const comm *c, comm_op *o)
 {
@@ -231,15 +265,33 @@ static void op_segment(const comm *c, comm_op *o)
     o->seg_len = o->count - o->seg_off < max ? o->count - o->seg_off : max;
 }
 
-/* nccl: auto and hier are its pipeline; the host algorithms cannot run on device
- * buffers. Every rank passes the same algo, so every rank refuses alike. */
-static status nccl_algo(comm_algo algo)
+status comm_host_resolve(comm *c, comm_algo *algo, size_t bytes, bool blocking)
 {
-    if (algo == COMM_ALGO_AUTO || algo == COMM_ALGO_HIER) return STATUS_OK;
-    log_error0("allreduce with algorithm %s on the nccl backend: mpi, flat and ring run on host buffers only",
-               comm_algo_name(algo));
-    log_error0("HINT: pass COMM_ALGO_AUTO (or HIER) with comm.backend = nccl, or use comm.backend = mpi");
-    return STATUS_USAGE;
+    if (*algo == COMM_ALGO_AUTO) *algo = c->opt.algo;
+    if (*algo == COMM_ALGO_AUTO) *algo = blocking ? comm_auto_choice(c, bytes) : comm_auto_choice_start(c, bytes);
+    if (c->rt->size == 1) *algo = COMM_ALGO_MPI;
+    return STATUS_OK;
+}
+
+status comm_host_set_stream(comm *c, cuda_stream s)
+{
+    (void)c, (void)s;  /* host buffers: the caller has finished writing them */
+    return STATUS_OK;
+}
+
+status comm_host_op_start(comm *c, comm_op *o)
+{
+    if (o->algo == COMM_ALGO_FLAT || o->algo == COMM_ALGO_RING) {
+        bool ring = o->algo == COMM_ALGO_RING;
+        TRY(comm_op_scratch(o, comm_flat_scratch_bytes(c, COMM_GROUP_WORLD_P2P, o->seg_len, o->dtype, ring)));
+        comm_flat_begin(c, &o->flat, COMM_GROUP_WORLD_P2P, o->buf, o->seg_len, o->dtype, o->scratch, o->seq, ring);
+    } else if (o->algo == COMM_ALGO_HIER) {
+        TRY(comm_op_scratch(o, comm_hier_scratch_bytes(c, o->count, o->dtype)));
+        o->ticket = c->ticket_issued[COMM_CLASS_HIER]++;
+    } else {
+        o->ticket = c->ticket_issued[COMM_CLASS_MPI]++;
+    }
+    return STATUS_OK;
 }
 
 static status op_start(comm *c, comm_op *o, void *buf, size_t count, reduce_dtype dt, reduce_op op, double scale,
@@ -247,37 +299,24 @@ static status op_start(comm *c, comm_op *o, void *buf, size_t count, reduce_dtyp
 {
     CHECK(!o->active, "starting a comm_op that is still in flight");
     size_t esz = reduce_dtype_size(dt);
-    bool own = c->be.ops->op_test != NULL;  /* the backend's own engine (nccl) */
-    if (own) {
-        TRY(nccl_algo(algo));
-        algo = COMM_ALGO_NCCL;
-    }
-    if (algo == COMM_ALGO_AUTO) algo = c->opt.algo;
-    if (algo == COMM_ALGO_AUTO) algo = comm_auto_choice_start(c, count * esz);
-    if (c->rt->size == 1 && !own) algo = COMM_ALGO_MPI;
+    TRY(c->be.ops->op_resolve(c, &algo, count * esz, false));
     *o = (comm_op){ .algo = algo, .seq = ++c->seq, .buf = buf, .count = count, .dtype = dt, .op = op,
                     .scale = scale, .scratch = o->scratch, .scratch_bytes = o->scratch_bytes, .t_start = MPI_Wtime() };
     o->deadline = c->opt.timeout_s > 0 ? o->t_start + c->opt.timeout_s : 0;
     if (count == 0) return STATUS_OK;  /* nothing to exchange; the op is complete */
+    c->bytes += comm_bus_bytes(c, count * esz);
     op_segment(c, o);
-    if (own) {
-        TRY(c->be.ops->op_start(c, o));
-        o->ticket = c->ticket_issued[COMM_CLASS_NCCL]++;
-    } else if (algo == COMM_ALGO_FLAT || algo == COMM_ALGO_RING) {
-        bool ring = algo == COMM_ALGO_RING;
-        TRY(comm_op_scratch(o, comm_flat_scratch_bytes(c, COMM_GROUP_WORLD_P2P, o->seg_len, dt, ring)));
-        comm_flat_begin(c, &o->flat, COMM_GROUP_WORLD_P2P, buf, o->seg_len, dt, o->scratch, o->seq, ring);
-    } else if (algo == COMM_ALGO_HIER) {
-        TRY(comm_op_scratch(o, comm_hier_scratch_bytes(c, count, dt)));
-        o->ticket = c->ticket_issued[COMM_CLASS_HIER]++;
-    } else {
-        o->ticket = c->ticket_issued[COMM_CLASS_MPI]++;
-    }
+    TRY(c->be.ops->op_start(c, o));
     if (c->tail) c->tail->next = o;
     else c->head = o;
     c->tail = o;
     o->active = 1;
     return STATUS_OK;
+}
+
+uint64_t comm_bytes(const comm *c)
+{
+    return c->bytes;
 }
 
 status comm_allreduce_start(comm *c, comm_op *o, void *buf, size_t count, reduce_dtype dt,
@@ -343,22 +382,6 @@ static status flat_segments_progress(comm *c, comm_op *o, bool *done)
     }
 }
 
-/* nccl: the backend runs one op at a time; the op whose ticket is next is posted
- * when the one before it completed (the list is in start order, so that happens in
- * the same pass). */
-static status nccl_progress(comm *c, comm_op *o, bool *done)
-{
-    *done = false;
-    if (!o->posted) {
-        if (c->ticket_next[COMM_CLASS_NCCL] != o->ticket) return STATUS_OK;
-        o->posted = 1;
-        TRY(c->be.ops->op_post(c, o));
-    }
-    TRY(c->be.ops->op_test(c, o, done));
-    if (*done) c->ticket_next[COMM_CLASS_NCCL]++;
-    return STATUS_OK;
-}
-
 /* mpi: the sum, then scale in double with one rounding (bucket.c's formula). */
 static void op_scale_host(comm_op *o)
 {
@@ -372,12 +395,14 @@ static void op_scale_host(comm_op *o)
     }
 }
 
-static status op_progress(comm *c, comm_op *o, bool *done)
+/* The host algorithms; a scaled op is scaled by the host once its sum is complete. */
+status comm_host_op_progress(comm *c, comm_op *o, bool *done)
 {
-    if (o->algo == COMM_ALGO_FLAT || o->algo == COMM_ALGO_RING) return flat_segments_progress(c, o, done);
-    if (o->algo == COMM_ALGO_HIER) return comm_hier_progress(c, o, done);
-    if (o->algo == COMM_ALGO_NCCL) return nccl_progress(c, o, done);
-    return mpi_progress(c, o, done);
+    if (o->algo == COMM_ALGO_FLAT || o->algo == COMM_ALGO_RING) TRY(flat_segments_progress(c, o, done));
+    else if (o->algo == COMM_ALGO_HIER) TRY(comm_hier_progress(c, o, done));
+    else TRY(mpi_progress(c, o, done));
+    if (*done && o->scale != 1.0) op_scale_host(o);
+    return STATUS_OK;
 }
 
 /* One pass over the ops in flight, oldest first, up to `last` (NULL: all). A later
@@ -388,14 +413,13 @@ static status progress_until(comm *c, const comm_op *last)
     while (p) {
         comm_op *next = p->next;
         bool fin = false;
-        status st = op_progress(c, p, &fin);
+        status st = c->be.ops->op_progress(c, p, &fin);
         if (st != STATUS_OK) {
             c->failed = true;
             return st;
         }
         if (fin) {  /* unlink */
             comm_phase_mark(p, -1);
-            if (p->scale != 1.0 && p->algo != COMM_ALGO_NCCL) op_scale_host(p);
             p->active = 0;
             p->next = NULL;
             if (prev) prev->next = next;
@@ -416,7 +440,7 @@ static status check_deadline(comm *c, const comm_op *o)
     comm_diag_service(c, o->seq, false);
     if (MPI_Wtime() <= o->deadline) return STATUS_OK;
     c->failed = true;
-    return c->be.ops->op_timeout ? c->be.ops->op_timeout(c, o) : comm_diag_timeout(c, o);
+    return c->be.ops->op_timeout(c, o);
 }
 
 /* An op may already have completed while another op was being tested. */
@@ -476,7 +500,7 @@ status comm_wait(comm *c, comm_op *o)
  * entry makes: this one for comm_allreduce, MPI_Iallreduce for started ops. */
 static bool blocking_fast_path(const comm *c, size_t bytes, comm_algo algo)
 {
-    if (c->be.ops->op_test || !c->be.ops->allreduce || c->rt->size == 1 || bytes > COMM_BLOCKING_MAX_BYTES)
+    if (comm_on_device(c) || c->rt->size == 1 || bytes > COMM_BLOCKING_MAX_BYTES)
         return false;
     if (c->opt.timeout_s > 0 && !c->rt->wd) return false;
     return algo == COMM_ALGO_MPI;
@@ -485,13 +509,11 @@ static bool blocking_fast_path(const comm *c, size_t bytes, comm_algo algo)
 status comm_allreduce(comm *c, void *buf, size_t count, reduce_dtype dt, reduce_op op, comm_algo algo)
 {
     size_t bytes = count * reduce_dtype_size(dt);
-    if (algo == COMM_ALGO_AUTO && !c->be.ops->op_test) {  /* resolved once here, not again at start */
-        algo = c->opt.algo;
-        if (algo == COMM_ALGO_AUTO) algo = comm_auto_choice(c, bytes);
-    }
+    TRY(c->be.ops->op_resolve(c, &algo, bytes, true));  /* resolved once here, not again at start */
     if (count > 0 && blocking_fast_path(c, bytes, algo)) {
         while (c->head) TRY(comm_wait(c, c->head));
         c->seq++;  /* one sequence number per allreduce, as the polled path takes */
+        c->bytes += comm_bus_bytes(c, bytes);
         watchdog_enter(c->rt->wd, "comm_allreduce: OpenMPI's blocking MPI_Allreduce", c->opt.timeout_s);
         status st = c->be.ops->allreduce(&c->be, COMM_GROUP_WORLD_COLL, buf, count, dt, op);
         watchdog_leave(c->rt->wd);

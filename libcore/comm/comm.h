@@ -25,6 +25,9 @@
  *         f32 sums only. Ops run one at a time in start order (comm_nccl.c says why);
  *         comm_set_stream orders each op after the work that produced its buffer.
  * The same calls (start / test / wait / progress, the bucket manager) serve both.
+ * Every other vector payload goes through a comm_group (below): its ops (allreduce,
+ * reduce-scatter, all-gather, all-to-all, send-receive) on any group of ranks, also
+ * implemented by both backends (comm_mpi.c, comm_nccl_group.c).
  *
  * A wait that passes the deadline probes every rank and names the ranks that did
  * not arrive, then returns STATUS_TIMEOUT. */
@@ -227,6 +230,93 @@ status comm_progress(comm *c);
 /* Releases an op's scratch. An op still in flight (after a failed wait) keeps it:
  * MPI may still write there, and the job is ending anyway. */
 void comm_op_free(comm_op *o);
+
+/* ---- vector payloads on a group: comm_group ------------------------------------
+ * Every vector that is not a dense gradient bucket — DGC-Pro's sparse exchange, ZeRO's
+ * reduce-scatter and all-gather, tensor-parallel sums, pipeline activations and tied
+ * gradients — travels through these ops, on a group of ranks (the world, a node, the
+ * peers, or a grid's tp/pp/dp group: comm/grid.h). They follow the allreduce ops'
+ * shape: start, then test or wait, every wait bounded by the group's deadline; a
+ * missed deadline names the group and its members (world ranks) and returns
+ * STATUS_TIMEOUT. Blocking forms start and wait. Ops on one group must be started in
+ * the same order on every member; each is one backend primitive (comm_impl.h):
+ *   mpi   the collective of the same name on the members' communicator itself (not a
+ *         duplicate: the results, and their reduction order, are the MPI library's,
+ *         exactly as the control plane's calls were), host buffers
+ *   nccl  NCCL on a communicator of its own over the members, DEVICE buffers
+ * Scalars and decisions (a loss sum, a vote, a size agreement) stay on comm/ctl.h. */
+typedef struct comm_group comm_group;  /* opaque: backend and members live in comm_impl.h */
+
+typedef struct comm_group_options {
+    comm_backend_kind backend; /* mpi (host buffers) or nccl (device buffers) */
+    double timeout_s;      /* deadline of every wait in seconds; 0 disables it */
+    const char *name;      /* what the group is, for messages ("dgc peers"); a literal */
+    watchdog *wd;          /* the runtime's watchdog (or NULL): a wait shows in this rank's beacon */
+} comm_group_options;
+
+/* One op in flight on a group. Embed it where it is used; it owns nothing. */
+typedef struct comm_vop {
+    int active;            /* started and not yet complete */
+    int nreq;              /* backend requests in flight */
+    uint64_t req[2];       /* backend request handles (send and receive of an exchange) */
+    const char *what;      /* "allgatherv", for messages */
+    double deadline;       /* absolute MPI_Wtime deadline, 0 = none */
+} comm_vop;
+
+/* A group over `members` (a communicator every member passes, MPI_COMM_NULL: none,
+ * *out NULL). mpi: local, nothing is communicated; nccl: collective over members
+ * (its NCCL communicator). STATUS_USAGE when the backend cannot (nccl without CUDA). */
+status comm_group_init(comm_group **out, MPI_Comm members, const comm_group_options *o);
+void comm_group_free(comm_group *g);
+int comm_group_rank(const comm_group *g);
+int comm_group_size(const comm_group *g);
+/* A new deadline for the group's later ops (seconds, 0: none). */
+void comm_group_set_timeout(comm_group *g, double timeout_s);
+/* Bytes this rank's ops put on the wire so far, by the bus model of nccl-tests
+ * (docs/benchmarks.md): allreduce 2(n-1)/n of the buffer, reduce-scatter and
+ * all-gather (n-1)/n of the whole, an all-to-all or a send what leaves this rank. */
+uint64_t comm_group_bytes(const comm_group *g);
+
+/* buf[count] reduced over the group, in place. */
+status comm_group_allreduce_start(comm_group *g, comm_vop *v, void *buf, size_t count, reduce_dtype dt,
+                                  reduce_op op);
+/* send holds every member's block in member order (counts[r] elements each, r's
+ * block first at the sum of the counts before it); recv[counts[my rank]] gets my
+ * block reduced over the group. */
+status comm_group_reduce_scatter_start(comm_group *g, comm_vop *v, const void *send, void *recv,
+                                       const int *counts, reduce_dtype dt, reduce_op op);
+/* Element size esz bytes (1, 2, 4 or 8: data are moved, never combined). Member r's
+ * counts[r] elements land at recv + displs[r] elements on every member; send NULL:
+ * in place, my block is already at my displacement in recv. */
+status comm_group_allgatherv_start(comm_group *g, comm_vop *v, const void *send, void *recv, const int *counts,
+                                   const int *displs, size_t esz);
+/* scounts[r] elements from send + sdispls[r] to member r; rcounts[r] from r into
+ * recv + rdispls[r] (elements of esz bytes). */
+status comm_group_alltoallv_start(comm_group *g, comm_vop *v, const void *send, const int *scounts,
+                                  const int *sdispls, void *recv, const int *rcounts, const int *rdispls, size_t esz);
+/* Point to point: send_bytes to member `dest` with send_tag and recv_bytes from member
+ * `source` with recv_tag, waited on together (a peer of -1, or 0 bytes, leaves out that
+ * half): the pipeline's activations and their gradients. (nccl matches a pair's
+ * messages in call order; the tags are for mpi.) */
+status comm_group_sendrecv_start(comm_group *g, comm_vop *v, const void *send, size_t send_bytes, int dest,
+                                 int send_tag, void *recv, size_t recv_bytes, int source, int recv_tag);
+status comm_group_test(comm_group *g, comm_vop *v, bool *done);
+status comm_group_wait(comm_group *g, comm_vop *v);
+
+/* Blocking forms: start and wait. */
+status comm_group_allreduce(comm_group *g, void *buf, size_t count, reduce_dtype dt, reduce_op op);
+status comm_group_reduce_scatter(comm_group *g, const void *send, void *recv, const int *counts, reduce_dtype dt,
+                                 reduce_op op);
+status comm_group_allgatherv(comm_group *g, const void *send, void *recv, const int *counts, const int *displs,
+                             size_t esz);
+status comm_group_alltoallv(comm_group *g, const void *send, const int *scounts, const int *sdispls, void *recv,
+                            const int *rcounts, const int *rdispls, size_t esz);
+status comm_group_sendrecv(comm_group *g, const void *send, size_t send_bytes, int dest, int send_tag, void *recv,
+                           size_t recv_bytes, int source, int recv_tag);
+
+/* Bytes the comm's allreduces put on the wire so far (each 2(n-1)/n of its buffer, the
+ * bus model above): with comm_group_bytes, what a training step costs. */
+uint64_t comm_bytes(const comm *c);
 
 /* The algorithm AUTO resolves to for a message of `bytes` in comm_allreduce, and for an
  * op started non-blocking (comm_allreduce_start, the buckets) — they differ where mpi

@@ -8,7 +8,7 @@
 
 /* Groups of ranks an algorithm talks to. Each algorithm phase has its own group so
  * that phases of concurrent ops never interleave on one communicator. */
-enum comm_group {
+enum comm_group_index {
     COMM_GROUP_WORLD_COLL = 0, /* mpi: OpenMPI's own allreduce */
     COMM_GROUP_WORLD_P2P,      /* flat: point-to-point over all ranks */
     COMM_GROUP_CHUNK0,         /* hier: part j's owners on every node, j < max_local_size */
@@ -36,23 +36,35 @@ typedef struct comm_backend_ops {
     status (*allreduce)(comm_backend *be, int group, void *buf, size_t count, reduce_dtype dt, reduce_op op);
     status (*ireduce_scatter)(comm_backend *be, int group, const void *send, void *recv,
                               const int *counts, reduce_dtype dt, reduce_op op, uint64_t *req);
-    status (*iallgatherv)(comm_backend *be, int group, const void *send, int sendcount, void *recv,
-                          const int *counts, const int *displs, reduce_dtype dt, uint64_t *req);
+    /* send NULL: in place. Elements of esz bytes are moved, never combined. */
+    status (*iallgatherv)(comm_backend *be, int group, const void *send, void *recv, const int *counts,
+                          const int *displs, size_t esz, uint64_t *req);
+    status (*ialltoallv)(comm_backend *be, int group, const void *send, const int *scounts, const int *sdispls,
+                         void *recv, const int *rcounts, const int *rdispls, size_t esz, uint64_t *req);
     status (*isend)(comm_backend *be, int group, const void *buf, size_t bytes, int peer, int tag,
                     uint64_t *req);
     status (*irecv)(comm_backend *be, int group, void *buf, size_t bytes, int peer, int tag,
                     uint64_t *req);
+    /* send_bytes to dest and recv_bytes from source in one step (a peer of -1 or 0
+     * bytes: none), as two handles req[0..1] that testall completes together (a zero
+     * handle is complete): posted apart, two ranks exchanging both ways could each
+     * wait for the other's second half (nccl runs a stream's work in order). */
+    status (*isendrecv)(comm_backend *be, int group, const void *send, size_t send_bytes, int dest, int send_tag,
+                        void *recv, size_t recv_bytes, int source, int recv_tag, uint64_t *req);
     /* *done = true when all n requests completed (their handles are then released). */
     status (*testall)(comm_backend *be, uint64_t *reqs, int n, bool *done);
     void (*free)(comm_backend *be);
-    /* A backend with an allreduce engine of its own (nccl: device buffers) sets the
-     * rest and none of the primitives above; comm.c then runs every op through it,
-     * one op at a time in start order (COMM_CLASS_NCCL). NULL for mpi. */
-    status (*op_start)(comm *c, comm_op *o);                /* at comm_allreduce_start: check, order after the producer */
-    status (*op_post)(comm *c, comm_op *o);                 /* its turn came: enqueue it */
-    status (*op_test)(comm *c, comm_op *o, bool *done);     /* advance without blocking */
-    status (*op_timeout)(comm *c, const comm_op *o);        /* deadline passed: say where, name late ranks, abort */
-    status (*set_stream)(comm *c, cuda_stream s);           /* comm_set_stream */
+    /* Local frees only, after a failed wait: collective frees would wait for the very
+     * ranks that did not arrive (comm_free). */
+    void (*abandon)(comm_backend *be);
+    /* The gradient path's allreduce engine, filled by every backend (comm.c calls only
+     * these): mpi runs the host algorithms (flat, hier, ring, mpi: comm_host_* below),
+     * nccl its device pipeline, one op at a time in start order (COMM_CLASS_NCCL). */
+    status (*op_resolve)(comm *c, comm_algo *algo, size_t bytes, bool blocking); /* AUTO -> an algorithm; refuse one it cannot run */
+    status (*op_start)(comm *c, comm_op *o);                /* at comm_allreduce_start: set up, take its ticket */
+    status (*op_progress)(comm *c, comm_op *o, bool *done); /* advance without blocking; *done when complete */
+    status (*op_timeout)(comm *c, const comm_op *o);        /* deadline passed: say where, name late ranks */
+    status (*set_stream)(comm *c, cuda_stream s);           /* comm_set_stream (mpi: nothing to order) */
 } comm_backend_ops;
 
 struct comm_backend {
@@ -62,6 +74,12 @@ struct comm_backend {
     int group_size[COMM_NGROUPS]; /* size of each group */
     char describe[160];           /* backend, library version, transport */
 };
+
+/* The mpi backend's allreduce engine (comm.c): the host algorithms. */
+status comm_host_resolve(comm *c, comm_algo *algo, size_t bytes, bool blocking);
+status comm_host_op_start(comm *c, comm_op *o);
+status comm_host_op_progress(comm *c, comm_op *o, bool *done);
+status comm_host_set_stream(comm *c, cuda_stream s);
 
 /* Timeout diagnosis (comm_diag.c): answer other ranks' probes while waiting;
  * on a missed deadline, probe everyone and name the ranks that did not arrive. */
@@ -98,6 +116,21 @@ size_t comm_hier_scratch_bytes(const comm *c, size_t count, reduce_dtype dt);
 /* Advances a hier op as far as it can without blocking; *done when complete. */
 status comm_hier_progress(comm *c, comm_op *o, bool *done);
 
+/* A group for vector payloads (comm.h: comm_group): its own backend instance whose
+ * group COMM_GROUP_WORLD_COLL is the members (every primitive runs there). */
+struct comm_group {
+    comm_backend be;               /* the backend over the members */
+    MPI_Comm members;              /* the members' communicator (not owned) */
+    comm_group_options opt;        /* backend, deadline, name, watchdog */
+    int rank, size;                /* mine in members, and their number */
+    uint64_t bytes;                /* bus bytes of the ops started (comm_group_bytes) */
+};
+
+/* Group backends: mpi runs on `members` itself; nccl builds an NCCL communicator over
+ * them (collective; STATUS_USAGE without CUDA). */
+status comm_mpi_group_backend_init(comm_backend *be, MPI_Comm members);
+status comm_nccl_group_backend_init(comm_group *g);
+
 /* Backends. The nccl backend reads c->rt and c->opt and needs c->diag; built
  * without CUDA it says so and returns STATUS_USAGE. */
 status comm_mpi_backend_init(comm_backend *be, const runtime *rt);
@@ -118,6 +151,7 @@ struct comm {
     const runtime *rt;             /* placement (world, node ids, local ranks) */
     comm_options opt;              /* algorithm default, deadline */
     uint64_t seq;                  /* sequence number of the last started op */
+    uint64_t bytes;                /* bus bytes of the allreduces started (comm_bytes) */
     uint64_t ticket_issued[COMM_NCLASSES]; /* per ordering class: tickets handed out at op start */
     uint64_t ticket_next[COMM_NCLASSES];   /* per ordering class: the ticket allowed to run next */
     MPI_Win shm_win;               /* node shared memory of hier */

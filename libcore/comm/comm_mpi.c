@@ -66,11 +66,37 @@ static status mpi_ireduce_scatter(comm_backend *be, int group, const void *send,
     return STATUS_OK;
 }
 
-static status mpi_iallgatherv(comm_backend *be, int group, const void *send, int sendcount, void *recv,
-                              const int *counts, const int *displs, reduce_dtype dt, uint64_t *req)
+/* Elements of esz bytes are only moved: any MPI type of that size moves the same bits. */
+static MPI_Datatype mpi_move_type(size_t esz)
 {
-    MPI_CHECK(MPI_Iallgatherv(send, sendcount, mpi_dtype(dt), recv, counts, displs, mpi_dtype(dt),
-                              group_comm(be, group), as_req(req)));
+    switch (esz) {
+    case 1: return MPI_BYTE;
+    case 2: return MPI_UINT16_T;
+    case 4: return MPI_FLOAT;
+    case 8: return MPI_DOUBLE;
+    }
+    die("comm", "an element size other than 1, 2, 4 or 8 bytes", "pass the size of the buffer's element type");
+    return MPI_DATATYPE_NULL;
+}
+
+static status mpi_iallgatherv(comm_backend *be, int group, const void *send, void *recv, const int *counts,
+                              const int *displs, size_t esz, uint64_t *req)
+{
+    MPI_Datatype t = mpi_move_type(esz);
+    MPI_Comm mc = group_comm(be, group);
+    int me = 0;
+    MPI_Comm_rank(mc, &me);
+    MPI_CHECK(MPI_Iallgatherv(send ? send : MPI_IN_PLACE, send ? counts[me] : 0, send ? t : MPI_DATATYPE_NULL, recv,
+                              counts, displs, t, mc, as_req(req)));
+    return STATUS_OK;
+}
+
+static status mpi_ialltoallv(comm_backend *be, int group, const void *send, const int *scounts, const int *sdispls,
+                             void *recv, const int *rcounts, const int *rdispls, size_t esz, uint64_t *req)
+{
+    MPI_Datatype t = mpi_move_type(esz);
+    MPI_CHECK(MPI_Ialltoallv(send, scounts, sdispls, t, recv, rcounts, rdispls, t, group_comm(be, group),
+                             as_req(req)));
     return STATUS_OK;
 }
 
@@ -87,6 +113,17 @@ static status mpi_irecv(comm_backend *be, int group, void *buf, size_t bytes, in
 {
     CHECK(bytes <= (size_t)INT32_MAX, "split messages above 2 GiB");
     MPI_CHECK(MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, group_comm(be, group), as_req(req)));
+    return STATUS_OK;
+}
+
+static status mpi_isendrecv(comm_backend *be, int group, const void *send, size_t send_bytes, int dest,
+                            int send_tag, void *recv, size_t recv_bytes, int source, int recv_tag, uint64_t *req)
+{
+    *as_req(&req[0]) = MPI_REQUEST_NULL;
+    *as_req(&req[1]) = MPI_REQUEST_NULL;
+    /* the receive first: a peer's matching send then finds it posted */
+    if (source >= 0 && recv_bytes > 0) TRY(mpi_irecv(be, group, recv, recv_bytes, source, recv_tag, &req[0]));
+    if (dest >= 0 && send_bytes > 0) TRY(mpi_isend(be, group, send, send_bytes, dest, send_tag, &req[1]));
     return STATUS_OK;
 }
 
@@ -111,14 +148,36 @@ static void mpi_free(comm_backend *be)
     be->impl = NULL;
 }
 
+/* A group's backend runs on the members' communicator itself: it is not ours to free. */
+static void mpi_group_free(comm_backend *be)
+{
+    free(be->impl);
+    be->impl = NULL;
+}
+
+/* After a failed wait: the duplicates stay (freeing them is collective), the job is ending. */
+static void mpi_abandon(comm_backend *be)
+{
+    free(be->impl);
+    be->impl = NULL;
+}
+
 static const comm_backend_ops comm_mpi_ops = {
     .name = "mpi",
+    .abandon = mpi_abandon,
+    .op_resolve = comm_host_resolve,
+    .op_start = comm_host_op_start,
+    .op_progress = comm_host_op_progress,
+    .op_timeout = comm_diag_timeout,
+    .set_stream = comm_host_set_stream,
     .iallreduce = mpi_iallreduce,
     .allreduce = mpi_allreduce,
     .ireduce_scatter = mpi_ireduce_scatter,
     .iallgatherv = mpi_iallgatherv,
+    .ialltoallv = mpi_ialltoallv,
     .isend = mpi_isend,
     .irecv = mpi_irecv,
+    .isendrecv = mpi_isendrecv,
     .testall = mpi_testall,
     .free = mpi_free,
 };
@@ -200,5 +259,42 @@ status comm_mpi_backend_init(comm_backend *be, const runtime *rt)
     if (nl) *nl = '\0';
     mpi_pml_name(pml, sizeof pml);
     snprintf(be->describe, sizeof be->describe, "mpi (%.100s, pml %.40s)", version, pml);
+    return STATUS_OK;
+}
+
+/* The primitives of the world backend; free leaves the members' communicator alone.
+ * A group's backend runs no allreduce engine (comm_group calls the primitives only). */
+static const comm_backend_ops comm_mpi_group_ops = {
+    .name = "mpi",
+    .iallreduce = mpi_iallreduce,
+    .allreduce = mpi_allreduce,
+    .ireduce_scatter = mpi_ireduce_scatter,
+    .iallgatherv = mpi_iallgatherv,
+    .ialltoallv = mpi_ialltoallv,
+    .isend = mpi_isend,
+    .irecv = mpi_irecv,
+    .isendrecv = mpi_isendrecv,
+    .testall = mpi_testall,
+    .free = mpi_group_free,
+    .abandon = mpi_group_free,
+};
+
+status comm_mpi_group_backend_init(comm_backend *be, MPI_Comm members)
+{
+    comm_mpi *m = calloc(1, sizeof *m);
+    if (!m) return STATUS_NOMEM;
+    for (int g = 0; g < NGROUPS; g++) {
+        m->group[g] = MPI_COMM_NULL;
+        be->group_rank[g] = -1;
+        be->group_size[g] = 0;
+    }
+    m->group[COMM_GROUP_WORLD_COLL] = m->group[COMM_GROUP_WORLD_P2P] = members;
+    for (int g = COMM_GROUP_WORLD_COLL; g <= COMM_GROUP_WORLD_P2P; g++) {
+        MPI_Comm_rank(members, &be->group_rank[g]);
+        MPI_Comm_size(members, &be->group_size[g]);
+    }
+    be->ops = &comm_mpi_group_ops;
+    be->impl = m;
+    snprintf(be->describe, sizeof be->describe, "mpi (the members' communicator)");
     return STATUS_OK;
 }

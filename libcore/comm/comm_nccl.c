@@ -458,7 +458,23 @@ static status nccl_op_start(comm *c, comm_op *o)
         CU_TRY(n, cudaEventRecord(n->ev_ready, n->producer));
         CU_TRY(n, cudaStreamWaitEvent(n->stream, n->ev_ready, 0));
     }
+    o->ticket = c->ticket_issued[COMM_CLASS_NCCL]++;
     return STATUS_OK;
+}
+
+/* auto and hier are its pipeline; the host algorithms cannot run on device buffers.
+ * Every rank passes the same algo, so every rank refuses alike. */
+static status nccl_resolve(comm *c, comm_algo *algo, size_t bytes, bool blocking)
+{
+    (void)c, (void)bytes, (void)blocking;
+    if (*algo == COMM_ALGO_AUTO || *algo == COMM_ALGO_HIER || *algo == COMM_ALGO_NCCL) {
+        *algo = COMM_ALGO_NCCL;
+        return STATUS_OK;
+    }
+    log_error0("allreduce with algorithm %s on the nccl backend: mpi, flat and ring run on host buffers only",
+               comm_algo_name(*algo));
+    log_error0("HINT: pass COMM_ALGO_AUTO (or HIER) with comm.backend = nccl, or use comm.backend = mpi");
+    return STATUS_USAGE;
 }
 
 /* Its turn came (the op before it completed): queue every reduce-scatter. */
@@ -528,6 +544,21 @@ static status nccl_op_test(comm *c, comm_op *o, bool *done)
     return STATUS_OK;
 }
 
+/* The op whose ticket is next is posted when the one before it completed (comm's list
+ * is in start order, so that happens in the same pass), then tested. */
+static status nccl_op_progress(comm *c, comm_op *o, bool *done)
+{
+    *done = false;
+    if (!o->posted) {
+        if (c->ticket_next[COMM_CLASS_NCCL] != o->ticket) return STATUS_OK;
+        o->posted = 1;
+        TRY(nccl_op_post(c, o));
+    }
+    TRY(nccl_op_test(c, o, done));
+    if (*done) c->ticket_next[COMM_CLASS_NCCL]++;
+    return STATUS_OK;
+}
+
 static status nccl_op_timeout(comm *c, const comm_op *o)
 {
     comm_nccl *n = c->be.impl;
@@ -592,9 +623,10 @@ static void nccl_free(comm_backend *be)
 static const comm_backend_ops nccl_ops = {
     .name = "nccl",
     .free = nccl_free,
+    .abandon = nccl_free,  /* host memory only after a failure (nccl_release checks) */
+    .op_resolve = nccl_resolve,
     .op_start = nccl_op_start,
-    .op_post = nccl_op_post,
-    .op_test = nccl_op_test,
+    .op_progress = nccl_op_progress,
     .op_timeout = nccl_op_timeout,
     .set_stream = nccl_set_stream,
 };

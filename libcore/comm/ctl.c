@@ -38,7 +38,7 @@ static void ctl_members(comm_ctl c, char *out, size_t len, int *me, char *mask)
 }
 
 /* c's deadline passed: which members, and what their beacons say when c is watched. */
-static void ctl_timed_out(comm_ctl c, const char *what)
+void comm_ctl_report_timeout(comm_ctl c, const char *what)
 {
     char members[256], who[1024] = "";
     int me = 0, world = 0;
@@ -106,7 +106,7 @@ static status ctl_waitn(comm_ctl c, int n, MPI_Request *req, const char *what, i
     }
     status st = ctl_poll(c, n, req, what, started);
     if (c.wd && started == MPI_SUCCESS) watchdog_leave(c.wd);
-    if (st == STATUS_TIMEOUT) ctl_timed_out(c, what);  /* unguarded: reading the beacons takes a few ticks */
+    if (st == STATUS_TIMEOUT) comm_ctl_report_timeout(c, what);  /* unguarded: reading the beacons takes a few ticks */
     return st;
 }
 

@@ -1,7 +1,9 @@
 /* ctl — the control plane's collectives: the small, blocking exchanges around the
  * gradient path (a loss sum, a broadcast of parameters or a decision, an agreement
- * on sizes, DGC-Pro's sparse all-to-all, the checkpoint writer's votes), each waited
- * on with a deadline.
+ * on sizes, the checkpoint writer's votes), each waited on with a deadline. Vector
+ * payloads (DGC-Pro's exchange, ZeRO's shards, tensor-parallel sums, pipeline
+ * activations) are not its business: they go through comm.h's comm_group, which any
+ * backend (MPI, NCCL) implements.
  *
  * Every call is a non-blocking MPI collective polled until it completes or the
  * deadline passes; a missed deadline logs which operation on which communicator (its
@@ -18,7 +20,7 @@
  * counts). The callers are the modules that already own MPI communicators (runtime's
  * world/node/peers, the checkpoint writer's communicator that HDF5 also uses); what
  * they gain is one place that bounds every wait. The gradient path itself (buckets,
- * flat/hier/ring allreduce) is comm.h. */
+ * flat/hier/ring allreduce) and every vector payload are comm.h. */
 #ifndef NEBULA_COMM_CTL_H
 #define NEBULA_COMM_CTL_H
 
@@ -55,6 +57,11 @@ static inline comm_ctl comm_ctl_watched(comm_ctl c, watchdog *wd)
     c.wd = wd;
     return c;
 }
+
+/* c's deadline passed in `what`: logs the operation, the communicator's members (world
+ * ranks) and, when c is watched, what their beacons say (comm_group's waits report
+ * through it too). */
+void comm_ctl_report_timeout(comm_ctl c, const char *what);
 
 /* sendbuf may be MPI_IN_PLACE where MPI allows it. */
 status comm_ctl_allreduce(comm_ctl c, const void *sendbuf, void *recvbuf, int count, MPI_Datatype dt, MPI_Op op);

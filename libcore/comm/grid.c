@@ -73,6 +73,14 @@ status grid_init(grid *g, const runtime *rt, const grid_shape *shape, double tim
     g->tp_in_node = in_node != 0;
     watchdog_leave(rt->wd);
     runtime_sub_init(&g->dp_rt, rt, g->dp_comm);
+    /* the groups' vector payloads (activations' sums, the pipeline's sends, ZeRO's
+       shards) run on the same communicators, host buffers: nothing is communicated */
+    comm_group_options o = { .backend = COMM_BACKEND_MPI, .timeout_s = timeout_s, .name = "tp", .wd = rt->wd };
+    TRY(comm_group_init(&g->tp_group, g->tp_comm, &o));
+    o.name = "pp";
+    TRY(comm_group_init(&g->pp_group, g->pp_comm, &o));
+    o.name = "dp";
+    TRY(comm_group_init(&g->dp_group, g->dp_comm, &o));
     return STATUS_OK;
 }
 
@@ -140,6 +148,8 @@ void grid_print(const grid *g, const runtime *rt, FILE *f)
 
 void grid_free(grid *g)
 {
+    comm_group_free(g->tp_group), comm_group_free(g->pp_group), comm_group_free(g->dp_group);
+    g->tp_group = g->pp_group = g->dp_group = NULL;
     runtime_sub_free(&g->dp_rt);
     if (g->tp_comm != MPI_COMM_NULL) MPI_Comm_free(&g->tp_comm);
     if (g->pp_comm != MPI_COMM_NULL) MPI_Comm_free(&g->pp_comm);

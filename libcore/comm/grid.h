@@ -14,9 +14,10 @@
  * bandwidth-tolerant traffic (one allreduce per step, overlapped with the backward),
  * span the nodes. grid_init says when a tp group has to cross a node.
  *
- * Each group has an MPI communicator for the control plane (comm/ctl.h: activations'
- * reductions, the pipeline's sends, each with a deadline) and the dp group also a
- * runtime view (runtime_sub_init), so comm_init builds the gradient path's algorithms
+ * Each group has an MPI communicator for the control plane (comm/ctl.h: scalars and
+ * decisions), a comm_group on it for the vector payloads (comm.h: activations'
+ * reductions, the pipeline's sends, ZeRO's shards, each with a deadline) and the dp
+ * group also a runtime view (runtime_sub_init), so comm_init builds the gradient path's algorithms
  * (flat, hier, ring) over the replicas as it does over the world. */
 #ifndef NEBULA_COMM_GRID_H
 #define NEBULA_COMM_GRID_H
@@ -26,6 +27,7 @@
 
 #include "base/log.h"
 #include "base/runtime.h"
+#include "comm.h"
 
 /* Config keys of [parallel], for an app's schema. */
 #define GRID_CONFIG_KEYS                                                                             \
@@ -63,6 +65,9 @@ typedef struct grid {
     MPI_Comm tp_comm;      /* ranks with my (pp, dp): rank in it = tp_rank */
     MPI_Comm pp_comm;      /* ranks with my (tp, dp): rank in it = pp_rank */
     MPI_Comm dp_comm;      /* ranks with my (tp, pp): rank in it = dp_rank */
+    comm_group *tp_group;  /* vector payloads on tp_comm (comm.h; mpi backend, the deadline below) */
+    comm_group *pp_group;  /* on pp_comm */
+    comm_group *dp_group;  /* on dp_comm */
     runtime dp_rt;         /* the dp group as a runtime (its nodes: the world's restricted to it) */
     bool tp_in_node;       /* every tp group lies inside one (virtual) node */
     double timeout_s;      /* deadline of the groups' control-plane calls (comm.timeout) */

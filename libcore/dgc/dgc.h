@@ -31,9 +31,13 @@
  * plus its residual v; with fp16 values the rounding of each sent value stays in the
  * residual of the rank that rounded it. Every rank ends with the same bits.
  *
- * Every collective goes through comm/ctl.h with the deadline dgc_options.timeout_s
- * (comm.timeout): a node or a rank that does not arrive makes the others return
- * STATUS_TIMEOUT instead of hanging. */
+ * Every vector (the node's reduce-scatter and all-gather, the peers' alltoallv and
+ * allgatherv, the energies, the votes) goes through comm.h's comm_group, and the
+ * scalars and message sizes through comm/ctl.h, all with the deadline
+ * dgc_options.timeout_s (comm.timeout): a node or a rank that does not arrive makes
+ * the others return STATUS_TIMEOUT instead of hanging. Files: dgc_state.c (the state),
+ * dgc.c (selection), dgc_exchange.c (the step), dgc_codec.c, dgc_select.c,
+ * dgc_options.c; dgc_impl.h between them. */
 #ifndef NEBULA_DGC_H
 #define NEBULA_DGC_H
 

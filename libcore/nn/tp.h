@@ -5,8 +5,8 @@
  *   f (column-parallel input):  forward identity, backward SUM of the input gradient
  *   g (row-parallel output):    forward SUM of the partial outputs, backward identity
  *
- * The one design decision: the reductions are the control plane's blocking allreduce
- * (comm/ctl.h) on the tp group's communicator, with the run's deadline — activations
+ * The one design decision: the reductions are a blocking allreduce on the tp group
+ * (comm.h's comm_group, the grid's tp_group), with the run's deadline — activations
  * are needed right away by the next kernel, so nothing overlaps them — and a failure
  * (a timeout, a lost peer) is kept in the context rather than returned through every
  * layer call: the model skips the rest of its communication and the caller reads
@@ -18,19 +18,19 @@
 #include <stddef.h>
 
 #include "base/log.h"
-#include "comm/ctl.h"
+#include "comm/comm.h"
 
 typedef struct nn_tp {
     int size;              /* ranks in the group; 1: no tensor parallelism */
     int rank;              /* my shard, 0..size-1 */
-    comm_ctl ctl;          /* the group's communicator and deadline (comm_ctl_watched by the runtime's watchdog) */
+    comm_group *group;     /* the tp group (grid.h: tp_group), with its deadline; NULL when size is 1 */
     status failed;         /* the first failure of a reduction; STATUS_OK while none */
 } nn_tp;
 
 /* The context of no tensor parallelism (size 1: every call below is a no-op). */
 static inline nn_tp nn_tp_none(void)
 {
-    return (nn_tp){ .size = 1, .rank = 0, .ctl = { .comm = MPI_COMM_NULL }, .failed = STATUS_OK };
+    return (nn_tp){ .size = 1, .rank = 0, .group = NULL, .failed = STATUS_OK };
 }
 
 /* buf[n] summed over the group, in place (after a failure: nothing). */
@@ -38,21 +38,21 @@ static inline void nn_tp_sum(nn_tp *t, float *buf, size_t n)
 {
     if (t->size == 1 || t->failed != STATUS_OK) return;
     CHECK(n <= (size_t)INT32_MAX, "nn_tp_sum: a reduction of more than 2^31 floats");
-    t->failed = comm_ctl_allreduce(t->ctl, MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM);
+    t->failed = comm_group_allreduce(t->group, buf, n, REDUCE_DTYPE_F32, REDUCE_OP_SUM);
 }
 
 static inline void nn_tp_sum_f64(nn_tp *t, double *buf, size_t n)
 {
     if (t->size == 1 || t->failed != STATUS_OK) return;
     CHECK(n <= (size_t)INT32_MAX, "nn_tp_sum_f64: a reduction of more than 2^31 doubles");
-    t->failed = comm_ctl_allreduce(t->ctl, MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, MPI_SUM);
+    t->failed = comm_group_allreduce(t->group, buf, n, REDUCE_DTYPE_F64, REDUCE_OP_SUM);
 }
 
 static inline void nn_tp_max(nn_tp *t, float *buf, size_t n)
 {
     if (t->size == 1 || t->failed != STATUS_OK) return;
     CHECK(n <= (size_t)INT32_MAX, "nn_tp_max: a reduction of more than 2^31 floats");
-    t->failed = comm_ctl_allreduce(t->ctl, MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_MAX);
+    t->failed = comm_group_allreduce(t->group, buf, n, REDUCE_DTYPE_F32, REDUCE_OP_MAX);
 }
 
 /* A pipeline stage (Huang et al. 2019; Narayanan et al. 2021's 1F1B schedule): the blocks

@@ -1,7 +1,7 @@
 /* zero — ZeRO-1 shards, consistent-hash ownership, the sharded step and the
  * parameter all-gather (see zero.h for the design). */
 #include "zero.h"
-#include "comm/ctl.h"
+#include "cpu/optim.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -118,6 +118,8 @@ status zero_init(zero *z, MPI_Comm comm, const param_table *pt, const zero_optio
     CHECK(o->moments >= 0 && o->moments <= 2, "zero: 0, 1 or 2 moment buffers");
     z->comm = comm;
     z->opt = *o;
+    comm_group_options go = { .backend = COMM_BACKEND_MPI, .name = "zero" };
+    TRY(comm_group_init(&z->group, comm, &go));  /* mpi: on comm itself, nothing communicated */
     MPI_Comm_rank(comm, &z->rank);
     MPI_Comm_size(comm, &z->size);
     TRY(zero_ring_init(&z->ring, z->size, o->vnodes));
@@ -181,7 +183,8 @@ void zero_free(zero *z)
     zero_ring_free(&z->ring);
     free(z->shards), free(z->mine), free(z->counts), free(z->displs);
     free(z->ck_offset), free(z->ck_count), free(z->ck_packed), free(z->ck_mine);
-    free(z->m), free(z->v);
+    free(z->m), free(z->v), free(z->pack), free(z->by_owner), free(z->rs_counts);
+    comm_group_free(z->group);
     memset(z, 0, sizeof *z);
 }
 
@@ -216,13 +219,98 @@ status zero_allgather_params(zero *z, float *params, float *scratch, double time
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < z->nmine; i++)
         memcpy(block + z->mine[i].packed, params + z->mine[i].offset, z->mine[i].count * sizeof(float));
-    TRY(comm_ctl_allgatherv(comm_ctl_named(z->comm, timeout_s, "zero"), MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, scratch,
-                            z->counts, z->displs, MPI_FLOAT));
+    comm_group_set_timeout(z->group, timeout_s);
+    TRY(comm_group_allgatherv(z->group, NULL, scratch, z->counts, z->displs, sizeof(float)));
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < z->nshards; i++) {
         const zero_shard *s = &z->shards[i];
         if (s->owner != z->rank) memcpy(params + s->offset, scratch + s->gather, s->count * sizeof(float));
     }
+    return STATUS_OK;
+}
+
+/* The packing tables at the first reduce-scatter: shards grouped by owner (each owner's in
+ * offset order, which is its block's order), the rounds' buffer. */
+static status zero_rs_setup(zero *z)
+{
+    if (z->pack_numel == 0) z->pack_numel = ZERO_PACK_NUMEL;
+    size_t rounds = (z->numel + z->pack_numel - 1) / z->pack_numel, mine_part = z->owned / (rounds ? rounds : 1) + 1;
+    z->pack = malloc((z->pack_numel + (size_t)z->size + mine_part + 1) * sizeof(float));
+    z->by_owner = malloc(((size_t)z->nshards + 1) * sizeof(int));
+    z->rs_counts = malloc((2 * (size_t)z->size + 1) * sizeof(int));  /* then the owners' first index in by_owner */
+    if (!z->pack || !z->by_owner || !z->rs_counts) {
+        log_error("zero: out of memory for the reduce-scatter's %.1f MiB", (double)z->pack_numel * 4 / MIB);
+        return STATUS_NOMEM;
+    }
+    int k = 0, *first = z->rs_counts + z->size;
+    for (int r = 0; r < z->size; r++) {
+        first[r] = k;
+        for (int i = 0; i < z->nshards; i++)
+            if (z->shards[i].owner == r) z->by_owner[k++] = i;
+    }
+    first[z->size] = k;
+    return STATUS_OK;
+}
+
+/* Copies floats [lo, hi) of owner r's block between `block` (packed) and the flat
+ * buffer: to_flat false packs grads into block, true writes block back scaled. */
+static void zero_block_copy(const zero *z, int r, size_t lo, size_t hi, float *block, float *flat, bool to_flat,
+                            double scale)
+{
+    const int *first = z->rs_counts + z->size;  /* r's shards: by_owner[first[r] .. first[r + 1]) */
+    for (int k = first[r]; k < first[r + 1]; k++) {
+        const zero_shard *s = &z->shards[z->by_owner[k]];
+        size_t a = s->gather - (size_t)z->displs[r], b = a + s->count;  /* the shard in r's block */
+        if (b <= lo || a >= hi) continue;
+        size_t from = a > lo ? a : lo, to = b < hi ? b : hi;
+        float *g = flat + s->offset + (from - a), *p = block + (from - lo);
+        if (!to_flat) memcpy(p, g, (to - from) * sizeof(float));
+        else if (scale == 1.0) memcpy(g, p, (to - from) * sizeof(float));
+        else
+            for (size_t i = 0; i < to - from; i++) g[i] = (float)(p[i] * scale);
+    }
+}
+
+status zero_reduce_scatter_grads(zero *z, float *grads, double scale, double timeout_s)
+{
+    if (!z->pack) TRY(zero_rs_setup(z));
+    size_t rounds = (z->numel + z->pack_numel - 1) / z->pack_numel;
+    if (rounds == 0) rounds = 1;
+    comm_group_set_timeout(z->group, timeout_s);
+    for (size_t k = 0; k < rounds; k++) {
+        size_t at = 0;  /* round k carries part k of every owner's block, the parts back to back */
+        for (int r = 0; r < z->size; r++) {
+            size_t n = (size_t)z->counts[r], lo = n * k / rounds, hi = n * (k + 1) / rounds;
+            z->rs_counts[r] = (int)(hi - lo);
+            zero_block_copy(z, r, lo, hi, z->pack + at, grads, false, 1.0);
+            at += hi - lo;
+        }
+        float *mine = z->pack + at;
+        TRY(comm_group_reduce_scatter(z->group, z->pack, mine, z->rs_counts, REDUCE_DTYPE_F32, REDUCE_OP_SUM));
+        size_t n = (size_t)z->counts[z->rank];
+        zero_block_copy(z, z->rank, n * k / rounds, n * (k + 1) / rounds, mine, grads, true, scale);
+    }
+    return STATUS_OK;
+}
+
+status zero_grad_norm_sq(zero *z, const param_table *pt, const float *grads, double timeout_s, double *sq,
+                         double *sq_entry)
+{
+    double *part = calloc((size_t)z->nshards + 1, sizeof *part);
+    if (!part) return STATUS_NOMEM;
+    for (int i = 0; i < z->nshards; i++)
+        if (z->shards[i].owner == z->rank) part[i] = grad_norm_sq(grads + z->shards[i].offset, z->shards[i].count);
+    comm_group_set_timeout(z->group, timeout_s);
+    status st = comm_group_allreduce(z->group, part, (size_t)z->nshards, REDUCE_DTYPE_F64, REDUCE_OP_SUM);
+    if (st != STATUS_OK) return st;  /* part leaks: MPI may still write it, and the job is ending */
+    if (sq_entry) memset(sq_entry, 0, (size_t)pt->count * sizeof *sq_entry);
+    double total = 0;
+    for (int i = 0; i < z->nshards; i++) {  /* one owner per shard: the others added 0, exactly */
+        total += part[i];
+        if (sq_entry) sq_entry[z->shards[i].entry] += part[i];
+    }
+    *sq = total;
+    free(part);
     return STATUS_OK;
 }
 
@@ -255,7 +343,8 @@ void zero_print_memory(const zero *z, const param_table *pt, size_t activation_b
     double unsharded = (double)z->opt.moments * (double)pt->total * sizeof(float);
     char note[256];
     snprintf(note, sizeof note, "ZeRO-1: %d shards of <= %zu floats over %d ranks, largest share %.1f%% of the "
-             "parameters; unsharded %.1f; the parameter all-gather reuses the gradient buffer", z->nshards,
+             "parameters; unsharded %.1f; the parameter all-gather reuses the gradient buffer, the gradient's "
+             "reduce-scatter packs at most 16 MiB at a time", z->nshards,
              z->opt.shard_numel, z->size, numel ? 100.0 * (double)mx / (double)numel : 0.0, unsharded / MIB);
     param_optim_memory o = { (double)z->opt.moments * (double)mx * sizeof(float), z->opt.moments == 2 ? "m, v" : "m",
                              note };

@@ -1,9 +1,12 @@
 /* zero — ZeRO stage 1 (Rajbhandari et al., SC'20): optimizer-state sharding over the
- * data-parallel ranks. Gradients are still allreduced in full (bucket.h); each rank
- * keeps the moments (AdamW m and v, SGD momentum) of the shards it owns only, in packed
- * buffers of sum(owned) floats, updates only those parameters (optim_*_step_ranges,
- * bit-identical per element to the whole-buffer step), and one MPI_Allgatherv gives
- * every rank the full updated parameters again.
+ * data-parallel ranks. The gradient is reduce-scattered to the owners (each rank
+ * receives the reduced gradient of its own shards only, zero_reduce_scatter_grads);
+ * each rank keeps the moments (AdamW m and v, SGD momentum) of the shards it owns only,
+ * in packed buffers of sum(owned) floats, updates only those parameters
+ * (optim_*_step_ranges, bit-identical per element to the whole-buffer step), and one
+ * all-gather gives every rank the full updated parameters again. Both travel on the
+ * data-parallel group's comm_group (comm.h): G gradient bytes cost (n-1)/n G each way,
+ * 2(n-1)/n G per step, where an allreduce of the gradient and the all-gather cost 3.
  *
  * Shards: every tensor of the table is cut into chunks of at most shard_numel floats
  * (never across a tensor, so per-tensor rules such as weight decay apply per shard).
@@ -34,11 +37,13 @@
 #include <stdio.h>
 
 #include "base/log.h"
+#include "comm/comm.h"
 #include "optim.h"
 #include "param.h"
 
 #define ZERO_SHARD_NUMEL_DEFAULT 65536
 #define ZERO_VNODES_DEFAULT      256
+#define ZERO_PACK_NUMEL          (1u << 22)  /* the reduce-scatter's packing buffer: at most 16 MiB of floats */
 
 /* splitmix64's finaliser (Steele et al., OOPSLA'14): a bijection of 64-bit integers. */
 uint64_t zero_mix(uint64_t x);
@@ -91,6 +96,12 @@ typedef struct zero {
     float *m;                /* (owned) AdamW first moment / SGD momentum; NULL when moments == 0 */
     float *v;                /* (owned) AdamW second moment; NULL unless moments == 2 */
     int *counts, *displs;    /* [size] all-gather: each rank's owned floats and block start */
+    comm_group *group;       /* the vector payloads on comm (mpi backend, host buffers) */
+    size_t pack_numel;       /* floats of one round of the reduce-scatter, at most (ZERO_PACK_NUMEL) */
+    float *pack;             /* (pack_numel + its share of mine) one round's packed gradient and my reduced
+                                part; allocated at the first reduce-scatter */
+    int *by_owner;           /* [nshards] shard indices by owner, then offset: each owner's block in order */
+    int *rs_counts;          /* [size] one round's floats of each owner's block */
     /* the moments' ranges, as a checkpoint writes and reads them */
     size_t *ck_offset, *ck_count, *ck_packed;  /* [nshards] */
     uint8_t *ck_mine;        /* [nshards] */
@@ -110,6 +121,24 @@ int zero_shard_index(const zero *z, size_t offset);
  * packed moments); params of other shards are left as they are. */
 void zero_adamw_step(zero *z, const param_table *pt, param_buffers *pb, const adamw_hparams *hp, double lr, long t);
 void zero_sgd_step(zero *z, const param_table *pt, param_buffers *pb, const sgd_hparams *hp, double lr, long t);
+
+/* Collective: the gradient summed over the ranks and times `scale` (in double, one
+ * rounding: the buckets' formula), each rank receiving its own shards only, written
+ * back at their offsets in grads; the other shards' floats in grads are left as they
+ * were (this rank's unreduced contribution: read them no more this step). The
+ * shards are packed into owner blocks (the all-gather's layout) and reduce-scattered
+ * in rounds of at most pack_numel floats (each owner's block cut into as many equal
+ * parts), so the extra memory is bounded whatever the model's size; each float is
+ * summed over the ranks once, in whichever round carries it.
+ * STATUS_TIMEOUT after timeout_s seconds (0: no deadline); STATUS_NOMEM logged. */
+status zero_reduce_scatter_grads(zero *z, float *grads, double scale, double timeout_s);
+
+/* Collective: the squared norm of the reduced gradient, from the owned shards (each
+ * shard's squares summed in double where it is owned, then every shard's sum added in
+ * shard order on every rank: the same value on every rank and at every world size).
+ * sq_entry[pt->count] (may be NULL) receives each tensor's share. */
+status zero_grad_norm_sq(zero *z, const param_table *pt, const float *grads, double timeout_s, double *sq,
+                         double *sq_entry);
 
 /* Collective: every rank's owned params to every rank. scratch holds >= z->numel
  * floats and is overwritten (nebula-train passes the gradient buffer, which is dead

@@ -193,7 +193,7 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
     if (val[0]) TRY(train_open_data(r, &r->val_data, val, false));
 
     nn_tp tp = { .size = r->grid.shape.tp, .rank = r->grid.tp_rank, .failed = STATUS_OK,
-                 .ctl = comm_ctl_watched(comm_ctl_named(r->grid.tp_comm, r->timeout_s, "tp"), rt->wd) };
+                 .group = r->grid.tp_group };
     TRY(model_init_parallel(&r->m, &r->spec, r->tb.micro_batch, r->T, r->seed, true, &r->dev, &tp, &r->stage));
     TRY(train_pp_init(r));
     TRY(device_optim_init(&r->opt.dopt, &r->dev, model_params(&r->m)));

@@ -11,6 +11,10 @@
  * Ops in flight together (comm serialises them in start order) and a bucket manager
  * over a device gradient buffer (several buckets launched in order, waited, exact)
  * go through the same backend; host algorithms, non-f32 sums and host buffers are refused.
+ * The vector ops of a comm_group with the nccl backend (comm.h: allreduce, reduce-scatter
+ * of equal and unequal blocks, all-gather in place and with gaps, all-to-all, a ring
+ * of send-receives) run on the world, the node and every other rank, device buffers,
+ * bit-exact on the same integer inputs.
  *
  * Deadline (2+ ranks, a second comm with a 2 s comm.timeout): the last rank skips
  * the allreduce for 6 s; the others must return STATUS_TIMEOUT within the deadline
@@ -258,6 +262,128 @@ static void run_deadline(const runtime *rt, comm *c)
     free(h);
 }
 
+/* Device copy of host bytes, and back. */
+static void *dev_of(const void *h, size_t bytes)
+{
+    void *d = NULL;
+    int e = cuda_malloc(&d, bytes ? bytes : 1);
+    if (e) gpu_die("cuda_malloc", e);
+    if (bytes && (e = cuda_memcpy_h2d(d, h, bytes))) gpu_die("cuda_memcpy_h2d", e);
+    return d;
+}
+
+static void host_of(void *h, const void *d, size_t bytes)
+{
+    int e = bytes ? cuda_memcpy_d2h(h, d, bytes) : 0;
+    if (e) gpu_die("cuda_memcpy_d2h", e);
+}
+
+/* The comm_group ops on `members` with the nccl backend, device buffers, exact. */
+static void run_group_on(const runtime *rt, MPI_Comm members, const char *name)
+{
+    comm_group_options o = { .backend = COMM_BACKEND_NCCL, .timeout_s = 60, .name = name };
+    comm_group *g;
+    CHECK(comm_group_init(&g, members, &o) == STATUS_OK, "comm_group_init with the nccl backend");
+    int n = comm_group_size(g), me = comm_group_rank(g), *w = malloc(sizeof(int) * (size_t)n * 5);
+    int *counts = w + n, *displs = w + 2 * n, *rc = w + 3 * n, *rd = w + 4 * n;
+    MPI_Allgather(&rt->rank, 1, MPI_INT, w, 1, MPI_INT, members);
+    char what[160], why[160] = "";
+    enum { N = 777 };
+    float h[2 * N + 64], r[2 * N + 64];
+    /* allreduce, in place */
+    for (size_t i = 0; i < N; i++) h[i] = input(i, rt->rank);
+    float *d = dev_of(h, N * sizeof(float));
+    bool ok = comm_group_allreduce(g, d, N, REDUCE_DTYPE_F32, REDUCE_OP_SUM) == STATUS_OK;
+    host_of(r, d, N * sizeof(float));
+    for (size_t i = 0; i < N && ok; i++) {
+        double sum = 0;
+        for (int q = 0; q < n; q++) sum += input(i, w[q]);
+        if (r[i] != (float)sum) ok = false, snprintf(why, sizeof why, "[%zu] = %g, expected %g", i, r[i], sum);
+    }
+    snprintf(what, sizeof what, "nccl group %s (%d ranks): allreduce of %d floats, exact", name, n, N);
+    verdict(rt, ok, what, why);
+    gpu_release(d, 0);
+    /* reduce-scatter: equal blocks (ncclReduceScatter in place of the caller's buffers), then 3 + 2r */
+    for (int uneq = 0; uneq < 2; uneq++) {
+        size_t total = 0, mine = 0;
+        for (int q = 0; q < n; q++) counts[q] = uneq ? 3 + 2 * q : 5, total += (size_t)counts[q];
+        for (int q = 0; q < me; q++) mine += (size_t)counts[q];
+        for (size_t i = 0; i < total; i++) h[i] = input(i, rt->rank);
+        float *ds = dev_of(h, total * sizeof(float)), *dr = dev_of(h, (size_t)counts[me] * sizeof(float));
+        ok = comm_group_reduce_scatter(g, ds, dr, counts, REDUCE_DTYPE_F32, REDUCE_OP_SUM) == STATUS_OK;
+        host_of(r, dr, (size_t)counts[me] * sizeof(float));
+        for (int k = 0; k < counts[me] && ok; k++) {
+            double sum = 0;
+            for (int q = 0; q < n; q++) sum += input(mine + (size_t)k, w[q]);
+            ok = r[k] == (float)sum;
+        }
+        snprintf(what, sizeof what, "nccl group %s: reduce-scatter of %s blocks, exact", name, uneq ? "unequal" : "equal");
+        verdict(rt, ok, what, ok ? "" : "a wrong sum");
+        gpu_release(ds, 0), gpu_release(dr, 0);
+    }
+    /* all-gather: equal back-to-back blocks in place (ncclAllGather in place), then 1 + r with gaps */
+    for (int uneq = 0; uneq < 2; uneq++) {
+        size_t total = 0;
+        for (int q = 0; q < n; q++) {
+            counts[q] = uneq ? 1 + q : 4;
+            displs[q] = (int)total;
+            total += (size_t)counts[q] + (uneq ? 1 : 0);
+        }
+        for (size_t i = 0; i < total; i++) h[i] = -1;
+        for (int k = 0; k < counts[me]; k++) h[displs[me] + k] = (float)(100 * me + k);
+        float *dr = dev_of(h, total * sizeof(float));
+        ok = comm_group_allgatherv(g, NULL, dr, counts, displs, sizeof(float)) == STATUS_OK;
+        host_of(r, dr, total * sizeof(float));
+        for (int q = 0; q < n && ok; q++) {
+            for (int k = 0; k < counts[q]; k++) ok = ok && r[displs[q] + k] == (float)(100 * q + k);
+            if (uneq) ok = ok && r[displs[q] + counts[q]] == -1;
+        }
+        snprintf(what, sizeof what, "nccl group %s: allgatherv in place, %s, exact", name,
+                 uneq ? "unequal blocks with gaps" : "equal blocks back to back");
+        verdict(rt, ok, what, ok ? "" : "a wrong or clobbered block");
+        gpu_release(dr, 0);
+    }
+    /* all-to-all of bytes and a ring of send-receives */
+    unsigned char sb[64], rb[64];
+    int so = 0, ro = 0;
+    for (int q = 0; q < n; q++) {
+        counts[q] = rc[q] = (me + q) % 3 + 1;
+        displs[q] = so, rd[q] = ro;
+        for (int k = 0; k < counts[q]; k++) sb[so + k] = (unsigned char)(me * 31 + q * 7 + k);
+        so += counts[q], ro += rc[q];
+    }
+    void *ds = dev_of(sb, (size_t)so), *dr = dev_of(sb, (size_t)ro);
+    ok = n <= 16 && comm_group_alltoallv(g, ds, counts, displs, dr, rc, rd, 1) == STATUS_OK;
+    host_of(rb, dr, (size_t)ro);
+    for (int q = 0; q < n && ok; q++)
+        for (int k = 0; k < rc[q]; k++) ok = ok && rb[rd[q] + k] == (unsigned char)(q * 31 + me * 7 + k);
+    snprintf(what, sizeof what, "nccl group %s: alltoallv of bytes (grouped ncclSend/ncclRecv), exact", name);
+    verdict(rt, ok, what, ok ? "" : "a wrong byte");
+    gpu_release(ds, 0), gpu_release(dr, 0);
+    /* a ring of send-receives (a group of one has no peer: NCCL sends to no rank itself) */
+    float out[3] = { (float)me, 2.0f * me, 3.0f * me }, in[3] = { (float)me, 2.0f * me, 3.0f * me };
+    int next = (me + 1) % n, prev = (me + n - 1) % n;
+    float *dout = dev_of(out, sizeof out), *din = dev_of(out, sizeof out);
+    ok = n == 1 || comm_group_sendrecv(g, dout, sizeof out, next, 1, din, sizeof in, prev, 1) == STATUS_OK;
+    host_of(in, din, sizeof in);
+    ok = ok && in[0] == (float)prev && in[2] == 3.0f * prev;
+    snprintf(what, sizeof what, "nccl group %s: a ring of send-receives, exact", name);
+    verdict(rt, ok, what, ok ? "" : "a wrong value");  /* every rank: check() is collective over the world */
+    gpu_release(dout, 0), gpu_release(din, 0);
+    free(w);
+    comm_group_free(g);
+}
+
+static void run_groups(const runtime *rt)
+{
+    run_group_on(rt, rt->world, "world");
+    run_group_on(rt, rt->node, "node");
+    MPI_Comm half;
+    MPI_Comm_split(rt->world, rt->rank % 2, rt->rank, &half);
+    run_group_on(rt, half, "every other rank");
+    MPI_Comm_free(&half);
+}
+
 int main(int argc, char **argv)
 {
     runtime rt;
@@ -306,6 +432,7 @@ int main(int argc, char **argv)
     run_buckets(&rt, c, false, 0, "bucket manager on a device buffer: buckets in order, 2 steps, exact sums");
     run_buckets(&rt, c, true, atol, "bucket manager with scale 1/world: averages on the device");
     run_refusals(&rt, c);
+    run_groups(&rt);
 
     if (rt.size > 1) {
         comm_options od = o;

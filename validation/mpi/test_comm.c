@@ -1,5 +1,8 @@
 /* test_comm — every allreduce algorithm against the exact answer, at 1-4 ranks; the
- * phases each records (comm_op_phases); the control plane's deadline and clock offsets.
+ * phases each records (comm_op_phases); the control plane's deadline and clock offsets;
+ * the vector ops of a comm_group (allreduce, reduce-scatter of unequal blocks,
+ * all-gather with gaps and in place, all-to-all, a ring of send-receives) on the world,
+ * the node and a split group, exact, and their deadline.
  *
  * Inputs are small integers (also in float), so every partial sum is exactly
  * representable and any reduction order gives the same bits: the check is exact.
@@ -504,6 +507,139 @@ static void test_clock_offsets(runtime *rt)
     free(off), free(rtt), free(at);
 }
 
+/* Member r of a group: its world rank, for the expected values (the test's own MPI). */
+static int *group_world_ranks(const runtime *rt, MPI_Comm g, int n)
+{
+    int *w = malloc(sizeof(int) * (size_t)n);
+    CHECK(w, "oom");
+    MPI_CHECK(MPI_Allgather(&rt->rank, 1, MPI_INT, w, 1, MPI_INT, g));
+    return w;
+}
+
+/* The comm_group ops on `members` (host buffers, mpi backend), each against the exact answer. */
+static void test_group_on(runtime *rt, MPI_Comm members, const char *name)
+{
+    comm_group_options o = { .backend = COMM_BACKEND_MPI, .timeout_s = 60, .name = name, .wd = NULL };
+    comm_group *g;
+    CHECK(comm_group_init(&g, members, &o) == STATUS_OK, "comm_group_init");
+    int n = comm_group_size(g), me = comm_group_rank(g), *w = group_world_ranks(rt, members, n);
+    char what[160];
+    bool ok = true;
+    /* allreduce: f32 sum, f64 sum, i32 max, in place */
+    enum { N = 1001 };
+    float f[N];
+    double d[N];
+    int32_t m[N];
+    fill(f, N, REDUCE_DTYPE_F32, rt->rank), fill(d, N, REDUCE_DTYPE_F64, rt->rank), fill(m, N, REDUCE_DTYPE_I32, rt->rank);
+    ok = ok && comm_group_allreduce(g, f, N, REDUCE_DTYPE_F32, REDUCE_OP_SUM) == STATUS_OK;
+    ok = ok && comm_group_allreduce(g, d, N, REDUCE_DTYPE_F64, REDUCE_OP_SUM) == STATUS_OK;
+    ok = ok && comm_group_allreduce(g, m, N, REDUCE_DTYPE_I32, REDUCE_OP_MAX) == STATUS_OK;
+    for (size_t i = 0; i < N && ok; i++) {
+        double sum = 0, mx = -1e9;
+        for (int r = 0; r < n; r++) sum += input(w[r], i), mx = fmax(mx, input(w[r], i));
+        ok = f[i] == (float)sum && d[i] == sum && m[i] == (int32_t)mx;
+    }
+    snprintf(what, sizeof what, "group %s (%d ranks): allreduce of f32, f64 sums and i32 max, exact", name, n);
+    check(rt, ok, what);
+    /* reduce-scatter of unequal blocks (member r's block: 3 + 2r floats) */
+    int *counts = malloc(sizeof(int) * (size_t)n * 4), *displs = counts + n, *rc = counts + 2 * n, *rd = counts + 3 * n;
+    size_t total = 0;
+    for (int r = 0; r < n; r++) counts[r] = 3 + 2 * r, displs[r] = (int)total + r, total += (size_t)counts[r];
+    float *send = malloc(sizeof(float) * (total + (size_t)n)), *recv = malloc(sizeof(float) * (total + (size_t)n));
+    for (size_t i = 0; i < total; i++) send[i] = (float)input(rt->rank, i);
+    size_t mine = 0;
+    for (int r = 0; r < me; r++) mine += (size_t)counts[r];
+    ok = comm_group_reduce_scatter(g, send, recv, counts, REDUCE_DTYPE_F32, REDUCE_OP_SUM) == STATUS_OK;
+    for (int k = 0; k < counts[me] && ok; k++) {
+        double sum = 0;
+        for (int r = 0; r < n; r++) sum += input(w[r], mine + (size_t)k);
+        ok = recv[k] == (float)sum;
+    }
+    snprintf(what, sizeof what, "group %s: reduce-scatter of blocks of 3 + 2r floats, exact", name);
+    check(rt, ok, what);
+    /* all-gather with a gap of one float after each block, from a send buffer and in place */
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < total + (size_t)n; i++) recv[i] = -1;
+        for (int k = 0; k < counts[me]; k++) send[k] = (float)(100 * me + k);
+        if (pass == 1) memcpy(recv + displs[me], send, sizeof(float) * (size_t)counts[me]);
+        ok = comm_group_allgatherv(g, pass ? NULL : send, recv, counts, displs, sizeof(float)) == STATUS_OK;
+        for (int r = 0; r < n && ok; r++) {
+            for (int k = 0; k < counts[r]; k++) ok = ok && recv[displs[r] + k] == (float)(100 * r + k);
+            ok = ok && recv[displs[r] + counts[r]] == -1;  /* the gap is untouched */
+        }
+        snprintf(what, sizeof what, "group %s: allgatherv of unequal blocks with gaps%s, exact", name,
+                 pass ? ", in place" : "");
+        check(rt, ok, what);
+    }
+    /* all-to-all of bytes: (me + r) % 3 + 1 bytes each way */
+    unsigned char sb[64], rb[64];
+    int so = 0, ro = 0;
+    for (int r = 0; r < n; r++) {
+        counts[r] = rc[r] = (me + r) % 3 + 1;
+        displs[r] = so, rd[r] = ro;
+        for (int k = 0; k < counts[r]; k++) sb[so + k] = (unsigned char)(me * 31 + r * 7 + k);
+        so += counts[r], ro += rc[r];
+    }
+    ok = n <= 16 && comm_group_alltoallv(g, sb, counts, displs, rb, rc, rd, 1) == STATUS_OK;
+    for (int r = 0; r < n && ok; r++)
+        for (int k = 0; k < rc[r]; k++) ok = ok && rb[rd[r] + k] == (unsigned char)(r * 31 + me * 7 + k);
+    snprintf(what, sizeof what, "group %s: alltoallv of bytes, exact", name);
+    check(rt, ok, what);
+    /* a ring of send-receives (the pipeline's exchange), tags apart each way */
+    double out[3] = { me, 2.0 * me, 3.0 * me }, in[3] = { -1, -1, -1 };
+    int next = (me + 1) % n, prev = (me + n - 1) % n;
+    uint64_t before = comm_group_bytes(g);
+    ok = comm_group_sendrecv(g, out, sizeof out, next, 7, in, sizeof in, prev, 7) == STATUS_OK &&
+         in[0] == prev && in[2] == 3.0 * prev;
+    ok = ok && comm_group_sendrecv(g, NULL, 0, -1, 0, NULL, 0, -1, 0) == STATUS_OK;  /* an empty exchange */
+    snprintf(what, sizeof what, "group %s: a ring of send-receives, exact; the bytes counted (%llu before it)", name,
+             (unsigned long long)before);
+    check(rt, ok && comm_group_bytes(g) == before + sizeof out && (n == 1 || before > 0), what);
+    free(send), free(recv), free(counts), free(w);
+    comm_group_free(g);
+}
+
+/* A member that does not arrive: the others' wait returns STATUS_TIMEOUT after the group's deadline. */
+static void test_group_deadline(runtime *rt)
+{
+    if (rt->size < 2) return;
+    MPI_Comm dup;
+    MPI_CHECK(MPI_Comm_dup(rt->world, &dup));
+    comm_group_options o = { .backend = COMM_BACKEND_MPI, .timeout_s = 0.3, .name = "test group" };
+    comm_group *g;
+    CHECK(comm_group_init(&g, dup, &o) == STATUS_OK, "comm_group_init");
+    float x[4] = { 1, 1, 1, 1 };
+    bool late = rt->rank == rt->size - 1, ok = true;
+    char what[160] = "group: a missing member makes the others' allreduce wait return STATUS_TIMEOUT";
+    if (!late) {
+        double t0 = MPI_Wtime();
+        status st = comm_group_allreduce(g, x, 4, REDUCE_DTYPE_F32, REDUCE_OP_SUM);
+        double t = MPI_Wtime() - t0;
+        ok = st == STATUS_TIMEOUT && t >= 0.3;
+        snprintf(what + strlen(what), sizeof what - strlen(what), " (%s after %.2f s)", status_str(st), t);
+    }
+    MPI_CHECK(MPI_Barrier(rt->world));
+    if (late) {  /* joins late: completes the others' posted allreduce */
+        comm_group_set_timeout(g, 0);
+        ok = comm_group_allreduce(g, x, 4, REDUCE_DTYPE_F32, REDUCE_OP_SUM) == STATUS_OK && x[0] == rt->size;
+    }
+    MPI_CHECK(MPI_Barrier(rt->world));
+    check(rt, ok, what);
+    comm_group_free(g);
+    MPI_CHECK(MPI_Comm_free(&dup));
+}
+
+static void test_groups(runtime *rt)
+{
+    test_group_on(rt, rt->world, "world");
+    test_group_on(rt, rt->node, "node");
+    MPI_Comm half;  /* a grid-like group: every other rank */
+    MPI_CHECK(MPI_Comm_split(rt->world, rt->rank % 2, rt->rank, &half));
+    test_group_on(rt, half, "every other rank");
+    MPI_CHECK(MPI_Comm_free(&half));
+    test_group_deadline(rt);
+}
+
 int main(int argc, char **argv)
 {
     runtime_options ro = { .ranks_per_node = 0, .bind = RUNTIME_BIND_NONE };
@@ -544,6 +680,7 @@ int main(int argc, char **argv)
     test_ctl_deadline(&rt);
     test_phases(&rt, c);
     test_clock_offsets(&rt);
+    test_groups(&rt);
     comm_free(c);
     int f = failures;
     runtime_free(&rt);

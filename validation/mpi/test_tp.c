@@ -164,7 +164,7 @@ static void test_tp_shard(const runtime *rt, int tp, const model_spec *spec)
     grid g;
     CHECK(grid_init(&g, rt, &gs, 30) == STATUS_OK, "grid_init");
     nn_tp t = { .size = tp, .rank = g.tp_rank,
-                .ctl = comm_ctl_watched(comm_ctl_named(g.tp_comm, 30, "tp"), rt->wd), .failed = STATUS_OK };
+                .group = g.tp_group, .failed = STATUS_OK };
     model_spec s = *spec;
     int B = 2, T = 16;
     model whole, shard;

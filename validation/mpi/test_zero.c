@@ -6,7 +6,11 @@
  * grow shards move only to new ranks; statistically: the moved fraction is within a
  * derived tolerance of 1 - M/N or 1 - N/M); the load balance; the sharded AdamW and SGD
  * steps followed by the all-gather equal the whole-buffer steps bit for bit on random
- * data; a checkpoint with a sharded group reads back into full and into sharded buffers.
+ * data; a checkpoint with a sharded group reads back into full and into sharded buffers;
+ * the gradient's reduce-scatter to the owners (in one round and in many) gives each owner
+ * the exact scaled sum of its shards, leaves the others' floats alone and counts
+ * (n-1)/n of the gradient's bytes, and the norm from the owned shards matches the whole
+ * reduced gradient's.
  * Usage: test_zero [--ranks-per-node N] */
 #include <ftw.h>
 #include <math.h>
@@ -20,6 +24,7 @@
 #include "nn/param.h"
 #include "base/runtime.h"
 #include "nn/zero.h"
+#include "cpu/optim.h"
 #define CHECK_MPI  /* check() agreed by every rank */
 #include "../check.h"
 
@@ -280,6 +285,63 @@ static void test_ckpt(const runtime *rt)
     mpi_test_rmtree(rt, base);
 }
 
+/* zero_reduce_scatter_grads against the allreduce it replaces, on integer inputs (every
+ * sum exact in any order; scale 1/4 exact): owned floats bit for bit, the others
+ * untouched; in one round and in rounds of 777 floats; bytes and the norm. */
+static void test_reduce_scatter(const runtime *rt)
+{
+    param_table pt;
+    table_build(&pt, 6);
+    zero_options o = { 1000, ZERO_VNODES_DEFAULT, 2 };
+    float *g = malloc(pt.total * sizeof(float)), *want = malloc(pt.total * sizeof(float));
+    for (int pass = 0; pass < 2; pass++) {
+        zero z;
+        CHECK(zero_init(&z, rt->world, &pt, &o) == STATUS_OK, "zero");
+        if (pass == 1) z.pack_numel = 777;
+        bool ok = true;
+        uint64_t before = comm_group_bytes(z.group);
+        for (int t = 0; t < 2 && ok; t++) {  /* twice: the tables are reused */
+            for (size_t i = 0; i < pt.total; i++) {
+                g[i] = (float)((int)((i * 7 + (size_t)rt->rank * 13 + (size_t)t) % 61) - 30);
+                double sum = 0;
+                for (int r = 0; r < rt->size; r++) sum += (int)((i * 7 + (size_t)r * 13 + (size_t)t) % 61) - 30;
+                want[i] = (float)(sum * 0.25);
+            }
+            ok = zero_reduce_scatter_grads(&z, g, 0.25, 60) == STATUS_OK;
+            for (int k = 0; k < z.nshards && ok; k++) {
+                const zero_shard *s = &z.shards[k];
+                for (size_t i = s->offset; i < s->offset + s->count && ok; i++)
+                    ok = s->owner == z.rank ? g[i] == want[i]
+                                            : g[i] == (float)((int)((i * 7 + (size_t)rt->rank * 13 + (size_t)t) % 61) - 30);
+            }
+        }
+        uint64_t bytes = comm_group_bytes(z.group) - before,
+                 expect = 2 * (uint64_t)((double)z.numel * 4 * (rt->size - 1) / rt->size);
+        char what[160], why[128];
+        snprintf(what, sizeof what, "reduce-scatter to the owners %s: owned floats exact, the rest untouched",
+                 pass ? "in rounds of 777 floats" : "in one round");
+        check(rt, ok, what, "a wrong or clobbered float");
+        snprintf(why, sizeof why, "counted %llu, expected %llu", (unsigned long long)bytes,
+                 (unsigned long long)expect);
+        check(rt, pass == 1 || bytes == expect, "the reduce-scatter counts (n-1)/n of the gradient's bytes", why);
+        if (pass == 0) {  /* the norm from the owned shards against the whole reduced gradient's (its
+                             alignment gaps zero, as a trainer's zeroed gradient has them) */
+            float *w = calloc(pt.total, sizeof(float));
+            for (int k = 0; k < z.nshards; k++)
+                memcpy(w + z.shards[k].offset, want + z.shards[k].offset, z.shards[k].count * sizeof(float));
+            double sq = 0, whole = grad_norm_sq(w, pt.total);
+            free(w);
+            ok = zero_grad_norm_sq(&z, &pt, g, 60, &sq, NULL) == STATUS_OK &&
+                 fabs(sq - whole) <= 1e-12 * whole;
+            snprintf(why, sizeof why, "%.17g against %.17g", sq, whole);
+            check(rt, ok, "the squared norm from the owned shards matches the whole gradient's", why);
+        }
+        zero_free(&z);
+    }
+    free(g), free(want);
+    param_table_free(&pt);
+}
+
 int main(int argc, char **argv)
 {
     runtime rt;
@@ -290,6 +352,7 @@ int main(int argc, char **argv)
     test_step(&rt, false);
     test_step(&rt, true);
     test_ckpt(&rt);
+    test_reduce_scatter(&rt);
     if (rt.rank == 0) printf("%s: %d failed checks\n", failures ? "FAIL" : "ok", failures);
     int f = failures;
     runtime_free(&rt);

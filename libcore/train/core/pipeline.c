@@ -6,7 +6,7 @@
  * pipe, then alternates one forward with one backward, then drains the backwards, so
  * at most p - s micro-batches are in flight and their activations held (nn_stage's
  * slots). Between neighbours, an activation sent on always travels with the gradient
- * received back in one exchange (comm_ctl_sendrecv), as Megatron's
+ * received back in one exchange (comm_group_sendrecv on the grid's pp group), as Megatron's
  * send_forward_recv_backward does: two blocking calls in a row would each wait for the
  * other stage's matching call. Every micro-batch's gradients accumulate as with
  * train.micro_batch < the global batch; the buckets start from the last backward.
@@ -123,7 +123,8 @@ void train_pp_free(train_run *r)
 /* One step's schedule on this stage. */
 typedef struct pp_sched {
     train_run *r;
-    comm_ctl ctl;              /* the pp group */
+    comm_group *g;             /* the pp group: activations and their gradients */
+    comm_ctl ctl;              /* the pp group's communicator: the step's span (a scalar) */
     int s, p, m;               /* stage, stages, micro-batches */
     size_t n;                  /* floats of one boundary */
     double *loss;
@@ -181,25 +182,29 @@ static status pp_recv_forward(pp_sched *q, int k)
 {
     if (pp_first(q)) return STATUS_OK;
     pp_use(q, k);
-    return comm_ctl_recv(q->ctl, model_stage_in(&q->r->m), (int)q->n, MPI_FLOAT, q->s - 1, PP_TAG_ACT);
+    return comm_group_sendrecv(q->g, NULL, 0, -1, 0, model_stage_in(&q->r->m), q->n * sizeof(float), q->s - 1,
+                               PP_TAG_ACT);
 }
 
 static status pp_send_forward(pp_sched *q)
 {
     if (pp_last(q)) return STATUS_OK;
-    return comm_ctl_send(q->ctl, model_stage_out(&q->r->m), (int)q->n, MPI_FLOAT, q->s + 1, PP_TAG_ACT);
+    return comm_group_sendrecv(q->g, model_stage_out(&q->r->m), q->n * sizeof(float), q->s + 1, PP_TAG_ACT, NULL, 0, -1,
+                               0);
 }
 
 static status pp_recv_backward(pp_sched *q)
 {
     if (pp_last(q)) return STATUS_OK;
-    return comm_ctl_recv(q->ctl, model_stage_grad(&q->r->m), (int)q->n, MPI_FLOAT, q->s + 1, PP_TAG_GRAD);
+    return comm_group_sendrecv(q->g, NULL, 0, -1, 0, model_stage_grad(&q->r->m), q->n * sizeof(float), q->s + 1,
+                               PP_TAG_GRAD);
 }
 
 static status pp_send_backward(pp_sched *q)
 {
     if (pp_first(q)) return STATUS_OK;
-    return comm_ctl_send(q->ctl, model_stage_grad(&q->r->m), (int)q->n, MPI_FLOAT, q->s - 1, PP_TAG_GRAD);
+    return comm_group_sendrecv(q->g, model_stage_grad(&q->r->m), q->n * sizeof(float), q->s - 1, PP_TAG_GRAD, NULL, 0,
+                               -1, 0);
 }
 
 /* The output of the current forward on, the gradient for the next backward back. */
@@ -207,8 +212,8 @@ static status pp_send_forward_recv_backward(pp_sched *q)
 {
     if (pp_last(q)) return STATUS_OK;
     model *m = &q->r->m;
-    return comm_ctl_sendrecv(q->ctl, model_stage_out(m), (int)q->n, q->s + 1, PP_TAG_ACT, model_stage_grad(m),
-                             (int)q->n, q->s + 1, PP_TAG_GRAD, MPI_FLOAT);
+    return comm_group_sendrecv(q->g, model_stage_out(m), q->n * sizeof(float), q->s + 1, PP_TAG_ACT,
+                               model_stage_grad(m), q->n * sizeof(float), q->s + 1, PP_TAG_GRAD);
 }
 
 /* The input gradient of the current backward back, the input of forward k on. */
@@ -218,14 +223,15 @@ static status pp_send_backward_recv_forward(pp_sched *q, int k)
     model *m = &q->r->m;
     float *grad = model_stage_grad(m);  /* one buffer for every set */
     pp_use(q, k);
-    return comm_ctl_sendrecv(q->ctl, grad, (int)q->n, q->s - 1, PP_TAG_GRAD, model_stage_in(m), (int)q->n, q->s - 1,
-                             PP_TAG_ACT, MPI_FLOAT);
+    return comm_group_sendrecv(q->g, grad, q->n * sizeof(float), q->s - 1, PP_TAG_GRAD, model_stage_in(m),
+                               q->n * sizeof(float), q->s - 1, PP_TAG_ACT);
 }
 
 status train_pipeline(train_run *r, double *loss, train_step_stats *ss)
 {
     pp_sched q = { .r = r, .s = r->grid.pp_rank, .p = r->grid.shape.pp, .m = r->tb.accum, .loss = loss, .ss = ss,
                    .n = model_stage_floats(&r->m),
+                   .g = r->grid.pp_group,
                    .ctl = comm_ctl_watched(comm_ctl_named(r->grid.pp_comm, r->timeout_s, "pp"), r->rt->wd) };
     CHECK(q.n <= (size_t)INT32_MAX, "a pipeline boundary of more than 2^31 floats");
     int warm = q.p - q.s - 1 < q.m ? q.p - q.s - 1 : q.m, rest = q.m - warm;
@@ -260,13 +266,14 @@ status train_pipeline(train_run *r, double *loss, train_step_stats *ss)
 
 status train_pp_forward_only(train_run *r, model_batch *b)
 {
-    comm_ctl c = comm_ctl_watched(comm_ctl_named(r->grid.pp_comm, r->timeout_s, "pp"), r->rt->wd);
-    int s = r->grid.pp_rank, p = r->grid.shape.pp, n = (int)model_stage_floats(&r->m);
+    comm_group *g = r->grid.pp_group;
+    int s = r->grid.pp_rank, p = r->grid.shape.pp;
+    size_t bytes = model_stage_floats(&r->m) * sizeof(float);
     model_set_slot(&r->m, 0, b);
-    if (s > 0) TRY(comm_ctl_recv(c, model_stage_in(&r->m), n, MPI_FLOAT, s - 1, PP_TAG_ACT));
+    if (s > 0) TRY(comm_group_sendrecv(g, NULL, 0, -1, 0, model_stage_in(&r->m), bytes, s - 1, PP_TAG_ACT));
     TRY(model_forward(&r->m, b, false));
     TRY(model_tp_status(&r->m));
-    if (s < p - 1) TRY(comm_ctl_send(c, model_stage_out(&r->m), n, MPI_FLOAT, s + 1, PP_TAG_ACT));
+    if (s < p - 1) TRY(comm_group_sendrecv(g, model_stage_out(&r->m), bytes, s + 1, PP_TAG_ACT, NULL, 0, -1, 0));
     return STATUS_OK;
 }
 
@@ -282,6 +289,12 @@ status train_pp_tie_grads(train_run *r, float *grads)
     int i = param_find(pt, model_tied_name(&r->spec));
     CHECK(i >= 0, "the first and last pipeline stage hold the tied embedding");
     const param_entry *e = &pt->entries[i];
-    comm_ctl c = comm_ctl_watched(comm_ctl_named(r->tie_comm, r->timeout_s, "tied embedding"), r->rt->wd);
-    return comm_ctl_allreduce(c, MPI_IN_PLACE, grads + e->offset, (int)e->count, MPI_FLOAT, MPI_SUM);
+    /* a group on the tie communicator: on the mpi backend nothing is communicated to make one */
+    comm_group *g;
+    comm_group_options o = { .backend = COMM_BACKEND_MPI, .timeout_s = r->timeout_s, .name = "tied embedding",
+                             .wd = r->rt->wd };
+    TRY(comm_group_init(&g, r->tie_comm, &o));
+    status st = comm_group_allreduce(g, grads + e->offset, e->count, REDUCE_DTYPE_F32, REDUCE_OP_SUM);
+    comm_group_free(g);
+    return st;
 }

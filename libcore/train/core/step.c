@@ -74,10 +74,18 @@ static status train_optim_update(train_optim *o, const param_table *pt, param_bu
 static status train_clip_grid(train_run *r, const param_table *pt, float *grads, double max_norm, double *norm)
 {
     double sq[2] = { 0, 0 };  /* split, whole */
+    double *sqz = NULL;       /* ZeRO-1: each tensor's squares from its owned shards (zero.h) */
+    if (r->use_zero) {
+        sqz = malloc((size_t)pt->count * sizeof *sqz);
+        CHECK(sqz, "out of memory");
+        double all;
+        TRY(zero_grad_norm_sq(&r->zero, pt, grads, r->timeout_s, &all, sqz));
+    }
     for (int i = 0; i < pt->count; i++) {
         const param_entry *e = &pt->entries[i];
-        if (train_pp_counted(r, e)) sq[e->tp_dim < 0] += grad_norm_sq(grads + e->offset, e->count);
+        if (train_pp_counted(r, e)) sq[e->tp_dim < 0] += sqz ? sqz[i] : grad_norm_sq(grads + e->offset, e->count);
     }
+    free(sqz);
     comm_ctl tc = comm_ctl_watched(comm_ctl_named(r->grid.tp_comm, r->timeout_s, "tp"), r->rt->wd);
     if (r->grid.shape.tp > 1) TRY(comm_ctl_allreduce(tc, MPI_IN_PLACE, sq, 1, MPI_DOUBLE, MPI_SUM));
     double stage = sq[0] + sq[1];
@@ -107,7 +115,8 @@ static void train_layer_done(void *ctx, int layer)
 
 void train_set_hook(train_run *r, bool on)
 {
-    model_set_layer_hook(&r->m, (param_layer_hook){ on ? train_layer_done : NULL, r });
+    /* ZeRO-1 launches no buckets: its gradient is reduce-scattered after the backward */
+    model_set_layer_hook(&r->m, (param_layer_hook){ on && !r->use_zero ? train_layer_done : NULL, r });
 }
 
 /* CHAOS build: whether the step switch var (base/fault.h) names this step. */
@@ -187,7 +196,7 @@ status train_step(train_run *r, train_step_stats *ss)
     if (r->share.mode != TRAIN_SCHED_MODE_OFF) {  /* back to the whole micro-batch (evaluation, probes) */
         TRY(model_set_micro_batch(&r->m, b));
         model_set_loss_scale(&r->m, 1.0f);
-        for (int i = pt->count - 1; i >= 0 && nmb == 0 && !compress; i--)  /* an empty share: zeros to the sum */
+        for (int i = pt->count - 1; i >= 0 && nmb == 0 && !compress && !r->use_zero; i--)  /* an empty share: zeros to the sum */
             TRY(bucket_mark_ready(&r->bm, i));
     }
     train_set_hook(r, false);
@@ -217,6 +226,9 @@ status train_step(train_run *r, train_step_stats *ss)
             r->dgc_dense += (double)r->dstats.dense_bytes;
             exchanged = true;
         }
+    } else if (r->use_zero) {  /* each rank receives its own shards' sums only */
+        TRY(zero_reduce_scatter_grads(&r->zero, pb->grads, r->bm.scale, r->timeout_s));
+        TRY(train_pp_tie_grads(r, pb->grads));  /* the owned shards of the copies: same owner at both ends */
     } else {
         TRY(bucket_wait_all(&r->bm));
         TRY(train_pp_tie_grads(r, pb->grads));  /* pp > 1: the tied embedding's two copies */
@@ -234,7 +246,8 @@ status train_step(train_run *r, train_step_stats *ss)
         for (int i = 0; i < r->nobservers; i++)  /* the averaged gradient, complete on every rank, not clipped yet */
             if (r->observers[i].grads) r->observers[i].grads(r->observers[i].ctx, step);
         double clip = r->opt.clip > 0 && !compress ? r->opt.clip : INFINITY;
-        if (r->grid.shape.tp > 1 || r->grid.shape.pp > 1) TRY(train_clip_grid(r, pt, pb->grads, clip, &ss->gnorm));
+        if (r->grid.shape.tp > 1 || r->grid.shape.pp > 1 || r->use_zero)
+            TRY(train_clip_grid(r, pt, pb->grads, clip, &ss->gnorm));
         else optim_clip_grad_norm(pb->grads, pt->total, clip, &ss->gnorm);
     }
     ss->lr = lr_at(&r->sched, r->step) * r->elastic.lr_factor * r->alert_ck.lr_scale;

@@ -1,4 +1,5 @@
-/* fake_nccl — NCCL's communicator and the two collectives comm_nccl.c uses, on the
+/* fake_nccl — NCCL's communicator and the collectives comm_nccl.c and comm_nccl_group.c
+ * use (ReduceScatter, AllGather, AllReduce, grouped Send/Recv), on the
  * host, for the NCCL logic test (see fake_cuda.c for what that test can and cannot
  * show).
  *
@@ -15,8 +16,10 @@
  * ncclCommGetAsyncError, every other enqueue answers ncclInProgress, and any NCCL
  * call on a communicator that has not settled (or after ncclCommFinalize) fails.
  * ncclCommAbort cancels what the communicator has in flight; its queued kernels
- * then end without data, as aborted NCCL kernels do. Only float sums (ncclSum and
- * ncclRedOpCreatePreMulSum with a host scalar) are modelled. */
+ * then end without data, as aborted NCCL kernels do. Reductions are float sums only
+ * (ncclSum and ncclRedOpCreatePreMulSum with a host scalar), in rank order; AllGather
+ * and Send/Recv move any type. Send/Recv between ncclGroupStart and ncclGroupEnd
+ * become one kernel that posts them all, as NCCL fuses a group. */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -38,14 +41,18 @@ typedef struct fake_id {
     int serial;                    /* its ncclGetUniqueId calls so far */
 } fake_id;
 
-enum { FAKE_RS = 1, FAKE_AG = 2 };
-static const char *kind_name(uint32_t k) { return k == FAKE_RS ? "ReduceScatter" : k == FAKE_AG ? "AllGather" : "?"; }
+enum { FAKE_RS = 1, FAKE_AG = 2, FAKE_AR = 3 };
+static const char *kind_name(uint32_t k)
+{
+    return k == FAKE_RS ? "ReduceScatter" : k == FAKE_AG ? "AllGather" : k == FAKE_AR ? "AllReduce" : "?";
+}
+#define FAKE_P2P_TAG 30001         /* Send/Recv: MPI keeps one pair's messages in order on one tag */
 
 typedef struct fake_head {
-    uint32_t kind;                 /* FAKE_RS or FAKE_AG */
+    uint32_t kind;                 /* FAKE_RS, FAKE_AG or FAKE_AR */
     uint32_t pad;
     uint64_t seq;                  /* collectives enqueued before it on the communicator */
-    uint64_t count;                /* floats per rank's part */
+    uint64_t count;                /* bytes per rank's part */
 } fake_head;
 
 typedef struct fake_coll {
@@ -53,7 +60,8 @@ typedef struct fake_coll {
     ncclComm_t comm;               /* NULL once the communicator was aborted */
     uint32_t kind;
     uint64_t seq;
-    size_t count;                  /* floats per part */
+    size_t count;                  /* elements per part (AllReduce: of the whole buffer) */
+    size_t esz;                    /* bytes per element (4 for the reductions: float) */
     const float *send;
     float *recv;
     float scale;                   /* 1, or the PreMulSum factor */
@@ -288,31 +296,35 @@ ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t c)
 
 /* ---- collectives --------------------------------------------------------------- */
 
-static size_t msg_bytes(const fake_coll *k) { return sizeof(fake_head) + k->count * sizeof(float); }
+static size_t msg_bytes(const fake_coll *k) { return sizeof(fake_head) + k->count * k->esz; }
 
 static void coll_post(fake_coll *k)
 {
     ncclComm_t c = k->comm;
     int n = c->n, peers = n - 1;
-    size_t m = msg_bytes(k), part = k->count * sizeof(float);
+    size_t m = msg_bytes(k), part = k->count * k->esz;
     fake_check_device(k->send, (k->kind == FAKE_RS ? (size_t)n : 1) * part, "queued NCCL send buffer");
     fake_check_device(k->recv, (k->kind == FAKE_AG ? (size_t)n : 1) * part, "queued NCCL receive buffer");
     k->req = malloc((size_t)(2 * peers + 1) * sizeof *k->req);
     k->rbuf = malloc((size_t)peers * m + 1);
     k->sbuf = malloc((k->kind == FAKE_RS ? (size_t)peers : 1) * m + 1);
     if (!k->req || !k->rbuf || !k->sbuf) fake_fail("out of memory for a collective's messages");
-    fake_head h = { .kind = k->kind, .seq = k->seq, .count = k->count };
+    fake_head h = { .kind = k->kind, .seq = k->seq, .count = part };
     int tag = (int)(k->seq % FAKE_TAG_SPAN), j = 0;
     for (int p = 0; p < n; p++)
         if (p != c->rank) MPI_Irecv(k->rbuf + (size_t)j * m, (int)m, MPI_BYTE, p, tag, c->mc, &k->req[j]), j++;
     for (int p = 0; p < n; p++) {
         if (p == c->rank) continue;
         char *msg = k->sbuf + (k->kind == FAKE_RS ? (size_t)(j - peers) * m : 0);
-        if (k->kind == FAKE_RS || j == peers) {  /* RS: part p, pre-multiplied; AG: our part, once */
+        if (k->kind == FAKE_RS || j == peers) {  /* RS: part p, pre-multiplied; AG, AR: ours, once */
             memcpy(msg, &h, sizeof h);
-            float *dst = (float *)(msg + sizeof h);
-            const float *src = k->send + (k->kind == FAKE_RS ? (size_t)p * k->count : 0);
-            for (size_t i = 0; i < k->count; i++) dst[i] = k->kind == FAKE_RS ? k->scale * src[i] : src[i];
+            if (k->kind == FAKE_AG) {
+                memcpy(msg + sizeof h, k->send, part);
+            } else {
+                float *dst = (float *)(msg + sizeof h);
+                const float *src = k->send + (k->kind == FAKE_RS ? (size_t)p * k->count : 0);
+                for (size_t i = 0; i < k->count; i++) dst[i] = k->scale * src[i];
+            }
         }
         MPI_Isend(msg, (int)m, MPI_BYTE, p, tag, c->mc, &k->req[j]);
         j++;
@@ -324,7 +336,7 @@ static void coll_post(fake_coll *k)
 static void coll_finish(fake_coll *k, MPI_Status *st)
 {
     ncclComm_t c = k->comm;
-    size_t m = msg_bytes(k);
+    size_t m = msg_bytes(k), part = k->count * k->esz;
     int j = 0;
     for (int p = 0; p < c->n; p++) {
         if (p == c->rank) continue;
@@ -332,16 +344,16 @@ static void coll_finish(fake_coll *k, MPI_Status *st)
         memcpy(&h, k->rbuf + (size_t)j * m, sizeof h);
         int got = 0;
         MPI_Get_count(&st[j], MPI_BYTE, &got);
-        if ((size_t)got != m || h.kind != k->kind || h.seq != k->seq || h.count != k->count)
-            fake_fail("NCCL collective #%llu on a communicator of %d: this rank (%d) called %s of %zu floats per "
+        if ((size_t)got != m || h.kind != k->kind || h.seq != k->seq || h.count != part)
+            fake_fail("NCCL collective #%llu on a communicator of %d: this rank (%d) called %s of %zu bytes per "
                       "rank, rank %d sent %s #%llu of %llu (%d bytes): the ranks did not enqueue the same "
                       "collectives in the same order", (unsigned long long)k->seq, c->n, c->rank,
-                      kind_name(k->kind), k->count, p, kind_name(h.kind), (unsigned long long)h.seq,
+                      kind_name(k->kind), part, p, kind_name(h.kind), (unsigned long long)h.seq,
                       (unsigned long long)h.count, got);
         j++;
     }
-    if (k->kind == FAKE_RS) {  /* sum in rank order; the own part may be recv itself (in place) */
-        const float *own = k->send + (size_t)c->rank * k->count;
+    if (k->kind != FAKE_AG) {  /* sum in rank order; the own part may be recv itself (in place) */
+        const float *own = k->send + (k->kind == FAKE_RS ? (size_t)c->rank * k->count : 0);
         for (size_t i = 0; i < k->count; i++) {
             float acc = 0.0f;
             for (int p = 0, q = 0; p < c->n; p++) {
@@ -352,9 +364,9 @@ static void coll_finish(fake_coll *k, MPI_Status *st)
         }
     } else {
         for (int p = 0, q = 0; p < c->n; p++) {
-            float *dst = k->recv + (size_t)p * k->count;
-            if (p == c->rank) memmove(dst, k->send, k->count * sizeof(float));
-            else memcpy(dst, k->rbuf + (size_t)q++ * m + sizeof(fake_head), k->count * sizeof(float));
+            char *dst = (char *)k->recv + (size_t)p * part;
+            if (p == c->rank) memmove(dst, k->send, part);
+            else memcpy(dst, k->rbuf + (size_t)q++ * m + sizeof(fake_head), part);
         }
     }
 }
@@ -397,26 +409,37 @@ static bool coll_step(void *arg)
     return done;
 }
 
+static size_t type_size(ncclDataType_t t)
+{
+    switch (t) {
+    case ncclInt8: case ncclUint8: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    default: return 8;
+    }
+}
+
 static ncclResult_t coll_enqueue(uint32_t kind, const void *send, void *recv, size_t count, ncclDataType_t type,
                                  ncclRedOp_t op, ncclComm_t c, cudaStream_t stream)
 {
-    const char *what = kind == FAKE_RS ? "ncclReduceScatter" : "ncclAllGather";
+    const char *what = kind == FAKE_RS ? "ncclReduceScatter" : kind == FAKE_AG ? "ncclAllGather" : "ncclAllReduce";
     comm_usable(c, what);
-    if (type != ncclFloat) fake_fail("%s: type %d; the fake models float only", what, (int)type);
-    if (count * sizeof(float) + sizeof(fake_head) > (size_t)INT32_MAX) fake_fail("%s: count too large", what);
+    if (kind != FAKE_AG && type != ncclFloat) fake_fail("%s: type %d; the fake reduces float only", what, (int)type);
+    size_t esz = type_size(type);
+    if (count * esz + sizeof(fake_head) > (size_t)INT32_MAX) fake_fail("%s: count too large", what);
     float scale = 1.0f;
     int i = (int)op - FAKE_OP_BASE;
     if (op != ncclSum) {
         if (i < 0 || i >= FAKE_MAX_OPS || !c->op_live[i]) fake_fail("%s: operator %d not modelled", what, (int)op);
         scale = c->scale[i];
     }
-    size_t part = count * sizeof(float), all = (size_t)c->n * part;
+    size_t part = count * esz, all = (size_t)c->n * part;
     fake_check_device(send, kind == FAKE_RS ? all : part, what);
     fake_check_device(recv, kind == FAKE_AG ? all : part, what);
     fake_coll *k = calloc(1, sizeof *k);
     if (!k) return ncclSystemError;
     *k = (fake_coll){ .next = c->inflight, .comm = c, .kind = kind, .seq = c->next_seq++, .count = count,
-                      .send = send, .recv = recv, .scale = scale };
+                      .esz = esz, .send = send, .recv = recv, .scale = scale };
     c->inflight = k;
     fake_enqueue_step(stream, coll_step, k, send, kind == FAKE_RS ? all : part, recv, kind == FAKE_AG ? all : part);
     if (++c->enqueues % 2) return ncclSuccess;
@@ -434,4 +457,129 @@ ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcoun
                            ncclComm_t comm, cudaStream_t stream)
 {
     return coll_enqueue(FAKE_AG, sendbuff, recvbuff, sendcount, datatype, ncclSum, comm, stream);
+}
+
+ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
+{
+    return coll_enqueue(FAKE_AR, sendbuff, recvbuff, count, datatype, op, comm, stream);
+}
+
+/* ---- point to point ------------------------------------------------------------ */
+
+typedef struct fake_xfer {
+    bool send;                     /* a send, else a receive */
+    void *buf;                     /* device memory */
+    size_t bytes;
+    int peer;                      /* rank in the communicator */
+} fake_xfer;
+
+/* A group's transfers: one kernel that posts them all and completes with the last. */
+typedef struct fake_p2p {
+    ncclComm_t comm;
+    cudaStream_t stream;
+    int n, cap;
+    fake_xfer *x;
+    MPI_Request *req;              /* NULL until posted */
+} fake_p2p;
+
+static int group_depth;            /* ncclGroupStart nesting */
+static fake_p2p *group_open;       /* transfers collected since the outermost ncclGroupStart */
+
+static bool p2p_step(void *arg)
+{
+    fake_p2p *g = arg;
+    if (!g->req) {
+        g->req = malloc((size_t)(g->n + 1) * sizeof *g->req);
+        if (!g->req) fake_fail("out of memory for a group's requests");
+        for (int i = 0; i < g->n; i++) {
+            fake_xfer *x = &g->x[i];
+            fake_check_device(x->buf, x->bytes, x->send ? "queued ncclSend buffer" : "queued ncclRecv buffer");
+            if (x->send) MPI_Isend(x->buf, (int)x->bytes, MPI_BYTE, x->peer, FAKE_P2P_TAG, g->comm->mc, &g->req[i]);
+            else MPI_Irecv(x->buf, (int)x->bytes, MPI_BYTE, x->peer, FAKE_P2P_TAG, g->comm->mc, &g->req[i]);
+        }
+    }
+    MPI_Status *st = malloc((size_t)(g->n + 1) * sizeof *st);
+    int done = 0;
+    if (MPI_Testall(g->n, g->req, &done, st) != MPI_SUCCESS)
+        fake_fail("ncclRecv: a peer's message did not fit: the ranks' Send/Recv sizes differ");
+    for (int i = 0; done && i < g->n; i++) {
+        int got = 0;
+        if (g->x[i].send) continue;
+        MPI_Get_count(&st[i], MPI_BYTE, &got);
+        if ((size_t)got != g->x[i].bytes)
+            fake_fail("ncclRecv of %zu bytes from rank %d got %d: the ranks' Send/Recv sizes differ", g->x[i].bytes,
+                      g->x[i].peer, got);
+    }
+    free(st);
+    if (done) free(g->req), free(g->x), free(g);
+    return done;
+}
+
+static fake_p2p *p2p_new(ncclComm_t c, cudaStream_t s)
+{
+    fake_p2p *g = calloc(1, sizeof *g);
+    if (!g) fake_fail("out of memory for a Send/Recv group");
+    g->comm = c;
+    g->stream = s;
+    return g;
+}
+
+static void p2p_launch(fake_p2p *g)
+{
+    if (g->n == 0) {
+        free(g->x), free(g);
+        return;
+    }
+    fake_enqueue_step(g->stream, p2p_step, g, NULL, 0, NULL, 0);
+}
+
+static ncclResult_t p2p_add(bool send, void *buf, size_t count, ncclDataType_t type, int peer, ncclComm_t c,
+                            cudaStream_t s)
+{
+    const char *what = send ? "ncclSend" : "ncclRecv";
+    comm_usable(c, what);
+    if (peer < 0 || peer >= c->n || peer == c->rank) fake_fail("%s to rank %d of %d", what, peer, c->n);
+    size_t bytes = count * type_size(type);
+    if (bytes > (size_t)INT32_MAX) fake_fail("%s: count too large", what);
+    fake_check_device(buf, bytes, what);
+    fake_p2p *g = group_depth > 0 ? group_open : p2p_new(c, s);
+    if (!g) g = group_open = p2p_new(c, s);
+    if (g->comm != c || g->stream != s) fake_fail("%s: one group's transfers on two communicators or streams", what);
+    if (g->n == g->cap) {
+        g->cap = g->cap ? 2 * g->cap : 8;
+        g->x = realloc(g->x, (size_t)g->cap * sizeof *g->x);
+        if (!g->x) fake_fail("out of memory for a Send/Recv group");
+    }
+    g->x[g->n++] = (fake_xfer){ .send = send, .buf = buf, .bytes = bytes, .peer = peer };
+    if (group_depth == 0) p2p_launch(g);
+    return ncclSuccess;
+}
+
+ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                      cudaStream_t stream)
+{
+    return p2p_add(true, (void *)sendbuff, count, datatype, peer, comm, stream);
+}
+
+ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                      cudaStream_t stream)
+{
+    return p2p_add(false, recvbuff, count, datatype, peer, comm, stream);
+}
+
+ncclResult_t ncclGroupStart(void)
+{
+    group_depth++;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclGroupEnd(void)
+{
+    if (group_depth == 0) fake_fail("ncclGroupEnd without ncclGroupStart");
+    if (--group_depth == 0 && group_open) {
+        p2p_launch(group_open);
+        group_open = NULL;
+    }
+    return ncclSuccess;
 }
