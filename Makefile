@@ -191,11 +191,11 @@ $(B)/test/%: $(B)/obj/validation/%.o $(LIBS)
 # sum alone is about 2.5 min; reference/resnet-vs-pytorch is a fifth of it). Budget: 5 min.
 test: all
 	$(Q)tools/deps.sh ensure-test
-	$(Q)tools/run-tests.sh --tier quick validation/tests.list
+	$(Q)tools/run-tests.sh --tier quick --check-tree validation/tests.list
 
 check: all
 	$(Q)tools/deps.sh ensure-test
-	$(Q)tools/run-tests.sh validation/tests.list
+	$(Q)tools/run-tests.sh --check-tree validation/tests.list
 
 check-long: all
 	$(Q)tools/deps.sh ensure-test

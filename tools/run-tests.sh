@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run-tests.sh — the one test runner: one line per test, then "N passed, N failed, N skipped".
 #
-#   tools/run-tests.sh [--tier quick|long | --all] LIST [FILTER]
+#   tools/run-tests.sh [--tier quick|long | --all] [--check-tree] LIST [FILTER]
 #
 # Each non-comment line of the list is `name | command`; a test passes when its
 # command exits 0 within NEBULA_TEST_TIMEOUT seconds (default 600), or within N
@@ -12,19 +12,23 @@
 # line; all output is kept in build/test-logs/ (or NEBULA_TEST_LOGS). FILTER keeps the
 # tests whose names contain it; --tier T keeps the lines tagged `# tier=T` (quick: `make
 # test`; long: `make check-long`). Without --tier, every line but the long tier runs (`make
-# check`); --all runs the long tier too (jobscripts/validate.sbatch). A whole-list run
-# (no FILTER, inside a git checkout) ends with one more check, tree/unchanged: no test may
-# create, change or delete a file of the source tree (build/ and the logs aside), so
-# `git status --porcelain` reads the same after the run as before it. The exit status is
+# check`); --all runs the long tier too (jobscripts/validate.sbatch). --check-tree (make
+# test, make check; inside a git checkout) ends the run with one more check,
+# tree/unchanged: no test may create, change or delete a file of the source tree (build/
+# and the logs aside), so `git status --porcelain` reads the same after the run as before. The exit status is
 # non-zero only when a test failed.
 set -uo pipefail
 
-usage='usage: tools/run-tests.sh [--tier quick|long | --all] LIST [FILTER]'
-tier= all=0
-case "${1:-}" in
---tier) tier=${2:?$usage}; shift 2 ;;
---all) all=1; shift ;;
-esac
+usage='usage: tools/run-tests.sh [--tier quick|long | --all] [--check-tree] LIST [FILTER]'
+tier= all=0 check_tree=0
+while :; do
+    case "${1:-}" in
+    --tier) tier=${2:?$usage}; shift 2 ;;
+    --all) all=1; shift ;;
+    --check-tree) check_tree=1; shift ;;
+    *) break ;;
+    esac
+done
 list=${1:?$usage}
 filter=${2:-}
 logdir=${NEBULA_TEST_LOGS:-build/test-logs}
@@ -45,7 +49,7 @@ tree_state() {
         grep -v -e '^!! build/' -e "^!! ${logdir%/}/" -e "^?? ${logdir%/}/" || true
 }
 watch_tree=0
-if [ -z "$filter" ] && git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+if [ $check_tree -eq 1 ] && git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
     watch_tree=1
     tree_before=$(tree_state)
 fi
