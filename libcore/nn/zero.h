@@ -7,6 +7,8 @@
  * all-gather gives every rank the full updated parameters again. Both travel on the
  * data-parallel group's comm_group (comm.h): G gradient bytes cost (n-1)/n G each way,
  * 2(n-1)/n G per step, where an allreduce of the gradient and the all-gather cost 3.
+ * Across nodes (zero_use_nodes) both run in two levels, so that between nodes each
+ * float crosses once each way, 2G per step as the hierarchical allreduce (zero_hier.c).
  *
  * Shards: every tensor of the table is cut into chunks of at most shard_numel floats
  * (never across a tensor, so per-tensor rules such as weight decay apply per shard).

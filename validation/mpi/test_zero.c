@@ -10,7 +10,10 @@
  * the gradient's reduce-scatter to the owners (in one round and in many) gives each owner
  * the exact scaled sum of its shards, leaves the others' floats alone and counts
  * (n-1)/n of the gradient's bytes, and the norm from the owned shards matches the whole
- * reduced gradient's.
+ * reduced gradient's; across the runtime's nodes (np3 as 2 + 1, np4 as 2 x 2) the two-level
+ * path's owned floats equal a reference summed in its documented order bit for bit (in one
+ * round and in many), its all-gather delivers every owner's floats, and the group counts
+ * exactly the floats that cross between nodes, once each way.
  * Usage: test_zero [--ranks-per-node N] */
 #include <ftw.h>
 #include <math.h>
