@@ -184,7 +184,10 @@ void zero_free(zero *z)
     free(z->shards), free(z->mine), free(z->counts), free(z->displs);
     free(z->ck_offset), free(z->ck_count), free(z->ck_packed), free(z->ck_mine);
     free(z->m), free(z->v), free(z->pack), free(z->by_owner), free(z->rs_counts);
+    free(z->node_of), free(z->lidx_of), free(z->node_start), free(z->node_rank);
+    free(z->round_first), free(z->a2a), free(z->hsrc), free(z->hbuf);
     comm_group_free(z->group);
+    if (z->node_group) comm_group_free(z->node_group);
     memset(z, 0, sizeof *z);
 }
 
@@ -215,6 +218,7 @@ void zero_sgd_step(zero *z, const param_table *pt, param_buffers *pb, const sgd_
 
 status zero_allgather_params(zero *z, float *params, float *scratch, double timeout_s)
 {
+    if (z->hier) return zero_hier_allgather(z, params, timeout_s);
     float *block = scratch + z->displs[z->rank];
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < z->nmine; i++)
@@ -273,6 +277,7 @@ static void zero_block_copy(const zero *z, int r, size_t lo, size_t hi, float *b
 
 status zero_reduce_scatter_grads(zero *z, float *grads, double scale, double timeout_s)
 {
+    if (z->hier) return zero_hier_reduce_scatter(z, grads, scale, timeout_s);
     if (!z->pack) TRY(zero_rs_setup(z));
     size_t rounds = (z->numel + z->pack_numel - 1) / z->pack_numel;
     if (rounds == 0) rounds = 1;

@@ -7,6 +7,8 @@
  * all-gather gives every rank the full updated parameters again. Both travel on the
  * data-parallel group's comm_group (comm.h): G gradient bytes cost (n-1)/n G each way,
  * 2(n-1)/n G per step, where an allreduce of the gradient and the all-gather cost 3.
+ * Across nodes (zero_use_nodes) both run in two levels, so that between nodes each
+ * float crosses once each way, 2G per step as the hierarchical allreduce (zero_hier.c).
  *
  * Shards: every tensor of the table is cut into chunks of at most shard_numel floats
  * (never across a tensor, so per-tensor rules such as weight decay apply per shard).
@@ -102,6 +104,19 @@ typedef struct zero {
                                 part; allocated at the first reduce-scatter */
     int *by_owner;           /* [nshards] shard indices by owner, then offset: each owner's block in order */
     int *rs_counts;          /* [size] one round's floats of each owner's block */
+    /* the two-level path (zero_use_nodes, zero_hier.c) */
+    bool hier;               /* several nodes with two ranks or more on one: reduce-scatter and all-gather
+                                cross between nodes once per float each way */
+    int nnodes;
+    comm_group *node_group;  /* the stages inside nodes (on comm, counted apart): z->group's bytes are
+                                then those between nodes */
+    int *node_of, *lidx_of;  /* [size] each rank's node (0.., in node-id order) and local index */
+    int *node_start, *node_rank;  /* [nnodes + 1], [size]: node n's ranks are node_rank[node_start[n] ..) */
+    int nrounds, *round_first;    /* [nrounds + 1] the rounds' first shards; set at the first use */
+    int *a2a;                /* [5 * size] one stage's counts and displacements, then receive cursors */
+    const float **hsrc;      /* [size + 1] the operands of one shard's sum */
+    float *hbuf;             /* (2 * hbuf_half) one round's send and receive */
+    size_t hbuf_half;
     /* the moments' ranges, as a checkpoint writes and reads them */
     size_t *ck_offset, *ck_count, *ck_packed;  /* [nshards] */
     uint8_t *ck_mine;        /* [nshards] */
@@ -113,6 +128,20 @@ typedef struct zero {
  * allocates the packed moments, zero-filled. STATUS_NOMEM logged. */
 status zero_init(zero *z, MPI_Comm comm, const param_table *pt, const zero_options *o);
 void zero_free(zero *z);
+
+/* Collective over the group: every rank passes the id of its node (any int; ranks with
+ * the same id share a node, runtime.h). With several nodes and two ranks or more on
+ * one, the reduce-scatter and the all-gather then run in two levels (zero_hier.c): a
+ * shard's floats cross between nodes once each way, 2G bytes per step for G of
+ * gradient where the flat path moves up to 4G. Sums run in a fixed order: each node's
+ * ranks in local-index order (ascending group rank), then the nodes in id order, as
+ * the hierarchical allreduce (comm_hier.c) sums with two nodes. Otherwise the flat
+ * path stays. STATUS_TIMEOUT after timeout_s (0: none); STATUS_NOMEM. */
+status zero_use_nodes(zero *z, int node_id, double timeout_s);
+/* The two-level forms zero_reduce_scatter_grads and zero_allgather_params call when
+ * z->hier (the same contracts). */
+status zero_hier_reduce_scatter(zero *z, float *grads, double scale, double timeout_s);
+status zero_hier_allgather(zero *z, float *params, double timeout_s);
 
 /* The shard holding flat offset `offset` (binary search; dies when no shard does). */
 int zero_shard_index(const zero *z, size_t offset);

@@ -10,7 +10,10 @@
  * the gradient's reduce-scatter to the owners (in one round and in many) gives each owner
  * the exact scaled sum of its shards, leaves the others' floats alone and counts
  * (n-1)/n of the gradient's bytes, and the norm from the owned shards matches the whole
- * reduced gradient's.
+ * reduced gradient's; across the runtime's nodes (np3 as 2 + 1, np4 as 2 x 2) the two-level
+ * path's owned floats equal a reference summed in its documented order bit for bit (in one
+ * round and in many), its all-gather delivers every owner's floats, and the group counts
+ * exactly the floats that cross between nodes, once each way.
  * Usage: test_zero [--ranks-per-node N] */
 #include <ftw.h>
 #include <math.h>
@@ -342,6 +345,92 @@ static void test_reduce_scatter(const runtime *rt)
     param_table_free(&pt);
 }
 
+/* One rank's gradient in test_hier: not integers, so the order of every sum shows. */
+static float hier_grad(size_t i, int r)
+{
+    uint64_t x = zero_mix((uint64_t)i * 1000003u + (uint64_t)r * 7919u + 17u);
+    return (float)((double)(x >> 11) / 9007199254740992.0 * 2.0 - 1.0) * (float)(1 + r);
+}
+
+/* The two-level path (zero_use_nodes) on the runtime's nodes: each owner's floats equal,
+ * bit for bit, a reference summed in the documented order (each node's ranks in
+ * local-index order, then the nodes in order; 1/3 scale: not exact), in one round and
+ * in rounds of 777 floats; the all-gather gives every rank every owner's floats; the
+ * group counts exactly the floats that cross between nodes, once each way. */
+static void test_hier(const runtime *rt)
+{
+    param_table pt;
+    table_build(&pt, 6);
+    zero_options o = { 1000, ZERO_VNODES_DEFAULT, 2 };
+    float *g = malloc(pt.total * sizeof(float)), *want = malloc(pt.total * sizeof(float));
+    float *p = malloc(pt.total * sizeof(float));
+    int *node = malloc((size_t)rt->size * sizeof(int));
+    MPI_Allgather(&rt->node_id, 1, MPI_INT, node, 1, MPI_INT, rt->world);
+    for (int pass = 0; pass < 2; pass++) {
+        zero z;
+        CHECK(zero_init(&z, rt->world, &pt, &o) == STATUS_OK, "zero");
+        CHECK(zero_use_nodes(&z, rt->node_id, 60) == STATUS_OK, "zero_use_nodes");
+        bool expect_hier = rt->nnodes > 1 && rt->max_local_size > 1;
+        check(rt, z.hier == expect_hier, "the two-level path is taken exactly with several nodes of which one "
+              "has two ranks", "wrong choice");
+        if (!z.hier) {
+            zero_free(&z);
+            break;
+        }
+        if (pass == 1) z.pack_numel = 777;
+        for (size_t i = 0; i < pt.total; i++) {
+            float acc = 0;
+            for (int n = 0; n < rt->nnodes; n++) {
+                float part = 0;
+                bool first = true;
+                for (int r = 0; r < rt->size; r++)  /* local index: ascending rank within the node */
+                    if (node[r] == n) part = first ? hier_grad(i, r) : part + hier_grad(i, r), first = false;
+                acc = n == 0 ? part : acc + part;
+            }
+            want[i] = (float)(acc * (1.0 / 3.0));
+            g[i] = hier_grad(i, rt->rank);
+        }
+        uint64_t before = comm_group_bytes(z.group), nbefore = comm_group_bytes(z.node_group);
+        bool ok = zero_reduce_scatter_grads(&z, g, 1.0 / 3.0, 60) == STATUS_OK;
+        size_t wrong = 0, crossed = 0, inside = 0;
+        for (int k = 0; k < z.nshards && ok; k++) {
+            const zero_shard *s = &z.shards[k];
+            for (size_t i = s->offset; i < s->offset + s->count; i++)
+                if (s->owner == z.rank) wrong += memcmp(&g[i], &want[i], sizeof(float)) != 0;
+            crossed += s->count * (size_t)(rt->nnodes - 1);
+            inside += s->count * (size_t)(rt->size - rt->nnodes);
+        }
+        char what[160], why[160];
+        snprintf(why, sizeof why, "%zu floats differ", wrong);
+        snprintf(what, sizeof what, "two-level reduce-scatter %s: owned floats equal the node-then-nodes sum bit "
+                 "for bit", pass ? "in rounds of 777 floats" : "in one round");
+        check(rt, ok && wrong == 0, what, why);
+        /* the all-gather: each owner's floats (its rank's mark) reach every rank */
+        for (int k = 0; k < z.nshards; k++)
+            for (size_t i = z.shards[k].offset; i < z.shards[k].offset + z.shards[k].count; i++)
+                p[i] = z.shards[k].owner == z.rank ? (float)(i % 1000) + 0.25f * (float)z.rank : -1.0f;
+        ok = zero_allgather_params(&z, p, g, 60) == STATUS_OK;
+        wrong = 0;
+        for (int k = 0; k < z.nshards && ok; k++)
+            for (size_t i = z.shards[k].offset; i < z.shards[k].offset + z.shards[k].count; i++)
+                wrong += p[i] != (float)(i % 1000) + 0.25f * (float)z.shards[k].owner;
+        snprintf(why, sizeof why, "%zu floats differ", wrong);
+        check(rt, ok && wrong == 0, "two-level all-gather: every owner's floats on every rank", why);
+        /* bytes: summed over the group, each float crosses between nodes once per non-owning
+           node each way, and moves inside nodes once per other rank of its node */
+        uint64_t mine[2] = { comm_group_bytes(z.group) - before, comm_group_bytes(z.node_group) - nbefore }, all[2];
+        MPI_Allreduce(mine, all, 2, MPI_UINT64_T, MPI_SUM, rt->world);
+        uint64_t ex[2] = { 2 * 4 * (uint64_t)crossed, 2 * 4 * (uint64_t)inside };
+        snprintf(why, sizeof why, "between nodes %llu (expected %llu), inside %llu (expected %llu)",
+                 (unsigned long long)all[0], (unsigned long long)ex[0], (unsigned long long)all[1],
+                 (unsigned long long)ex[1]);
+        check(rt, all[0] == ex[0] && all[1] == ex[1], "the group counts 2G(nodes - 1) between nodes per step", why);
+        zero_free(&z);
+    }
+    free(g), free(want), free(p), free(node);
+    param_table_free(&pt);
+}
+
 int main(int argc, char **argv)
 {
     runtime rt;
@@ -353,6 +442,7 @@ int main(int argc, char **argv)
     test_step(&rt, true);
     test_ckpt(&rt);
     test_reduce_scatter(&rt);
+    test_hier(&rt);
     if (rt.rank == 0) printf("%s: %d failed checks\n", failures ? "FAIL" : "ok", failures);
     int f = failures;
     runtime_free(&rt);
