@@ -79,7 +79,7 @@ for e in helps:
         if m and section: keys.add(f"{section}.{m.group(1)}")
 points = set(re.findall(r'\{ "(\w+\.\w+)", "', open("libcore/base/fault.c").read()))
 sections = {k.split(".")[0] for k in keys}
-files = re.compile(r"\.(bin|h5|jsonl|json|ini|md|sh|c|h|py|csv|txt|safetensors|sbatch|log|list|tmp|old)$")
+files = re.compile(r"\.(bin|h5|jsonl|json|ini|md|sh|c|h|py|csv|txt|safetensors|sbatch|log|list|tmp|old|cu)$")
 named = {}
 for page in pages:
     for no, line in enumerate(open(page), 1):
