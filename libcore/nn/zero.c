@@ -112,6 +112,8 @@ status zero_shards_build(const param_table *pt, size_t shard_numel, zero_shard *
     return STATUS_OK;
 }
 
+static status zero_rs_setup(zero *z);
+
 status zero_init(zero *z, MPI_Comm comm, const param_table *pt, const zero_options *o)
 {
     memset(z, 0, sizeof *z);
@@ -175,7 +177,7 @@ status zero_init(zero *z, MPI_Comm comm, const param_table *pt, const zero_optio
         }
         memset(*buf, 0, bytes);
     }
-    return STATUS_OK;
+    return zero_rs_setup(z);
 }
 
 void zero_free(zero *z)
@@ -185,7 +187,7 @@ void zero_free(zero *z)
     free(z->ck_offset), free(z->ck_count), free(z->ck_packed), free(z->ck_mine);
     free(z->m), free(z->v), free(z->pack), free(z->by_owner), free(z->rs_counts);
     free(z->node_of), free(z->lidx_of), free(z->node_start), free(z->node_rank);
-    free(z->round_first), free(z->a2a), free(z->hsrc), free(z->hbuf);
+    free(z->round_first), free(z->hplan), free(z->hpool), free(z->hcur), free(z->hsrc), free(z->hbuf);
     comm_group_free(z->group);
     if (z->node_group) comm_group_free(z->node_group);
     memset(z, 0, sizeof *z);
@@ -233,11 +235,11 @@ status zero_allgather_params(zero *z, float *params, float *scratch, double time
     return STATUS_OK;
 }
 
-/* The packing tables at the first reduce-scatter: shards grouped by owner (each owner's in
- * offset order, which is its block's order), the rounds' buffer. */
+/* The packing tables, at zero_init: shards grouped by owner (each owner's in offset order,
+ * which is its block's order), the rounds' buffer. */
 static status zero_rs_setup(zero *z)
 {
-    if (z->pack_numel == 0) z->pack_numel = ZERO_PACK_NUMEL;
+    z->pack_numel = z->opt.pack_numel ? z->opt.pack_numel : ZERO_PACK_NUMEL;
     size_t rounds = (z->numel + z->pack_numel - 1) / z->pack_numel, mine_part = z->owned / (rounds ? rounds : 1) + 1;
     z->pack = malloc((z->pack_numel + (size_t)z->size + mine_part + 1) * sizeof(float));
     z->by_owner = malloc(((size_t)z->nshards + 1) * sizeof(int));
@@ -278,7 +280,6 @@ static void zero_block_copy(const zero *z, int r, size_t lo, size_t hi, float *b
 status zero_reduce_scatter_grads(zero *z, float *grads, double scale, double timeout_s)
 {
     if (z->hier) return zero_hier_reduce_scatter(z, grads, scale, timeout_s);
-    if (!z->pack) TRY(zero_rs_setup(z));
     size_t rounds = (z->numel + z->pack_numel - 1) / z->pack_numel;
     if (rounds == 0) rounds = 1;
     comm_group_set_timeout(z->group, timeout_s);

@@ -27,7 +27,7 @@
  * the largest share 7-11% above the mean at 2-8 ranks (64 points: 20-30% at 3-8), for
  * a ring of 256 x N points (3 MiB at 1024 ranks).
  *
- * Everything is sized at zero_init; the step, the all-gather and the checkpoint
+ * Everything is sized at zero_init and zero_use_nodes; the step, the all-gather and the checkpoint
  * description allocate nothing. */
 #ifndef NEBULA_ZERO_H
 #define NEBULA_ZERO_H
@@ -82,7 +82,15 @@ typedef struct zero_options {
     size_t shard_numel;  /* most floats per shard (>= 1) */
     int vnodes;          /* points per rank on the ring (>= 1) */
     int moments;         /* packed buffers per owned float: 2 AdamW (m, v), 1 SGD momentum, 0 none */
+    size_t pack_numel;   /* floats of one round of the reduce-scatter; 0: ZERO_PACK_NUMEL */
 } zero_options;
+
+/* One all-to-all of the two-level path (zero_hier.c), fixed at zero_use_nodes. */
+typedef struct zero_hier_plan {
+    int *sc, *sd, *rc, *rd;  /* [size] floats sent to and received from each rank, and where */
+    int *send;               /* [nsend] the shards sent, in the send block's order (by receiver, then index) */
+    int nsend;
+} zero_hier_plan;
 
 typedef struct zero {
     MPI_Comm comm;           /* the data-parallel communicator (not owned) */
@@ -99,9 +107,9 @@ typedef struct zero {
     float *v;                /* (owned) AdamW second moment; NULL unless moments == 2 */
     int *counts, *displs;    /* [size] all-gather: each rank's owned floats and block start */
     comm_group *group;       /* the vector payloads on comm (mpi backend, host buffers) */
-    size_t pack_numel;       /* floats of one round of the reduce-scatter, at most (ZERO_PACK_NUMEL) */
+    size_t pack_numel;       /* floats of one round of the reduce-scatter (opt.pack_numel or ZERO_PACK_NUMEL) */
     float *pack;             /* (pack_numel + its share of mine) one round's packed gradient and my reduced
-                                part; allocated at the first reduce-scatter */
+                                part; NULL on the two-level path */
     int *by_owner;           /* [nshards] shard indices by owner, then offset: each owner's block in order */
     int *rs_counts;          /* [size] one round's floats of each owner's block */
     /* the two-level path (zero_use_nodes, zero_hier.c) */
@@ -112,8 +120,10 @@ typedef struct zero {
                                 then those between nodes */
     int *node_of, *lidx_of;  /* [size] each rank's node (0.., in node-id order) and local index */
     int *node_start, *node_rank;  /* [nnodes + 1], [size]: node n's ranks are node_rank[node_start[n] ..) */
-    int nrounds, *round_first;    /* [nrounds + 1] the rounds' first shards; set at the first use */
-    int *a2a;                /* [5 * size] one stage's counts and displacements, then receive cursors */
+    int nrounds, *round_first;    /* [nrounds + 1] the rounds' first shards */
+    zero_hier_plan *hplan;   /* [nrounds * 4] each round's four stages */
+    int *hpool;              /* the plans' arrays */
+    int *hcur;               /* [size] one stage's receive cursors */
     const float **hsrc;      /* [size + 1] the operands of one shard's sum */
     float *hbuf;             /* (2 * hbuf_half) one round's send and receive */
     size_t hbuf_half;

@@ -30,6 +30,8 @@ static int delegate(const zero *z, int n, int s)
     return z->node_rank[z->node_start[n] + z->lidx_of[o] % node_size(z, n)];
 }
 
+static status zero_hier_setup(zero *z);
+
 status zero_use_nodes(zero *z, int node_id, double timeout_s)
 {
     int *ids = malloc((size_t)z->size * sizeof *ids), *counts = malloc(2 * (size_t)z->size * sizeof *counts);
@@ -77,24 +79,34 @@ status zero_use_nodes(zero *z, int node_id, double timeout_s)
     /* the stages inside nodes on a group of their own (the same communicator): z->group
        then counts only the bytes between nodes */
     comm_group_options go = { .backend = COMM_BACKEND_MPI, .name = "zero node" };
-    return comm_group_init(&z->node_group, z->comm, &go);
+    TRY(comm_group_init(&z->node_group, z->comm, &go));
+    free(z->pack);  /* the flat path's buffer is not used again */
+    z->pack = NULL;
+    return zero_hier_setup(z);
 }
 
-/* The rounds at the first use (they depend on pack_numel): shards in index order, a
- * round closed before any rank's load in any stage would pass half of pack_numel. */
-static status zero_hier_setup(zero *z)
+/* An all-to-all stage of one round: shards go from `from` to the ranks the stage's rule
+ * names (sends()); send and receive blocks hold each peer's shards in index order. */
+typedef enum stage { RS_NODE, RS_OWNER, AG_NODES, AG_NODE, NSTAGES } stage;
+
+/* Whether rank `from` sends shard s to rank `to` (from != to) in stage st. */
+static bool sends(const zero *z, stage st, int s, int from, int to)
 {
-    if (z->pack_numel == 0) z->pack_numel = ZERO_PACK_NUMEL;
-    size_t half = z->pack_numel / 2 ? z->pack_numel / 2 : 1, need = 1;
-    size_t *load = calloc(2 * (size_t)z->size, sizeof *load);  /* as delegate, as owner */
-    z->round_first = malloc(((size_t)z->nshards + 2) * sizeof(int));
-    z->a2a = malloc(5 * (size_t)z->size * sizeof(int));
-    z->hsrc = malloc(((size_t)z->size + 1) * sizeof *z->hsrc);
-    if (!load || !z->round_first || !z->a2a || !z->hsrc) {
-        free(load);
-        return STATUS_NOMEM;
+    int fn = z->node_of[from], tn = z->node_of[to], o = z->shards[s].owner;
+    switch (st) {
+    case RS_NODE: return tn == fn && delegate(z, fn, s) == to;  /* to the node's delegate */
+    case RS_OWNER: return to == o && tn != fn && delegate(z, fn, s) == from;  /* the partial to the owner */
+    case AG_NODES: return from == o && tn != fn && delegate(z, tn, s) == to;  /* the owner to each delegate */
+    case AG_NODE: return tn == fn && delegate(z, fn, s) == from;  /* the delegate to its node */
+    default: return false;
     }
-    size_t total = 0, peak = 0;
+}
+
+/* The rounds: shards in index order, a round closed before any rank's load in any stage
+ * would pass half of pack_numel. Returns the largest load (floats). */
+static size_t zero_hier_rounds(zero *z, size_t *load)
+{
+    size_t half = z->pack_numel / 2 ? z->pack_numel / 2 : 1, total = 0, peak = 1;
     z->nrounds = 0;
     z->round_first[0] = 0;
     for (int s = 0; s < z->nshards; s++) {
@@ -118,78 +130,94 @@ static status zero_hier_setup(zero *z)
         peak = top > peak ? top : peak;
     }
     z->round_first[++z->nrounds] = z->nshards;
-    free(load);
-    need = peak > need ? peak : need;
-    z->hbuf_half = need;
-    z->hbuf = malloc(2 * need * sizeof(float));
-    if (!z->hbuf) {
-        log_error("zero: out of memory for the hierarchical exchange's %.1f MiB", (double)need * 8 / 1048576.0);
+    return peak;
+}
+
+/* Each round's and stage's all-to-all, fixed for the run: counts, displacements and the
+ * shards this rank sends, in the send block's order (by receiver, then index). `pool`
+ * NULL counts the ints the plans need into *need. */
+static void zero_hier_plans(zero *z, int *pool, size_t *need)
+{
+    int me = z->rank, P = z->size;
+    size_t at = 0;
+    for (int k = 0; k < z->nrounds; k++)
+        for (int st = 0; st < NSTAGES; st++) {
+            zero_hier_plan *p = pool ? &z->hplan[k * NSTAGES + st] : NULL;
+            if (p) {
+                p->sc = pool + at, p->sd = p->sc + P, p->rc = p->sd + P, p->rd = p->rc + P;
+                p->send = p->rd + P, p->nsend = 0;
+            }
+            at += 4 * (size_t)P;
+            size_t sat = 0, rat = 0;
+            for (int r = 0; r < P; r++) {
+                size_t sc = 0, rc = 0;
+                for (int s = z->round_first[k]; r != me && s < z->round_first[k + 1]; s++) {
+                    if (sends(z, (stage)st, s, me, r)) {
+                        if (p) p->send[p->nsend++] = s;
+                        sc += z->shards[s].count, at++;
+                    }
+                    if (sends(z, (stage)st, s, r, me)) rc += z->shards[s].count;
+                }
+                if (p) p->sc[r] = (int)sc, p->rc[r] = (int)rc, p->sd[r] = (int)sat, p->rd[r] = (int)rat;
+                sat += sc, rat += rc;
+            }
+            CHECK(sat <= z->hbuf_half && rat <= z->hbuf_half, "zero: a round past its buffer");
+        }
+    *need = at;
+}
+
+/* Sized once, at zero_use_nodes: the rounds, their plans and the exchange buffer. */
+static status zero_hier_setup(zero *z)
+{
+    size_t *load = calloc(2 * (size_t)z->size, sizeof *load);  /* as delegate, as owner */
+    z->round_first = malloc(((size_t)z->nshards + 2) * sizeof(int));
+    z->hcur = malloc((size_t)z->size * sizeof(int));
+    z->hsrc = malloc(((size_t)z->size + 1) * sizeof *z->hsrc);
+    if (!load || !z->round_first || !z->hcur || !z->hsrc) {
+        free(load);
         return STATUS_NOMEM;
     }
+    z->hbuf_half = zero_hier_rounds(z, load);
+    free(load);
+    size_t ints;
+    zero_hier_plans(z, NULL, &ints);
+    z->hplan = malloc((size_t)z->nrounds * NSTAGES * sizeof *z->hplan);
+    z->hpool = malloc((ints ? ints : 1) * sizeof(int));
+    z->hbuf = malloc(2 * z->hbuf_half * sizeof(float));
+    if (!z->hplan || !z->hpool || !z->hbuf) {
+        log_error("zero: out of memory for the hierarchical exchange's %.1f MiB",
+                  (double)z->hbuf_half * 8 / 1048576.0);
+        return STATUS_NOMEM;
+    }
+    zero_hier_plans(z, z->hpool, &ints);
     return STATUS_OK;
 }
 
-/* An all-to-all stage of one round. Each shard s in [a, b) is sent by `from(s)` to the
- * ranks `to(s)` lists; send and receive blocks hold the shards in index order. */
-typedef enum stage { RS_NODE, RS_OWNER, AG_NODES, AG_NODE } stage;
-
-/* Whether this rank sends shard s to rank r in stage st (r != me). */
-static bool sends_to(const zero *z, stage st, int s, int r)
+/* Runs stage st of round k: packs this rank's sends from src, one all-to-all. */
+static status zero_hier_stage(zero *z, int k, stage st, const float *src, float *send, float *recv)
 {
-    int me = z->rank, mn = z->node_of[me], rn = z->node_of[r], o = z->shards[s].owner;
-    switch (st) {
-    case RS_NODE: return rn == mn && delegate(z, mn, s) == r;
-    case RS_OWNER: return r == o && rn != mn && delegate(z, mn, s) == me;
-    case AG_NODES: return me == o && rn != mn && delegate(z, rn, s) == r;
-    case AG_NODE: return rn == mn && delegate(z, mn, s) == me;
+    const zero_hier_plan *p = &z->hplan[k * NSTAGES + st];
+    size_t at = 0;
+    for (int i = 0; i < p->nsend; i++) {
+        const zero_shard *sh = &z->shards[p->send[i]];
+        memcpy(send + at, src + sh->offset, sh->count * sizeof(float));
+        at += sh->count;
     }
-    return false;
-}
-
-static status zero_hier_stage(zero *z, stage st, int a, int b, const float *src, float *send, float *recv)
-{
-    int *sc = z->a2a, *sd = sc + z->size, *rc = sd + z->size, *rd = rc + z->size;
-    size_t sat = 0, rat = 0;
-    for (int r = 0; r < z->size; r++) {
-        sc[r] = rc[r] = 0;
-        if (r == z->rank) continue;
-        for (int s = a; s < b; s++) {
-            int c = (int)z->shards[s].count;
-            if (sends_to(z, st, s, r)) {
-                memcpy(send + sat + (size_t)sc[r], src + z->shards[s].offset, (size_t)c * sizeof(float));
-                sc[r] += c;
-            }
-            /* what r sends me: the same rule seen from r */
-            int me = z->rank, mn = z->node_of[me], rn = z->node_of[r], o = z->shards[s].owner;
-            bool from;
-            switch (st) {
-            case RS_NODE: from = rn == mn && delegate(z, mn, s) == me; break;
-            case RS_OWNER: from = me == o && rn != mn && delegate(z, rn, s) == r; break;
-            case AG_NODES: from = r == o && rn != mn && delegate(z, mn, s) == me; break;
-            default: from = rn == mn && delegate(z, mn, s) == r; break;
-            }
-            if (from) rc[r] += c;
-        }
-        sd[r] = (int)sat, rd[r] = (int)rat;
-        sat += (size_t)sc[r], rat += (size_t)rc[r];
-    }
-    CHECK(sat <= z->hbuf_half && rat <= z->hbuf_half, "zero: a round past its buffer");
+    memcpy(z->hcur, p->rd, (size_t)z->size * sizeof(int));  /* each source's next float */
     comm_group *g = st == RS_NODE || st == AG_NODE ? z->node_group : z->group;
-    return comm_group_alltoallv(g, send, sc, sd, recv, rc, rd, sizeof(float));
+    return comm_group_alltoallv(g, send, p->sc, p->sd, recv, p->rc, p->rd, sizeof(float));
 }
 
 status zero_hier_reduce_scatter(zero *z, float *grads, double scale, double timeout_s)
 {
-    if (!z->hbuf) TRY(zero_hier_setup(z));
     comm_group_set_timeout(z->group, timeout_s);
     comm_group_set_timeout(z->node_group, timeout_s);
     float *send = z->hbuf, *recv = z->hbuf + z->hbuf_half;
-    int me = z->rank, mn = z->node_of[me], *cur = z->a2a + 4 * z->size;
+    int me = z->rank, mn = z->node_of[me], *cur = z->hcur;
     const float **src = z->hsrc;
     for (int k = 0; k < z->nrounds; k++) {
         int a = z->round_first[k], b = z->round_first[k + 1];
-        TRY(zero_hier_stage(z, RS_NODE, a, b, grads, send, recv));
-        memcpy(cur, z->a2a + 3 * z->size, (size_t)z->size * sizeof(int));  /* each source's next float */
+        TRY(zero_hier_stage(z, k, RS_NODE, grads, send, recv));
         for (int s = a; s < b; s++) {  /* the node's partials, in local-index order */
             if (delegate(z, mn, s) != me) continue;
             float *g = grads + z->shards[s].offset;
@@ -205,8 +233,7 @@ status zero_hier_reduce_scatter(zero *z, float *grads, double scale, double time
                 g[i] = acc;
             }
         }
-        TRY(zero_hier_stage(z, RS_OWNER, a, b, grads, send, recv));
-        memcpy(cur, z->a2a + 3 * z->size, (size_t)z->size * sizeof(int));
+        TRY(zero_hier_stage(z, k, RS_OWNER, grads, send, recv));
         for (int s = a; s < b; s++) {  /* the owner: the nodes' partials in node order, scaled */
             if (z->shards[s].owner != me) continue;
             float *g = grads + z->shards[s].offset;
@@ -225,11 +252,11 @@ status zero_hier_reduce_scatter(zero *z, float *grads, double scale, double time
     return STATUS_OK;
 }
 
-/* Unpacks a stage's receive: shard s from rank `from(s)` (or none: -1), in index order. */
+/* Unpacks a stage's receive: shard s from the one rank that sends it to me (or none), in
+ * index order. */
 static void zero_hier_unpack(zero *z, stage st, int a, int b, const float *recv, float *params)
 {
-    int me = z->rank, mn = z->node_of[me], *cur = z->a2a + 4 * z->size;
-    memcpy(cur, z->a2a + 3 * z->size, (size_t)z->size * sizeof(int));
+    int me = z->rank, mn = z->node_of[me], *cur = z->hcur;
     for (int s = a; s < b; s++) {
         int o = z->shards[s].owner, d = delegate(z, mn, s), r = -1;
         if (st == AG_NODES && d == me && z->node_of[o] != mn) r = o;
@@ -242,15 +269,14 @@ static void zero_hier_unpack(zero *z, stage st, int a, int b, const float *recv,
 
 status zero_hier_allgather(zero *z, float *params, double timeout_s)
 {
-    if (!z->hbuf) TRY(zero_hier_setup(z));
     comm_group_set_timeout(z->group, timeout_s);
     comm_group_set_timeout(z->node_group, timeout_s);
     float *send = z->hbuf, *recv = z->hbuf + z->hbuf_half;
     for (int k = 0; k < z->nrounds; k++) {
         int a = z->round_first[k], b = z->round_first[k + 1];
-        TRY(zero_hier_stage(z, AG_NODES, a, b, params, send, recv));
+        TRY(zero_hier_stage(z, k, AG_NODES, params, send, recv));
         zero_hier_unpack(z, AG_NODES, a, b, recv, params);
-        TRY(zero_hier_stage(z, AG_NODE, a, b, params, send, recv));
+        TRY(zero_hier_stage(z, k, AG_NODE, params, send, recv));
         zero_hier_unpack(z, AG_NODE, a, b, recv, params);
     }
     return STATUS_OK;

@@ -216,7 +216,7 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
         free(pb->m), free(pb->v);
         pb->m = pb->v = NULL;
         zero_options zo = { (size_t)config_int(cfg, "zero.shard_numel"), (int)config_int(cfg, "zero.vnodes"),
-                            r->opt.use_sgd ? 1 : 2 };
+                            r->opt.use_sgd ? 1 : 2, 0 };
         TRY(zero_init(&r->zero, r->grid.dp_comm, pt, &zo));
         TRY(zero_use_nodes(&r->zero, r->grid.dp_rt.node_id, r->timeout_s));  /* two levels across nodes */
     }

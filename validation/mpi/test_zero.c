@@ -73,7 +73,7 @@ static void test_ownership(const runtime *rt)
 {
     param_table pt;
     table_build(&pt, 12);
-    zero_options o = { 2048, ZERO_VNODES_DEFAULT, 2 };
+    zero_options o = { 2048, ZERO_VNODES_DEFAULT, 2, 0 };
     zero a, b;
     CHECK(zero_init(&a, rt->world, &pt, &o) == STATUS_OK && zero_init(&b, rt->world, &pt, &o) == STATUS_OK, "zero");
     char why[256] = "";
@@ -181,7 +181,7 @@ static void test_step(const runtime *rt, bool sgd)
     fill_random(&pt, full.m, 2, false);
     fill_random(&pt, full.v, 3, true);
     memcpy(part.params, full.params, pt.total * sizeof(float));
-    zero_options o = { 1000, ZERO_VNODES_DEFAULT, sgd ? 1 : 2 };
+    zero_options o = { 1000, ZERO_VNODES_DEFAULT, sgd ? 1 : 2, 0 };
     zero z;
     CHECK(zero_init(&z, rt->world, &pt, &o) == STATUS_OK, "zero");
     for (int i = 0; i < z.nmine; i++) {  /* the owned part of the same starting moments */
@@ -235,7 +235,7 @@ static void test_ckpt(const runtime *rt)
     CHECK(param_buffers_init(&pb, &pt, true) == STATUS_OK, "buffers");
     fill_random(&pt, pb.params, 7, false);
     fill_random(&pt, pb.m, 8, false);
-    zero_options o = { 777, ZERO_VNODES_DEFAULT, 1 };
+    zero_options o = { 777, ZERO_VNODES_DEFAULT, 1, 0 };
     zero z;
     CHECK(zero_init(&z, rt->world, &pt, &o) == STATUS_OK, "zero");
     for (int i = 0; i < z.nmine; i++)
@@ -269,7 +269,7 @@ static void test_ckpt(const runtime *rt)
     check(rt, same, "the sharded checkpoint loads into full buffers (checksums verified)", status_str(st));
 
     /* read sharded again: a different shard size, so other ranges than were written */
-    zero_options o2 = { 500, ZERO_VNODES_DEFAULT, 1 };
+    zero_options o2 = { 500, ZERO_VNODES_DEFAULT, 1, 0 };
     zero z2;
     CHECK(zero_init(&z2, rt->world, &pt, &o2) == STATUS_OK, "zero");
     r.groups[1].data = z2.m, r.shards[1] = &z2.ck;
@@ -295,12 +295,12 @@ static void test_reduce_scatter(const runtime *rt)
 {
     param_table pt;
     table_build(&pt, 6);
-    zero_options o = { 1000, ZERO_VNODES_DEFAULT, 2 };
+    zero_options o = { 1000, ZERO_VNODES_DEFAULT, 2, 0 };
     float *g = malloc(pt.total * sizeof(float)), *want = malloc(pt.total * sizeof(float));
     for (int pass = 0; pass < 2; pass++) {
         zero z;
+        o.pack_numel = pass == 1 ? 777 : 0;
         CHECK(zero_init(&z, rt->world, &pt, &o) == STATUS_OK, "zero");
-        if (pass == 1) z.pack_numel = 777;
         bool ok = true;
         uint64_t before = comm_group_bytes(z.group);
         for (int t = 0; t < 2 && ok; t++) {  /* twice: the tables are reused */
@@ -361,13 +361,14 @@ static void test_hier(const runtime *rt)
 {
     param_table pt;
     table_build(&pt, 6);
-    zero_options o = { 1000, ZERO_VNODES_DEFAULT, 2 };
+    zero_options o = { 1000, ZERO_VNODES_DEFAULT, 2, 0 };
     float *g = malloc(pt.total * sizeof(float)), *want = malloc(pt.total * sizeof(float));
     float *p = malloc(pt.total * sizeof(float));
     int *node = malloc((size_t)rt->size * sizeof(int));
     MPI_Allgather(&rt->node_id, 1, MPI_INT, node, 1, MPI_INT, rt->world);
     for (int pass = 0; pass < 2; pass++) {
         zero z;
+        o.pack_numel = pass == 1 ? 777 : 0;
         CHECK(zero_init(&z, rt->world, &pt, &o) == STATUS_OK, "zero");
         CHECK(zero_use_nodes(&z, rt->node_id, 60) == STATUS_OK, "zero_use_nodes");
         bool expect_hier = rt->nnodes > 1 && rt->max_local_size > 1;
@@ -377,7 +378,6 @@ static void test_hier(const runtime *rt)
             zero_free(&z);
             break;
         }
-        if (pass == 1) z.pack_numel = 777;
         for (size_t i = 0; i < pt.total; i++) {
             float acc = 0;
             for (int n = 0; n < rt->nnodes; n++) {
