@@ -162,23 +162,28 @@ static void mpi_abandon(comm_backend *be)
     be->impl = NULL;
 }
 
+/* The primitives, the same for the world backend and a group's. */
+#define COMM_MPI_PRIMITIVES                  \
+    .name = "mpi",                           \
+    .iallreduce = mpi_iallreduce,            \
+    .allreduce = mpi_allreduce,              \
+    .ireduce_scatter = mpi_ireduce_scatter,  \
+    .iallgatherv = mpi_iallgatherv,          \
+    .ialltoallv = mpi_ialltoallv,            \
+    .isend = mpi_isend,                      \
+    .irecv = mpi_irecv,                      \
+    .isendrecv = mpi_isendrecv,              \
+    .testall = mpi_testall
+
+/* The world backend: the primitives and the allreduce engine's host half. */
 static const comm_backend_ops comm_mpi_ops = {
-    .name = "mpi",
+    COMM_MPI_PRIMITIVES,
     .abandon = mpi_abandon,
     .op_resolve = comm_host_resolve,
     .op_start = comm_host_op_start,
     .op_progress = comm_host_op_progress,
     .op_timeout = comm_diag_timeout,
     .set_stream = comm_host_set_stream,
-    .iallreduce = mpi_iallreduce,
-    .allreduce = mpi_allreduce,
-    .ireduce_scatter = mpi_ireduce_scatter,
-    .iallgatherv = mpi_iallgatherv,
-    .ialltoallv = mpi_ialltoallv,
-    .isend = mpi_isend,
-    .irecv = mpi_irecv,
-    .isendrecv = mpi_isendrecv,
-    .testall = mpi_testall,
     .free = mpi_free,
 };
 
@@ -262,19 +267,10 @@ status comm_mpi_backend_init(comm_backend *be, const runtime *rt)
     return STATUS_OK;
 }
 
-/* The primitives of the world backend; free leaves the members' communicator alone.
- * A group's backend runs no allreduce engine (comm_group calls the primitives only). */
+/* A group's backend: the primitives only (comm_group runs no allreduce engine); free
+ * leaves the members' communicator alone. */
 static const comm_backend_ops comm_mpi_group_ops = {
-    .name = "mpi",
-    .iallreduce = mpi_iallreduce,
-    .allreduce = mpi_allreduce,
-    .ireduce_scatter = mpi_ireduce_scatter,
-    .iallgatherv = mpi_iallgatherv,
-    .ialltoallv = mpi_ialltoallv,
-    .isend = mpi_isend,
-    .irecv = mpi_irecv,
-    .isendrecv = mpi_isendrecv,
-    .testall = mpi_testall,
+    COMM_MPI_PRIMITIVES,
     .free = mpi_group_free,
     .abandon = mpi_group_free,
 };
