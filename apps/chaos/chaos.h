@@ -111,6 +111,12 @@ void chaos_stop(chaos_launch *l, const char *run_dir, int sig, double grace);
 bool chaos_rank_died(chaos_launch *l, const char *run_dir);
 /* The heartbeat's step (and its world), -1 when there is none yet. */
 long chaos_heartbeat(const char *run_dir, int *world);
+/* The start of each turn of a watch loop over launch l (scenario and soak): *now; time
+ * the supervisor spent elsewhere since *t_prev (over 1 s: a remote kill step, a verify)
+ * is added to *t_hb, as it is not time the ranks failed to progress; the resumed step
+ * from the log; the heartbeat's step into *step, and on progress l->last_step = *step
+ * and *t_hb = *now. False after an interrupt: l is stopped then. */
+bool chaos_watch_tick(chaos_launch *l, const char *run_dir, double *t_prev, double *t_hb, double *now, long *step);
 /* Finding, signalling and sampling ranks on every node (ranks.c). */
 typedef struct chaos_rank {
     int rank;

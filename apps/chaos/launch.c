@@ -223,6 +223,24 @@ long chaos_log_resumed(const char *log)
     return chaos_log_step(log, "resumed from ", " at step ", "starting from step 0");
 }
 
+bool chaos_watch_tick(chaos_launch *l, const char *run_dir, double *t_prev, double *t_hb, double *now, long *step)
+{
+    *now = chaos_now();
+    if (*now - *t_prev > 1.0) *t_hb += *now - *t_prev;
+    *t_prev = *now;
+    if (chaos_interrupted) {
+        chaos_stop(l, run_dir, chaos_interrupted, CHAOS_STOP_GRACE);
+        return false;
+    }
+    if (l->resumed_step < 0) l->resumed_step = chaos_log_resumed(l->log);
+    *step = chaos_heartbeat(run_dir, NULL);
+    if (*step > l->last_step) {
+        l->last_step = *step;
+        *t_hb = *now;
+    }
+    return true;
+}
+
 double chaos_log_final_loss(const char *log, long *step)
 {
     FILE *f = fopen(log, "r");

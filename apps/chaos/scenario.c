@@ -394,14 +394,10 @@ static void scen_watch(scen *S, chaos_launch *l)
     const config *cfg = S->cfg;
     chaos_ctx *x = S->x;
     S->t_hb = l->t_start;
-    double t_prev_loop = chaos_now();
+    double t_prev = chaos_now(), now;
+    long step;
     for (;;) {
-        double now = chaos_now();
-        /* time the supervisor spent elsewhere (a remote kill step) is not the ranks' */
-        if (now - t_prev_loop > 1.0) S->t_hb += now - t_prev_loop;
-        t_prev_loop = now;
-        if (chaos_interrupted) {
-            chaos_stop(l, x->run_dir, chaos_interrupted, CHAOS_STOP_GRACE);
+        if (!chaos_watch_tick(l, x->run_dir, &t_prev, &S->t_hb, &now, &step)) {
             S->failed = true;
             return;
         }
@@ -411,17 +407,10 @@ static void scen_watch(scen *S, chaos_launch *l)
             S->failed = true;
             return;
         }
-        if (l->resumed_step < 0) l->resumed_step = chaos_log_resumed(l->log);
-        long step = chaos_heartbeat(x->run_dir, NULL);
-        if (step > l->last_step) {
-            l->last_step = step;
-            S->t_hb = now;
-            if (!l->t_first_progress && l->resumed_step >= 0 && step > l->resumed_step) {
-                l->t_first_progress = now;
-                for (int i = 0; i < S->fi; i++)
-                    if (x->faults[i].launch < x->nlaunches - 1 && !x->faults[i].t_recover)
-                        x->faults[i].t_recover = now;
-            }
+        if (!l->t_first_progress && l->resumed_step >= 0 && l->last_step > l->resumed_step) {
+            l->t_first_progress = now;  /* the first step past the resumed one: earlier faults recovered */
+            for (int i = 0; i < S->fi; i++)
+                if (x->faults[i].launch < x->nlaunches - 1 && !x->faults[i].t_recover) x->faults[i].t_recover = now;
         }
         if (S->loss_until > 0 && now >= S->loss_until) {
             sh(x, (const char *const[]){ "tools/netns-cluster", "loss", "none", NULL });

@@ -424,20 +424,10 @@ static void soak_watch(soak *S, chaos_launch *l, int me)
     S->t_hb = l->t_start;
     S->prev_step = -1;
     S->prev_t = 0;
-    double t_prev_loop = chaos_now();
+    double t_prev = chaos_now(), now;
+    long step;
     for (;;) {
-        double now = chaos_now();
-        /* time the supervisor itself spent elsewhere (a remote step, a verify) is not
-         * time the ranks failed to make progress */
-        if (now - t_prev_loop > 1.0) S->t_hb += now - t_prev_loop;
-        t_prev_loop = now;
-        if (chaos_interrupted) {
-            chaos_stop(l, x->run_dir, chaos_interrupted, CHAOS_STOP_GRACE);
-            return;
-        }
-        long step = chaos_heartbeat(x->run_dir, NULL);
-        if (l->resumed_step < 0) l->resumed_step = chaos_log_resumed(l->log);
-        if (step > l->last_step) { l->last_step = step; S->t_hb = now; }
+        if (!chaos_watch_tick(l, x->run_dir, &t_prev, &S->t_hb, &now, &step)) return;
         for (int i = 0; i < S->fi; i++)  /* recovered: a later step than the fault found */
             if (fs[i].t && !fs[i].t_recover && step > fs[i].pre_step &&
                 (me > fs[i].launch || !strcmp(fs[i].kind, "packet-loss")))
