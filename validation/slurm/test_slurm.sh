@@ -18,8 +18,9 @@
 #              rank checkpointed and exited 3; the job script reads the ranks' outcome
 #              (rank 0's stop line and the COMMITTED marker), requeues, and the resumed run
 #              completes
-#   array      validate.sbatch as a 3-task array: the two real tiers pass (one of them
-#              MPI tests at 2 and 4 ranks), a tier that matches no test fails with exit 2
+#   array      validate.sbatch as a 3-task array: the two real tiers pass (one of them an
+#              MPI test at 4 ranks as 2 virtual nodes), a tier that matches no test fails
+#              with exit 2
 #   chain      train -> bench with afterok: bench starts after train ended and writes its
 #              node-count table; a train that fails (exit 2) cancels the bench behind it
 #   two-nodes  train.sbatch -N 2 x 2 ranks, srun and mpirun: ranks 0-1 on n1, 2-3 on n2
@@ -33,7 +34,8 @@
 #              2 nodes (kill, stop, preempt; ranks found and hit on n2 through the job):
 #              every invariant holds in every report (`make check-long`)
 #   chaos-short  its sibling in `make check`: chaos.sbatch with kill-30pct alone and a
-#              40-second soak.sbatch on 2 nodes (kill, preempt), the same checks
+#              40-second soak.sbatch on 2 nodes (kill, preempt), submitted together (the
+#              nodes have a fifth CPU for the soak's rank), the same checks
 #
 # Needs root (the daemons run as root), except `scripts`: the others say so and are
 # skipped (exit 77) when not root.
@@ -91,7 +93,11 @@ stop_cluster() {
 steps_before=$(pgrep -c slurmstepd)
 trap 'stop_cluster; rm -rf "$tmp"' EXIT
 cpus=2
-case $scenario in chaos|chaos-short) cpus=4 ;; esac  # the chaos scenarios run 4 ranks on one node
+case $scenario in
+    chaos) cpus=4 ;;  # the chaos scenarios run 4 ranks on one node
+    chaos-short) cpus=5 ;;  # ... and the short one runs the soak's rank beside them
+    array) cpus=4 ;;  # the array's tasks (2 CPUs each) all start at once instead of in turn
+esac
 parts=()
 [ "$scenario" = fallback ] && parts=(--partition fast=n1 --partition slow=n2)
 tools/slurm-local start "$cluster" --nodes 2 --cpus $cpus "${parts[@]}" >"$tmp/start.log" 2>&1 ||
@@ -248,15 +254,16 @@ outcome)
     grep -E "stopping at|the launcher exited|requeueing|^===|^resumed" "$out/outcome.out" | sed 's/^/    /'
     ;;
 array)
-    jid=$(NEBULA_TIERS="unit/rng mpi/comm-np nomatch/" sbatch --parsable --array=0-2 \
+    jid=$(NEBULA_TIERS="unit/rng mpi/comm-np4-2x2 nomatch/" sbatch --parsable --array=0-2 \
           -o "$out/validate-%A_%a.out" jobscripts/validate.sbatch)
     wait_job "$jid" 300 >/dev/null
     for t in 0 1 2; do squeue -h -t all -j "${jid}_$t" -o "    task $t: %T" ; done
     check "tier unit/rng: COMPLETED" test "$(job_field "${jid}_0" JobState)" = COMPLETED
     check "... 1 passed, 0 failed" grep -q "^validate: tier 'unit/rng': 1 passed, 0 failed" "$out/validate-${jid}_0.out"
-    check "tier mpi/comm-np (MPI tests at 1-4 ranks inside a task): COMPLETED" \
+    check "tier mpi/comm-np4-2x2 (an MPI test at 4 ranks inside a task): COMPLETED" \
         test "$(job_field "${jid}_1" JobState)" = COMPLETED
-    check "... 6 passed, 0 failed" grep -q "^validate: tier 'mpi/comm-np': 6 passed, 0 failed" "$out/validate-${jid}_1.out"
+    check "... 1 passed, 0 failed" grep -q "^validate: tier 'mpi/comm-np4-2x2': 1 passed, 0 failed" \
+        "$out/validate-${jid}_1.out"
     check "tier nomatch/: FAILED with exit 2" test "$(job_field "${jid}_2" ExitCode)" = 2:0
     check "... saying it matches no test" grep -q "tier 'nomatch/' matches no test" "$out/validate-${jid}_2.out"
     jid=$(NEBULA_TIERS="unit/rng" sbatch --parsable --array=0-1 -o "$out/short-%A_%a.out" jobscripts/validate.sbatch)
@@ -321,8 +328,18 @@ chaos|chaos-short)
     # the scenarios of the array, and the soak's length, fault period, fault kinds and count
     if [ "$scenario" = chaos ]; then names=(kill-30pct preempt) soak=(75s 24s kill,stop,preempt 3)
     else names=(kill-30pct) soak=(40s 18s kill,preempt 2); fi
+    # a soak across the 2 nodes: rank 1 runs on n2, so its faults (and the final SIGTERM)
+    # go through a step of the job (srun --overlap -w n2 kill) and its samples through
+    # `nebula-chaos probe`. 75 s on two shared cores measure checkpoint blips, not leaks or
+    # drift: those bounds are loosened; the faults must strike on evidence and be recovered from.
+    submit_soak() {
+        soak_jid=$(NEBULA_SOAK_DURATION=${soak[0]} NEBULA_SOAK_FAULT_EVERY=${soak[1]} NEBULA_SOAK_SAMPLE_EVERY=2s \
+              NEBULA_CHAOS_ARGS="--set soak.faults=${soak[2]} --set scenario.heartbeat_timeout=10 --set soak.max_throughput_drop=0.9 --set soak.max_fds_per_h=5000 --set soak.max_rss_mb_per_h=5000 --set soak.max_disk_mb_per_h=5000" \
+              sbatch --parsable -N 2 --ntasks=2 --ntasks-per-node=1 --time=5 -o "$out/soak.out" jobscripts/soak.sbatch)
+    }
     jid=$(NEBULA_SCENARIOS="${names[*]}" sbatch --parsable --array=0-$((${#names[@]} - 1)) -o "$out/chaos-%A_%a.out" \
           jobscripts/chaos.sbatch)
+    [ "$scenario" = chaos-short ] && submit_soak  # beside the array: together they take half the time
     wait_job "$jid" 400 >/dev/null
     for t in "${!names[@]}"; do
         name=${names[$t]}
@@ -332,13 +349,8 @@ chaos|chaos-short)
         [ "$(job_field "${jid}_$t" JobState)" = COMPLETED ] || show_out "$out/chaos-${jid}_$t.out" 30
     done
     for name in "${names[@]}"; do rm -rf "runs/chaos/$name-$jid"; done
-    # a soak across the 2 nodes: rank 1 runs on n2, so its faults (and the final SIGTERM)
-    # go through a step of the job (srun --overlap -w n2 kill) and its samples through
-    # `nebula-chaos probe`. 75 s on two shared cores measure checkpoint blips, not leaks or
-    # drift: those bounds are loosened; the faults must strike on evidence and be recovered from.
-    jid=$(NEBULA_SOAK_DURATION=${soak[0]} NEBULA_SOAK_FAULT_EVERY=${soak[1]} NEBULA_SOAK_SAMPLE_EVERY=2s \
-          NEBULA_CHAOS_ARGS="--set soak.faults=${soak[2]} --set scenario.heartbeat_timeout=10 --set soak.max_throughput_drop=0.9 --set soak.max_fds_per_h=5000 --set soak.max_rss_mb_per_h=5000 --set soak.max_disk_mb_per_h=5000" \
-          sbatch --parsable -N 2 --ntasks=2 --ntasks-per-node=1 --time=5 -o "$out/soak.out" jobscripts/soak.sbatch)
+    [ "$scenario" = chaos ] && submit_soak
+    jid=$soak_jid
     st=$(wait_job "$jid" 300) && ok "soak.sbatch on 2 nodes (${soak[0]}, ${soak[2]}) completed" ||
         { bad "soak.sbatch: $st"; show_out "$out/soak.out" 30; }
     check "... its report passes" grep -q "^### nebula-chaos soak: PASS" "$out/soak.out"
