@@ -47,10 +47,20 @@ static status read_text(const char *path, char **out, size_t *len)
     return STATUS_OK;
 }
 
-static bool is_file(const char *path)
+/* Whether path is a regular file; one that is, is read: noted as an input, which --out
+ * must not replace. */
+static bool is_input(report_run *run, const char *path)
 {
     struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return false;
+    for (int i = 0; i < run->ninputs; i++)
+        if (!strcmp(run->inputs[i], path)) return true;
+    run->inputs = realloc(run->inputs, sizeof(char *) * (size_t)(run->ninputs + 1));
+    CHECK(run->inputs, "out of memory");
+    run->inputs[run->ninputs] = strdup(path);
+    CHECK(run->inputs[run->ninputs], "out of memory");
+    run->ninputs++;
+    return true;
 }
 
 /* metrics.jsonl: one object with a string "kind" per line. */
@@ -272,9 +282,9 @@ static status read_tables(report_run *run)
         for (size_t k = 0; k < sizeof skip / sizeof skip[0]; k++) js &= strcmp(name, skip[k]) != 0;
         char path[2 * REPORT_PATH_MAX];
         snprintf(path, sizeof path, "%s/%s", run->dir, name);
-        if (st == STATUS_OK && (csv || js) && is_file(path) && run->ntables == REPORT_MAX_TABLES)
+        if (st == STATUS_OK && (csv || js) && is_input(run, path) && run->ntables == REPORT_MAX_TABLES)
             log_warn("%s: more than %d bench tables in %s; this one is left out", name, REPORT_MAX_TABLES, run->dir);
-        else if (st == STATUS_OK && (csv || js) && is_file(path)) {
+        else if (st == STATUS_OK && (csv || js) && is_input(run, path)) {
             report_table *t = &run->tables[run->ntables];
             memset(t, 0, sizeof *t);
             snprintf(t->name, sizeof t->name, "%s", name);
@@ -381,25 +391,25 @@ status report_read_run(report_run *run, const char *dir)
 
     char path[2 * REPORT_PATH_MAX];
     snprintf(path, sizeof path, "%s/samples.csv", dir);
-    bool soak = is_file(path);
+    bool soak = is_input(run, path);
     if (soak) {
         TRY(read_soak(run, path));
         snprintf(path, sizeof path, "%s/report.json", dir);
-        if (is_file(path)) TRY(read_json_doc(path, &run->soak_report));
+        if (is_input(run, path)) TRY(read_json_doc(path, &run->soak_report));
     }
     /* a soak's training run is its run/ */
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-    if (!is_file(path) && soak) snprintf(path, sizeof path, "%s/run/metrics.jsonl", dir);
-    if (is_file(path)) {
+    if (!is_input(run, path) && soak) snprintf(path, sizeof path, "%s/run/metrics.jsonl", dir);
+    if (is_input(run, path)) {
         snprintf(run->metrics_path, sizeof run->metrics_path, "%s", path);
         TRY(read_metrics(run, path));
     }
     snprintf(path, sizeof path, "%s/config.ini", dir);
-    if (!is_file(path) && soak) snprintf(path, sizeof path, "%s/run/config.ini", dir);
-    if (is_file(path)) TRY(read_text(path, &run->config_text, NULL));
+    if (!is_input(run, path) && soak) snprintf(path, sizeof path, "%s/run/config.ini", dir);
+    if (is_input(run, path)) TRY(read_text(path, &run->config_text, NULL));
     snprintf(path, sizeof path, "%s/trace.json", dir);
-    if (!is_file(path) && soak) snprintf(path, sizeof path, "%s/run/trace.json", dir);
-    if (is_file(path)) {
+    if (!is_input(run, path) && soak) snprintf(path, sizeof path, "%s/run/trace.json", dir);
+    if (is_input(run, path)) {
         TRY(read_json_doc(path, &run->trace));
         if (!json_is_array(json_object_get(run->trace, "traceEvents"))) {
             log_error("%s: no \"traceEvents\" array (a Chrome trace-event object)", path);
@@ -429,6 +439,8 @@ void report_free_run(report_run *run)
         for (size_t k = 0; k < (size_t)t->nrows * t->ncols; k++) free(t->cells[k]);
         free(t->cols), free(t->cells), free(t->comments);
     }
+    for (int i = 0; i < run->ninputs; i++) free(run->inputs[i]);
+    free(run->inputs);
     memset(run, 0, sizeof *run);
 }
 
