@@ -13,38 +13,50 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "base/path.h"
 #include "report.h"
 
 #define TEXT_MAX (1 << 30) /* the largest file read whole (a 72-hour run's metrics are far below) */
 
-/* The whole of a regular file, NUL-terminated, into *out (free it); *len its size. */
+/* The whole of a regular file, NUL-terminated, into *out (free it); *len its size. Opened
+ * through path_open_regular: a FIFO or device put in a run directory is refused, never
+ * waited on. */
 static status read_text(const char *path, char **out, size_t *len)
 {
+    int fd;
     struct stat st;
-    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > TEXT_MAX) {
-        log_error("%s: %s", path, stat(path, &st) != 0 ? log_errno_str() : "not a regular file of at most 1 GiB");
-        return STATUS_INPUT;
-    }
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        log_error("%s: %s", path, log_errno_str());
+    char why[256];
+    if (path_open_regular(path, &fd, &st, TEXT_MAX, why, sizeof why) != 0) {
+        log_error("%s %s", path, why);
         return STATUS_INPUT;
     }
     char *p = malloc((size_t)st.st_size + 1);
     CHECK(p, "out of memory reading a run file");
-    size_t n = fread(p, 1, (size_t)st.st_size, f);
-    bool err = ferror(f);
-    fclose(f);
-    if (err) {
+    int rc = path_read_all_at(fd, p, (size_t)st.st_size, 0);
+    close(fd);
+    if (rc != 0) {
         free(p);
-        log_error("%s: read failed", path);
+        log_error("%s: read failed (%s)", path, errno ? strerror(errno) : "it shrank while being read");
         return STATUS_INPUT;
     }
-    p[n] = '\0';
+    p[st.st_size] = '\0';
     *out = p;
-    if (len) *len = n;
+    if (len) *len = (size_t)st.st_size;
     return STATUS_OK;
+}
+
+/* A JSON document read whole by read_text; NULL (err set, or logged) when it is not one. */
+static json_t *load_json(const char *path, json_error_t *err)
+{
+    char *text;
+    size_t len;
+    memset(err, 0, sizeof *err);
+    if (read_text(path, &text, &len) != STATUS_OK) return NULL;
+    json_t *j = json_loadb(text, len, JSON_REJECT_DUPLICATES, err);
+    free(text);
+    return j;
 }
 
 /* Whether path is a regular file; one that is, is read: noted as an input, which --out
@@ -135,7 +147,7 @@ static int csv_split(char *line, char **f, int cap)
     return k;
 }
 
-static char *dup(const char *s)
+static char *str_dup(const char *s)
 {
     char *d = strdup(s ? s : "");
     CHECK(d, "out of memory");
@@ -168,7 +180,7 @@ static status read_csv_table(report_table *t, const char *path)
                 t->ncols = n;
                 t->cols = calloc((size_t)n, sizeof(char *));
                 CHECK(t->cols, "out of memory");
-                for (int i = 0; i < n; i++) t->cols[i] = dup(f[i]);
+                for (int i = 0; i < n; i++) t->cols[i] = str_dup(f[i]);
             } else if (n > t->ncols) {
                 log_error("%s:%d: %d fields, but the header has %d", path, line + 1, n, t->ncols);
                 free(text);
@@ -179,7 +191,7 @@ static status read_csv_table(report_table *t, const char *path)
                     t->cells = realloc(t->cells, sizeof(char *) * (size_t)cap * t->ncols);
                     CHECK(t->cells, "out of memory");
                 }
-                for (int i = 0; i < t->ncols; i++) t->cells[(size_t)t->nrows * t->ncols + i] = dup(i < n ? f[i] : "");
+                for (int i = 0; i < t->ncols; i++) t->cells[(size_t)t->nrows * t->ncols + i] = str_dup(i < n ? f[i] : "");
                 t->nrows++;
             }
         }
@@ -211,7 +223,7 @@ static json_t *json_lines(const char *path)
 static status read_json_table(report_table *t, const char *path, bool *is_table)
 {
     json_error_t err;
-    json_t *doc = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
+    json_t *doc = load_json(path, &err);
     *is_table = false;
     if (!doc) doc = json_lines(path);
     if (!doc) {
@@ -232,7 +244,7 @@ static status read_json_table(report_table *t, const char *path, bool *is_table)
         json_array_foreach(rows, i, r) json_object_foreach(r, k, v) {
             int c = 0;
             while (c < t->ncols && strcmp(t->cols[c], k)) c++;
-            if (c == t->ncols && t->ncols < 256) t->cols[t->ncols++] = dup(k);
+            if (c == t->ncols && t->ncols < 256) t->cols[t->ncols++] = str_dup(k);
         }
         t->nrows = (int)json_array_size(rows);
         t->cells = calloc((size_t)t->nrows * t->ncols + 1, sizeof(char *));
@@ -240,12 +252,12 @@ static status read_json_table(report_table *t, const char *path, bool *is_table)
         json_array_foreach(rows, i, r) for (int c = 0; c < t->ncols; c++) {
             json_t *x = json_object_get(r, t->cols[c]);
             char buf[64] = "";
-            if (json_is_string(x)) t->cells[i * t->ncols + c] = dup(json_string_value(x));
+            if (json_is_string(x)) t->cells[i * t->ncols + c] = str_dup(json_string_value(x));
             else {
                 if (json_is_integer(x)) snprintf(buf, sizeof buf, "%lld", (long long)json_integer_value(x));
                 else if (json_is_real(x)) snprintf(buf, sizeof buf, "%.17g", json_real_value(x));
                 else if (json_is_boolean(x)) snprintf(buf, sizeof buf, "%s", json_is_true(x) ? "true" : "false");
-                t->cells[i * t->ncols + c] = dup(buf);
+                t->cells[i * t->ncols + c] = str_dup(buf);
             }
         }
         if (json_is_object(doc)) {
@@ -358,7 +370,7 @@ static status read_soak(report_run *run, const char *path)
 static status read_json_doc(const char *path, json_t **out)
 {
     json_error_t err;
-    *out = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
+    *out = load_json(path, &err);
     if (!*out || !json_is_object(*out)) {
         if (*out) log_error("%s: not a JSON object", path);
         else log_error("%s:%d: not JSON: %s", path, err.line, err.text);
