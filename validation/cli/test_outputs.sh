@@ -191,10 +191,13 @@ check "... the rate stayed as configured" bash -c "! grep -q 'optim.lr .* -> 0.0
 check "... the target is untouched" grep -q SECRET-7f3a "$tmp/secret"
 
 # --- weak spots: /proc files as configs, control without a run, an unwritable -o --------
+# (with the keys a run needs on the command line: read as empty, it trained and exited 0)
+proc_run() { $TRAIN --config "$1" --model gpt2-tiny --set train.micro_batch=2 --steps 1 --set data.val= \
+    --set train.threads=1 --set runtime.bind=none --run-dir "$tmp/proc"; }
 expect "--config /proc/self/status: exit 2 (it says 0 bytes and reads text)" 2 "says it holds 0 bytes but reads data" -- \
-    $TRAIN --config /proc/self/status --steps 1
+    proc_run /proc/self/status
 ln -s /proc/self/mem "$tmp/mem.ini"
-expect "--config LINK -> /proc/self/mem: exit 2" 2 "says it holds 0 bytes" -- $TRAIN --config "$tmp/mem.ini" --steps 1
+expect "--config LINK -> /proc/self/mem: exit 2" 2 "says it holds 0 bytes" -- proc_run "$tmp/mem.ini"
 mkdir -p "$tmp/norun"
 expect "control on a directory without a run: exit 2" 2 "is not a run directory" -- \
     $TRAIN control "$tmp/norun" --set optim.lr=1e-3
