@@ -10,7 +10,7 @@
 #     config.ini and heartbeat exit 2 naming the file, and leave every file of the run
 #     directory as it was (checksums);
 #   - a scratch character device (mknod) as profile.shapes, report --out, convert --out,
-#     migrate-config -o, bench --out exits 2 and stays a character device; prepare's
+#     reshard --out, migrate-config -o, bench --out exits 2 and stays a character device; prepare's
 #     output onto its own input exits 2;
 #   - a FIFO as profile.shapes exits 2 at once at 1 and 2 ranks, naming it (it hung);
 #   - a symbolic link as RUN_DIR/reload/v000001.req (to a file with a secret line) is
@@ -156,6 +156,8 @@ mkfifo "$tmp/fifo"
 expect "report --out DEVICE: exit 2" 2 "$tmp/node: it is a character device" -- $REPORT "$R" --out "$tmp/node"
 expect "convert --to --out DEVICE: exit 2" 2 "$tmp/node: it is a character device" -- \
     $CK convert "$S" --to safetensors --out "$tmp/node"
+expect "reshard --out DEVICE (a checkpoint's directory): exit 2" 2 "--out $tmp/node is a character device" -- \
+    $CK reshard "$S" --dp 2 --out "$tmp/node"
 cp configs/train/gpt2-tiny-licenses.ini "$tmp/old.ini"
 expect "migrate-config -o DEVICE: exit 2" 2 "$tmp/node: it is a character device" -- \
     $TRAIN migrate-config "$tmp/old.ini" -o "$tmp/node"
