@@ -36,8 +36,8 @@ static const char usage[] =
     "One self-contained HTML page (inline SVG, no scripts) of a run directory's figures: training curves across\n"
     "launches, resource use per rank, gradient and attention statistics, DGC-Pro densities, the trace timeline,\n"
     "a nebula-chaos soak, bench scaling curves and each run's provenance. Several RUN_DIRs compare runs.\n"
-    "Exit: 0 written, 1 the output could not be written, 2 usage error or a missing or malformed input\n"
-    "(the message names the file and line).";
+    "Exit: 0 written, 1 the output could not be written, 2 usage error, a missing or malformed input (the\n"
+    "message names the file and line), or an --out that is a device, an input or a run directory's own file.";
 
 typedef void (*figure_fn)(sbuf *b, const report *rep);
 static const struct {

@@ -229,18 +229,17 @@ static const char *const run_files[] = { "lock", "heartbeat", "relaunch", "beaco
 static const char *const run_subdirs[] = { "ckpt", "reload", "tb" };
 #define NELEMS(a) (sizeof(a) / sizeof((a)[0]))
 
-static bool path_holds(const char *dir, const char *name, bool want_dir)
+/* Whether dir holds a regular file (not a link) of that name. */
+static bool path_holds(const char *dir, const char *name)
 {
     char p[PATH_MAX + 64];
     struct stat sb;
-    if (snprintf(p, sizeof p, "%s/%s", dir, name) >= (int)sizeof p || lstat(p, &sb) != 0) return false;
-    return want_dir ? S_ISDIR(sb.st_mode) : S_ISREG(sb.st_mode);
+    return snprintf(p, sizeof p, "%s/%s", dir, name) < (int)sizeof p && lstat(p, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
 bool path_is_run_dir(const char *dir)
 {
-    return path_holds(dir, "lock", false) || path_holds(dir, "metrics.jsonl", false) ||
-           path_holds(dir, "heartbeat", false);
+    return path_holds(dir, "lock") || path_holds(dir, "metrics.jsonl") || path_holds(dir, "heartbeat");
 }
 
 static bool same_file(const struct stat *a, const struct stat *b)
@@ -273,7 +272,7 @@ static status output_ancestors(const char *out, const char *flag, const struct s
     struct stat cur, prev;
     if (stat(p, &cur) != 0) return STATUS_OK;  /* no parent: the writer fails, nothing is replaced */
     for (int level = 0; level < PATH_MAX / 4; level++) {
-        if (path_holds(p, "COMMITTED", false)) {
+        if (path_holds(p, "COMMITTED")) {
             snprintf(msg, sizeof msg, "%s is a committed checkpoint, and the output would be inside it",
                      shown(p, res));
             return output_refuse(flag, out, msg);
