@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/path.h"
 #include "bench.h"
 #include "comm/ctl.h"
 
@@ -167,15 +168,25 @@ static json_t *rows_json(const runtime *rt, const comm *c, const bench_row *rows
     return root;
 }
 
+static int json_fill(void *ctx, int fd)
+{
+    return json_dumpfd(ctx, fd, JSON_INDENT(1)) == 0 ? 0 : -1;
+}
+
 static status write_json(const char *path, const runtime *rt, const comm *c, const bench_row *rows, int nrows,
                          const char *type, const json_t *prov)
 {
     json_t *root = rows_json(rt, c, rows, nrows, type, prov);
-    int rc = path ? json_dump_file(root, path, JSON_INDENT(1)) : json_dumpf(root, stdout, JSON_INDENT(1));
+    if (path) {  /* checked by the output rule at the start; written whole or not at all */
+        status st = path_write_atomic(path, "bench table", json_fill, root);
+        json_decref(root);
+        return st;
+    }
+    int rc = json_dumpf(root, stdout, JSON_INDENT(1));
     json_decref(root);
-    if (!path) putchar('\n');
+    putchar('\n');
     if (rc != 0) {
-        log_error("cannot write %s: %s", path ? path : "stdout", log_errno_str());
+        log_error("cannot write stdout: %s", log_errno_str());
         return STATUS_IO;
     }
     return STATUS_OK;
@@ -191,6 +202,11 @@ status bench_comm_run(const config *cfg, runtime *rt, comm *c, const json_t *pro
         log_error0("bench.min_bytes (%zu) is larger than bench.max_bytes (%zu)", lo, hi);
         return STATUS_INPUT;
     }
+    /* the outputs, before anything is measured (every rank: the same file system) */
+    const char *tune_in = config_str(cfg, "comm.tune_file");
+    if (config_str(cfg, "bench.out")[0]) TRY(path_output_check(config_str(cfg, "bench.out"), "--out", &tune_in, 1));
+    if (config_str(cfg, "bench.save_tune")[0])
+        TRY(path_output_check(config_str(cfg, "bench.save_tune"), "--save-tune", &tune_in, 1));
     int kinds[NROWKINDS], nkinds = 0;
     comm_algo one;
     if (!strcmp(which, "all")) {

@@ -23,6 +23,7 @@
 #include "chaos.h"
 #include "base/cli.h"
 #include "base/log.h"
+#include "base/path.h"
 #include "base/runtime.h"
 #include "comm/comm_provenance.h"
 
@@ -144,6 +145,13 @@ static status fresh_out(const char *out)
             log_error("cannot remove %s: %s (a tmpfs left mounted there? umount it)", p, log_errno_str());
             return STATUS_INPUT;
         }
+    }
+    /* the files written under fixed names: the output rule (base/path.h) before the run */
+    static const char *const files[] = { "report.md", "report.json", "samples.csv", "supervisor.log", "verify.log",
+                                         "reference.log", "diff.log" };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", out, files[i]);
+        TRY(path_output_check(p, "--out", NULL, 0));
     }
     DIR *d = opendir(out);
     struct dirent *e;

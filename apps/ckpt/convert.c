@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/path.h"
 #include "ckpt_tool.h"
 #include "comm/ctl.h"
 #include "data/data.h"
@@ -103,10 +104,14 @@ static status check_finite(model *m, const char *origin)
 static int convert_to(const tool_args *a, const char *format, const char *out)
 {
     ckpt_catalog cat;
-    status st = ckpt_out_check(out, false, "--out");  /* every rank: the same file system */
+    status st = ckpt_catalog_open(&cat, a->paths[0]);
     if (st != STATUS_OK) return status_exit_code(st);
-    st = ckpt_catalog_open(&cat, a->paths[0]);
-    if (st != STATUS_OK) return status_exit_code(st);
+    const char *inputs[] = { a->paths[0], cat.file };
+    st = path_output_check(out, "--out", inputs, 2);  /* every rank: the same file system */
+    if (st != STATUS_OK) {
+        ckpt_catalog_free(&cat);
+        return status_exit_code(st);
+    }
     tool_model tm;
     ckpt_content c;
     st = tool_model_from_ini(&tm, cat.config, cat.file, cat.h.model, cat.file_bytes);

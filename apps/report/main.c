@@ -6,17 +6,15 @@
  * browser or attached to a ticket. Several run directories compare runs: their curves
  * share a chart, their heatmaps stand one per run. docs/pictures.md shows every figure
  * and the records it is drawn from. main() reads like a script: options -> runs -> page
- * -> an atomic write (temporary name, fsync, rename). */
-#include <errno.h>
-#include <fcntl.h>
+ * -> the output rule -> an atomic write (path_write_atomic: temporary name, fsync, rename). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "base/cli.h"
 #include "base/log.h"
+#include "base/path.h"
 #include "base/runtime.h"
 #include "report.h"
 
@@ -38,8 +36,8 @@ static const char usage[] =
     "One self-contained HTML page (inline SVG, no scripts) of a run directory's figures: training curves across\n"
     "launches, resource use per rank, gradient and attention statistics, DGC-Pro densities, the trace timeline,\n"
     "a nebula-chaos soak, bench scaling curves and each run's provenance. Several RUN_DIRs compare runs.\n"
-    "Exit: 0 written, 1 the output could not be written, 2 usage error or a missing or malformed input\n"
-    "(the message names the file and line).";
+    "Exit: 0 written, 1 the output could not be written, 2 usage error, a missing or malformed input (the\n"
+    "message names the file and line), or an --out that is a device, an input or a run directory's own file.";
 
 typedef void (*figure_fn)(sbuf *b, const report *rep);
 static const struct {
@@ -113,34 +111,10 @@ static void page_head(sbuf *b, const report *rep)
     sb_printf(b, "</nav>\n");
 }
 
-/* Writes the page to out through out.tmp.PID: fsync, rename, fsync of the directory, so a
- * reader (or a browser reloading it) never sees half a report. */
-static status write_atomic(const char *out, const sbuf *b)
+static int page_fill(void *ctx, int fd)
 {
-    char tmp[REPORT_PATH_MAX + 32];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        log_error("cannot write the report %s (its temporary %s): %s", out, tmp, log_errno_str());
-        return STATUS_INPUT;
-    }
-    bool ok = fwrite(b->p, 1, b->len, f) == b->len && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int err = errno;
-    ok &= fclose(f) == 0;
-    if (!ok || rename(tmp, out) != 0) {
-        if (ok) err = errno;
-        unlink(tmp);
-        log_error("cannot write the report %s: %s", out, strerror(err));
-        return STATUS_IO;
-    }
-    /* the rename itself is durable once the directory is synced */
-    char dir[REPORT_PATH_MAX + 32];
-    snprintf(dir, sizeof dir, "%s", out);
-    char *slash = strrchr(dir, '/');
-    if (slash) *slash = '\0';
-    int fd = open(slash ? (dir[0] ? dir : "/") : ".", O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) fsync(fd), close(fd);
-    return STATUS_OK;
+    const sbuf *b = ctx;
+    return path_write_all(fd, b->p, b->len);
 }
 
 int main(int argc, char **argv)
@@ -187,13 +161,24 @@ int main(int argc, char **argv)
     rep.title = config_str(&cfg, "report.title")[0] ? config_str(&cfg, "report.title") : title;
     if (config_str(&cfg, "report.out")[0]) snprintf(out, sizeof out, "%s", config_str(&cfg, "report.out"));
     else snprintf(out, sizeof out, "%s/report.html", rep.runs[0].dir);
+    /* the output rule: never a device, an input, a run directory's own file or a checkpoint */
+    int nin = 0;
+    for (int r = 0; r < rep.nruns; r++) nin += rep.runs[r].ninputs;
+    const char **inputs = calloc((size_t)nin + 1, sizeof *inputs);
+    CHECK(inputs, "out of memory");
+    nin = 0;
+    for (int r = 0; r < rep.nruns; r++)
+        for (int i = 0; i < rep.runs[r].ninputs; i++) inputs[nin++] = rep.runs[r].inputs[i];
+    st = path_output_check(out, config_str(&cfg, "report.out")[0] ? "--out" : "the default output", inputs, nin);
+    free(inputs);
+    if (st != STATUS_OK) return status_exit_code(st);
 
     sbuf page = { 0 };
     page_head(&page, &rep);
     for (int f = 0; f < NFIGURES; f++)
         if (!rep.only[0] || !strcmp(rep.only, figures[f].id)) figures[f].draw(&page, &rep);
     sb_printf(&page, "</body>\n</html>\n");
-    st = write_atomic(out, &page);
+    st = path_write_atomic(out, "report", page_fill, &page);
     if (st == STATUS_OK) printf("nebula-report: wrote %s (%zu KiB, %d run%s)\n", out, page.len / 1024, rep.nruns,
                                 rep.nruns > 1 ? "s" : "");
     sb_free(&page);

@@ -13,44 +13,66 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "base/path.h"
 #include "report.h"
 
 #define TEXT_MAX (1 << 30) /* the largest file read whole (a 72-hour run's metrics are far below) */
 
-/* The whole of a regular file, NUL-terminated, into *out (free it); *len its size. */
+/* The whole of a regular file, NUL-terminated, into *out (free it); *len its size. Opened
+ * through path_open_regular: a FIFO or device put in a run directory is refused, never
+ * waited on. */
 static status read_text(const char *path, char **out, size_t *len)
 {
+    int fd;
     struct stat st;
-    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > TEXT_MAX) {
-        log_error("%s: %s", path, stat(path, &st) != 0 ? log_errno_str() : "not a regular file of at most 1 GiB");
-        return STATUS_INPUT;
-    }
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        log_error("%s: %s", path, log_errno_str());
+    char why[256];
+    if (path_open_regular(path, &fd, &st, TEXT_MAX, why, sizeof why) != 0) {
+        log_error("%s %s", path, why);
         return STATUS_INPUT;
     }
     char *p = malloc((size_t)st.st_size + 1);
     CHECK(p, "out of memory reading a run file");
-    size_t n = fread(p, 1, (size_t)st.st_size, f);
-    bool err = ferror(f);
-    fclose(f);
-    if (err) {
+    int rc = path_read_all_at(fd, p, (size_t)st.st_size, 0);
+    close(fd);
+    if (rc != 0) {
         free(p);
-        log_error("%s: read failed", path);
+        log_error("%s: read failed (%s)", path, errno ? strerror(errno) : "it shrank while being read");
         return STATUS_INPUT;
     }
-    p[n] = '\0';
+    p[st.st_size] = '\0';
     *out = p;
-    if (len) *len = n;
+    if (len) *len = (size_t)st.st_size;
     return STATUS_OK;
 }
 
-static bool is_file(const char *path)
+/* A JSON document read whole by read_text; NULL (err set, or logged) when it is not one. */
+static json_t *load_json(const char *path, json_error_t *err)
+{
+    char *text;
+    size_t len;
+    memset(err, 0, sizeof *err);
+    if (read_text(path, &text, &len) != STATUS_OK) return NULL;
+    json_t *j = json_loadb(text, len, JSON_REJECT_DUPLICATES, err);
+    free(text);
+    return j;
+}
+
+/* Whether path is a regular file; one that is, is read: noted as an input, which --out
+ * must not replace. */
+static bool is_input(report_run *run, const char *path)
 {
     struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return false;
+    for (int i = 0; i < run->ninputs; i++)
+        if (!strcmp(run->inputs[i], path)) return true;
+    run->inputs = realloc(run->inputs, sizeof(char *) * (size_t)(run->ninputs + 1));
+    CHECK(run->inputs, "out of memory");
+    run->inputs[run->ninputs] = strdup(path);
+    CHECK(run->inputs[run->ninputs], "out of memory");
+    run->ninputs++;
+    return true;
 }
 
 /* metrics.jsonl: one object with a string "kind" per line. */
@@ -125,7 +147,7 @@ static int csv_split(char *line, char **f, int cap)
     return k;
 }
 
-static char *dup(const char *s)
+static char *str_dup(const char *s)
 {
     char *d = strdup(s ? s : "");
     CHECK(d, "out of memory");
@@ -158,7 +180,7 @@ static status read_csv_table(report_table *t, const char *path)
                 t->ncols = n;
                 t->cols = calloc((size_t)n, sizeof(char *));
                 CHECK(t->cols, "out of memory");
-                for (int i = 0; i < n; i++) t->cols[i] = dup(f[i]);
+                for (int i = 0; i < n; i++) t->cols[i] = str_dup(f[i]);
             } else if (n > t->ncols) {
                 log_error("%s:%d: %d fields, but the header has %d", path, line + 1, n, t->ncols);
                 free(text);
@@ -169,7 +191,7 @@ static status read_csv_table(report_table *t, const char *path)
                     t->cells = realloc(t->cells, sizeof(char *) * (size_t)cap * t->ncols);
                     CHECK(t->cells, "out of memory");
                 }
-                for (int i = 0; i < t->ncols; i++) t->cells[(size_t)t->nrows * t->ncols + i] = dup(i < n ? f[i] : "");
+                for (int i = 0; i < t->ncols; i++) t->cells[(size_t)t->nrows * t->ncols + i] = str_dup(i < n ? f[i] : "");
                 t->nrows++;
             }
         }
@@ -201,7 +223,7 @@ static json_t *json_lines(const char *path)
 static status read_json_table(report_table *t, const char *path, bool *is_table)
 {
     json_error_t err;
-    json_t *doc = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
+    json_t *doc = load_json(path, &err);
     *is_table = false;
     if (!doc) doc = json_lines(path);
     if (!doc) {
@@ -222,7 +244,7 @@ static status read_json_table(report_table *t, const char *path, bool *is_table)
         json_array_foreach(rows, i, r) json_object_foreach(r, k, v) {
             int c = 0;
             while (c < t->ncols && strcmp(t->cols[c], k)) c++;
-            if (c == t->ncols && t->ncols < 256) t->cols[t->ncols++] = dup(k);
+            if (c == t->ncols && t->ncols < 256) t->cols[t->ncols++] = str_dup(k);
         }
         t->nrows = (int)json_array_size(rows);
         t->cells = calloc((size_t)t->nrows * t->ncols + 1, sizeof(char *));
@@ -230,12 +252,12 @@ static status read_json_table(report_table *t, const char *path, bool *is_table)
         json_array_foreach(rows, i, r) for (int c = 0; c < t->ncols; c++) {
             json_t *x = json_object_get(r, t->cols[c]);
             char buf[64] = "";
-            if (json_is_string(x)) t->cells[i * t->ncols + c] = dup(json_string_value(x));
+            if (json_is_string(x)) t->cells[i * t->ncols + c] = str_dup(json_string_value(x));
             else {
                 if (json_is_integer(x)) snprintf(buf, sizeof buf, "%lld", (long long)json_integer_value(x));
                 else if (json_is_real(x)) snprintf(buf, sizeof buf, "%.17g", json_real_value(x));
                 else if (json_is_boolean(x)) snprintf(buf, sizeof buf, "%s", json_is_true(x) ? "true" : "false");
-                t->cells[i * t->ncols + c] = dup(buf);
+                t->cells[i * t->ncols + c] = str_dup(buf);
             }
         }
         if (json_is_object(doc)) {
@@ -272,9 +294,9 @@ static status read_tables(report_run *run)
         for (size_t k = 0; k < sizeof skip / sizeof skip[0]; k++) js &= strcmp(name, skip[k]) != 0;
         char path[2 * REPORT_PATH_MAX];
         snprintf(path, sizeof path, "%s/%s", run->dir, name);
-        if (st == STATUS_OK && (csv || js) && is_file(path) && run->ntables == REPORT_MAX_TABLES)
+        if (st == STATUS_OK && (csv || js) && is_input(run, path) && run->ntables == REPORT_MAX_TABLES)
             log_warn("%s: more than %d bench tables in %s; this one is left out", name, REPORT_MAX_TABLES, run->dir);
-        else if (st == STATUS_OK && (csv || js) && is_file(path)) {
+        else if (st == STATUS_OK && (csv || js) && is_input(run, path)) {
             report_table *t = &run->tables[run->ntables];
             memset(t, 0, sizeof *t);
             snprintf(t->name, sizeof t->name, "%s", name);
@@ -348,7 +370,7 @@ static status read_soak(report_run *run, const char *path)
 static status read_json_doc(const char *path, json_t **out)
 {
     json_error_t err;
-    *out = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
+    *out = load_json(path, &err);
     if (!*out || !json_is_object(*out)) {
         if (*out) log_error("%s: not a JSON object", path);
         else log_error("%s:%d: not JSON: %s", path, err.line, err.text);
@@ -381,25 +403,25 @@ status report_read_run(report_run *run, const char *dir)
 
     char path[2 * REPORT_PATH_MAX];
     snprintf(path, sizeof path, "%s/samples.csv", dir);
-    bool soak = is_file(path);
+    bool soak = is_input(run, path);
     if (soak) {
         TRY(read_soak(run, path));
         snprintf(path, sizeof path, "%s/report.json", dir);
-        if (is_file(path)) TRY(read_json_doc(path, &run->soak_report));
+        if (is_input(run, path)) TRY(read_json_doc(path, &run->soak_report));
     }
     /* a soak's training run is its run/ */
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-    if (!is_file(path) && soak) snprintf(path, sizeof path, "%s/run/metrics.jsonl", dir);
-    if (is_file(path)) {
+    if (!is_input(run, path) && soak) snprintf(path, sizeof path, "%s/run/metrics.jsonl", dir);
+    if (is_input(run, path)) {
         snprintf(run->metrics_path, sizeof run->metrics_path, "%s", path);
         TRY(read_metrics(run, path));
     }
     snprintf(path, sizeof path, "%s/config.ini", dir);
-    if (!is_file(path) && soak) snprintf(path, sizeof path, "%s/run/config.ini", dir);
-    if (is_file(path)) TRY(read_text(path, &run->config_text, NULL));
+    if (!is_input(run, path) && soak) snprintf(path, sizeof path, "%s/run/config.ini", dir);
+    if (is_input(run, path)) TRY(read_text(path, &run->config_text, NULL));
     snprintf(path, sizeof path, "%s/trace.json", dir);
-    if (!is_file(path) && soak) snprintf(path, sizeof path, "%s/run/trace.json", dir);
-    if (is_file(path)) {
+    if (!is_input(run, path) && soak) snprintf(path, sizeof path, "%s/run/trace.json", dir);
+    if (is_input(run, path)) {
         TRY(read_json_doc(path, &run->trace));
         if (!json_is_array(json_object_get(run->trace, "traceEvents"))) {
             log_error("%s: no \"traceEvents\" array (a Chrome trace-event object)", path);
@@ -429,6 +451,8 @@ void report_free_run(report_run *run)
         for (size_t k = 0; k < (size_t)t->nrows * t->ncols; k++) free(t->cells[k]);
         free(t->cols), free(t->cells), free(t->comments);
     }
+    for (int i = 0; i < run->ninputs; i++) free(run->inputs[i]);
+    free(run->inputs);
     memset(run, 0, sizeof *run);
 }
 

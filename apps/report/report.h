@@ -46,6 +46,8 @@ typedef struct report_run {
     json_t *soak_report;            /* the soak's report.json, or NULL */
     report_table tables[REPORT_MAX_TABLES]; /* bench table outputs found in the directory */
     int ntables;                    /* entries of tables */
+    char **inputs;                  /* [ninputs] every file read, which --out must not replace */
+    int ninputs;
 } report_run;
 
 typedef struct report {

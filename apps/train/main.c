@@ -26,7 +26,7 @@ static const char usage[] =
     "         file, default 0.1) from text files, for data.train and data.val\n"
     "       nebula-train migrate-config OLD.ini (-o NEW.ini | --in-place)\n"
     "         rewrites a config to the current config_version and reports each key converted, defaulted or\n"
-    "         impossible (exit 0: automatic, 1: a person must look, 2: bad input)\n"
+    "         impossible (exit 0: automatic, 1: a person must look, 2: bad input or an output it cannot write)\n"
     "       nebula-train control RUN_DIR --set section.key=value ... | --undo | --list [--at-step N] [--wait SECONDS]\n"
     "         hot reload: asks the live run in RUN_DIR to change config keys at its next step end\n"
     "         (--at-step: at the end of step N; --undo: restore what the newest change replaced;\n"
@@ -114,7 +114,10 @@ static int prepare_main(int argc, char **argv)
     }
     snprintf(train, sizeof train, "%s/train.bin", out);
     snprintf(val, sizeof val, "%s/val.bin", out);
-    status st = data_prepare_text(files, nfiles, train, val, frac);
+    /* the output rule (base/path.h): neither may be an input, a device or a run's file */
+    status st = path_output_check(train, "prepare", files, nfiles);
+    if (st == STATUS_OK) st = path_output_check(val, "prepare", files, nfiles);
+    if (st == STATUS_OK) st = data_prepare_text(files, nfiles, train, val, frac);
     free(files);
     if (st == STATUS_OK) printf("wrote %s and %s\n", train, val);
     return status_exit_code(st);
@@ -216,7 +219,7 @@ static int control_main(int argc, char **argv)
                    usage);
         return 2;
     }
-    if (list) return train_reload_list(run_dir, stdout) >= 0 ? 0 : 1;
+    if (list) return train_reload_list(run_dir, stdout) >= 0 ? 0 : 2;
     long version;
     status st = train_reload_request_write(run_dir, &req, &version);
     if (st != STATUS_OK) return status_exit_code(st);

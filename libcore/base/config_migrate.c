@@ -289,20 +289,18 @@ static int migrate_fill(void *ctx, int fd)
     return path_write_all(fd, text, strlen(text));
 }
 
-static bool migrate_same_file(const char *in, const char *out)
-{
-    struct stat si, so;
-    return stat(in, &si) == 0 && stat(out, &so) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino;
-}
-
 int config_migrate(const config *empty, const char *in, const char *out, bool in_place, FILE *report)
 {
     CHECK(empty && empty->compat && in && out && report, "config_migrate needs a config with a history and paths");
-    if (migrate_same_file(in, out) && !in_place) {
+    /* the output rule (base/path.h): -o is never the input (that takes --in-place), a
+     * device, a run directory's own file or inside a checkpoint */
+    struct stat si, so;
+    if (!in_place && stat(in, &si) == 0 && stat(out, &so) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
         log_error0("migrate-config: %s is the input file; write elsewhere with -o NEW.ini, or pass --in-place to "
                    "replace it", out);
         return 2;
     }
+    if (path_output_check(out, in_place ? "--in-place" : "-o", &in, in_place ? 0 : 1) != STATUS_OK) return 2;
     char *text = migrate_read(in);
     if (!text) return 2;
     char *lines = NULL;  /* the per-key report, printed once the migration is written */
@@ -314,7 +312,8 @@ int config_migrate(const config *empty, const char *in, const char *out, bool in
     fclose(m.report);
     char *out_text = migrate_join(&m);
     int rc = migrate_check(empty, in, out_text, out);
-    if (rc == 0 && path_write_atomic(out, "migrated config", migrate_fill, out_text) != STATUS_OK) rc = 1;
+    /* an output that cannot be written is a bad -o (exit 2): 1 says a person must read the file */
+    if (rc == 0 && path_write_atomic(out, "migrated config", migrate_fill, out_text) != STATUS_OK) rc = 2;
     if (rc == 0) {
         fprintf(report, "migrate-config: %s -> %s (config_version %d)\n%s", in, out, empty->compat->version, lines);
         fprintf(report, "summary: %d converted, %d defaulted, %d impossible; the file was config_version %d; %s written, "

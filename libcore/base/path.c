@@ -3,9 +3,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <inttypes.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -22,16 +25,25 @@ const char *path_kind(mode_t mode)
     return "a special file";
 }
 
-/* The fd is regular and small enough: back to blocking reads. Otherwise closed. */
-static int path_check_opened(int fd, struct stat *sb, uint64_t max_bytes, char *why, size_t len)
+/* The fd is regular and small enough: back to blocking reads. Otherwise closed. `reading`:
+ * a file that says it is empty must read as empty (/proc and /sys files say 0 bytes and
+ * hold text, /proc/self/mem says 0 bytes and fails): anything else is refused, as a
+ * reader sized by st_size would take it for an empty file. */
+static int path_check_opened(int fd, struct stat *sb, uint64_t max_bytes, bool reading, char *why, size_t len)
 {
     int err = 0;
+    char probe;
+    ssize_t got = 0;
     if (fstat(fd, sb) != 0) {
         err = errno;
         snprintf(why, len, "cannot be examined (fstat): %s", strerror(err));
     } else if (!S_ISREG(sb->st_mode)) {
         err = EINVAL;
         snprintf(why, len, "is %s, not a regular file", path_kind(sb->st_mode));
+    } else if (reading && sb->st_size == 0 && (got = pread(fd, &probe, 1, 0)) != 0) {
+        err = EINVAL;
+        if (got > 0) snprintf(why, len, "says it holds 0 bytes but reads data (a /proc or /sys file): not a regular file on disk");
+        else snprintf(why, len, "says it holds 0 bytes and cannot be read (%s): not a regular file on disk", strerror(errno));
     } else if (max_bytes > 0 && (uint64_t)sb->st_size > max_bytes) {
         err = EFBIG;
         snprintf(why, len, "is %" PRIu64 " bytes, more than the %" PRIu64 " this file may have",
@@ -49,28 +61,45 @@ static int path_check_opened(int fd, struct stat *sb, uint64_t max_bytes, char *
     return -1;
 }
 
-int path_open_regular(const char *path, int *fd, struct stat *sb, uint64_t max_bytes, char *why, size_t len)
+/* path_open_regular, and with `own` path_open_own: lstat and O_NOFOLLOW. */
+static int path_open_read(const char *path, bool own, int *fd, struct stat *sb, uint64_t max_bytes, char *why,
+                          size_t len)
 {
     *fd = -1;
     /* stat first: a device is refused without being opened (opening some has effects) */
-    if (stat(path, sb) != 0) {
+    if ((own ? lstat(path, sb) : stat(path, sb)) != 0) {
         snprintf(why, len, "cannot be opened: %s", strerror(errno));
         return -1;
     }
     if (!S_ISREG(sb->st_mode)) {
-        snprintf(why, len, "is %s, not a regular file", path_kind(sb->st_mode));
+        snprintf(why, len, "is %s, not a regular file%s", path_kind(sb->st_mode),
+                 own && S_ISLNK(sb->st_mode) ? ": a file of the run directory is never read through a link" : "");
         errno = EINVAL;
         return -1;
     }
     /* and fstat after: the path may have been replaced in between */
-    int f = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    int f = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC | (own ? O_NOFOLLOW : 0));
     if (f < 0) {
-        snprintf(why, len, "cannot be opened: %s", strerror(errno));
+        int err = errno;
+        if (own && err == ELOOP) snprintf(why, len, "is a symbolic link, not a regular file: a file of the run "
+                                          "directory is never read through a link");
+        else snprintf(why, len, "cannot be opened: %s", strerror(err));
+        errno = own && err == ELOOP ? EINVAL : err;
         return -1;
     }
-    if (path_check_opened(f, sb, max_bytes, why, len) != 0) return -1;
+    if (path_check_opened(f, sb, max_bytes, true, why, len) != 0) return -1;
     *fd = f;
     return 0;
+}
+
+int path_open_regular(const char *path, int *fd, struct stat *sb, uint64_t max_bytes, char *why, size_t len)
+{
+    return path_open_read(path, false, fd, sb, max_bytes, why, len);
+}
+
+int path_open_own(const char *path, int *fd, struct stat *sb, uint64_t max_bytes, char *why, size_t len)
+{
+    return path_open_read(path, true, fd, sb, max_bytes, why, len);
 }
 
 int path_create_regular(const char *path, int flags, mode_t mode, int *fd, char *why, size_t len)
@@ -92,7 +121,7 @@ int path_create_regular(const char *path, int flags, mode_t mode, int *fd, char 
         return -1;
     }
     struct stat sb;
-    if (path_check_opened(f, &sb, 0, why, len) != 0) return -1;
+    if (path_check_opened(f, &sb, 0, false, why, len) != 0) return -1;
     *fd = f;
     return 0;
 }
@@ -158,6 +187,13 @@ status path_write_atomic(const char *path, const char *what, int (*fill)(void *c
         log_error("%s path is too long: %s", what, path);
         return STATUS_IO;
     }
+    /* the rename replaces a regular file or a link, never a device, FIFO or socket */
+    struct stat sb;
+    if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode) && !S_ISLNK(sb.st_mode)) {
+        log_error("%s %s is %s: Nebula writes its files as regular files and never replaces anything else",
+                  what, path, path_kind(sb.st_mode));
+        return STATUS_INPUT;
+    }
     unlink(tmp);  /* left by a crashed writer of the same pid, or planted: unlink never follows */
     int fd;
     char why[256];
@@ -181,6 +217,114 @@ status path_write_atomic(const char *path, const char *what, int (*fill)(void *c
     if (dfd >= 0) {
         fsync(dfd);
         close(dfd);
+    }
+    return STATUS_OK;
+}
+
+/* ---- the output rule (docs/design.md#outputs) ---- */
+
+/* A run directory's own files, and its directories whose every file is the run's. */
+static const char *const run_files[] = { "lock", "heartbeat", "relaunch", "beacons", "control",
+                                         "config.ini", "metrics.jsonl", "trace.json", "profile.json" };
+static const char *const run_subdirs[] = { "ckpt", "reload", "tb" };
+#define NELEMS(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Whether dir holds a regular file (not a link) of that name. */
+static bool path_holds(const char *dir, const char *name)
+{
+    char p[PATH_MAX + 64];
+    struct stat sb;
+    return snprintf(p, sizeof p, "%s/%s", dir, name) < (int)sizeof p && lstat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+bool path_is_run_dir(const char *dir)
+{
+    return path_holds(dir, "lock") || path_holds(dir, "metrics.jsonl") || path_holds(dir, "heartbeat");
+}
+
+static bool same_file(const struct stat *a, const struct stat *b)
+{
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
+
+/* The resolved name of dir for a message (the path as built when it cannot be resolved). */
+static const char *shown(const char *dir, char *buf)
+{
+    return realpath(dir, buf) ? buf : dir;
+}
+
+static status output_refuse(const char *flag, const char *out, const char *what)
+{
+    log_error0("%s %s: %s\nHINT: give another path: an output never replaces a device, a FIFO, an input of the "
+               "same command, a run directory's own files or a checkpoint (docs/design.md#outputs)", flag, out, what);
+    return STATUS_INPUT;
+}
+
+/* Every directory above out, from its parent up to /, walked by "..": none may be a
+ * committed checkpoint, nor a run directory whose own file out would be (the parent) or
+ * whose ckpt/, reload/ or tb/ holds it. */
+static status output_ancestors(const char *out, const char *flag, const struct stat *osb)
+{
+    char p[PATH_MAX + 16], msg[2 * PATH_MAX + 256], res[PATH_MAX];
+    const char *slash = strrchr(out, '/'), *base = slash ? slash + 1 : out;
+    if (!slash) snprintf(p, sizeof p, ".");
+    else snprintf(p, sizeof p, "%.*s", slash == out ? 1 : (int)(slash - out), out);
+    struct stat cur, prev;
+    if (stat(p, &cur) != 0) return STATUS_OK;  /* no parent: the writer fails, nothing is replaced */
+    for (int level = 0; level < PATH_MAX / 4; level++) {
+        if (path_holds(p, "COMMITTED")) {
+            snprintf(msg, sizeof msg, "%s is a committed checkpoint, and the output would be inside it",
+                     shown(p, res));
+            return output_refuse(flag, out, msg);
+        }
+        if (path_is_run_dir(p)) {
+            for (size_t i = 0; level == 0 && i < NELEMS(run_files); i++) {
+                char f[PATH_MAX + 64];
+                struct stat fsb;
+                snprintf(f, sizeof f, "%s/%s", p, run_files[i]);
+                if (strcmp(base, run_files[i]) != 0 &&
+                    !(osb && lstat(f, &fsb) == 0 && same_file(osb, &fsb)))
+                    continue;
+                snprintf(msg, sizeof msg, "it would replace %s, a file the run directory %s keeps", run_files[i],
+                         shown(p, res));
+                return output_refuse(flag, out, msg);
+            }
+            for (size_t i = 0; level > 0 && i < NELEMS(run_subdirs); i++) {
+                char d[PATH_MAX + 64];
+                struct stat dsb;
+                snprintf(d, sizeof d, "%s/%s", p, run_subdirs[i]);
+                if (stat(d, &dsb) != 0 || !same_file(&dsb, &prev)) continue;
+                snprintf(msg, sizeof msg, "it would be inside %s/, which holds the run directory %s's own files",
+                         run_subdirs[i], shown(p, res));
+                return output_refuse(flag, out, msg);
+            }
+        }
+        prev = cur;
+        size_t n = strlen(p);
+        if (n + 4 >= sizeof p) break;
+        memcpy(p + n, "/..", 4);
+        if (stat(p, &cur) != 0 || same_file(&cur, &prev)) break;  /* / is its own parent */
+    }
+    return STATUS_OK;
+}
+
+status path_output_check(const char *out, const char *flag, const char *const *inputs, int ninputs)
+{
+    char msg[2 * PATH_MAX + 256];
+    struct stat osb, isb;
+    bool exists = lstat(out, &osb) == 0;
+    if (exists && S_ISDIR(osb.st_mode)) return output_refuse(flag, out, "it is a directory; the output is a file");
+    if (exists && !S_ISREG(osb.st_mode) && !S_ISLNK(osb.st_mode)) {
+        snprintf(msg, sizeof msg, "it is %s; an output is written only as a regular file, never over "
+                 "or into a device, FIFO or socket", path_kind(osb.st_mode));
+        return output_refuse(flag, out, msg);
+    }
+    bool reg = exists && S_ISREG(osb.st_mode);  /* a link is replaced by the rename, its target untouched */
+    TRY(output_ancestors(out, flag, reg ? &osb : NULL));
+    for (int i = 0; i < ninputs && reg; i++) {
+        if (!inputs[i] || !inputs[i][0] || stat(inputs[i], &isb) != 0 || !same_file(&osb, &isb)) continue;
+        snprintf(msg, sizeof msg, "it is the input %s of this command (the same file)", inputs[i]);
+        return output_refuse(flag, out, msg);
     }
     return STATUS_OK;
 }

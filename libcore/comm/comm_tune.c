@@ -130,6 +130,11 @@ status comm_tune_save(const comm *c, const char *path)
     return comm_tune_save_with(c, path, NULL);
 }
 
+static int tune_fill(void *ctx, int fd)
+{
+    return json_dumpfd(ctx, fd, JSON_INDENT(1)) == 0 ? 0 : -1;
+}
+
 status comm_tune_save_with(const comm *c, const char *path, const json_t *provenance)
 {
     if (c->rt->rank != 0) return STATUS_OK;
@@ -154,16 +159,9 @@ status comm_tune_save_with(const comm *c, const char *path, const json_t *proven
     }
     json_object_set_new(root, "entries", entries);
     /* Atomic: a reader sees the old table or the new one, never half of one. */
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    int rc = json_dump_file(root, tmp, JSON_INDENT(1));
+    status st = path_write_atomic(path, "tuning table", tune_fill, root);
     json_decref(root);
-    if (rc != 0 || rename(tmp, path) != 0) {
-        log_error("cannot write the tuning table %s: %s", path, log_errno_str());
-        unlink(tmp);
-        return STATUS_IO;
-    }
-    return STATUS_OK;
+    return st;
 }
 
 /* Rank 0 reads the file and broadcasts its text, so every rank parses the same

@@ -189,11 +189,13 @@ const char *train_reload_live_list(void);
 const char *train_reload_refusal(const char *key);
 struct train_reload_request;
 /* Writes RUN_DIR/reload/vN.req atomically with the next free version N (*version);
- * req's own version is not read. STATUS_INPUT without a run directory. */
+ * req's own version is not read. STATUS_INPUT, nothing created, when RUN_DIR holds no
+ * run (path_is_run_dir: no lock, metrics.jsonl or heartbeat). */
 status train_reload_request_write(const char *run_dir, const struct train_reload_request *req, long *version);
 /* The answer to request `version`: 1 applied, 2 refused (text: the answer file), 0 none yet. */
 int train_reload_outcome(const char *run_dir, long version, char *text, size_t cap);
-/* Every request of RUN_DIR/reload in version order with its answer; returns how many. */
+/* Every request of RUN_DIR/reload in version order with its answer; returns how many,
+ * or -1 (logged) when RUN_DIR holds no run. */
 int train_reload_list(const char *run_dir, FILE *f);
 
 /* Requests from signal handlers, owned by the program: the handler sets a field, the

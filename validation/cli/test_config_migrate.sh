@@ -59,9 +59,8 @@ check "a run from the old file stores its config (config.ini, the checkpoint's) 
     bash -c "grep -A1 -x '\[nebula\]' $tmp/old-run/config.ini | grep -qx 'config_version = 2' &&
              grep -qx 'max_grad_norm = 1' $tmp/old-run/config.ini && grep -qx 'keep_last = 2' $tmp/old-run/config.ini &&
              ! grep -qE '^(clip|keep) =' $tmp/old-run/config.ini && build/bin/nebula-ckpt info $tmp/old-run/ckpt/step_00000001 2>&1 | grep -q 'max_grad_norm = 1'"
-mkdir -p $tmp/run
-$TRAIN control $tmp/run --set train.clip=0.5 >/dev/null 2>&1
-check "control with an old name asks the run for the new one" grep -rq "train.max_grad_norm" $tmp/run/reload
+$TRAIN control $tmp/old-run --set train.clip=0.5 >/dev/null 2>&1
+check "control with an old name asks the run for the new one" grep -rq "train.max_grad_norm" $tmp/old-run/reload
 
 cp $old $tmp/inplace.ini
 expect "migrate-config refuses to overwrite OLD without --in-place (exit 2)" 2 "pass --in-place" -- \

@@ -34,8 +34,11 @@ run() {
     rc=$?
     return $rc
 }
+# run_dir NAME: $tmp/NAME made a run directory before its run starts: the lock file every run
+# creates, empty as a run that ended cleanly leaves it (control refuses a directory without a run)
+run_dir() { mkdir -p "$tmp/$1" && : >>"$tmp/$1/lock"; }
 ask() {  # ask NAME ARG...: a request for run NAME, before it starts
-    mkdir -p "$tmp/$1"
+    run_dir "$1"
     local name=$1
     shift
     $TRAIN control "$tmp/$name" "$@" >/dev/null || echo "FAIL - control $name $*"
@@ -154,7 +157,7 @@ check "dgc: density 0.01, 0.01, then 0.1 after the reload of dgc.sparsity ($(fie
 check "... dgc.mode = off: step 4 is dense" grep -q "^reload v2 at step 3: dgc.mode on -> off" "$tmp/dgc.log"
 
 # --- the command's own checks; --wait -------------------------------------------------
-mkdir -p "$tmp/cli"
+run_dir cli
 expect "control: a key that cannot change live exits 2 with the reason" 2 \
     "train.micro_batch cannot change while the run lives: the activations are allocated" -- \
     $TRAIN control "$tmp/cli" --set train.micro_batch=8
@@ -166,7 +169,7 @@ expect "... a run directory that does not exist exits 2" 2 "is not a run directo
 check "... and none of them wrote a request" test ! -e "$tmp/cli/reload"
 expect "--wait without a live run: no answer, exit 1" 1 "no answer to v1 within 0.3 s" -- \
     $TRAIN control "$tmp/cli" --set optim.lr=1e-3 --wait 0.3
-mkdir -p "$tmp/wait"
+run_dir wait
 run wait --steps 100000 &
 pid=$!
 expect "--wait on a live run prints its answer" 0 "# nebula-train: applied at step" -- \

@@ -1,11 +1,12 @@
-/* ckpt_out — where nebula-ckpt may write: never over or inside a committed checkpoint.
- * A file output (convert --to) replaces its path atomically (path_write_atomic), so a
- * path inside a step directory would swap a committed state.h5 or COMMITTED marker for
- * something else while the marker still vouches for it; a checkpoint output
- * (convert --from, reshard and upgrade with --out) commits DIR/step_N through the saver,
- * which replaces a committed step of the same number. Both are refused here, before
- * anything is written: exit 2, naming the checkpoint. Not collective: every rank sees
- * the same file system and reaches the same answer. */
+/* ckpt_out — where nebula-ckpt may commit a checkpoint: never over or inside a committed
+ * one. A file output (convert --to) follows the output rule of base/path.h
+ * (path_output_check: never a device, an input, a run directory's own file or anything
+ * inside a checkpoint). A checkpoint output (convert --from and --dtype, reshard and
+ * upgrade with --out DIR) commits DIR/step_N through the saver, which would replace a
+ * committed step of the same number: DIR must be a directory (or not exist yet), not a
+ * committed checkpoint nor inside one, and DIR/step_N must not exist. Refused here,
+ * before anything is written: exit 2, naming the checkpoint. Not collective: every rank
+ * sees the same file system and reaches the same answer. */
 #include <errno.h>
 #include <inttypes.h>
 #include <libgen.h>
@@ -15,6 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/path.h"
 #include "offline.h"
 
 /* dir holds a commit marker: a committed (or once committed) checkpoint directory. */
@@ -51,24 +53,25 @@ static bool resolve(const char *path, char *out)
     return true;
 }
 
-status ckpt_out_check(const char *out, bool is_dir, const char *flag)
+/* The directory root of a checkpoint output: a directory or nothing yet, not a committed
+ * checkpoint, nor inside one. */
+static status ckpt_out_check_dir(const char *out)
 {
     char abs[PATH_MAX];
     if (!resolve(out, abs)) {
-        log_error0("%s %s: cannot resolve the path (%s)", flag, out, strerror(errno));
+        log_error0("--out %s: cannot resolve the path (%s)", out, strerror(errno));
         return STATUS_INPUT;
     }
     struct stat st;
-    if (!is_dir && stat(abs, &st) == 0 && S_ISDIR(st.st_mode)) {
-        log_error0("%s %s is a directory; it takes the file to write", flag, out);
+    if (stat(abs, &st) == 0 && !S_ISDIR(st.st_mode)) {
+        log_error0("--out %s is %s; it takes the directory to hold step_N", out, path_kind(st.st_mode));
         return STATUS_INPUT;
     }
-    /* the path itself (a directory output) and every directory above it */
-    for (bool self = is_dir;; self = true) {
-        if (self && holds_marker(abs)) {
-            log_error0("%s %s: %s is a committed checkpoint; nebula-ckpt never writes over or inside one", flag, out,
-                       abs);
-            log_error0("HINT: choose an --out outside it (a new file, or a directory to hold step_N)");
+    /* the path itself and every directory above it */
+    for (;;) {
+        if (holds_marker(abs)) {
+            log_error0("--out %s: %s is a committed checkpoint; nebula-ckpt never writes over or inside one", out, abs);
+            log_error0("HINT: choose an --out outside it (a directory to hold step_N)");
             return STATUS_INPUT;
         }
         char *slash = strrchr(abs, '/');
@@ -80,7 +83,7 @@ status ckpt_out_check(const char *out, bool is_dir, const char *flag)
 
 status ckpt_out_check_step(const char *root, int64_t step, const char *same_as)
 {
-    TRY(ckpt_out_check(root, true, "--out"));
+    TRY(ckpt_out_check_dir(root));
     char dir[PATH_MAX], a[PATH_MAX], b[PATH_MAX];
     snprintf(dir, sizeof dir, "%s/step_%08" PRId64, root, step);
     struct stat st;

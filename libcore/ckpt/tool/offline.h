@@ -115,12 +115,10 @@ status ckpt_upgrade(MPI_Comm comm, const ckpt_catalog *cat, const char *out_root
  * must be given: an export never replaces the checkpoint it copies). */
 status ckpt_export(MPI_Comm comm, const ckpt_catalog *cat, const char *dtype, const char *out_root);
 
-/* Not collective. STATUS_INPUT, logged naming `flag` and the checkpoint, when `out` (a
- * file, or with is_dir a directory) is a committed checkpoint directory or lies inside
- * one (its state.h5, its COMMITTED marker, anything under it): outputs never go there. */
-status ckpt_out_check(const char *out, bool is_dir, const char *flag);
-/* Not collective: ckpt_out_check of the directory root, and root/step_N must not exist
- * yet (committed or not) unless it is same_as (an in-place rewrite; NULL: none). */
+/* Not collective. STATUS_INPUT, logged naming the checkpoint, when the directory root of
+ * a checkpoint output is not a directory, is a committed checkpoint or lies inside one,
+ * or root/step_N exists (committed or not) and is not same_as (an in-place rewrite;
+ * NULL: none). A file output follows path_output_check (base/path.h). */
 status ckpt_out_check_step(const char *root, int64_t step, const char *same_as);
 
 #endif

@@ -227,8 +227,8 @@ static void train_control_reject(train_run *r, int line, const char *why)
 }
 
 /* Rank 0: the file's bytes, never blocking (a FIFO has no writer, a device never
- * ends): anything but a regular file of at most TRAIN_CONTROL_MAX_BYTES is rejected
- * (a dangling link too, or it would be found again at every step). false when it was
+ * ends) and never through a link (path_open_own): anything but a regular file of at most
+ * TRAIN_CONTROL_MAX_BYTES is rejected (a link too, or it would be found again at every step). false when it was
  * rejected or vanished. */
 static bool train_control_read(train_run *r, char *text, size_t *n)
 {
@@ -236,7 +236,7 @@ static bool train_control_read(train_run *r, char *text, size_t *n)
     train_control_path(r, "", path, sizeof path);
     int fd;
     struct stat sb;
-    if (path_open_regular(path, &fd, &sb, TRAIN_CONTROL_MAX_BYTES, why, sizeof why) != 0) {
+    if (path_open_own(path, &fd, &sb, TRAIN_CONTROL_MAX_BYTES, why, sizeof why) != 0) {
         struct stat lsb;
         if (errno == ENOENT && lstat(path, &lsb) != 0) {  /* removed since the stat: nothing to do */
             log_warn("%s %s; ignored", path, why);

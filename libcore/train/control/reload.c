@@ -163,11 +163,13 @@ static long reload_scan(const char *run_dir, long above, int *kind, long *highes
     return best;
 }
 
+/* A request or answer: a regular file of the run directory, never read through a link
+ * (a link to /etc/shadow would otherwise be copied into the .rejected answer). */
 static status reload_read(const char *path, char *text, size_t cap, size_t *n, char *why, size_t wlen)
 {
     int fd;
     struct stat sb;
-    if (path_open_regular(path, &fd, &sb, cap - 1, why, wlen) != 0) return STATUS_INPUT;
+    if (path_open_own(path, &fd, &sb, cap - 1, why, wlen) != 0) return STATUS_INPUT;
     *n = (size_t)sb.st_size;
     int rc = path_read_all_at(fd, text, *n, 0);
     close(fd);
@@ -189,15 +191,23 @@ static int reload_fill(void *ctx, int fd)
     return path_write_all(fd, t, strlen(t));
 }
 
-status train_reload_request_write(const char *run_dir, const train_reload_request *req, long *version)
+/* The command's side: run_dir holds a run (base/path.h: its lock, metrics.jsonl or
+ * heartbeat), or nothing is written there. */
+static status reload_run_dir(const char *run_dir)
 {
     struct stat st;
     int found = stat(run_dir, &st);
-    if (found != 0 || !S_ISDIR(st.st_mode)) {
-        log_error0("%s is not a run directory (%s)\nHINT: give the train.run_dir of a live run", run_dir,
-                   found != 0 ? strerror(errno) : path_kind(st.st_mode));
-        return STATUS_INPUT;
-    }
+    if (found == 0 && S_ISDIR(st.st_mode) && path_is_run_dir(run_dir)) return STATUS_OK;
+    log_error0("%s is not a run directory (%s)\nHINT: give the train.run_dir of a run that has started: a run "
+               "creates its lock file there at start-up", run_dir,
+               found != 0 ? strerror(errno) : !S_ISDIR(st.st_mode) ? path_kind(st.st_mode)
+                                                                   : "no lock, metrics.jsonl or heartbeat: no run was started there");
+    return STATUS_INPUT;
+}
+
+status train_reload_request_write(const char *run_dir, const train_reload_request *req, long *version)
+{
+    TRY(reload_run_dir(run_dir));
     char dir[4200], path[4300], tmp[4400];
     reload_path(run_dir, 0, "", dir, sizeof dir);
     TRY(path_mkdirs(dir, "reload request directory"));
@@ -567,7 +577,13 @@ static void reload_decide(train_run *r, reload_decision *d, char *request, size_
     size_t n;
     train_reload_request q;
     int line = 0;
-    if (reload_read(path, request, cap, &n, why, wlen) != STATUS_OK) return;
+    if (reload_read(path, request, cap, &n, why, wlen) != STATUS_OK) {  /* the reason names the file */
+        char reason[512];
+        snprintf(reason, sizeof reason, "%s", why);
+        if (snprintf(why, wlen, "%s %s", path, reason) >= (int)wlen) why[wlen - 1] = '\0';  /* cut at the end */
+        request[0] = '\0';
+        return;
+    }
     if (train_reload_parse(request, n, &q, &line, why, wlen) != 0) {
         if (line > 0) {
             char w[512];
@@ -715,6 +731,7 @@ static int reload_cmp_long(const void *a, const void *b)
 
 int train_reload_list(const char *run_dir, FILE *f)
 {
+    if (reload_run_dir(run_dir) != STATUS_OK) return -1;
     char dir[4200];
     reload_path(run_dir, 0, "", dir, sizeof dir);
     DIR *d = opendir(dir);

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/path.h"
@@ -149,40 +150,88 @@ static void shape_key(const train_run *r, char *out, size_t cap)
              r->tb.micro_batch, r->T, r->rt->size, precision_kind_name(r->dev.precision));
 }
 
-/* Rank 0: whether the shape key is a line of the record. */
-static bool shape_seen(const char *path, const char *key)
+#define SHAPES_MAX ((uint64_t)1 << 20)  /* the record of seen shapes: one short line per shape */
+
+/* Rank 0: the record's text ("" when there is none yet), NULL when it cannot be read: a
+ * regular file only (never blocking on a FIFO), and the default one in the run directory
+ * never through a link. */
+static char *shapes_read(const train_profile *p)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) return false;
-    char line[600];
-    bool seen = false;
-    while (!seen && fgets(line, sizeof line, f)) {
-        line[strcspn(line, "\n")] = 0;
-        seen = !strcmp(line, key);
+    int fd;
+    struct stat sb;
+    char why[256];
+    int rc = p->shapes_own ? path_open_own(p->shapes_path, &fd, &sb, SHAPES_MAX, why, sizeof why)
+                           : path_open_regular(p->shapes_path, &fd, &sb, SHAPES_MAX, why, sizeof why);
+    if (rc != 0 && errno == ENOENT) return strdup("");
+    if (rc != 0) {
+        log_warn("profile: the record of seen shapes %s %s", p->shapes_path, why);
+        return NULL;
     }
-    fclose(f);
+    char *text = malloc((size_t)sb.st_size + 1);
+    if (text && path_read_all_at(fd, text, (size_t)sb.st_size, 0) != 0) {
+        log_warn("profile: cannot read the record of seen shapes %s: %s", p->shapes_path,
+                 errno ? strerror(errno) : "it shrank while being read");
+        free(text);
+        text = NULL;
+    }
+    close(fd);
+    if (text) text[sb.st_size] = '\0';
+    return text;
+}
+
+/* Rank 0: whether the shape key is a line of the record. */
+static bool shape_seen(const train_profile *p)
+{
+    char *text = shapes_read(p);
+    size_t n = strlen(p->shape);
+    bool seen = false;
+    for (const char *l = text; l && *l && !seen; l = strchr(l, '\n'), l = l ? l + 1 : NULL)
+        seen = !strncmp(l, p->shape, n) && (l[n] == '\n' || l[n] == '\0');
+    free(text);
     return seen;
 }
 
 typedef struct shapes_fill_ctx {
-    const char *path, *key;
+    const char *old, *key;
 } shapes_fill_ctx;
 
 static int shapes_fill(void *ctx, int fd)
 {
     const shapes_fill_ctx *c = ctx;
-    FILE *f = fopen(c->path, "r");
-    char buf[4096];
-    size_t n;
-    while (f && (n = fread(buf, 1, sizeof buf, f)) > 0)
-        if (write(fd, buf, n) != (ssize_t)n) {
-            fclose(f);
-            return -1;
-        }
-    if (f) fclose(f);
-    size_t len = strlen(c->key);
-    if (write(fd, c->key, len) != (ssize_t)len || write(fd, "\n", 1) != 1) return -1;
+    if (path_write_all(fd, c->old, strlen(c->old)) != 0) return -1;
+    if (c->old[0] && c->old[strlen(c->old) - 1] != '\n' && path_write_all(fd, "\n", 1) != 0) return -1;
+    if (path_write_all(fd, c->key, strlen(c->key)) != 0 || path_write_all(fd, "\n", 1) != 0) return -1;
     return 0;
+}
+
+/* Rank 0: the train command's input files (its config files, data, tuning table), which
+ * profile.shapes must not be: `store` holds the names, `list` points at them. */
+static int train_inputs(const config *cfg, char store[][CONFIG_ORIGIN_MAX], const char **list, int cap)
+{
+    static const char *const keys[] = { "data.train", "data.val", "comm.tune_file" };
+    int n = 0;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0] && n < cap; i++)
+        snprintf(store[n], CONFIG_ORIGIN_MAX, "%s", config_str(cfg, keys[i])), n++;
+    for (int k = 0; k < cfg->nkeys && n < cap; k++) {  /* "FILE:LINE": the config files read */
+        const char *o = cfg->values[k].origin, *colon = strrchr(o, ':');
+        if (!colon || colon == o || strspn(colon + 1, "0123456789") != strlen(colon + 1)) continue;
+        snprintf(store[n], CONFIG_ORIGIN_MAX, "%.*s", (int)(colon - o), o);
+        bool dup = false;
+        for (int j = 0; j < n && !dup; j++) dup = !strcmp(store[j], store[n]);
+        if (!dup) n++;
+    }
+    for (int i = 0; i < n; i++) list[i] = store[i];
+    return n;
+}
+
+/* Rank 0: the record may be read and then replaced (the output rule, base/path.h). */
+static status shapes_check(const train_run *r, const train_profile *p)
+{
+    char store[16][CONFIG_ORIGIN_MAX];
+    const char *list[16];
+    int n = train_inputs(r->cfg, store, list, 16);
+    return path_output_check(p->shapes_path, p->shapes_own ? "profile.shapes (RUN_DIR/profile-shapes)" : "profile.shapes",
+                             list, n);
 }
 
 /* The step's laps, as an observer of the step (train_observe). */
@@ -208,10 +257,15 @@ status train_profile_setup(train_run *r)
     const char *shapes = config_str(cfg, "profile.shapes");
     if (shapes[0]) snprintf(p->shapes_path, sizeof p->shapes_path, "%s", shapes);
     else snprintf(p->shapes_path, sizeof p->shapes_path, "%s/profile-shapes", r->run_dir);
+    p->shapes_own = !shapes[0];
     if (!strcmp(mode, "auto")) {
-        int fresh = r->rt->rank == 0 && !shape_seen(p->shapes_path, p->shape);
-        TRY(comm_ctl_bcast(train_ctl(r), &fresh, 1, MPI_INT, 0));
-        if (!fresh) {
+        /* checked before it is read: a FIFO there is refused at once, never opened */
+        int v[2] = { 0, 0 };  /* refused, fresh */
+        if (r->rt->rank == 0) v[0] = shapes_check(r, p) != STATUS_OK;
+        if (r->rt->rank == 0 && !v[0]) v[1] = !shape_seen(p);
+        TRY(comm_ctl_bcast(train_ctl(r), v, 2, MPI_INT, 0));
+        if (v[0]) return STATUS_INPUT;
+        if (!v[1]) {
             train_profile_free(r);
             return STATUS_OK;
         }
@@ -603,11 +657,13 @@ static status train_profile_report(train_run *r)
         int nadv = tp_advice(r, p, rows, adv, 6);
         tp_print(r, p, rows, p->first_run, adv, nadv);
         tp_write_json(r, p, rows, all, adv, nadv);
-        if (p->first_run) {
-            shapes_fill_ctx c = { p->shapes_path, p->shape };
-            if (path_write_atomic(p->shapes_path, "profile shapes", shapes_fill, &c) != STATUS_OK)
+        if (p->first_run) {  /* read again: another run sharing the record may have added a line */
+            char *old = shapes_read(p);
+            shapes_fill_ctx c = { old ? old : "", p->shape };
+            if (!old || path_write_atomic(p->shapes_path, "profile shapes", shapes_fill, &c) != STATUS_OK)
                 log_warn("profile: the shape could not be recorded in %s: the next run profiles it again",
                          p->shapes_path);
+            free(old);
         }
         fflush(stdout);
     }

@@ -79,6 +79,7 @@ typedef struct train_profile {
     train_profile_papi papi;
     char shape[512];                 /* the shape key of the first-run rule */
     char shapes_path[4200];          /* the record of seen shapes */
+    bool shapes_own;                 /* it is the default RUN_DIR/profile-shapes: never read through a link */
 } train_profile;
 
 static inline double train_profile_now_ms(void)
