@@ -648,12 +648,16 @@ static const char *hint_model =
     "HINT: resume from a checkpoint written by the same model and parameter layout (model.name and the "
     "architecture keys of its config)";
 
-static status load_one(MPI_Comm comm, const char *path, ckpt_content *c, ckpt_info *info, char *why)
+/* One checkpoint directory, collectively. *damaged: the trouble lies in the checkpoint
+ * itself (its marker, its file, a checksum, a value c->check refuses), not in how it fits
+ * this run (another model or table, a newer format): `auto` skips the first kind. */
+static status load_one(MPI_Comm comm, const char *path, ckpt_content *c, ckpt_info *info, char *why, bool *damaged)
 {
     int rank;
     MPI_Comm_rank(comm, &rank);
     int64_t marker_step = -1;
     status st = STATUS_OK;
+    *damaged = false;
     if (rank == 0) {
         struct stat sb;
         if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
@@ -664,7 +668,12 @@ static status load_one(MPI_Comm comm, const char *path, ckpt_content *c, ckpt_in
         }
     }
     comm_ctl ctl = comm_ctl_watched(ckpt_ctl(comm, c->timeout_s), c->wd);
-    TRY(ckpt_agree(ctl, st, why, CKPT_WHY_MAX));
+    st = ckpt_agree(ctl, st, why, CKPT_WHY_MAX);
+    if (st == STATUS_TIMEOUT) return st;
+    if (st != STATUS_OK) {
+        *damaged = true;  /* no marker, or a damaged one: not a checkpoint a loader trusts */
+        return st;
+    }
     TRY(comm_ctl_bcast(ctl, &marker_step, 1, MPI_INT64_T, 0));
     char h5[CKPT_PATH_MAX];
     snprintf(h5, sizeof h5, "%s/%s", path, CKPT_FILE);
@@ -675,6 +684,7 @@ static status load_one(MPI_Comm comm, const char *path, ckpt_content *c, ckpt_in
     watchdog_enter(c->wd, op, guard_s(c->timeout_s, bytes));
     st = ckpt_file_read(comm, h5, marker_step, c, info, why);
     watchdog_leave(c->wd);
+    *damaged = st == STATUS_CORRUPT || st == STATUS_IO;
     TRY(st);
     snprintf(info->path, sizeof info->path, "%s", path);
     return STATUS_OK;
@@ -692,20 +702,37 @@ static void log_loaded(const ckpt_info *info)
 static status load_explicit(MPI_Comm comm, const char *path, ckpt_content *c, ckpt_info *info)
 {
     char why[CKPT_WHY_MAX] = "";
-    status st = load_one(comm, path, c, info, why);
+    bool damaged;
+    status st = load_one(comm, path, c, info, why, &damaged);
     if (st == STATUS_OK) {
         log_loaded(info);
         return STATUS_OK;
     }
+    if (info->refused) st = STATUS_INPUT;  /* intact, but holding what no run writes: refused, exit 2 */
     log_error0("cannot load checkpoint %s: %s", path, why);
     if (!strstr(why, "HINT:"))  /* an older format version names its fix itself */
-        log_error0("%s", st == STATUS_INPUT && !strstr(why, CKPT_MARKER) ? hint_model : hint_older);
+        log_error0("%s", damaged ? hint_older : hint_model);
     return st;
+}
+
+/* `auto`: every entry newest first, until one loads. Each one refused is kept with its
+ * reason and reported once the outcome is known: as warnings when an older checkpoint
+ * loaded, in the error when none did. */
+typedef struct refusal {
+    char path[CKPT_PATH_MAX];
+    char why[CKPT_WHY_MAX];
+} refusal;
+
+static void refusal_add(refusal *list, int *n, const char *path, const char *why)
+{
+    snprintf(list[*n].path, sizeof list[*n].path, "%s", path);
+    snprintf(list[*n].why, sizeof list[*n].why, "%s", why);
+    (*n)++;
 }
 
 static status load_auto(MPI_Comm comm, const char *dir, ckpt_content *c, ckpt_info *info)
 {
-    int rank, n = 0, skipped = 0, tried = 0;
+    int rank, n = 0, nrefused = 0, tried = 0;
     MPI_Comm_rank(comm, &rank);
     ckpt_entry *e = NULL;
     comm_ctl ctl = comm_ctl_watched(ckpt_ctl(comm, c->timeout_s), c->wd);
@@ -716,49 +743,61 @@ static status load_auto(MPI_Comm comm, const char *dir, ckpt_content *c, ckpt_in
         CHECK(e, "out of memory listing checkpoints");
     }
     if (n > 0) TRY(comm_ctl_bcast(ctl, e, n * (int)sizeof *e, MPI_BYTE, 0));
+    refusal *refused = malloc(((size_t)n + 1) * sizeof *refused);
+    CHECK(refused, "out of memory listing checkpoints");
     status st = STATUS_OK;
     bool loaded = false;
     for (int i = 0; i < n && !loaded && st == STATUS_OK; i++) {
         char path[CKPT_PATH_MAX], why[CKPT_WHY_MAX] = "";
         ckpt_dir_entry_path(path, sizeof path, dir, &e[i]);
         if (e[i].kind == CKPT_ENTRY_TMP || e[i].kind == CKPT_ENTRY_OLD) {
-            log_warn0("skipping %s: %s", path, e[i].kind == CKPT_ENTRY_TMP ? "an unfinished save, never committed"
-                                                                          : "a checkpoint being replaced");
-            skipped++;
+            refusal_add(refused, &nrefused, path, e[i].kind == CKPT_ENTRY_TMP ? "an unfinished save, never committed"
+                                                                              : "a checkpoint being replaced");
             continue;
         }
         if (e[i].kind == CKPT_ENTRY_UNCOMMITTED) {
-            log_warn0("skipping %s: not committed (no %s marker: its save did not finish)", path, CKPT_MARKER);
-            skipped++;
+            snprintf(why, sizeof why, "not committed (no %s marker: its save did not finish)", CKPT_MARKER);
+            refusal_add(refused, &nrefused, path, why);
             continue;
         }
         tried++;
-        status s = load_one(comm, path, c, info, why);
+        bool damaged;
+        status s = load_one(comm, path, c, info, why, &damaged);
         if (s == STATUS_OK) {
             loaded = true;
-        } else if (s == STATUS_CORRUPT || s == STATUS_IO) {
-            log_warn0("skipping %s: %s; falling back to the previous checkpoint", path, why);
-            skipped++;
-        } else {
+        } else if (damaged || info->refused) {
+            refusal_add(refused, &nrefused, path, why);
+        } else {  /* it does not fit this run (another model or table, a newer format): nor will older ones */
+            for (int k = 0; k < nrefused; k++) log_warn0("skipping %s: %s", refused[k].path, refused[k].why);
             log_error0("cannot load checkpoint %s: %s", path, why);
-            if (!strstr(why, "HINT:")) log_error0("%s", hint_model);
+            if (s != STATUS_TIMEOUT && !strstr(why, "HINT:")) log_error0("%s", hint_model);
             st = s;
         }
     }
     free(e);
-    if (st != STATUS_OK) return st;
-    info->skipped = skipped;
+    if (st != STATUS_OK) {
+        free(refused);
+        return st;
+    }
+    info->skipped = nrefused;
     if (loaded) {
+        for (int k = 0; k < nrefused; k++)
+            log_warn0("skipping %s: %s; falling back to an older checkpoint", refused[k].path, refused[k].why);
+        free(refused);
         log_loaded(info);
         return STATUS_OK;
     }
     info->step = -1;
     if (tried > 0) {
-        log_error0("no checkpoint under %s verifies (%d committed, all refused)", dir, tried);
+        log_error0("no checkpoint under %s can be resumed: %d committed, each refused:", dir, tried);
+        for (int k = 0; k < nrefused; k++) log_error0("  %s: %s", refused[k].path, refused[k].why);
         log_error0("HINT: the run's checkpoints are damaged; start again with `none`, or restore the "
                    "directory from a copy");
-        return STATUS_CORRUPT;
+        free(refused);
+        return STATUS_INPUT;
     }
+    for (int k = 0; k < nrefused; k++) log_warn0("skipping %s: %s", refused[k].path, refused[k].why);
+    free(refused);
     log_info0("no committed checkpoint under %s: starting from step 0", dir);
     return STATUS_OK;
 }

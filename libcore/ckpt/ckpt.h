@@ -103,6 +103,14 @@ typedef struct ckpt_blob {
     bool loaded;                /* load: set when the blob was read, cleared when an optional one was not */
 } ckpt_blob;
 
+/* A check of values that a checksum cannot vouch for (a dataset rewritten with its CRC-32
+ * made to match, or state a writer should never have written): `dataset` is a tensor's
+ * path ("/optim/v/wte.weight", data a piece of its float32 values) or a blob's
+ * ("/rank/monitor", data one row). STATUS_OK, or STATUS_CORRUPT with why naming the
+ * dataset, the field, the value and the range a run writes. The trainer's schema holds
+ * the rules (train_ckpt_check_values); loads and nebula-ckpt verify apply them. */
+typedef status (*ckpt_value_check)(const char *dataset, const void *data, size_t bytes, char *why, size_t len);
+
 /* What a checkpoint holds. The same description serves save and load. */
 typedef struct ckpt_content {
     int64_t step;               /* steps completed (>= 0) */
@@ -128,6 +136,9 @@ typedef struct ckpt_content {
                                    buffer; else the ranges its data holds (ckpt_shards) */
     ckpt_blob blobs[CKPT_MAX_BLOBS];
     int nblobs;
+    ckpt_value_check check;     /* load only, or NULL: each rank checks the pieces it read (after their
+                                   checksums verified) and the blob rows it loaded; a refusal, agreed,
+                                   makes the checkpoint one `auto` skips (info.refused) */
 } ckpt_content;
 
 /* What load found. */
@@ -141,6 +152,8 @@ typedef struct ckpt_info {
     int skipped;                /* newer checkpoints refused (corrupt or uncommitted) before this one */
     int version;                /* format_version of the file loaded (1 .. CKPT_FORMAT_VERSION) */
     ckpt_layout layout;         /* its writer's grid (version 1: dp = world_size, tp = pp = 1, stage 0) */
+    bool refused;               /* set when a load failed because c->check refused a value: the file is
+                                   intact, its content is not what a run writes */
     char dtype[12];             /* "float32"; "bfloat16" or "float16" when the tensors were stored in
                                    reduced precision (an export copy): they were widened on load and the
                                    run continues from rounded values, not bit-exactly */
