@@ -225,20 +225,25 @@ bool ckpt_committed_before(const char *dir, int64_t before, char *path, size_t l
  * a state a rollback abandoned; returns how many committed ones it removed. */
 int ckpt_retire_after(const char *dir, int64_t step);
 
-/* Collective. `which` is "auto" (the newest committed checkpoint under dir that
- * verifies; corrupt, unreadable or uncommitted newer ones are reported with a warning
- * and skipped), a checkpoint directory path, or "none" (returns STATUS_OK with
- * info->step = -1 and touches nothing). "auto" with no committed checkpoint under dir
- * (or no dir) also returns STATUS_OK with info->step = -1: a fresh start; with
- * committed checkpoints none of which verifies it returns STATUS_CORRUPT. Loads every
+/* Collective (ckpt_load.c). `which` is "auto" (the newest committed checkpoint under dir
+ * that opens, verifies and passes c->check; every newer one — uncommitted, its state.h5
+ * missing or not a regular file, truncated, damaged HDF5 metadata, a checksum mismatch, a
+ * value c->check refuses — is skipped and named with its reason in one warning line), a
+ * checkpoint directory path, or "none" (returns STATUS_OK with info->step = -1 and
+ * touches nothing). "auto" with no committed checkpoint under dir (or no dir) also
+ * returns STATUS_OK with info->step = -1: a fresh start; with committed checkpoints none
+ * of which qualifies it returns STATUS_INPUT, the error listing each with its reason.
+ * Every verdict is agreed, so every rank loads the same checkpoint. Loads every
  * group of `c` (names and shapes must match; missing and unexpected tensors are listed
  * in the error; groups of the file that c does not name are ignored) and every blob
  * (this rank's row, rank 0's when resharded). Reads every format version from 1 on
  * (info->version says which). STATUS_INPUT for another model (naming
  * both), a table hash mismatch, a missing group or blob, a newer format version (naming
- * both versions), or an explicit path that is not a committed checkpoint; STATUS_CORRUPT when an explicit
- * path fails its checksums (naming the dataset) or is truncated or unreadable;
- * STATUS_IO when a read fails. On an error the contents of c's buffers are unspecified.
+ * both versions) — these stop "auto" at once, older checkpoints being the same run's —,
+ * an explicit path that is not a committed checkpoint, or one whose values c->check
+ * refuses; STATUS_CORRUPT when an explicit path fails its checksums (naming the dataset),
+ * is truncated or unreadable, or its HDF5 metadata is damaged; STATUS_IO when a read
+ * fails. On an error the contents of c's buffers are unspecified.
  * Wait for a running async save of the same directory (ckpt_wait) before loading. */
 status ckpt_load(MPI_Comm comm, const char *dir, const char *which, ckpt_content *c, ckpt_info *info);
 
