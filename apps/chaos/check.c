@@ -5,17 +5,18 @@
  *
  * Messages name where the value came from (FILE:LINE, --set or the default), the key,
  * the value and what would be right; exit code 2. */
-#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "chaos.h"
+#include "base/fault.h"
 #include "base/log.h"
 
 #define TEXT_MAX (1 << 20)  /* bytes: a scenario or soak file is a screen of INI */
@@ -153,17 +154,17 @@ static status check_signals(const config *cfg, int planned)
     return STATUS_OK;
 }
 
-/* fault.io: POINT:ERRNO with a checkpoint point (the scenario strikes a save); the CHAOS
- * build refuses a point it does not have at start-up, and the report then fails on
- * evidence, so this only checks the shape and the errno. */
+/* fault.io: POINT:ERRNO with a checkpoint point (the scenario strikes a save), checked
+ * against the fault points' table (base/fault.h) before the reference run. */
 static status check_io(const config *cfg)
 {
     const char *io = config_str(cfg, "fault.io"), *colon = strchr(io, ':');
-    bool ok = colon && !strncmp(io, "ckpt.", 5) && colon > io + 5;
-    for (const char *p = io + 5; ok && p < colon; p++) ok = islower((unsigned char)*p) || *p == '_';
-    if (!ok)
-        return bad(cfg, "fault.io", "write POINT:ERRNO with a checkpoint fault point, e.g. ckpt.fsync:EIO (points: "
-                   "docs/checkpoints.md; the step is added from fault.at)");
+    char point[64] = "", points[1024];
+    if (colon && colon - io < (ptrdiff_t)sizeof point) snprintf(point, sizeof point, "%.*s", (int)(colon - io), io);
+    fault_point_names("ckpt", points, sizeof points);
+    if (!colon || strncmp(point, "ckpt.", 5) != 0 || !fault_point_known(point))
+        return bad(cfg, "fault.io", "write POINT:ERRNO with a checkpoint fault point, e.g. ckpt.fsync:EIO (the step is "
+                   "added from fault.at); POINT one of %s", points);
     if (strcmp(colon + 1, "EIO") && strcmp(colon + 1, "ENOSPC"))
         return bad(cfg, "fault.io", "'%s' is not an errno a fault point injects; valid: EIO, ENOSPC", colon + 1);
     return STATUS_OK;

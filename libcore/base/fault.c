@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef CHAOS
-
+/* The names are in every build (a supervisor checks a rule against them before it starts
+ * anything); the code that fires them only in the CHAOS build. */
 static const struct {
     const char *name;
     const char *what;
@@ -49,12 +49,24 @@ static const struct {
 };
 #define NPOINTS ((int)(sizeof fault_points / sizeof fault_points[0]))
 
-static bool point_known(const char *name)
+bool fault_point_known(const char *name)
 {
     for (int i = 0; i < NPOINTS; i++)
         if (!strcmp(fault_points[i].name, name)) return true;
     return false;
 }
+
+void fault_point_names(const char *module, char *out, size_t len)
+{
+    size_t mlen = module ? strlen(module) : 0, used = 0;
+    out[0] = '\0';
+    for (int i = 0; i < NPOINTS && used < len; i++) {
+        if (mlen && (strncmp(fault_points[i].name, module, mlen) != 0 || fault_points[i].name[mlen] != '.')) continue;
+        used += (size_t)snprintf(out + used, len - used, "%s%s", used ? ", " : "", fault_points[i].name);
+    }
+}
+
+#ifdef CHAOS
 
 static bool module_known(const char *module, size_t len)
 {
@@ -93,7 +105,7 @@ static bool rule_parse(fault_plan *f, char *item)
         mlen = strlen(item);
         if (!module_known(item, mlen) || !parse_count(hash + 1, 1, &nth)) return false;
     } else {
-        if (!point_known(item)) return false;
+        if (!fault_point_known(item)) return false;
         mlen = (size_t)(strchr(item, '.') - item);
     }
     if (strlen(f->module) != mlen || strncmp(f->module, item, mlen) != 0) return true;  /* another module's */
@@ -116,13 +128,10 @@ status fault_plan_init(fault_plan *f, const char *module)
     char text[1024], *save = NULL;
     snprintf(text, sizeof text, "%s", env);
     for (char *item = strtok_r(text, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
-        char shown[256], points[2048] = "";
+        char shown[256], points[2048];
         snprintf(shown, sizeof shown, "%s", item);
         if (rule_parse(f, item)) continue;
-        for (int i = 0; i < NPOINTS; i++) {
-            size_t len = strlen(points);
-            snprintf(points + len, sizeof points - len, "%s%s", i ? ", " : "", fault_points[i].name);
-        }
+        fault_point_names(NULL, points, sizeof points);
         log_error("NEBULA_CHAOS_FAULT: cannot use '%s' (at most %d rules per module, comma-separated, each "
                   "POINT:ERRNO[@STEP] or MODULE#N:ERRNO; POINT one of %s; MODULE the part before the dot; "
                   "ERRNO EIO or ENOSPC; STEP a step, N >= 1)", shown, FAULT_RULES_MAX, points);

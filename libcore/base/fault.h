@@ -15,6 +15,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/log.h"
@@ -42,6 +43,12 @@ status fault_plan_init(fault_plan *f, const char *module);
  * the line "chaos: injected ENOSPC at ckpt.fsync (step 20, point #3)"; 0 when none or f is
  * NULL. Counts the point for #N rules. Thread-safe. */
 int fault_errno(fault_plan *f, const char *point, int64_t step);
+
+/* Whether `name` is a fault point ("ckpt.fsync"), in every build: a supervisor checks a
+ * rule before it starts anything. */
+bool fault_point_known(const char *name);
+/* The point names of `module` ("ckpt"; NULL: every module), comma-separated, into out. */
+void fault_point_names(const char *module, char *out, size_t len);
 
 /* The step switches of the CHAOS build (docs/chaos.md), for the trainer's step: whether
  * the environment variable var lists tick, the tick-th step this process runs (counted

@@ -1,6 +1,6 @@
 /* ckpt — see ckpt.h. The writer (synchronous and asynchronous saves, the background
- * thread) and the load policy (auto with fallback, explicit path, none). The HDF5 file
- * is ckpt_file.c and ckpt_read.c, directories and the commit protocol ckpt_dir.c.
+ * thread); the load policy is ckpt_load.c. The HDF5 file is ckpt_file.c and ckpt_read.c,
+ * directories and the commit protocol ckpt_dir.c.
  *
  * The one design decision: the background thread of an asynchronous save makes only
  * POSIX calls (pwrite, fsync, rename). MPI is initialised MPI_THREAD_FUNNELED and
@@ -56,12 +56,6 @@ void ckpt_h5_quiet_end(ckpt_h5_quiet q)
     if (q.set) H5Eset_auto2(H5E_DEFAULT, q.fn, q.data);
 }
 
-static bool host_little_endian(void)
-{
-    const uint16_t one = 1;
-    return *(const uint8_t *)&one == 1;
-}
-
 /* *n = the largest shared-memory node of ctl's communicator. */
 static status count_ranks_per_node(comm_ctl ctl, int *n)
 {
@@ -70,14 +64,6 @@ static status count_ranks_per_node(comm_ctl ctl, int *n)
     MPI_CHECK(MPI_Comm_size(node, n));
     MPI_CHECK(MPI_Comm_free(&node));
     return comm_ctl_allreduce(ctl, MPI_IN_PLACE, n, 1, MPI_INT, MPI_MAX);
-}
-
-/* The watchdog's deadline for a call that moves `bytes` of a checkpoint through HDF5:
- * comm.timeout plus 1 s per 10 MB, so that a large checkpoint on slow storage is never
- * cut short while a stopped rank is still caught (0: no deadline). */
-static double guard_s(double timeout_s, size_t bytes)
-{
-    return timeout_s > 0 ? timeout_s + (double)bytes / 10e6 : 0;
 }
 
 static size_t plan_bytes(const ckpt_plan *p)
@@ -128,7 +114,7 @@ status ckpt_writer_init(ckpt_writer **out, MPI_Comm comm, const char *dir, int k
 {
     CHECK(keep_last >= 1, "checkpoints keep_last must be at least 1");
     CHECK(dir && strlen(dir) + 64 < CKPT_PATH_MAX, "the checkpoint directory path is empty or too long");
-    CHECK(host_little_endian(), "checkpoints hash float32 as stored, little-endian; this host is big-endian");
+    CHECK(ckpt_host_little_endian(), "checkpoints hash float32 as stored, little-endian; this host is big-endian");
     *out = NULL;
     ckpt_writer *w = calloc(1, sizeof *w);
     CHECK(w, "out of memory for a checkpoint writer");
@@ -225,7 +211,7 @@ static status write_step(comm_ctl ctl, const char *dir, ckpt_plan *p, const ckpt
          * for every rank without a deadline: the watchdog gives them one */
         char op[96];
         snprintf(op, sizeof op, "checkpoint save of step %" PRId64 ": HDF5 collective I/O", c->step);
-        watchdog_enter(c->wd, op, guard_s(c->timeout_s, plan_bytes(p)));
+        watchdog_enter(c->wd, op, ckpt_guard_s(c->timeout_s, plan_bytes(p)));
         st = ckpt_file_create(h5, comm, p, c, ranks_per_node, &f, why);
         st = ckpt_agree(ctl, st, why, sizeof why);
         if (st == STATUS_OK) {
@@ -599,7 +585,7 @@ static status wait_previous(ckpt_writer *w)
         /* the background write runs at the storage's pace; the others wait in the broadcast */
         char op[96];
         snprintf(op, sizeof op, "checkpoint: waiting for the background write of step %" PRId64, w->pending_step);
-        watchdog_enter(w->ctl.wd, op, guard_s(w->ctl.timeout_s, plan_bytes(&w->plan)));
+        watchdog_enter(w->ctl.wd, op, ckpt_guard_s(w->ctl.timeout_s, plan_bytes(&w->plan)));
         join_async(w, true);
         watchdog_leave(w->ctl.wd);
         st = (int)w->deferred;
@@ -637,142 +623,4 @@ void ckpt_writer_free(ckpt_writer *w)
     ckpt_plan_free(&w->plan);
     MPI_Comm_free(&w->comm);
     free(w);
-}
-
-/* ---- load ---------------------------------------------------------------------- */
-
-static const char *hint_older =
-    "HINT: resume from an older committed checkpoint of this run, or with `auto`, which takes the newest "
-    "one that verifies";
-static const char *hint_model =
-    "HINT: resume from a checkpoint written by the same model and parameter layout (model.name and the "
-    "architecture keys of its config)";
-
-static status load_one(MPI_Comm comm, const char *path, ckpt_content *c, ckpt_info *info, char *why)
-{
-    int rank;
-    MPI_Comm_rank(comm, &rank);
-    int64_t marker_step = -1;
-    status st = STATUS_OK;
-    if (rank == 0) {
-        struct stat sb;
-        if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-            snprintf(why, CKPT_WHY_MAX, "no such checkpoint directory");
-            st = STATUS_INPUT;
-        } else {
-            st = ckpt_dir_marker(path, &marker_step, why);
-        }
-    }
-    comm_ctl ctl = comm_ctl_watched(ckpt_ctl(comm, c->timeout_s), c->wd);
-    TRY(ckpt_agree(ctl, st, why, CKPT_WHY_MAX));
-    TRY(comm_ctl_bcast(ctl, &marker_step, 1, MPI_INT64_T, 0));
-    char h5[CKPT_PATH_MAX];
-    snprintf(h5, sizeof h5, "%s/%s", path, CKPT_FILE);
-    size_t bytes = 0;  /* what the read moves, for the watchdog's deadline */
-    for (int g = 0; g < c->ngroups; g++) bytes += c->groups[g].table->total * sizeof(float);
-    char op[96];
-    snprintf(op, sizeof op, "checkpoint load of step %" PRId64 ": HDF5 collective I/O", marker_step);
-    watchdog_enter(c->wd, op, guard_s(c->timeout_s, bytes));
-    st = ckpt_file_read(comm, h5, marker_step, c, info, why);
-    watchdog_leave(c->wd);
-    TRY(st);
-    snprintf(info->path, sizeof info->path, "%s", path);
-    return STATUS_OK;
-}
-
-static void log_loaded(const ckpt_info *info)
-{
-    if (info->resharded)
-        log_info0("resuming from %s (step %" PRId64 "), written by %d ranks: resharded, per-rank state is "
-                  "rank 0's", info->path, info->step, info->world_size);
-    else
-        log_info0("resuming from %s (step %" PRId64 ")", info->path, info->step);
-}
-
-static status load_explicit(MPI_Comm comm, const char *path, ckpt_content *c, ckpt_info *info)
-{
-    char why[CKPT_WHY_MAX] = "";
-    status st = load_one(comm, path, c, info, why);
-    if (st == STATUS_OK) {
-        log_loaded(info);
-        return STATUS_OK;
-    }
-    log_error0("cannot load checkpoint %s: %s", path, why);
-    if (!strstr(why, "HINT:"))  /* an older format version names its fix itself */
-        log_error0("%s", st == STATUS_INPUT && !strstr(why, CKPT_MARKER) ? hint_model : hint_older);
-    return st;
-}
-
-static status load_auto(MPI_Comm comm, const char *dir, ckpt_content *c, ckpt_info *info)
-{
-    int rank, n = 0, skipped = 0, tried = 0;
-    MPI_Comm_rank(comm, &rank);
-    ckpt_entry *e = NULL;
-    comm_ctl ctl = comm_ctl_watched(ckpt_ctl(comm, c->timeout_s), c->wd);
-    TRY(ckpt_agree(ctl, rank == 0 ? ckpt_dir_list(dir, &e, &n) : STATUS_OK, NULL, 0));
-    TRY(comm_ctl_bcast(ctl, &n, 1, MPI_INT, 0));
-    if (rank != 0 && n > 0) {
-        e = malloc((size_t)n * sizeof *e);
-        CHECK(e, "out of memory listing checkpoints");
-    }
-    if (n > 0) TRY(comm_ctl_bcast(ctl, e, n * (int)sizeof *e, MPI_BYTE, 0));
-    status st = STATUS_OK;
-    bool loaded = false;
-    for (int i = 0; i < n && !loaded && st == STATUS_OK; i++) {
-        char path[CKPT_PATH_MAX], why[CKPT_WHY_MAX] = "";
-        ckpt_dir_entry_path(path, sizeof path, dir, &e[i]);
-        if (e[i].kind == CKPT_ENTRY_TMP || e[i].kind == CKPT_ENTRY_OLD) {
-            log_warn0("skipping %s: %s", path, e[i].kind == CKPT_ENTRY_TMP ? "an unfinished save, never committed"
-                                                                          : "a checkpoint being replaced");
-            skipped++;
-            continue;
-        }
-        if (e[i].kind == CKPT_ENTRY_UNCOMMITTED) {
-            log_warn0("skipping %s: not committed (no %s marker: its save did not finish)", path, CKPT_MARKER);
-            skipped++;
-            continue;
-        }
-        tried++;
-        status s = load_one(comm, path, c, info, why);
-        if (s == STATUS_OK) {
-            loaded = true;
-        } else if (s == STATUS_CORRUPT || s == STATUS_IO) {
-            log_warn0("skipping %s: %s; falling back to the previous checkpoint", path, why);
-            skipped++;
-        } else {
-            log_error0("cannot load checkpoint %s: %s", path, why);
-            if (!strstr(why, "HINT:")) log_error0("%s", hint_model);
-            st = s;
-        }
-    }
-    free(e);
-    if (st != STATUS_OK) return st;
-    info->skipped = skipped;
-    if (loaded) {
-        log_loaded(info);
-        return STATUS_OK;
-    }
-    info->step = -1;
-    if (tried > 0) {
-        log_error0("no checkpoint under %s verifies (%d committed, all refused)", dir, tried);
-        log_error0("HINT: the run's checkpoints are damaged; start again with `none`, or restore the "
-                   "directory from a copy");
-        return STATUS_CORRUPT;
-    }
-    log_info0("no committed checkpoint under %s: starting from step 0", dir);
-    return STATUS_OK;
-}
-
-status ckpt_load(MPI_Comm comm, const char *dir, const char *which, ckpt_content *c, ckpt_info *info)
-{
-    CHECK(which && c && info && c->model, "ckpt_load needs `which`, a content with a model, and an info");
-    memset(info, 0, sizeof *info);
-    info->step = -1;
-    if (!strcmp(which, "none")) return STATUS_OK;
-    CHECK(host_little_endian(), "checkpoints hash float32 as stored, little-endian; this host is big-endian");
-    ckpt_h5_quiet q = ckpt_h5_quiet_begin();
-    CHECK(strcmp(which, "auto") != 0 || dir, "ckpt_load(\"auto\") needs the checkpoint directory");
-    status st = strcmp(which, "auto") != 0 ? load_explicit(comm, which, c, info) : load_auto(comm, dir, c, info);
-    ckpt_h5_quiet_end(q);
-    return st;
 }

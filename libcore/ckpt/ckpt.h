@@ -103,6 +103,14 @@ typedef struct ckpt_blob {
     bool loaded;                /* load: set when the blob was read, cleared when an optional one was not */
 } ckpt_blob;
 
+/* A check of values that a checksum cannot vouch for (a dataset rewritten with its CRC-32
+ * made to match, or state a writer should never have written): `dataset` is a tensor's
+ * path ("/optim/v/wte.weight", data a piece of its float32 values) or a blob's
+ * ("/rank/monitor", data one row). STATUS_OK, or STATUS_CORRUPT with why naming the
+ * dataset, the field, the value and the range a run writes. The trainer's schema holds
+ * the rules (train_ckpt_check_values); loads and nebula-ckpt verify apply them. */
+typedef status (*ckpt_value_check)(const char *dataset, const void *data, size_t bytes, char *why, size_t len);
+
 /* What a checkpoint holds. The same description serves save and load. */
 typedef struct ckpt_content {
     int64_t step;               /* steps completed (>= 0) */
@@ -128,6 +136,9 @@ typedef struct ckpt_content {
                                    buffer; else the ranges its data holds (ckpt_shards) */
     ckpt_blob blobs[CKPT_MAX_BLOBS];
     int nblobs;
+    ckpt_value_check check;     /* load only, or NULL: each rank checks the pieces it read (after their
+                                   checksums verified) and the blob rows it loaded; a refusal, agreed,
+                                   makes the checkpoint one `auto` skips (info.refused) */
 } ckpt_content;
 
 /* What load found. */
@@ -141,6 +152,8 @@ typedef struct ckpt_info {
     int skipped;                /* newer checkpoints refused (corrupt or uncommitted) before this one */
     int version;                /* format_version of the file loaded (1 .. CKPT_FORMAT_VERSION) */
     ckpt_layout layout;         /* its writer's grid (version 1: dp = world_size, tp = pp = 1, stage 0) */
+    bool refused;               /* set when a load failed because c->check refused a value: the file is
+                                   intact, its content is not what a run writes */
     char dtype[12];             /* "float32"; "bfloat16" or "float16" when the tensors were stored in
                                    reduced precision (an export copy): they were widened on load and the
                                    run continues from rounded values, not bit-exactly */
@@ -212,20 +225,25 @@ bool ckpt_committed_before(const char *dir, int64_t before, char *path, size_t l
  * a state a rollback abandoned; returns how many committed ones it removed. */
 int ckpt_retire_after(const char *dir, int64_t step);
 
-/* Collective. `which` is "auto" (the newest committed checkpoint under dir that
- * verifies; corrupt, unreadable or uncommitted newer ones are reported with a warning
- * and skipped), a checkpoint directory path, or "none" (returns STATUS_OK with
- * info->step = -1 and touches nothing). "auto" with no committed checkpoint under dir
- * (or no dir) also returns STATUS_OK with info->step = -1: a fresh start; with
- * committed checkpoints none of which verifies it returns STATUS_CORRUPT. Loads every
+/* Collective (ckpt_load.c). `which` is "auto" (the newest committed checkpoint under dir
+ * that opens, verifies and passes c->check; every newer one — uncommitted, its state.h5
+ * missing or not a regular file, truncated, damaged HDF5 metadata, a checksum mismatch, a
+ * value c->check refuses — is skipped and named with its reason in one warning line), a
+ * checkpoint directory path, or "none" (returns STATUS_OK with info->step = -1 and
+ * touches nothing). "auto" with no committed checkpoint under dir (or no dir) also
+ * returns STATUS_OK with info->step = -1: a fresh start; with committed checkpoints none
+ * of which qualifies it returns STATUS_INPUT, the error listing each with its reason.
+ * Every verdict is agreed, so every rank loads the same checkpoint. Loads every
  * group of `c` (names and shapes must match; missing and unexpected tensors are listed
  * in the error; groups of the file that c does not name are ignored) and every blob
  * (this rank's row, rank 0's when resharded). Reads every format version from 1 on
  * (info->version says which). STATUS_INPUT for another model (naming
  * both), a table hash mismatch, a missing group or blob, a newer format version (naming
- * both versions), or an explicit path that is not a committed checkpoint; STATUS_CORRUPT when an explicit
- * path fails its checksums (naming the dataset) or is truncated or unreadable;
- * STATUS_IO when a read fails. On an error the contents of c's buffers are unspecified.
+ * both versions) — these stop "auto" at once, older checkpoints being the same run's —,
+ * an explicit path that is not a committed checkpoint, or one whose values c->check
+ * refuses; STATUS_CORRUPT when an explicit path fails its checksums (naming the dataset),
+ * is truncated or unreadable, or its HDF5 metadata is damaged; STATUS_IO when a read
+ * fails. On an error the contents of c's buffers are unspecified.
  * Wait for a running async save of the same directory (ckpt_wait) before loading. */
 status ckpt_load(MPI_Comm comm, const char *dir, const char *which, ckpt_content *c, ckpt_info *info);
 

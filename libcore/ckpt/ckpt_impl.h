@@ -113,6 +113,20 @@ static inline comm_ctl ckpt_ctl(MPI_Comm comm, double timeout_s)
     return comm_ctl_named(comm, timeout_s, "checkpoint");
 }
 
+static inline bool ckpt_host_little_endian(void)
+{
+    const uint16_t one = 1;
+    return *(const uint8_t *)&one == 1;
+}
+
+/* The watchdog's deadline for a call that moves `bytes` of a checkpoint through HDF5:
+ * comm.timeout plus 1 s per 10 MB, so that a large checkpoint on slow storage is never
+ * cut short while a stopped rank is still caught (0: no deadline). */
+static inline double ckpt_guard_s(double timeout_s, size_t bytes)
+{
+    return timeout_s > 0 ? timeout_s + (double)bytes / 10e6 : 0;
+}
+
 /* Agrees on a status across ctl's communicator: the first failing rank's status and
  * `why` (of `len` bytes on every rank) are broadcast; STATUS_OK when every rank
  * succeeded; STATUS_TIMEOUT (on the ranks that waited) when one did not arrive. */

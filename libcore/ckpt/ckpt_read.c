@@ -147,8 +147,9 @@ static status read_header(hid_t f, const char *path, int64_t marker_step, const 
     return STATUS_OK;
 }
 
-/* H5Lexists of every component, so a missing "optim" reads as false, not an error. */
-static bool path_exists(hid_t f, const char *path)
+/* H5Lexists of every component, so a missing "optim" reads as 0, not an error: 1 the
+ * path exists, 0 it does not, -1 HDF5 could not read a group's links (damaged metadata). */
+static int path_exists(hid_t f, const char *path)
 {
     char p[CKPT_DSET_MAX];
     snprintf(p, sizeof p, "%s", path);
@@ -156,8 +157,9 @@ static bool path_exists(hid_t f, const char *path)
         if (*s == '/' || *s == '\0') {
             char end = *s;
             *s = '\0';
-            if (H5Lexists(f, p, H5P_DEFAULT) <= 0) return false;
-            if (!end) return true;
+            htri_t has = H5Lexists(f, p, H5P_DEFAULT);
+            if (has <= 0) return has < 0 ? -1 : 0;
+            if (!end) return 1;
             *s = '/';
         }
     }
@@ -183,11 +185,16 @@ static herr_t collect_link(hid_t g, const char *name, const H5L_info_t *info, vo
 }
 
 /* Opens one dataset and checks its type (float32, or uint8 for blobs) and shape;
- * returns it open or -1 after adding to `shape`. */
+ * returns it open or -1 after adding to `shape`, or to `damaged` when HDF5 cannot open
+ * a dataset whose link exists. */
 static hid_t open_checked(hid_t loc, const char *name, const char *shown, bool blob, int ndim, const hsize_t *dims,
-                          name_list *shape)
+                          name_list *shape, name_list *damaged)
 {
     hid_t ds = H5Dopen2(loc, name, H5P_DEFAULT);
+    if (ds < 0) {
+        list_add(damaged, "/%s (its link exists, HDF5 cannot open it)", shown);
+        return -1;
+    }
     hid_t t = ds >= 0 ? H5Dget_type(ds) : -1, s = ds >= 0 ? H5Dget_space(ds) : -1;
     hsize_t got[PARAM_MAX_DIMS] = { 0 };
     int got_ndim = s >= 0 ? H5Sget_simple_extent_ndims(s) : -1;
@@ -210,11 +217,13 @@ static hid_t open_checked(hid_t loc, const char *name, const char *shown, bool b
     return ok ? ds : -1;
 }
 
-/* An optional blob is read only when it exists with exactly these dimensions. */
-static bool blob_matches(hid_t f, const char *path, const hsize_t *dims)
+/* An optional blob is read only when it exists with exactly these dimensions; one whose
+ * link exists but cannot be read counts as damage, not as absent. */
+static bool blob_matches(hid_t f, const char *path, const hsize_t *dims, name_list *damaged)
 {
-    if (!path_exists(f, path)) return false;
-    hid_t ds = H5Dopen2(f, path, H5P_DEFAULT);
+    int has = path_exists(f, path);
+    hid_t ds = has > 0 ? H5Dopen2(f, path, H5P_DEFAULT) : -1;
+    if (has < 0 || (has > 0 && ds < 0)) list_add(damaged, "/%s (HDF5 cannot read it)", path);
     if (ds < 0) return false;
     hid_t sp = H5Dget_space(ds);
     hsize_t got[2] = { 0, 0 };
@@ -225,57 +234,117 @@ static bool blob_matches(hid_t f, const char *path, const hsize_t *dims)
     return ok;
 }
 
+/* What ckpt_check_layout found. A checkpoint that does not fit this run (another table)
+ * is told from a damaged one by what the file itself records: HDF5 errors reading its
+ * groups and links are damage; so are missing, unexpected or reshaped tensors in a group
+ * whose table_hash attribute is this run's, and a root table_hash that no group shares
+ * while every group records this run's. */
+typedef struct layout_found {
+    name_list missing, unexpected, shape;  /* tensors and groups of the file against c */
+    name_list damaged;                     /* what HDF5 could not read */
+    bool group_hash_differs;               /* a group's table_hash is another table's */
+    bool claimed_differs;                  /* tensors differ inside a group that records this run's table_hash */
+} layout_found;
+
+static int layout_problems(const layout_found *l)
+{
+    return l->missing.n + l->unexpected.n + l->shape.n;
+}
+
+/* One group of c against the file: ids[0, t->count) its tensors opened. */
+static void check_group(hid_t f, const ckpt_tensors *gt, hid_t *ids, layout_found *l)
+{
+    const param_table *t = gt->table;
+    int has = path_exists(f, gt->group);
+    if (has <= 0) {
+        if (has < 0) list_add(&l->damaged, "group /%s (HDF5 cannot read its parent's links)", gt->group);
+        else list_add(&l->missing, "group %s", gt->group);
+        return;
+    }
+    hid_t grp = H5Gopen2(f, gt->group, H5P_DEFAULT);
+    if (grp < 0) {
+        list_add(&l->damaged, "group /%s (HDF5 cannot open it)", gt->group);
+        return;
+    }
+    uint64_t gh;
+    bool claims = false;
+    if (ckpt_attr_read(grp, "table_hash", H5T_NATIVE_UINT64, 0, &gh) != 0)
+        list_add(&l->damaged, "the table_hash attribute of group /%s", gt->group);
+    else if (gh != param_table_hash(t))
+        l->group_hash_differs = true;
+    else
+        claims = true;
+    int before = layout_problems(l);
+    for (int i = 0; i < t->count; i++) {
+        const param_entry *e = &t->entries[i];
+        char shown[CKPT_DSET_MAX];
+        hsize_t dims[PARAM_MAX_DIMS];
+        for (int d = 0; d < e->ndim; d++) dims[d] = e->shape[d];
+        snprintf(shown, sizeof shown, "%s/%s", gt->group, e->name);
+        htri_t link = H5Lexists(grp, e->name, H5P_DEFAULT);
+        if (link < 0) list_add(&l->damaged, "/%s (HDF5 cannot look up its link)", shown);
+        else if (link == 0) list_add(&l->missing, "%s", shown);
+        else ids[i] = open_checked(grp, e->name, shown, false, e->ndim, dims, &l->shape, &l->damaged);
+    }
+    link_names names = { .n = 0 };
+    if (H5Literate(grp, H5_INDEX_NAME, H5_ITER_INC, NULL, collect_link, &names) < 0)
+        list_add(&l->damaged, "group /%s (HDF5 cannot list its links)", gt->group);
+    else
+        for (int i = 0; i < names.n; i++)
+            if (param_find(t, names.name[i]) < 0) list_add(&l->unexpected, "%s/%s", gt->group, names.name[i]);
+    free(names.name);
+    H5Gclose(grp);
+    if (claims && layout_problems(l) > before) l->claimed_differs = true;
+}
+
+static void append_lists(char *why, const layout_found *l)
+{
+    list_append(why, "missing", &l->missing);
+    list_append(why, "unexpected", &l->unexpected);
+    list_append(why, "different shape or type", &l->shape);
+}
+
 status ckpt_check_layout(hid_t f, const ckpt_header *h, const ckpt_content *c, hid_t *ids, char *why)
 {
-    name_list missing = { .n = 0 }, unexpected = { .n = 0 }, shape = { .n = 0 };
-    bool hash_differs = h->table_hash != c->table_hash;
+    layout_found l;
+    memset(&l, 0, sizeof l);
     int k = 0;
-    for (int g = 0; g < c->ngroups; g++) {
-        const ckpt_tensors *gt = &c->groups[g];
-        const param_table *t = gt->table;
-        if (!path_exists(f, gt->group)) {
-            list_add(&missing, "group %s", gt->group);
-            k += t->count;
-            continue;
-        }
-        hid_t grp = H5Gopen2(f, gt->group, H5P_DEFAULT);
-        uint64_t gh;
-        if (grp < 0 || ckpt_attr_read(grp, "table_hash", H5T_NATIVE_UINT64, 0, &gh) != 0 || gh != param_table_hash(t))
-            hash_differs = true;
-        for (int i = 0; i < t->count; i++, k++) {
-            const param_entry *e = &t->entries[i];
-            char shown[CKPT_DSET_MAX];
-            hsize_t dims[PARAM_MAX_DIMS];
-            for (int d = 0; d < e->ndim; d++) dims[d] = e->shape[d];
-            snprintf(shown, sizeof shown, "%s/%s", gt->group, e->name);
-            if (grp < 0 || H5Lexists(grp, e->name, H5P_DEFAULT) <= 0) list_add(&missing, "%s", shown);
-            else ids[k] = open_checked(grp, e->name, shown, false, e->ndim, dims, &shape);
-        }
-        link_names names = { .n = 0 };
-        if (grp >= 0 && H5Literate(grp, H5_INDEX_NAME, H5_ITER_INC, NULL, collect_link, &names) >= 0)
-            for (int i = 0; i < names.n; i++)
-                if (param_find(t, names.name[i]) < 0) list_add(&unexpected, "%s/%s", gt->group, names.name[i]);
-        free(names.name);
-        if (grp >= 0) H5Gclose(grp);
-    }
+    for (int g = 0; g < c->ngroups; k += c->groups[g].table->count, g++) check_group(f, &c->groups[g], ids + k, &l);
     for (int b = 0; b < c->nblobs; b++, k++) {
         char path[CKPT_DSET_MAX];
         hsize_t dims[2] = { (hsize_t)h->world_size, c->blobs[b].bytes };
         snprintf(path, sizeof path, "rank/%s", c->blobs[b].name);
-        if (c->blobs[b].optional && !blob_matches(f, path, dims)) continue;  /* left to the caller */
-        if (!path_exists(f, path)) list_add(&missing, "blob %s", path);
-        else ids[k] = open_checked(f, path, path, true, 2, dims, &shape);
+        if (c->blobs[b].optional && !blob_matches(f, path, dims, &l.damaged)) continue;  /* left to the caller */
+        int has = path_exists(f, path);
+        if (has < 0) list_add(&l.damaged, "/%s (HDF5 cannot read its links)", path);
+        else if (has == 0) list_add(&l.missing, "blob %s", path);
+        else ids[k] = open_checked(f, path, path, true, 2, dims, &l.shape, &l.damaged);
     }
-    if (!hash_differs && !missing.n && !unexpected.n && !shape.n) return STATUS_OK;
-    if (hash_differs)
+    bool root_differs = h->table_hash != c->table_hash;
+    if (!root_differs && !l.group_hash_differs && !layout_problems(&l) && !l.damaged.n) return STATUS_OK;
+    if (l.damaged.n || l.claimed_differs || (!root_differs && l.group_hash_differs)) {
+        snprintf(why, CKPT_WHY_MAX, "damaged HDF5 metadata (the file records %s parameter table, table_hash "
+                 "%016" PRIx64 ")", root_differs ? "another" : "this run's", h->table_hash);
+        list_append(why, "HDF5 cannot read", &l.damaged);
+        append_lists(why, &l);
+        if (!l.damaged.n && !layout_problems(&l)) {
+            size_t used = strlen(why);
+            snprintf(why + used, CKPT_WHY_MAX - used, "; a group's table_hash attribute is another table's");
+        }
+        return STATUS_CORRUPT;
+    }
+    if (root_differs && !l.group_hash_differs && !layout_problems(&l)) {
+        snprintf(why, CKPT_WHY_MAX, "damaged HDF5 metadata: the root attribute table_hash is %016" PRIx64 ", and every "
+                 "group records this run's (%016" PRIx64 ") with every tensor in place", h->table_hash, c->table_hash);
+        return STATUS_CORRUPT;
+    }
+    if (root_differs || l.group_hash_differs)
         snprintf(why, CKPT_WHY_MAX, "it does not match this run's parameter table (table_hash %016" PRIx64
                  " in the file, %016" PRIx64 " here)", h->table_hash, c->table_hash);
     else
         snprintf(why, CKPT_WHY_MAX, "it does not hold what this run loads");
-    list_append(why, "missing", &missing);
-    list_append(why, "unexpected", &unexpected);
-    list_append(why, "different shape or type", &shape);
-    if (!missing.n && !unexpected.n && !shape.n) {
+    append_lists(why, &l);
+    if (!layout_problems(&l)) {
         size_t used = strlen(why);
         snprintf(why + used, CKPT_WHY_MAX - used, "; names and shapes agree, the layout (offsets, padding) differs");
     }
@@ -488,6 +557,40 @@ static status verify(comm_ctl ctl, const ckpt_content *c, ckpt_crc_piece *pc, co
     return bad ? STATUS_CORRUPT : STATUS_OK;
 }
 
+/* c->check over what this rank read: its slice of every tensor (or the ranges it holds of
+ * a sharded group) and its row of every blob loaded. The first refusal, in why. */
+static status check_values(MPI_Comm comm, const ckpt_content *c, char *why)
+{
+    char name[CKPT_DSET_MAX];
+    for (int g = 0; g < c->ngroups; g++) {
+        const param_table *t = c->groups[g].table;
+        const ckpt_shards *s = c->shards[g];
+        for (int i = 0; i < t->count; i++) {
+            const param_entry *e = &t->entries[i];
+            snprintf(name, sizeof name, "/%s/%s", c->groups[g].group, e->name);
+            if (!s) {
+                size_t a, b;
+                ckpt_tensor_piece(t, e, comm, &a, &b);
+                const float *v = c->groups[g].data + e->offset + a;
+                if (b > a) TRY(c->check(name, v, (b - a) * sizeof *v, why, CKPT_WHY_MAX));
+                continue;
+            }
+            int first, end;
+            ckpt_shard_span(s, e, &first, &end);
+            for (int r = first; r < end; r++)
+                if (s->mine[r] && s->count[r])
+                    TRY(c->check(name, c->groups[g].data + s->packed[r], s->count[r] * sizeof(float), why,
+                                 CKPT_WHY_MAX));
+        }
+    }
+    for (int b = 0; b < c->nblobs; b++) {
+        if (!c->blobs[b].loaded) continue;
+        snprintf(name, sizeof name, "/rank/%s", c->blobs[b].name);
+        TRY(c->check(name, c->blobs[b].data, c->blobs[b].bytes, why, CKPT_WHY_MAX));
+    }
+    return STATUS_OK;
+}
+
 /* Each rank read its slice of every buffer: one MPI_Allgatherv per buffer, in blocks
  * of PARAM_ALIGN_FLOATS (slices are whole blocks), gives every rank all of them. */
 static status replicate(comm_ctl ctl, ckpt_content *c)
@@ -525,6 +628,7 @@ status ckpt_file_read(MPI_Comm comm, const char *path, int64_t marker_step, ckpt
 {
     int size, n = 0;
     MPI_Comm_size(comm, &size);
+    info->refused = false;
     for (int g = 0; g < c->ngroups; g++) n += c->groups[g].table->count;
     hid_t *ids = malloc((size_t)(n + c->nblobs + 1) * sizeof *ids);
     ckpt_crc_piece *pc = calloc((size_t)n + 1, sizeof *pc);
@@ -537,18 +641,22 @@ status ckpt_file_read(MPI_Comm comm, const char *path, int64_t marker_step, ckpt
     int probe;
     struct stat sb;
     char kind[160];
+    status st = STATUS_OK;
     if (path_open_regular(path, &probe, &sb, 0, kind, sizeof kind) != 0) {
-        snprintf(why, CKPT_WHY_MAX, "%s %s", path, kind);
+        snprintf(why, CKPT_WHY_MAX, "%s %s", path, kind);  /* a committed checkpoint without its file: damaged */
+        st = STATUS_CORRUPT;
+    } else {
+        close(probe);
+    }
+    if ((st = ckpt_agree(ctl, st, why, CKPT_WHY_MAX)) != STATUS_OK) {
         free(ids);
         free(pc);
         free(file_crc);
-        return STATUS_INPUT;
+        return st;
     }
-    close(probe);
     hid_t fapl = ckpt_file_access(comm);
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
     H5Pclose(fapl);
-    status st = STATUS_OK;
     if (f < 0) {
         snprintf(why, CKPT_WHY_MAX, "cannot open %s: truncated, damaged or not an HDF5 file", path);
         st = STATUS_CORRUPT;
@@ -560,6 +668,10 @@ status ckpt_file_read(MPI_Comm comm, const char *path, int64_t marker_step, ckpt
     if (st == STATUS_OK) st = ckpt_agree(ctl, read_data(comm, ids, &h, c, pc, file_crc, why), why, CKPT_WHY_MAX);
     if (st == STATUS_OK) st = shard_pieces(ctl, c, pc);
     if (st == STATUS_OK) st = verify(ctl, c, pc, file_crc, n, why);
+    if (st == STATUS_OK && c->check) {
+        st = ckpt_agree(ctl, check_values(comm, c, why), why, CKPT_WHY_MAX);
+        info->refused = st == STATUS_CORRUPT;
+    }
     if (st == STATUS_OK) st = replicate(ctl, c);
     if (st == STATUS_TIMEOUT) return st;  /* closing the file is collective: left to the ending job */
     if (st == STATUS_OK) {

@@ -95,7 +95,6 @@ status train_loop(train_run *r)
         long ck_steps = (long)config_int(cfg, "ckpt.every_steps");
         double ck_minutes = config_float(cfg, "ckpt.every_minutes");
         TRY(train_trace_begin(r));  /* collective where the traced steps begin */
-        TRY(train_check_start(r));  /* the parameters it starts from (once, and after a rollback) */
         TRY(train_step(r, &ss));
         bool past;  /* too many skipped steps in a row, and the alert rules' guard takes over */
         TRY(train_step_verdict(r, &ss, train_alert_guards_nonfinite(r), &past));
@@ -151,7 +150,8 @@ status train_loop(train_run *r)
             units = train_units(r, NULL);
             if (relaunch || r->regrid.tp) agreed[0] = 1;
         }
-        if (agreed[0] && r->ckpt) {
+        bool withheld = agreed[0] && r->ckpt && train_ckpt_withheld(r);  /* inside a run of skipped steps */
+        if (agreed[0] && r->ckpt && !withheld) {
             TRY(train_checkpoint(r));
             t_ckpt = train_now_s();
             saved = r->step;
@@ -164,7 +164,7 @@ status train_loop(train_run *r)
             if (rt->rank == 0)
                 printf("stopping at step %ld of %ld: a monitor rule's stop action (the alert above): %s; exit code 5 "
                        "(not requeued)\n", r->step, r->steps,
-                       !r->ckpt ? "checkpoints are off" : agreed[0] ? "checkpoint committed"
+                       !r->ckpt ? "checkpoints are off" : agreed[0] && !withheld ? "checkpoint committed"
                                 : "the state may be bad (explosion or non-finite values): not saved, the last committed "
                                   "checkpoint stays the newest");
             stopped = true;
@@ -173,13 +173,14 @@ status train_loop(train_run *r)
         if (agreed[1]) {
             if (rt->rank == 0)
                 printf("stopping at step %ld of %ld on request (SIGTERM or SIGUSR2): %s; exit code 3\n", r->step,
-                       r->steps, r->ckpt ? "checkpoint committed, a relaunch resumes from it" : "checkpoints are off");
+                       r->steps, !r->ckpt ? "checkpoints are off" : withheld ? "no checkpoint written (see above), "
+                       "a relaunch resumes from the last commit" : "checkpoint committed, a relaunch resumes from it");
             stopped = r->step < r->steps;
             break;
         }
         TRY(train_trace_step_end(r));  /* collective after the last traced step: trace.json */
     }
-    if (r->ckpt && r->step == r->steps && saved != r->step) TRY(train_checkpoint(r));
+    if (r->ckpt && r->step == r->steps && saved != r->step && !train_ckpt_withheld(r)) TRY(train_checkpoint(r));
     if (r->ckpt) {
         TRY(ckpt_wait(r->ckpt));
         ckpt_stats cs;

@@ -326,6 +326,7 @@ status train_resume(train_run *r)
     if (r->prev_step > from) r->redo_until = r->prev_step;
     if (info.step < 0) return STATUS_OK;
     r->step = (long)info.step;
+    r->last_applied = r->step;  /* what a skip's message names as the parameters in force */
     TRY(train_reload_resume(r, &c));  /* first: the batch it may change is what elastic's is relative to */
     TRY(train_elastic_resume(r, &c));
     TRY(train_sched_resume(r, &c, &info));
@@ -437,7 +438,6 @@ status train_rollback(train_run *r)
     train_alert_rolled_back(r, (long)at);
     r->skipped_in_a_row = 0;
     r->last_applied = r->step;
-    r->params_checked = false;
     if (r->redo_until < from) r->redo_until = from;
     int retired = r->rt->rank == 0 && r->ckpt ? ckpt_retire_after(dir, at) : 0;
     if (r->rt->rank != 0) return STATUS_OK;

@@ -83,6 +83,12 @@ bool train_ckpt_group_is_optim(train_ckpt_group g);
  * fields: model name, table hash, config_text; step 0. Allocates nothing. */
 void train_ckpt_model_content(ckpt_content *c, model *m, float *moment_m, float *moment_v, data_state *loader,
                               const char *config_text);
+/* The checkpoint's values that a checksum cannot vouch for (ckpt_value_check; the
+ * content above sets it, nebula-ckpt verify passes it): tensors finite, AdamW's second
+ * moment >= 0; the blobs' fields within the ranges a run writes — the config schema's
+ * (train.global_batch, monitor.max_rollbacks) or what the field is (a rate scale in
+ * (0, 1], a share inside its global batch). STATUS_CORRUPT naming the dataset and field. */
+status train_ckpt_check_values(const char *dataset, const void *data, size_t bytes, char *why, size_t len);
 
 /* ---- configuration ---- */
 
@@ -353,7 +359,6 @@ typedef struct train_run {
      * than train.max_skipped_steps of them in a row end the run (STATUS_DIVERGED) */
     long skipped_in_a_row;     /* consecutive skipped steps up to the last step */
     long last_applied;         /* the last step whose update was applied (or the step the run started at) */
-    bool params_checked;       /* the parameters this run started from were found finite */
     double last_loss;          /* the last step's loss and gradient norm (for the divergence message) */
     double last_gnorm;
     long ticks;                /* steps run by this launch (a rollback does not rewind it; the alert

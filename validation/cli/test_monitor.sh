@@ -5,11 +5,12 @@
 #     and the run finishes with a finite loss; the redone step 1 has the loss of the first
 #     (the same state, the same fixed batch);
 #   - the divergence guard (on by default), through the CHAOS build's NaN loss: three NaN
-#     steps in a row (train.max_skipped_steps = 2) roll back to the committed checkpoint of
-#     step 6 once, and every step from there has the loss of a plain resume of that
-#     checkpoint, bit for bit (the rollback restores exactly the committed state); a second stretch of
-#     NaN steps ends the run as diverged (exit 1, the one rollback taken); with
-#     monitor.nonfinite_action = stop it exits 5 and saves nothing of the suspect state;
+#     steps in a row (5-7, train.max_skipped_steps = 2) roll back once to the checkpoint of
+#     step 4 (none is committed while steps are skipped: not step 6), and every step from
+#     there has the loss of a straight run, bit for bit (the rollback restores exactly the
+#     committed state); a second stretch of NaN steps ends the run as diverged (exit 1, the
+#     one rollback taken); with monitor.nonfinite_action = stop it exits 5 and saves nothing
+#     of the suspect state;
 #   - a loss spike (CHAOS: a reported loss x 10), a throughput drop (CHAOS: 3 steps 0.5 s
 #     longer) and memory growth (CHAOS: 64 MiB leaked) fire at their steps and nowhere else;
 #   - stagnation: at optim.lr = 0 the held-out loss never improves: the rule fires after
@@ -63,19 +64,20 @@ lrs = [x["lr"] for x in r[i:] if x["kind"] == "train"]
 sys.exit(not (len(lrs) == 10 and all(abs(v - 0.1) <= 1e-12 for v in lrs)))' "$tmp/explode/metrics.jsonl"
 check "... the run ends at step 10 with a finite loss" grep -qE "^summary: steps=10 .*final_loss=[0-9.]+ " "$tmp/explode.log"
 
-# --- the divergence guard: NaN steps 5-7 -> rollback to the committed step 6 --------------
-# (skipped steps change no state: step 6's checkpoint holds step 4's parameters.) The
-# reference: the same NaN steps 5-6 in a run that stops at 6, resumed without them to 10.
-NEBULA_CHAOS_NAN=5,6 run ref "$CHAOS" --steps 6 --set ckpt.every_steps=2 --set train.max_skipped_steps=2
+# --- the divergence guard: NaN steps 5-7 -> rollback to the committed step 4 --------------
+# (step 6's checkpoint is withheld: the streak had begun.) The reference: a straight run
+# (one fixed batch: the data the rollback skips is the same batch).
 run ref "$TRAIN" --steps 10 --set ckpt.every_steps=2
 NEBULA_CHAOS_NAN=5,6,7 run guard "$CHAOS" --steps 10 --set ckpt.every_steps=2 --set train.max_skipped_steps=2
 check "guard: exit 0 (got $rc)" test $rc -eq 0
 check "guard: three NaN steps, the third past train.max_skipped_steps" \
     grep -q "^alert step=7 rule=nonfinite: 3 step(s) in a row skipped .*; actions: rollback" "$tmp/guard.log"
-check "... rolled back to the committed step 6" grep -q "^rollback: step 7 -> $tmp/guard/ckpt/step_00000006 (step 6)" \
+check "... step 6's checkpoint withheld inside the streak" \
+    grep -q "step 6: no checkpoint written: 2 step(s) in a row were skipped" "$tmp/guard.log"
+check "... rolled back to the committed step 4" grep -q "^rollback: step 7 -> $tmp/guard/ckpt/step_00000004 (step 4)" \
     "$tmp/guard.log"
-check "... steps 7-10 after the rollback have the losses of a resume of that checkpoint, bit for bit" \
-    diff <(losses "$tmp/ref" first | awk '$1 >= 7') <(losses "$tmp/guard" redone; losses "$tmp/guard" first | awk '$1 > 7')
+check "... steps 5-10 after the rollback have the losses of the straight run, bit for bit" \
+    diff <(losses "$tmp/ref" first | awk '$1 >= 5') <(losses "$tmp/guard" redone; losses "$tmp/guard" first | awk '$1 > 7')
 check "... the NaN steps' records: loss null, named in nonfinite" $PY -c 'import json, sys
 r = [json.loads(l) for l in open(sys.argv[1])]
 nan = [x for x in r if x["kind"] == "train" and x["loss"] is None]
@@ -95,8 +97,8 @@ check "guard with stop: exit 5 (got $rc)" test $rc -eq 5
 check "... the suspect state is not saved, the last commit stays the newest" \
     grep -q "^stopping at step 7 of 10: a monitor rule's stop action .*not saved, the last committed checkpoint stays the newest; exit code 5" \
     "$tmp/stop.log"
-check "... whose step is 6 (skipped steps change nothing)" test -e "$tmp/stop/ckpt/step_00000006/COMMITTED" -a \
-    ! -e "$tmp/stop/ckpt/step_00000007"
+check "... whose step is 4 (none is committed inside the streak)" test -e "$tmp/stop/ckpt/step_00000004/COMMITTED" -a \
+    ! -e "$tmp/stop/ckpt/step_00000006" -a ! -e "$tmp/stop/ckpt/step_00000007"
 
 # --- stagnation on lr 0 -> stop, with a checkpoint ------------------------------------------
 $MPIRUN -np 2 "$TRAIN" --config configs/train/gpt2-tiny-licenses.ini --run-dir "$tmp/stag" --data "$data/train.bin" \

@@ -142,7 +142,7 @@ status ckpt_export(MPI_Comm comm, const ckpt_catalog *cat, const char *dtype, co
     char root[CKPT_PATH_MAX];
     TRY(ckpt_out_root(cat, out_root, root));
     ckpt_damage first;
-    TRY(ckpt_verify(comm, cat, &nbad, &first));
+    TRY(ckpt_verify(comm, cat, NULL, &nbad, &first));
     ckpt_h5_quiet q = ckpt_h5_quiet_begin();
     status st = STATUS_OK;
     if (rank == 0) {
@@ -155,7 +155,7 @@ status ckpt_export(MPI_Comm comm, const ckpt_catalog *cat, const char *dtype, co
         if (st == STATUS_OK) st = ckpt_dir_fsync(tmp);
         ckpt_catalog copy;
         if (st == STATUS_OK && (st = ckpt_catalog_open(&copy, tmp)) == STATUS_OK) {
-            st = ckpt_verify(MPI_COMM_SELF, &copy, &nbad, &first);
+            st = ckpt_verify(MPI_COMM_SELF, &copy, NULL, &nbad, &first);
             ckpt_catalog_free(&copy);
         }
         if (st == STATUS_OK) st = ckpt_dir_commit(root, cat->h.step, INT_MAX, CKPT_FAULT_NONE);

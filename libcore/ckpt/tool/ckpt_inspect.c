@@ -397,6 +397,8 @@ typedef struct verdict {
     int bad_row;             /* blobs: the first row whose bytes fail, world_size when none */
     int rows_missing;        /* blobs: row_checksums absent or malformed */
     double nonfinite;        /* float32 tensors: NaN and Inf values (summed over the ranks' shares) */
+    int refused;             /* the value check refused a piece (this rank's, then reduced) */
+    char why[512];           /* its reason (this rank's, then the first refusing rank's) */
 } verdict;
 
 /* The share [*a, *b) of n items that rank owns. */
@@ -431,8 +433,10 @@ static uint64_t count_nonfinite(const unsigned char *p, uint64_t n)
 }
 
 /* The CRC-32 piece of this rank's share of the dataset's bytes, VERIFY_PIECE at a time;
- * a float32 tensor's non-finite values are counted into v->nonfinite on the way. */
-static int hash_share(hid_t ds, const ckpt_dataset *d, MPI_Comm comm, void *buf, ckpt_crc_piece *pc, verdict *v)
+ * a float32 tensor's non-finite values are counted into v->nonfinite on the way, and
+ * each piece goes through the value check (NULL: none). */
+static int hash_share(hid_t ds, const ckpt_dataset *d, MPI_Comm comm, void *buf, ckpt_crc_piece *pc, verdict *v,
+                      ckpt_value_check check)
 {
     int rank, size;
     MPI_Comm_rank(comm, &rank);
@@ -447,13 +451,17 @@ static int hash_share(hid_t ds, const ckpt_dataset *d, MPI_Comm comm, void *buf,
         uint64_t e = b - s < step ? b : s + step;
         if (ckpt_read_flat(ds, d, -1, s, e, buf) != 0) return -1;
         pc->crc = ckpt_crc_bytes((uint32_t)pc->crc, buf, (e - s) * esize);
-        if (!d->blob && esize == 4 && !strcmp(d->dtype, "float32")) v->nonfinite += (double)count_nonfinite(buf, e - s);
+        if (d->blob || esize != 4 || strcmp(d->dtype, "float32") != 0) continue;
+        v->nonfinite += (double)count_nonfinite(buf, e - s);
+        if (check && !v->refused && check(d->path, buf, (e - s) * esize, v->why, sizeof v->why) != STATUS_OK)
+            v->refused = 1;
     }
     return 0;
 }
 
-/* This rank's rows of a blob against its row_checksums: the first that fails, or W. */
-static void check_rows(hid_t ds, const ckpt_dataset *d, MPI_Comm comm, void *buf, verdict *v)
+/* This rank's rows of a blob against its row_checksums: the first that fails, or W; a
+ * row that is intact and read in one piece goes through the value check (NULL: none). */
+static void check_rows(hid_t ds, const ckpt_dataset *d, MPI_Comm comm, void *buf, verdict *v, ckpt_value_check check)
 {
     int rank, size, W = (int)d->dims[0];
     MPI_Comm_rank(comm, &rank);
@@ -475,6 +483,9 @@ static void check_rows(hid_t ds, const ckpt_dataset *d, MPI_Comm comm, void *buf
             else crc = ckpt_crc_bytes(crc, buf, end - at);
         }
         if (!v->unreadable && crc != rows[r]) v->bad_row = (int)r;
+        else if (!v->unreadable && check && !v->refused && R <= VERIFY_PIECE &&
+                 check(d->path, buf, R, v->why, sizeof v->why) != STATUS_OK)
+            v->refused = 1;
     }
     free(rows);
 }
@@ -494,7 +505,8 @@ static bool readable(const ckpt_catalog *cat, const ckpt_dataset *d)
 }
 
 /* Every rank hashes its share of every dataset and checks its rows of every blob. */
-static status verify_read(MPI_Comm comm, const ckpt_catalog *cat, ckpt_crc_piece *pc, verdict *v)
+static status verify_read(MPI_Comm comm, const ckpt_catalog *cat, ckpt_crc_piece *pc, verdict *v,
+                          ckpt_value_check check)
 {
     hid_t fapl = ckpt_file_access(comm);
     hid_t f = H5Fopen(cat->file, H5F_ACC_RDONLY, fapl);
@@ -512,8 +524,8 @@ static status verify_read(MPI_Comm comm, const ckpt_catalog *cat, ckpt_crc_piece
         v[k].bad_row = d->blob ? (int)d->dims[0] : 0;
         if (!readable(cat, d)) continue;
         hid_t ds = H5Dopen2(f, d->path, H5P_DEFAULT);
-        if (ds < 0 || hash_share(ds, d, comm, buf, &pc[k], &v[k]) != 0) v[k].unreadable = 1;
-        if (ds >= 0 && d->blob) check_rows(ds, d, comm, buf, &v[k]);
+        if (ds < 0 || hash_share(ds, d, comm, buf, &pc[k], &v[k], check) != 0) v[k].unreadable = 1;
+        if (ds >= 0 && d->blob) check_rows(ds, d, comm, buf, &v[k], check);
         if (ds >= 0) H5Dclose(ds);
     }
     free(buf);
@@ -529,6 +541,12 @@ static status reduce_verdicts(comm_ctl ctl, verdict *v, int n)
         TRY(comm_ctl_allreduce(ctl, MPI_IN_PLACE, &mn, 1, MPI_INT, MPI_MIN));
         TRY(comm_ctl_allreduce(ctl, MPI_IN_PLACE, &v[k].nonfinite, 1, MPI_DOUBLE, MPI_SUM));
         v[k].unreadable = mx[0], v[k].rows_missing = mx[1], v[k].bad_row = mn;
+        int refused;  /* then the first refusing rank's reason */
+        TRY(comm_ctl_allreduce(ctl, &v[k].refused, &refused, 1, MPI_INT, MPI_MAX));
+        status a = refused ? ckpt_agree(ctl, v[k].refused ? STATUS_CORRUPT : STATUS_OK, v[k].why, sizeof v[k].why)
+                           : STATUS_OK;
+        if (a != STATUS_OK && a != STATUS_CORRUPT) return a;
+        v[k].refused = refused;
     }
     return STATUS_OK;
 }
@@ -568,6 +586,11 @@ static int report(const ckpt_catalog *cat, const ckpt_crc_piece *pc, const verdi
             uint64_t n = d->bytes / 4;
             snprintf(problem, sizeof problem, "holds %.0f NaN or Inf value(s) of %" PRIu64 ": written by a run that "
                      "had diverged", v[k].nonfinite, n);
+        } else if (v[k].refused) {  /* the reason names the dataset first, as loads print it */
+            size_t at = strncmp(v[k].why, d->path, strlen(d->path)) ? 0 : strlen(d->path);
+            at += strspn(v[k].why + at, ": ");
+            snprintf(problem, sizeof problem, "%s (no run writes this; its checksum cannot vouch for it)",
+                     v[k].why + at);
         }
         if (!problem[0]) continue;
         if (off == UINT64_MAX) snprintf(where, sizeof where, "not stored contiguously, %" PRIu64 " bytes", len);
@@ -583,7 +606,7 @@ static int report(const ckpt_catalog *cat, const ckpt_crc_piece *pc, const verdi
     return bad;
 }
 
-status ckpt_verify(MPI_Comm comm, const ckpt_catalog *cat, int *nbad, ckpt_damage *first)
+status ckpt_verify(MPI_Comm comm, const ckpt_catalog *cat, ckpt_value_check check, int *nbad, ckpt_damage *first)
 {
     int rank;
     MPI_Comm_rank(comm, &rank);
@@ -593,7 +616,7 @@ status ckpt_verify(MPI_Comm comm, const ckpt_catalog *cat, int *nbad, ckpt_damag
     verdict *v = calloc((size_t)cat->n + 1, sizeof *v);
     CHECK(pc && v, "out of memory verifying a checkpoint");
     ckpt_h5_quiet q = ckpt_h5_quiet_begin();
-    status st = verify_read(comm, cat, pc, v);
+    status st = verify_read(comm, cat, pc, v, check);
     ckpt_h5_quiet_end(q);
     comm_ctl ctl = ckpt_ctl(comm, 0);  /* offline: no deadline */
     if (st == STATUS_OK) st = ckpt_crc_allreduce(ctl, pc, cat->n);

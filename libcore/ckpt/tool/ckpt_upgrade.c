@@ -225,7 +225,7 @@ static status upgrade_copy(const ckpt_catalog *cat, const char *root, ckpt_chang
     int nbad;
     ckpt_damage first;
     TRY(ckpt_catalog_open(&copy, tmp));
-    status st = ckpt_verify(MPI_COMM_SELF, &copy, &nbad, &first);
+    status st = ckpt_verify(MPI_COMM_SELF, &copy, NULL, &nbad, &first);
     ckpt_catalog_free(&copy);
     TRY(st);
     return ckpt_dir_commit(root, cat->h.step, INT_MAX, CKPT_FAULT_NONE);
@@ -244,7 +244,7 @@ status ckpt_upgrade(MPI_Comm comm, const ckpt_catalog *cat, const char *out_root
     }
     TRY(ckpt_out_root(cat, out_root, root));
     ckpt_damage first;
-    TRY(ckpt_verify(comm, cat, &nbad, &first));
+    TRY(ckpt_verify(comm, cat, NULL, &nbad, &first));
     ckpt_changes out = { changes, len };
     ckpt_h5_quiet q = ckpt_h5_quiet_begin();
     status st = rank == 0 ? upgrade_copy(cat, root, &out) : STATUS_OK;

@@ -56,9 +56,11 @@ typedef struct ckpt_damage {
 /* Collective: recomputes the CRC-32 of every dataset (each rank hashes a slice; parallel
  * HDF5 reads) and of every blob row, and checks that the rows combine to the dataset's
  * checksum; a float32 tensor with NaN or Inf values (a run that diverged) is a problem
- * too, named with its count. Rank 0 logs every problem with its dataset, row (rank) and file offset;
+ * too, named with its count, and so is a float32 tensor piece or a blob row that `check`
+ * refuses (the loader's value check, ckpt_content.check; NULL: none), with its reason.
+ * Rank 0 logs every problem with its dataset, row (rank) and file offset;
  * *nbad counts them, *first is the first in the file. STATUS_CORRUPT when there is one. */
-status ckpt_verify(MPI_Comm comm, const ckpt_catalog *cat, int *nbad, ckpt_damage *first);
+status ckpt_verify(MPI_Comm comm, const ckpt_catalog *cat, ckpt_value_check check, int *nbad, ckpt_damage *first);
 
 /* Not collective: the file's layout against c's groups as ckpt_load checks it — model,
  * table hashes, missing, unexpected and reshaped tensors (c's buffers are not read).

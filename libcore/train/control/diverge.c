@@ -3,10 +3,13 @@
  * optimizer's moments, the batch-norm statistics or DGC-Pro's residuals); more than
  * train.max_skipped_steps of them in a row end the run as diverged (exit 1), as
  * Megatron-LM stops after too many skipped iterations where PyTorch's GradScaler would
- * skip forever. The parameters are checked once before the first step (a checkpoint
- * written by a diverged run is refused, exit 2, naming the tensor), and the parameters
- * and optimizer moments before every checkpoint (a finite gradient can still overflow
- * them: AdamW's v holds g^2), which ends the run instead of saving them. Non-finite
+ * skip forever. A checkpoint's values are checked as it loads (train_ckpt_check_values:
+ * one written by a diverged run is refused naming the tensor, and `auto` falls back past
+ * it); the parameters and optimizer moments before every checkpoint (a finite gradient
+ * can still overflow them: AdamW's v holds g^2), which ends the run instead of saving
+ * them; and no checkpoint is committed while steps are being skipped (the weights then
+ * are those that just gave a non-finite loss), so the last commit before the streak
+ * stays what a rollback and the final hint point at. Non-finite
  * parameters show up in the next step's loss anyway; checking them at every step
  * instead would cost a read of two model-sized buffers per step (about as much memory
  * traffic as the AdamW update itself) for an earlier stop by a few steps.
@@ -42,22 +45,19 @@ static int train_first_nonfinite(const param_table *t, const float *buf, size_t 
 }
 
 
-status train_check_start(train_run *r)
+bool train_ckpt_withheld(train_run *r)
 {
-    if (r->params_checked) return STATUS_OK;
-    r->params_checked = true;
-    const param_table *pt = model_params(&r->m);
-    size_t n = 0;
-    int e = train_first_nonfinite(pt, model_buffers(&r->m)->params, &n);
-    r->last_applied = r->step;
-    if (e < 0) return STATUS_OK;
-    /* initialisation is finite: these values came from the checkpoint the run resumed */
-    log_error0("the parameters resumed at step %ld are not finite: %s holds %zu NaN or Inf value(s) of %zu; the "
-               "checkpoint was written by a run that had diverged", r->step, pt->entries[e].name, n,
-               pt->entries[e].count);
-    log_error0("HINT: resume from an earlier checkpoint (--set ckpt.resume=%s/ckpt/step_N) or start afresh "
-               "(--set ckpt.resume=none), with a lower optim.lr", r->run_dir);
-    return STATUS_INPUT;
+    if (r->skipped_in_a_row == 0) return false;
+    if (r->rt->rank == 0) {
+        char dir[4200], path[4300] = "";
+        int64_t at = -1;
+        snprintf(dir, sizeof dir, "%s/ckpt", r->run_dir);
+        if (!ckpt_last_committed(dir, path, sizeof path, &at)) snprintf(path, sizeof path, "none yet");
+        log_warn0("step %ld: no checkpoint written: %ld step(s) in a row were skipped for non-finite values, and the "
+                  "weights are those that gave them; the last committed checkpoint (%s) stays the newest", r->step,
+                  r->skipped_in_a_row, path);
+    }
+    return true;
 }
 
 /* Rank 0: why the run stops, where its last good state is, and what to do. */

@@ -115,7 +115,8 @@ status train_elastic_set_batch(train_run *r, int64_t gb, double lr_factor)
 }
 
 /* After a checkpoint load: the batch and learning-rate factor an elastic control file
- * set before it was written. Absent (an older checkpoint): the config's. */
+ * set before it was written (their ranges checked by the load: train_ckpt_check_values).
+ * Absent (an older checkpoint): the config's. */
 status train_elastic_resume(train_run *r, const ckpt_content *c)
 {
     const ckpt_blob *b = train_ckpt_blob(c, TRAIN_CKPT_ELASTIC);
@@ -126,11 +127,6 @@ status train_elastic_resume(train_run *r, const ckpt_content *c)
     }
     train_elastic e = r->elastic;
     int64_t per = (int64_t)r->tb.micro_batch * train_dp_size(r);
-    if (!(e.lr_factor > 0) || !isfinite(e.lr_factor) || e.global_batch < 1) {
-        log_error0("the checkpoint's elastic state is impossible (global batch %" PRId64 ", lr factor %g)",
-                   e.global_batch, e.lr_factor);
-        return STATUS_CORRUPT;
-    }
     if (e.global_batch % per != 0) {
         log_error0("the checkpoint's global batch %" PRId64 " (set by an elastic control file) is not a multiple of "
                    "train.micro_batch x ranks = %d x %d = %" PRId64 " of this run: relaunch with a number of ranks "

@@ -42,9 +42,11 @@ status train_reload_take(train_run *r);
 status train_reload_resume(train_run *r, const ckpt_content *c);
 
 /* ---- diverge.c: non-finite losses, gradients and parameters (see train.max_skipped_steps) ---- */
-/* Before each step (a no-op once checked, until a rollback): STATUS_INPUT, logged with the
- * tensor, when the parameters the run starts from (a resumed checkpoint's) are not finite. */
-status train_check_start(train_run *r);
+/* Whether a checkpoint asked for now is withheld: while steps are being skipped for
+ * non-finite values (the weights are those that gave them), nothing is committed, so
+ * the last commit before the streak stays the rollback target and the one a relaunch
+ * resumes. Rank 0 logs it, naming that commit. The same on every rank (the verdict is). */
+bool train_ckpt_withheld(train_run *r);
 /* After each step, with its verdict (ss->skipped ...): the run of skipped steps ends or
  * grows; a skipped step is logged and recorded. Past train.max_skipped_steps: with
  * guarded (the alert rules' guard takes over, monitor.nonfinite_action) *past is set for

@@ -134,9 +134,12 @@ static status sched_parse_list(train_run *r, const char *key, double *w, const c
         p = *end ? end + 1 : end;
     }
     if (n == dp) return STATUS_OK;
-    log_error0("%s = '%s' (%s): sched.mode = %s needs %d positive numbers, one per data-parallel rank, "
-               "comma-separated (e.g. %s)", key, text, config_origin(r->cfg, key), config_str(r->cfg, "sched.mode"), dp,
-               example);
+    const char *mode = config_str(r->cfg, "sched.mode");
+    bool read = !strcmp(key, "sched.shares") ? !strcmp(mode, "static") : !strcmp(mode, "economy");
+    log_error0("%s = '%s' (%s): needs %d positive numbers, one per data-parallel rank, comma-separated (e.g. %s)",
+               key, text, config_origin(r->cfg, key), dp, example);
+    if (!read) log_error0("HINT: sched.mode = %s does not read %s, but a value given is checked all the same (a "
+                          "typo must not pass in one mode and fail in another); leave it empty", mode, key);
     return STATUS_INPUT;
 }
 
@@ -222,9 +225,13 @@ status train_sched_setup(train_run *r)
     if (!s->weights || !s->costs || !s->meas || !s->plan || !s->order || !s->in || !s->counts || !s->next)
         return STATUS_NOMEM;
     for (int d = 0; d < dp; d++) s->weights[d] = s->costs[d] = 1.0;
-    if (s->mode == TRAIN_SCHED_MODE_STATIC) TRY(sched_parse_list(r, "sched.shares", s->weights, "1,1,0.4,0.4"));
-    if (s->mode == TRAIN_SCHED_MODE_ECONOMY && config_str(r->cfg, "sched.costs")[0])
-        TRY(sched_parse_list(r, "sched.costs", s->costs, "3,3,1,1"));
+    /* a list is checked in every mode, also one the mode does not read (economy reads the costs,
+       static the shares): a typo must not pass in one mode that another refuses */
+    if (s->mode == TRAIN_SCHED_MODE_STATIC || config_str(r->cfg, "sched.shares")[0])
+        TRY(sched_parse_list(r, "sched.shares", s->mode == TRAIN_SCHED_MODE_STATIC ? s->weights : s->plan,
+                             "1,1,0.4,0.4"));
+    if (config_str(r->cfg, "sched.costs")[0])
+        TRY(sched_parse_list(r, "sched.costs", s->mode == TRAIN_SCHED_MODE_ECONOMY ? s->costs : s->plan, "3,3,1,1"));
     TRY(sched_print_ranks(r));
     if (r->rt->rank == 0) {
         printf("sched: %s over %d data-parallel ranks, global batch %d, micro-batches of at most %d, floor %lld "

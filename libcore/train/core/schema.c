@@ -3,9 +3,11 @@
  * run (train_ckpt_content) and for a model alone (train_ckpt_model_content, what
  * nebula-ckpt convert writes). Readers name groups only through these functions,
  * so a new group is added here and nowhere else. */
+#include <math.h>
 #include <string.h>
 
 #include "core.h"
+#include "base/rng.h"
 
 const config_key train_schema_keys[] = {
     { "train", "micro_batch", CONFIG_TYPE_INT, "0", .min = 0, .max = 1 << 20,
@@ -251,6 +253,7 @@ void train_ckpt_model_content(ckpt_content *c, model *m, float *moment_m, float 
     if (model_state_table(m))
         c->groups[c->ngroups++] = (ckpt_tensors){ TRAIN_CKPT_BUFFERS, model_state_table(m), model_state(m), true };
     if (loader) c->blobs[c->nblobs++] = (ckpt_blob){ TRAIN_CKPT_LOADER, loader, sizeof *loader, false, false };
+    c->check = train_ckpt_check_values;  /* a load refuses what no run writes */
 }
 
 /* What a checkpoint of this run holds: parameters, optimizer moments, ResNet's BN
@@ -283,6 +286,108 @@ void train_ckpt_content(train_run *r, ckpt_content *c)
     if (r->share.mode != TRAIN_SCHED_MODE_OFF)
         c->blobs[c->nblobs++] = (ckpt_blob){ TRAIN_CKPT_SCHED, &r->share.ck, sizeof r->share.ck, true, false };
     train_tp_content(r, c, false);  /* tensor parallelism: the whole model's tensors, this shard's pieces */
+}
+
+/* ---- values a checksum cannot vouch for (ckpt_value_check) ---- */
+
+/* The schema's bounds of section.key (it is one of train_schema_keys). */
+static const config_key *schema_key(const char *section, const char *name)
+{
+    for (int k = 0; k < train_schema_nkeys; k++)
+        if (!strcmp(train_schema_keys[k].section, section) && !strcmp(train_schema_keys[k].name, name))
+            return &train_schema_keys[k];
+    CHECK(false, "the value checks name keys of train_schema_keys");
+    return NULL;
+}
+
+/* A float32 tensor piece: finite everywhere; AdamW's second moment, a mean of squares,
+ * never below 0. */
+static status check_tensor(const char *dataset, const float *v, size_t n, char *why, size_t len)
+{
+    size_t bad = 0, negative = 0;
+    float first_negative = 0;
+    bool second_moment = !strncmp(dataset, "/" TRAIN_CKPT_OPTIM_V "/", strlen(TRAIN_CKPT_OPTIM_V) + 2);
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(v[i])) bad++;
+        else if (second_moment && v[i] < 0 && !negative++) first_negative = v[i];
+    }
+    if (bad) {
+        snprintf(why, len, "%s holds %zu NaN or Inf value(s) of %zu read here: written by a run that had diverged, "
+                 "or forged", dataset, bad, n);
+        return STATUS_CORRUPT;
+    }
+    if (negative) {
+        snprintf(why, len, "%s holds %zu negative value(s) (the first %g) of %zu read here: AdamW's second moment is "
+                 "a mean of squares, >= 0", dataset, negative, (double)first_negative, n);
+        return STATUS_CORRUPT;
+    }
+    return STATUS_OK;
+}
+
+/* "DATASET: field = value, outside RANGE (why)"; always STATUS_CORRUPT. */
+static status refuse(char *why, size_t len, const char *dataset, const char *field, double value, const char *range,
+                     const char *reason)
+{
+    snprintf(why, len, "%s: %s = %.17g, outside %s (%s)", dataset, field, value, range, reason);
+    return STATUS_CORRUPT;
+}
+
+static bool within(double v, double lo, double hi)
+{
+    return v >= lo && v <= hi;  /* false for NaN */
+}
+
+status train_ckpt_check_values(const char *dataset, const void *data, size_t bytes, char *why, size_t len)
+{
+    if (strncmp(dataset, "/rank/", 6) != 0) return check_tensor(dataset, data, bytes / sizeof(float), why, len);
+    const char *blob = dataset + 6;
+    char range[96];
+    double gb_max = schema_key("train", "global_batch")->max;
+    if (!strcmp(blob, TRAIN_CKPT_ALERT) && bytes == sizeof(train_alert_ckpt)) {
+        train_alert_ckpt a;
+        memcpy(&a, data, sizeof a);
+        if (!within(a.lr_scale, 1e-300, 1))
+            return refuse(why, len, dataset, "lr_scale", a.lr_scale, "(0, 1]",
+                          "a product of monitor.lr_factor values, each in [1e-6, 1]");
+        double most = schema_key("monitor", "max_rollbacks")->max;
+        snprintf(range, sizeof range, "[0, %.0f]", most);
+        if (!within((double)a.rollbacks, 0, most))
+            return refuse(why, len, dataset, "rollbacks", (double)a.rollbacks, range, "monitor.max_rollbacks' range");
+    } else if (!strcmp(blob, TRAIN_CKPT_ELASTIC) && bytes == sizeof(train_elastic)) {
+        train_elastic e;
+        memcpy(&e, data, sizeof e);
+        snprintf(range, sizeof range, "[1, %.0f]", gb_max);
+        if (!within((double)e.global_batch, 1, gb_max))
+            return refuse(why, len, dataset, "global_batch", (double)e.global_batch, range, "train.global_batch's range");
+        snprintf(range, sizeof range, "(0, %.0f]", gb_max);
+        if (!within(e.lr_factor, 1e-300, gb_max))
+            return refuse(why, len, dataset, "lr_factor", e.lr_factor, range,
+                          "elastic.lr_rule of a ratio of two global batches");
+    } else if (!strcmp(blob, TRAIN_CKPT_SCHED) && bytes == sizeof(train_sched_ckpt)) {
+        train_sched_ckpt k;
+        memcpy(&k, data, sizeof k);
+        snprintf(range, sizeof range, "[0, %.0f]", gb_max);
+        if (!within((double)k.global_batch, 0, gb_max))
+            return refuse(why, len, dataset, "global_batch", (double)k.global_batch, range, "train.global_batch's range");
+        double most = k.global_batch ? (double)k.global_batch : gb_max;
+        snprintf(range, sizeof range, "[0, %.0f]", most);
+        if (!within((double)k.first, 0, most) || !within((double)k.count, 0, most - (double)k.first))
+            return refuse(why, len, dataset, within((double)k.first, 0, most) ? "count" : "first",
+                          within((double)k.first, 0, most) ? (double)k.count : (double)k.first, range,
+                          "a share of the global batch");
+        if (!within(k.speed, 0, 1e300) || !within(k.rate, 0, 1e300) || !within(k.fixed_s, 0, 1e300))
+            return refuse(why, len, dataset, !within(k.speed, 0, 1e300) ? "speed" : !within(k.rate, 0, 1e300) ? "rate"
+                                                                                                             : "fixed_s",
+                          !within(k.speed, 0, 1e300) ? k.speed : !within(k.rate, 0, 1e300) ? k.rate : k.fixed_s,
+                          "[0, 1e300]", "a measured rate or time: finite, >= 0");
+    } else if (!strcmp(blob, TRAIN_CKPT_LOADER) && bytes == sizeof(data_state)) {
+        data_state d;
+        memcpy(&d, data, sizeof d);
+        snprintf(range, sizeof range, "[0, %.0f]", (double)(RNG_STEP_LIMIT - 2));
+        if (d.epoch > RNG_STEP_LIMIT - 2)
+            return refuse(why, len, dataset, "epoch", (double)d.epoch, range, "the epochs a sample order can number");
+    }
+    return STATUS_OK;
 }
 
 const ckpt_blob *train_ckpt_blob(const ckpt_content *c, const char *name)

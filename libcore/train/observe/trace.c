@@ -196,6 +196,14 @@ status train_trace_begin(train_run *r)
         t->last = t->first + t->count - 1;
         t->resolved = true;
     }
+    if (t->first > r->steps) {  /* said before the first step, not found out at the end (docs/profile.md) */
+        t->done = true;
+        log_warn0("trace.steps = %s (%s): step %ld onwards lies past the end of this run (train.steps = %ld): no "
+                  "trace.json will be written\nHINT: trace steps the run takes, e.g. trace.steps = %ld-%ld",
+                  config_str(r->cfg, "trace.steps"), config_origin(r->cfg, "trace.steps"), t->first, r->steps,
+                  s, s + 4 < r->steps ? s + 4 : r->steps);
+        return STATUS_OK;
+    }
     if (s < t->first) return STATUS_OK;
     if (s > t->last) {
         t->done = true;
