@@ -251,6 +251,10 @@ status data_open_images(data_loader *d)
                              "be finite and > 0", c, d->mean[c], d->std[c],
                              d->stats_from_file ? "file's attributes or the config" : "config");
         for (int v = 0; v < 256; v++) d->lut[c][v] = ((float)v / 255.0f - d->mean[c]) / d->std[c];
+        if (!isfinite(d->lut[c][0]) || !isfinite(d->lut[c][255]))  /* the extremes: (v/255 - mean)/std is monotone */
+            return data_fail(d, STATUS_INPUT, "normalisation of channel %d: mean %g, std %g (from the %s) overflow "
+                             "float32 for pixel values 0..255", c, d->mean[c], d->std[c],
+                             d->stats_from_file ? "file's attributes or the config" : "config");
     }
     return STATUS_OK;
 }
