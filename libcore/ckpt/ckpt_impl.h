@@ -64,8 +64,9 @@ typedef enum ckpt_fault {
 /* The second kind of fault: a system call of the save fails with an errno and the real
  * error path runs (the first kind above stops as if killed and takes none): the CHAOS
  * build's fault points (base/fault.h), module "ckpt": ckpt.write (the data write of
- * state.h5), ckpt.fsync, ckpt.rename, ckpt.marker. They fire on rank 0, which makes every
- * POSIX call of both writers and takes part in the collective write. */
+ * state.h5), ckpt.fsync, ckpt.rename, ckpt.marker, ... They fire on rank 0, which makes
+ * every other POSIX call of both writers, or on the rank a rule names: ckpt.write runs on
+ * every rank of a synchronous save (chaos.rank is the writer's rank). */
 
 struct ckpt_writer {
     MPI_Comm comm;                       /* duplicate of the caller's communicator */
