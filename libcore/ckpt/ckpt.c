@@ -52,19 +52,6 @@ status ckpt_agree(comm_ctl ctl, status st, char *why, size_t len)
     return agree_from(ctl, st, why, len, NULL, NULL);
 }
 
-ckpt_h5_quiet ckpt_h5_quiet_begin(void)
-{
-    ckpt_h5_quiet q = { NULL, NULL, false };
-    if (log_get_level() < LOG_LEVEL_DEBUG && H5Eget_auto2(H5E_DEFAULT, &q.fn, &q.data) >= 0)
-        q.set = H5Eset_auto2(H5E_DEFAULT, NULL, NULL) >= 0;
-    return q;
-}
-
-void ckpt_h5_quiet_end(ckpt_h5_quiet q)
-{
-    if (q.set) H5Eset_auto2(H5E_DEFAULT, q.fn, q.data);
-}
-
 static bool host_little_endian(void)
 {
     const uint16_t one = 1;
@@ -211,17 +198,6 @@ static int ranks_per_node(const ckpt_writer *w, const ckpt_content *c)
     return c->ranks_per_node > 0 ? c->ranks_per_node : w->ranks_per_node;
 }
 
-/* Rank 0 of a synchronous save: creates h5 with every dataset's metadata (serial HDF5)
- * and leaves the datasets' offsets in p->offsets. */
-static status create_file(const char *h5, ckpt_plan *p, const ckpt_content *c, int ranks_per_node, char *why)
-{
-    hid_t f;
-    TRY(ckpt_file_create(h5, p, c, ranks_per_node, &f, why));
-    TRY(ckpt_file_offsets_close(f, p, why));
-    for (int k = 0; k < p->ndsets; k++) p->offsets[k] = (uint64_t)p->dsets[k].offset;
-    return STATUS_OK;
-}
-
 /* The local phase of a save, after `st` of this rank: a failure is shown in this rank's
  * beacon (watchdog_failed) before the ranks agree, and the agreement names the first
  * failing rank, its errno and its reason on every rank. The deadline is the watchdog's
@@ -259,27 +235,19 @@ static status write_step(comm_ctl ctl, const char *dir, ckpt_plan *p, const ckpt
     if (st == STATUS_OK) {
         TRY(ckpt_checksums_parallel(ctl, p, c));
         size_t bytes = plan_bytes(p);
-        char op[96];
-        snprintf(op, sizeof op, "checkpoint save of step %" PRId64 ": creating %s", c->step, CKPT_FILE);
-        /* the local calls are guarded too: a rank blocked in one shows it in its beacon */
+        char op[96];  /* the local calls are guarded too: a rank blocked in one shows it in its beacon */
+        snprintf(op, sizeof op, "checkpoint save of step %" PRId64 ": writing %s", c->step, CKPT_FILE);
         watchdog_enter(c->wd, op, guard_s(c->timeout_s, bytes));
-        if (rank == 0) {
-            errno = 0;
-            st = create_file(h5, p, c, ranks_per_node, why);
-            if (st != STATUS_OK) *err = errno;
-        }
-        watchdog_leave(c->wd);
+        errno = 0;
+        if (rank == 0 && (st = ckpt_file_create(h5, p, c, ranks_per_node, why)) != STATUS_OK) *err = errno;
         st = agree_phase(ctl, c, bytes, st, why, err, &who);
         if (st == STATUS_OK) st = comm_ctl_bcast(ctl, p->offsets, p->ndsets, MPI_UINT64_T, 0);
         if (st == STATUS_OK) {
             for (int k = 0; k < p->ndsets; k++) p->dsets[k].offset = (haddr_t)p->offsets[k];
-            snprintf(op, sizeof op, "checkpoint save of step %" PRId64 ": writing its slices of %s", c->step,
-                     CKPT_FILE);
-            watchdog_enter(c->wd, op, guard_s(c->timeout_s, bytes));
             st = ckpt_file_write_slices(h5, comm, p, c, FAULT_ERRNO(chaos, "ckpt.write", c->step), why, err);
-            watchdog_leave(c->wd);
             st = agree_phase(ctl, c, bytes, st, why, err, &who);
         }
+        watchdog_leave(c->wd);
         if (st == STATUS_TIMEOUT) return st;
         if (st != STATUS_OK) {
             log_error0("checkpoint of step %" PRId64 " not saved: rank %d: %s", c->step, who,
@@ -509,9 +477,7 @@ static status stage_create_file(ckpt_writer *w, const ckpt_content *c, char *why
         errno = inject;
         return STATUS_IO;
     }
-    hid_t f;
-    TRY(ckpt_file_create(h5, p, c, ranks_per_node(w, c), &f, why));
-    return ckpt_file_offsets_close(f, p, why);
+    return ckpt_file_create(h5, p, c, ranks_per_node(w, c), why);
 }
 
 /* Stages the groups marked copy_in_save now and points the others' datasets at the

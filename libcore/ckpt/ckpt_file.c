@@ -376,6 +376,20 @@ hid_t ckpt_mem_space(size_t n)
 
 /* ---- attributes ---------------------------------------------------------------- */
 
+ckpt_h5_quiet ckpt_h5_quiet_begin(void)
+{
+    ckpt_h5_quiet q = { NULL, NULL, false };
+    if (log_get_level() < LOG_LEVEL_DEBUG && H5Eget_auto2(H5E_DEFAULT, &q.fn, &q.data) >= 0)
+        q.set = H5Eset_auto2(H5E_DEFAULT, NULL, NULL) >= 0;
+    return q;
+}
+
+void ckpt_h5_quiet_end(ckpt_h5_quiet q)
+{
+    if (q.set) H5Eset_auto2(H5E_DEFAULT, q.fn, q.data);
+}
+
+
 static int attr_write(hid_t obj, const char *name, hid_t ftype, hid_t mtype, hsize_t n, const void *v)
 {
     hid_t s = n ? H5Screate_simple(1, &n, NULL) : H5Screate(H5S_SCALAR);
@@ -494,13 +508,28 @@ static int create_groups(hid_t f, const ckpt_content *c)
     return rc;
 }
 
-status ckpt_file_create(const char *path, const ckpt_plan *p, const ckpt_content *c, int ranks_per_node, hid_t *file,
-                        char *why)
+/* Records each dataset's file offset in the plan (dsets[].offset and offsets[]) and
+ * closes the file. */
+static status offsets_close(hid_t f, ckpt_plan *p, char *why)
+{
+    for (int k = 0; k < p->ndsets; k++) {
+        hid_t ds = H5Dopen2(f, p->dsets[k].path, H5P_DEFAULT);
+        H5_CHECK(ds);
+        p->dsets[k].offset = H5Dget_offset(ds);
+        CHECK(p->dsets[k].offset != HADDR_UNDEF, "contiguous datasets allocated early have an offset");
+        p->offsets[k] = (uint64_t)p->dsets[k].offset;
+        H5Dclose(ds);
+    }
+    if (H5Fclose(f) >= 0) return STATUS_OK;
+    snprintf(why, CKPT_WHY_MAX, "cannot write the metadata of the checkpoint file (HDF5)");
+    return STATUS_IO;
+}
+
+status ckpt_file_create(const char *path, ckpt_plan *p, const ckpt_content *c, int ranks_per_node, char *why)
 {
     hid_t fapl = ckpt_file_access(MPI_COMM_NULL);
     hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     H5Pclose(fapl);
-    *file = -1;
     if (f < 0) {
         snprintf(why, CKPT_WHY_MAX, "cannot create %s (HDF5)", path);
         return STATUS_IO;
@@ -533,8 +562,7 @@ status ckpt_file_create(const char *path, const ckpt_plan *p, const ckpt_content
         }
     }
     H5Pclose(dcpl);
-    *file = f;
-    return STATUS_OK;
+    return offsets_close(f, p, why);
 close_file:
     snprintf(why, CKPT_WHY_MAX, "cannot create %s in %s (HDF5)", failed, path);
     H5Fclose(f);
@@ -630,20 +658,6 @@ status ckpt_file_write_slices(const char *path, MPI_Comm comm, const ckpt_plan *
     /* "cannot write dataset /params/wte.weight of PATH: ..." or "cannot sync PATH: ..." */
     snprintf(why, CKPT_WHY_MAX, "cannot %s%s%s%s%s: %s", op, failed ? " " : "", failed ? failed : "",
              failed ? " of " : " ", path, strerror(*err));
-    return STATUS_IO;
-}
-
-status ckpt_file_offsets_close(hid_t f, ckpt_plan *p, char *why)
-{
-    for (int k = 0; k < p->ndsets; k++) {
-        hid_t ds = H5Dopen2(f, p->dsets[k].path, H5P_DEFAULT);
-        H5_CHECK(ds);
-        p->dsets[k].offset = H5Dget_offset(ds);
-        CHECK(p->dsets[k].offset != HADDR_UNDEF, "contiguous datasets allocated early have an offset");
-        H5Dclose(ds);
-    }
-    if (H5Fclose(f) >= 0) return STATUS_OK;
-    snprintf(why, CKPT_WHY_MAX, "cannot write the metadata of the checkpoint file (HDF5)");
     return STATUS_IO;
 }
 

@@ -193,11 +193,10 @@ hid_t ckpt_file_access(MPI_Comm comm);
 /* Collective: fills every dataset's crc (and blobs' row_crcs) from c's buffers,
  * each rank hashing its slice. */
 status ckpt_checksums_parallel(comm_ctl ctl, ckpt_plan *p, const ckpt_content *c);
-/* Rank 0 (or the one process of a tool): creates the file with every group, dataset
- * and attribute (checksums included), HDF5's serial driver, and returns it open; on
- * failure it is closed. */
-status ckpt_file_create(const char *path, const ckpt_plan *p, const ckpt_content *c, int ranks_per_node, hid_t *file,
-                        char *why);
+/* Rank 0: creates the file with every group, dataset and attribute (checksums included),
+ * HDF5's serial driver, records each dataset's file offset in the plan (dsets[].offset
+ * and offsets[]) and closes it. */
+status ckpt_file_create(const char *path, ckpt_plan *p, const ckpt_content *c, int ranks_per_node, char *why);
 /* Every rank of comm, no communication: writes its slices of every tensor (sharded
  * groups: the ranges it holds) and its blob row(s) with pwrite at the datasets' offsets
  * (p->dsets[].offset, set on every rank), then fsyncs and closes. fault_errno != 0
@@ -206,8 +205,6 @@ status ckpt_file_create(const char *path, const ckpt_plan *p, const ckpt_content
  * the errno. */
 status ckpt_file_write_slices(const char *path, MPI_Comm comm, const ckpt_plan *p, const ckpt_content *c,
                               int fault_errno, char *why, int *err);
-/* Serial: records each dataset's file offset in the plan and closes the file. */
-status ckpt_file_offsets_close(hid_t file, ckpt_plan *p, char *why);
 
 /* ckpt_read.c — collective: opens, checks and reads one checkpoint file into c (see
  * ckpt_load); marker_step is what its COMMITTED marker says; the deadline is c->timeout_s. */
