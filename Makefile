@@ -213,7 +213,8 @@ bench: all
 	$(Q)tools/bench-comm.sh
 
 # Fuzzing of the hostile-input readers (validation/fuzz): the safetensors and llm.c
-# model readers, the config parser and the elastic control-file parser. `make fuzz` builds each
+# model readers, the config parser, the elastic control-file parser and the image-set
+# reader (HDF5 and CIFAR-10 data files). `make fuzz` builds each
 # libFuzzer harness with clang, ASan and UBSan and runs it FUZZ_SECONDS on its seed
 # corpus, one target after the other; new inputs go to build/fuzz/corpus_<target>,
 # crashing ones to build/fuzz/crashes/ (save them under validation/fuzz/regress/).
@@ -223,13 +224,23 @@ bench: all
 # without clang. Needs clang, its libFuzzer runtime and OpenMP (tools/deps.sh).
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 600
-FUZZ_TARGETS := safetensors llmc config control
+FUZZ_TARGETS := safetensors llmc config control images
 FUZZ_LIBSRC  := libcore/ckpt/tool/safetensors.c libcore/ckpt/tool/llmc.c libcore/nn/param.c libcore/base/path.c \
-                libcore/base/log.c libcore/base/config.c libcore/train/control/control.c
+                libcore/base/log.c libcore/base/config.c libcore/train/control/control.c libcore/base/rng.c \
+                libcore/data/data.c libcore/data/data_image.c
+# HDF5 for the image-set reader (the system library, not instrumented: see docs/testing.md#fuzzing)
+FUZZ_LIBS    := -linih -ljansson $(HDF5_LIBS) $(call rpaths,$(HDF5_LIBS)) -lm
 FUZZ_OPTS_safetensors := -max_len=4096 -dict=validation/fuzz/safetensors.dict
 FUZZ_OPTS_llmc        := -max_len=8192
 FUZZ_OPTS_config      := -max_len=4096 -dict=validation/fuzz/config.dict
 FUZZ_OPTS_control     := -max_len=1024 -dict=validation/fuzz/control.dict
+# HDF5 (the system's, not instrumented) leaks in an H5Fopen that fails on a damaged file,
+# asks malloc for what a damaged size field says (NULL, as outside ASan) and crashes on
+# some damaged metadata itself: the images run goes on past crashes (-fork), which land in
+# build/fuzz/crashes/ for triage (docs/testing.md#fuzzing)
+FUZZ_OPTS_images      := -max_len=8192 -detect_leaks=0
+FUZZ_ENV_images       := ASAN_OPTIONS=allocator_may_return_null=1
+FUZZ_FORK_images      := -fork=1 -ignore_crashes=1 -ignore_ooms=1
 # Runs also reward new comparison operands (most of the header's checks are
 # comparisons inside jansson, which coverage cannot see); merges keep coverage only,
 # so the committed corpus stays small.
@@ -237,7 +248,7 @@ FUZZ_RUN_OPTS         := -use_value_profile=1
 SAN_FLAGS    := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 # Evaluated only when a fuzz rule runs (OpenMPI's wrapper flags, for log.c's mpi.h).
 FUZZ_CFLAGS   = -std=c11 -g -O1 -Wall -Wextra -Werror -D_GNU_SOURCE -fopenmp -MMD -MP -Ilibcore -Ikernels -I$(B) \
-                $(shell $(CC) --showme:compile) $(SAN_FLAGS)
+                $(shell $(CC) --showme:compile) $(patsubst -I%,-isystem %,$(HDF5_CFLAGS)) $(SAN_FLAGS)
 REPLAY_BINS  := $(addprefix $(B)/test/fuzz/replay_,$(FUZZ_TARGETS))
 FUZZ_BINS    := $(addprefix $(B)/fuzz/fuzz_,$(FUZZ_TARGETS))
 
@@ -253,7 +264,7 @@ $(B)/test/fuzz/replay_%: $(B)/san/validation/fuzz/fuzz_%.o $(B)/san/validation/f
                          $(patsubst %.c,$(B)/san/%.o,$(FUZZ_LIBSRC))
 	@mkdir -p $(dir $@)
 	@$(if $(filter 1,$(VERBOSE)),,echo "  LINK    $@")
-	$(Q)$(CC) $(LDFLAGS) $(SAN_FLAGS) -o $@ $^ -linih -ljansson -lm
+	$(Q)$(CC) $(LDFLAGS) $(SAN_FLAGS) -o $@ $^ $(FUZZ_LIBS)
 
 $(B)/fuzz/obj/validation/fuzz/%.o: validation/fuzz/%.c
 	@mkdir -p $(dir $@)
@@ -267,7 +278,7 @@ $(B)/fuzz/obj/%.o: %.c
 
 $(B)/fuzz/fuzz_%: $(B)/fuzz/obj/validation/fuzz/fuzz_%.o $(patsubst %.c,$(B)/fuzz/obj/%.o,$(FUZZ_LIBSRC))
 	@$(if $(filter 1,$(VERBOSE)),,echo "  LINK    $@")
-	$(Q)$(FUZZ_CC) -fopenmp $(SAN_FLAGS) -fsanitize=fuzzer -o $@ $^ $(shell $(CC) --showme:link) -linih -ljansson -lm
+	$(Q)$(FUZZ_CC) -fopenmp $(SAN_FLAGS) -fsanitize=fuzzer -o $@ $^ $(shell $(CC) --showme:link) $(FUZZ_LIBS)
 
 # -close_fd_mask=2: the readers log every refusal to stderr, which would drown
 # libFuzzer's own lines (it keeps a copy of stderr for them and for crash reports).
@@ -275,7 +286,7 @@ fuzz: $(FUZZ_BINS)
 	$(Q)mkdir -p $(B)/fuzz/crashes
 	$(Q)$(foreach t,$(FUZZ_TARGETS),mkdir -p $(B)/fuzz/corpus_$(t) && \
 	    echo "fuzz: $(t) for $(FUZZ_SECONDS) s" && \
-	    nice -n 10 $(B)/fuzz/fuzz_$(t) $(FUZZ_OPTS_$(t)) $(FUZZ_RUN_OPTS) -max_total_time=$(FUZZ_SECONDS) \
+	    $(FUZZ_ENV_$(t)) nice -n 10 $(B)/fuzz/fuzz_$(t) $(FUZZ_OPTS_$(t)) $(FUZZ_FORK_$(t)) $(FUZZ_RUN_OPTS) -max_total_time=$(FUZZ_SECONDS) \
 	        -close_fd_mask=2 -print_final_stats=1 -artifact_prefix=$(B)/fuzz/crashes/$(t)- \
 	        $(B)/fuzz/corpus_$(t) validation/fuzz/corpus_$(t) &&) true
 

@@ -16,10 +16,10 @@ static const struct {
     const char *name;
     const char *what;
 } fault_points[] = {
-    /* The checkpoint writer, rank 0 (and its background thread). The collective writes
-     * inside HDF5 (create, data, close) cannot fail on one rank without hanging the
-     * others: ckpt.write, a failed rank-0 write within the collective, stands for them. */
-    { "ckpt.write", "the data write of state.h5" },
+    /* The checkpoint writer, rank 0 (and its background thread), and every rank's write
+     * of its slices of state.h5 in a synchronous save (ckpt.write: "/RANK" picks one). */
+    { "ckpt.write", "the data write of state.h5 (every rank its slices in a synchronous save; rank 0 in an "
+                    "asynchronous one)" },
     { "ckpt.fsync", "the fsync of state.h5" },
     { "ckpt.rename", "the rename of .step_N.tmp to step_N" },
     { "ckpt.marker", "writing the COMMITTED marker" },
@@ -91,8 +91,12 @@ static bool rule_parse(fault_plan *f, char *item)
     char *colon = strchr(item, ':');
     if (!colon) return false;
     *colon = '\0';
-    char *name = colon + 1, *at = strchr(name, '@'), *hash = strchr(item, '#');
-    int64_t step = -1, nth = 0;
+    char *name = colon + 1, *slash = strchr(name, '/'), *at = strchr(name, '@'), *hash = strchr(item, '#');
+    int64_t step = -1, nth = 0, rank = 0;
+    if (slash) {
+        *slash = '\0';
+        if (!parse_count(slash + 1, 0, &rank) || rank > INT32_MAX) return false;
+    }
     if (at) {
         *at = '\0';
         if (hash || !parse_count(at + 1, 0, &step)) return false;
@@ -114,6 +118,7 @@ static bool rule_parse(fault_plan *f, char *item)
     f->rule[f->n].err = err;
     f->rule[f->n].step = step;
     f->rule[f->n].nth = nth;
+    f->rule[f->n].rank = (int)rank;
     f->n++;
     return true;
 }
@@ -133,8 +138,9 @@ status fault_plan_init(fault_plan *f, const char *module)
         if (rule_parse(f, item)) continue;
         fault_point_names(NULL, points, sizeof points);
         log_error("NEBULA_CHAOS_FAULT: cannot use '%s' (at most %d rules per module, comma-separated, each "
-                  "POINT:ERRNO[@STEP] or MODULE#N:ERRNO; POINT one of %s; MODULE the part before the dot; "
-                  "ERRNO EIO or ENOSPC; STEP a step, N >= 1)", shown, FAULT_RULES_MAX, points);
+                  "POINT:ERRNO[@STEP][/RANK] or MODULE#N:ERRNO[/RANK]; POINT one of %s; MODULE the part before "
+                  "the dot; ERRNO EIO or ENOSPC; STEP a step, N >= 1, RANK the rank it fires on, 0 without)", shown,
+                  FAULT_RULES_MAX, points);
         return STATUS_INPUT;
     }
     if (f->n) log_warn0("chaos: %d %s fault(s) armed from NEBULA_CHAOS_FAULT=%s", f->n, module, env);
@@ -146,6 +152,7 @@ int fault_errno(fault_plan *f, const char *point, int64_t step)
     if (!f || f->n == 0) return 0;
     long long nth = atomic_fetch_add(&f->reached, 1) + 1;
     for (int i = 0; i < f->n; i++) {
+        if (f->rule[i].rank != f->rank) continue;
         bool hit = f->rule[i].nth ? f->rule[i].nth == nth
                                   : !strcmp(f->rule[i].point, point) && (f->rule[i].step < 0 || f->rule[i].step == step);
         if (!hit) continue;

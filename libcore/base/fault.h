@@ -3,14 +3,16 @@
  * FAULT_ERRNO is the constant 0 and the binary carries no fault code.
  *
  * NEBULA_CHAOS_FAULT is a comma-separated list of rules, each one of
- *   POINT:ERRNO[@STEP]   the point fails (at the save/record of STEP only, with @STEP)
- *   MODULE#N:ERRNO       the Nth point of MODULE reached by this process fails (N >= 1),
- *                        whichever it is: failing each call in turn, as SQLite's I/O tests do
+ *   POINT:ERRNO[@STEP][/RANK]   the point fails (at the save/record of STEP only, with @STEP)
+ *   MODULE#N:ERRNO[/RANK]       the Nth point of MODULE reached by this process fails (N >= 1),
+ *                               whichever it is: failing each call in turn, as SQLite's I/O tests do
  * ERRNO is EIO or ENOSPC. POINT is a name of fault_points[] (fault.c), "module.call";
- * MODULE is the part before the dot (ckpt, metrics, rundir). A user (one writer, one
- * file) parses the rules of its own module into its own plan; a rule naming an unknown
- * point or module is an input error. Faults fire only where the caller asks (the
- * checkpoint writer: rank 0). */
+ * MODULE is the part before the dot (ckpt, metrics, rundir). A rule fires on rank RANK
+ * of the plan's user (rank 0 without /RANK): "ckpt.write:EIO/1" fails rank 1's write of
+ * state.h5 alone. A user (one writer, one file) parses the rules of its own module into
+ * its own plan; a rule naming an unknown point or module is an input error. Faults fire
+ * only where the caller asks: most points are rank 0's calls (the checkpoint writer's
+ * directories and commit, the metrics file, the run directory), ckpt.write every rank's. */
 #pragma once
 
 #include <stdatomic.h>
@@ -29,8 +31,11 @@ typedef struct fault_plan {
         int err;              /* EIO or ENOSPC */
         int64_t step;         /* POINT rules: this step only; -1: always */
         int64_t nth;          /* #N rules: the Nth point reached; 0 for POINT rules */
+        int rank;             /* the rank it fires on (0 unless the rule names one) */
     } rule[FAULT_RULES_MAX];
     int n;                    /* rules kept; 0: no faults (always without -DCHAOS) */
+    int rank;                 /* the user's rank (0 from fault_plan_init; a user whose points
+                                 run on every rank sets it) */
     atomic_llong reached;     /* points of this module reached so far (the #N count) */
 } fault_plan;
 

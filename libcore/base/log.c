@@ -22,12 +22,20 @@ static struct {
 /* log_capture: the first error of the calling thread while a buffer is set */
 static _Thread_local char *log_capture_buf;
 static _Thread_local size_t log_capture_len;
+static _Thread_local bool log_capture_hold;  /* errors held back while capturing */
 
 void log_capture(char *buf, size_t len)
 {
     log_capture_buf = buf && len ? buf : NULL;
     log_capture_len = len;
+    log_capture_hold = false;
     if (log_capture_buf) buf[0] = '\0';
+}
+
+void log_capture_held(char *buf, size_t len)
+{
+    log_capture(buf, len);
+    log_capture_hold = log_capture_buf != NULL;
 }
 
 void log_set_identity(const char *prog, const char *host, int rank, int size)
@@ -69,6 +77,7 @@ static void log_vmsg(log_level level, const char *fmt, va_list ap)
         vsnprintf(log_capture_buf, log_capture_len, fmt, copy);
         va_end(copy);
     }
+    if (level == LOG_LEVEL_ERROR && log_capture_hold) return;
     if (level > log_get_level()) return;
     FILE *f = level <= LOG_LEVEL_WARN ? stderr : stdout;
     char line[4096];

@@ -63,6 +63,10 @@ void log_msg0(log_level level, const char *fmt, ...) __attribute__((format(print
  * copied into buf[len] (without the prefix): the reason a check that logs gives, for a
  * caller that must pass it on (a refused hot-reload request names it in its reply file). */
 void log_capture(char *buf, size_t len);
+/* The same, and while buf is set this thread's error messages are held back, not
+ * printed: for a collective caller that prints one rank's reason once for all ranks
+ * (the data files at start-up). */
+void log_capture_held(char *buf, size_t len);
 const char *status_str(status st);
 /* 0 ok, 2 usage/input errors, 3 stopped on request with the state saved (relaunch to
  * resume), 4 relaunch requested at another world size (RUN_DIR/relaunch says which),

@@ -19,6 +19,7 @@ struct watchdog {
     pthread_cond_t wake;       /* signalled by watchdog_stop */
     bool stop;
     bool done;                 /* MPI_Finalize returned (watchdog_finish): the line says "done" */
+    char failed[64];           /* watchdog_failed: what this rank failed in ("" : none): the line says "failed" */
     int rank, size;
     double tick_s;             /* the thread's period: beacon rewrite and deadline check */
     double stale_s;            /* a beacon older than this is a rank whose thread does not run */
@@ -46,8 +47,8 @@ static void beacon_line(watchdog *wd, char *line)
     pthread_mutex_lock(&wd->lock);
     int n = snprintf(line, WATCHDOG_BEACON_BYTES, "rank=%d pid=%ld time=%.3f seq=%llu state=%s since=%.3f op=%s",
                      wd->rank, (long)getpid(), clock_s(CLOCK_REALTIME), wd->seq,
-                     wd->done ? "done" : wd->depth ? "in" : "out",
-                     wd->since_wall, wd->what[0] ? wd->what : "-");
+                     wd->done ? "done" : wd->failed[0] ? "failed" : wd->depth ? "in" : "out",
+                     wd->since_wall, wd->failed[0] ? wd->failed : wd->what[0] ? wd->what : "-");
     pthread_mutex_unlock(&wd->lock);
     if (n < 0 || n > WATCHDOG_BEACON_BYTES - 1) n = WATCHDOG_BEACON_BYTES - 1;
     memset(line + n, ' ', (size_t)(WATCHDOG_BEACON_BYTES - 1 - n));
@@ -103,9 +104,11 @@ static void rank_ranges(char *out, size_t len, const char *mark, int n)
 }
 
 /* The beacons' verdict on the other ranks marked in `ranks` (NULL: all), appended to
- * out; returns how many ranks made no progress (-1: no beacon file). */
-static int describe(watchdog *wd, const char *ranks, char *out, size_t len)
+ * out; returns how many ranks made no progress (-1: no beacon file), *failed how many
+ * of them reported an error (NULL: not wanted). */
+static int describe(watchdog *wd, const char *ranks, char *out, size_t len, int *failed)
 {
+    if (failed) *failed = 0;
     if (wd->fd < 0) return -1;
     size_t bytes = (size_t)wd->size * WATCHDOG_BEACON_BYTES, used = strlen(out);
     char *all = malloc(bytes), *waiting = calloc((size_t)wd->size, 1);
@@ -131,7 +134,14 @@ static int describe(watchdog *wd, const char *ranks, char *out, size_t len)
         }
         if (!have)
             snprintf(why, sizeof why, "no beacon: never started, or the file is not shared with its node");
-        else if (now - b.time > wd->stale_s)
+        else if (!strcmp(b.state, "failed")) {
+            if (failed) (*failed)++;
+            if (now - b.time > wd->stale_s)
+                snprintf(why, sizeof why, "failed: %s; waiting for a rank that failed, which then showed no sign "
+                         "of life for %.1f s", b.op, now - b.time);
+            else
+                snprintf(why, sizeof why, "failed: %s; waiting for a rank that failed", b.op);
+        } else if (now - b.time > wd->stale_s)
             snprintf(why, sizeof why, "no sign of life for %.1f s: stopped, hung or dead; last %s %s", now - b.time,
                      in ? "inside" : "after", b.op);
         else if (!in)
@@ -163,21 +173,33 @@ static void sleep_s(double s)
 
 /* describe, again each tick while it names nobody, for up to stale_s: a rank stopped
  * just before the deadline still has a fresh line until then. */
-static int describe_settled(watchdog *wd, const char *ranks, char *out, size_t len)
+static int describe_settled(watchdog *wd, const char *ranks, char *out, size_t len, int *failed)
 {
     size_t at = strlen(out);
-    int named = describe(wd, ranks, out, len);
+    int named = describe(wd, ranks, out, len, failed);
     for (double t0 = clock_s(CLOCK_MONOTONIC); named == 0 && clock_s(CLOCK_MONOTONIC) - t0 < wd->stale_s;) {
         sleep_s(wd->tick_s);
+        beacon_write(wd);  /* this rank is alive while it looks (fire() runs on the watch thread) */
         out[at] = '\0';
-        named = describe(wd, ranks, out, len);
+        named = describe(wd, ranks, out, len, failed);
     }
     return named;
 }
 
 void watchdog_describe_ranks(watchdog *wd, const char *ranks, char *out, size_t len)
 {
-    if (wd && len > 0) describe_settled(wd, ranks, out, len);
+    if (wd && len > 0) describe_settled(wd, ranks, out, len, NULL);
+}
+
+void watchdog_failed(watchdog *wd, const char *what)
+{
+    if (!wd) return;
+    pthread_mutex_lock(&wd->lock);
+    snprintf(wd->failed, sizeof wd->failed, "%s", what ? what : "");
+    for (char *c = wd->failed; *c; c++)
+        if (*c == '\n') *c = ' ';  /* one line */
+    pthread_mutex_unlock(&wd->lock);
+    beacon_write(wd);  /* at once: the others may be about to look */
 }
 
 /* The deadline passed: one message, then the whole job ends — unless the call returns
@@ -191,7 +213,7 @@ static void fire(watchdog *wd)
     unsigned long long seq = wd->seq;
     pthread_mutex_unlock(&wd->lock);
     char who[1024] = "";
-    int named = describe_settled(wd, NULL, who, sizeof who);
+    int failed = 0, named = describe_settled(wd, NULL, who, sizeof who, &failed);
     pthread_mutex_lock(&wd->lock);
     bool returned = wd->depth == 0 || wd->seq != seq;
     pthread_mutex_unlock(&wd->lock);
@@ -200,8 +222,12 @@ static void fire(watchdog *wd)
               "(exit code %d)", what, clock_s(CLOCK_MONOTONIC) - since, timeout,
               named >= 0 ? who : "no beacon file, so the ranks that made no progress cannot be named",
               status_exit_code(STATUS_TIMEOUT));
-    log_error("HINT: look at the named ranks' last messages and their nodes; raise comm.timeout if the call is "
-              "legitimately that slow");
+    if (failed)
+        log_error("HINT: a rank failed (its error is above, or in its node's log) and could not tell the others; a "
+                  "longer comm.timeout would not help");
+    else
+        log_error("HINT: look at the named ranks' last messages and their nodes; raise comm.timeout if the call is "
+                  "legitimately that slow");
     fflush(stdout);
     fflush(stderr);
     signal(SIGALRM, SIG_DFL);

@@ -16,8 +16,11 @@
  *   rank=1 pid=4242 time=1764612345.123 seq=17 state=in since=1764612340.101 op=...
  * A rank whose line is older than a few ticks is stopped, hung in the kernel, or dead
  * (its thread would have written); a fresh line "in" a guarded call waits like us; a
- * fresh line "out" of any is still computing or blocked in a call nobody guards. The
- * first and the last make no progress and are named. Clocks of the nodes are assumed
+ * fresh line "out" of any is still computing or blocked in a call nobody guards; a line
+ * "failed" is a rank that reported an error (watchdog_failed): the others are waiting
+ * for a rank that failed, and a longer deadline would not help. All but the waiting are
+ * named. A rank's own watchdog keeps its line fresh while it reads the others' before
+ * ending the job, so its peers never take it for dead. Clocks of the nodes are assumed
  * within a second of each other (NTP); on a file system that caches other clients'
  * writes for longer than a few seconds (NFS without `noac`), a line may look older than
  * it is, so a rank can be named as stopped when it is only waiting.
@@ -61,6 +64,12 @@ status watchdog_beacons(watchdog *wd, const char *path);
  * the two deadlines. Main thread only. */
 void watchdog_enter(watchdog *wd, const char *what, double timeout_s);
 void watchdog_leave(watchdog *wd);
+/* This rank has failed in `what` (its error is logged; copied, shortened to fit the
+ * line) and is about to tell the others: its line says "failed" with `what` until
+ * watchdog_failed(wd, NULL), so that a rank still waiting for it — because the failed
+ * rank then died or got stuck before it could tell — names it as "failed: what", a
+ * rank that reported an error, not as stopped, hung or dead. Any thread. */
+void watchdog_failed(watchdog *wd, const char *what);
 /* What the beacons say about the ranks marked in `ranks` (world size entries; NULL:
  * all) other than this one, appended to out: "no progress from rank 1 (no sign of life
  * for 6.1 s: stopped, hung or dead; last inside ...); waiting in a guarded call: 0".

@@ -29,31 +29,27 @@
 #include <time.h>
 #include <unistd.h>
 
-status ckpt_agree(comm_ctl ctl, status st, char *why, size_t len)
+/* ckpt_agree, with the first failing rank's errno (*err, when err is not NULL) and its
+ * rank (*who) on every rank. */
+static status agree_from(comm_ctl ctl, status st, char *why, size_t len, int *err, int *who)
 {
     int rank, size, first;
     MPI_Comm_rank(ctl.comm, &rank);
     MPI_Comm_size(ctl.comm, &size);
     int mine = st != STATUS_OK ? rank : size;
     TRY(comm_ctl_allreduce(ctl, &mine, &first, 1, MPI_INT, MPI_MIN));
+    if (who) *who = first;
     if (first == size) return STATUS_OK;
-    int code = (int)st;
-    TRY(comm_ctl_bcast(ctl, &code, 1, MPI_INT, first));
+    int code[2] = { (int)st, err ? *err : 0 };
+    TRY(comm_ctl_bcast(ctl, code, 2, MPI_INT, first));
     if (why) TRY(comm_ctl_bcast(ctl, why, (int)len, MPI_CHAR, first));
-    return (status)code;
+    if (err) *err = code[1];
+    return (status)code[0];
 }
 
-ckpt_h5_quiet ckpt_h5_quiet_begin(void)
+status ckpt_agree(comm_ctl ctl, status st, char *why, size_t len)
 {
-    ckpt_h5_quiet q = { NULL, NULL, false };
-    if (log_get_level() < LOG_LEVEL_DEBUG && H5Eget_auto2(H5E_DEFAULT, &q.fn, &q.data) >= 0)
-        q.set = H5Eset_auto2(H5E_DEFAULT, NULL, NULL) >= 0;
-    return q;
-}
-
-void ckpt_h5_quiet_end(ckpt_h5_quiet q)
-{
-    if (q.set) H5Eset_auto2(H5E_DEFAULT, q.fn, q.data);
+    return agree_from(ctl, st, why, len, NULL, NULL);
 }
 
 /* *n = the largest shared-memory node of ctl's communicator. */
@@ -144,6 +140,7 @@ status ckpt_writer_init(ckpt_writer **out, MPI_Comm comm, const char *dir, int k
     watchdog_leave(w->ctl.wd);
     if (st != STATUS_OK) return st;  /* w leaks: a rank did not arrive, the job is ending */
     if (st == STATUS_OK) st = fault_plan_init(&w->chaos, "ckpt");
+    w->chaos.rank = w->rank;  /* ckpt.write runs on every rank of a synchronous save */
     atomic_init(&w->done, true);
     w->copied = true;
     pthread_mutex_init(&w->lock, NULL);
@@ -187,43 +184,62 @@ static int ranks_per_node(const ckpt_writer *w, const ckpt_content *c)
     return c->ranks_per_node > 0 ? c->ranks_per_node : w->ranks_per_node;
 }
 
-/* ckpt_write_step with the CHAOS faults of `chaos` (NULL: none). A failure not
- * stopped by `fault` removes what the save left (ckpt_dir_discard); *err is then
- * ENOSPC when any rank ran out of space, else rank 0's errno (0: unknown). */
+/* The local phase of a save, after `st` of this rank: a failure is shown in this rank's
+ * beacon (watchdog_failed) before the ranks agree, and the agreement names the first
+ * failing rank, its errno and its reason on every rank. The deadline is the watchdog's
+ * for the bytes moved (the ranks may arrive that far apart). */
+static status agree_phase(comm_ctl ctl, const ckpt_content *c, size_t bytes, status st, char *why, int *err,
+                          int *who)
+{
+    if (st != STATUS_OK) watchdog_failed(c->wd, why[0] ? why : status_str(st));
+    ctl.timeout_s = ckpt_guard_s(ctl.timeout_s, bytes);
+    return agree_from(ctl, st, why, CKPT_WHY_MAX, err, who);
+}
+
+/* ckpt_write_step with the CHAOS faults of `chaos` (NULL: none). No collective HDF5 or
+ * MPI-IO call: rank 0 creates the file and its metadata, every rank pwrite()s its slices
+ * (ckpt_file_write_slices), and after each of the two phases the ranks agree on a status
+ * through ctl, with its deadline, so that one rank's I/O error ends the save on every rank
+ * at once, naming that rank, the file and the errno. A failure not stopped by `fault`
+ * removes what the save left (ckpt_dir_discard); *err is then ENOSPC when any rank ran
+ * out of space, else the first failing rank's errno (0: unknown). */
 static status write_step(comm_ctl ctl, const char *dir, ckpt_plan *p, const ckpt_content *c, int ranks_per_node,
                          int keep_last, ckpt_fault fault, fault_plan *chaos, int *err)
 {
-    MPI_Comm comm = ctl.comm;  /* HDF5's */
-    int rank;
+    MPI_Comm comm = ctl.comm;
+    int rank, who = 0;
     MPI_Comm_rank(comm, &rank);
     char why[CKPT_WHY_MAX] = "", h5[CKPT_PATH_MAX];
     ckpt_dir_tmp_path(h5, sizeof h5, dir, c->step);
     strcat(h5, "/" CKPT_FILE);
     *err = 0;
+    watchdog_failed(c->wd, NULL);  /* a new save: no failure of this rank's yet */
     status st = rank == 0 ? ckpt_dir_prepare_tmp_at(dir, c->step, chaos) : STATUS_OK;
     if (st != STATUS_OK) *err = errno;
     st = ckpt_agree(ctl, st, NULL, 0);
     if (st == STATUS_TIMEOUT) return st;  /* a rank did not arrive: nothing more is collective */
     if (st == STATUS_OK) {
         TRY(ckpt_checksums_parallel(ctl, p, c));
-        hid_t f;
-        /* HDF5's collective calls (MPI-IO open, writes, the barrier in H5Fclose) wait
-         * for every rank without a deadline: the watchdog gives them one */
-        char op[96];
-        snprintf(op, sizeof op, "checkpoint save of step %" PRId64 ": HDF5 collective I/O", c->step);
-        watchdog_enter(c->wd, op, ckpt_guard_s(c->timeout_s, plan_bytes(p)));
-        st = ckpt_file_create(h5, comm, p, c, ranks_per_node, &f, why);
-        st = ckpt_agree(ctl, st, why, sizeof why);
+        size_t bytes = plan_bytes(p);
+        char op[96];  /* the local calls are guarded too: a rank blocked in one shows it in its beacon */
+        snprintf(op, sizeof op, "checkpoint save of step %" PRId64 ": writing %s", c->step, CKPT_FILE);
+        watchdog_enter(c->wd, op, ckpt_guard_s(c->timeout_s, bytes));
+        errno = 0;
+        if (rank == 0 && (st = ckpt_file_create(h5, p, c, ranks_per_node, why)) != STATUS_OK) *err = errno;
+        st = agree_phase(ctl, c, bytes, st, why, err, &who);
+        if (st == STATUS_OK) st = comm_ctl_bcast(ctl, p->offsets, p->ndsets, MPI_UINT64_T, 0);
         if (st == STATUS_OK) {
-            int inject = rank == 0 ? FAULT_ERRNO(chaos, "ckpt.write", c->step) : 0;
-            st = ckpt_file_write_parallel(f, comm, p, c, inject, why, err);
-            st = ckpt_agree(ctl, st, why, sizeof why);
+            for (int k = 0; k < p->ndsets; k++) p->dsets[k].offset = (haddr_t)p->offsets[k];
+            st = ckpt_file_write_slices(h5, comm, p, c, FAULT_ERRNO(chaos, "ckpt.write", c->step), why, err);
+            st = agree_phase(ctl, c, bytes, st, why, err, &who);
         }
         watchdog_leave(c->wd);
+        if (st == STATUS_TIMEOUT) return st;
         if (st != STATUS_OK) {
-            log_error0("checkpoint of step %" PRId64 " not saved: %s", c->step, why[0] ? why : status_str(st));
+            log_error0("checkpoint of step %" PRId64 " not saved: rank %d: %s", c->step, who,
+                       why[0] ? why : status_str(st));
         } else {
-            if (rank == 0) {  /* size and metadata; the data was MPI_File_sync'd */
+            if (rank == 0) {  /* size and metadata; every rank fsync'd its data */
                 st = ckpt_dir_fsync_at(h5, FAULT_ERRNO(chaos, "ckpt.fsync", c->step));
                 if (st == STATUS_OK) st = ckpt_dir_commit_at(dir, c->step, keep_last, fault, chaos);
                 if (st != STATUS_OK) *err = errno;
@@ -447,9 +463,7 @@ static status stage_create_file(ckpt_writer *w, const ckpt_content *c, char *why
         errno = inject;
         return STATUS_IO;
     }
-    hid_t f;
-    TRY(ckpt_file_create(h5, MPI_COMM_NULL, p, c, ranks_per_node(w, c), &f, why));
-    return ckpt_file_offsets_close(f, p, why);
+    return ckpt_file_create(h5, p, c, ranks_per_node(w, c), why);
 }
 
 /* Stages the groups marked copy_in_save now and points the others' datasets at the

@@ -34,9 +34,12 @@
  *
  * The one design decision: replicated state (identical on every rank in data
  * parallelism) is written once, per-rank state once per rank, into the same file.
- * Synchronous saves use parallel HDF5 (MPI-IO driver, collective transfers): every
- * rank writes 1/world_size of each flat buffer, an (offset, count) slice like a bucket
- * or a ZeRO shard, so the write bandwidth and the checksum work scale with the ranks.
+ * Synchronous saves are written by every rank: rank 0 creates the file and its metadata
+ * (serial driver), and every rank pwrite()s 1/world_size of each flat buffer, an (offset,
+ * count) slice like a bucket or a ZeRO shard, at the datasets' offsets, so the write
+ * bandwidth and the checksum work scale with the ranks. No collective HDF5 or MPI-IO call
+ * takes part: the ranks agree on each phase's outcome with the control plane's deadline,
+ * so one rank's I/O error ends the save on every rank at once (loads read in parallel).
  * Asynchronous saves keep the calling thread's work to the file's metadata: rank 0's
  * calling thread creates the file (HDF5, serial driver) and starts a background thread
  * that copies the tensors into staging memory, then pwrite()s them at the datasets'
@@ -74,9 +77,9 @@ typedef struct ckpt_layout {
 } ckpt_layout;
 
 /* A group held in shards (ZeRO) rather than as a full flat buffer: param_shards
- * (nn/param.h) says which ranges this rank holds. Save writes each rank's ranges with a
- * union of hyperslab selections (H5S_SELECT_OR) in one collective write per tensor; load
- * reads them the same way (from any checkpoint, sharded or not: the file holds full
+ * (nn/param.h) says which ranges this rank holds. Save writes each rank's ranges, each a
+ * byte range of the tensor's contiguous dataset; load reads them with a union of hyperslab
+ * selections (H5S_SELECT_OR) in one collective read per tensor (from any checkpoint, sharded or not: the file holds full
  * tensors either way), and nothing is replicated. Checksums: one CRC-32 per range,
  * exchanged with one reduction, combined in offset order (crc32_combine). Not with async
  * saves (rank 0 would have to hold the whole group). */
@@ -127,9 +130,10 @@ typedef struct ckpt_content {
                                    (agreements, votes, broadcasts; comm.timeout): a rank that does not
                                    arrive makes the others return STATUS_TIMEOUT; 0: none. The
                                    writer takes it from the shape given at init, loads from c */
-    watchdog *wd;               /* the runtime's watchdog (base/watchdog.h) or NULL: guards the HDF5
-                                   collective I/O (no deadline of its own) with timeout_s plus 1 s per
-                                   10 MB of the checkpoint; the writer takes it from the shape too */
+    watchdog *wd;               /* the runtime's watchdog (base/watchdog.h) or NULL: guards a load's HDF5
+                                   collective I/O (no deadline of its own) and a save's local I/O with
+                                   timeout_s plus 1 s per 10 MB of the checkpoint, and shows a rank's
+                                   failed write in its beacon; the writer takes it from the shape too */
     ckpt_tensors groups[CKPT_MAX_GROUPS];
     int ngroups;
     const ckpt_shards *shards[CKPT_MAX_GROUPS]; /* per group: NULL when its data is the full flat

@@ -1,6 +1,6 @@
 /* ckpt_file — the HDF5 file of a checkpoint: the plan (one dataset per tensor and per
  * blob), CRC-32 checksums, selections, attributes, creation with every attribute and the
- * collective write of each rank's slices (the read is ckpt_read.c).
+ * write of each rank's slices (the read is ckpt_read.c).
  *
  * The one design decision: tensors are hashed and moved as slices of their flat buffer.
  * Rank r of P owns the floats [lo, hi) = ckpt_flat_slice(total, r, P) of every buffer;
@@ -10,7 +10,11 @@
  * (crc32_combine), so every rank reads and hashes only its bytes, and on load one
  * MPI_Allgatherv per buffer replicates what the ranks read. Datasets are contiguous,
  * allocated at creation and never filled, so their raw bytes sit at one file offset
- * (what the asynchronous writer pwrite()s to) and nothing is written twice. */
+ * and nothing is written twice: a slice of a tensor is one byte range of the file,
+ * which each rank pwrite()s itself (ckpt_file_write_slices), as the asynchronous
+ * writer's thread writes every dataset. No collective HDF5 or MPI-IO call takes part
+ * in a save: one rank's I/O error can then not leave the others inside a library
+ * collective that has no deadline; it is agreed through comm/ctl.h like any status. */
 #include "ckpt_impl.h"
 
 #include <errno.h>
@@ -48,7 +52,8 @@ void ckpt_plan_build(ckpt_plan *p, const ckpt_content *c, int world_size)
     p->dsets = calloc((size_t)p->ndsets + 1, sizeof *p->dsets);
     p->row_crcs = calloc((size_t)c->nblobs * (size_t)world_size + 1, sizeof *p->row_crcs);
     p->pieces = calloc((size_t)p->ntensors + 1, sizeof *p->pieces);
-    CHECK(p->dsets && p->row_crcs && p->pieces, "out of memory building a checkpoint plan");
+    p->offsets = calloc((size_t)p->ndsets + 1, sizeof *p->offsets);
+    CHECK(p->dsets && p->row_crcs && p->pieces && p->offsets, "out of memory building a checkpoint plan");
     ckpt_dset *d = p->dsets;
     for (int g = 0; g < c->ngroups; g++) {
         const char *gn = c->groups[g].group;
@@ -91,6 +96,7 @@ void ckpt_plan_free(ckpt_plan *p)
     free(p->dsets);
     free(p->row_crcs);
     free(p->pieces);
+    free(p->offsets);
     memset(p, 0, sizeof *p);
 }
 
@@ -370,6 +376,20 @@ hid_t ckpt_mem_space(size_t n)
 
 /* ---- attributes ---------------------------------------------------------------- */
 
+ckpt_h5_quiet ckpt_h5_quiet_begin(void)
+{
+    ckpt_h5_quiet q = { NULL, NULL, false };
+    if (log_get_level() < LOG_LEVEL_DEBUG && H5Eget_auto2(H5E_DEFAULT, &q.fn, &q.data) >= 0)
+        q.set = H5Eset_auto2(H5E_DEFAULT, NULL, NULL) >= 0;
+    return q;
+}
+
+void ckpt_h5_quiet_end(ckpt_h5_quiet q)
+{
+    if (q.set) H5Eset_auto2(H5E_DEFAULT, q.fn, q.data);
+}
+
+
 static int attr_write(hid_t obj, const char *name, hid_t ftype, hid_t mtype, hsize_t n, const void *v)
 {
     hid_t s = n ? H5Screate_simple(1, &n, NULL) : H5Screate(H5S_SCALAR);
@@ -488,13 +508,28 @@ static int create_groups(hid_t f, const ckpt_content *c)
     return rc;
 }
 
-status ckpt_file_create(const char *path, MPI_Comm comm, const ckpt_plan *p, const ckpt_content *c,
-                        int ranks_per_node, hid_t *file, char *why)
+/* Records each dataset's file offset in the plan (dsets[].offset and offsets[]) and
+ * closes the file. */
+static status offsets_close(hid_t f, ckpt_plan *p, char *why)
 {
-    hid_t fapl = ckpt_file_access(comm);
+    for (int k = 0; k < p->ndsets; k++) {
+        hid_t ds = H5Dopen2(f, p->dsets[k].path, H5P_DEFAULT);
+        H5_CHECK(ds);
+        p->dsets[k].offset = H5Dget_offset(ds);
+        CHECK(p->dsets[k].offset != HADDR_UNDEF, "contiguous datasets allocated early have an offset");
+        p->offsets[k] = (uint64_t)p->dsets[k].offset;
+        H5Dclose(ds);
+    }
+    if (H5Fclose(f) >= 0) return STATUS_OK;
+    snprintf(why, CKPT_WHY_MAX, "cannot write the metadata of the checkpoint file (HDF5)");
+    return STATUS_IO;
+}
+
+status ckpt_file_create(const char *path, ckpt_plan *p, const ckpt_content *c, int ranks_per_node, char *why)
+{
+    hid_t fapl = ckpt_file_access(MPI_COMM_NULL);
     hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     H5Pclose(fapl);
-    *file = -1;
     if (f < 0) {
         snprintf(why, CKPT_WHY_MAX, "cannot create %s (HDF5)", path);
         return STATUS_IO;
@@ -527,127 +562,102 @@ status ckpt_file_create(const char *path, MPI_Comm comm, const ckpt_plan *p, con
         }
     }
     H5Pclose(dcpl);
-    *file = f;
-    return STATUS_OK;
+    return offsets_close(f, p, why);
 close_file:
     snprintf(why, CKPT_WHY_MAX, "cannot create %s in %s (HDF5)", failed, path);
     H5Fclose(f);
     return STATUS_IO;
 }
 
-/* This rank's slice of a tensor (or, sharded, the ranges of it that it holds). */
-static int write_slice(hid_t ds, hid_t fs, const ckpt_dset *d, const ckpt_content *c, hid_t dxpl, MPI_Comm comm)
+/* n bytes at file offset `at`; -1 with errno when the file takes fewer (0 bytes written: EIO). */
+static int pwrite_full(int fd, const void *src, size_t n, uint64_t at)
 {
+    const char *p = src;
+    while (n > 0) {
+        ssize_t got = pwrite(fd, p, n, (off_t)at);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) {
+            if (got == 0) errno = EIO;
+            return -1;
+        }
+        p += got, n -= (size_t)got, at += (uint64_t)got;
+    }
+    return 0;
+}
+
+/* One piece of this rank's: n bytes of src at file offset `at`; the first one of the
+ * save fails with *inject when it is set (CHAOS), instead of the call. */
+static int write_piece(int fd, const void *src, size_t n, uint64_t at, int *inject)
+{
+    if (*inject) {
+        errno = *inject;
+        *inject = 0;
+        return -1;
+    }
+    return n ? pwrite_full(fd, src, n, at) : 0;
+}
+
+/* This rank's part of dataset d: its slice of a tensor (sharded: the ranges of it it
+ * holds), or its blob row(s). A tensor's elements [a, b) in row-major order are the
+ * bytes [4a, 4b) of its contiguous dataset. */
+static int write_dset(int fd, const ckpt_plan *p, const ckpt_dset *d, const ckpt_content *c, int rank, int size,
+                      MPI_Comm comm, int *inject)
+{
+    if (d->group < 0) {  /* a blob: this rank's row, or (same_rows) rows rank, rank + size, ... of the one row */
+        const void *row = c->blobs[d->index].data;
+        size_t bytes = d->dims[1];
+        for (hsize_t r = (hsize_t)rank; r < d->dims[0]; r += (hsize_t)size) {
+            if (write_piece(fd, row, bytes, d->offset + r * bytes, inject) != 0) return -1;
+            if (!p->same_rows) break;
+        }
+        return 0;
+    }
     const ckpt_tensors *g = &c->groups[d->group];
     const param_entry *e = &g->table->entries[d->index];
     const ckpt_shards *s = c->shards[d->group];
     if (s) {
         int first, end;
-        size_t packed;
         ckpt_shard_span(s, e, &first, &end);
-        size_t n = ckpt_select_shards(fs, e, s, first, end, &packed);
-        hid_t ms = ckpt_mem_space(n);
-        int rc = H5Dwrite(ds, H5T_NATIVE_FLOAT, ms, fs, dxpl, g->data + packed) < 0 ? -1 : 0;
-        H5Sclose(ms);
-        return rc;
+        for (int k = first; k < end; k++)
+            if (s->mine[k] && write_piece(fd, g->data + s->packed[k], s->count[k] * sizeof(float),
+                                          d->offset + (s->offset[k] - e->offset) * sizeof(float), inject) != 0)
+                return -1;
+        return 0;
     }
     size_t a, b;
     ckpt_tensor_piece(g->table, e, comm, &a, &b);
-    ckpt_select_flat(fs, d->ndim, d->dims, a, b);
-    hid_t ms = ckpt_mem_space(b - a);
-    int rc = H5Dwrite(ds, H5T_NATIVE_FLOAT, ms, fs, dxpl, g->data + e->offset + a) < 0 ? -1 : 0;
-    H5Sclose(ms);
-    return rc;
+    return a < b ? write_piece(fd, g->data + e->offset + a, (b - a) * sizeof(float), d->offset + a * sizeof(float),
+                               inject)
+                 : 0;
 }
 
-/* Row `row` of a blob from buf, or (row past the end) a part in the collective
- * write with nothing selected. */
-static int write_row(hid_t ds, hid_t fs, const ckpt_dset *d, hsize_t row, const void *buf, hid_t dxpl)
+status ckpt_file_write_slices(const char *path, MPI_Comm comm, const ckpt_plan *p, const ckpt_content *c,
+                              int fault_errno, char *why, int *err)
 {
-    hid_t ms = ckpt_mem_space(row < d->dims[0] ? d->dims[1] : 0);
-    if (row < d->dims[0]) ckpt_select_row(fs, row, d->dims[1]);
-    else H5_CHECK(H5Sselect_none(fs));
-    int rc = H5Dwrite(ds, H5T_NATIVE_UINT8, ms, fs, dxpl, buf) < 0 ? -1 : 0;
-    H5Sclose(ms);
-    return rc;
-}
-
-/* A blob: this rank's own row, or (same_rows) rows rank, rank + size, ... all from
- * the one row given, one collective write per round. */
-static int write_rows(hid_t ds, hid_t fs, const ckpt_plan *p, const ckpt_dset *d, const void *buf, hid_t dxpl,
-                      MPI_Comm comm)
-{
-    int rank, size, rc = 0;
+    int rank, size, inject = fault_errno;
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
-    if (!p->same_rows) return write_row(ds, fs, d, (hsize_t)rank, buf, dxpl);
-    for (hsize_t first = 0; first < d->dims[0]; first += (hsize_t)size)
-        if (write_row(ds, fs, d, first + (hsize_t)rank, buf, dxpl) != 0) rc = -1;
-    return rc;
-}
-
-status ckpt_file_write_parallel(hid_t f, MPI_Comm comm, const ckpt_plan *p, const ckpt_content *c,
-                                int fault_errno, char *why, int *err)
-{
-    hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
-    H5_CHECK(dxpl);
-    H5_CHECK(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE));
-    const char *failed = NULL;
-    char name[CKPT_PATH_MAX] = "";
-    if (H5Fget_name(f, name, sizeof name) < 0) snprintf(name, sizeof name, "the checkpoint file");
-    /* HDF5 reports no errno, but the MPI-IO write under it (pwrite) leaves one: cleared
-     * before each call, it is the failed write's when the call fails (ENOSPC, EIO). */
-    *err = 0;
-    /* Every rank makes every collective call, failed or not, so none is left waiting. */
-    for (int k = 0; k < p->ndsets; k++) {
-        const ckpt_dset *d = &p->dsets[k];
-        hid_t ds = H5Dopen2(f, d->path, H5P_DEFAULT);
-        H5_CHECK(ds);
-        hid_t fs = H5Dget_space(ds);
-        H5_CHECK(fs);
-        errno = 0;
-        int rc = d->group >= 0 ? write_slice(ds, fs, d, c, dxpl, comm)
-                               : write_rows(ds, fs, p, d, c->blobs[d->index].data, dxpl, comm);
-        if (k == 0 && fault_errno) {  /* CHAOS: as if this rank's write had failed; the collective call was made */
-            rc = -1;
-            errno = fault_errno;
-        }
-        if (rc != 0 && !failed) {
-            failed = d->path;
-            *err = errno;
-        }
-        H5Sclose(fs);
-        H5Dclose(ds);
+    const char *op = "open", *failed = NULL;
+    int fd = open(path, O_WRONLY | O_CLOEXEC), rc = fd < 0 ? -1 : 0;
+    for (int k = 0; k < p->ndsets && rc == 0; k++) {
+        op = "write dataset";
+        failed = p->dsets[k].path;
+        rc = write_dset(fd, p, &p->dsets[k], c, rank, size, comm, &inject);
     }
-    H5Pclose(dxpl);
-    /* H5Fflush reaches MPI_File_sync on every rank: the data is durable before the commit. */
-    errno = 0;
-    if (H5Fflush(f, H5F_SCOPE_GLOBAL) < 0 && !failed) {
-        failed = "(flush)";
+    if (rc == 0) {  /* this rank's bytes durable before the commit (MPI_File_sync's part) */
+        op = "sync", failed = NULL;
+        rc = fsync(fd);
+    }
+    *err = rc != 0 ? errno : 0;
+    if (fd >= 0 && close(fd) != 0 && rc == 0) {
+        op = "close", failed = NULL;
+        rc = -1;
         *err = errno;
     }
-    errno = 0;
-    if (H5Fclose(f) < 0 && !failed) {
-        failed = "(close)";
-        *err = errno;
-    }
-    if (!failed) return STATUS_OK;
-    snprintf(why, CKPT_WHY_MAX, "cannot write dataset %s of %s (HDF5, MPI-IO): %s", failed, name,
-             *err ? strerror(*err) : "no errno reported");
-    return STATUS_IO;
-}
-
-status ckpt_file_offsets_close(hid_t f, ckpt_plan *p, char *why)
-{
-    for (int k = 0; k < p->ndsets; k++) {
-        hid_t ds = H5Dopen2(f, p->dsets[k].path, H5P_DEFAULT);
-        H5_CHECK(ds);
-        p->dsets[k].offset = H5Dget_offset(ds);
-        CHECK(p->dsets[k].offset != HADDR_UNDEF, "contiguous datasets allocated early have an offset");
-        H5Dclose(ds);
-    }
-    if (H5Fclose(f) >= 0) return STATUS_OK;
-    snprintf(why, CKPT_WHY_MAX, "cannot write the metadata of the checkpoint file (HDF5)");
+    if (rc == 0) return STATUS_OK;
+    /* "cannot write dataset /params/wte.weight of PATH: ..." or "cannot sync PATH: ..." */
+    snprintf(why, CKPT_WHY_MAX, "cannot %s%s%s%s%s: %s", op, failed ? " " : "", failed ? failed : "",
+             failed ? " of " : " ", path, strerror(*err));
     return STATUS_IO;
 }
 

@@ -51,6 +51,7 @@ typedef struct ckpt_plan {
                                rank continues from rank 0's row); the ranks write the rows in turn.
                                Else each rank holds and writes its own row */
     struct ckpt_crc_piece *pieces;  /* [ntensors] scratch of ckpt_checksums_parallel */
+    uint64_t *offsets;      /* [ndsets] scratch of a synchronous save: the offsets rank 0 broadcasts */
 } ckpt_plan;
 
 /* Where the background write stops, as if the process had been killed there. */
@@ -63,8 +64,9 @@ typedef enum ckpt_fault {
 /* The second kind of fault: a system call of the save fails with an errno and the real
  * error path runs (the first kind above stops as if killed and takes none): the CHAOS
  * build's fault points (base/fault.h), module "ckpt": ckpt.write (the data write of
- * state.h5), ckpt.fsync, ckpt.rename, ckpt.marker. They fire on rank 0, which makes every
- * POSIX call of both writers and takes part in the collective write. */
+ * state.h5), ckpt.fsync, ckpt.rename, ckpt.marker, ... They fire on rank 0, which makes
+ * every other POSIX call of both writers, or on the rank a rule names: ckpt.write runs on
+ * every rank of a synchronous save (chaos.rank is the writer's rank). */
 
 struct ckpt_writer {
     MPI_Comm comm;                       /* duplicate of the caller's communicator */
@@ -205,19 +207,18 @@ hid_t ckpt_file_access(MPI_Comm comm);
 /* Collective: fills every dataset's crc (and blobs' row_crcs) from c's buffers,
  * each rank hashing its slice. */
 status ckpt_checksums_parallel(comm_ctl ctl, ckpt_plan *p, const ckpt_content *c);
-/* Creates the file with every group, dataset and attribute (checksums included) and
- * returns it open; on failure it is closed. comm == MPI_COMM_NULL: serial (sec2) on
- * the calling rank; else collective with the MPI-IO driver. */
-status ckpt_file_create(const char *path, MPI_Comm comm, const ckpt_plan *p, const ckpt_content *c,
-                        int ranks_per_node, hid_t *file, char *why);
-/* Collective: every rank writes its slices and its blob row; flushes (MPI_File_sync)
- * and closes the file. fault_errno != 0 (CHAOS builds): this rank's first write fails
- * with it. On failure why names the dataset, the file and the errno text, and *err
- * is the errno (0 when HDF5 left none). */
-status ckpt_file_write_parallel(hid_t file, MPI_Comm comm, const ckpt_plan *p, const ckpt_content *c,
-                                int fault_errno, char *why, int *err);
-/* Serial: records each dataset's file offset in the plan and closes the file. */
-status ckpt_file_offsets_close(hid_t file, ckpt_plan *p, char *why);
+/* Rank 0: creates the file with every group, dataset and attribute (checksums included),
+ * HDF5's serial driver, records each dataset's file offset in the plan (dsets[].offset
+ * and offsets[]) and closes it. */
+status ckpt_file_create(const char *path, ckpt_plan *p, const ckpt_content *c, int ranks_per_node, char *why);
+/* Every rank of comm, no communication: writes its slices of every tensor (sharded
+ * groups: the ranges it holds) and its blob row(s) with pwrite at the datasets' offsets
+ * (p->dsets[].offset, set on every rank), then fsyncs and closes. fault_errno != 0
+ * (CHAOS builds): this rank's first write fails with it, instead of the call. On
+ * failure why names what failed, the dataset, the file and the errno text, and *err is
+ * the errno. */
+status ckpt_file_write_slices(const char *path, MPI_Comm comm, const ckpt_plan *p, const ckpt_content *c,
+                              int fault_errno, char *why, int *err);
 
 /* ckpt_read.c — collective: opens, checks and reads one checkpoint file into c (see
  * ckpt_load); marker_step is what its COMMITTED marker says; the deadline is c->timeout_s. */

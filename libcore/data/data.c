@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -45,33 +44,51 @@ status data_fail(const data_loader *d, status st, const char *fmt, ...)
     return st;
 }
 
-status data_map_file(data_loader *d)
+status data_open_file(data_loader *d, size_t window)
 {
-    int fd;
     struct stat sb;
     char why[256];
-    if (path_open_regular(d->path, &fd, &sb, 0, why, sizeof why) != 0)
+    if (path_open_regular(d->path, &d->fd, &sb, 0, why, sizeof why) != 0) {
+        d->fd = -1;
         return data_fail(d, STATUS_INPUT, "%s", why);
-    d->map_len = (size_t)sb.st_size;
-    d->map = NULL;
-    if (d->map_len > 0) {
-        void *p = mmap(NULL, d->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (p == MAP_FAILED) {
-            status st = data_fail(d, STATUS_INPUT, "cannot map %zu bytes: %s", d->map_len, log_errno_str());
-            close(fd);
-            return st;
-        }
-        d->map = p;
     }
-    close(fd);  /* the mapping keeps the file open */
+    d->file_bytes = (uint64_t)sb.st_size;
+    d->window_bytes = window;
+    d->window = malloc(window ? window : 1);
+    if (!d->window) {
+        log_error("out of memory opening %s", d->path);
+        return STATUS_NOMEM;
+    }
     return STATUS_OK;
 }
 
-void data_unmap_file(data_loader *d)
+void data_close_file(data_loader *d)
 {
-    if (d->map) munmap((void *)d->map, d->map_len);
-    d->map = NULL;
-    d->map_len = 0;
+    if (d->fd >= 0) close(d->fd);
+    d->fd = -1;
+    free(d->window);
+    d->window = NULL;
+}
+
+status data_read_at(const data_loader *d, void *buf, size_t n, uint64_t at, const char *what)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(d->fd, (char *)buf + got, n - got, (off_t)(at + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0)
+            return data_fail(d, STATUS_IO, "cannot read %s (%zu bytes at offset %" PRIu64 "): %s", what, n, at,
+                             log_errno_str());
+        if (r == 0) break;
+        got += (size_t)r;
+    }
+    if (got == n) return STATUS_OK;
+    struct stat sb;
+    long long now = fstat(d->fd, &sb) == 0 ? (long long)sb.st_size : -1;
+    return data_fail(d, STATUS_IO, "the file changed while the run reads it: %s (%zu bytes at offset %" PRIu64 ") "
+                     "ends after %zu bytes; the file has %lld bytes now and had %" PRIu64 " when the run opened it "
+                     "(truncated or rewritten in place). Restore the file, then resume from the last checkpoint",
+                     what, n, at, got, now, d->file_bytes);
 }
 
 /* ---- format detection ---------------------------------------------------- */
@@ -128,11 +145,12 @@ static status data_detect(data_loader *d)
 
 /* ---- token streams ------------------------------------------------------- */
 
-static inline uint32_t token_at(const data_loader *d, uint64_t i)
+/* Token i of p, a run of tokens `width` bytes each (little endian). */
+static inline uint32_t token_at(const uint8_t *p, int width, uint64_t i)
 {
-    const uint8_t *p = d->tokens + i * (uint64_t)d->token_bytes;
-    if (d->token_bytes == 1) return p[0];
-    if (d->token_bytes == 2) {
+    p += i * (uint64_t)width;
+    if (width == 1) return p[0];
+    if (width == 2) {
         uint16_t v;
         memcpy(&v, p, 2);
         return v;
@@ -146,17 +164,19 @@ static inline uint32_t token_at(const data_loader *d, uint64_t i)
 static status tokens_header(data_loader *d)
 {
     uint64_t count, header;
+    uint8_t head[DATA_LLMC_HEADER_BYTES];
     if (d->format == DATA_FORMAT_NEBULA_TOKENS) {
         header = DATA_NEBULA_HEADER_BYTES;
-        if (d->map_len < header)
-            return data_fail(d, STATUS_INPUT, "truncated Nebula token header: the file has %zu bytes, the header "
-                             "needs %" PRIu64, d->map_len, header);
+        if (d->file_bytes < header)
+            return data_fail(d, STATUS_INPUT, "truncated Nebula token header: the file has %" PRIu64 " bytes, the "
+                             "header needs %" PRIu64, d->file_bytes, header);
+        TRY(data_read_at(d, head, header, 0, "the header"));
         uint32_t version, vocab, width, reserved;
-        memcpy(&version, d->map + 8, 4);
-        memcpy(&vocab, d->map + 12, 4);
-        memcpy(&count, d->map + 16, 8);
-        memcpy(&width, d->map + 24, 4);
-        memcpy(&reserved, d->map + 28, 4);
+        memcpy(&version, head + 8, 4);
+        memcpy(&vocab, head + 12, 4);
+        memcpy(&count, head + 16, 8);
+        memcpy(&width, head + 24, 4);
+        memcpy(&reserved, head + 28, 4);
         if (version != DATA_NEBULA_VERSION)
             return data_fail(d, STATUS_INPUT, "Nebula token file version %u is not supported (expected %u)",
                              version, DATA_NEBULA_VERSION);
@@ -174,11 +194,12 @@ static status tokens_header(data_loader *d)
         d->version = version;
     } else {
         header = DATA_LLMC_HEADER_BYTES;
-        if (d->map_len < header)
-            return data_fail(d, STATUS_INPUT, "truncated llm.c token header: the file has %zu bytes, the header "
-                             "needs %" PRIu64, d->map_len, header);
+        if (d->file_bytes < header)
+            return data_fail(d, STATUS_INPUT, "truncated llm.c token header: the file has %" PRIu64 " bytes, the "
+                             "header needs %" PRIu64, d->file_bytes, header);
+        TRY(data_read_at(d, head, header, 0, "the header"));
         int32_t h[3];
-        memcpy(h, d->map, sizeof h);
+        memcpy(h, head, sizeof h);
         if (h[1] != DATA_LLMC_VERSION)
             return data_fail(d, STATUS_INPUT, "llm.c token file version %d is not supported (expected %d: uint16 "
                              "GPT-2 tokens)", h[1], DATA_LLMC_VERSION);
@@ -190,32 +211,61 @@ static status tokens_header(data_loader *d)
     if (count > (UINT64_MAX - header) / (uint64_t)d->token_bytes)
         return data_fail(d, STATUS_INPUT, "bad header: token count %" PRIu64 " is impossible", count);
     uint64_t expect = header + count * (uint64_t)d->token_bytes;
-    if ((uint64_t)d->map_len != expect)
+    if (d->file_bytes != expect)
         return data_fail(d, STATUS_INPUT, "%s: the header promises %" PRIu64 " tokens of %d bytes = %" PRIu64
-                         " bytes, but the file has %zu bytes", (uint64_t)d->map_len < expect ? "truncated"
-                         : "trailing bytes", count, d->token_bytes, expect, d->map_len);
-    d->tokens = d->map + header;
+                         " bytes, but the file has %" PRIu64 " bytes", d->file_bytes < expect ? "truncated"
+                         : "trailing bytes", count, d->token_bytes, expect, d->file_bytes);
+    d->tokens_at = header;
     d->ntokens = count;
     return STATUS_OK;
 }
 
-/* One pass over every token (OpenMP above 4M tokens; below, starting the threads
- * costs more than the scan): the largest id must lie inside the header's vocabulary
- * (Nebula) and the model's (both formats), so no id out of range can reach an
- * embedding later. About 1 s per GB of tokens from the page cache. */
-static status tokens_scan(data_loader *d)
+#define SCAN_TOKENS (UINT64_C(1) << 22)  /* tokens per read of the scan: 4M (4 to 16 MiB) */
+
+/* The largest id of tokens [first, first + n) (read into buf) and where it first is. */
+static status scan_piece(const data_loader *d, uint8_t *buf, uint64_t first, uint64_t n, uint32_t *max,
+                         uint64_t *at)
 {
+    const int w = d->token_bytes;
+    TRY(data_read_at(d, buf, n * (uint64_t)w, d->tokens_at + first * (uint64_t)w, "the tokens"));
     uint32_t mx = 0;
-    const int64_t n = (int64_t)d->ntokens;
-#pragma omp parallel for reduction(max : mx) schedule(static) if (n > (INT64_C(1) << 22))
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t t = token_at(d, (uint64_t)i);
+    const int64_t m = (int64_t)n;
+#pragma omp parallel for reduction(max : mx) schedule(static) if (m > (INT64_C(1) << 20))
+    for (int64_t i = 0; i < m; i++) {
+        uint32_t t = token_at(buf, w, (uint64_t)i);
         mx = t > mx ? t : mx;
     }
+    uint64_t i = 0;
+    while (i < n && token_at(buf, w, i) != mx) i++;
+    *max = mx;
+    *at = first + i;
+    return STATUS_OK;
+}
+
+/* One pass over every token, read in pieces (OpenMP inside a piece of over 1M
+ * tokens): the largest id must lie inside the header's vocabulary (Nebula) and the
+ * model's (both formats), so no id out of range can reach an embedding later. About
+ * 1 s per GB of tokens from the page cache. */
+static status tokens_scan(data_loader *d)
+{
+    uint64_t n = d->ntokens, piece = n < SCAN_TOKENS ? n : SCAN_TOKENS, at = 0;
+    uint8_t *buf = malloc(piece ? piece * (uint64_t)d->token_bytes : 1);
+    if (!buf) {
+        log_error("out of memory reading %s", d->path);
+        return STATUS_NOMEM;
+    }
+    uint32_t mx = 0;
+    status st = STATUS_OK;
+    for (uint64_t first = 0; first < n && st == STATUS_OK; first += piece) {
+        uint32_t m;
+        uint64_t where;
+        st = scan_piece(d, buf, first, n - first < piece ? n - first : piece, &m, &where);
+        if (st == STATUS_OK && (first == 0 || m > mx)) mx = m, at = where;  /* the first place of the largest */
+    }
+    free(buf);
+    TRY(st);
     uint32_t limit = d->format == DATA_FORMAT_NEBULA_TOKENS ? d->file_vocab : (uint32_t)d->cfg.vocab_size;
     if (n > 0 && mx >= limit) {
-        uint64_t at = 0;
-        while (token_at(d, at) != mx) at++;
         if (d->format == DATA_FORMAT_NEBULA_TOKENS)
             return data_fail(d, STATUS_INPUT, "token id %u (first at token %" PRIu64 ") is outside the header's "
                              "vocabulary of %u: the file is corrupt", mx, at, limit);
@@ -233,7 +283,7 @@ static status data_open_tokens(data_loader *d)
         d->samples = DATA_SYNTHETIC_SAMPLES > d->global_batch ? DATA_SYNTHETIC_SAMPLES : d->global_batch;
         return STATUS_OK;
     }
-    TRY(data_map_file(d));
+    TRY(data_open_file(d, ((size_t)d->cfg.T + 1) * 4));  /* a window of T+1 tokens of at most 4 bytes */
     TRY(tokens_header(d));
     TRY(tokens_scan(d));
     d->samples = d->ntokens > 0 ? (d->ntokens - 1) / (uint64_t)d->cfg.T : 0;
@@ -344,6 +394,7 @@ status data_open(data_loader **out, const data_config *cfg)
     d->path = path;
     d->cfg.path = path;
     d->h5_file = d->h5_images = d->h5_fspace = d->h5_mspace = H5I_INVALID_HID;
+    d->fd = -1;
     d->global_batch = (uint64_t)cfg->micro_batch * (uint64_t)cfg->accum * (uint64_t)cfg->dp_size;
     d->share_count = (uint64_t)cfg->micro_batch * (uint64_t)cfg->accum;
     d->share_first = (uint64_t)cfg->dp_rank * d->share_count;
@@ -378,7 +429,7 @@ void data_free(data_loader *d)
 {
     if (!d) return;
     data_close_images(d);
-    data_unmap_file(d);
+    data_close_file(d);
     free(d->path);
     free(d);
 }
@@ -426,10 +477,14 @@ status data_next_tokens(data_loader *d, int a, int32_t *inputs, int32_t *targets
             synthetic_tokens(d, s, in, tg);
             continue;
         }
-        const uint64_t t0 = s * (uint64_t)T;  /* window [t0, t0 + T] */
-        for (int t = 0; t < T; t++) in[t] = (int32_t)token_at(d, t0 + (uint64_t)t);
+        const int w = d->token_bytes;  /* window [t0, t0 + T] */
+        const uint64_t t0 = s * (uint64_t)T;
+        char what[64];
+        snprintf(what, sizeof what, "the window of sample %" PRIu64, s);
+        TRY(data_read_at(d, d->window, ((size_t)T + 1) * (size_t)w, d->tokens_at + t0 * (uint64_t)w, what));
+        for (int t = 0; t < T; t++) in[t] = (int32_t)token_at(d->window, w, (uint64_t)t);
         if (tg)
-            for (int t = 0; t < T; t++) tg[t] = (int32_t)token_at(d, t0 + (uint64_t)t + 1);
+            for (int t = 0; t < T; t++) tg[t] = (int32_t)token_at(d->window, w, (uint64_t)t + 1);
     }
     return STATUS_OK;
 }

@@ -52,14 +52,17 @@ static status h5_open_dataset(data_loader *d, const char *name, hid_t *out)
     return STATUS_OK;
 }
 
-/* Shape of a dataset: rank into *ndim, at most 4 dims. */
-static status h5_shape(data_loader *d, hid_t dset, const char *name, int *ndim, hsize_t dims[4])
+/* Shape of a dataset: rank into *ndim, its dims into dims[0 .. 4). A rank above 4 is
+ * refused here, naming the dataset, its rank and `expect` (the ranks it may have):
+ * dims has room for 4, and no set of this reader has more. */
+static status h5_shape(data_loader *d, hid_t dset, const char *name, const char *expect, int *ndim, hsize_t dims[4])
 {
     hid_t space = H5Dget_space(dset);
     int n = space < 0 ? -1 : H5Sget_simple_extent_ndims(space);
-    if (n >= 0 && n <= 4) H5Sget_simple_extent_dims(space, dims, NULL);
+    if (n >= 0 && n <= 4 && H5Sget_simple_extent_dims(space, dims, NULL) < 0) n = -1;
     if (space >= 0) H5Sclose(space);
     if (n < 0) return data_fail(d, STATUS_INPUT, "cannot read the shape of /%s", name);
+    if (n > 4) return data_fail(d, STATUS_INPUT, "/%s has %d dimensions; expected %s", name, n, expect);
     *ndim = n;
     return STATUS_OK;
 }
@@ -126,7 +129,7 @@ static status h5_open(data_loader *d)
         return data_fail(d, STATUS_INPUT, "/images is %s; expected uint8 pixels", tname);
     int nd;
     hsize_t dims[4] = { 0 };
-    TRY(h5_shape(d, d->h5_images, "images", &nd, dims));
+    TRY(h5_shape(d, d->h5_images, "images", "4: (N, H, W, C) with C = 1 or 3", &nd, dims));
     if (nd != 4 || (dims[3] != 1 && dims[3] != 3))
         return data_fail(d, STATUS_INPUT, "/images has %d dimensions (last %llu); expected (N, H, W, C) with C = 1 "
                          "or 3", nd, nd > 0 ? (unsigned long long)dims[nd - 1] : 0ull);
@@ -146,7 +149,7 @@ static status h5_open(data_loader *d)
     bool integer = H5Tget_class(type) == H5T_INTEGER;
     H5Tclose(type);
     hsize_t ldims[4] = { 0 };
-    st = h5_shape(d, lset, "labels", &nd, ldims);
+    st = h5_shape(d, lset, "labels", "1: (N), or 2: (N, 1)", &nd, ldims);
     int64_t *lab = NULL;
     if (st != STATUS_OK) {
     } else if (!integer) {
@@ -192,18 +195,21 @@ static status h5_open(data_loader *d)
     return STATUS_OK;
 }
 
+#define CIFAR_LABEL_RECORDS 1024  /* records read at a time for the labels at open (3 MiB) */
+
 static status cifar_open(data_loader *d)
 {
-    TRY(data_map_file(d));
     const size_t rec = DATA_CIFAR10_RECORD;
-    if (d->map_len == 0 || d->map_len % rec != 0)
-        return data_fail(d, STATUS_INPUT, "not an HDF5 file, and %zu bytes are not a whole number of CIFAR-10 "
-                         "records of %zu bytes (1 label + 3x32x32 pixels): %zu records and %zu bytes left over "
-                         "(truncated?)", d->map_len, rec, d->map_len / rec, d->map_len % rec);
+    TRY(data_open_file(d, rec * CIFAR_LABEL_RECORDS));  /* later one record per sample */
+    const uint64_t bytes = d->file_bytes;
+    if (bytes == 0 || bytes % rec != 0)
+        return data_fail(d, STATUS_INPUT, "not an HDF5 file, and %" PRIu64 " bytes are not a whole number of "
+                         "CIFAR-10 records of %zu bytes (1 label + 3x32x32 pixels): %" PRIu64 " records and %" PRIu64
+                         " bytes left over (truncated?)", bytes, rec, bytes / rec, bytes % rec);
     if (d->cfg.H != 32 || d->cfg.W != 32)
         return data_fail(d, STATUS_INPUT, "CIFAR-10 images are 32x32 but the model takes %dx%d (images are not "
                          "resized)", d->cfg.H, d->cfg.W);
-    const uint64_t N = d->map_len / rec;
+    const uint64_t N = bytes / rec;
     if (N > UINT32_MAX) return data_fail(d, STATUS_INPUT, "%" PRIu64 " images: at most 2^32 - 1 are supported", N);
     d->C = 3;
     d->samples = N;
@@ -212,8 +218,10 @@ static status cifar_open(data_loader *d)
         log_error("out of memory for %" PRIu64 " labels of %s", N, d->path);
         return STATUS_NOMEM;
     }
-    for (uint64_t i = 0; i < N; i++) {
-        TRY(check_label(d, d->map[i * rec], i, "its record's first byte"));
+    for (uint64_t first = 0; first < N; first += CIFAR_LABEL_RECORDS) {
+        uint64_t n = N - first < CIFAR_LABEL_RECORDS ? N - first : CIFAR_LABEL_RECORDS;
+        TRY(data_read_at(d, d->window, n * rec, first * rec, "the records"));
+        for (uint64_t i = 0; i < n; i++) TRY(check_label(d, d->window[i * rec], first + i, "its record's first byte"));
     }
     return STATUS_OK;
 }
@@ -243,6 +251,10 @@ status data_open_images(data_loader *d)
                              "be finite and > 0", c, d->mean[c], d->std[c],
                              d->stats_from_file ? "file's attributes or the config" : "config");
         for (int v = 0; v < 256; v++) d->lut[c][v] = ((float)v / 255.0f - d->mean[c]) / d->std[c];
+        if (!isfinite(d->lut[c][0]) || !isfinite(d->lut[c][255]))  /* the extremes: (v/255 - mean)/std is monotone */
+            return data_fail(d, STATUS_INPUT, "normalisation of channel %d: mean %g, std %g (from the %s) overflow "
+                             "float32 for pixel values 0..255", c, d->mean[c], d->std[c],
+                             d->stats_from_file ? "file's attributes or the config" : "config");
     }
     return STATUS_OK;
 }
@@ -288,7 +300,10 @@ status data_image_emit(data_loader *d, uint64_t s, float *out, int32_t *label)
         xs = d->C;
         *label = d->labels[s];
     } else if (d->format == DATA_FORMAT_CIFAR10) {
-        px = d->map + s * DATA_CIFAR10_RECORD + 1;  /* CHW after the label byte */
+        char what[48];
+        snprintf(what, sizeof what, "record %" PRIu64, s);
+        TRY(data_read_at(d, d->window, DATA_CIFAR10_RECORD, s * DATA_CIFAR10_RECORD, what));
+        px = d->window + 1;  /* CHW after the label byte */
         cs = 32 * 32;
         ys = 32;
         xs = 1;

@@ -26,10 +26,14 @@ struct data_loader {
     uint64_t share_count;      /* (default: dp_rank * A * b and A * b; data_set_share) */
     int perm_half_bits;        /* the permutation's Feistel domain is [0, 4^perm_half_bits) */
 
-    /* Token streams (and CIFAR-10 records): the file mapped read-only. */
-    const uint8_t *map;        /* (map_len) the whole file; NULL when nothing is mapped */
-    size_t map_len;            /* bytes mapped */
-    const uint8_t *tokens;     /* (ntokens * token_bytes) the first token */
+    /* Token streams (and CIFAR-10 records): the file open for pread. Not mapped: a file
+     * shrunk under a running job (truncated, rewritten in place) must give an error
+     * naming it, never a SIGBUS at some step (data_read_at). */
+    int fd;                    /* -1 when no file is open */
+    uint64_t file_bytes;       /* its size when it was opened */
+    uint8_t *window;           /* (window_bytes) one token window or CIFAR-10 record, read per sample */
+    size_t window_bytes;
+    uint64_t tokens_at;        /* file offset of the first token */
     uint64_t ntokens;          /* tokens in the file */
     int token_bytes;           /* 1, 2 or 4 */
     uint32_t file_vocab;       /* Nebula: the header's vocabulary; llm.c: largest id + 1 */
@@ -55,9 +59,14 @@ void data_close_images(data_loader *d);
 /* Image i (b = one sample) of the current step: (3, H, W) augmented and normalised. */
 status data_image_emit(data_loader *d, uint64_t sample, float *out, int32_t *label);
 
-/* Whole-file helpers shared by the token and image readers (data.c). */
-status data_map_file(data_loader *d);      /* maps d->path read-only; logs its error */
-void data_unmap_file(data_loader *d);
+/* File helpers shared by the token and image readers (data.c). data_open_file opens
+ * d->path (a regular file only) into d->fd and d->file_bytes and allocates d->window of
+ * `window` bytes; logs its error. data_read_at reads n bytes at offset `at` into buf:
+ * STATUS_IO, logged naming the file, `what` was read and what happened (the file is
+ * shorter than when it was opened, or the read's errno), when fewer arrive. */
+status data_open_file(data_loader *d, size_t window);
+void data_close_file(data_loader *d);
+status data_read_at(const data_loader *d, void *buf, size_t n, uint64_t at, const char *what);
 /* Logs "PATH: message" and returns st: every data error names the file first. */
 status data_fail(const data_loader *d, status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

@@ -188,9 +188,9 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
     TRY(train_agree(r, rt->rank == 0 ? train_rundir_lock(r) : STATUS_OK));
 
     /* Data before the model: a bad file fails fast. */
-    TRY(train_open_data(r, &r->train_data, config_str(cfg, "data.train"), true));
+    TRY(train_open_data_agreed(r, &r->train_data, config_str(cfg, "data.train"), true));
     const char *val = config_str(cfg, "data.val");
-    if (val[0]) TRY(train_open_data(r, &r->val_data, val, false));
+    if (val[0]) TRY(train_open_data_agreed(r, &r->val_data, val, false));
 
     nn_tp tp = { .size = r->grid.shape.tp, .rank = r->grid.tp_rank, .failed = STATUS_OK,
                  .group = r->grid.tp_group };

@@ -4,8 +4,7 @@
 # to give up on — must not hold the job past comm.timeout. gpt2-tiny on 2 ranks with
 # comm.timeout = 5 s; rank 1 is stopped
 #   ckpt  during a synchronous checkpoint save, as soon as .step_*.tmp/state.h5 exists
-#         (the HDF5 collective write and H5Fclose's MPI_Barrier have no deadline of
-#         their own: the watchdog bounds them);
+#         (rank 0 then waits in the checkpoint writer's agreement, under the deadline);
 #   eval  during an evaluation (held-out batches every step);
 #   ctl   at a step boundary (the per-step agreement on checkpoints, signals and the
 #         control file);

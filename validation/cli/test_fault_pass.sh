@@ -3,6 +3,9 @@
 #
 #   test_fault_pass.sh [--full] [MODULE...]     (modules: ckpt metrics rundir)
 #
+# With ckpt, one named case first: one rank's collective write (ckpt.write:EIO/1, rank 1
+# alone fails its slices of state.h5; see below).
+#
 # For each MODULE, N = 1, 2, ...: the CHAOS build (build/chaos/bin/nebula-train) runs
 # gpt2-tiny on 2 ranks with NEBULA_CHAOS_FAULT=MODULE#N:ERRNO, which fails the Nth fault
 # point of the module that the process reaches, until a run reaches no point N (all
@@ -32,11 +35,11 @@ if [ "${1:-}" = --full ]; then full=1; shift; fi
 modules=${*:-ckpt metrics rundir}
 chaos_build_data
 
-# run BIN RUN_DIR STEPS [ARG...]: returns the exit code (124: past the 120 s bound)
+# run BIN RUN_DIR STEPS [ARG...]: returns the exit code (124: past the bound, BOUND or 120 s)
 run() {
     local bin=$1 dir=$2 steps=$3
     shift 3
-    timeout 120 $MPIRUN -np 2 $bin --config configs/train/gpt2-tiny-licenses.ini --run-dir "$dir" \
+    timeout ${BOUND:-120} $MPIRUN -np 2 $bin --config configs/train/gpt2-tiny-licenses.ini --run-dir "$dir" \
         --set data.train="$data/train.bin" --set data.val= --set optim.schedule=constant \
         --set optim.warmup_steps=0 --set train.log_interval=3 --set train.eval_interval=0 \
         --set ckpt.every_steps=3 --set ckpt.keep_last=2 --set train.global_batch=8 --steps "$steps" "$@" \
@@ -85,14 +88,17 @@ check "the seed: a committed 6-step run" test -e "$(step $tmp/seed 6)/COMMITTED"
 # one MODULE MODE ERR N: runs case N; its verdict goes to $tmp/MODULE-MODE-ERR-N.out:
 # "ok - ..." or "FAIL - ..." and the reasons, "past" when the run reached fewer than N
 # points (the pass is over), "none" when this build has no fault points for MODULE.
+# RULE (instead of MODULE#N:ERR), BOUND (the runs' bound, s), EXPECT (a regex the log's
+# error line matches after exit 1), SET (one more --set) and LABEL make the named cases.
 one() {
-    local module=$1 mode=$2 err=$3 n=$4 d=$tmp/$1-$2-$3-$4 rc text name point newest why=
-    name="$module#$n:$err ($mode)"
+    local module=$1 mode=$2 err=$3 n=$4 d=$tmp/$1-$2-$3-$4 rc text name point newest why= rule
+    rule=${RULE:-$module#$n:$err}
+    name="${LABEL:+$LABEL: }$rule ($mode)"
     text=$([ $err = ENOSPC ] && echo "No space left on device" || echo "Input/output error")
     cp -a $tmp/seed "$d"
     : >"$d.log"
-    NEBULA_CHAOS_FAULT=$module#$n:$err run $CHAOS "$d" 6 --resume "$(step "$d" 3)" --set ckpt.keep_last=1 \
-        --set ckpt.async=$([ $mode = async ] && echo true || echo false)
+    NEBULA_CHAOS_FAULT=$rule run $CHAOS "$d" 6 --resume "$(step "$d" 3)" --set ckpt.keep_last=1 \
+        --set ckpt.async=$([ $mode = async ] && echo true || echo false) ${SET:+--set "$SET"}
     rc=$?
     if [ $rc -eq 2 ] && grep -q "NEBULA_CHAOS_FAULT: cannot use '$module#" "$d.log"; then
         echo none >"$d.out"
@@ -106,12 +112,15 @@ one() {
     {
         name="$name at ${point:-(no injection)}"
         [ -n "$point" ] || echo "    exit $rc without an injection"
-        [ $rc -eq 0 ] || [ $rc -eq 1 ] || echo "    exit $rc (expected 0, or 1 for a failed save; 124: a hang)"
+        [ $rc -eq 0 ] || [ $rc -eq 1 ] ||
+            echo "    exit $rc (expected 0, or 1 for a failed save; 124: a hang past ${BOUND:-120} s)"
         no_rank_left "$d" || echo "    a rank is still running 10 s after the launcher returned"
         if [ $rc -eq 1 ]; then
             grep -qE "error: .*$text" "$d.log" || echo "    no error line naming '$text'"
+            [ -z "${EXPECT:-}" ] || grep -qE "error: .*$EXPECT" "$d.log" || echo "    no error line matching '$EXPECT'"
             no_debris "$d"
         fi
+        [ -z "${EXPECT:-}" ] || [ $rc -eq 1 ] || echo "    exit $rc: this case's save must fail (exit 1)"
         newest=$(newest_committed "$d")
         [ "$newest" -eq 6 ] || echo "    step 6 is lost: the newest committed step is $newest"
         echo "--- relaunch" >>"$d.log"
@@ -179,6 +188,21 @@ sweep() {
     done
     echo "ok - $module ($mode, $err): the pass is complete (no point reached past the last one tried)"
 }
+
+# One rank's collective write: rank 1 alone fails its write of state.h5 (a synchronous
+# save: every rank writes its own slices). The ranks agree on the outcome after the write,
+# so the save ends on both at once, well inside 30 s although comm.timeout is 300 s (a
+# rank left waiting for the failed one would be ended only by the watchdog, after it);
+# exit 1, the error names rank 1, the file and the errno; then every case's invariants.
+if [[ " $modules " == *" ckpt "* ]]; then
+    LABEL="one rank's collective write" RULE=ckpt.write:EIO/1 BOUND=30 SET=comm.timeout=300 \
+        EXPECT="checkpoint of step 6 not saved: rank 1: cannot write dataset /[^ ]+ of [^ ]*state\.h5: Input/output error" \
+        one ckpt sync EIO rank1
+    case $(head -1 "$tmp/ckpt-sync-EIO-rank1.out") in
+        past | none) echo "FAIL - one rank's collective write: ckpt.write:EIO/1 injected nothing"; fails=$((fails + 1)) ;;
+        *) report ckpt sync EIO rank1 ;;
+    esac
+fi
 
 for module in $modules; do
     if [ $full -eq 1 ]; then

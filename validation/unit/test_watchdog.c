@@ -2,7 +2,8 @@
  * is written and tracks watchdog_enter/leave, and the verdict on other ranks' lines
  * (written here by hand, as their threads would) names a stale rank as stopped, a
  * fresh one outside any guarded call as computing, and counts a fresh one inside as
- * waiting; a mask limits the verdict to a communicator's members. Whether a stuck job
+ * waiting, and a line that says "failed" as a rank that failed (watchdog_failed), stale or
+ * not; a mask limits the verdict to a communicator's members. Whether a stuck job
  * really ends is validation/cli/test_bounded.sh's part. */
 #include "base/watchdog.h"
 #include "../check.h"
@@ -26,6 +27,7 @@ static void fake_line(const char *path, int r, double age, const char *state, co
     char line[WATCHDOG_BEACON_BYTES];
     int n = snprintf(line, sizeof line, "rank=%d pid=1 time=%.3f seq=3 state=%s since=%.3f op=%s", r, now_s() - age,
                      state, now_s() - age - 1, op);
+    if (n < 0 || n > (int)sizeof line - 1) n = (int)sizeof line - 1;  /* cut as the watchdog's own lines are */
     memset(line + n, ' ', sizeof line - 1 - (size_t)n);
     line[sizeof line - 1] = '\n';
     int fd = open(path, O_WRONLY);
@@ -80,6 +82,26 @@ int main(void)
                "a fresh line outside any call: named, still computing");
     check_line(&fails, !strstr(who, "rank 3") && strstr(who, "waiting in a guarded call: 0,3"),
                "a fresh line inside a call: waiting, like this rank");
+
+    fake_line(path, 2, 0, "failed", "cannot write /params/x: Input/output error");
+    who[0] = '\0';
+    watchdog_describe_ranks(wd, NULL, who, sizeof who);
+    printf("    %s\n", who);
+    check_line(&fails, strstr(who, "rank 2 (failed: cannot write /params/x: Input/output error; waiting for a rank "
+                                   "that failed)") && !strstr(who, "rank 2 (no sign"),
+               "a fresh line that says failed: named as a rank that failed, with its error, not as stopped");
+    fake_line(path, 2, 10, "failed", "cannot write");
+    who[0] = '\0';
+    watchdog_describe_ranks(wd, NULL, who, sizeof who);
+    check_line(&fails, strstr(who, "rank 2 (failed: cannot write; waiting for a rank that failed, which then showed "
+                                   "no sign of life for 10.") != NULL,
+               "a failed rank's line 10 s old: still named as failed, and how long it has been silent");
+    watchdog_failed(wd, "cannot sync state.h5: Input/output error");
+    check_line(&fails, own_line_has(path, "state=failed") && own_line_has(path, "op=cannot sync state.h5"),
+               "watchdog_failed: this rank's line says failed and what, at once");
+    watchdog_failed(wd, NULL);
+    check_line(&fails, own_line_has(path, "state=in"), "watchdog_failed(NULL): back to the guarded call it is in");
+    fake_line(path, 2, 0, "out", "allreduce on world");
 
     char members[4] = { 1, 1, 0, 1 };
     who[0] = '\0';

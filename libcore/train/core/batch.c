@@ -84,6 +84,30 @@ status train_open_data(train_run *r, data_loader **out, const char *path, bool t
     return data_open(out, &dc);
 }
 
+status train_open_data_agreed(train_run *r, data_loader **out, const char *path, bool train)
+{
+    char why[2048];
+    log_capture_held(why, sizeof why);  /* every rank opens the file; the reason is printed once, below */
+    status mine = train_open_data(r, out, path, train);
+    log_capture(NULL, 0);
+    int rank = r->rt->rank, size = r->rt->size, failed[2] = { mine != STATUS_OK ? rank : size, mine != STATUS_OK },
+        agreed[2];
+    comm_ctl ctl = train_ctl(r);
+    TRY(comm_ctl_allreduce(ctl, &failed[0], &agreed[0], 1, MPI_INT, MPI_MIN));  /* the first rank that failed */
+    TRY(comm_ctl_allreduce(ctl, &failed[1], &agreed[1], 1, MPI_INT, MPI_SUM));  /* and how many did */
+    if (agreed[0] == size) return STATUS_OK;
+    int code = (int)mine;
+    TRY(comm_ctl_bcast(ctl, &code, 1, MPI_INT, agreed[0]));
+    TRY(comm_ctl_bcast(ctl, why, (int)sizeof why, MPI_CHAR, agreed[0]));
+    data_free(*out);
+    *out = NULL;
+    if (rank == 0 && agreed[1] == size)  /* the same file on every rank: one reason for all */
+        log_error("%s", why[0] ? why : status_str((status)code));
+    else if (rank == 0)
+        log_error("rank %d (%d of %d ranks failed): %s", agreed[0], agreed[1], size, why[0] ? why : status_str((status)code));
+    return (status)code;
+}
+
 /* Fills the model's micro-batch a of the current step. */
 status train_fill(train_run *r, data_loader *d, int a)
 {

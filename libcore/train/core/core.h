@@ -113,6 +113,10 @@ status train_grid_allowed(const config *cfg, const grid_shape *gs);
 /* Opens data file path for this run's model and micro-batch; train: the training
  * loader (accumulation, shuffling, augmentation), else held-out data in file order. */
 status train_open_data(train_run *r, data_loader **out, const char *path, bool train);
+/* Collective: the same on every rank, each rank's error held back, and the reason of the
+ * first rank that failed printed once by rank 0 (naming that rank unless all failed);
+ * every rank then returns that rank's status and *out is NULL. */
+status train_open_data_agreed(train_run *r, data_loader **out, const char *path, bool train);
 /* Fills the model's micro-batch a of the current step from d (BERT: masked here). */
 status train_fill(train_run *r, data_loader *d, int a);
 /* The same into batch b (a pipeline's activation set's). */
