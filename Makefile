@@ -297,14 +297,15 @@ fuzz-merge: $(FUZZ_BINS)
 	        validation/fuzz/corpus_$(t) $(B)/fuzz/corpus_$(t) && \
 	    rm -f validation/fuzz/corpus_$(t)/* && cp $(B)/fuzz/merged_$(t)/* validation/fuzz/corpus_$(t)/ &&) true
 
-# The CHAOS build (validation/cli/test_ckpt_faults.sh, nebula-chaos): nebula-train with
-# the checkpoint fault points that NEBULA_CHAOS_FAULT arms (libcore/ckpt/ckpt_impl.h),
-# libcore and the app compiled again with -DCHAOS into their own objects, so the
-# binaries under build/bin never carry them. Part of `all`: one more compile of
-# libcore and apps/train, in parallel with the rest under make -j.
-CHAOS_OBJ := $(patsubst %.c,$(B)/chaos/obj/%.o,$(LIBCORE_SRC) $(wildcard apps/train/*.c))
+# The CHAOS build (validation/cli/test_ckpt_faults.sh, test_fault_pass.sh, nebula-chaos):
+# nebula-train, nebula-ckpt and nebula-report with the fault points that
+# NEBULA_CHAOS_FAULT arms (libcore/base/fault.h), libcore and those apps compiled again
+# with -DCHAOS into their own objects, so the binaries under build/bin never carry them.
+# Part of `all`: one more compile of libcore and three apps, in parallel under make -j.
+CHAOS_APPS := train ckpt report
+CHAOS_LIB := $(B)/chaos/lib/libcore.a
 .PHONY: chaos
-chaos: $(B)/chaos/bin/nebula-train
+chaos: $(addprefix $(B)/chaos/bin/nebula-,$(CHAOS_APPS))
 all: chaos
 
 $(B)/chaos/obj/%.o: %.c | $(DEPS_STAMP)
@@ -312,11 +313,18 @@ $(B)/chaos/obj/%.o: %.c | $(DEPS_STAMP)
 	@$(if $(filter 1,$(VERBOSE)),,echo "  CC CHAOS $<")
 	$(Q)$(CC) $(CFLAGS) -DCHAOS -c $< -o $@
 $(B)/chaos/obj/libcore/base/cli.o: $(B)/version.h
-
-$(B)/chaos/bin/nebula-train: $(CHAOS_OBJ) $(filter-out $(B)/lib/libcore.a,$(LIBS))
+$(CHAOS_LIB): $(patsubst %.c,$(B)/chaos/obj/%.o,$(LIBCORE_SRC))
 	@mkdir -p $(dir $@)
-	@$(if $(filter 1,$(VERBOSE)),,echo "  LINK    $@")
-	$(Q)$(CC) $(LDFLAGS) -o $@ $(CHAOS_OBJ) $(filter-out $(B)/lib/libcore.a,$(LIBS)) $(LDLIBS)
+	@$(if $(filter 1,$(VERBOSE)),,echo "  AR      $@")
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+define CHAOS_APP_RULE
+$(B)/chaos/bin/nebula-$(1): $(patsubst %.c,$(B)/chaos/obj/%.o,$(wildcard apps/$(1)/*.c)) $(CHAOS_LIB) $(filter-out $(B)/lib/libcore.a,$(LIBS))
+	@mkdir -p $$(dir $$@)
+	@$$(if $$(filter 1,$$(VERBOSE)),,echo "  LINK    $$@")
+	$$(Q)$$(CC) $$(LDFLAGS) -o $$@ $$(filter %.o,$$^) $(CHAOS_LIB) $$(filter-out $(B)/lib/libcore.a,$$(LIBS)) $$(LDLIBS)
+endef
+$(foreach a,$(CHAOS_APPS),$(eval $(call CHAOS_APP_RULE,$(a))))
 
 clean:
 	rm -rf $(B)

@@ -46,6 +46,13 @@ static const struct {
     { "rundir.write", "writing this run's holder line" },
     { "rundir.config", "writing RUN_DIR/config.ini" },
     { "rundir.release", "emptying the holder line at the end" },
+    /* every atomic write (base/path.c path_write_atomic): config.ini, reload answers,
+     * profile shapes, nebula-report --out, nebula-ckpt convert --out, ... */
+    { "out.create", "creating an atomic write's temporary file" },
+    { "out.write", "writing its contents (after the fill: the temporary is whole)" },
+    { "out.fsync", "the fsync of the temporary file" },
+    { "out.close", "closing the temporary file" },
+    { "out.rename", "the rename of the temporary over the output" },
 };
 #define NPOINTS ((int)(sizeof fault_points / sizeof fault_points[0]))
 

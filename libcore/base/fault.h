@@ -7,7 +7,7 @@
  *   MODULE#N:ERRNO[/RANK]       the Nth point of MODULE reached by this process fails (N >= 1),
  *                               whichever it is: failing each call in turn, as SQLite's I/O tests do
  * ERRNO is EIO or ENOSPC. POINT is a name of fault_points[] (fault.c), "module.call";
- * MODULE is the part before the dot (ckpt, metrics, rundir). A rule fires on rank RANK
+ * MODULE is the part before the dot (ckpt, metrics, rundir, out). A rule fires on rank RANK
  * of the plan's user (rank 0 without /RANK): "ckpt.write:EIO/1" fails rank 1's write of
  * state.h5 alone. A user (one writer, one file) parses the rules of its own module into
  * its own plan; a rule naming an unknown point or module is an input error. Faults fire

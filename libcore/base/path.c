@@ -6,12 +6,15 @@
 #include <inttypes.h>
 #include <libgen.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "base/fault.h"
 
 const char *path_kind(mode_t mode)
 {
@@ -180,6 +183,36 @@ int path_read_all_at(int fd, void *p, size_t n, uint64_t off)
     return 0;
 }
 
+#ifdef CHAOS
+static fault_plan out_faults;
+static void out_faults_init(void)
+{
+    if (fault_plan_init(&out_faults, "out") != STATUS_OK) out_faults.n = 0;  /* logged; the trainer refuses it */
+}
+#endif
+
+/* The CHAOS build's fault points of every atomic write (module "out", base/fault.h): the
+ * errno the call at `point` fails with, 0 in the normal build. */
+static int out_fault(const char *point)
+{
+#ifdef CHAOS
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, out_faults_init);
+    return fault_errno(&out_faults, point, -1);
+#else
+    (void)point;
+    return 0;
+#endif
+}
+
+/* errno = the injected e and -1; rc itself when nothing is injected at `point` */
+static int injected(int rc, const char *point)
+{
+    int e = rc ? 0 : out_fault(point);
+    if (e) errno = e;
+    return e ? -1 : rc;
+}
+
 status path_write_atomic(const char *path, const char *what, int (*fill)(void *ctx, int fd), void *ctx)
 {
     char tmp[4096], dir[4096];
@@ -197,13 +230,20 @@ status path_write_atomic(const char *path, const char *what, int (*fill)(void *c
     unlink(tmp);  /* left by a crashed writer of the same pid, or planted: unlink never follows */
     int fd;
     char why[256];
+    if (injected(0, "out.create") != 0) {
+        log_error("cannot create %s %s: %s", what, tmp, log_errno_str());
+        return STATUS_IO;
+    }
     if (path_create_regular(tmp, O_EXCL, 0644, &fd, why, sizeof why) != 0) {
         log_error("cannot create %s %s: %s", what, tmp, why);
         return STATUS_IO;
     }
-    int rc = fill(ctx, fd);
-    if (!rc) rc = fsync(fd);
+    /* a write fault is injected after the fill: the temporary is whole, and must still go */
+    int rc = injected(fill(ctx, fd), "out.write");
+    if (!rc) rc = injected(fsync(fd), "out.fsync");
     if (close(fd) != 0) rc = -1;
+    else rc = injected(rc, "out.close");
+    if (!rc) rc = injected(0, "out.rename");  /* before the rename: an injected one never ran */
     if (!rc) rc = rename(tmp, path);
     if (rc) {
         log_error("cannot write %s %s: %s", what, path, log_errno_str());

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The fault-injection pass (SQLite's I/O-error tests: fail each I/O call in turn):
 #
-#   test_fault_pass.sh [--full] [MODULE...]     (modules: ckpt metrics rundir)
+#   test_fault_pass.sh [--full] [MODULE...]     (modules: ckpt metrics rundir out)
 #
 # With ckpt, one named case first: one rank's collective write (ckpt.write:EIO/1, rank 1
-# alone fails its slices of state.h5; see below).
+# alone fails its slices of state.h5; see below). The module out (every atomic write of a
+# file: base/path.c path_write_atomic) has its own pass at the end: a run's config.ini,
+# reload answer, profile.json and profile shapes, nebula-report --out and nebula-ckpt
+# convert --out (see there).
 #
 # For each MODULE, N = 1, 2, ...: the CHAOS build (build/chaos/bin/nebula-train) runs
 # gpt2-tiny on 2 ranks with NEBULA_CHAOS_FAULT=MODULE#N:ERRNO, which fails the Nth fault
@@ -32,7 +35,7 @@
 full=0
 [ "${NEBULA_FAULT_PASS:-}" = full ] && full=1  # the long pass from a test list (validate.sbatch)
 if [ "${1:-}" = --full ]; then full=1; shift; fi
-modules=${*:-ckpt metrics rundir}
+modules=${*:-ckpt metrics rundir out}
 chaos_build_data
 
 # run BIN RUN_DIR STEPS [ARG...]: returns the exit code (124: past the bound, BOUND or 120 s)
@@ -205,6 +208,7 @@ if [[ " $modules " == *" ckpt "* ]]; then
 fi
 
 for module in $modules; do
+    [ $module = out ] && continue  # its own pass, below
     if [ $full -eq 1 ]; then
         for mode in sync async; do
             for err in EIO ENOSPC; do
@@ -219,6 +223,94 @@ for module in $modules; do
         sweep $module async EIO 1 2
     fi
 done
+# The atomic writes (module out). A trainer's writes of its own files are survivable: each
+# N of a 1-rank run that answers a reload request at step 2 and records its shape in
+# profile.shapes (config.ini at the start and again after the reload, the reload answer,
+# profile.json, the shapes record) fails in turn, EIO at odd N and ENOSPC at even N. Each
+# must exit 0 with its step-4 checkpoint, an error line naming the file and the errno's
+# text, and leave no temporary; every file is the old one or the whole new one (the shapes
+# record keeps its earlier line, config.ini ends its last line, a reload answer present
+# names its step) and a missing answer is said. nebula-report --out and nebula-ckpt convert
+# --out (the CHAOS builds of both) fail at each of the five points: exit 1 naming the
+# errno, the existing output untouched, no temporary.
+out_case() {  # out_case N: its verdict in $tmp/out-N.out ("past": no point N reached)
+    local n=$1 d=$tmp/out-$1 err=EIO text="Input/output error" rc point
+    [ $((n % 2)) -eq 0 ] && err=ENOSPC text="No space left on device"
+    mkdir -p "$d/run" && : >"$d/run/lock"  # a run directory, so that control takes a request for it
+    $TRAIN control "$d/run" --at-step 2 --set optim.lr=0.001 >/dev/null
+    printf 'OLD shape line\n' >"$d/shapes"
+    NEBULA_CHAOS_FAULT=out#$n:$err timeout 60 $CHAOS --config configs/train/gpt2-tiny-licenses.ini \
+        --run-dir "$d/run" --set data.train="$data/train.bin" --set data.val= --steps 4 --set optim.warmup_steps=0 \
+        --set ckpt.every_steps=2 --set runtime.bind=none --set train.threads=1 --set profile.shapes="$d/shapes" \
+        >"$d.log" 2>&1 </dev/null
+    rc=$?
+    point=$(grep -o "chaos: injected $err at [a-z_.]*" "$d.log" | head -1 | sed 's/.* at //')
+    if [ -z "$point" ] && [ $rc -eq 0 ]; then echo past >"$d.out"; return; fi
+    {
+        [ -n "$point" ] || echo "    exit $rc without an injection"
+        [ $rc -eq 0 ] || echo "    exit $rc: a failed write of a run's own file is survivable (expected 0)"
+        [ -e "$d/run/ckpt/step_00000004/COMMITTED" ] || echo "    no committed step-4 checkpoint"
+        grep -qE "error: cannot (create|write) [a-z ]+ $d/[^ ]+: $text" "$d.log" ||
+            echo "    no error line naming the file and '$text'"
+        find "$d" -name '*.tmp.*' | sed 's/^/    temporary left: /'
+        [ "$(head -1 "$d/shapes")" = "OLD shape line" ] && [ -z "$(tail -c1 "$d/shapes")" ] ||
+            echo "    the shapes record lost its earlier line or ends in a partial one"
+        [ ! -e "$d/run/config.ini" ] || { grep -q '^\[nebula\]' "$d/run/config.ini" && [ -z "$(tail -c1 "$d/run/config.ini")" ]; } ||
+            echo "    config.ini is not a whole file"
+        if [ -e "$d/run/reload/v000001.applied" ]; then
+            grep -q '^applied_step = 2$' "$d/run/reload/v000001.applied" || echo "    the reload answer is not whole"
+        else
+            grep -q "warning: the answer to reload v1 was not written" "$d.log" || echo "    the reload answer is missing, unsaid"
+        fi
+    } >"$d.why" 2>&1
+    if [ -s "$d.why" ]; then
+        { echo "FAIL - out#$n:$err at ${point:-(no injection)} (a 1-rank run)"; cat "$d.why";
+          grep -E "chaos:|error|warning" "$d.log" | head -6 | sed 's/^/    /'; } >"$d.out"
+    else
+        echo "ok - out#$n:$err at $point (a 1-rank run)" >"$d.out"
+    fi
+}
+# tool_case BIN ERR POINT OUT ARG...: BIN (a CHAOS build) with OUT holding "OLD" fails at POINT
+tool_case() {
+    local bin=$1 err=$2 point=$3 out=$4 text="Input/output error" rc why= what
+    shift 4
+    what="${bin##*/} $([ "$1" = convert ] && echo convert --out || echo --out)"
+    [ $err = ENOSPC ] && text="No space left on device"
+    echo OLD >"$out"
+    NEBULA_CHAOS_FAULT=out.$point:$err timeout 60 "$bin" "$@" >"$out.log" 2>&1 </dev/null
+    rc=$?
+    grep -q "chaos: injected $err at out.$point" "$out.log" || why+="; nothing injected"
+    [ $rc -eq 1 ] || why+="; exit $rc (expected 1)"
+    grep -qE "error: cannot (create|write) [a-z.]+( file)? $out[^ ]*: $text" "$out.log" || why+="; no error line naming $out and '$text'"
+    [ "$(cat "$out")" = OLD ] || why+="; the existing output was replaced"
+    [ -z "$(ls "$out".tmp.* 2>/dev/null)" ] || why+="; a temporary was left"
+    if [ -z "$why" ]; then echo "ok - $what fails at out.$point ($err): exit 1 naming it, the old output kept"
+    else echo "FAIL - $what at out.$point ($err)${why}"; sed 's/^/    /' "$out.log" | head -5; fails=$((fails + 1)); fi
+    cases=$((cases + 1))
+}
+if [[ " $modules " == *" out "* ]]; then
+    past=0
+    for ((n = 1; past == 0 && n <= 200; n += JOBS)); do
+        for ((k = 0; k < JOBS; k++)); do out_case $((n + k)) & done
+        wait
+        for ((k = 0; k < JOBS; k++)); do
+            m=$((n + k))
+            if [ $past -gt 0 ]; then continue; fi
+            case $(head -1 "$tmp/out-$m.out") in
+                past) past=$m ;;
+                FAIL*) fails=$((fails + 1)); cases=$((cases + 1)); cat "$tmp/out-$m.out" ;;
+                *) cases=$((cases + 1)); cat "$tmp/out-$m.out"; rm -rf "$tmp/out-$m" ;;
+            esac
+        done
+    done
+    check "out: a 1-rank run's atomic writes, each failed in turn: the pass reached its end (no point N=$past)" \
+        test $past -gt 20  # config.ini twice, the answer, profile.json, the shapes: 5 points each
+    for point in create write fsync close rename; do
+        tool_case build/chaos/bin/nebula-report EIO $point "$tmp/report.html" "$tmp/seed" --out "$tmp/report.html"
+        tool_case build/chaos/bin/nebula-ckpt ENOSPC $point "$tmp/model.safetensors" convert "$(step $tmp/seed 6)" \
+            --to safetensors --out "$tmp/model.safetensors"
+    done
+fi
 echo "$cases faults injected"
 check "at least one fault injected" [ $cases -gt 0 ]
 finish
