@@ -126,6 +126,12 @@ wait_job() {
 }
 job_field() { scontrol show job "$1" | grep -o "$2=[^ ]*" | head -1 | cut -d= -f2; }
 show_out() { echo "    --- $1"; tail -n "${2:-15}" "$1" | sed 's/^/    /'; }
+# show_daemons JID: what slurmctld and the slurmds logged about a job (a job that failed
+# before its script printed anything)
+show_daemons() {
+    echo "    --- the daemons' lines about job $1"
+    grep -h -E "(JobId=|job_id[= ]?|job )$1([^0-9]|$)" "$cluster"/log/slurm*.log 2>/dev/null | tail -n 20 | sed 's/^/    /'
+}
 
 data=$tmp/data
 build/bin/nebula-train prepare "$data" /usr/share/common-licenses/* >/dev/null || { echo "FAIL - prepare"; exit 1; }
@@ -246,7 +252,8 @@ outcome)
     until [ "$(job_field "$jid" Restarts)" -ge 1 ] 2>/dev/null || [ $((SECONDS - t0)) -gt 150 ]; do sleep 0.5; done
     check "the job requeued itself" test "$(job_field "$jid" Restarts)" -ge 1
     scontrol update jobid="$jid" StartTime=now 2>/dev/null
-    st=$(wait_job "$jid" 200) && ok "the requeued job completed" || { bad "the requeued job: $st"; show_out "$out/outcome.out" 40; }
+    st=$(wait_job "$jid" 200) && ok "the requeued job completed" ||
+        { bad "the requeued job: $st"; show_out "$out/outcome.out" 40; show_daemons "$jid"; }
     check "the ranks' outcome (3) was read past mpirun's exit code" \
         grep -q "the launcher exited [0-9]*, but the ranks stopped at step [0-9]* with the checkpoint committed" "$out/outcome.out"
     check "the job asked for its requeue" grep -q "stopped with the state saved: requeueing job $jid (restart 1)" "$out/outcome.out"
