@@ -30,16 +30,21 @@
 #include <unistd.h>
 
 /* ckpt_agree, with the first failing rank's errno (*err, when err is not NULL) and its
- * rank (*who) on every rank. */
-static status agree_from(comm_ctl ctl, status st, char *why, size_t len, int *err, int *who)
+ * rank (*who) on every rank. `stopped`: this rank's failure is only that it stopped on
+ * another's (peer_stop); a rank that failed itself is named before any such one. */
+static status agree_from(comm_ctl ctl, status st, bool stopped, char *why, size_t len, int *err, int *who)
 {
     int rank, size, first;
     MPI_Comm_rank(ctl.comm, &rank);
     MPI_Comm_size(ctl.comm, &size);
-    int mine = st != STATUS_OK ? rank : size;
+    int mine = st == STATUS_OK ? 2 * size : stopped ? size + rank : rank;
     TRY(comm_ctl_allreduce(ctl, &mine, &first, 1, MPI_INT, MPI_MIN));
+    if (first == 2 * size) {
+        if (who) *who = size;
+        return STATUS_OK;
+    }
+    first %= size;
     if (who) *who = first;
-    if (first == size) return STATUS_OK;
     int code[2] = { (int)st, err ? *err : 0 };
     TRY(comm_ctl_bcast(ctl, code, 2, MPI_INT, first));
     if (why) TRY(comm_ctl_bcast(ctl, why, (int)len, MPI_CHAR, first));
@@ -49,7 +54,83 @@ static status agree_from(comm_ctl ctl, status st, char *why, size_t len, int *er
 
 status ckpt_agree(comm_ctl ctl, status st, char *why, size_t len)
 {
-    return agree_from(ctl, st, why, len, NULL, NULL);
+    return agree_from(ctl, st, false, why, len, NULL, NULL);
+}
+
+/* The early stop of a synchronous save's writes. A rank whose write (or fsync) fails tells
+ * every other rank at once: a one-int MPI_Isend of its rank, tag PEER_STOP_TAG, on the
+ * save's communicator, before it closes the file (a close may block on a failing device).
+ * Every rank posted one MPI_Irecv from any rank with that tag before writing, and tests it
+ * (MPI_Test: local, no file system call) before each dataset, every 64 MiB inside one and
+ * before its fsync (ckpt_file_write_slices): a healthy rank stops there, within one piece,
+ * instead of writing its whole share before the agreement. A stopped rank has no failure
+ * of its own: the agreement that follows, which every rank reaches as before, names the
+ * rank that failed, its file and its errno (agree_from's `stopped`). Afterwards no message
+ * stays pending: a save agreed OK had no sender and cancels its receive; a failed one
+ * reduces the number of senders (with the ENOSPC flag, write_step) and each rank receives
+ * the messages still due to it (peer_stop_drain).
+ * Why not a marker file in the .tmp directory, polled by every rank: on a parallel file
+ * system each poll is a metadata lookup on the server, NFS's attribute cache can hide the
+ * file for tens of seconds, and a failing device may refuse to create it. Why not one
+ * non-blocking collective posted by every rank before writing: a rank contributes when
+ * it posts, and a failing rank cannot change its contribution later. MPI is called from
+ * the calling thread only (MPI_THREAD_FUNNELED); an asynchronous save writes on rank 0's
+ * thread alone, so it needs none of this. */
+#define PEER_STOP_TAG 7411
+
+typedef struct peer_stop {
+    MPI_Comm comm;
+    MPI_Request recv, *sends;  /* sends: a failed rank's, one per other rank */
+    int msg, mine, got, told, size;
+} peer_stop;
+
+static void peer_stop_open(peer_stop *ps, MPI_Comm comm)
+{
+    *ps = (peer_stop){ .comm = comm, .recv = MPI_REQUEST_NULL };
+    MPI_Comm_rank(comm, &ps->mine);
+    MPI_Comm_size(comm, &ps->size);
+    MPI_Irecv(&ps->msg, 1, MPI_INT, MPI_ANY_SOURCE, PEER_STOP_TAG, comm, &ps->recv);
+}
+
+static bool peer_stop_failed(void *arg)
+{
+    peer_stop *ps = arg;
+    if (!ps->got) MPI_Test(&ps->recv, &ps->got, MPI_STATUS_IGNORE);
+    return ps->got;
+}
+
+static void peer_stop_tell(void *arg)
+{
+    peer_stop *ps = arg;
+    if (ps->told || !(ps->sends = malloc((size_t)ps->size * sizeof *ps->sends))) return;  /* no memory: no early stop */
+    ps->told = 1;
+    for (int r = 0; r < ps->size; r++) {
+        ps->sends[r] = MPI_REQUEST_NULL;
+        if (r != ps->mine) MPI_Isend(&ps->mine, 1, MPI_INT, r, PEER_STOP_TAG, ps->comm, &ps->sends[r]);
+    }
+}
+
+/* Once the ranks agreed: `told` of them sent (0 for a save agreed OK); receives what is
+ * still due to this rank, cancels the receive when nothing is, and completes the sends,
+ * which the others receive the same way. told < 0 (a rank missed the agreement): nothing
+ * is waited for. */
+static void peer_stop_drain(peer_stop *ps, int told)
+{
+    int due = told < 0 ? 0 : told - ps->told - ps->got;
+    if (due > 0 && !ps->got) {
+        MPI_Wait(&ps->recv, MPI_STATUS_IGNORE);
+        due--;
+    } else if (!ps->got) {
+        MPI_Cancel(&ps->recv);
+        MPI_Wait(&ps->recv, MPI_STATUS_IGNORE);
+    }
+    for (; due > 0; due--) MPI_Recv(&ps->msg, 1, MPI_INT, MPI_ANY_SOURCE, PEER_STOP_TAG, ps->comm, MPI_STATUS_IGNORE);
+    for (int r = 0; ps->sends && r < ps->size; r++) {
+        if (told >= 0) MPI_Wait(&ps->sends[r], MPI_STATUS_IGNORE);
+        else if (ps->sends[r] != MPI_REQUEST_NULL) MPI_Request_free(&ps->sends[r]);
+    }
+    free(ps->sends);
+    *ps = (peer_stop){ .comm = MPI_COMM_NULL, .recv = MPI_REQUEST_NULL };
 }
 
 /* *n = the largest shared-memory node of ctl's communicator. */
@@ -188,26 +269,28 @@ static int ranks_per_node(const ckpt_writer *w, const ckpt_content *c)
  * beacon (watchdog_failed) before the ranks agree, and the agreement names the first
  * failing rank, its errno and its reason on every rank. The deadline is the watchdog's
  * for the bytes moved (the ranks may arrive that far apart). */
-static status agree_phase(comm_ctl ctl, const ckpt_content *c, size_t bytes, status st, char *why, int *err,
-                          int *who)
+static status agree_phase(comm_ctl ctl, const ckpt_content *c, size_t bytes, status st, bool stopped, char *why,
+                          int *err, int *who)
 {
     if (st != STATUS_OK) watchdog_failed(c->wd, why[0] ? why : status_str(st));
     ctl.timeout_s = ckpt_guard_s(ctl.timeout_s, bytes);
-    return agree_from(ctl, st, why, CKPT_WHY_MAX, err, who);
+    return agree_from(ctl, st, stopped, why, CKPT_WHY_MAX, err, who);
 }
 
 /* ckpt_write_step with the CHAOS faults of `chaos` (NULL: none). No collective HDF5 or
  * MPI-IO call: rank 0 creates the file and its metadata, every rank pwrite()s its slices
  * (ckpt_file_write_slices), and after each of the two phases the ranks agree on a status
  * through ctl, with its deadline, so that one rank's I/O error ends the save on every rank
- * at once, naming that rank, the file and the errno. A failure not stopped by `fault`
- * removes what the save left (ckpt_dir_discard); *err is then ENOSPC when any rank ran
- * out of space, else the first failing rank's errno (0: unknown). */
+ * at once, naming that rank, the file and the errno; while they write, a rank's failure
+ * stops the others' writes early (peer_stop). A failure not stopped by `fault` removes
+ * what the save left (ckpt_dir_discard); *err is then ENOSPC when any rank ran out of
+ * space, else the first failing rank's errno (0: unknown). */
 static status write_step(comm_ctl ctl, const char *dir, ckpt_plan *p, const ckpt_content *c, int ranks_per_node,
                          int keep_last, ckpt_fault fault, fault_plan *chaos, int *err)
 {
     MPI_Comm comm = ctl.comm;
-    int rank, who = 0;
+    int rank, who = 0, nospc = 0;  /* nospc: this rank's own errno was ENOSPC */
+    peer_stop ps = { .comm = MPI_COMM_NULL, .recv = MPI_REQUEST_NULL };
     MPI_Comm_rank(comm, &rank);
     char why[CKPT_WHY_MAX] = "", h5[CKPT_PATH_MAX];
     ckpt_dir_tmp_path(h5, sizeof h5, dir, c->step);
@@ -226,15 +309,25 @@ static status write_step(comm_ctl ctl, const char *dir, ckpt_plan *p, const ckpt
         watchdog_enter(c->wd, op, ckpt_guard_s(c->timeout_s, bytes));
         errno = 0;
         if (rank == 0 && (st = ckpt_file_create(h5, p, c, ranks_per_node, why)) != STATUS_OK) *err = errno;
-        st = agree_phase(ctl, c, bytes, st, why, err, &who);
+        nospc = *err == ENOSPC;
+        st = agree_phase(ctl, c, bytes, st, false, why, err, &who);
         if (st == STATUS_OK) st = comm_ctl_bcast(ctl, p->offsets, p->ndsets, MPI_UINT64_T, 0);
         if (st == STATUS_OK) {
             for (int k = 0; k < p->ndsets; k++) p->dsets[k].offset = (haddr_t)p->offsets[k];
-            st = ckpt_file_write_slices(h5, comm, p, c, FAULT_ERRNO(chaos, "ckpt.write", c->step), why, err);
-            st = agree_phase(ctl, c, bytes, st, why, err, &who);
+            peer_stop_open(&ps, comm);
+            ckpt_peer_watch watch = { peer_stop_failed, peer_stop_tell, &ps };
+            st = ckpt_file_write_slices(h5, comm, p, c, FAULT_ERRNO(chaos, "ckpt.write", c->step), &watch, why, err);
+            bool stopped = st != STATUS_OK && !ps.told;  /* on another rank's failure */
+            if (stopped) log_warn("checkpoint of step %" PRId64 ": %s", c->step, why);
+            nospc |= *err == ENOSPC;
+            st = agree_phase(ctl, c, bytes, st, stopped, why, err, &who);
+            if (st == STATUS_OK) peer_stop_drain(&ps, 0);  /* no rank failed, none sent */
         }
         watchdog_leave(c->wd);
-        if (st == STATUS_TIMEOUT) return st;
+        if (st == STATUS_TIMEOUT) {
+            if (ps.comm != MPI_COMM_NULL) peer_stop_drain(&ps, -1);
+            return st;
+        }
         if (st != STATUS_OK) {
             log_error0("checkpoint of step %" PRId64 " not saved: rank %d: %s", c->step, who,
                        why[0] ? why : status_str(st));
@@ -250,9 +343,13 @@ static status write_step(comm_ctl ctl, const char *dir, ckpt_plan *p, const ckpt
     if (st == STATUS_OK) return STATUS_OK;
     if (rank == 0 && fault == CKPT_FAULT_NONE) ckpt_dir_discard(dir, c->step);
     if (st == STATUS_TIMEOUT) return st;
-    int nospc = *err == ENOSPC;  /* also holds the others until rank 0 has cleaned up */
-    TRY(comm_ctl_allreduce(ctl, MPI_IN_PLACE, &nospc, 1, MPI_INT, MPI_MAX));
-    if (nospc) *err = ENOSPC;
+    /* any rank's ENOSPC (not only the first failing rank's, which *err is now) and the
+     * ranks that told of a failure; also holds the others until rank 0 has cleaned up */
+    int any[2] = { nospc || *err == ENOSPC, ps.told };
+    status red = comm_ctl_allreduce(ctl, MPI_IN_PLACE, any, 2, MPI_INT, MPI_SUM);
+    if (ps.comm != MPI_COMM_NULL) peer_stop_drain(&ps, red == STATUS_OK ? any[1] : -1);
+    TRY(red);
+    if (any[0]) *err = ENOSPC;
     return st;
 }
 

@@ -569,45 +569,58 @@ close_file:
     return STATUS_IO;
 }
 
-/* n bytes at file offset `at`; -1 with errno when the file takes fewer (0 bytes written: EIO). */
-static int pwrite_full(int fd, const void *src, size_t n, uint64_t at)
+/* Another rank's part of the save failed (ckpt_peer_watch): this rank stops writing. */
+static bool peer_failed(const ckpt_peer_watch *w)
 {
+    return w && w->failed(w->arg);
+}
+
+/* n bytes at file offset `at`, in pieces of 64 MiB with watch asked between them; -1
+ * with errno when the file takes fewer (0 bytes written: EIO), 1 when watch said stop. */
+static int pwrite_full(int fd, const void *src, size_t n, uint64_t at, const ckpt_peer_watch *watch)
+{
+    const size_t piece = (size_t)64 << 20;
     const char *p = src;
-    while (n > 0) {
-        ssize_t got = pwrite(fd, p, n, (off_t)at);
+    for (size_t left = piece; n > 0;) {
+        if (left == 0) {
+            if (peer_failed(watch)) return 1;
+            left = piece;
+        }
+        ssize_t got = pwrite(fd, p, n < left ? n : left, (off_t)at);
         if (got < 0 && errno == EINTR) continue;
         if (got <= 0) {
             if (got == 0) errno = EIO;
             return -1;
         }
-        p += got, n -= (size_t)got, at += (uint64_t)got;
+        p += got, n -= (size_t)got, at += (uint64_t)got, left -= (size_t)got;
     }
     return 0;
 }
 
 /* One piece of this rank's: n bytes of src at file offset `at`; the first one of the
  * save fails with *inject when it is set (CHAOS), instead of the call. */
-static int write_piece(int fd, const void *src, size_t n, uint64_t at, int *inject)
+static int write_piece(int fd, const void *src, size_t n, uint64_t at, int *inject, const ckpt_peer_watch *watch)
 {
     if (*inject) {
         errno = *inject;
         *inject = 0;
         return -1;
     }
-    return n ? pwrite_full(fd, src, n, at) : 0;
+    return n ? pwrite_full(fd, src, n, at, watch) : 0;
 }
 
 /* This rank's part of dataset d: its slice of a tensor (sharded: the ranges of it it
  * holds), or its blob row(s). A tensor's elements [a, b) in row-major order are the
  * bytes [4a, 4b) of its contiguous dataset. */
 static int write_dset(int fd, const ckpt_plan *p, const ckpt_dset *d, const ckpt_content *c, int rank, int size,
-                      MPI_Comm comm, int *inject)
+                      MPI_Comm comm, int *inject, const ckpt_peer_watch *watch)
 {
+    int rc;
     if (d->group < 0) {  /* a blob: this rank's row, or (same_rows) rows rank, rank + size, ... of the one row */
         const void *row = c->blobs[d->index].data;
         size_t bytes = d->dims[1];
         for (hsize_t r = (hsize_t)rank; r < d->dims[0]; r += (hsize_t)size) {
-            if (write_piece(fd, row, bytes, d->offset + r * bytes, inject) != 0) return -1;
+            if ((rc = write_piece(fd, row, bytes, d->offset + r * bytes, inject, watch)) != 0) return rc;
             if (!p->same_rows) break;
         }
         return 0;
@@ -619,22 +632,23 @@ static int write_dset(int fd, const ckpt_plan *p, const ckpt_dset *d, const ckpt
         int first, end;
         ckpt_shard_span(s, e, &first, &end);
         for (int k = first; k < end; k++)
-            if (s->mine[k] && write_piece(fd, g->data + s->packed[k], s->count[k] * sizeof(float),
-                                          d->offset + (s->offset[k] - e->offset) * sizeof(float), inject) != 0)
-                return -1;
+            if (s->mine[k] && (rc = write_piece(fd, g->data + s->packed[k], s->count[k] * sizeof(float),
+                                                d->offset + (s->offset[k] - e->offset) * sizeof(float), inject,
+                                                watch)) != 0)
+                return rc;
         return 0;
     }
     size_t a, b;
     ckpt_tensor_piece(g->table, e, comm, &a, &b);
     return a < b ? write_piece(fd, g->data + e->offset + a, (b - a) * sizeof(float), d->offset + a * sizeof(float),
-                               inject)
+                               inject, watch)
                  : 0;
 }
 
 status ckpt_file_write_slices(const char *path, MPI_Comm comm, const ckpt_plan *p, const ckpt_content *c,
-                              int fault_errno, char *why, int *err)
+                              int fault_errno, const ckpt_peer_watch *watch, char *why, int *err)
 {
-    int rank, size, inject = fault_errno;
+    int rank, size, inject = fault_errno, done = 0;
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
     const char *op = "open", *failed = NULL;
@@ -642,19 +656,28 @@ status ckpt_file_write_slices(const char *path, MPI_Comm comm, const ckpt_plan *
     for (int k = 0; k < p->ndsets && rc == 0; k++) {
         op = "write dataset";
         failed = p->dsets[k].path;
-        rc = write_dset(fd, p, &p->dsets[k], c, rank, size, comm, &inject);
+        rc = peer_failed(watch) ? 1 : write_dset(fd, p, &p->dsets[k], c, rank, size, comm, &inject, watch);
+        if (rc == 0) done++;
     }
+    if (rc == 0 && peer_failed(watch)) rc = 1;  /* no fsync for a save that failed elsewhere */
     if (rc == 0) {  /* this rank's bytes durable before the commit (MPI_File_sync's part) */
         op = "sync", failed = NULL;
         rc = fsync(fd);
     }
-    *err = rc != 0 ? errno : 0;
+    *err = rc < 0 ? errno : 0;
+    if (rc < 0 && watch) watch->tell(watch->arg);  /* before close, which may block on a failing device */
     if (fd >= 0 && close(fd) != 0 && rc == 0) {
         op = "close", failed = NULL;
         rc = -1;
         *err = errno;
+        if (watch) watch->tell(watch->arg);
     }
     if (rc == 0) return STATUS_OK;
+    if (rc > 0) {
+        snprintf(why, CKPT_WHY_MAX, "stopped writing %s after %d of %d datasets: another rank failed", path, done,
+                 p->ndsets);
+        return STATUS_PEER;
+    }
     /* "cannot write dataset /params/wte.weight of PATH: ..." or "cannot sync PATH: ..." */
     snprintf(why, CKPT_WHY_MAX, "cannot %s%s%s%s%s: %s", op, failed ? " " : "", failed ? failed : "",
              failed ? " of " : " ", path, strerror(*err));

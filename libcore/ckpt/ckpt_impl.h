@@ -211,14 +211,25 @@ status ckpt_checksums_parallel(comm_ctl ctl, ckpt_plan *p, const ckpt_content *c
  * HDF5's serial driver, records each dataset's file offset in the plan (dsets[].offset
  * and offsets[]) and closes it. */
 status ckpt_file_create(const char *path, ckpt_plan *p, const ckpt_content *c, int ranks_per_node, char *why);
-/* Every rank of comm, no communication: writes its slices of every tensor (sharded
- * groups: the ranges it holds) and its blob row(s) with pwrite at the datasets' offsets
- * (p->dsets[].offset, set on every rank), then fsyncs and closes. fault_errno != 0
- * (CHAOS builds): this rank's first write fails with it, instead of the call. On
- * failure why names what failed, the dataset, the file and the errno text, and *err is
- * the errno. */
+/* How a rank's writes learn of the other ranks' failures (ckpt.c, write_step): failed(arg)
+ * is true once another rank's part of the save failed; tell(arg) tells the others that
+ * this rank's failed. */
+typedef struct ckpt_peer_watch {
+    bool (*failed)(void *arg);
+    void (*tell)(void *arg);
+    void *arg;
+} ckpt_peer_watch;
+/* Every rank of comm, no communication of its own: writes its slices of every tensor
+ * (sharded groups: the ranges it holds) and its blob row(s) with pwrite at the datasets'
+ * offsets (p->dsets[].offset, set on every rank), then fsyncs and closes. fault_errno != 0
+ * (CHAOS builds): this rank's first write fails with it, instead of the call. On failure
+ * why names what failed, the dataset, the file and the errno text, *err is the errno,
+ * and watch->tell is called before the close. watch (NULL: none) is asked before each
+ * dataset, every 64 MiB inside one and before the fsync: when another rank failed, this
+ * one stops there (no fsync) and returns STATUS_PEER, why "stopped writing PATH after K
+ * of N datasets: another rank failed", *err 0. */
 status ckpt_file_write_slices(const char *path, MPI_Comm comm, const ckpt_plan *p, const ckpt_content *c,
-                              int fault_errno, char *why, int *err);
+                              int fault_errno, const ckpt_peer_watch *watch, char *why, int *err);
 
 /* ckpt_read.c — collective: opens, checks and reads one checkpoint file into c (see
  * ckpt_load); marker_step is what its COMMITTED marker says; the deadline is c->timeout_s. */

@@ -6,7 +6,10 @@
 #     30 s bound although comm.timeout is 300 s (waiting for the failed rank would end
 #     it only at the watchdog's deadline): exit 1, the error names rank 1, the file and
 #     the errno text; no .step_*.tmp left; step 3 committed, verified, and a relaunch
-#     resumes from it;
+#     resumes from it. The healthy rank 0 stops writing its slices early, once rank 1's
+#     failure is known, not after its whole share: the preload holds rank 0's first
+#     slice write until rank 1 has told the others (NEBULA_TEST_HOLD_RANK), and rank 0
+#     logs that it stopped after K of its N datasets, K < N;
 #   - a data file that shrinks under a running job (truncate -s 4096 once step 5 is
 #     committed): train.bin at 1 and 2 ranks, val.bin at 2 ranks. Exit 1 (not a bare
 #     SIGBUS, 135), an error naming the file and what happened; the newest committed
@@ -36,13 +39,22 @@ so=$tmp/eio_preload.so
 if ${CC:-cc} -shared -fPIC -O2 -o $so validation/cli/eio_preload.c -ldl; then
     d=$tmp/eio
     RUN_ARGS="--set data.train=$data/train.bin --steps 9" run $d 2 30 -x LD_PRELOAD=$so -x NEBULA_TEST_EIO_RANK=1 \
-        -x NEBULA_TEST_EIO_PATH=.step_00000006.tmp/state.h5
+        -x NEBULA_TEST_EIO_PATH=.step_00000006.tmp/state.h5 -x NEBULA_TEST_HOLD_RANK=0 \
+        -x NEBULA_TEST_EIO_SIGNAL=$tmp/eio.signal
     rc=$?
     check "rank 1's EIO writing step 6: exit 1 at once (not 124: the 30 s bound, against comm.timeout = 300 s), got $rc" \
         [ $rc -eq 1 ]
     check "the error names rank 1, the file and the errno" \
         grep -qE "not saved: rank 1: cannot write dataset /[^ ]+ of [^ ]*/\.step_00000006\.tmp/state\.h5: Input/output error" $d.log
     check "no .step_*.tmp left" no_tmp $d
+    # "nebula-train[host:0] ...: checkpoint of step 6: stopped writing PATH after K of N datasets: ..."
+    early() {
+        local kn
+        kn=$(sed -nE 's/.*:0\] [a-z]+: checkpoint of step 6: stopped writing [^ ]*\/\.step_00000006\.tmp\/state\.h5 after ([0-9]+) of ([0-9]+) datasets: another rank failed$/\1 \2/p' $d.log)
+        echo "    rank 0: stopped after (K N) = (${kn:-none})"
+        [ -n "$kn" ] && [ "${kn% *}" -lt "${kn#* }" ]
+    }
+    check "the healthy rank 0 stopped writing early, after fewer than all of its datasets" early
     step3() { [ "$(basename "$(newest $d)")" = step_00000003 ] && verifies $d; }
     check "step 3 is the newest committed checkpoint and verifies" step3
     RUN_ARGS="--set data.train=$data/train.bin --steps 9 --resume auto" run $d 2 60
