@@ -163,6 +163,10 @@ long chaos_newest_commit(const char *run_dir);
 long chaos_corrupt_newest(const char *run_dir, long bytes);
 /* Runs a command to completion (argv, NULL-terminated), output appended to log; exit code. */
 int chaos_run_cmd(const char *const *argv, const char *log);
+/* Writes a report file in OUT (report.md, report.json) by path_write_atomic: whole or not
+ * at all, and a symbolic link planted under its name is replaced, never written through.
+ * text NULL (out of memory) or a failed write: an error line; the exit code is unchanged. */
+void chaos_write_report(const char *path, const char *text);
 
 /* The scenario runner and the soak runner (scenario.c, soak.c); exit codes of main. */
 int chaos_run_scenario(const config *cfg, const char *out);

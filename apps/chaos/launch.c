@@ -21,6 +21,7 @@
 
 #include "chaos.h"
 #include "base/log.h"
+#include "base/path.h"
 
 double chaos_now(void)
 {
@@ -257,6 +258,18 @@ double chaos_log_final_loss(const char *log, long *step)
     }
     fclose(f);
     return loss;
+}
+
+static int report_fill(void *ctx, int fd)
+{
+    const char *text = ctx;
+    return path_write_all(fd, text, strlen(text));
+}
+
+void chaos_write_report(const char *path, const char *text)
+{
+    if (!text) log_error("cannot write %s: out of memory", path);
+    else (void)path_write_atomic(path, "report", report_fill, (void *)text);  /* logged there */
 }
 
 int chaos_run_cmd(const char *const *argv, const char *log)

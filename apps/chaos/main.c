@@ -125,6 +125,14 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
 static status fresh_out(const char *out)
 {
     char p[2 * CHAOS_PATH_MAX];
+    /* the files written under fixed names: the output rule (base/path.h) before anything
+     * is created or removed */
+    static const char *const files[] = { "report.md", "report.json", "samples.csv", "supervisor.log", "verify.log",
+                                         "reference.log", "diff.log" };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", out, files[i]);
+        TRY(path_output_check(p, "--out", NULL, 0));
+    }
     if (mkdir(out, 0755) != 0 && errno != EEXIST) {
         char parent[CHAOS_PATH_MAX];
         snprintf(parent, sizeof parent, "%s", out);
@@ -145,13 +153,6 @@ static status fresh_out(const char *out)
             log_error("cannot remove %s: %s (a tmpfs left mounted there? umount it)", p, log_errno_str());
             return STATUS_INPUT;
         }
-    }
-    /* the files written under fixed names: the output rule (base/path.h) before the run */
-    static const char *const files[] = { "report.md", "report.json", "samples.csv", "supervisor.log", "verify.log",
-                                         "reference.log", "diff.log" };
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        snprintf(p, sizeof p, "%s/%s", out, files[i]);
-        TRY(path_output_check(p, "--out", NULL, 0));
     }
     DIR *d = opendir(out);
     struct dirent *e;

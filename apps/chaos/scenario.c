@@ -705,7 +705,9 @@ static void scen_write_json(const scen *S, bool pass, const char *js_path)
     json_t *j = json_pack("{s:s, s:b, s:s?, s:i, s:o, s:o}", "scenario", x->name, "pass", pass && !chaos_interrupted,
                           "interrupted", chaos_interrupted ? chaos_signame(chaos_interrupted) : NULL, "launches",
                           x->nlaunches, "faults", jf, "invariants", jc);
-    json_dump_file(j, js_path, JSON_INDENT(2));
+    char *text = json_dumps(j, JSON_INDENT(2));
+    chaos_write_report(js_path, text);
+    free(text);
     json_decref(j);
 }
 
@@ -727,12 +729,20 @@ int chaos_run_scenario(const config *cfg, const char *out)
     char md_path[2 * CHAOS_PATH_MAX], js_path[2 * CHAOS_PATH_MAX];
     snprintf(md_path, sizeof md_path, "%s/report.md", out);
     snprintf(js_path, sizeof js_path, "%s/report.json", out);
-    FILE *md = fopen(md_path, "w");
-    scen_write_md(S, pass, stdout);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *md = open_memstream(&text, &len);
     if (md) {
         scen_write_md(S, pass, md);
-        fclose(md);
+        if (fclose(md) != 0) {
+            free(text);
+            text = NULL;
+        }
     }
+    if (text) fputs(text, stdout);
+    else scen_write_md(S, pass, stdout);
+    chaos_write_report(md_path, text);
+    free(text);
     scen_write_json(S, pass, js_path);
     printf("\nreport: %s and %s\n", md_path, js_path);
     free(x);

@@ -13,6 +13,7 @@
  * when it struck. Slopes are least-squares lines through the samples (per hour):
  * memory and descriptors per launch (a relaunch starts fresh processes; the first fifth of
  * each launch, at least 3 samples, is warm-up), disk over the whole soak. */
+#include <fcntl.h>
 #include <ftw.h>
 #include <jansson.h>
 #include <math.h>
@@ -24,6 +25,7 @@
 
 #include "chaos.h"
 #include "base/log.h"
+#include "base/path.h"
 #include "base/provenance.h"
 
 #define SOAK_MAX_FAULTS 4096
@@ -192,12 +194,23 @@ static void csv_row(FILE *f, const sample *p)
 }
 
 /* samples.csv is opened once every rank's host is known (its provenance line names them),
- * with the samples taken before; NULL, with a warning, when it cannot be written. */
+ * with the samples taken before; NULL, with a warning, when it cannot be written. It grows
+ * while the soak runs (tail -f), so it is not written atomically: whatever stands under
+ * its name (an earlier soak's file, a link planted there) is unlinked, never written
+ * through, and a fresh file is created (O_EXCL, O_NOFOLLOW). */
 static FILE *csv_open(const char *path, const json_t *prov, const sample *s, int ns)
 {
-    FILE *f = fopen(path, "w");
+    char why[256];
+    int fd;
+    unlink(path);
+    if (path_create_regular(path, O_EXCL, 0644, &fd, why, sizeof why) != 0) {
+        log_warn("soak: %s %s; the report still has the figures", path, why);
+        return NULL;
+    }
+    FILE *f = fdopen(fd, "w");
     if (!f) {
         log_warn("soak: cannot write %s: %s; the report still has the figures", path, log_errno_str());
+        close(fd);
         return NULL;
     }
     (void)provenance_write_csv_line(f, prov);  /* a failing file fails the rows too */
@@ -730,7 +743,9 @@ static void soak_write_json(const soak *S, const soak_result *r, const char *js_
     json_object_set_new(j, "final_step", json_integer(r->final));
     json_object_set_new(j, "worst_lost_steps", json_integer(r->worst_lost));
     json_object_set_new(j, "last_exit", json_integer(r->last->exit_code));
-    json_dump_file(j, js_path, JSON_INDENT(2));
+    char *text = json_dumps(j, JSON_INDENT(2));
+    chaos_write_report(js_path, text);
+    free(text);
     json_decref(j);
 }
 
@@ -752,12 +767,20 @@ int chaos_soak(const config *cfg, const char *out, json_t *prov)
     char md_path[2 * CHAOS_PATH_MAX], js_path[2 * CHAOS_PATH_MAX];
     snprintf(md_path, sizeof md_path, "%s/report.md", out);
     snprintf(js_path, sizeof js_path, "%s/report.json", out);
-    FILE *md = fopen(md_path, "w");
-    soak_write_md(&S, &r, stdout);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *md = open_memstream(&text, &len);
     if (md) {
         soak_write_md(&S, &r, md);
-        fclose(md);
+        if (fclose(md) != 0) {
+            free(text);
+            text = NULL;
+        }
     }
+    if (text) fputs(text, stdout);
+    else soak_write_md(&S, &r, stdout);
+    chaos_write_report(md_path, text);
+    free(text);
     soak_write_json(&S, &r, js_path);
     printf("\nreport: %s, %s and %s\n", md_path, js_path, S.csv_path);
     free(S.s);

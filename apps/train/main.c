@@ -108,15 +108,13 @@ static int prepare_main(int argc, char **argv)
         return 2;
     }
     char train[4200], val[4200];
-    if (path_mkdirs(out, "output directory") != STATUS_OK) {
-        free(files);
-        return 1;
-    }
     snprintf(train, sizeof train, "%s/train.bin", out);
     snprintf(val, sizeof val, "%s/val.bin", out);
-    /* the output rule (base/path.h): neither may be an input, a device or a run's file */
+    /* the output rule (base/path.h) before the directory is created: neither may be an
+     * input, a device or a run's file, nor inside a checkpoint */
     status st = path_output_check(train, "prepare", files, nfiles);
     if (st == STATUS_OK) st = path_output_check(val, "prepare", files, nfiles);
+    if (st == STATUS_OK && path_mkdirs(out, "output directory") != STATUS_OK) st = STATUS_IO;
     if (st == STATUS_OK) st = data_prepare_text(files, nfiles, train, val, frac);
     free(files);
     if (st == STATUS_OK) printf("wrote %s and %s\n", train, val);

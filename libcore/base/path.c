@@ -264,8 +264,9 @@ status path_write_atomic(const char *path, const char *what, int (*fill)(void *c
 /* ---- the output rule (docs/design.md#outputs) ---- */
 
 /* A run directory's own files, and its directories whose every file is the run's. */
-static const char *const run_files[] = { "lock", "heartbeat", "relaunch", "beacons", "control",
-                                         "config.ini", "metrics.jsonl", "trace.json", "profile.json" };
+static const char *const run_files[] = { "lock", "heartbeat", "relaunch", "beacons", "control", "control.applied",
+                                         "control.rejected", "config.ini", "metrics.jsonl", "trace.json",
+                                         "profile.json", "profile-shapes" };
 static const char *const run_subdirs[] = { "ckpt", "reload", "tb" };
 #define NELEMS(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -293,51 +294,52 @@ static const char *shown(const char *dir, char *buf)
     return realpath(dir, buf) ? buf : dir;
 }
 
-static status output_refuse(const char *flag, const char *out, const char *what)
+/* p: the nearest directory of p that exists, p itself when it does (*cur its stat); the
+ * name below it on the way to the missing one in `child` ("" when p exists). The number
+ * of names taken off, -1 when nothing of it exists. */
+static int nearest_existing(char *p, size_t cap, struct stat *cur, char *child, size_t clen)
 {
-    log_error0("%s %s: %s\nHINT: give another path: an output never replaces a device, a FIFO, an input of the "
-               "same command, a run directory's own files or a checkpoint (docs/design.md#outputs)", flag, out, what);
-    return STATUS_INPUT;
+    int missing = 0;
+    child[0] = '\0';
+    for (; stat(p, cur) != 0; missing++) {
+        size_t n = strlen(p);
+        while (n > 1 && p[n - 1] == '/') p[--n] = '\0';
+        char *s = strrchr(p, '/');
+        if (!s && !strcmp(p, ".")) return -1;
+        snprintf(child, clen, "%s", s ? s + 1 : p);
+        if (!s) snprintf(p, cap, ".");
+        else s[s == p ? 1 : 0] = '\0';
+    }
+    return missing;
 }
 
-/* Every directory above out, from its parent up to /, walked by "..": none may be a
- * committed checkpoint, nor a run directory whose own file out would be (the parent) or
- * whose ckpt/, reload/ or tb/ holds it. */
-static status output_ancestors(const char *out, const char *flag, const struct stat *osb)
+bool path_in_run_state(const char *dir, char *what, size_t len, bool *self)
 {
-    char p[PATH_MAX + 16], msg[2 * PATH_MAX + 256], res[PATH_MAX];
-    const char *slash = strrchr(out, '/'), *base = slash ? slash + 1 : out;
-    if (!slash) snprintf(p, sizeof p, ".");
-    else snprintf(p, sizeof p, "%.*s", slash == out ? 1 : (int)(slash - out), out);
+    char p[PATH_MAX + 16], res[PATH_MAX], child[NAME_MAX + 1];
     struct stat cur, prev;
-    if (stat(p, &cur) != 0) return STATUS_OK;  /* no parent: the writer fails, nothing is replaced */
+    int missing = -1;
+    *self = false;
+    if (snprintf(p, sizeof p, "%s", dir) < (int)sizeof p)
+        missing = nearest_existing(p, sizeof p, &cur, child, sizeof child);
+    if (missing < 0) return false;
+    /* the place found is dir itself when it lies no name above dir */
     for (int level = 0; level < PATH_MAX / 4; level++) {
         if (path_holds(p, "COMMITTED")) {
-            snprintf(msg, sizeof msg, "%s is a committed checkpoint, and the output would be inside it",
-                     shown(p, res));
-            return output_refuse(flag, out, msg);
+            *self = missing + level == 0;
+            snprintf(what, len, "the committed checkpoint %s", shown(p, res));
+            return true;
         }
-        if (path_is_run_dir(p)) {
-            for (size_t i = 0; level == 0 && i < NELEMS(run_files); i++) {
-                char f[PATH_MAX + 64];
-                struct stat fsb;
-                snprintf(f, sizeof f, "%s/%s", p, run_files[i]);
-                if (strcmp(base, run_files[i]) != 0 &&
-                    !(osb && lstat(f, &fsb) == 0 && same_file(osb, &fsb)))
-                    continue;
-                snprintf(msg, sizeof msg, "it would replace %s, a file the run directory %s keeps", run_files[i],
-                         shown(p, res));
-                return output_refuse(flag, out, msg);
-            }
-            for (size_t i = 0; level > 0 && i < NELEMS(run_subdirs); i++) {
-                char d[PATH_MAX + 64];
-                struct stat dsb;
-                snprintf(d, sizeof d, "%s/%s", p, run_subdirs[i]);
-                if (stat(d, &dsb) != 0 || !same_file(&dsb, &prev)) continue;
-                snprintf(msg, sizeof msg, "it would be inside %s/, which holds the run directory %s's own files",
-                         run_subdirs[i], shown(p, res));
-                return output_refuse(flag, out, msg);
-            }
+        for (size_t i = 0; path_is_run_dir(p) && i < NELEMS(run_subdirs); i++) {
+            char d[PATH_MAX + 64];
+            struct stat dsb;
+            snprintf(d, sizeof d, "%s/%s", p, run_subdirs[i]);
+            /* at the first level the directory on the way is one still to be created */
+            if (level == 0 ? strcmp(child, run_subdirs[i]) != 0 : stat(d, &dsb) != 0 || !same_file(&dsb, &prev))
+                continue;
+            snprintf(what, len, "%s/ of the run directory %s, which holds only that run's own files", run_subdirs[i],
+                     shown(p, res));
+            *self = missing + level == 1;
+            return true;
         }
         prev = cur;
         size_t n = strlen(p);
@@ -345,7 +347,39 @@ static status output_ancestors(const char *out, const char *flag, const struct s
         memcpy(p + n, "/..", 4);
         if (stat(p, &cur) != 0 || same_file(&cur, &prev)) break;  /* / is its own parent */
     }
-    return STATUS_OK;
+    return false;
+}
+
+static status output_refuse(const char *flag, const char *out, const char *what)
+{
+    log_error0("%s %s: %s\nHINT: give another path: an output never replaces a device, a FIFO, an input of the "
+               "same command, a run directory's own files or a checkpoint (docs/design.md#outputs)", flag, out, what);
+    return STATUS_INPUT;
+}
+
+/* The directory out would be written in: not a run directory whose own file out would be,
+ * and, with every directory above it, not a committed checkpoint nor a run directory's
+ * ckpt/, reload/ or tb/ (path_in_run_state: a directory still to be created counts as inside
+ * the one it would be created in). */
+static status output_ancestors(const char *out, const char *flag, const struct stat *osb)
+{
+    char p[PATH_MAX + 16], msg[2 * PATH_MAX + 256], res[PATH_MAX], what[2 * PATH_MAX + 128];
+    const char *slash = strrchr(out, '/'), *base = slash ? slash + 1 : out;
+    if (!slash) snprintf(p, sizeof p, ".");
+    else snprintf(p, sizeof p, "%.*s", slash == out ? 1 : (int)(slash - out), out);
+    for (size_t i = 0; path_is_run_dir(p) && i < NELEMS(run_files); i++) {
+        char f[PATH_MAX + 64];
+        struct stat fsb;
+        snprintf(f, sizeof f, "%s/%s", p, run_files[i]);
+        if (strcmp(base, run_files[i]) != 0 && !(osb && lstat(f, &fsb) == 0 && same_file(osb, &fsb))) continue;
+        snprintf(msg, sizeof msg, "it would replace %s, a file the run directory %s keeps", run_files[i],
+                 shown(p, res));
+        return output_refuse(flag, out, msg);
+    }
+    bool self;
+    if (!path_in_run_state(p, what, sizeof what, &self)) return STATUS_OK;
+    snprintf(msg, sizeof msg, "it would be inside %s", what);
+    return output_refuse(flag, out, msg);
 }
 
 status path_output_check(const char *out, const char *flag, const char *const *inputs, int ninputs)

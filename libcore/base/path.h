@@ -74,13 +74,24 @@ status path_write_atomic(const char *path, const char *what, int (*fill)(void *c
  *   - one of `inputs` (the command's input files), compared by device and inode, so a
  *     hard link or another spelling of an input is the input;
  *   - a file a run directory keeps (lock, heartbeat, relaunch, beacons, control,
- *     config.ini, metrics.jsonl, trace.json, profile.json), or any path inside its ckpt/,
- *     reload/ or tb/, or inside a committed checkpoint (a directory holding COMMITTED),
- *     whether or not that run directory is an input; the directories above the output
- *     are walked by "..", so a link on the way does not hide one.
+ *     control.applied, control.rejected, config.ini, metrics.jsonl, trace.json,
+ *     profile.json, profile-shapes), or any path inside its ckpt/, reload/ or tb/, or
+ *     inside a committed checkpoint (a directory holding COMMITTED), whether or not that
+ *     run directory is an input (path_in_run_state).
  * A new name in a run directory (RUN_DIR/report.html) is allowed; a symbolic link under
- * the output's name is replaced by the rename, its target untouched. */
+ * the output's name is allowed only for a writer that replaces it (path_write_atomic's
+ * rename, or unlink and an O_EXCL create): its target is never written. */
 status path_output_check(const char *out, const char *flag, const char *const *inputs, int ninputs);
+
+/* Whether dir is, or lies inside, a committed checkpoint (a directory holding COMMITTED)
+ * or a run directory's ckpt/, reload/ or tb/: the places whose every file belongs to a run.
+ * dir need not exist: its missing tail counts as created inside its nearest existing
+ * directory (RUN_DIR/ckpt/new is inside ckpt/ even before RUN_DIR/ckpt exists). The
+ * directories above are walked by "..", so a link on the way does not hide one. true
+ * with `what` naming the place ("the committed checkpoint /abs/RUN/ckpt/step_00000004",
+ * "tb/ of the run directory /abs/RUN, ...") and *self when dir itself is that place.
+ * The output rule's walk, and the trainer's check of its own --run-dir. */
+bool path_in_run_state(const char *dir, char *what, size_t len, bool *self);
 
 /* Whether dir holds a run: the lock file every run creates at its start, metrics.jsonl or
  * heartbeat (regular files, not links). */

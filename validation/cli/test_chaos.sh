@@ -8,10 +8,12 @@
 #              report has goodput, time to recover per fault, slopes, verified checkpoints;
 #              samples.csv and report.json carry the soak's provenance (its 2 ranks' hosts);
 #              `make check-long`; soak-short, its sibling in `make check`: 56 seconds, 4
-#              faults (the first round's shuffle of the six kinds), the same checks;
+#              faults (the first round's shuffle of the six kinds), the same checks; a
+#              link planted as samples.csv is replaced, never written through;
 #   errors     usage and input errors exit 2 naming the problem, and the invariants can
 #              fail: a run allowed only one launch does not reach its target (exit 1,
-#              the report says which invariant failed).
+#              the report says which invariant failed); symbolic links planted as its
+#              report.md and report.json are replaced, their target never written.
 #   refuse     every scenario value is checked before anything runs (exit 2 naming FILE:LINE
 #              or --set, the key and the valid values): signals, rank shares, errno, soak
 #              faults, binary garbage, an empty file, a FIFO; a missing CHAOS build is
@@ -68,9 +70,15 @@ errors)
         $CHAOS run kill-30pct --out "$tmp/b" --set fault.at=12,99
     expect "a bad soak duration" 2 "soak.duration" -- $CHAOS soak --duration 3w --out "$tmp/s"
     expect "list shows the shipped scenarios" 0 "remove-40pct-devices" -- $CHAOS list
-    # the invariants can fail: one launch only, a kill at step 15 -> the target is not reached
+    # the invariants can fail: one launch only, a kill at step 15 -> the target is not reached;
+    # links planted as its reports (to another file) are replaced, never written through
+    mkdir -p "$tmp/one" && echo keep >"$tmp/other"
+    ln -s "$tmp/other" "$tmp/one/report.md" && ln -s "$tmp/other" "$tmp/one/report.json"
     expect "one launch allowed: exit 1" 1 "**FAIL**" -- \
         $CHAOS run kill-30pct --out "$tmp/one" --set scenario.max_launches=1 --set fault.at=15
+    check "links planted as report.md and report.json: replaced by the reports, their target untouched" \
+        test ! -L "$tmp/one/report.md" -a ! -L "$tmp/one/report.json" -a -f "$tmp/one/report.md" -a \
+        "$(cat "$tmp/other")" = keep
     check_fail() {
         $PY - "$tmp/one/report.json" <<'PYEOF'
 import json, sys
@@ -161,6 +169,7 @@ soak|soak-short)
     if [ "$what" = soak ]; then secs=100 nf=7 nkinds=6 rows=40 verified=5
     else secs=56 nf=4 nkinds=4 rows=20 verified=3; fi
     out=$tmp/soak
+    mkdir -p "$out" && echo keep >"$tmp/other" && ln -s "$tmp/other" "$out/samples.csv"
     expect "a $secs-second soak with every fault kind passes" 0 "nebula-chaos soak: PASS" -- \
         $CHAOS soak --duration ${secs}s --fault-every 14s --sample-every 2s --set scenario.ranks=2 --out "$out" \
         --set scenario.heartbeat_timeout=8 --set soak.max_throughput_drop=0.9 --set soak.max_fds_per_h=5000 \
@@ -185,6 +194,8 @@ PYEOF
     then echo "ok - soak report: $nf faults of $nkinds kinds struck and recovered from, goodput, slopes, verified checkpoints"
     else echo "FAIL - soak report"; fails=$((fails + 1)); fi
     $PY validation/cli/provenance_check.py --ranks 2 "$out/samples.csv" "$out/report.json" || fails=$((fails + 1))
+    check "a link planted as samples.csv: replaced, its target untouched" \
+        test ! -L "$out/samples.csv" -a "$(cat "$tmp/other")" = keep
     ;;
 *)
     ini=chaos/$what.ini

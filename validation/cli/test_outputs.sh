@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # test_outputs — the one output rule and the safe opens (docs/design.md#outputs):
 #   - lint: every call in libcore/ and apps/ that writes, creates or renames a file (rename,
-#     fopen "w"/"a", O_CREAT/O_WRONLY/O_RDWR, json_dump_file, H5Fcreate, link, ...) is in
+#     renameat, fopen "w"/"a"/"r+", O_CREAT/O_WRONLY/O_RDWR, json_dump_file, H5Fcreate, link,
+#     linkat, symlink, truncate, ftruncate, ...) is in
 #     the list below with the reason it is safe (the output rule checked first, or a
 #     file Nebula names itself); every call that opens a file to read it (open, fopen,
 #     H5Fopen, json_load_file) that is not path_open_regular / path_open_own is listed
 #     too. A new site fails the test until it is listed, a listed site that is gone too;
 #   - nebula-report --out RUN_DIR/metrics.jsonl, a committed checkpoint's state.h5,
-#     config.ini and heartbeat exit 2 naming the file, and leave every file of the run
+#     config.ini, heartbeat, profile-shapes and control.applied exit 2 naming the file,
+#     and leave every file of the run
 #     directory as it was (checksums);
 #   - a scratch character device (mknod) as profile.shapes, report --out, convert --out,
 #     reshard --out, migrate-config -o, bench --out exits 2 and stays a character device; prepare's
@@ -16,6 +18,10 @@
 #   - a symbolic link as RUN_DIR/reload/v000001.req (to a file with a secret line) is
 #     refused naming the link, and no file of the run directory holds the secret;
 #   - /proc/self/status and a link to /proc/self/mem as --config exit 2 (read as empty);
+#   - --run-dir a committed checkpoint, inside one, or inside another run's ckpt/ or tb/
+#     exits 2 naming the place and creates nothing; so do prepare into a new directory
+#     inside a checkpoint and nebula-chaos --out there; nebula-chaos checks its outputs
+#     before it removes OUT/run;
 #   - nebula-train control on a directory without a run exits 2 and creates nothing;
 #     migrate-config exits 2 when it cannot write its output.
 set -u
@@ -38,11 +44,8 @@ W apps/chaos/ranks.c | fopen(tmp, "w") | the rank registry in the scenario's own
 W apps/chaos/ranks.c | rename(tmp, path) | the same registry entry, renamed whole
 W apps/chaos/ranks.c | open(log, O_WRONLY | O_APPEND | O_CREAT | a rank's log in the scenario's own directory
 W apps/chaos/scenario.c | open(path, O_WRONLY | O_CREAT | O_TRUNC | the disk-full fault's filler in the scenario's tmpfs
-W apps/chaos/scenario.c | json_dump_file(j, js_path | OUT/report.json: path_output_check in fresh_out
-W apps/chaos/scenario.c | fopen(md_path, "w") | OUT/report.md: path_output_check in fresh_out
-W apps/chaos/soak.c | fopen(path, "w") | OUT/samples.csv: path_output_check in fresh_out
-W apps/chaos/soak.c | json_dump_file(j, js_path | OUT/report.json: path_output_check in fresh_out
-W apps/chaos/soak.c | fopen(md_path, "w") | OUT/report.md: path_output_check in fresh_out
+W apps/chaos/launch.c | path_write_atomic(path, "report" | OUT/report.md and OUT/report.json: path_output_check in fresh_out
+W apps/chaos/soak.c | fdopen(fd, "w") | OUT/samples.csv: path_output_check in fresh_out; the name unlinked, a fresh file made by path_create_regular (O_EXCL, O_NOFOLLOW)
 W apps/report/main.c | path_write_atomic(out, "report" | --out: path_output_check in main
 W libcore/base/config_migrate.c | path_write_atomic(out, "migrated config" | -o: path_output_check in config_migrate
 W libcore/base/watchdog.c | open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | RUN_DIR/beacons, the run's own file, never through a link
@@ -60,14 +63,19 @@ W libcore/ckpt/tool/llmc.c | path_write_atomic(path, "llm.c model file" | conver
 W libcore/ckpt/tool/safetensors.c | path_write_atomic(path, "safetensors file" | convert --to safetensors --out: path_output_check in convert_to
 W libcore/comm/comm_tune.c | path_write_atomic(path, "tuning table" | --save-tune: path_output_check at the start of bench_comm_run
 W libcore/data/data_prepare.c | rename(o->tmp, o->path) | prepare's token files: path_output_check in prepare_main; both renamed once complete
+W libcore/record/tfevent.c | ftruncate(w->fd, w->size) | cuts a torn record off its own event file, created by path_create_regular (O_EXCL)
 W libcore/record/tracefile.c | fdopen(fd2, "w") | inside path_write_atomic's fill: the temporary it created
 W libcore/record/tracefile.c | path_write_atomic(path, "trace" | RUN_DIR/trace.json, the run's own file
+W libcore/train/control/elastic.c | ftruncate(r->heartbeat_fd | sizes RUN_DIR/heartbeat, opened by path_create_regular (O_NOFOLLOW)
 W libcore/train/control/elastic.c | rename(path, to) | RUN_DIR/control retired under another name in the run directory (a rename moves a link, never writes its target)
 W libcore/train/control/elastic.c | path_write_atomic(path, "relaunch file" | RUN_DIR/relaunch, the run's own file
 W libcore/train/control/reload.c | path_write_atomic(tmp, "reload request" | RUN_DIR/reload/.vN.tmp.PID, a fresh name in a run directory (reload_run_dir)
 W libcore/train/control/reload.c | link(tmp, path) | the request's version claimed by link(2), which never replaces an existing name
 W libcore/train/control/reload.c | path_write_atomic(path, "reload answer" | RUN_DIR/reload/vN.applied or .rejected, the run's own files
+W libcore/train/control/rundir.c | ftruncate(r->lock_fd, 0) | empties RUN_DIR/lock, the run's own file opened by train_rundir_open_file (O_NOFOLLOW)
 W libcore/train/control/rundir.c | path_write_atomic(path, "resolved config" | RUN_DIR/config.ini, the run's own file
+W libcore/train/observe/metrics.c | ftruncate(fd, keep) | cuts a torn last record off RUN_DIR/metrics.jsonl, opened O_NOFOLLOW and refused unless regular (fstat)
+W libcore/train/observe/metrics.c | ftruncate(r->metrics_fd | cuts a torn record off RUN_DIR/metrics.jsonl, the run's own file (train_rundir_open_file)
 W libcore/train/observe/metrics.c | open(path, O_RDWR | O_NOFOLLOW | RUN_DIR/metrics.jsonl, never through a link, refused unless regular
 W libcore/train/observe/profile.c | path_write_atomic(path, "profile" | RUN_DIR/profile.json, the run's own file
 W libcore/train/observe/profile.c | path_write_atomic(p->shapes_path | profile.shapes: shapes_check (path_output_check) at setup
@@ -95,8 +103,9 @@ R libcore/train/observe/profile.c | fopen("/proc/meminfo", "r") | a fixed system
 EOF
 lint=$($PY - "$tmp/allow.txt" <<'PY'
 import glob, re, sys
-W = re.compile(r'\brename\(|\bfopen\([^;]*"[wa]|\bO_CREAT\b|\bO_WRONLY\b|\bO_RDWR\b|\bjson_dump_file\(|\bH5Fcreate\('
-               r'|\bfdopen\(|\bpath_write_atomic\(|(?<![A-Za-z0-9_])link\(|H5F_ACC_RDWR|\bmkstemp|\bfreopen\(|\bcreat\(')
+W = re.compile(r'\brename(at2?)?\(|\bfopen\([^;]*"([wa]|r\+)|\bO_CREAT\b|\bO_WRONLY\b|\bO_RDWR\b|\bjson_dump_file\('
+               r'|\bH5Fcreate\(|\bfdopen\(|\bpath_write_atomic\(|(?<![A-Za-z0-9_])link(at)?\(|\bsymlink(at)?\('
+               r'|\bf?truncate\(|H5F_ACC_RDWR|\bmkstemp|\bfreopen\(|\bcreat\(')
 R = re.compile(r'\bfopen\(|(?<![A-Za-z0-9_.>])open\(|\bH5Fopen\(|\bjson_load_file\(|\bjson_load_fd\(')
 # the safe functions themselves (regular files only, never blocking; O_NOFOLLOW in the run
 # directory) and directory fds opened to fsync a rename
@@ -145,10 +154,26 @@ S=$R/ckpt/step_00000004
 check "a run directory with committed checkpoints" test -f "$S/COMMITTED" -a -f "$R/metrics.jsonl" -a -f "$R/heartbeat"
 sums() { (cd "$R" && find . -type f | sort | xargs md5sum); }
 before=$(sums)
-for out in metrics.jsonl ckpt/step_00000004/state.h5 config.ini heartbeat; do
+for out in metrics.jsonl ckpt/step_00000004/state.h5 config.ini heartbeat profile-shapes control.applied; do
     expect "report --out RUN_DIR/$out: exit 2 naming it" 2 "--out $R/$out:" -- $REPORT "$R" --out "$R/$out"
 done
 check "... every file of the run directory is as it was (checksums)" test "$(sums)" = "$before"
+
+# --- the trainer's own output: --run-dir ---------------------------------------------------
+# a committed checkpoint, a directory inside one, and another run's ckpt/ and tb/ (tb/ not
+# there yet): exit 2 naming the run directory and the place, before anything is created
+rundir_at() { timeout -k 5 60 $TRAIN --config configs/train/gpt2-tiny-licenses.ini --run-dir "$1" \
+    --set data.train=synthetic-fixed --set data.val= --set optim.warmup_steps=0 --set train.steps=1 --set train.threads=1 \
+    --set runtime.bind=none </dev/null; }
+expect "--run-dir a committed checkpoint: exit 2" 2 "run directory $S is the committed checkpoint" -- rundir_at "$S"
+expect "--run-dir inside a committed checkpoint: exit 2" 2 \
+    "run directory $S/sub lies inside the committed checkpoint" -- rundir_at "$S/sub"
+expect "--run-dir inside another run's ckpt/: exit 2" 2 "run directory $R/ckpt/other lies inside ckpt/ of the run directory" \
+    -- rundir_at "$R/ckpt/other"
+expect "--run-dir inside another run's tb/ (still to be created): exit 2" 2 \
+    "run directory $R/tb/other lies inside tb/ of the run directory" -- rundir_at "$R/tb/other"
+check "... nothing created there, every file of the run directory as it was" \
+    test ! -e "$S/sub" -a ! -e "$R/ckpt/other" -a ! -e "$R/tb" -a "$(sums)" = "$before"
 
 # --- a device node and a FIFO as outputs -------------------------------------------------
 mknod "$tmp/node" c 1 3
@@ -178,6 +203,18 @@ check "... the FIFO is still a FIFO" test -p "$tmp/fifo"
 mkdir -p "$tmp/text" && cp /usr/share/common-licenses/GPL-3 "$tmp/text/train.bin"
 expect "prepare onto its own input: exit 2 naming it" 2 "it is the input $tmp/text/train.bin" -- \
     $TRAIN prepare "$tmp/text" "$tmp/text/train.bin"
+expect "prepare into a new directory inside a committed checkpoint: exit 2" 2 "it would be inside the committed checkpoint" \
+    -- $TRAIN prepare "$S/tok/en" "$tmp/text/train.bin"
+check "... the directory is not created" test ! -e "$S/tok"
+
+# --- nebula-chaos: its --out checked before OUT/run is removed ----------------------------
+mkdir -p "$tmp/co/run" && : >"$tmp/co/run/keep" && mknod "$tmp/co/report.md" c 1 3
+expect "nebula-chaos --out with a device as report.md: exit 2" 2 "$tmp/co/report.md: it is a character device" -- \
+    build/bin/nebula-chaos run kill-30pct --out "$tmp/co"
+check "... OUT/run is left as it was" test -e "$tmp/co/run/keep"
+expect "nebula-chaos --out inside a committed checkpoint: exit 2" 2 "it would be inside the committed checkpoint" -- \
+    build/bin/nebula-chaos run kill-30pct --out "$S/chaos"
+check "... nothing created there" test ! -e "$S/chaos"
 
 # --- a link as a hot-reload request ------------------------------------------------------
 printf 'version = 1\noptim.lr = 0.0123456\n# SECRET-7f3a\n' >"$tmp/secret"

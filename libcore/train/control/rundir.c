@@ -31,6 +31,7 @@
  *   rundir.release emptying the holder at the end -> a warning; exit code unchanged */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -162,8 +163,23 @@ static void rundir_write_holder(train_run *r)
                  "be told who holds it", r->run_dir, strerror(errno ? errno : EIO));
 }
 
+/* --run-dir is the run's own output (docs/design.md#outputs): checked before anything is
+ * created, it is neither a committed checkpoint nor inside one, nor inside another run's
+ * ckpt/, reload/ or tb/, where its lock, metrics.jsonl and config.ini would mix with files
+ * that belong to that run. */
+static status rundir_check_place(const train_run *r)
+{
+    char what[2 * PATH_MAX + 128];
+    bool self;
+    if (!path_in_run_state(r->run_dir, what, sizeof what, &self)) return STATUS_OK;
+    log_error("run directory %s %s %s: the run would write its lock, metrics.jsonl and config.ini there\n"
+              "HINT: give another --run-dir (docs/design.md#outputs)", r->run_dir, self ? "is" : "lies inside", what);
+    return STATUS_INPUT;
+}
+
 status train_rundir_lock(train_run *r)
 {
+    TRY(rundir_check_place(r));
     TRY(path_mkdirs(r->run_dir, "run directory"));
     int fd;
     TRY(train_rundir_open_file(r, "lock", O_RDWR | O_CREAT, &r->rundir_fault, "rundir.open", &fd));

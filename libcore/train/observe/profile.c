@@ -227,11 +227,20 @@ static int train_inputs(const config *cfg, char store[][CONFIG_ORIGIN_MAX], cons
 /* Rank 0: the record may be read and then replaced (the output rule, base/path.h). */
 static status shapes_check(const train_run *r, const train_profile *p)
 {
+    if (p->shapes_own) {
+        /* the run's own file, which the output rule refuses to anyone else: only what the
+         * rename of path_write_atomic cannot replace (a link it can) is refused here */
+        struct stat sb;
+        if (lstat(p->shapes_path, &sb) != 0 || S_ISREG(sb.st_mode) || S_ISLNK(sb.st_mode)) return STATUS_OK;
+        log_error0("profile.shapes (RUN_DIR/profile-shapes) %s: it is %s; the run writes its record of seen shapes "
+                   "only as a regular file\nHINT: remove it, or give profile.shapes another path", p->shapes_path,
+                   path_kind(sb.st_mode));
+        return STATUS_INPUT;
+    }
     char store[16][CONFIG_ORIGIN_MAX];
     const char *list[16];
     int n = train_inputs(r->cfg, store, list, 16);
-    return path_output_check(p->shapes_path, p->shapes_own ? "profile.shapes (RUN_DIR/profile-shapes)" : "profile.shapes",
-                             list, n);
+    return path_output_check(p->shapes_path, "profile.shapes", list, n);
 }
 
 /* The step's laps, as an observer of the step (train_observe). */
