@@ -106,24 +106,47 @@ nebula_launch() {
 # nebula_ranks_outcome RC LOG: the exit status the ranks meant, printed. A launcher's own
 # code can hide it: mpirun that gets SIGTERM (scancel, a time limit, a node's shutdown)
 # returns 1 even when every rank checkpointed and exited 3. Code 3 is read from the run's
-# log instead: rank 0's line "stopping at step N ... checkpoint committed ...; exit code 3"
-# (written after the collective commit, so it speaks for every rank) and, as the durable
-# proof, the COMMITTED marker of that step's checkpoint ("checkpoint committed: DIR" line).
-# Any other code is kept: 5 (a monitor rule's stop action: a person decides, never
-# requeued), 1 (a failure, a diverged run).
+# log instead: rank 0's last line "stopping at step N of M on request ...; exit code 3"
+# (written after the collective step end, so it speaks for every rank), in one of two
+# forms, each with the durable proof, the COMMITTED marker of a checkpoint:
+#   "... checkpoint committed, a relaunch resumes from it; exit code 3": step N's, found
+#     through the "checkpoint committed: DIR" line;
+#   "... no checkpoint written (...); the last committed checkpoint is step K at DIR, a
+#     relaunch resumes from it; exit code 3" (a stop while non-finite steps are being
+#     skipped: nothing is committed then): DIR's, of step K.
+# A withheld stop with nothing committed yet, and any other code, keep the launcher's:
+# 5 (a monitor rule's stop action: a person decides, never requeued), 1 (a failure, a
+# diverged run).
 nebula_ranks_outcome() {
-    local rc=$1 log=$2 step dir
+    local rc=$1 log=$2 line stop step dir rest n
     case "$rc" in 0|2|3|4|5) echo "$rc"; return ;; esac
-    step=$(grep -a -o '^stopping at step [0-9]* of [0-9]* on request .*checkpoint committed.*exit code 3$' "$log" 2>/dev/null |
-           tail -1 | awk '{ print $4 }')
-    if [ -n "$step" ]; then
-        dir=$(grep -a -o "checkpoint committed: .*/step_0*$step\$" "$log" | tail -1 | sed 's/^checkpoint committed: //')
-        if [ -n "$dir" ] && [ -f "$dir/COMMITTED" ]; then
+    line=$(grep -a '^stopping at step [0-9]* of [0-9]* on request .*; exit code 3$' "$log" 2>/dev/null | tail -1)
+    stop=$(awk '{ print $4 }' <<<"$line")
+    case "$line" in
+        *"; the last committed checkpoint is step "*" at "*", a relaunch resumes from it; exit code 3")
+            rest=${line#*; the last committed checkpoint is step }
+            step=${rest%% at *}
+            dir=${rest#* at }
+            dir=${dir%, a relaunch resumes from it; exit code 3}
+            # the step named and the directory's agree, or nothing is proven
+            case "$step" in ''|*[!0-9]*) step=none ;; esac
+            n=${dir##*/step_}
+            case "$dir" in */step_*) ;; *) n= ;; esac
+            case "$n" in ''|*[!0-9]*) dir= ;; *) [ "$((10#$n))" = "$step" ] || dir= ;; esac ;;
+        *"checkpoint committed"*)
+            step=$stop
+            dir=$(grep -a -o "checkpoint committed: .*/step_0*$step\$" "$log" | tail -1 | sed 's/^checkpoint committed: //') ;;
+    esac
+    if [ -n "$dir" ] && [ -f "$dir/COMMITTED" ]; then
+        if [ "$step" = "$stop" ]; then
             echo "$(date -Is) the launcher exited $rc, but the ranks stopped at step $step with the checkpoint" \
                 "committed ($dir): outcome 3" >&2
-            echo 3
-            return
+        else
+            echo "$(date -Is) the launcher exited $rc, but the ranks stopped at step $stop, where no checkpoint was" \
+                "written (non-finite steps skipped), the last committed one being step $step ($dir): outcome 3" >&2
         fi
+        echo 3
+        return
     fi
     echo "$rc"
 }

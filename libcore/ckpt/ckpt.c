@@ -274,7 +274,9 @@ static status agree_phase(comm_ctl ctl, const ckpt_content *c, size_t bytes, sta
 {
     if (st != STATUS_OK) watchdog_failed(c->wd, why[0] ? why : status_str(st));
     ctl.timeout_s = ckpt_guard_s(ctl.timeout_s, bytes);
-    return agree_from(ctl, st, stopped, why, CKPT_WHY_MAX, err, who);
+    status agreed = agree_from(ctl, st, stopped, why, CKPT_WHY_MAX, err, who);
+    if (agreed != STATUS_TIMEOUT) watchdog_failed(c->wd, NULL);  /* every rank knows: a later hang is not this */
+    return agreed;
 }
 
 /* ckpt_write_step with the CHAOS faults of `chaos` (NULL: none). No collective HDF5 or

@@ -8,6 +8,7 @@
  * The one design decision: everything a step end acts on is agreed in one small
  * allreduce (MAX of five flags) before anyone acts, so every rank checkpoints,
  * applies a control file or stops at the same step — never some ranks alone. */
+#include <inttypes.h>
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
@@ -47,6 +48,28 @@ static status train_checkpoint(train_run *r)
                (p.save_s + p.fence_s + p.finish_s) * 1e3, p.save_s * 1e3, p.fence_s * 1e3, p.finish_s * 1e3,
                p.copy_s * 1e3, p.bytes, (double)p.bytes / p.write_s / 1e6);
     printf("\n");
+    return STATUS_OK;
+}
+
+/* Rank 0's line for a stop on request, after the step end's checkpoint or its withholding
+ * (collective: a background save still running commits first). jobscripts/lib.sh reads it
+ * when a launcher's exit code hides the ranks' 3 (nebula_ranks_outcome): its wording is a
+ * format. A withheld checkpoint names the last commit, the state a relaunch resumes. */
+static status train_stop_line(train_run *r, bool withheld)
+{
+    if (withheld) TRY(ckpt_wait(r->ckpt));
+    if (r->rt->rank != 0) return STATUS_OK;
+    printf("stopping at step %ld of %ld on request (SIGTERM or SIGUSR2): ", r->step, r->steps);
+    char path[4300];
+    int64_t at;
+    if (!r->ckpt) printf("checkpoints are off");
+    else if (!withheld) printf("checkpoint committed, a relaunch resumes from it");
+    else if (train_last_commit(r, path, sizeof path, &at))
+        printf("no checkpoint written (non-finite steps are being skipped, above); the last committed checkpoint is "
+               "step %" PRId64 " at %s, a relaunch resumes from it", at, path);
+    else printf("no checkpoint written (non-finite steps are being skipped, above) and none committed yet, a relaunch "
+                "starts afresh");
+    printf("; exit code 3\n");
     return STATUS_OK;
 }
 
@@ -171,10 +194,7 @@ status train_loop(train_run *r)
             break;
         }
         if (agreed[1]) {
-            if (rt->rank == 0)
-                printf("stopping at step %ld of %ld on request (SIGTERM or SIGUSR2): %s; exit code 3\n", r->step,
-                       r->steps, !r->ckpt ? "checkpoints are off" : withheld ? "no checkpoint written (see above), "
-                       "a relaunch resumes from the last commit" : "checkpoint committed, a relaunch resumes from it");
+            TRY(train_stop_line(r, withheld));
             stopped = r->step < r->steps;
             break;
         }

@@ -339,6 +339,8 @@ typedef struct train_run {
      * directory with a directory of the same name in the way, a read-only run dir) is
      * ignored by identity after its one error, instead of once a step */
     uint64_t control_stuck_dev, control_stuck_ino;
+    long control_postponed;    /* the first step of the skip streak that postponed a relaunch or new
+                                  grid (its one line); 0: none */
     train_signals *signals;    /* the program's, or no_signals; never NULL after train_setup */
     train_signals no_signals;  /* stays zero: a run set up without signals */
     char config_text[65536];   /* the resolved config, as config_dump writes it */

@@ -10,7 +10,10 @@
 #     there has the loss of a straight run, bit for bit (the rollback restores exactly the
 #     committed state); a second stretch of NaN steps ends the run as diverged (exit 1, the
 #     one rollback taken); with monitor.nonfinite_action = stop it exits 5 and saves nothing
-#     of the suspect state;
+#     of the suspect state; a control file's world=1 present from the start, inside NaN
+#     steps 1-3, is postponed (said once) and acted on at step 4 with its commit (relaunch
+#     file step=4, exit 4); SIGUSR2 inside a streak exits 3 with a stop line naming the last
+#     commit (step 2), which jobscripts/lib.sh reads as outcome 3 past mpirun's exit 1;
 #   - a loss spike (CHAOS: a reported loss x 10), a throughput drop (CHAOS: 3 steps 0.5 s
 #     longer) and memory growth (CHAOS: 64 MiB leaked) fire at their steps and nowhere else;
 #   - stagnation: at optim.lr = 0 the held-out loss never improves: the rule fires after
@@ -99,6 +102,46 @@ check "... the suspect state is not saved, the last commit stays the newest" \
     "$tmp/stop.log"
 check "... whose step is 4 (none is committed inside the streak)" test -e "$tmp/stop/ckpt/step_00000004/COMMITTED" -a \
     ! -e "$tmp/stop/ckpt/step_00000006" -a ! -e "$tmp/stop/ckpt/step_00000007"
+
+# --- a relaunch and a stop inside a NaN streak: no commit claimed, none lost -------------
+# A control file's new world asked for while steps are skipped (1-3) waits, unretired, for
+# the first step end that commits (4): the relaunch file names that committed step.
+mkdir -p "$tmp/relaunch" && printf 'world=1\n' >"$tmp/relaunch/control"
+NEBULA_CHAOS_NAN=1,2,3 run relaunch "$CHAOS" --steps 10 --set ckpt.every_steps=100 --set train.max_skipped_steps=5
+check "relaunch asked for in a NaN streak: exit 4 (got $rc)" test $rc -eq 4
+check "... postponed, said once" test "$(grep -c '^elastic: a new world size requested at step 1: postponed, no checkpoint is committed while non-finite steps are skipped' "$tmp/relaunch.log")" -eq 1 -a \
+    "$(grep -c 'postponed' "$tmp/relaunch.log")" -eq 1
+check "... acted on at step 4, the streak's end, with its checkpoint" \
+    grep -q "^elastic: world size 1 requested at step 4: checkpoint committed; relaunch with 1 ranks (exit 4)" "$tmp/relaunch.log"
+check "... the relaunch file names step 4" test "$(tr '\n' ' ' <"$tmp/relaunch/relaunch" 2>&1)" = "world=1 step=4 "
+check "... step 4 committed, nothing of the streak; the control file retired then" test -e \
+    "$tmp/relaunch/ckpt/step_00000004/COMMITTED" -a "$(ls "$tmp/relaunch/ckpt" | grep -c '^step_')" = 1 -a \
+    ! -e "$tmp/relaunch/control" -a -e "$tmp/relaunch/control.applied"
+
+# SIGUSR2 inside a streak (steps 3 on, each 0.5 s long): no checkpoint, the stop line names
+# the last commit (step 2), and a job script behind mpirun (exit 1) reads it as outcome 3.
+(NEBULA_CHAOS_NAN=$(seq -s, 3 30) NEBULA_CHAOS_SLOW=$(seq -s, 3 30) run sigstop "$CHAOS" --steps 40 \
+    --set ckpt.every_steps=2 --set train.max_skipped_steps=100; exit $rc) &
+bg=$!
+for _ in $(seq 300); do  # until step 3 is done (the streak has begun), 30 s at most
+    s=$(sed -n 's/^step=\([0-9]*\) .*/\1/p' "$tmp/sigstop/heartbeat" 2>/dev/null)
+    [ -n "$s" ] && [ "$s" -ge 3 ] && break
+    sleep 0.1
+done
+kill -USR2 "$(sed -n 's/.* pid=\([0-9]*\) .*/\1/p' "$tmp/sigstop/heartbeat")"  # rank 0 asks, all agree
+wait $bg
+rc=$?
+check "stop in a NaN streak: exit 3 (got $rc)" test $rc -eq 3
+check "... the stop line names the last commit, step 2, and claims none" \
+    grep -qE "^stopping at step ([3-9]|[12][0-9]) of 40 on request \(SIGTERM or SIGUSR2\): no checkpoint written .*; the last committed checkpoint is step 2 at $tmp/sigstop/ckpt/step_0*2, a relaunch resumes from it; exit code 3$" \
+    "$tmp/sigstop.log"
+check "... nothing of the streak committed" test -e "$tmp/sigstop/ckpt/step_00000002/COMMITTED" -a \
+    "$(ls "$tmp/sigstop/ckpt" | grep -c '^step_')" = 1
+check "... jobscripts/lib.sh reads it as outcome 3 past a launcher's exit 1 (requeued)" \
+    test "$(bash -c '. jobscripts/lib.sh && nebula_ranks_outcome 1 "$1"' - "$tmp/sigstop.log" 2>/dev/null)" = 3
+rm -r "$tmp/sigstop/ckpt/step_00000002"
+check "... and not without that commit" \
+    test "$(bash -c '. jobscripts/lib.sh && nebula_ranks_outcome 1 "$1"' - "$tmp/sigstop.log" 2>/dev/null)" = 1
 
 # --- stagnation on lr 0 -> stop, with a checkpoint ------------------------------------------
 $MPIRUN -np 2 "$TRAIN" --config configs/train/gpt2-tiny-licenses.ini --run-dir "$tmp/stag" --data "$data/train.bin" \

@@ -45,14 +45,20 @@ static int train_first_nonfinite(const param_table *t, const float *buf, size_t 
 }
 
 
+bool train_last_commit(const train_run *r, char *path, size_t len, int64_t *step)
+{
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/ckpt", r->run_dir);
+    return ckpt_last_committed(dir, path, len, step);
+}
+
 bool train_ckpt_withheld(train_run *r)
 {
     if (r->skipped_in_a_row == 0) return false;
     if (r->rt->rank == 0) {
-        char dir[4200], path[4300] = "";
+        char path[4300] = "";
         int64_t at = -1;
-        snprintf(dir, sizeof dir, "%s/ckpt", r->run_dir);
-        if (!ckpt_last_committed(dir, path, sizeof path, &at)) snprintf(path, sizeof path, "none yet");
+        if (!train_last_commit(r, path, sizeof path, &at)) snprintf(path, sizeof path, "none yet");
         log_warn0("step %ld: no checkpoint written: %ld step(s) in a row were skipped for non-finite values, and the "
                   "weights are those that gave them; the last committed checkpoint (%s) stays the newest", r->step,
                   r->skipped_in_a_row, path);

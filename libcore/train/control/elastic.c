@@ -19,7 +19,9 @@
  * and the run goes on. A new world size cannot be applied in place: the run
  * checkpoints, writes RUN_DIR/relaunch ("world=N\nstep=N\n", atomically, after the
  * checkpoint committed) and exits with code 4 (STATUS_RELAUNCH); the supervisor
- * relaunches with N ranks, which resumes from that checkpoint.
+ * relaunches with N ranks, which resumes from that checkpoint. While steps are being
+ * skipped for non-finite values no checkpoint is committed (diverge.c), so a new world
+ * or grid waits, its file unretired, for the first step end that commits one.
  *
  * The design decision: the learning-rate factor is relative to the configured global
  * batch (train_elastic), not to the batch in force, so successive changes do not
@@ -329,12 +331,30 @@ static void train_control_decide(train_run *r, train_control_decision *d)
 
 /* Every rank, when rank 0 saw a control file: rank 0 decides, everyone applies. A
  * relaunch is only returned (*relaunch = the world size): train_loop checkpoints and
- * ends; train_relaunch_write then tells the supervisor. */
+ * ends; train_relaunch_write then tells the supervisor. A relaunch or a new grid asked
+ * for while a run of skipped steps withholds checkpoints is postponed (nothing applied,
+ * the file left in place) until a step end that commits. */
 status train_control(train_run *r, int *relaunch)
 {
     train_control_decision d;
     if (r->rt->rank == 0) train_control_decide(r, &d);
     TRY(comm_ctl_bcast_bytes(train_ctl(r), &d, sizeof d, 0));
+    if ((d.action == TRAIN_CONTROL_ACTION_REGRID || d.action == TRAIN_CONTROL_ACTION_RELAUNCH) && r->ckpt &&
+        r->skipped_in_a_row > 0) {
+        /* Both continue from the checkpoint of this step end, which a run of skipped steps
+         * withholds (train_ckpt_withheld): nothing is applied, the file stays and is read
+         * again at each step end, and acts at the first one that commits. One line a streak. */
+        long streak = r->step - r->skipped_in_a_row + 1;
+        if (r->rt->rank == 0 && r->control_postponed != streak) {
+            printf("elastic: %s requested at step %ld: postponed, no checkpoint is committed while non-finite steps "
+                   "are skipped (%ld in a row); the control file stays and is acted on at the first step end that "
+                   "commits one\n", d.action == TRAIN_CONTROL_ACTION_REGRID ? "a new process grid" : "a new world size",
+                   r->step, r->skipped_in_a_row);
+            fflush(stdout);
+        }
+        r->control_postponed = streak;
+        return STATUS_OK;
+    }
     if (d.action == TRAIN_CONTROL_ACTION_REGRID) {
         /* the batch travels in the checkpoint; the run is set up again on the new grid */
         r->elastic = (train_elastic){ d.global_batch, d.lr_factor };

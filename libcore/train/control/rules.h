@@ -47,6 +47,9 @@ status train_reload_resume(train_run *r, const ckpt_content *c);
  * the last commit before the streak stays the rollback target and the one a relaunch
  * resumes. Rank 0 logs it, naming that commit. The same on every rank (the verdict is). */
 bool train_ckpt_withheld(train_run *r);
+/* Not collective (rank 0 reads the run's ckpt directory): the newest committed checkpoint,
+ * its path and step; false when there is none. */
+bool train_last_commit(const train_run *r, char *path, size_t len, int64_t *step);
 /* After each step, with its verdict (ss->skipped ...): the run of skipped steps ends or
  * grows; a skipped step is logged and recorded. Past train.max_skipped_steps: with
  * guarded (the alert rules' guard takes over, monitor.nonfinite_action) *past is set for
