@@ -54,6 +54,7 @@ int tool_verify(const tool_args *a)
                                                 : "its COMMITTED marker is damaged or names another step");
         problems++;
     }
+    train_ckpt_checks_register();  /* the same value checks as a load, the reload history's among them */
     status sums = ckpt_verify(a->rt->world, &cat, train_ckpt_check_values, &nbad, &first);
     if (sums == STATUS_IO) {
         ckpt_catalog_free(&cat);

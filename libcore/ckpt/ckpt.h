@@ -247,7 +247,11 @@ int ckpt_retire_after(const char *dir, int64_t step);
  * an explicit path that is not a committed checkpoint, or one whose values c->check
  * refuses; STATUS_CORRUPT when an explicit path fails its checksums (naming the dataset),
  * is truncated or unreadable, or its HDF5 metadata is damaged; STATUS_IO when a read
- * fails. On an error the contents of c's buffers are unspecified.
+ * fails. On an error the contents of c's buffers are unspecified. Files of the run's own
+ * checkpoint directory — every one "auto" tries, and an explicit path dir/ENTRY as dir
+ * spells it (a rollback's) — are never read through a symbolic link: a step_N, state.h5
+ * or COMMITTED that is one makes the checkpoint damaged ("auto" skips it); dir itself may
+ * be a link. STATUS_TIMEOUT (a rank missed comm.timeout) stops "auto" at once.
  * Wait for a running async save of the same directory (ckpt_wait) before loading. */
 status ckpt_load(MPI_Comm comm, const char *dir, const char *which, ckpt_content *c, ckpt_info *info);
 

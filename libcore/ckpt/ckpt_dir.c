@@ -144,7 +144,12 @@ status ckpt_dir_list(const char *dir, ckpt_entry **entries, int *n)
             char step_dir[CKPT_PATH_MAX];
             ckpt_path_join(step_dir, dir, de->d_name);
             ckpt_path_join(marker, step_dir, CKPT_MARKER);
-            e.kind = stat(marker, &sb) == 0 ? CKPT_ENTRY_COMMITTED : CKPT_ENTRY_UNCOMMITTED;
+            /* lstat: a step_N planted as a link is listed as one, never entered (the
+             * directory dir itself may be a link, to a scratch file system); a marker
+             * that is a link counts as present, and its read (ckpt_dir_marker, own)
+             * refuses it by name */
+            if (lstat(step_dir, &sb) == 0 && S_ISLNK(sb.st_mode)) e.kind = CKPT_ENTRY_LINK;
+            else e.kind = lstat(marker, &sb) == 0 ? CKPT_ENTRY_COMMITTED : CKPT_ENTRY_UNCOMMITTED;
         } else if (!strncmp(de->d_name, ".step_", 6) && parse_step(de->d_name + 6, ".tmp", &e.step)) {
             e.kind = CKPT_ENTRY_TMP;
         } else if (!strncmp(de->d_name, ".step_", 6) && parse_step(de->d_name + 6, ".old", &e.step)) {
@@ -186,14 +191,16 @@ status ckpt_dir_prepare_tmp_at(const char *dir, int64_t step, fault_plan *chaos)
     return STATUS_OK;
 }
 
-status ckpt_dir_marker(const char *path, int64_t *step, char *why)
+status ckpt_dir_marker(const char *path, bool own, int64_t *step, char *why)
 {
     char marker[CKPT_PATH_MAX], text[64];
     ckpt_path_join(marker, path, CKPT_MARKER);
     int fd;
     struct stat sb;
     char kind[160];
-    if (path_open_regular(marker, &fd, &sb, 64, kind, sizeof kind) != 0) {
+    int rc = own ? path_open_own(marker, &fd, &sb, 64, kind, sizeof kind)
+                 : path_open_regular(marker, &fd, &sb, 64, kind, sizeof kind);
+    if (rc != 0) {
         if (errno == ENOENT) {
             snprintf(why, CKPT_WHY_MAX, "not a committed checkpoint (no %s marker: its save did not finish)",
                      CKPT_MARKER);
@@ -310,7 +317,7 @@ static void prune(const char *dir, int64_t step, int keep_last, fault_plan *chao
                          "`auto` would take it; remove it if this run replaces it", path, step);
             continue;
         }
-        if (e[i].step == step) continue;
+        if (e[i].step == step || e[i].kind == CKPT_ENTRY_LINK) continue;  /* a link: not the run's to remove */
         if (e[i].kind != CKPT_ENTRY_COMMITTED) rmtree(path);
         else if (kept < keep_last) kept++;
         else remove_committed(path, step, chaos);
@@ -380,10 +387,10 @@ void ckpt_dir_discard(const char *dir, int64_t step)
     if (stat(tmp, &sb) == 0 && rmtree(tmp) == STATUS_OK)
         log_info("removed %s, the unfinished save of step %" PRId64, tmp, step);
     /* Renamed but never committed: the failed save's own; a damaged marker is left to the loaders. */
-    if (stat(fin, &sb) == 0 && ckpt_dir_marker(fin, &marked, why) == STATUS_INPUT && rmtree(fin) == STATUS_OK)
+    if (stat(fin, &sb) == 0 && ckpt_dir_marker(fin, true, &marked, why) == STATUS_INPUT && rmtree(fin) == STATUS_OK)
         log_info("removed %s, renamed but never committed", fin);
     /* A committed checkpoint of this step that the save had moved aside goes back. */
-    if (stat(fin, &sb) != 0 && stat(old, &sb) == 0 && ckpt_dir_marker(old, &marked, why) == STATUS_OK) {
+    if (stat(fin, &sb) != 0 && stat(old, &sb) == 0 && ckpt_dir_marker(old, true, &marked, why) == STATUS_OK) {
         if (rename(old, fin) == 0 && ckpt_dir_fsync(dir) == STATUS_OK)
             log_info("put the committed checkpoint of step %" PRId64 " back at %s", step, fin);
         else
@@ -418,7 +425,7 @@ int ckpt_retire_after(const char *dir, int64_t step)
     int n, removed = 0;
     if (ckpt_dir_list(dir, &e, &n) != STATUS_OK) return 0;
     for (int i = 0; i < n; i++) {
-        if (e[i].step <= step) continue;
+        if (e[i].step <= step || e[i].kind == CKPT_ENTRY_LINK) continue;  /* a link: never loaded, left alone */
         char path[CKPT_PATH_MAX];
         ckpt_dir_entry_path(path, sizeof path, dir, &e[i]);
         if (e[i].kind == CKPT_ENTRY_COMMITTED) {

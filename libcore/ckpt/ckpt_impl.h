@@ -232,9 +232,12 @@ status ckpt_file_write_slices(const char *path, MPI_Comm comm, const ckpt_plan *
                               int fault_errno, const ckpt_peer_watch *watch, char *why, int *err);
 
 /* ckpt_read.c — collective: opens, checks and reads one checkpoint file into c (see
- * ckpt_load); marker_step is what its COMMITTED marker says; the deadline is c->timeout_s. */
-status ckpt_file_read(MPI_Comm comm, const char *path, int64_t marker_step, ckpt_content *c, ckpt_info *info,
-                      char *why);
+ * ckpt_load); marker_step is what its COMMITTED marker says; the deadline is c->timeout_s.
+ * own: the file lies in the run's own checkpoint directory (`auto`) and is never opened
+ * through a symbolic link (path_open_own; a link is a damaged checkpoint, STATUS_CORRUPT);
+ * else a path a person named, probed by path_open_regular. */
+status ckpt_file_read(MPI_Comm comm, const char *path, bool own, int64_t marker_step, ckpt_content *c,
+                      ckpt_info *info, char *why);
 /* The root attributes: STATUS_CORRUPT without the magic or with a missing or malformed
  * attribute, STATUS_INPUT for a newer format version; older versions are read. */
 status ckpt_header_read(hid_t f, ckpt_header *h, char *why);
@@ -277,6 +280,7 @@ typedef enum ckpt_entry_kind {
     CKPT_ENTRY_UNCOMMITTED,    /* step_N without COMMITTED (died between rename and marker) */
     CKPT_ENTRY_TMP,            /* .step_N.tmp (died while writing) */
     CKPT_ENTRY_OLD,            /* .step_N.old (died while replacing a checkpoint of step N) */
+    CKPT_ENTRY_LINK,           /* step_N that is a symbolic link: never loaded, never pruned */
 } ckpt_entry_kind;
 
 typedef struct ckpt_entry {
@@ -302,8 +306,11 @@ status ckpt_dir_prepare_tmp_at(const char *dir, int64_t step, fault_plan *chaos)
 status ckpt_dir_fsync(const char *path);
 /* The same, failing with fault_errno instead when it is not 0 (CHAOS builds). */
 status ckpt_dir_fsync_at(const char *path, int fault_errno);
-/* STATUS_OK when path/COMMITTED exists and holds *step; else a reason in why. */
-status ckpt_dir_marker(const char *path, int64_t *step, char *why);
+/* STATUS_OK when path/COMMITTED exists and holds *step; else a reason in why: STATUS_INPUT
+ * when there is none, STATUS_IO when it cannot be read (or, with own, is a symbolic link:
+ * a marker in the run's own checkpoint directory is never read through one), STATUS_CORRUPT
+ * when it does not hold a step. */
+status ckpt_dir_marker(const char *path, bool own, int64_t *step, char *why);
 /* The commit of .step_N.tmp (whose state.h5 is durable), then pruning. errno is
  * that of the failure when it returns STATUS_IO (a fault of `fault` aside). */
 status ckpt_dir_commit(const char *dir, int64_t step, int keep_last, ckpt_fault fault);

@@ -26,28 +26,43 @@ static const char *hint_model =
     "HINT: resume from a checkpoint written by the same model and parameter layout (model.name and the "
     "architecture keys of its config)";
 
+/* Whether a load's status is a verdict on the checkpoint (it is damaged, refused, or does
+ * not fit this run), as opposed to the job's own trouble: a rank that missed a deadline
+ * (STATUS_TIMEOUT) or failed. After the latter no further collective can be trusted to
+ * complete, so `auto` stops at once rather than trying older checkpoints. */
+static bool is_verdict(status st)
+{
+    return st == STATUS_INPUT || st == STATUS_IO || st == STATUS_CORRUPT;
+}
+
 /* One checkpoint directory, collectively. *damaged: the trouble lies in the checkpoint
  * itself (its marker, its file, a checksum, a value c->check refuses), not in how it fits
- * this run (another model or table, a newer format): `auto` skips the first kind. */
-static status load_one(MPI_Comm comm, const char *path, ckpt_content *c, ckpt_info *info, char *why, bool *damaged)
+ * this run (another model or table, a newer format): `auto` skips the first kind. own:
+ * the directory is an entry of the run's own checkpoint directory (`auto`), whose files
+ * are never read through a symbolic link. info->refused is this checkpoint's alone: it
+ * is cleared first, so a refusal of a newer checkpoint never colours this one's status. */
+static status load_one(MPI_Comm comm, const char *path, bool own, ckpt_content *c, ckpt_info *info, char *why,
+                       bool *damaged)
 {
     int rank;
     MPI_Comm_rank(comm, &rank);
     int64_t marker_step = -1;
     status st = STATUS_OK;
     *damaged = false;
+    info->refused = false;
     if (rank == 0) {
-        struct stat sb;
-        if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-            snprintf(why, CKPT_WHY_MAX, "no such checkpoint directory");
+        struct stat sb = { 0 };
+        if ((own ? lstat(path, &sb) : stat(path, &sb)) != 0 || !S_ISDIR(sb.st_mode)) {
+            snprintf(why, CKPT_WHY_MAX, own && S_ISLNK(sb.st_mode) ? "is a symbolic link: a checkpoint of the run "
+                     "directory is never read through a link" : "no such checkpoint directory");
             st = STATUS_INPUT;
         } else {
-            st = ckpt_dir_marker(path, &marker_step, why);
+            st = ckpt_dir_marker(path, own, &marker_step, why);
         }
     }
     comm_ctl ctl = comm_ctl_watched(ckpt_ctl(comm, c->timeout_s), c->wd);
     st = ckpt_agree(ctl, st, why, CKPT_WHY_MAX);
-    if (st == STATUS_TIMEOUT) return st;
+    if (st != STATUS_OK && !is_verdict(st)) return st;
     if (st != STATUS_OK) {
         *damaged = true;  /* no marker, or a damaged one: not a checkpoint a loader trusts */
         return st;
@@ -60,9 +75,10 @@ static status load_one(MPI_Comm comm, const char *path, ckpt_content *c, ckpt_in
     char op[96];
     snprintf(op, sizeof op, "checkpoint load of step %" PRId64 ": HDF5 collective I/O", marker_step);
     watchdog_enter(c->wd, op, ckpt_guard_s(c->timeout_s, bytes));
-    st = ckpt_file_read(comm, h5, marker_step, c, info, why);
+    st = ckpt_file_read(comm, h5, own, marker_step, c, info, why);
     watchdog_leave(c->wd);
     *damaged = st == STATUS_CORRUPT || st == STATUS_IO;
+    if (!is_verdict(st)) info->refused = false;  /* a timeout after a value check is a timeout */
     TRY(st);
     snprintf(info->path, sizeof info->path, "%s", path);
     return STATUS_OK;
@@ -77,11 +93,19 @@ static void log_loaded(const ckpt_info *info)
         log_info0("resuming from %s (step %" PRId64 ")", info->path, info->step);
 }
 
-static status load_explicit(MPI_Comm comm, const char *path, ckpt_content *c, ckpt_info *info)
+/* An explicit path is read as the run's own (never through a link) when it names an entry
+ * of the run's checkpoint directory dir as dir spells it: what a rollback loads. */
+static bool own_entry(const char *dir, const char *path)
+{
+    size_t n = dir ? strlen(dir) : 0;
+    return n > 0 && !strncmp(path, dir, n) && path[n] == '/' && !strchr(path + n + 1, '/');
+}
+
+static status load_explicit(MPI_Comm comm, const char *dir, const char *path, ckpt_content *c, ckpt_info *info)
 {
     char why[CKPT_WHY_MAX] = "";
     bool damaged;
-    status st = load_one(comm, path, c, info, why, &damaged);
+    status st = load_one(comm, path, own_entry(dir, path), c, info, why, &damaged);
     if (st == STATUS_OK) {
         log_loaded(info);
         return STATUS_OK;
@@ -133,6 +157,11 @@ static status load_auto(MPI_Comm comm, const char *dir, ckpt_content *c, ckpt_in
                                                                               : "a checkpoint being replaced");
             continue;
         }
+        if (e[i].kind == CKPT_ENTRY_LINK) {
+            refusal_add(refused, &nrefused, path, "is a symbolic link: a checkpoint of the run directory is never "
+                        "read through a link");
+            continue;
+        }
         if (e[i].kind == CKPT_ENTRY_UNCOMMITTED) {
             snprintf(why, sizeof why, "not committed (no %s marker: its save did not finish)", CKPT_MARKER);
             refusal_add(refused, &nrefused, path, why);
@@ -140,15 +169,20 @@ static status load_auto(MPI_Comm comm, const char *dir, ckpt_content *c, ckpt_in
         }
         tried++;
         bool damaged;
-        status s = load_one(comm, path, c, info, why, &damaged);
+        status s = load_one(comm, path, true, c, info, why, &damaged);
         if (s == STATUS_OK) {
             loaded = true;
+        } else if (!is_verdict(s)) {  /* a rank missed a deadline or failed: no more collectives */
+            for (int k = 0; k < nrefused; k++) log_warn0("skipping %s: %s", refused[k].path, refused[k].why);
+            log_error0("loading checkpoint %s stopped: %s", path,
+                       why[0] ? why : s == STATUS_TIMEOUT ? "a rank missed the deadline (comm.timeout)" : "a rank failed");
+            st = s;
         } else if (damaged || info->refused) {
             refusal_add(refused, &nrefused, path, why);
         } else {  /* it does not fit this run (another model or table, a newer format): nor will older ones */
             for (int k = 0; k < nrefused; k++) log_warn0("skipping %s: %s", refused[k].path, refused[k].why);
             log_error0("cannot load checkpoint %s: %s", path, why);
-            if (s != STATUS_TIMEOUT && !strstr(why, "HINT:")) log_error0("%s", hint_model);
+            if (!strstr(why, "HINT:")) log_error0("%s", hint_model);
             st = s;
         }
     }
@@ -189,7 +223,7 @@ status ckpt_load(MPI_Comm comm, const char *dir, const char *which, ckpt_content
     CHECK(ckpt_host_little_endian(), "checkpoints hash float32 as stored, little-endian; this host is big-endian");
     ckpt_h5_quiet q = ckpt_h5_quiet_begin();
     CHECK(strcmp(which, "auto") != 0 || dir, "ckpt_load(\"auto\") needs the checkpoint directory");
-    status st = strcmp(which, "auto") != 0 ? load_explicit(comm, which, c, info) : load_auto(comm, dir, c, info);
+    status st = strcmp(which, "auto") != 0 ? load_explicit(comm, dir, which, c, info) : load_auto(comm, dir, c, info);
     ckpt_h5_quiet_end(q);
     return st;
 }

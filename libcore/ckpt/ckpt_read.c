@@ -623,8 +623,8 @@ static status replicate(comm_ctl ctl, ckpt_content *c)
     return STATUS_OK;
 }
 
-status ckpt_file_read(MPI_Comm comm, const char *path, int64_t marker_step, ckpt_content *c, ckpt_info *info,
-                      char *why)
+status ckpt_file_read(MPI_Comm comm, const char *path, bool own, int64_t marker_step, ckpt_content *c,
+                      ckpt_info *info, char *why)
 {
     int size, n = 0;
     MPI_Comm_size(comm, &size);
@@ -637,12 +637,16 @@ status ckpt_file_read(MPI_Comm comm, const char *path, int64_t marker_step, ckpt
     for (int k = 0; k < n + c->nblobs; k++) ids[k] = -1;
     comm_ctl ctl = comm_ctl_watched(ckpt_ctl(comm, c->timeout_s), c->wd);  /* a timeout names ranks */
     /* HDF5 opens the path itself: a FIFO there would block it (every rank sees the same
-     * file, so every rank takes the same branch) */
+     * file, so every rank takes the same branch). A file of the run's own checkpoint
+     * directory is probed without following a link (path_open_own): a state.h5 planted
+     * as a link is a damaged checkpoint, refused by name before HDF5 opens anything */
     int probe;
     struct stat sb;
     char kind[160];
     status st = STATUS_OK;
-    if (path_open_regular(path, &probe, &sb, 0, kind, sizeof kind) != 0) {
+    int rc = own ? path_open_own(path, &probe, &sb, 0, kind, sizeof kind)
+                 : path_open_regular(path, &probe, &sb, 0, kind, sizeof kind);
+    if (rc != 0) {
         snprintf(why, CKPT_WHY_MAX, "%s %s", path, kind);  /* a committed checkpoint without its file: damaged */
         st = STATUS_CORRUPT;
     } else {

@@ -201,6 +201,14 @@ void *dgc_state(dgc *d);
 status dgc_state_loaded(dgc *d);
 /* Resets velocities, residuals and decisions (a resume at another world size). */
 void dgc_state_reset(dgc *d);
+/* The value check of one checkpointed row of the state blob (ckpt_value_check; no dgc
+ * needed, so nebula-ckpt verify runs it too): a row with this version's header holds
+ * nothing after it but float32 words (the per-tensor records' energies, concentrations
+ * and scales, the velocities u and residuals v, zero padding; a record's dense flag and
+ * padding read as a tiny finite float), and every one must be finite. STATUS_CORRUPT
+ * with why naming `dataset`, the count and the first offset; STATUS_OK for a row of
+ * another version or size, which dgc_state_loaded resets rather than uses. */
+status dgc_state_check(const char *dataset, const void *row, size_t bytes, char *why, size_t len);
 
 /* ---- codec (dgc_codec.c), exposed for tests ---------------------------------- */
 /* A message covering `n` elements: dense (every value fp32) or sparse (the values

@@ -11,6 +11,7 @@
 #include <math.h>
 #include <mpi.h>
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -174,6 +175,26 @@ void dgc_state_reset(dgc *d)
     size_t nblk = d->blk_base[d->pt->count];
     memset(d->gzero, 0, nblk);
     memset(d->vzero, 1, nblk);  /* v and u are zero now */
+}
+
+status dgc_state_check(const char *dataset, const void *row, size_t bytes, char *why, size_t len)
+{
+    dgc_header h;
+    if (bytes < sizeof h || (bytes - sizeof h) % sizeof(float) != 0) return STATUS_OK;
+    memcpy(&h, row, sizeof h);
+    if (h.magic != DGC_MAGIC) return STATUS_OK;
+    const unsigned char *p = (const unsigned char *)row + sizeof h;
+    size_t n = (bytes - sizeof h) / sizeof(float), bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++) {
+        float x;
+        memcpy(&x, p + i * sizeof x, sizeof x);
+        if (!isfinite(x) && !bad++) first = sizeof h + i * sizeof x;
+    }
+    if (!bad) return STATUS_OK;
+    snprintf(why, len, "%s holds %zu NaN or Inf value(s) among DGC-Pro's residuals, velocities and per-tensor "
+             "records (the first at byte %zu of the row): written by a run that had diverged, or forged", dataset,
+             bad, first);
+    return STATUS_CORRUPT;
 }
 
 status dgc_state_loaded(dgc *d)

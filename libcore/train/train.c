@@ -112,6 +112,7 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
     r->live = *cfg;
     r->cfg = &r->live, r->rt = rt, r->c = c;
     train_reload_init(r);
+    train_ckpt_checks_register();  /* before any load: the value checks of control's blobs */
     r->signals = signals ? signals : &r->no_signals;
     r->timeout_s = config_float(cfg, "comm.timeout");
     r->heartbeat_fd = -1;

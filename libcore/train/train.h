@@ -87,8 +87,24 @@ void train_ckpt_model_content(ckpt_content *c, model *m, float *moment_m, float 
  * content above sets it, nebula-ckpt verify passes it): tensors finite, AdamW's second
  * moment >= 0; the blobs' fields within the ranges a run writes — the config schema's
  * (train.global_batch, monitor.max_rollbacks) or what the field is (a rate scale in
- * (0, 1], a share inside its global batch). STATUS_CORRUPT naming the dataset and field. */
+ * [0, 1], a share inside its global batch); DGC-Pro's state finite (dgc_state_check);
+ * a blob whose check a sub-module above core registered (train_ckpt_blob_check_add: the
+ * reload history), by that check. STATUS_CORRUPT naming the dataset and field. */
 status train_ckpt_check_values(const char *dataset, const void *data, size_t bytes, char *why, size_t len);
+/* The seam upward for value checks: a sub-module above core (control) adds the check of
+ * a blob it owns, which train_ckpt_check_values then applies to /rank/BLOB's rows (a
+ * blob added again replaces its check; at most 8 blobs). Process-wide and added before
+ * any load: train_setup and nebula-ckpt verify call train_ckpt_checks_register. */
+void train_ckpt_blob_check_add(const char *blob, ckpt_value_check check);
+/* control: adds the value checks of the blobs the sub-modules above core own — the
+ * reload history (train_reload_check_blob). Idempotent. */
+void train_ckpt_checks_register(void);
+/* The value check of one row of the reload blob (ckpt_value_check): NUL-terminated text,
+ * empty (no history) or the history's JSON with its layout, every change an assignment
+ * "section.key" = value that the trainer's config schema accepts, parsed as a resume
+ * parses it (train_reload_resume) but applied to a scratch config. STATUS_CORRUPT with
+ * why naming the dataset and what is wrong. */
+status train_reload_check_blob(const char *dataset, const void *data, size_t bytes, char *why, size_t len);
 
 /* ---- configuration ---- */
 

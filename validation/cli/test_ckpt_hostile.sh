@@ -29,7 +29,7 @@ check "a committed checkpoint to work on" test -f "$S/COMMITTED"
 sum_before=$(md5sum "$S/state.h5" "$S/COMMITTED")
 
 for out in "$S/state.h5" "$S/COMMITTED" "$S/new.safetensors"; do
-    expect "convert --to --out ${out#$tmp/} is refused" 2 "is a committed checkpoint" -- \
+    expect "convert --to --out ${out#$tmp/} is refused" 2 "committed checkpoint" -- \
         $CK convert "$S" --to safetensors --out "$out"
 done
 expect "convert --to --out the checkpoint's directory is refused" 2 "is a directory" -- \
@@ -41,7 +41,7 @@ expect "convert --from into a fresh directory works" 0 "converted" -- \
     $CK convert "$tmp/m.safetensors" --from safetensors --out "$tmp/conv"
 expect "convert --from again is refused: step_00000000 exists" 2 "step_00000000 already exists and is committed" -- \
     $CK convert "$tmp/m.safetensors" --from safetensors --out "$tmp/conv"
-expect "convert --from into a committed checkpoint is refused" 2 "is a committed checkpoint" -- \
+expect "convert --from into a committed checkpoint is refused" 2 "committed checkpoint" -- \
     $CK convert "$tmp/m.safetensors" --from safetensors --out "$S/sub"
 mkdir -p "$tmp/other/ckpt" && cp -r "$S" "$tmp/other/ckpt/"
 expect "reshard --out over another committed step is refused" 2 "already exists and is committed" -- \

@@ -6,9 +6,13 @@
 #     removed, made a directory, replaced by garbage; 8 bytes flipped in the HDF5 metadata
 #     of /optim/v and of /params (damaged metadata, never "does not match this run's
 #     parameter table");
+#   - files of the run's own checkpoint directory are never read through a link: a step
+#     directory that is a link, a state.h5 and a COMMITTED marker that are links (to intact
+#     copies) are each skipped by name, while ckpt/ itself may be a link (to scratch);
 #   - blobs and tensors forged with valid checksums are refused by name and skipped: the
 #     monitor blob's lr_scale NaN (in rank 1's row only: the ranks agree), -1 and 1e300,
-#     the elastic blob's global batch 2^62, /optim/v holding -1, Inf or NaN; when no
+#     the elastic blob's global batch 2^62, /optim/v holding -1, Inf or NaN, a reload
+#     history setting optim.lr = -1, a NaN residual in DGC-Pro's state; when no
 #     checkpoint qualifies the run exits 2 listing each with its reason; an explicit path to
 #     a forged one exits 2 naming the field; `nebula-ckpt verify` fails on each, naming it;
 #   - no checkpoint is committed while the divergence guard skips non-finite steps (SGD at
@@ -33,14 +37,15 @@ train() {
         --set runtime.bind=none --set ckpt.every_steps=10 --run-dir "$dir" "$@" >"$dir.log" 2>&1 </dev/null
 }
 S=step_000000
-train 2 "$tmp/R" --steps 30
+train 2 "$tmp/R" --steps 30 --set dgc.mode=on  # DGC-Pro: its state is one of the blobs forged below
 check "a 2-rank run with checkpoints at steps 10, 20, 30" \
     test -f "$tmp/R/ckpt/${S}10/COMMITTED" -a -f "$tmp/R/ckpt/${S}20/COMMITTED" -a -f "$tmp/R/ckpt/${S}30/COMMITTED"
 
 # damage NAME STEP:HOW...: a copy of the run with each STEP's state.h5 damaged; HOW is
 # removed, dir, garbage, meta:OBJECT (8 bytes flipped in its object header), or
 # DATASET=VALUE (a tensor's element 3, or a blob's first field in row ROW with
-# /rank/NAME[ROW]; the checksums recomputed, as a forger would)
+# /rank/NAME[ROW]; VALUE text:T makes the row the text T, and /rank/dgc's VALUE goes into
+# the first residual v[0]; the checksums recomputed, as a forger would)
 damage() {
     local name=$1
     shift
@@ -62,16 +67,25 @@ if how.startswith("meta:"):
     with open(path, "r+b") as f:
         f.seek(at); b = f.read(8); f.seek(at); f.write(bytes(x ^ 0xA5 for x in b))
     sys.exit(0)
-name, value = how.split("=")
+name, value = how.split("=", 1)
 with h5py.File(path, "r+") as f:
     if name.startswith("/rank/"):
         blob, row = (name.split("[") + ["-1]"])[:2]
         row = int(row.rstrip("]"))
         d = f[blob]
         rows = d[()]
-        field = struct.pack("<q", int(value)) if blob.endswith("elastic") else struct.pack("<d", float(value))
+        at = 0
+        if value.startswith("text:"):
+            field = value[5:].encode().ljust(rows.shape[1], b"\0")
+        elif blob.endswith("dgc"):  # header (48 bytes), 16 per table entry, u (with momentum), v
+            has_u = struct.unpack("<i", rows[0, 40:44].tobytes())[0]
+            nent = len(f["params"])
+            smax = (rows.shape[1] - 48 - 16 * nent) // (4 * (2 if has_u else 1))
+            at, field = 48 + 16 * nent + (4 * smax if has_u else 0), struct.pack("<f", float(value))
+        else:
+            field = struct.pack("<q", int(value)) if blob.endswith("elastic") else struct.pack("<d", float(value))
         for r in range(rows.shape[0]):
-            if row < 0 or r == row: rows[r, 0:8] = np.frombuffer(field, np.uint8)
+            if row < 0 or r == row: rows[r, at:at + len(field)] = np.frombuffer(field, np.uint8)
         d[...] = rows
         d.attrs["row_checksums"] = np.array([crc(rows[r].tobytes()) for r in range(rows.shape[0])], np.uint32)
         d.attrs["checksum"] = crc(rows.tobytes())
@@ -117,10 +131,41 @@ train 2 "$tmp/blobs" --steps 10
 check "a NaN rate scale in rank 1's monitor row (30), a global batch of 2^62 (20): auto resumes step 10 (took $(resumed blobs))" \
     test "$(resumed blobs)" = 10
 blobs_named() {
-    skipped blobs 30 "/rank/monitor: lr_scale = nan, outside (0, 1]" &&
+    skipped blobs 30 "/rank/monitor: lr_scale = nan, outside [0, 1]" &&
         skipped blobs 20 "/rank/elastic: global_batch = 4.6116860184273879e+18, outside [1, 1073741824]"
 }
 check "... each named by blob and field (rank 1's refusal reaches rank 0)" blobs_named
+
+# --- never through a link in the run's own checkpoint directory; ckpt/ itself may be one ---
+damage links
+mkdir "$tmp/links-keep" && mv "$tmp/links/ckpt" "$tmp/links-scratch" && ln -s "$tmp/links-scratch" "$tmp/links/ckpt"
+ln -s "$tmp/R/ckpt/${S}30" "$tmp/links/ckpt/${S}40"  # a whole checkpoint, intact, behind a link
+for f in ${S}30/state.h5 ${S}20/COMMITTED; do         # intact copies, behind links
+    mv "$tmp/links/ckpt/$f" "$tmp/links-keep/${f%%/*}" && ln -s "$tmp/links-keep/${f%%/*}" "$tmp/links/ckpt/$f"
+done
+train 2 "$tmp/links" --steps 10
+check "ckpt/ a link; step 40 a link, step 30's state.h5 and step 20's COMMITTED links: auto resumes step 10 (took $(resumed links))" \
+    test "$(resumed links)" = 10
+links_named() {
+    skipped links 40 "is a symbolic link" && skipped links 30 "state.h5 is a symbolic link" &&
+        skipped links 20 "COMMITTED marker is a symbolic link"
+}
+check "... each skipped one named as a symbolic link" links_named
+
+# --- the reload history and DGC-Pro's state are value-checked too ---
+damage forged '30:/rank/reload=text:{"seen":1,"base":{},"entries":[{"version":1,"step":5,"undo_of":0,"undone":false,"changes":[{"key":"optim.lr","old":"0.0003","new":"-1"}]}]}' \
+    '20:/rank/dgc[1]=nan'
+train 2 "$tmp/forged" --steps 10 --set dgc.mode=on
+check "a reload history setting optim.lr = -1 (30), a NaN residual in rank 1's DGC-Pro state (20): auto resumes step 10 (took $(resumed forged))" \
+    test "$(resumed forged)" = 10
+forged_named() {
+    skipped forged 30 "/rank/reload: the reload history holds an assignment the config schema refuses, optim.lr = -1" &&
+        skipped forged 20 "/rank/dgc holds 1 NaN or Inf value(s) among DGC-Pro's residuals"
+}
+check "... each named by blob (rank 1's refusal reaches rank 0)" forged_named
+expect "an explicit path to the forged reload history: exit 2 naming it" 2 "/rank/reload: the reload history holds" -- \
+    timeout 60 $TRAIN --model gpt2-tiny --set train.micro_batch=2 --steps 40 --set train.threads=1 \
+    --set runtime.bind=none --run-dir "$tmp/explicit-reload" --resume "$tmp/forged/ckpt/${S}30"
 damage moments 30:/optim/v/wte.weight=-1 20:/optim/v/wte.weight=inf 10:/rank/monitor=1e300
 train 2 "$tmp/moments" --steps 10
 rc=$?
@@ -134,7 +179,8 @@ expect "an explicit path to a forged checkpoint: exit 2 naming the field" 2 "/op
     --set runtime.bind=none --run-dir "$tmp/explicit" --resume "$tmp/moments/ckpt/${S}30"
 damage more "30:/rank/monitor=-1" 20:/optim/v/wte.weight=nan
 for c in "blobs 30 lr_scale = nan" "blobs 20 global_batch = 4.6116860184273879e+18" "more 30 lr_scale = -1" \
-         "moments 30 holds 1 negative value" "more 20 holds 1 NaN or Inf" "moments 10 lr_scale = 1.0000000000000001e+300"; do
+         "moments 30 holds 1 negative value" "more 20 holds 1 NaN or Inf" "moments 10 lr_scale = 1.0000000000000001e+300" \
+         "forged 30 /rank/reload: the reload history holds an assignment" "forged 20 /rank/dgc: holds 1 NaN or Inf"; do
     set -- $c
     d=$1 step=$2
     shift 2

@@ -90,7 +90,7 @@ R apps/chaos/scenario.c | fopen(rp, "r") | its own run's relaunch file
 R apps/chaos/soak.c | fopen(l->log, "r") | its own launch logs
 R libcore/base/runtime.c | fopen("/proc/sys/kernel/random/boot_id" | a fixed system file
 R libcore/ckpt/ckpt_dir.c | open(path, O_RDONLY | O_CLOEXEC) | fsync of the files the commit protocol just wrote
-R libcore/ckpt/ckpt_read.c | H5Fopen(path, H5F_ACC_RDONLY | after the path_open_regular probe above it
+R libcore/ckpt/ckpt_read.c | H5Fopen(path, H5F_ACC_RDONLY | after the probe above it: path_open_own (auto, the run's own ckpt/), path_open_regular (a path a person named)
 R libcore/ckpt/tool/ckpt_diff.c | H5Fopen(path, H5F_ACC_RDONLY | a catalog's file: ckpt_catalog_open probed it (path_open_regular)
 R libcore/ckpt/tool/ckpt_inspect.c | H5Fopen(cat->file, H5F_ACC_RDONLY | a catalog's file: ckpt_catalog_open probed it
 R libcore/ckpt/tool/ckpt_reshard.c | H5Fopen(cat->file, H5F_ACC_RDONLY | a catalog's file: ckpt_catalog_open probed it

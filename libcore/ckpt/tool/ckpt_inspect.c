@@ -82,7 +82,7 @@ static status locate(ckpt_catalog *cat, const char *path)
 static void read_commit(ckpt_catalog *cat)
 {
     char why[CKPT_WHY_MAX];
-    status st = ckpt_dir_marker(cat->dir, &cat->marker_step, why);
+    status st = ckpt_dir_marker(cat->dir, false, &cat->marker_step, why);
     if (st != STATUS_OK) cat->marker_step = -1;
     cat->commit = st == STATUS_INPUT ? CKPT_COMMIT_NO : st != STATUS_OK ? CKPT_COMMIT_DAMAGED : CKPT_COMMIT_YES;
 }
@@ -339,7 +339,7 @@ status ckpt_catalog_load(MPI_Comm comm, const ckpt_catalog *cat, ckpt_content *c
     char why[CKPT_WHY_MAX] = "";
     ckpt_info info;
     ckpt_h5_quiet q = ckpt_h5_quiet_begin();
-    status st = ckpt_file_read(comm, cat->file, cat->marker_step, c, &info, why);
+    status st = ckpt_file_read(comm, cat->file, false, cat->marker_step, c, &info, why);
     ckpt_h5_quiet_end(q);
     if (st != STATUS_OK) log_error0("cannot load %s: %s", cat->dir, why);
     return st;

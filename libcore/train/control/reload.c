@@ -325,15 +325,6 @@ typedef struct reload_decision {
     char ini[TRAIN_CONTROL_MAX_BYTES]; /* the assignments as INI text */
 } reload_decision;
 
-/* key "section.name" and value as INI lines. */
-static int reload_ini_add(char *ini, size_t cap, const char *key, const char *value)
-{
-    const char *dot = strchr(key, '.');
-    size_t n = strlen(ini);
-    int w = snprintf(ini + n, cap - n, "[%.*s]\n%s = %s\n", (int)(dot - key), key, dot + 1, value);
-    return w < 0 || (size_t)w >= cap - n ? -1 : 0;
-}
-
 /* Rank 0: does the config s (the run's with the request applied) fit the run? 0, or -1 with why. */
 static int reload_fits(const train_run *r, const config *s, char *why, size_t len)
 {
@@ -404,7 +395,7 @@ static int reload_plan(train_run *r, const train_reload_request *q, reload_decis
         json_t *ch;
         size_t i;
         json_array_foreach(json_object_get(target, "changes"), i, ch)
-            if (reload_ini_add(d->ini, sizeof d->ini, json_string_value(json_object_get(ch, "key")),
+            if (train_reload_ini_add(d->ini, sizeof d->ini, json_string_value(json_object_get(ch, "key")),
                                json_string_value(json_object_get(ch, "old"))) != 0) {
                 json_decref(h);
                 return snprintf(why, len, "the undo does not fit a request"), -1;
@@ -414,7 +405,7 @@ static int reload_plan(train_run *r, const train_reload_request *q, reload_decis
     for (int i = 0; i < q->nsets; i++) {
         const char *no = train_reload_refusal(q->key[i]);
         if (no) return snprintf(why, len, "%s cannot change while the run lives: %s", q->key[i], no), -1;
-        if (reload_ini_add(d->ini, sizeof d->ini, q->key[i], q->value[i]) != 0)
+        if (train_reload_ini_add(d->ini, sizeof d->ini, q->key[i], q->value[i]) != 0)
             return snprintf(why, len, "the request does not fit %zu bytes", sizeof d->ini), -1;
     }
     /* a batch size alone keeps the micro-batch (the activations are sized for it): the
@@ -428,8 +419,8 @@ static int reload_plan(train_run *r, const train_reload_request *q, reload_decis
     if ((gb != acc) && !micro) {
         char m[32];
         snprintf(m, sizeof m, "%d", r->tb.micro_batch);
-        if (reload_ini_add(d->ini, sizeof d->ini, "train.micro_batch", m) != 0 ||
-            reload_ini_add(d->ini, sizeof d->ini, gb ? "train.accum" : "train.global_batch", "0") != 0)
+        if (train_reload_ini_add(d->ini, sizeof d->ini, "train.micro_batch", m) != 0 ||
+            train_reload_ini_add(d->ini, sizeof d->ini, gb ? "train.accum" : "train.global_batch", "0") != 0)
             return snprintf(why, len, "the request does not fit %zu bytes", sizeof d->ini), -1;
     }
     config *s = malloc(sizeof *s);
@@ -661,31 +652,11 @@ status train_reload_resume(train_run *r, const ckpt_content *c)
         return STATUS_OK;
     }
     r->reload.blob[sizeof r->reload.blob - 1] = '\0';
-    json_error_t err;
-    json_t *h = json_loads(r->reload.blob, 0, &err), *base = json_object_get(h, "base"),
-           *entries = json_object_get(h, "entries");
-    if (!json_is_object(h) || !json_is_integer(json_object_get(h, "seen")) || !json_is_object(base) ||
-        !json_is_array(entries)) {
-        log_error0("the checkpoint's reload history is not readable (%s)", h ? "unexpected layout" : err.text);
-        json_decref(h);
-        return STATUS_CORRUPT;
-    }
-    r->reload.seen = (long)json_integer_value(json_object_get(h, "seen"));
-    /* the net values, in order: the folded base, then every entry */
-    char ini[TRAIN_CONTROL_MAX_BYTES * 4] = "";
-    const char *key;
-    json_t *val, *e, *ch;
-    size_t i, j;
-    int bad = 0;
-    json_object_foreach(base, key, val) bad |= reload_ini_add(ini, sizeof ini, key, json_string_value(val));
-    json_array_foreach(entries, i, e) json_array_foreach(json_object_get(e, "changes"), j, ch) {
-        const char *k = json_string_value(json_object_get(ch, "key")), *v = json_string_value(json_object_get(ch, "new"));
-        if (!k || !v || !strchr(k, '.')) bad = 1;
-        else bad |= reload_ini_add(ini, sizeof ini, k, v);
-    }
-    json_decref(h);
-    if (bad) {
-        log_error0("the checkpoint's reload history holds a change that is not a config assignment");
+    /* the net values, in order: the folded base, then every entry (the load's value check
+     * ran the same parse: a history refused here was not checked, e.g. loaded elsewhere) */
+    char ini[TRAIN_CONTROL_MAX_BYTES * 4], why[512];
+    if (train_reload_history_parse(r->reload.blob, &r->reload.seen, ini, sizeof ini, why, sizeof why) != 0) {
+        log_error0("the checkpoint's reload history %s", why);
         return STATUS_CORRUPT;
     }
     if (!ini[0]) return STATUS_OK;
@@ -693,15 +664,9 @@ status train_reload_resume(train_run *r, const ckpt_content *c)
     config *before = malloc(sizeof *before);
     if (!before) return STATUS_NOMEM;
     *before = r->live;
-    for (const char *p = ini; *p;) {
-        const char *next = strchr(strchr(p, '\n') + 1, '\n') + 1;  /* "[s]\nk = v\n" */
-        char one[TRAIN_RELOAD_MAX_KEY + TRAIN_RELOAD_MAX_VALUE + 16];
-        snprintf(one, sizeof one, "%.*s", (int)(next - p), p);
-        if (config_load_string(&r->live, one, "reload history (checkpoint)") != STATUS_OK) {
-            free(before);
-            return STATUS_CORRUPT;
-        }
-        p = next;
+    if (train_reload_history_apply(&r->live, ini, false, why, sizeof why) != 0) {
+        free(before);
+        return STATUS_CORRUPT;
     }
     if (r->rt->rank == 0) {
         char line[2048] = "";

@@ -41,6 +41,20 @@ status train_reload_take(train_run *r);
  * onto the run's config (STATUS_CORRUPT when it is not readable). */
 status train_reload_resume(train_run *r, const ckpt_content *c);
 
+/* ---- reload_history.c: the checkpointed history's one parser ---- */
+/* key "section.name" and value appended to ini[cap] as INI lines "[section]\nname = value\n":
+ * 0, or -1 when they do not fit. */
+int train_reload_ini_add(char *ini, size_t cap, const char *key, const char *value);
+/* The history in text (the blob's, NUL-terminated) as *seen and the net assignments, in
+ * order, as INI (the folded base first, then every entry's changes). 0, or -1 with why:
+ * not JSON, another layout, or a change that is not one config assignment (a string
+ * "section.key" and a string value of one line, within the request limits). */
+int train_reload_history_parse(const char *text, long *seen, char *ini, size_t cap, char *why, size_t len);
+/* The INI of train_reload_history_parse, one assignment at a time into cfg (later values
+ * win, as they did in the run): 0, or -1 with why naming the assignment the config refused
+ * and its message (captured; with hold, held back rather than printed). */
+int train_reload_history_apply(config *cfg, const char *ini, bool hold, char *why, size_t len);
+
 /* ---- diverge.c: non-finite losses, gradients and parameters (see train.max_skipped_steps) ---- */
 /* Whether a checkpoint asked for now is withheld: while steps are being skipped for
  * non-finite values (the weights are those that gave them), nothing is committed, so

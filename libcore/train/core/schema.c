@@ -337,17 +337,38 @@ static bool within(double v, double lo, double hi)
     return v >= lo && v <= hi;  /* false for NaN */
 }
 
+/* The checks of blobs owned above core (train_ckpt_blob_check_add), by blob name. */
+#define BLOB_CHECKS_MAX 8
+static struct {
+    const char *blob;
+    ckpt_value_check check;
+} blob_checks[BLOB_CHECKS_MAX];
+
+void train_ckpt_blob_check_add(const char *blob, ckpt_value_check check)
+{
+    int i = 0;
+    while (i < BLOB_CHECKS_MAX && blob_checks[i].blob && strcmp(blob_checks[i].blob, blob) != 0) i++;
+    CHECK(i < BLOB_CHECKS_MAX, "more blob checks than BLOB_CHECKS_MAX");
+    blob_checks[i].blob = blob;
+    blob_checks[i].check = check;
+}
+
 status train_ckpt_check_values(const char *dataset, const void *data, size_t bytes, char *why, size_t len)
 {
     if (strncmp(dataset, "/rank/", 6) != 0) return check_tensor(dataset, data, bytes / sizeof(float), why, len);
     const char *blob = dataset + 6;
+    for (int i = 0; i < BLOB_CHECKS_MAX && blob_checks[i].blob; i++)
+        if (!strcmp(blob_checks[i].blob, blob)) return blob_checks[i].check(dataset, data, bytes, why, len);
     char range[96];
     double gb_max = schema_key("train", "global_batch")->max;
+    if (!strcmp(blob, TRAIN_CKPT_DGC)) return dgc_state_check(dataset, data, bytes, why, len);
     if (!strcmp(blob, TRAIN_CKPT_ALERT) && bytes == sizeof(train_alert_ckpt)) {
         train_alert_ckpt a;
         memcpy(&a, data, sizeof a);
-        if (!within(a.lr_scale, 1e-300, 1))
-            return refuse(why, len, dataset, "lr_scale", a.lr_scale, "(0, 1]",
+        /* 0 is allowed: lower_lr multiplies the scale by monitor.lr_factor without a floor,
+         * so a long run of lowerings may underflow it to 0 (the rate stays 0) */
+        if (!within(a.lr_scale, 0, 1))
+            return refuse(why, len, dataset, "lr_scale", a.lr_scale, "[0, 1]",
                           "a product of monitor.lr_factor values, each in [1e-6, 1]");
         double most = schema_key("monitor", "max_rollbacks")->max;
         snprintf(range, sizeof range, "[0, %.0f]", most);
