@@ -27,9 +27,10 @@
 # A module whose points this build does not have (the CHAOS build refuses MODULE#N with
 # exit 2, "cannot use") is skipped with a line saying so, not failed.
 # Default (make check): every N of the synchronous writer, EIO at odd N and ENOSPC at
-# even N, and EIO at every other N of the asynchronous one (the first and the last
-# point of each sweep always); --full (or NEBULA_FAULT_PASS=full in the environment, for
-# a whole test list): every N, both writers, EIO and ENOSPC (about 80 cases).
+# even N, and for ckpt EIO at every other N of the asynchronous one (the first and the
+# last point of each sweep always; metrics' and rundir's points do not depend on it);
+# --full (or NEBULA_FAULT_PASS=full in the environment, for a whole test list): every N,
+# both writers, EIO and ENOSPC (about 80 cases).
 . "$(dirname "$0")/lib.sh" || exit 1
 [ -d "$tmp" ] || { echo "FAIL - no temporary directory"; exit 1; }
 full=0
@@ -220,7 +221,9 @@ for module in $modules; do
         sweep $module sync EIO 1 2
         [ $? -eq 3 ] && continue
         sweep $module sync ENOSPC 2 2
-        sweep $module async EIO 1 2
+        # the asynchronous writer changes only the checkpoint's calls: the metrics file's and
+        # the run directory's points are the same calls in the same order under either
+        [ $module = ckpt ] && sweep $module async EIO 1 2
     fi
 done
 # The atomic writes (module out). A trainer's writes of its own files are survivable: each
