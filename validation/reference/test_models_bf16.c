@@ -22,7 +22,10 @@
  *    whole gradient and 0.6 for any convolution's weight, pass that and fail a wrong
  *    kernel (an O(1) error: relative L2 >= 1).
  *
- * Below isa level avx512_bf16 bf16 is refused on the CPU: SKIP (77). */
+ * --skip-pytorch (make check; the whole test is in the long tier) leaves out part 1's
+ * comparison with PyTorch (half the time): the first loss against fp32's, the 10 bf16
+ * steps lowering the loss, and part 2 remain. Below isa level avx512_bf16 bf16 is
+ * refused on the CPU: SKIP (77). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,8 +113,9 @@ static int resnet_bf16_vs_fp32(void)
     return fails;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    bool torch = !(argc > 1 && !strcmp(argv[1], "--skip-pytorch"));
     if (isa_active() < ISA_AVX512_BF16) {
         printf("SKIP: bf16 on the CPU needs isa level avx512_bf16 or amx (this process runs %s)\n",
                isa_name(isa_active()));
@@ -148,8 +152,15 @@ int main(void)
     printf("%s  the first loss in bf16 (%.6f) differs from fp32's (%.6f) by %.2e relative: bf16 is in use, "
            "within 1%%\n", moved ? "ok  " : "FAIL", traj[0], l32, rel);
     fails += !moved;
-    fails += golden_vs_autocast(m, init, tokens, targets, B, T, traj, lr, "\"precision\":\"bf16\",\"device\":\"cpu\"",
-                                "/usr/bin/python3") != 0;
+    if (torch) {
+        fails += golden_vs_autocast(m, init, tokens, targets, B, T, traj, lr,
+                                    "\"precision\":\"bf16\",\"device\":\"cpu\"", "/usr/bin/python3") != 0;
+    } else {
+        bool falls = isfinite(traj[GOLDEN_STEPS - 1]) && traj[GOLDEN_STEPS - 1] < 0.5f * traj[0];
+        printf("%s  %d bf16 steps lower the loss from %.4f to %.4f (below half; PyTorch's autocast comparison "
+               "skipped)\n", falls ? "ok  " : "FAIL", GOLDEN_STEPS, traj[0], traj[GOLDEN_STEPS - 1]);
+        fails += !falls;
+    }
     free(init); free(tokens); free(targets);
     device_optim_free(&opt);
     gpt2_free(m);
