@@ -277,6 +277,8 @@ install_all() {
         fi
     fi
     venv_install
+    # The flags make computed before the install may lack what it brought: ask again.
+    unset NEBULA_PROBE_CC
 }
 
 install_test() {

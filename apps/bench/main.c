@@ -203,9 +203,9 @@ int main(int argc, char **argv)
     cli_action action;
     status st = cli_parse(&cfg, bench_options, (int)(sizeof bench_options / sizeof bench_options[0]), argc, argv,
                           2, usage, &action);
-    if (st != STATUS_OK) return status_exit_code(st);
+    if (st != STATUS_OK) return runtime_exit_early(status_exit_code(st));
     if (action == CLI_ACTION_EXIT) return 0;
-    if ((st = refuse_unused(&cfg, argv[1])) != STATUS_OK) return status_exit_code(st);
+    if ((st = refuse_unused(&cfg, argv[1])) != STATUS_OK) return runtime_exit_early(status_exit_code(st));
 
     /* the command line as typed, before MPI_Init may touch argv; the hosts once MPI is up */
     json_t *prov = comm_provenance_local(&cfg, argc, argv);

@@ -257,7 +257,7 @@ int main(int argc, char **argv)
     cli_action action;
     status st = cli_parse(&cfg, train_options, (int)(sizeof train_options / sizeof train_options[0]), argc, argv, 1,
                           usage, &action);
-    if (st != STATUS_OK) return status_exit_code(st);
+    if (st != STATUS_OK) return runtime_exit_early(status_exit_code(st));
     if (action == CLI_ACTION_EXIT) return 0;
 
     runtime_options ro;

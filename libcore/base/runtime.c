@@ -40,6 +40,22 @@ void runtime_preinit(const char *prog)
     log_set_identity(prog, host, rank, rank >= 0 ? 2 : 1);
 }
 
+int runtime_exit_early(int code)
+{
+    static const char *size_vars[] = { "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE", "SLURM_NTASKS" };
+    int size = -1;
+    for (size_t i = 0; i < sizeof size_vars / sizeof size_vars[0] && size < 0; i++)
+        size = env_int(size_vars[i], -1);
+    fflush(stdout);
+    fflush(stderr);
+    if (code == 0 || size <= 1) return code;
+    int provided;
+    MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Finalize();
+    return code;
+}
+
 /* A process is "unbound" when its CPU set covers every PU of the machine. */
 static bool runtime_bind_core(runtime *rt, hwloc_topology_t topo, runtime_bind policy)
 {

@@ -82,6 +82,11 @@ void runtime_options_from_config(const struct config *cfg, runtime_options *opt)
 /* Before MPI_Init: guess the rank from the launcher's environment so that usage
  * errors are printed once, not once per rank. */
 void runtime_preinit(const char *prog);
+/* An exit before runtime_init (a usage error every rank finds alike): returns code. Under
+ * a launcher with more than one rank, a failing exit first meets the other ranks (MPI_Init,
+ * a barrier, MPI_Finalize): a rank that exits ahead of rank 0 would otherwise let the
+ * launcher kill rank 0 before its message is out, leaving only the launcher's lines. */
+int runtime_exit_early(int code);
 
 /* MPI_Init_thread (FUNNELED), communicators, binding, launch checks.
  * STATUS_PEER when the launch is inconsistent (for example singletons under srun). */

@@ -29,6 +29,17 @@ expect "errors print once under mpirun, exit 2" 2 "unknown option" -- $MPIRUN -n
 out=$($MPIRUN -np 2 $BENCH comm --bogus 2>&1)
 n=$(grep -c "unknown option" <<<"$out")
 if [ "$n" -eq 1 ]; then echo "ok - one message for 2 ranks"; else echo "FAIL - $n messages for 2 ranks"; fails=$((fails + 1)); fi
+# rank 0 slower than the others (started a second late): the ranks that find the same
+# error first wait for it, so its message is out before the launcher ends the job
+cat >"$tmp/slow0.sh" <<'SH'
+#!/bin/sh
+[ "$OMPI_COMM_WORLD_RANK" = 0 ] && sleep 1
+exec "$@"
+SH
+chmod +x "$tmp/slow0.sh"
+expect "a usage error at 4 ranks whose rank 0 starts last still prints its message" 2 "sched.mode: 'fastest'" -- \
+    $MPIRUN -np 4 "$tmp/slow0.sh" build/bin/nebula-train --model gpt2-tiny --set sched.mode=fastest
+expect "the same for nebula-bench" 2 "unknown option '--bogus'" -- $MPIRUN -np 4 "$tmp/slow0.sh" $BENCH comm --bogus
 expect "--help lists options with defaults" 0 "bench.max_bytes" -- $BENCH comm --help
 expect "--help shows defaults" 0 "256M" -- $BENCH comm --help
 expect "--version" 0 "nebula-bench 0.1.0" -- $BENCH --version
