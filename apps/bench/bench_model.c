@@ -26,7 +26,11 @@
 #include "cpu/isa.h"
 #include "bench.h"
 #include "cpu/dnn.h"
+#include "cpu/gemm.h"
+#include "cpu/peak.h"
+#include "base/path.h"
 #include "nn/device.h"
+#include "nn/gemm_tune.h"
 #include "nn/model.h"
 #include "nn/optim.h"
 #include "train/train.h"
@@ -46,9 +50,10 @@ double bench_median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* Best of 3 square SGEMMs of size n: the rate the model's GEMMs could reach. */
-/* The GEMM rate of an n^3 product in this process: OpenBLAS's sgemm, or (bf16) the
- * bf16 matmul of --precision bf16 with its operand rounding. Best of 3 after a warm-up. */
+/* The GEMM rate of an n^3 product in this process, on the path the model's layers take
+ * (gemm_default: the BLAS or oneDNN, gemm.h; a tuning table's shapes are the model's own), or (bf16) the bf16 matmul of --precision bf16
+ * with its operand rounding. Never the BLAS on its own: a BLAS that runs kernels below
+ * the CPU would make a crippled model look efficient. Best of 3 after a warm-up. */
 static double gemm_gflops(int n, bool bf16)
 {
     float *a = malloc((size_t)n * n * sizeof(float)), *b = malloc((size_t)n * n * sizeof(float));
@@ -59,14 +64,17 @@ static double gemm_gflops(int n, bool bf16)
     for (int r = 0; r < 4; r++) {
         double t0 = omp_get_wtime();
         if (bf16) matmul_forward_bf16(c, a, b, NULL, n, n, n, MATMUL_LAYOUT_IN_OUT);
-        else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        else gemm_f32_on(gemm_default(), false, false, n, n, n, a, n, b, n, false, c, n);  /* not a model shape */
         double t = omp_get_wtime() - t0;
-        if (r > 0 && t < best) best = t;  /* the first call warms up OpenBLAS's threads */
+        if (r > 0 && t < best) best = t;  /* the first call warms up the threads */
     }
     free(a); free(b); free(c);
     if (bf16) matmul_bf16_release();  /* the probe's weight copy and workspace: not the model's */
     return 2.0 * n * n * (double)n / best / 1e9;
 }
+
+/* 100 x / of, 0 when the denominator is unknown (no peak measured here). */
+static double pct(double x, double of) { return of > 0 ? 100 * x / of : 0; }
 
 /* One JSON object on one line of stdout (--json: a row per line, each parseable alone). */
 static void emit_json(json_t *o)
@@ -240,6 +248,25 @@ static void bench_remove_dir(const char *dir)
     if (rmdir(dir) != 0) log_warn("cannot remove the temporary run directory %s", dir);
 }
 
+/* --save-tune FILE: every fp32 GEMM shape the steps ran, timed on both paths, the faster
+ * of each written to FILE (nn/gemm_tune.h) and listed. */
+static status bench_gemm_tune(const char *path, FILE *info, const json_t *prov)
+{
+    gemm_shape shapes[64];
+    gemm_choice choice[64];
+    double gflops[128];
+    int n = gemm_seen_shapes(shapes, 64);
+    gemm_probe(shapes, n, choice, gflops);
+    fprintf(info, "# GEMM table (%d shapes; GFLOP/s blas / onednn -> path):\n", n);
+    for (int i = 0; i < n; i++)
+        fprintf(info, "#   M=%d N=%d K=%d%s%s: %.1f / %.1f -> %s\n", shapes[i].M, shapes[i].N, shapes[i].K,
+                shapes[i].ta ? " A^T" : "", shapes[i].tb ? " B^T" : "", gflops[2 * i], gflops[2 * i + 1],
+                gemm_path_name(choice[i].path));
+    status st = gemm_tune_save(path, choice, gflops, n, prov);
+    if (st == STATUS_OK) fprintf(info, "# wrote %s (read it with --set device.gemm_tune=%s)\n", path, path);
+    return st;
+}
+
 /* The CPU benchmark proper: the header, the memory table and one row per timed step
  * of train_step. */
 static status bench_model_steps(const config *cfg, train_run *r, int B, int T, const json_t *prov)
@@ -251,8 +278,12 @@ static status bench_model_steps(const config *cfg, train_run *r, int B, int T, c
     bool sgd = r->opt.use_sgd;  /* SGD with momentum for ResNets, AdamW otherwise */
     const char *unit = model_unit(m);
     double units = model_units_per_step(m), flops_step = model_flops_per_step(m);
-    double gflops = gemm_gflops(2048, false);
-    double bf16_gflops = r->dev.precision == PRECISION_BF16 ? gemm_gflops(2048, true) : 0;
+    bool bf16 = r->dev.precision == PRECISION_BF16;
+    double fp32_gemm = gemm_gflops(2048, false), bf16_gemm = bf16 ? gemm_gflops(2048, true) : 0;
+    peak_figures pk;
+    peak_measure(&pk);
+    /* the run's own precision: its GEMMs' rate and its peak are the denominators */
+    double gemm_rate = bf16 ? bf16_gemm : fp32_gemm, peak = bf16 ? pk.bf16_gflops : pk.fp32_gflops;
     const char *format = config_str(cfg, "bench.format");
     bool csv = !strcmp(format, "csv"), json = !strcmp(format, "json");
     FILE *info = csv || json ? stderr : stdout;  /* stdout holds only the rows then */
@@ -268,17 +299,30 @@ static status bench_model_steps(const config *cfg, train_run *r, int B, int T, c
     isa_describe(isa, sizeof isa);
     char blas[256];
     blas_describe(blas, sizeof blas);
+    char path[256];
+    gemm_describe(path, sizeof path);
     fprintf(info, "# cpu: ISA level %s; activations %s; BLAS %s\n", isa, dnn_layout_name(DNN_BLOCKED), blas);
-    fprintf(info, "# sgemm 2048^3 in this process: %.1f GFLOP/s", gflops);
-    if (bf16_gflops > 0) fprintf(info, "; bf16 GEMM (oneDNN, operands rounded): %.1f GFLOP/s", bf16_gflops);
+    fprintf(info, "# fp32 GEMMs: %s\n", path);
+    if (pk.fp32_gflops > 0) {
+        fprintf(info, "# peak (measured: %d threads x %.2f GHz x FLOP/cycle): fp32 %d/cycle = %.1f GFLOP/s", pk.threads,
+                pk.ghz, pk.fp32_per_cycle, pk.fp32_gflops);
+        if (pk.bf16_gflops > 0) fprintf(info, ", bf16 %d/cycle = %.1f GFLOP/s", pk.bf16_per_cycle, pk.bf16_gflops);
+        fprintf(info, "\n");
+    } else {
+        fprintf(info, "# peak: not measured on this architecture (kernels/cpu/peak.h)\n");
+    }
+    fprintf(info, "# GEMM 2048^3 on the model's path in this process: fp32 %.1f GFLOP/s", fp32_gemm);
+    if (pk.fp32_gflops > 0) fprintf(info, " (%.0f%% of peak)", 100 * fp32_gemm / pk.fp32_gflops);
+    if (bf16) fprintf(info, "; bf16 (oneDNN, operands rounded) %.1f GFLOP/s", bf16_gemm);
+    if (bf16 && pk.bf16_gflops > 0) fprintf(info, " (%.0f%% of peak)", 100 * bf16_gemm / pk.bf16_gflops);
     fprintf(info, "; model FLOPs per step %.1f G\n", flops_step / 1e9);
     param_print_memory(pt, model_activation_bytes(m), 0, NULL, info);
     if (csv) {
         (void)provenance_write_csv_line(stdout, prov);  /* stdout failing fails the rows too */
-        printf("step,fwd_ms,bwd_ms,opt_ms,total_ms,%s,gflops,pct_sgemm,loss\n", per_s);
+        printf("step,fwd_ms,bwd_ms,opt_ms,total_ms,%s,gflops,pct_peak,pct_gemm,loss\n", per_s);
     } else if (json) bench_provenance_row("row", prov);  /* a row is an object with its names */
-    else printf("# %4s %9s %9s %9s %10s %8s/s %9s %8s %9s\n", "step", "fwd_ms", "bwd_ms", "opt_ms", "total_ms", unit,
-                "GFLOP/s", "%sgemm", "loss");
+    else printf("# %4s %9s %9s %9s %10s %8s/s %9s %7s %7s %9s\n", "step", "fwd_ms", "bwd_ms", "opt_ms", "total_ms", unit,
+                "GFLOP/s", "%peak", "%gemm", "loss");
     double *tf = calloc((size_t)steps, sizeof(double)), *tb = calloc((size_t)steps, sizeof(double));
     double *to = calloc((size_t)steps, sizeof(double)), *tt = calloc((size_t)steps, sizeof(double));
     CHECK(tf && tb && to && tt, "out of memory");
@@ -291,31 +335,38 @@ static status bench_model_steps(const config *cfg, train_run *r, int B, int T, c
         tf[s] = ss.fwd_ms; tb[s] = ss.bwd_ms; tt[s] = ss.step_ms; to[s] = tt[s] - tf[s] - tb[s];
         double ups = units / (tt[s] / 1e3), gf = flops_step / (tt[s] / 1e3) / 1e9;
         if (json) {
-            emit_json(json_pack("{s:s, s:s, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "row", "step", "model",
+            emit_json(json_pack("{s:s, s:s, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "row", "step", "model",
                                 spec->name, "step", s, "fwd_ms", tf[s], "bwd_ms", tb[s], "opt_ms", to[s], "total_ms",
-                                tt[s], per_s, ups, "gflops", gf, "pct_sgemm", 100 * gf / gflops, "loss", ss.loss));
+                                tt[s], per_s, ups, "gflops", gf, "pct_peak", pct(gf, peak), "pct_gemm",
+                                pct(gf, gemm_rate), "loss", ss.loss));
             continue;
         }
-        printf(csv ? "%d,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.1f,%.4f\n" : "  %4d %9.2f %9.2f %9.2f %10.2f %10.2f %9.2f %7.1f%% %9.4f\n",
-               s, tf[s], tb[s], to[s], tt[s], ups, gf, 100 * gf / gflops, ss.loss);
+        printf(csv ? "%d,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.1f,%.1f,%.4f\n"
+                   : "  %4d %9.2f %9.2f %9.2f %10.2f %10.2f %9.2f %6.1f%% %6.1f%% %9.4f\n",
+               s, tf[s], tb[s], to[s], tt[s], ups, gf, pct(gf, peak), pct(gf, gemm_rate), ss.loss);
     }
     if (st == STATUS_OK) {
         double mt = bench_median(tt, steps), ups = units / (mt / 1e3), gf = flops_step / (mt / 1e3) / 1e9;
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
         if (json)
-            emit_json(json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
-                                "row", "median", "model", spec->name, "precision", prec, "isa", isa_name(isa_active()), "layout",
-                                dnn_layout_name(DNN_BLOCKED), "params", (json_int_t)pt->total, "batch", B, "seq", T,
-                                "threads", omp_get_max_threads(), "fwd_ms", bench_median(tf, steps), "bwd_ms",
+            emit_json(json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
+                                "s:f, s:f, s:f, s:f, s:f, s:f}",
+                                "row", "median", "model", spec->name, "precision", prec, "isa", isa_name(isa_active()),
+                                "blas_core", blas_core() ? blas_core() : "", "gemm_path", gemm_path_name(gemm_default()),
+                                "layout", dnn_layout_name(DNN_BLOCKED), "params", (json_int_t)pt->total, "batch", B, "seq",
+                                T, "threads", omp_get_max_threads(), "fwd_ms", bench_median(tf, steps), "bwd_ms",
                                 bench_median(tb, steps), "opt_ms", bench_median(to, steps), "total_ms", mt, per_s, ups,
-                                "gflops", gf, "pct_sgemm", 100 * gf / gflops, "sgemm_gflops", gflops, "bf16_gemm_gflops", bf16_gflops, "peak_rss_mib",
-                                ru.ru_maxrss / 1024.0));
+                                "gflops", gf, "pct_peak", pct(gf, peak), "pct_gemm", pct(gf, gemm_rate), "gemm_gflops",
+                                fp32_gemm, "bf16_gemm_gflops", bf16_gemm, "peak_fp32_gflops", pk.fp32_gflops,
+                                "peak_bf16_gflops", pk.bf16_gflops, "peak_rss_mib", ru.ru_maxrss / 1024.0));
         else fprintf(csv ? stderr : stdout, "# median: fwd %.2f ms, bwd %.2f ms, opt %.2f ms, step %.2f ms, %.2f %s/s, %.2f GFLOP/s = %.1f%% of "
-               "sgemm, peak RSS %.0f MiB\n", bench_median(tf, steps), bench_median(tb, steps), bench_median(to, steps), mt, ups, unit,
-               gf, 100 * gf / gflops, ru.ru_maxrss / 1024.0);
+               "the %s peak, %.1f%% of the model's GEMM path, peak RSS %.0f MiB\n", bench_median(tf, steps), bench_median(tb, steps),
+               bench_median(to, steps), mt, ups, unit, gf, pct(gf, peak), prec, pct(gf, gemm_rate), ru.ru_maxrss / 1024.0);
     }
     free(tf); free(tb); free(to); free(tt);
+    const char *save = config_str(cfg, "bench.save_tune");
+    if (st == STATUS_OK && save[0]) st = bench_gemm_tune(save, info, prov);
     return st;
 }
 
@@ -337,6 +388,11 @@ status bench_model_run(const config *cfg, const runtime *rt, comm *c, const json
             return STATUS_USAGE;
         }
         return bench_model_device(cfg, &spec, B, T);
+    }
+    const char *save = config_str(cfg, "bench.save_tune");
+    if (save[0]) {  /* the output rule before anything runs (base/path.h) */
+        const char *tune_in = config_str(cfg, "device.gemm_tune");
+        TRY(path_output_check(save, "--save-tune", &tune_in, tune_in[0] ? 1 : 0));
     }
     if (rt->size != 1) {
         log_error0("nebula-bench model is one process (%d were launched); data-parallel throughput is nebula-train's "

@@ -39,7 +39,9 @@ static const config_key bench_schema[] = {
     { "bench", "format", CONFIG_TYPE_ENUM, "table", .choices = "table|csv|json",
       .help = "stdout format; with csv and json the preamble goes to stderr" },
     { "bench", "out", CONFIG_TYPE_STRING, "", .help = "also write every row to this JSON file" },
-    { "bench", "save_tune", CONFIG_TYPE_STRING, "", .help = "write the auto tuning table measured here to this file" },
+    { "bench", "save_tune", CONFIG_TYPE_STRING, "",
+      .help = "comm: write the auto tuning table measured here to this file; model: the GEMM table of the model's "
+              "shapes (device.gemm_tune reads it)" },
     { "bench", "check", CONFIG_TYPE_BOOL, "true", .help = "check every algorithm bit-exact outside the timed loop" },
     { "bench", "batch", CONFIG_TYPE_INT, "4", .min = 1, .max = 65536, .help = "model: micro-batch B" },
     { "bench", "seq", CONFIG_TYPE_INT, "64", .min = 1, .max = 65536, .help = "model: sequence length T" },
@@ -90,12 +92,14 @@ static const char usage[] =
     "                                     --model NAME (or --config configs/models/NAME.ini) --batch B --seq T\n"
     "                                     --steps N --threads N --seed S; --dry-run: check model and shapes,\n"
     "                                     allocate nothing; --precision bf16: bf16 GEMMs on an AVX512-BF16 or\n"
-    "                                     AMX CPU;\n"
+    "                                     AMX CPU; --save-tune FILE: the fp32 GEMM path per shape of the steps\n"
+    "                                     (--set device.gemm_tune=FILE reads it); NEBULA_GEMM=blas|onednn\n"
+    "                                     forces the path;\n"
     "                                     --device cuda [--precision bf16|fp16]: GPT-2 or BERT on one GPU, MFU\n"
     "                                     against the bf16 GEMM rate measured in the same process\n"
     "       nebula-bench dgc [options]    DGC-Pro threshold selection on one core: --count N --rounds R,\n"
     "                                     --set dgc.sparsity=S --set dgc.sample_fraction=F\n"
-    "       nebula-bench table models [--models gpt2:4:64,...] [--precisions fp32,bf16] [--reps R]\n"
+    "       nebula-bench table models [--models gpt2:4:64,...] [--precisions fp32,bf16] [--paths auto,prescott] [--reps R]\n"
     "                                     [--steps N] [--threads N] [--torch2]: Nebula beside PyTorch 1.13 (and\n"
     "                                     2.x), as installed and tuned, per model, shape and precision\n"
     "       nebula-bench table dgc [--models gpt2,...] [--rates 1gbit,100mbit,none] [--steps N] [--reps R] [--csv]\n"
@@ -123,7 +127,7 @@ static const struct {
     const char *keys;  /* space-separated, with spaces at both ends */
 } bench_uses[] = {
     { "comm", " min_bytes max_bytes factor iters warmup rounds algo dtype format out save_tune check " },
-    { "model", " batch seq steps model_warmup threads seed dry_run format " },
+    { "model", " batch seq steps model_warmup threads seed dry_run format save_tune " },
     { "dgc", " count rounds format " },
 };
 

@@ -13,6 +13,7 @@ void blas_describe(char *buf, size_t len)
     mkl_get_version_string(v, (int)sizeof v);
     snprintf(buf, len, "%s", v);
 }
+const char *blas_core(void) { return NULL; }
 #elif defined(NEBULA_BLAS_BLIS)
 #include <blis.h>
 void blas_set_threads(int n) { bli_thread_set_num_threads(n); }
@@ -20,6 +21,7 @@ void blas_describe(char *buf, size_t len)
 {
     snprintf(buf, len, "BLIS %s (arch %s)", bli_info_get_version_str(), bli_arch_string(bli_arch_query_id()));
 }
+const char *blas_core(void) { return bli_arch_string(bli_arch_query_id()); }
 #elif defined(NEBULA_BLAS_FLEXIBLAS)
 #include <flexiblas_api.h>
 void blas_set_threads(int n) { flexiblas_set_num_threads(n); }
@@ -29,6 +31,7 @@ void blas_describe(char *buf, size_t len)
     flexiblas_current_backend(name, sizeof name);
     snprintf(buf, len, "FlexiBLAS (backend %s)", name[0] ? name : "unknown");
 }
+const char *blas_core(void) { return NULL; }
 #else
 /* OpenBLAS's own extensions (cblas.h declares them). */
 void blas_set_threads(int n) { openblas_set_num_threads(n); }
@@ -38,5 +41,10 @@ void blas_describe(char *buf, size_t len)
      * its DYNAMIC_ARCH build picked for this CPU */
     const char *config = openblas_get_config(), *core = openblas_get_corename();
     snprintf(buf, len, "%s (core %s)", config && config[0] ? config : "OpenBLAS", core && core[0] ? core : "unknown");
+}
+const char *blas_core(void)
+{
+    const char *core = openblas_get_corename();
+    return core && core[0] ? core : NULL;
 }
 #endif

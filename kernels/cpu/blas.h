@@ -21,5 +21,9 @@ void blas_set_threads(int n);
 /* "OpenBLAS 0.3.21 DYNAMIC_ARCH ... (core Haswell)", "BLIS 0.9.0 (...)", ...: the
  * library, its version and, where it says so, the kernel it picked for this CPU. */
 void blas_describe(char *buf, size_t len);
+/* The kernel set the library picked for this CPU: OpenBLAS's core name ("Haswell",
+ * "Prescott"), BLIS's architecture ("zen3"); NULL for libraries that dispatch on CPU
+ * flags per call (MKL, FlexiBLAS's backends are not asked). gemm.h reads it. */
+const char *blas_core(void);
 
 #endif

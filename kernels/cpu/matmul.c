@@ -1,5 +1,6 @@
-/* matmul — see matmul.h. In math form out = inp · Wm with Wm (C, OC): Wm = W^T for
- * MATMUL_LAYOUT_OUT_IN and Wm = W for MATMUL_LAYOUT_IN_OUT. Every BLAS call below is
+/* matmul — see matmul.h. The products go through gemm_f32 (gemm.h: the BLAS, or oneDNN
+ * where the BLAS runs kernels below this CPU's width). In math form out = inp · Wm with Wm (C, OC): Wm = W^T for
+ * MATMUL_LAYOUT_OUT_IN and Wm = W for MATMUL_LAYOUT_IN_OUT. Every GEMM below is
  * row-major and follows from that identity:
  *   forward   out  (BT, OC) = inp  (BT, C)  · Wm
  *   backward  dinp (BT, C) += dout (BT, OC) · Wm^T
@@ -13,7 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "blas.h"
+#include "gemm.h"
 #include "isa_variant.h"
 
 /* Below this many elements of out (or dout) the bias fill and the dbias reduction
@@ -65,9 +66,9 @@ void matmul_forward(float *out, const float *inp, const float *weight, const flo
     }
     if (C <= 0) return;
     if (layout == MATMUL_LAYOUT_OUT_IN)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, BT, OC, C, 1.0f, inp, C, weight, C, 1.0f, out, OC);
+        gemm_f32(false, true, BT, OC, C, inp, C, weight, C, true, out, OC);
     else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, OC, C, 1.0f, inp, C, weight, OC, 1.0f, out, OC);
+        gemm_f32(false, false, BT, OC, C, inp, C, weight, OC, true, out, OC);
 }
 
 void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
@@ -77,15 +78,15 @@ void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dou
     int out_in = layout == MATMUL_LAYOUT_OUT_IN;
     if (dinp) {
         if (out_in) /* W (OC, C) is already Wm^T */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
+            gemm_f32(false, false, BT, C, OC, dout, OC, weight, C, true, dinp, C);
         else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, BT, C, OC, 1.0f, dout, OC, weight, OC, 1.0f, dinp, C);
+            gemm_f32(false, true, BT, C, OC, dout, OC, weight, OC, true, dinp, C);
     }
     if (dweight) {
         if (out_in)
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, BT, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+            gemm_f32(true, false, OC, C, BT, dout, OC, inp, C, true, dweight, C);
         else
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C, OC, BT, 1.0f, inp, C, dout, OC, 1.0f, dweight, OC);
+            gemm_f32(true, false, C, OC, BT, inp, C, dout, OC, true, dweight, OC);
     }
     if (dbias) matmul_dbias(dbias, dout, BT, OC);
 }

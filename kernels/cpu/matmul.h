@@ -1,5 +1,5 @@
-/* matmul — the fully connected layer: out = inp · W + bias, through CBLAS sgemm
- * (OpenBLAS), with a double-precision plain-loop reference as its specification.
+/* matmul — the fully connected layer: out = inp · W + bias, through gemm_f32 (gemm.h:
+ * the BLAS, or oneDNN where the BLAS lags the CPU), with a double-precision plain-loop reference as its specification.
  *
  * The one design decision: the weight's memory layout is an argument, not a
  * transposed copy. nn.Linear stores W as (OC, C), HF GPT-2's Conv1D as (C, OC);

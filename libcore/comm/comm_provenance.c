@@ -7,6 +7,7 @@
 
 #include "cpu/blas.h"
 #include "cpu/dnn.h"
+#include "cpu/gemm.h"
 #include "cpu/isa.h"
 #include "cpu/matmul.h"
 #include "ctl.h"
@@ -27,6 +28,10 @@ json_t *comm_provenance_local(const config *cfg, int argc, char *const *argv)
         provenance_set(p, "cpu_isa", isa_name(isa_active()));
         isa_describe(text, sizeof text);
         provenance_set(p, "cpu_isa_detail", text);
+        if (gemm_env_check(text, sizeof text)) {
+            gemm_describe(text, sizeof text);
+            provenance_set(p, "gemm", text);
+        }
     }
     return p;
 }

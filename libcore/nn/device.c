@@ -9,6 +9,8 @@
 #include "base/config.h"
 #include "cpu/isa.h"
 #include "cpu/attention.h"
+#include "cpu/gemm.h"
+#include "gemm_tune.h"
 #include "cpu/batchnorm.h"
 #include "cpu/pool.h"
 #include "cpu/relu.h"
@@ -171,8 +173,8 @@ status device_open(device *d, device_kind kind, precision_kind precision, int or
     d->precision = precision;
     d->ordinal = -1;
     if (kind == DEVICE_KIND_CPU) {
-        char why[400], isa[200];
-        if (!isa_env_check(why, sizeof why)) {
+        char why[400], isa[200], gemm[200];
+        if (!isa_env_check(why, sizeof why) || !gemm_env_check(why, sizeof why)) {
             log_error0("%s", why);
             return STATUS_INPUT;
         }
@@ -191,7 +193,9 @@ status device_open(device *d, device_kind kind, precision_kind precision, int or
         }
         d->ops = precision == PRECISION_BF16 ? &nn_ops_cpu_bf16 : &nn_ops_cpu;
         isa_describe(isa, sizeof isa);
-        snprintf(d->describe, sizeof d->describe, "cpu %s, %s", isa, precision_kind_name(precision));
+        gemm_describe(gemm, sizeof gemm);
+        snprintf(d->describe, sizeof d->describe, "cpu %s, %s; fp32 GEMMs: %s", isa, precision_kind_name(precision),
+                 gemm);
         return STATUS_OK;
     }
 #ifndef NEBULA_CUDA
@@ -246,7 +250,20 @@ status device_open_from_config(device *d, const struct config *cfg, int ordinal)
             p = device_auto_precision(k, info.sm_major);
     }
 #endif
-    return device_open(d, k, p, ordinal);
+    status st = device_open(d, k, p, ordinal);
+    const char *tune = config_str(cfg, "device.gemm_tune");
+    if (st == STATUS_OK && k == DEVICE_KIND_CPU && tune[0]) {
+        st = gemm_tune_load(tune);
+        if (st == STATUS_OK) {  /* the description says the table is in use */
+            char gemm[200];
+            gemm_describe(gemm, sizeof gemm);
+            char *at = strstr(d->describe, "; fp32 GEMMs: ");
+            if (at) snprintf(at, sizeof d->describe - (size_t)(at - d->describe), "; fp32 GEMMs: %s", gemm);
+        } else {
+            device_close(d);
+        }
+    }
+    return st;
 }
 
 void device_close(device *d)
@@ -255,6 +272,10 @@ void device_close(device *d)
     if (d->kind == DEVICE_KIND_CUDA) cuda_synchronize();
 #endif
     if (d->kind == DEVICE_KIND_CPU && d->precision == PRECISION_BF16) matmul_bf16_release();
+    if (d->kind == DEVICE_KIND_CPU) {
+        gemm_release();
+        gemm_set_table(NULL, 0);  /* the next device reads its own device.gemm_tune */
+    }
     memset(d, 0, sizeof *d);
 }
 

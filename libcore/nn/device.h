@@ -108,7 +108,7 @@ typedef struct device {
     precision_kind precision; /* fp32, bf16, fp16 (cuda only) */
     int ordinal;                /* the GPU this rank uses (runtime's host-local rank modulo the GPUs); -1 on cpu */
     const nn_ops *ops;          /* the kernels for kind and precision */
-    char describe[256];         /* "cpu", "cuda:0 NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB), bf16" */
+    char describe[512];         /* "cpu", "cuda:0 NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB), bf16" */
 } device;
 
 /* [device] keys (--device, --precision on the command line). */
@@ -118,7 +118,10 @@ typedef struct device {
     { "device", "precision", CONFIG_TYPE_ENUM, "fp32", .choices = PRECISION_CHOICES "|auto",       \
       .help = "bf16 or fp16 GEMM operands, fp32 accumulation and master weights; fp16 (cuda only) with loss " \
               "scaling; bf16 on the CPU needs AVX512-BF16 or AMX; auto: per rank, bf16 on a GPU with bf16 " \
-              "tensor cores (sm_80 on), fp16 on sm_70-75, fp32 on older GPUs and on CPUs" }
+              "tensor cores (sm_80 on), fp16 on sm_70-75, fp32 on older GPUs and on CPUs" },                \
+    { "device", "gemm_tune", CONFIG_TYPE_STRING, "",                                                \
+      .help = "CPU: a table of fp32 GEMM paths per shape (nebula-bench model --save-tune) made on this CPU; " \
+              "empty: the rule of kernels/cpu/gemm.h" }
 
 struct config;
 /* device_open with the [device] keys of cfg; precision auto is resolved per rank on the

@@ -4,9 +4,9 @@
 # (PyPI, installed on demand by torch2-venv.sh), each as installed and with
 # OMP_WAIT_POLICY=PASSIVE (tuned). Repeats REPS times (default 3), interleaved, and
 # reports medians, Nebula's ratio to each peer's better setting, peak RSS (Nebula /
-# PyTorch 1.13 as installed) and the ISA level Nebula's kernels ran at (NEBULA_CPU_ISA
-# caps it). PRECISION=bf16 runs Nebula's --precision bf16 against PyTorch's CPU
-# autocast bf16. The first line is the provenance (docs/benchmarks.md#provenance) as a
+# PyTorch 1.13 as installed), the ISA level Nebula's kernels ran at (NEBULA_CPU_ISA
+# caps it), the BLAS's core and the fp32 GEMM path (kernels/cpu/gemm.h). PRECISION=bf16
+# runs Nebula's --precision bf16 against PyTorch's CPU autocast bf16. The first line is the provenance (docs/benchmarks.md#provenance) as a
 # Markdown comment, "<!-- provenance: {...} -->".
 #
 #   tools/peers/bench-model.sh gpt2 4 64 [THREADS] [STEPS]
@@ -23,7 +23,8 @@ pys=(/usr/bin/python3)
 [ "${TORCH2:-0}" = 1 ] && pys+=("$(tools/peers/torch2-venv.sh)")
 tps() { sed -n 's/.* \([0-9.]*\) \(tok\|seq\|img\)\/s.*/\1/p' | tail -1; }
 rss() { sed -n 's/.*peak RSS \([0-9]*\) MiB.*/\1/p' | tail -1; }
-isa() { sed -n 's/^# cpu: ISA level \([a-z0-9_]*\).*/\1/p' | tail -1; }
+isa() { sed -n 's/^# cpu: ISA level \([a-z0-9_]*\).*(core \([^)]*\)).*/\1, core \2/p' | tail -1; }
+gemm_path() { sed -n 's/^# fp32 GEMMs: \(oneDNN matmul\|BLAS\).*/\1/p' | tail -1; }
 torch() {  # PYTHON [ENV...]: one PyTorch run's output
     local py=$1; shift
     env "$@" "$py" tools/peers/bench_model_torch.py --model "$model" --batch "$batch" --seq "$seq" \
@@ -34,7 +35,7 @@ level=
 for r in $(seq 1 "$reps"); do
     out=$(build/bin/nebula-bench model --model "$model" --batch "$batch" --seq "$seq" --threads "$threads" \
               --steps "$steps" --precision "$prec")
-    neb+=("$(tps <<<"$out")") nrss+=("$(rss <<<"$out")") level=$(isa <<<"$out")
+    neb+=("$(tps <<<"$out")") nrss+=("$(rss <<<"$out")") level="$(isa <<<"$out"), $(gemm_path <<<"$out")"
     for i in "${!pys[@]}"; do
         out=$(torch "${pys[$i]}")
         peers[$((2 * i))]+=" $(tps <<<"$out")"
@@ -42,7 +43,7 @@ for r in $(seq 1 "$reps"); do
         peers[$((2 * i + 1))]+=" $(torch "${pys[$i]}" OMP_WAIT_POLICY=PASSIVE | tps)"
     done
 done
-/usr/bin/python3 - "$model" "$batch" "$seq" "$threads" "$level $prec" "${neb[*]}" "${nrss[*]}" "${prss[*]}" \
+/usr/bin/python3 - "$model" "$batch" "$seq" "$threads" "$level, $prec" "${neb[*]}" "${nrss[*]}" "${prss[*]}" \
     "${peers[@]}" <<'PY'
 import statistics, sys
 model, b, t, th, level = sys.argv[1:6]

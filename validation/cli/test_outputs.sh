@@ -62,6 +62,7 @@ W libcore/ckpt/tool/ckpt_upgrade.c | H5Fopen(path, H5F_ACC_RDWR | that copy, rew
 W libcore/ckpt/tool/llmc.c | path_write_atomic(path, "llm.c model file" | convert --to llmc --out: path_output_check in convert_to
 W libcore/ckpt/tool/safetensors.c | path_write_atomic(path, "safetensors file" | convert --to safetensors --out: path_output_check in convert_to
 W libcore/comm/comm_tune.c | path_write_atomic(path, "tuning table" | --save-tune: path_output_check at the start of bench_comm_run
+W libcore/nn/gemm_tune.c | path_write_atomic(path, "GEMM tuning table" | model --save-tune: path_output_check at the start of bench_model_run
 W libcore/data/data_prepare.c | rename(o->tmp, o->path) | prepare's token files: path_output_check in prepare_main; both renamed once complete
 W libcore/record/tfevent.c | ftruncate(w->fd, w->size) | cuts a torn record off its own event file, created by path_create_regular (O_EXCL)
 W libcore/record/tracefile.c | fdopen(fd2, "w") | inside path_write_atomic's fill: the temporary it created

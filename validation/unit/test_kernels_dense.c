@@ -22,6 +22,8 @@
 
 #include "cpu/embed.h"
 #include "cpu/gelu.h"
+#include "cpu/gemm.h"
+#include "cpu/blas.h"
 #include "cpu/isa.h"
 #include "cpu/layernorm.h"
 #include "cpu/matmul.h"
@@ -217,6 +219,74 @@ static void test_matmul(kc *k, int BT, int C, int OC, matmul_layout layout, int 
                 kc_guards_intact(o_w, nw) && kc_guards_intact(o_b, (size_t)OC);
     kc_report(k, same, fmt("%s: NULL gradients skipped, the others bit-identical", tag), 0);
     pool_free();
+}
+
+/* ---- gemm: both paths ---- */
+
+/* C (M, N) = [C +] op(A) op(B) in double, reading the operands' storage as gemm.h says. */
+static void gemm_ref(bool ta, bool tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                     const float *C0, int ldc, bool accumulate, double *out /* (M, N) dense */)
+{
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double acc = accumulate ? C0[(size_t)i * ldc + j] : 0;
+            for (int p = 0; p < K; p++) {
+                double a = ta ? A[(size_t)p * lda + i] : A[(size_t)i * lda + p];
+                double b = tb ? B[(size_t)j * ldb + p] : B[(size_t)p * ldb + j];
+                acc += a * b;
+            }
+            out[(size_t)i * N + j] = acc;
+        }
+}
+
+/* Each path on a shape with leading dimensions wider than the rows: the product within
+ * the K-term tolerance, C's padding columns (between ldc and N) untouched, canaries
+ * intact; with accumulate, C's old values added. */
+static void test_gemm(kc *k, gemm_path path, int M, int N, int K, bool ta, bool tb, bool accumulate)
+{
+    const char *tag = fmt("gemm %s M=%d N=%d K=%d%s%s%s", gemm_path_name(path), M, N, K, ta ? " A^T" : "",
+                          tb ? " B^T" : "", accumulate ? " C+=" : "");
+    int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
+    size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
+    float *A = grand(k, na, -1, 1), *B = grand(k, nb, -1, 1), *C = grand(k, nc, -9, 9);
+    float *C0 = gcopy(C, nc);
+    double *ref = dbuf((size_t)M * N);
+    gemm_ref(ta, tb, M, N, K, A, lda, B, ldb, C0, ldc, accumulate, ref);
+    gemm_f32_on(path, ta, tb, M, N, K, A, lda, B, ldb, accumulate, C, ldc);
+    double worst = 0, tol = kc_rtol_f32((size_t)K + 1);
+    bool pad_kept = kc_guards_intact(C, nc);
+    for (int i = 0; i < M; i++) {
+        for (int j = 0; j < N; j++) {
+            double r = ref[(size_t)i * N + j], d = fabs(C[(size_t)i * ldc + j] - r) / (tol + tol * fabs(r));
+            if (!(d <= worst)) worst = d;  /* NaN counts as the worst */
+        }
+        for (int j = N; j < ldc; j++) pad_kept &= C[(size_t)i * ldc + j] == C0[(size_t)i * ldc + j];
+    }
+    kc_report(k, worst <= 1, fmt("%s: vs reference (worst |got-ref| / (atol + rtol |ref|) = %.3g)", tag, worst), 0);
+    kc_report(k, pad_kept, fmt("%s: padding between rows and canaries untouched", tag), 0);
+    pool_free();
+}
+
+/* Which path: a BLAS that names kernels below the CPU's vector width is not trusted. */
+static void test_gemm_choice(kc *k)
+{
+    const char *core = blas_core(), *forced = getenv("NEBULA_GEMM");
+    char d[256];
+    gemm_describe(d, sizeof d);
+    printf("      fp32 GEMMs: %s\n", d);
+    if (forced && forced[0] && strcmp(forced, "auto") != 0) {
+        kc_report(k, !strcmp(gemm_path_name(gemm_default()), forced), fmt("NEBULA_GEMM=%s is the path taken", forced), 0);
+    } else if (core && !strcmp(core, "Prescott")) { /* OPENBLAS_CORETYPE=Prescott (validation/tests.list) */
+        kc_report(k, gemm_blas_level() == ISA_BASE, "OpenBLAS core Prescott is read as base kernels", 0);
+        kc_report(k, gemm_default() == (isa_active() >= ISA_AVX2 ? GEMM_PATH_ONEDNN : GEMM_PATH_BLAS),
+                  fmt("core Prescott at isa level %s: the GEMMs take %s", isa_name(isa_active()),
+                      isa_active() >= ISA_AVX2 ? "oneDNN" : "the BLAS (no wider kernels to miss)"), 0);
+        kc_report(k, gemm_default() == GEMM_PATH_BLAS || strstr(d, "core Prescott = base kernels, below this CPU's"),
+                  "the start-up line says why", 0);
+    } else {
+        kc_report(k, gemm_default() == GEMM_PATH_BLAS || isa_active() > ISA_BASE,
+                  "at isa level base the BLAS is never below the CPU", 0);
+    }
 }
 
 /* The bf16 matmul (--precision bf16 on the CPU): its specification is the double
@@ -665,6 +735,13 @@ int main(void)
         for (int layout = 0; layout < 2; layout++)
             for (int with_bias = 1; with_bias >= 0; with_bias--)
                 test_matmul(&k, mm[s][0], mm[s][1], mm[s][2], (matmul_layout)layout, with_bias, mm[s][3]);
+    test_gemm_choice(&k);
+    static const int gs[][3] = { { 7, 33, 65 }, { 1, 1, 1 }, { 13, 128, 47 }, { 300, 17, 260 }, { 5, 4, 0 } };
+    for (int path = 0; path < GEMM_PATHS; path++)
+        for (size_t s = 0; s < sizeof gs / sizeof gs[0]; s++)
+            for (int t = 0; t < 4; t++)
+                for (int acc = 0; acc < 2; acc++)
+                    test_gemm(&k, (gemm_path)path, gs[s][0], gs[s][1], gs[s][2], t & 1, t & 2, acc);
     /* bf16 needs oneDNN's bf16 kernels: AVX512-BF16 or AMX (device_open refuses it below) */
     if (isa_active() >= ISA_AVX512_BF16) {
         static const int mb[][3] = { { 7, 33, 65 }, { 1, 1, 1 }, { 64, 768, 200 }, { 300, 17, 260 } };
