@@ -6,7 +6,8 @@
 # reports medians, Nebula's ratio to each peer's better setting, peak RSS (Nebula /
 # PyTorch 1.13 as installed), the ISA level Nebula's kernels ran at (NEBULA_CPU_ISA
 # caps it), the BLAS's core and the fp32 GEMM path (kernels/cpu/gemm.h). PRECISION=bf16
-# runs Nebula's --precision bf16 against PyTorch's CPU autocast bf16. The first line is the provenance (docs/benchmarks.md#provenance) as a
+# runs Nebula's --precision bf16 against PyTorch's CPU autocast bf16; NEBULA_ARGS adds
+# options to Nebula's command (e.g. "--set device.gemm_tune=FILE"). The first line is the provenance (docs/benchmarks.md#provenance) as a
 # Markdown comment, "<!-- provenance: {...} -->".
 #
 #   tools/peers/bench-model.sh gpt2 4 64 [THREADS] [STEPS]
@@ -34,7 +35,7 @@ neb=() nrss=() prss=() peers=("" "" "" "")  # peers: 1.13, 1.13 tuned, 2.x, 2.x 
 level=
 for r in $(seq 1 "$reps"); do
     out=$(build/bin/nebula-bench model --model "$model" --batch "$batch" --seq "$seq" --threads "$threads" \
-              --steps "$steps" --precision "$prec")
+              --steps "$steps" --precision "$prec" ${NEBULA_ARGS:-})
     neb+=("$(tps <<<"$out")") nrss+=("$(rss <<<"$out")") level="$(isa <<<"$out"), $(gemm_path <<<"$out")"
     for i in "${!pys[@]}"; do
         out=$(torch "${pys[$i]}")
