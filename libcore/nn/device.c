@@ -173,7 +173,7 @@ status device_open(device *d, device_kind kind, precision_kind precision, int or
     d->precision = precision;
     d->ordinal = -1;
     if (kind == DEVICE_KIND_CPU) {
-        char why[400], isa[200], gemm[200];
+        char why[400], isa[200];
         if (!isa_env_check(why, sizeof why) || !gemm_env_check(why, sizeof why)) {
             log_error0("%s", why);
             return STATUS_INPUT;
@@ -193,9 +193,8 @@ status device_open(device *d, device_kind kind, precision_kind precision, int or
         }
         d->ops = precision == PRECISION_BF16 ? &nn_ops_cpu_bf16 : &nn_ops_cpu;
         isa_describe(isa, sizeof isa);
-        gemm_describe(gemm, sizeof gemm);
-        snprintf(d->describe, sizeof d->describe, "cpu %s, %s; fp32 GEMMs: %s", isa, precision_kind_name(precision),
-                 gemm);
+        snprintf(d->describe, sizeof d->describe, "cpu %s, %s", isa, precision_kind_name(precision));
+        gemm_describe(d->gemm, sizeof d->gemm);
         return STATUS_OK;
     }
 #ifndef NEBULA_CUDA
@@ -254,14 +253,8 @@ status device_open_from_config(device *d, const struct config *cfg, int ordinal)
     const char *tune = config_str(cfg, "device.gemm_tune");
     if (st == STATUS_OK && k == DEVICE_KIND_CPU && tune[0]) {
         st = gemm_tune_load(tune);
-        if (st == STATUS_OK) {  /* the description says the table is in use */
-            char gemm[200];
-            gemm_describe(gemm, sizeof gemm);
-            char *at = strstr(d->describe, "; fp32 GEMMs: ");
-            if (at) snprintf(at, sizeof d->describe - (size_t)(at - d->describe), "; fp32 GEMMs: %s", gemm);
-        } else {
-            device_close(d);
-        }
+        if (st == STATUS_OK) gemm_describe(d->gemm, sizeof d->gemm);  /* now with the table */
+        else device_close(d);
     }
     return st;
 }

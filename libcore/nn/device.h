@@ -108,7 +108,8 @@ typedef struct device {
     precision_kind precision; /* fp32, bf16, fp16 (cuda only) */
     int ordinal;                /* the GPU this rank uses (runtime's host-local rank modulo the GPUs); -1 on cpu */
     const nn_ops *ops;          /* the kernels for kind and precision */
-    char describe[512];         /* "cpu", "cuda:0 NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB), bf16" */
+    char describe[256];         /* "cpu", "cuda:0 NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB), bf16" */
+    char gemm[256];             /* CPU: the fp32 GEMM path and why (gemm_describe); "" on a GPU */
 } device;
 
 /* [device] keys (--device, --precision on the command line). */

@@ -464,6 +464,7 @@ void train_print(const train_run *r, FILE *f)
             r->tb.global_batch, r->tb.micro_batch, r->tb.accum, dp, dp < r->rt->size ? "data-parallel " : "",
             dp == 1 ? "" : "s", r->T ? "" : " (images)", r->threads, r->threads == 1 ? "" : "s");
     fprintf(f, "device: %s\n", r->dev.describe);
+    if (r->dev.gemm[0]) fprintf(f, "fp32 GEMMs: %s\n", r->dev.gemm);
     char line[512];
     data_describe(r->train_data, line, sizeof line);
     if (r->fixed_batch)
