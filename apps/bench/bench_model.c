@@ -256,6 +256,11 @@ static status bench_gemm_tune(const char *path, FILE *info, const json_t *prov)
     gemm_choice choice[64];
     double gflops[128];
     int n = gemm_seen_shapes(shapes, 64);
+    if (n == 0) {  /* --precision bf16: its GEMMs are oneDNN's bf16 matmul, there is nothing to choose */
+        log_error0("--save-tune: the steps ran no fp32 GEMM (under --precision bf16 they are bf16); make the table "
+                   "with --precision fp32");
+        return STATUS_USAGE;
+    }
     gemm_probe(shapes, n, choice, gflops);
     fprintf(info, "# GEMM table (%d shapes; GFLOP/s blas / onednn -> path):\n", n);
     for (int i = 0; i < n; i++)
@@ -377,6 +382,16 @@ status bench_model_run(const config *cfg, const runtime *rt, comm *c, const json
     int B = (int)config_int(cfg, "bench.batch"), T = (int)config_int(cfg, "bench.seq");
     TRY(model_spec_check_batch(&spec, B, T, "bench.batch", "bench.seq"));
     bool table = !strcmp(config_str(cfg, "bench.format"), "table");
+    const char *save = config_str(cfg, "bench.save_tune");
+    if (save[0]) {  /* refused where it would be ignored; the output rule before anything runs (base/path.h) */
+        if (config_bool(cfg, "bench.dry_run") || strcmp(config_str(cfg, "device.kind"), "cpu") != 0) {
+            log_error0("--save-tune: the GEMM table is measured by a CPU run's steps, not with --dry-run or --device %s",
+                       config_str(cfg, "device.kind"));
+            return STATUS_USAGE;
+        }
+        const char *tune_in = config_str(cfg, "device.gemm_tune");
+        TRY(path_output_check(save, "--save-tune", &tune_in, tune_in[0] ? 1 : 0));
+    }
     if (config_bool(cfg, "bench.dry_run")) {
         print_dry_run(&spec, B, T, !strcmp(config_str(cfg, "bench.format"), "json"), prov);
         return STATUS_OK;
@@ -388,11 +403,6 @@ status bench_model_run(const config *cfg, const runtime *rt, comm *c, const json
             return STATUS_USAGE;
         }
         return bench_model_device(cfg, &spec, B, T);
-    }
-    const char *save = config_str(cfg, "bench.save_tune");
-    if (save[0]) {  /* the output rule before anything runs (base/path.h) */
-        const char *tune_in = config_str(cfg, "device.gemm_tune");
-        TRY(path_output_check(save, "--save-tune", &tune_in, tune_in[0] ? 1 : 0));
     }
     if (rt->size != 1) {
         log_error0("nebula-bench model is one process (%d were launched); data-parallel throughput is nebula-train's "

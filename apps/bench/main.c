@@ -186,7 +186,7 @@ int main(int argc, char **argv)
                               argv, 1, usage, &action);
         if (st == STATUS_OK && action == CLI_ACTION_EXIT) return 0;
         if (st == STATUS_OK) log_error0("missing subcommand; expected 'comm', 'model', 'dgc', 'table dgc', 'table hybrid', 'table models' or 'provenance' (--help for usage)");
-        return 2;
+        return runtime_exit_early(2);
     }
     bool model = !strcmp(argv[1], "model"), dgc = !strcmp(argv[1], "dgc");
     if (!strcmp(argv[1], "provenance")) return bench_provenance_main(argc, argv);
@@ -195,14 +195,14 @@ int main(int argc, char **argv)
                          strcmp(argv[2], "hetero") != 0)) {
             log_error0("table: expected 'table dgc', 'table hetero', 'table hybrid' or 'table models', got '%s'",
                        argc < 3 ? "" : argv[2]);
-            return 2;
+            return runtime_exit_early(2);
         }
         return table_run(argv[2], argc - 3, argv + 3);
     }
     if (strcmp(argv[1], "comm") != 0 && !model && !dgc) {
         log_error0("unknown subcommand '%s'; expected 'comm', 'model', 'dgc', 'table dgc', 'table hybrid', 'table models' "
                    "or 'provenance'", argv[1]);
-        return 2;
+        return runtime_exit_early(2);
     }
     cli_action action;
     status st = cli_parse(&cfg, bench_options, (int)(sizeof bench_options / sizeof bench_options[0]), argc, argv,

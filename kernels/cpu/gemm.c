@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "blas.h"
 #include "dnn.h"
@@ -17,6 +18,7 @@
 typedef struct gemm_key {
     int M, N, K, lda, ldb, ldc;
     int ta, tb, accumulate;
+    int threads; /* oneDNN splits the work when the primitive is made */
 } gemm_key;
 
 typedef struct gemm_prim {
@@ -96,7 +98,7 @@ void gemm_f32_on(gemm_path path, bool ta, bool tb, int M, int N, int K, const fl
                     lda, B, ldb, accumulate ? 1.0f : 0.0f, C, ldc);
         return;
     }
-    gemm_key k = { M, N, K, lda, ldb, ldc, ta, tb, accumulate };
+    gemm_key k = { M, N, K, lda, ldb, ldc, ta, tb, accumulate, omp_get_max_threads() };
     gemm_prim *e = gemm_prim_get(&k);
     dnn_arg args[3] = { { DNNL_ARG_SRC, e->a, A }, { DNNL_ARG_WEIGHTS, e->b, B }, { DNNL_ARG_DST, e->c, C } };
     dnn_run(e->prim, args, 3);
@@ -128,7 +130,7 @@ void gemm_f32(bool ta, bool tb, int M, int N, int K, const float *A, int lda, co
     gemm_shape s;
     memset(&s, 0, sizeof s);  /* padding too: shapes are compared with memcmp */
     s.M = M, s.N = N, s.K = K, s.ta = ta, s.tb = tb;
-    gemm_note_shape(&s);
+    if (M > 0 && N > 0 && K > 0) gemm_note_shape(&s);  /* an empty product is no shape to tune */
     gemm_path path = gemm_default();
     for (int i = 0; i < ntable; i++)
         if (!memcmp(&table[i].shape, &s, sizeof s)) path = table[i].path;
@@ -194,7 +196,7 @@ static const struct {
 static bool gemm_core_level(const char *core, isa_level *level)
 {
     for (size_t i = 0; core && i < sizeof cores / sizeof cores[0]; i++)
-        if (!strcmp(core, cores[i].name)) {
+        if (!strcasecmp(core, cores[i].name)) { /* builds without DYNAMIC_ARCH say "HASWELL" */
             *level = cores[i].level;
             return true;
         }

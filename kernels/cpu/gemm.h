@@ -15,7 +15,7 @@
  * kernels where the CPU has AVX-512, AVX2 where AVX2) every call goes to oneDNN.
  * NEBULA_GEMM=blas|onednn forces a path (the tests force both; a user compares). A
  * per-shape choice from timings is a table the caller loads (gemm_set_table), made
- * by `nebula-bench model --gemm-tune FILE` and fixed for the run, as comm.tune_file
+ * by `nebula-bench model --save-tune FILE` and fixed for the run, as comm.tune_file
  * fixes the allreduce's algorithm. */
 #ifndef NEBULA_KERNELS_GEMM_H
 #define NEBULA_KERNELS_GEMM_H

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifdef NEBULA_CUDA
@@ -40,19 +41,31 @@ void runtime_preinit(const char *prog)
     log_set_identity(prog, host, rank, rank >= 0 ? 2 : 1);
 }
 
+/* How long a failing rank waits for the others to fail alike (runtime_exit_early). */
+#define RUNTIME_EXIT_EARLY_WAIT_MS 10000
+
 int runtime_exit_early(int code)
 {
-    static const char *size_vars[] = { "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE", "SLURM_NTASKS" };
+    static const char *size_vars[] = { "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS" };
     int size = -1;
     for (size_t i = 0; i < sizeof size_vars / sizeof size_vars[0] && size < 0; i++)
         size = env_int(size_vars[i], -1);
     fflush(stdout);
     fflush(stderr);
     if (code == 0 || size <= 1) return code;
-    int provided;
+    int provided, done = 0;
     MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
-    MPI_Barrier(MPI_COMM_WORLD);
-    MPI_Finalize();
+    /* Bounded: ranks that parsed the same argv differently (a node-local --config) are in
+     * runtime_init's collectives instead and never join; after the deadline this rank
+     * exits unfinalized and the launcher ends the job, as without the wait. */
+    MPI_Request req;
+    MPI_Ibarrier(MPI_COMM_WORLD, &req);
+    struct timespec nap = { 0, 10 * 1000 * 1000 };
+    for (int waited_ms = 0; !done && waited_ms < RUNTIME_EXIT_EARLY_WAIT_MS; waited_ms += 10) {
+        MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+        if (!done) nanosleep(&nap, NULL);
+    }
+    if (done) MPI_Finalize();
     return code;
 }
 

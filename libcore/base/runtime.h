@@ -85,7 +85,9 @@ void runtime_preinit(const char *prog);
 /* An exit before runtime_init (a usage error every rank finds alike): returns code. Under
  * a launcher with more than one rank, a failing exit first meets the other ranks (MPI_Init,
  * a barrier, MPI_Finalize): a rank that exits ahead of rank 0 would otherwise let the
- * launcher kill rank 0 before its message is out, leaving only the launcher's lines. */
+ * launcher kill rank 0 before its message is out, leaving only the launcher's lines. The
+ * wait is bounded (10 s): ranks that did not fail never join, and then this one exits
+ * without finalizing, which ends the job as an exit without the wait would. */
 int runtime_exit_early(int code);
 
 /* MPI_Init_thread (FUNNELED), communicators, binding, launch checks.

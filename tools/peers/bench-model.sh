@@ -24,7 +24,10 @@ pys=(/usr/bin/python3)
 [ "${TORCH2:-0}" = 1 ] && pys+=("$(tools/peers/torch2-venv.sh)")
 tps() { sed -n 's/.* \([0-9.]*\) \(tok\|seq\|img\)\/s.*/\1/p' | tail -1; }
 rss() { sed -n 's/.*peak RSS \([0-9]*\) MiB.*/\1/p' | tail -1; }
-isa() { sed -n 's/^# cpu: ISA level \([a-z0-9_]*\).*(core \([^)]*\)).*/\1, core \2/p' | tail -1; }
+isa() {  # "avx512_bf16, core Cooperlake" (OpenBLAS), "..., arch zen3" (BLIS), the level alone otherwise
+    sed -n -e 's/^# cpu: ISA level \([a-z0-9_]*\).*(\(core\|arch\) \([^)]*\)).*/\1, \2 \3/p' \
+        -e 't' -e 's/^# cpu: ISA level \([a-z0-9_]*\).*/\1/p' | tail -1
+}
 gemm_path() { sed -n 's/^# fp32 GEMMs: \(oneDNN matmul\|BLAS\).*/\1/p' | tail -1; }
 torch() {  # PYTHON [ENV...]: one PyTorch run's output
     local py=$1; shift

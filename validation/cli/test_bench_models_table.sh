@@ -28,7 +28,7 @@ ok &= len(gemm) == 1 and ("; bf16 (oneDNN" in gemm[0]) == bf16
 ok &= sum(l.startswith("# fp32 GEMMs: ") for l in lines) == 1 and sum(l.startswith("# peak ") for l in lines) == 1
 rows = {}
 for l in lines:
-    m = re.match(r"\| gpt2-tiny B=2 T=16, \d+ threads \| (\w+), core [^,]+, (?:BLAS|oneDNN matmul), (fp32|bf16) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+)x \|", l)
+    m = re.match(r"\| gpt2-tiny B=2 T=16, \d+ threads \| (\w+)(?:, (?:core|arch) [^,]+)?, (?:BLAS|oneDNN matmul), (fp32|bf16) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+)x \|", l)
     if m:
         neb, p0, p1, ratio = (float(m.group(i)) for i in range(3, 7))
         ok &= neb > 0 and p0 > 0 and p1 > 0 and abs(ratio - neb / max(p0, p1)) <= 0.01 * ratio + 0.006
