@@ -162,3 +162,38 @@ void dnn_blocked_to_nchw(float *dst, const float *src, int N, int C, int HW)
                 for (int i = 0; i < HW; i++) d[(size_t)c * HW + i] = s[(size_t)i * B + c];
         }
 }
+
+void dnn_matmul_init(dnn_matmul *m, dnnl_data_type_t dt, int M, int N, int K, bool ta, int lda, bool tb, int ldb,
+                     int ldc, bool accumulate)
+{
+    dnnl_memory_desc_t amd, bmd, cmd;
+    dnnl_dims_t ad = { M, K }, bd = { K, N }, cd = { M, N };
+    dnnl_dims_t as = { ta ? 1 : lda, ta ? lda : 1 }, bs = { tb ? 1 : ldb, tb ? ldb : 1 }, cs = { ldc, 1 };
+    DNN_CHECK(dnnl_memory_desc_init_by_strides(&amd, 2, ad, dt, as));
+    DNN_CHECK(dnnl_memory_desc_init_by_strides(&bmd, 2, bd, dt, bs));
+    DNN_CHECK(dnnl_memory_desc_init_by_strides(&cmd, 2, cd, dnnl_f32, cs));
+    dnnl_matmul_desc_t md;
+    DNN_CHECK(dnnl_matmul_desc_init(&md, &amd, &bmd, NULL, &cmd));
+    dnnl_primitive_attr_t attr = dnn_sum_attr(accumulate);
+    dnnl_primitive_desc_t pd;
+    DNN_CHECK(dnnl_primitive_desc_create(&pd, &md, attr, dnn_engine(), NULL));
+    if (attr) DNN_CHECK(dnnl_primitive_attr_destroy(attr));
+    m->prim = dnn_primitive(pd);
+    m->a = dnn_mem(&amd);
+    m->b = dnn_mem(&bmd);
+    m->c = dnn_mem(&cmd);
+}
+
+void dnn_matmul_run(const dnn_matmul *m, const void *a, const void *b, float *c)
+{
+    dnn_arg args[3] = { { DNNL_ARG_SRC, m->a, a }, { DNNL_ARG_WEIGHTS, m->b, b }, { DNNL_ARG_DST, m->c, c } };
+    dnn_run(m->prim, args, 3);
+}
+
+void dnn_matmul_free(dnn_matmul *m)
+{
+    dnnl_primitive_destroy(m->prim);
+    dnnl_memory_destroy(m->a);
+    dnnl_memory_destroy(m->b);
+    dnnl_memory_destroy(m->c);
+}

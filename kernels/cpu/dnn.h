@@ -71,6 +71,20 @@ typedef struct dnn_arg {
 /* Attaches each buffer and executes `p` on the stream, waiting for it. */
 void dnn_run(dnnl_primitive_t p, const dnn_arg *args, int nargs);
 
+/* One matmul primitive: C (M, N) [+]= op(A) (M, K) · op(B) (K, N), row-major with leading
+ * dimensions as cblas takes them (ta: A stored (K, M) with lda; tb: B stored (N, K) with
+ * ldb), operands of type `dt` (f32 or bf16), C f32; accumulate: a sum post-op (beta = 1).
+ * Transposes and leading dimensions are memory-descriptor strides, never copies. The
+ * fp32 GEMM (gemm.c) and the bf16 matmul (matmul_bf16.c) keep one per shape. */
+typedef struct dnn_matmul {
+    dnnl_primitive_t prim;
+    dnnl_memory_t a, b, c;  /* without buffers: dnn_matmul_run attaches them */
+} dnn_matmul;
+void dnn_matmul_init(dnn_matmul *m, dnnl_data_type_t dt, int M, int N, int K, bool ta, int lda, bool tb, int ldb,
+                     int ldc, bool accumulate);
+void dnn_matmul_run(const dnn_matmul *m, const void *a, const void *b, float *c);
+void dnn_matmul_free(dnn_matmul *m);
+
 /* Plain-loop layout converters for (N, C, HW) tensors, C % dnn_block() == 0, OpenMP over
  * images and channel blocks. dst and src must not overlap. */
 void dnn_nchw_to_blocked(float *dst, const float *src, int N, int C, int HW);

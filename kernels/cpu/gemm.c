@@ -1,8 +1,5 @@
-/* gemm — see gemm.h. oneDNN's matmul takes the operands' storage as memory-descriptor
- * strides, so a transposed operand or a leading dimension wider than the row is a
- * stride, never a copy: op(A) (M, K) stored (M, K) with lda has strides {lda, 1},
- * stored transposed ((K, M), lda) {1, lda}; B likewise; C {ldc, 1}. "C +=" is a sum
- * post-op. Primitives are kept per shape (a model runs a dozen); calls come from the
+/* gemm — see gemm.h. The oneDNN path is dnn_matmul (dnn.h: transposes and leading
+ * dimensions as strides, "C +=" as a sum post-op). Primitives are kept per shape (a model runs a dozen); calls come from the
  * layers, outside OpenMP regions, so the cache needs no lock. */
 #include "gemm.h"
 
@@ -23,8 +20,7 @@ typedef struct gemm_key {
 
 typedef struct gemm_prim {
     gemm_key key;
-    dnnl_primitive_t prim;
-    dnnl_memory_t a, b, c;
+    dnn_matmul mm;
 } gemm_prim;
 
 /* GPT-2 and BERT: 3 calls per layer kind and direction, ~14 shapes per batch size */
@@ -40,17 +36,9 @@ static int nseen;
 static gemm_choice table[GEMM_TABLE];
 static int ntable;
 
-static void gemm_prim_free(gemm_prim *p)
-{
-    dnnl_primitive_destroy(p->prim);
-    dnnl_memory_destroy(p->a);
-    dnnl_memory_destroy(p->b);
-    dnnl_memory_destroy(p->c);
-}
-
 void gemm_release(void)
 {
-    for (int i = 0; i < ncache; i++) gemm_prim_free(&cache[i]);
+    for (int i = 0; i < ncache; i++) dnn_matmul_free(&cache[i].mm);
     ncache = 0;
 }
 
@@ -62,24 +50,7 @@ static gemm_prim *gemm_prim_get(const gemm_key *k)
     gemm_prim *e = &cache[ncache];
     memset(e, 0, sizeof *e);
     e->key = *k;
-    dnnl_memory_desc_t amd, bmd, cmd;
-    dnnl_dims_t ad = { k->M, k->K }, bd = { k->K, k->N }, cd = { k->M, k->N };
-    dnnl_dims_t as = { k->ta ? 1 : k->lda, k->ta ? k->lda : 1 };
-    dnnl_dims_t bs = { k->tb ? 1 : k->ldb, k->tb ? k->ldb : 1 };
-    dnnl_dims_t cs = { k->ldc, 1 };
-    DNN_CHECK(dnnl_memory_desc_init_by_strides(&amd, 2, ad, dnnl_f32, as));
-    DNN_CHECK(dnnl_memory_desc_init_by_strides(&bmd, 2, bd, dnnl_f32, bs));
-    DNN_CHECK(dnnl_memory_desc_init_by_strides(&cmd, 2, cd, dnnl_f32, cs));
-    dnnl_matmul_desc_t md;
-    DNN_CHECK(dnnl_matmul_desc_init(&md, &amd, &bmd, NULL, &cmd));
-    dnnl_primitive_attr_t attr = dnn_sum_attr(k->accumulate);
-    dnnl_primitive_desc_t pd;
-    DNN_CHECK(dnnl_primitive_desc_create(&pd, &md, attr, dnn_engine(), NULL));
-    if (attr) DNN_CHECK(dnnl_primitive_attr_destroy(attr));
-    e->prim = dnn_primitive(pd);
-    e->a = dnn_mem(&amd);
-    e->b = dnn_mem(&bmd);
-    e->c = dnn_mem(&cmd);
+    dnn_matmul_init(&e->mm, dnnl_f32, k->M, k->N, k->K, k->ta, k->lda, k->tb, k->ldb, k->ldc, k->accumulate);
     ncache++;
     return e;
 }
@@ -99,9 +70,7 @@ void gemm_f32_on(gemm_path path, bool ta, bool tb, int M, int N, int K, const fl
         return;
     }
     gemm_key k = { M, N, K, lda, ldb, ldc, ta, tb, accumulate, omp_get_max_threads() };
-    gemm_prim *e = gemm_prim_get(&k);
-    dnn_arg args[3] = { { DNNL_ARG_SRC, e->a, A }, { DNNL_ARG_WEIGHTS, e->b, B }, { DNNL_ARG_DST, e->c, C } };
-    dnn_run(e->prim, args, 3);
+    dnn_matmul_run(&gemm_prim_get(&k)->mm, A, B, C);
 }
 
 static void gemm_note_shape(const gemm_shape *s)

@@ -16,8 +16,8 @@
  * per call. Both grow on the first step and live until matmul_bf16_release; oneDNN
  * primitives are kept per shape.
  *
- * Transposes are memory-descriptor strides, never copies: a (rows, cols) operand
- * stored transposed is oneDNN's "ba" tag. dbias is fp32 from the fp32 dout. */
+ * Transposes are memory-descriptor strides, never copies (dnn_matmul). dbias is fp32
+ * from the fp32 dout. */
 #include "matmul.h"
 
 #include "dnn.h"
@@ -37,8 +37,7 @@ typedef struct mm_key {
 
 typedef struct mm_entry {
     mm_key key;
-    dnnl_primitive_t prim;
-    dnnl_memory_t a, b, c;
+    dnn_matmul mm;
 } mm_entry;
 
 /* GPT-2 and BERT use ~12 shapes per batch size (3 per fully connected layer kind). */
@@ -115,41 +114,20 @@ static mm_entry *mm_get(const mm_key *k)
     for (int i = 0; i < ncache; i++)
         if (!memcmp(&cache[i].key, k, sizeof *k)) return &cache[i];
     if (ncache == MM_CACHE) { /* a model with more shapes: start over rather than grow */
-        for (int i = 0; i < ncache; i++) {
-            dnnl_primitive_destroy(cache[i].prim);
-            dnnl_memory_destroy(cache[i].a);
-            dnnl_memory_destroy(cache[i].b);
-            dnnl_memory_destroy(cache[i].c);
-        }
+        for (int i = 0; i < ncache; i++) dnn_matmul_free(&cache[i].mm);
         ncache = 0;
     }
-    mm_entry *e = &cache[ncache];
-    memset(e, 0, sizeof *e);
+    mm_entry *e = &cache[ncache++];
     e->key = *k;
-    dnnl_memory_desc_t amd, bmd, cmd;
-    dnnl_dims_t ad = { k->M, k->K }, bd = { k->K, k->N }, cd = { k->M, k->N };
-    DNN_CHECK(dnnl_memory_desc_init_by_tag(&amd, 2, ad, dnnl_bf16, k->a_trans ? dnnl_ba : dnnl_ab));
-    DNN_CHECK(dnnl_memory_desc_init_by_tag(&bmd, 2, bd, dnnl_bf16, k->b_trans ? dnnl_ba : dnnl_ab));
-    DNN_CHECK(dnnl_memory_desc_init_by_tag(&cmd, 2, cd, dnnl_f32, dnnl_ab));
-    dnnl_matmul_desc_t md;
-    DNN_CHECK(dnnl_matmul_desc_init(&md, &amd, &bmd, NULL, &cmd));
-    dnnl_primitive_attr_t attr = dnn_sum_attr(k->accumulate);
-    dnnl_primitive_desc_t pd;
-    DNN_CHECK(dnnl_primitive_desc_create(&pd, &md, attr, dnn_engine(), NULL));
-    if (attr) DNN_CHECK(dnnl_primitive_attr_destroy(attr));
-    e->prim = dnn_primitive(pd);
-    e->a = dnn_mem(&amd);
-    e->b = dnn_mem(&bmd);
-    e->c = dnn_mem(&cmd);
-    ncache++;
+    /* dense operands: the leading dimension is the stored row (K, or M / N transposed) */
+    dnn_matmul_init(&e->mm, dnnl_bf16, k->M, k->N, k->K, k->a_trans, k->a_trans ? k->M : k->K, k->b_trans,
+                    k->b_trans ? k->K : k->N, k->N, k->accumulate);
     return e;
 }
 
 static void mm_run(const mm_key *k, const uint16_t *a, const uint16_t *b, float *c)
 {
-    mm_entry *e = mm_get(k);
-    dnn_arg args[3] = { { DNNL_ARG_SRC, e->a, a }, { DNNL_ARG_WEIGHTS, e->b, b }, { DNNL_ARG_DST, e->c, c } };
-    dnn_run(e->prim, args, 3);
+    dnn_matmul_run(&mm_get(k)->mm, a, b, c);
 }
 
 void matmul_forward_bf16(float *out, const float *inp, const float *weight, const float *bias, int BT, int C,

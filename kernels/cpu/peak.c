@@ -21,8 +21,9 @@
     OP(a11);                                                                                   \
     __asm__ volatile("" : "+" R(a0), "+" R(a1), "+" R(a2), "+" R(a3), "+" R(a4), "+" R(a5),    \
                      "+" R(a6), "+" R(a7), "+" R(a8), "+" R(a9), "+" R(a10), "+" R(a11))
-#define PEAK_INIT(T, SET) T a0 = SET(0), a1 = SET(1), a2 = SET(2), a3 = SET(3), a4 = SET(4), a5 = SET(5), \
-                           a6 = SET(6), a7 = SET(7), a8 = SET(8), a9 = SET(9), a10 = SET(10), a11 = SET(11)
+#define PEAK_INIT(T, SET) T a0 = SET(0.0f), a1 = SET(1.0f), a2 = SET(2.0f), a3 = SET(3.0f), a4 = SET(4.0f),   \
+                           a5 = SET(5.0f), a6 = SET(6.0f), a7 = SET(7.0f), a8 = SET(8.0f), a9 = SET(9.0f), \
+                           a10 = SET(10.0f), a11 = SET(11.0f)
 #define PEAK_SUM(ADD) ADD(ADD(ADD(a0, a1), ADD(a2, a3)), ADD(ADD(ADD(a4, a5), ADD(a6, a7)), ADD(ADD(a8, a9), ADD(a10, a11))))
 
 /* Cycles per second of one thread: 8 dependent 1-cycle adds per iteration; the loop's
@@ -43,73 +44,51 @@ static double peak_clock_hz(void)
     return 8.0 * (double)iters / t;
 }
 
+/* The body of a timed kernel: PEAK_CHAINS chains of vector type T started with SET(k),
+ * iters steps of OP on each, summed with ADD into a volatile sink (so nothing is dead);
+ * returns FLOP per second for FLOP per OP per chain. */
+#define PEAK_RUN(T, SET, OP, R, ADD, FLOP)                          \
+    PEAK_INIT(T, SET);                                              \
+    double t0 = omp_get_wtime();                                    \
+    for (long i = 0; i < iters; i++) { PEAK_STEP(OP, R); }          \
+    double t = omp_get_wtime() - t0;                                \
+    volatile T sink = PEAK_SUM(ADD);                                \
+    (void)sink;                                                     \
+    return (FLOP) * PEAK_CHAINS * (double)iters / t
+
 /* fp32 FLOP per second of one thread: PEAK_CHAINS independent FMA chains of 16 floats
  * (8 for avx2; SSE2 has no FMA: a multiply and an add, 4 floats each). */
 __attribute__((target("avx512f"))) static double peak_fp32_avx512(long iters)
 {
     __m512 b = _mm512_set1_ps(0.999f), c = _mm512_set1_ps(1e-3f);
-#define SET(k) _mm512_set1_ps((float)(k))
 #define OP(v) v = _mm512_fmadd_ps(v, b, c)
-    PEAK_INIT(__m512, SET);
-    double t0 = omp_get_wtime();
-    for (long i = 0; i < iters; i++) { PEAK_STEP(OP, "v"); }
-    double t = omp_get_wtime() - t0;
-    volatile float sink = _mm512_reduce_add_ps(PEAK_SUM(_mm512_add_ps));
-#undef SET
+    PEAK_RUN(__m512, _mm512_set1_ps, OP, "v", _mm512_add_ps, 2.0 * 16);
 #undef OP
-    (void)sink;
-    return 2.0 * 16 * PEAK_CHAINS * (double)iters / t;
 }
 
 __attribute__((target("avx2,fma"))) static double peak_fp32_avx2(long iters)
 {
     __m256 b = _mm256_set1_ps(0.999f), c = _mm256_set1_ps(1e-3f);
-#define SET(k) _mm256_set1_ps((float)(k))
 #define OP(v) v = _mm256_fmadd_ps(v, b, c)
-    PEAK_INIT(__m256, SET);
-    double t0 = omp_get_wtime();
-    for (long i = 0; i < iters; i++) { PEAK_STEP(OP, "x"); }
-    double t = omp_get_wtime() - t0;
-    float out[8];
-    _mm256_storeu_ps(out, PEAK_SUM(_mm256_add_ps));
-#undef SET
+    PEAK_RUN(__m256, _mm256_set1_ps, OP, "x", _mm256_add_ps, 2.0 * 8);
 #undef OP
-    volatile float sink = out[0];
-    (void)sink;
-    return 2.0 * 8 * PEAK_CHAINS * (double)iters / t;
 }
 
 static double peak_fp32_sse(long iters)
 {
     __m128 b = _mm_set1_ps(0.999f), c = _mm_set1_ps(1e-3f);
-#define SET(k) _mm_set1_ps((float)(k))
 #define OP(v) v = _mm_add_ps(_mm_mul_ps(v, b), c)
-    PEAK_INIT(__m128, SET);
-    double t0 = omp_get_wtime();
-    for (long i = 0; i < iters; i++) { PEAK_STEP(OP, "x"); }
-    double t = omp_get_wtime() - t0;
-    volatile float sink = _mm_cvtss_f32(PEAK_SUM(_mm_add_ps));
-#undef SET
+    PEAK_RUN(__m128, _mm_set1_ps, OP, "x", _mm_add_ps, 2.0 * 4);
 #undef OP
-    (void)sink;
-    return 2.0 * 4 * PEAK_CHAINS * (double)iters / t;
 }
 
 /* bf16: VDPBF16PS adds 32 bf16 products into 16 floats: 64 FLOP per instruction. */
 __attribute__((target("avx512f,avx512bf16"))) static double peak_bf16_avx512(long iters)
 {
     __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3a83); /* 1.0, ~1e-3 */
-#define SET(k) _mm512_set1_ps((float)(k))
 #define OP(v) v = _mm512_dpbf16_ps(v, a, b)
-    PEAK_INIT(__m512, SET);
-    double t0 = omp_get_wtime();
-    for (long i = 0; i < iters; i++) { PEAK_STEP(OP, "v"); }
-    double t = omp_get_wtime() - t0;
-    volatile float sink = _mm512_reduce_add_ps(PEAK_SUM(_mm512_add_ps));
-#undef SET
+    PEAK_RUN(__m512, _mm512_set1_ps, OP, "v", _mm512_add_ps, 64.0);
 #undef OP
-    (void)sink;
-    return 64.0 * PEAK_CHAINS * (double)iters / t;
 }
 
 /* The power of two nearest to x, within 1 .. 4096; 0 for no measurement. */
