@@ -66,7 +66,7 @@ KCPU_SRC    := $(wildcard kernels/cpu/*.c)
 KCUDA_SRC   := $(wildcard kernels/cuda/*.cu)
 # Kernels whose vectorised loops are built once more per x86 vector level, AVX2 and
 # AVX-512 (kernels/cpu/isa_variant.h); isa_active() picks the build at run time.
-KCPU_MULTI  := attention gelu layernorm matmul xent
+KCPU_MULTI  := act16 attention gelu layernorm matmul xent
 # The target: the compiler's (mpicc may not be installed yet when make reads this: the
 # machine's then); the define tells the sources whether the variants exist.
 ifneq ($(filter x86_64%,$(or $(shell $(CC) -dumpmachine 2>/dev/null),$(shell uname -m))),)

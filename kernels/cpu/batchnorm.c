@@ -21,12 +21,13 @@ static void *batchnorm_alloc(batchnorm_plan *p, size_t bytes)
     return b;
 }
 
-void batchnorm_plan_init(batchnorm_plan *p, int N, int C, int H, int W, dnn_layout layout, float eps, bool relu)
+static void batchnorm_plan_build(batchnorm_plan *p, int N, int C, int H, int W, dnn_layout layout, float eps,
+                                 bool relu, bool bf16)
 {
     memset(p, 0, sizeof *p);
-    p->N = N, p->C = C, p->H = H, p->W = W, p->layout = layout, p->eps = eps, p->relu = relu;
+    p->N = N, p->C = C, p->H = H, p->W = W, p->layout = layout, p->eps = eps, p->relu = relu, p->bf16 = bf16;
     dnnl_memory_desc_t data, stat;
-    dnn_md(&data, N, C, H, W, layout);
+    dnn_md_typed(&data, N, C, H, W, layout, bf16 ? dnnl_bf16 : dnnl_f32);
     dnnl_dims_t cd = { C };
     DNN_CHECK(dnnl_memory_desc_init_by_tag(&stat, 1, cd, dnnl_f32, dnnl_x));
     const unsigned affine = dnnl_use_scale | dnnl_use_shift, fuse = relu ? dnnl_fuse_norm_relu : 0;
@@ -56,6 +57,16 @@ void batchnorm_plan_init(batchnorm_plan *p, int N, int C, int H, int W, dnn_layo
     p->var = p->mean + C, p->dscale_tmp = p->var + C, p->dshift_tmp = p->dscale_tmp + C;
 }
 
+void batchnorm_plan_init(batchnorm_plan *p, int N, int C, int H, int W, dnn_layout layout, float eps, bool relu)
+{
+    batchnorm_plan_build(p, N, C, H, W, layout, eps, relu, false);
+}
+
+void batchnorm_plan_init_bf16(batchnorm_plan *p, int N, int C, int H, int W, dnn_layout layout, float eps, bool relu)
+{
+    batchnorm_plan_build(p, N, C, H, W, layout, eps, relu, true);
+}
+
 void batchnorm_plan_free(batchnorm_plan *p)
 {
     dnnl_primitive_t prims[] = { p->fwd_train, p->fwd_eval, p->bwd };
@@ -68,7 +79,7 @@ void batchnorm_plan_free(batchnorm_plan *p)
     memset(p, 0, sizeof *p);
 }
 
-void batchnorm_plan_forward(batchnorm_plan *p, float *out, const float *inp, const float *weight, const float *bias,
+void batchnorm_plan_forward(batchnorm_plan *p, void *out, const void *inp, const float *weight, const float *bias,
                             float *running_mean, float *running_var, float momentum, bool training)
 {
     if (!training) {
@@ -93,8 +104,8 @@ void batchnorm_plan_forward(batchnorm_plan *p, float *out, const float *inp, con
     }
 }
 
-void batchnorm_plan_backward(batchnorm_plan *p, float *dinp, float *dweight, float *dbias, const float *dout,
-                             const float *inp, const float *weight, const float *bias)
+void batchnorm_plan_backward(batchnorm_plan *p, void *dinp, float *dweight, float *dbias, const void *dout,
+                             const void *inp, const float *weight, const float *bias)
 {
     assert(dinp);
     dnn_arg a[] = { { DNNL_ARG_SRC, p->x, inp }, { DNNL_ARG_DIFF_DST, p->y, dout },

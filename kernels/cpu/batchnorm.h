@@ -20,7 +20,12 @@
  * oneDNN accumulates the statistics in float, so the fast path's mean and
  * variance carry float rounding over the M values of a channel; the tests bound
  * it accordingly. The reference below is the plain two-pass specification in
- * double, on NCHW. */
+ * double, on NCHW.
+ *
+ * bf16 plans (batchnorm_plan_init_bf16, the CNN's bf16 activations, conv2d.h): inp,
+ * out, dout and dinp are bf16 arrays (uint16_t); oneDNN reads them into fp32, keeps
+ * the statistics, weight, bias and their gradients in fp32 and rounds out and dinp
+ * once, as PyTorch's batch norm does on bf16 tensors under CPU autocast. */
 #ifndef NEBULA_KERNELS_BATCHNORM_H
 #define NEBULA_KERNELS_BATCHNORM_H
 
@@ -33,6 +38,7 @@ typedef struct batchnorm_plan {
     int N, C, H, W;
     dnn_layout layout;          /* of input and output */
     bool relu;                  /* a ReLU fused after the normalisation */
+    bool bf16;                  /* bf16 activations (batchnorm_plan_init_bf16) */
     float eps;
     dnnl_primitive_t fwd_train, fwd_eval, bwd;
     dnnl_memory_t x, y, dx, scale, shift, mean_m, var_m, dscale, dshift, ws_m;
@@ -45,20 +51,22 @@ typedef struct batchnorm_plan {
 /* Primitives for (N, C, H, W) in `layout`, epsilon `eps`, with a fused ReLU
  * (out = max(bn(x), 0)) or not. */
 void batchnorm_plan_init(batchnorm_plan *p, int N, int C, int H, int W, dnn_layout layout, float eps, bool relu);
+/* The same with bf16 activations (see above). */
+void batchnorm_plan_init_bf16(batchnorm_plan *p, int N, int C, int H, int W, dnn_layout layout, float eps, bool relu);
 void batchnorm_plan_free(batchnorm_plan *p);
 
 /* training: normalises with the batch statistics (kept in p->mean, p->var for
  * backward) and moves running_mean / running_var toward them unless NULL
  * (track_running_stats=False); eval: normalises with running_mean / running_var,
  * which are read only. weight and bias (C) are required (affine=True). out may
- * equal inp only in eval. */
-void batchnorm_plan_forward(batchnorm_plan *p, float *out, const float *inp, const float *weight, const float *bias,
+ * equal inp only in eval. Activations float, or bf16 in a bf16 plan. */
+void batchnorm_plan_forward(batchnorm_plan *p, void *out, const void *inp, const float *weight, const float *bias,
                             float *running_mean, float *running_var, float momentum, bool training);
 /* Training-mode backward of the last training forward (through the fused ReLU when
  * the plan has one: dout is the gradient of the ReLU's output). dinp WRITTEN;
  * dweight and dbias ADDED; NULL skips dinp only when the others are wanted. */
-void batchnorm_plan_backward(batchnorm_plan *p, float *dinp, float *dweight, float *dbias, const float *dout,
-                             const float *inp, const float *weight, const float *bias);
+void batchnorm_plan_backward(batchnorm_plan *p, void *dinp, float *dweight, float *dbias, const void *dout,
+                             const void *inp, const float *weight, const float *bias);
 
 /* The specification in double, plain loops on NCHW (N, C, HW). training != 0:
  * batch statistics into mean and rstd (1/sqrt(var + eps)) and running stats

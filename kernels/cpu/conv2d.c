@@ -17,24 +17,6 @@ static void *conv2d_alloc(conv2d_plan *p, const dnnl_memory_desc_t *md)
     return b;
 }
 
-/* bf16 plans round dout into one scratch shared by all of them (it lives for one
- * backward call), grown to the largest, freed with the last bf16 plan. */
-static void *dout16_buf;
-static size_t dout16_bytes;
-static int bf16_plans;
-
-static void *dout16_scratch(size_t bytes)
-{
-    if (bytes > dout16_bytes) {
-        free(dout16_buf);
-        dout16_buf = NULL;
-        dout16_bytes = 0;
-        if (posix_memalign(&dout16_buf, 64, bytes) != 0) dnn_check(dnnl_out_of_memory, "conv2d bf16 dout", __FILE__, __LINE__);
-        dout16_bytes = bytes;
-    }
-    return dout16_buf;
-}
-
 /* A reorder from `from` to `to`; with `sum`, dst = dst + reorder(src). */
 static dnnl_primitive_t conv2d_reorder(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to, bool sum)
 {
@@ -212,9 +194,8 @@ static dnnl_primitive_desc_t conv2d_pd(const void *desc, const_dnnl_primitive_de
     return pd;
 }
 
-/* The primitives of a plan. bf16: the input, the weights and dout in bf16 (src16,
- * w_any, dst16), the outputs (out, dinp, dweight) in f32; an f32 plan uses the f32
- * descriptors throughout. */
+/* The primitives of a plan. bf16: the activations (input, output, dout, dinp) and the
+ * weights in bf16, dweight in f32; an f32 plan uses the f32 descriptors throughout. */
 static bool conv2d_plan_build(conv2d_plan *p, const conv2d_shape *s, dnn_layout in, dnn_layout out, bool bias,
                               bool dinp, conv2d_alg alg)
 {
@@ -223,11 +204,9 @@ static bool conv2d_plan_build(conv2d_plan *p, const conv2d_shape *s, dnn_layout 
     const dnnl_alg_kind_t kind = kinds[alg];
     const bool may_fail = p->bf16 || alg != CONV2D_ALG_AUTO;  /* the caller has a way out */
     const dnnl_data_type_t op = p->bf16 ? dnnl_bf16 : dnnl_f32;  /* the operands' type */
-    dnnl_memory_desc_t src, dst, src_op, dst_op, w_any, dw_any, w_user, b_md;
-    dnn_md(&src, s->N, s->C, s->H, s->W, in);
-    dnn_md(&dst, s->N, s->OC, s->OH, s->OW, out);
-    dnn_md_typed(&src_op, s->N, s->C, s->H, s->W, in, op);
-    dnn_md_typed(&dst_op, s->N, s->OC, s->OH, s->OW, out, op);
+    dnnl_memory_desc_t src, dst, w_any, dw_any, w_user, b_md;
+    dnn_md_typed(&src, s->N, s->C, s->H, s->W, in, op);
+    dnn_md_typed(&dst, s->N, s->OC, s->OH, s->OW, out, op);
     dnnl_dims_t wd = { s->OC, s->C, s->KH, s->KW }, bd = { s->OC };
     DNN_CHECK(dnnl_memory_desc_init_by_tag(&w_any, 4, wd, op, dnnl_format_tag_any));
     DNN_CHECK(dnnl_memory_desc_init_by_tag(&dw_any, 4, wd, dnnl_f32, dnnl_format_tag_any));
@@ -239,14 +218,10 @@ static bool conv2d_plan_build(conv2d_plan *p, const conv2d_shape *s, dnn_layout 
 
     dnnl_convolution_desc_t d;
     dnnl_primitive_desc_t fpd, pd;
-    DNN_CHECK(dnnl_convolution_forward_desc_init(&d, dnnl_forward_training, kind, &src_op, &w_any,
+    DNN_CHECK(dnnl_convolution_forward_desc_init(&d, dnnl_forward_training, kind, &src, &w_any,
                                                  bias ? &b_md : NULL, &dst, strides, pad_l, pad_r));
     if (!(fpd = conv2d_pd(&d, NULL, may_fail))) return false;
-    if (p->bf16) {
-        p->src16 = dnn_mem(&src_op), p->dst16 = dnn_mem(&dst_op);
-        p->src16buf = conv2d_alloc(p, &src_op);
-        dout16_scratch(dnnl_memory_desc_get_size(&dst_op));  /* grown now: no allocation in a step */
-    }
+    if (p->f32_input) p->src16buf = conv2d_alloc(p, &src);
     const dnnl_memory_desc_t *w_fwd = dnnl_primitive_desc_query_md(fpd, dnnl_query_weights_md, 0);
     p->src = dnn_mem(&src), p->dst = dnn_mem(&dst), p->w_user = dnn_mem(&w_user), p->w = dnn_mem(w_fwd);
     if (bias) p->bias_m = dnn_mem(&b_md), p->dbias_m = dnn_mem(&b_md);
@@ -258,7 +233,7 @@ static bool conv2d_plan_build(conv2d_plan *p, const conv2d_shape *s, dnn_layout 
     w_fwd = dnnl_primitive_desc_query_md(hint, dnnl_query_weights_md, 0);
 
     if (dinp) {
-        DNN_CHECK(dnnl_convolution_backward_data_desc_init(&d, kind, &src, &w_any, &dst_op, strides, pad_l, pad_r));
+        DNN_CHECK(dnnl_convolution_backward_data_desc_init(&d, kind, &src, &w_any, &dst, strides, pad_l, pad_r));
         if (!(pd = conv2d_pd(&d, hint, may_fail))) return false;
         const dnnl_memory_desc_t *w_bwd = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
         if (!dnnl_memory_desc_equal(w_bwd, w_fwd)) {
@@ -268,7 +243,7 @@ static bool conv2d_plan_build(conv2d_plan *p, const conv2d_shape *s, dnn_layout 
         }
         p->bwd_data = dnn_primitive(pd);
     }
-    DNN_CHECK(dnnl_convolution_backward_weights_desc_init(&d, kind, &src_op, &dw_any, bias ? &b_md : NULL, &dst_op,
+    DNN_CHECK(dnnl_convolution_backward_weights_desc_init(&d, kind, &src, &dw_any, bias ? &b_md : NULL, &dst,
                                                           strides, pad_l, pad_r));
     if (!(pd = conv2d_pd(&d, hint, may_fail))) return false;
     const dnnl_memory_desc_t *dw = dnnl_primitive_desc_query_md(pd, dnnl_query_diff_weights_md, 0);
@@ -299,11 +274,11 @@ bool conv2d_plan_init_alg(conv2d_plan *p, const conv2d_shape *s, dnn_layout in, 
 }
 
 bool conv2d_plan_init_bf16(conv2d_plan *p, const conv2d_shape *s, dnn_layout in, dnn_layout out, bool bias,
-                           bool dinp)
+                           bool dinp, bool f32_input)
 {
+    assert(!(f32_input && dinp));  /* an fp32 input has no bf16 gradient */
     conv2d_plan_check(p, s, in, out, bias, dinp);
-    p->bf16 = true;
-    bf16_plans++;  /* conv2d_plan_free counts it down, also on the failure below */
+    p->bf16 = true, p->f32_input = f32_input;
     /* dnnl_convolution_auto: oneDNN has no bf16 Winograd, so it runs direct; an
      * unimplemented pass is reported as for an explicit algorithm */
     if (conv2d_plan_build(p, s, in, out, bias, dinp, CONV2D_ALG_AUTO)) return true;
@@ -333,21 +308,15 @@ void conv2d_plan_free(conv2d_plan *p)
     dnnl_primitive_t prims[] = { p->fwd, p->bwd_data, p->bwd_weights, p->w_to_fwd, p->w_to_bwd, p->dw_to_user };
     for (size_t i = 0; i < sizeof prims / sizeof prims[0]; i++)
         if (prims[i]) dnnl_primitive_destroy(prims[i]);
-    dnnl_memory_t mems[] = { p->src, p->dst, p->w_user, p->w, p->w_bwd, p->dw, p->bias_m, p->dbias_m, p->src16,
-                             p->dst16 };
+    dnnl_memory_t mems[] = { p->src, p->dst, p->w_user, p->w, p->w_bwd, p->dw, p->bias_m, p->dbias_m };
     for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++)
         if (mems[i]) dnnl_memory_destroy(mems[i]);
     free(p->wbuf), free(p->wbuf_bwd), free(p->dwbuf), free(p->dbias_tmp), free(p->src16buf);
-    if (p->bf16 && --bf16_plans == 0) {
-        free(dout16_buf);
-        dout16_buf = NULL;
-        dout16_bytes = 0;
-    }
     free(p->cols), free(p->pm), free(p->wperm), free(p->dwperm);
     memset(p, 0, sizeof *p);
 }
 
-void conv2d_plan_forward(conv2d_plan *p, float *out, const float *inp, const float *weight, const float *bias)
+void conv2d_plan_forward(conv2d_plan *p, void *out, const void *inp, const float *weight, const float *bias)
 {
     assert(!bias == !p->bias);
     if (p->gemm) {
@@ -356,21 +325,20 @@ void conv2d_plan_forward(conv2d_plan *p, float *out, const float *inp, const flo
     }
     dnn_arg r[] = { { DNNL_ARG_FROM, p->w_user, weight }, { DNNL_ARG_TO, p->w, p->wbuf } };
     dnn_run(p->w_to_fwd, r, 2);  /* bf16: the reorder rounds the weights */
-    dnnl_memory_t src = p->src;
     const void *x = inp;
-    if (p->bf16) {
+    if (p->f32_input) {
         const conv2d_shape *s = &p->s;
         f32_to_bf16(inp, p->src16buf, (size_t)s->N * s->C * s->H * s->W);
-        src = p->src16, x = p->src16buf;
+        x = p->src16buf;
     }
-    dnn_arg a[] = { { DNNL_ARG_SRC, src, x }, { DNNL_ARG_WEIGHTS, p->w, p->wbuf },
+    dnn_arg a[] = { { DNNL_ARG_SRC, p->src, x }, { DNNL_ARG_WEIGHTS, p->w, p->wbuf },
                     { DNNL_ARG_DST, p->dst, out }, { DNNL_ARG_BIAS, p->bias_m, bias } };
     dnn_run(p->fwd, a, p->bias ? 4 : 3);
     p->weight = weight;
 }
 
-void conv2d_plan_backward(conv2d_plan *p, float *dinp, float *dweight, float *dbias, const float *dout,
-                          const float *inp)
+void conv2d_plan_backward(conv2d_plan *p, void *dinp, float *dweight, float *dbias, const void *dout,
+                          const void *inp)
 {
     assert(!dinp || p->dinp);
     if (p->gemm) {
@@ -378,14 +346,7 @@ void conv2d_plan_backward(conv2d_plan *p, float *dinp, float *dweight, float *db
         return;
     }
     dnnl_memory_t src = p->src, dst = p->dst;
-    const void *x = inp, *dy = dout;
-    if (p->bf16) {  /* the input rounded by the forward (the same inp), dout rounded now */
-        const conv2d_shape *s = &p->s;
-        size_t n = (size_t)s->N * s->OC * s->OH * s->OW;
-        uint16_t *d16 = dout16_scratch(n * sizeof(uint16_t));
-        f32_to_bf16(dout, d16, n);
-        src = p->src16, x = p->src16buf, dst = p->dst16, dy = d16;
-    }
+    const void *x = p->f32_input ? p->src16buf : inp, *dy = dout;  /* the forward's rounding of the same inp */
     if (dinp) {
         dnnl_memory_t wm = p->w;
         const void *wb = p->wbuf;

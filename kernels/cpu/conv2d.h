@@ -37,10 +37,12 @@
  * without the engine, 68-73 with it), so the engine is off (conv2d_gemm_max_pixels).
  *
  * bf16 plans (conv2d_plan_init_bf16, --precision bf16 on an AVX512-BF16 or AMX CPU):
- * PyTorch CPU autocast's rule — the input, the weights and dout are rounded to bf16
- * (f32_to_bf16), oneDNN's bf16 kernels sum in fp32, and out, dinp, dweight stay fp32.
- * The plan keeps the forward's bf16 input for backward-weights (half the input's
- * bytes, counted in `bytes`) and one bf16 buffer for dout.
+ * the activations stay bf16 from layer to layer, as under PyTorch's CPU autocast (a
+ * convolution's output is bf16 and what follows takes it as it is): the input, the
+ * output, dout and dinp are bf16 arrays (uint16_t), the weights are rounded to bf16 by
+ * the forward's reorder, oneDNN's bf16 kernels sum in fp32, and dweight and dbias stay
+ * fp32. A network's first convolution reads fp32 images (f32_input): the plan rounds
+ * them into its own bf16 copy, which backward-weights reuses.
  *
  * Gradient contract: dinp is WRITTEN (a CNN sums branch gradients itself);
  * dweight and dbias are ADDED (gradient accumulation over micro-batches). */
@@ -81,9 +83,9 @@ typedef struct conv2d_plan {
     dnnl_primitive_t w_to_bwd;       /* user weights -> bwd_data's copy; NULL when fwd's copy serves */
     dnnl_primitive_t dw_to_user;     /* blocked dweight -> user gradient, summed */
     dnnl_memory_t src, dst, w_user, w, w_bwd, dw, bias_m, dbias_m;
-    bool bf16;                       /* bf16 operands (conv2d_plan_init_bf16) */
-    dnnl_memory_t src16, dst16;      /* bf16: the input and dout in bf16 */
-    void *src16buf;                  /* bf16: the last forward's input, rounded (dout: a scratch all plans share) */
+    bool bf16;                       /* bf16 activations and weights (conv2d_plan_init_bf16) */
+    bool f32_input;                  /* bf16 plan whose input is fp32, rounded into src16buf */
+    void *src16buf;                  /* f32_input: the last forward's input, rounded */
     void *wbuf, *wbuf_bwd;           /* blocked weights (fwd, bwd_data), f32 or bf16 */
     float *dwbuf;                    /* blocked dweight */
     float *dbias_tmp;                /* (OC) */
@@ -105,20 +107,21 @@ void conv2d_plan_init(conv2d_plan *p, const conv2d_shape *s, dnn_layout in, dnn_
 bool conv2d_plan_init_alg(conv2d_plan *p, const conv2d_shape *s, dnn_layout in, dnn_layout out, bool bias, bool dinp,
                           conv2d_alg alg);
 /* The same in bf16 (see above), oneDNN's choice of algorithm, never the GEMM engine;
- * false (the plan left empty) when oneDNN has no bf16 kernel for it here. */
+ * f32_input: the input is fp32 (then no dinp). False (the plan left empty) when oneDNN
+ * has no bf16 kernel for it here. */
 bool conv2d_plan_init_bf16(conv2d_plan *p, const conv2d_shape *s, dnn_layout in, dnn_layout out, bool bias,
-                           bool dinp);
+                           bool dinp, bool f32_input);
 void conv2d_plan_free(conv2d_plan *p);
 
 /* out = conv(inp, weight) + bias. weight (OC, C, KH, KW); bias (OC) or NULL
- * (only when the plan has none). */
-void conv2d_plan_forward(conv2d_plan *p, float *out, const float *inp, const float *weight, const float *bias);
+ * (only when the plan has none). The activations are float, or bf16 in a bf16 plan. */
+void conv2d_plan_forward(conv2d_plan *p, void *out, const void *inp, const float *weight, const float *bias);
 
 /* Gradients of the last forward's inputs (the same inp and weight): dinp WRITTEN
  * (NULL: skipped; must be NULL when the plan has no input gradient), dweight and
  * dbias ADDED (NULL: skipped). */
-void conv2d_plan_backward(conv2d_plan *p, float *dinp, float *dweight, float *dbias, const float *dout,
-                          const float *inp);
+void conv2d_plan_backward(conv2d_plan *p, void *dinp, float *dweight, float *dbias, const void *dout,
+                          const void *inp);
 
 /* The specification: direct loops in double over NCHW tensors and the formula
  * above. Backward ADDS into each non-NULL gradient (dinp too). */

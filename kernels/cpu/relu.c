@@ -14,6 +14,15 @@ void relu_forward(float *out, const float *inp, size_t n)
     for (size_t i = 0; i < n; i++) out[i] = inp[i] < 0.0f ? 0.0f : inp[i];
 }
 
+void add_relu_forward(float *out, const float *identity, size_t n)
+{
+#pragma omp parallel for simd schedule(static) if (n >= RELU_OMP_MIN)
+    for (size_t i = 0; i < n; i++) {
+        float s = out[i] + identity[i];
+        out[i] = s < 0.0f ? 0.0f : s;
+    }
+}
+
 void relu_backward(float *dinp, const float *out_or_inp, const float *dout, size_t n)
 {
 #pragma omp parallel for simd schedule(static) if (n >= RELU_OMP_MIN)

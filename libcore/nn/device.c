@@ -11,6 +11,7 @@
 #include "cpu/attention.h"
 #include "cpu/gemm.h"
 #include "gemm_tune.h"
+#include "cpu/act16.h"
 #include "cpu/batchnorm.h"
 #include "cpu/pool.h"
 #include "cpu/relu.h"
@@ -42,14 +43,15 @@ static void *cpu_conv_plan_new(const conv2d_shape *s, bool nchw_input, bool dinp
     *bytes = p->bytes;
     return p;
 }
-/* bf16 (PyTorch CPU autocast's rule for convolutions); a shape oneDNN has no bf16
- * kernel for here stays fp32 */
+/* bf16 activations (conv2d.h; PyTorch CPU autocast's rule for a CNN): conv1 rounds the
+ * fp32 images itself. A shape oneDNN has no bf16 kernel for here is refused: the
+ * network's tensors between layers are bf16, so an fp32 plan could not take them. */
 static void *cpu_conv_plan_new_bf16(const conv2d_shape *s, bool nchw_input, bool dinp, size_t *bytes)
 {
     conv2d_plan *p = malloc(sizeof *p);
     CHECK(p, "out of memory for a convolution plan");
-    dnn_layout in = nchw_input ? DNN_NCHW : DNN_BLOCKED;
-    if (!conv2d_plan_init_bf16(p, s, in, DNN_BLOCKED, false, dinp)) conv2d_plan_init(p, s, in, DNN_BLOCKED, false, dinp);
+    CHECK(conv2d_plan_init_bf16(p, s, nchw_input ? DNN_NCHW : DNN_BLOCKED, DNN_BLOCKED, false, dinp, nchw_input),
+          "oneDNN has no bf16 convolution for this shape on this CPU");
     *bytes = p->bytes;
     return p;
 }
@@ -70,6 +72,14 @@ static void *cpu_bn_plan_new(int N, int C, int H, int W, float eps, bool relu, s
     *bytes = p->bytes;
     return p;
 }
+static void *cpu_bn_plan_new_bf16(int N, int C, int H, int W, float eps, bool relu, size_t *bytes)
+{
+    batchnorm_plan *p = malloc(sizeof *p);
+    CHECK(p, "out of memory for a batch-norm plan");
+    batchnorm_plan_init_bf16(p, N, C, H, W, DNN_BLOCKED, eps, relu);
+    *bytes = p->bytes;
+    return p;
+}
 static void cpu_bn_plan_free(void *p) { if (p) { batchnorm_plan_free(p); free(p); } }
 static void cpu_bn_forward(void *p, float *out, const float *inp, const float *w, const float *b, float *rm, float *rv,
                            float momentum, bool training)
@@ -82,33 +92,63 @@ static void cpu_bn_backward(void *p, float *dinp, float *dw, float *db, const fl
     batchnorm_plan_backward(p, dinp, dw, db, dout, inp, w, b);
 }
 static void cpu_add_scalar(float *x, float v) { *x += v; }
+/* The bf16 table's element-wise passes (act16.h) behind the float pointers of cnn_ops. */
+static void cpu16_to_nchw(float *dst, const float *src, int N, int C, int HW)
+{
+    act16_to_nchw(dst, (const uint16_t *)src, N, C, HW);
+}
+static void cpu16_from_nchw(float *dst, const float *src, int N, int C, int HW)
+{
+    act16_from_nchw((uint16_t *)dst, src, N, C, HW);
+}
+static void cpu16_add_relu(float *out, const float *identity, size_t n)
+{
+    act16_add_relu((uint16_t *)out, (const uint16_t *)identity, n);
+}
+static void cpu16_relu_backward(float *dinp, const float *out, const float *dout, size_t n)
+{
+    act16_relu_backward((uint16_t *)dinp, (const uint16_t *)out, (const uint16_t *)dout, n);
+}
+static void cpu16_residual_backward(float *da, float *db, const float *dout, size_t n)
+{
+    CHECK(!db, "bf16 residual_backward takes one branch");
+    act16_add((uint16_t *)da, (const uint16_t *)dout, n);
+}
 
 #define CNN_OPS_CPU_COMMON \
     .conv_plan_free = cpu_conv_plan_free, \
     .conv_forward = cpu_conv_forward, \
     .conv_backward = cpu_conv_backward, \
-    .bn_plan_new = cpu_bn_plan_new, \
     .bn_plan_free = cpu_bn_plan_free, \
     .bn_forward = cpu_bn_forward, \
     .bn_backward = cpu_bn_backward, \
-    .to_nchw = dnn_blocked_to_nchw, \
-    .from_nchw = dnn_nchw_to_blocked, \
     .maxpool2d_forward = maxpool2d_forward, \
     .maxpool2d_backward = maxpool2d_backward, \
     .avgpool_global_forward = avgpool_global_forward, \
     .avgpool_global_backward = avgpool_global_backward, \
-    .relu_forward = relu_forward, \
-    .relu_backward = relu_backward, \
-    .residual_backward = residual_backward, \
     .add_scalar = cpu_add_scalar
 
 static const cnn_ops cnn_ops_cpu = {
+    .act_bytes = sizeof(float),
     .conv_plan_new = cpu_conv_plan_new,
+    .bn_plan_new = cpu_bn_plan_new,
+    .to_nchw = dnn_blocked_to_nchw,
+    .from_nchw = dnn_nchw_to_blocked,
+    .add_relu = add_relu_forward,
+    .relu_backward = relu_backward,
+    .residual_backward = residual_backward,
     CNN_OPS_CPU_COMMON,
 };
 
 static const cnn_ops cnn_ops_cpu_bf16 = {
+    .act_bytes = sizeof(uint16_t),
     .conv_plan_new = cpu_conv_plan_new_bf16,
+    .bn_plan_new = cpu_bn_plan_new_bf16,
+    .to_nchw = cpu16_to_nchw,
+    .from_nchw = cpu16_from_nchw,
+    .add_relu = cpu16_add_relu,
+    .relu_backward = cpu16_relu_backward,
+    .residual_backward = cpu16_residual_backward,
     CNN_OPS_CPU_COMMON,
 };
 
@@ -138,8 +178,10 @@ const nn_ops nn_ops_cpu = {
 };
 
 /* bf16 on the CPU: PyTorch CPU autocast's rule — matmul and convolution operands
- * rounded to bf16, fp32 accumulation, everything else fp32 — through oneDNN's AMX /
- * AVX512-BF16 kernels. (On a GPU only the matmuls take bf16.) */
+ * rounded to bf16, fp32 accumulation, through oneDNN's AMX / AVX512-BF16 kernels; a
+ * transformer's other kernels in fp32, a CNN's activations bf16 from conv1's output to
+ * the head (batch norm, ReLU and residual sums on bf16, as autocast leaves them). (On
+ * a GPU only the matmuls take bf16.) */
 static const nn_ops nn_ops_cpu_bf16 = {
     .name = "cpu bf16",
     .cnn = &cnn_ops_cpu_bf16,

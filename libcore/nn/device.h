@@ -40,6 +40,10 @@ typedef enum device_kind {
  * nChw8c (to_nchw / from_nchw convert at the edges), cuDNN and Nebula's kernels on a
  * GPU, where activations are NCHW throughout (the conversions are copies). */
 typedef struct cnn_ops {
+    /* bytes per activation value: 4, or 2 where activations and their gradients are
+     * bf16 (CPU --precision bf16: the float pointers below then address bf16 arrays,
+     * act16.h; the NCHW side of to_nchw/from_nchw and the pooling kernels stay fp32) */
+    size_t act_bytes;
     /* input layout NCHW when nchw_input (conv1 reads the images), else the activations'
      * layout; no bias; dinp: the plan computes the input gradient. *bytes: its memory. */
     void *(*conv_plan_new)(const conv2d_shape *s, bool nchw_input, bool dinp, size_t *bytes);
@@ -61,7 +65,7 @@ typedef struct cnn_ops {
                                int K, int stride, int pad, int OH, int OW);
     void (*avgpool_global_forward)(float *out, const float *inp, int N, int C, int HW);
     void (*avgpool_global_backward)(float *dinp, const float *dout, int N, int C, int HW);
-    void (*relu_forward)(float *out, const float *inp, size_t n);
+    void (*add_relu)(float *out, const float *identity, size_t n); /* out = relu(out + identity) */
     void (*relu_backward)(float *dinp, const float *out_or_inp, const float *dout, size_t n);
     void (*residual_backward)(float *da, float *db, const float *dout, size_t N);
     void (*add_scalar)(float *x, float v); /* *x += v (num_batches_tracked) */

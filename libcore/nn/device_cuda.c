@@ -72,7 +72,14 @@ static void gpu_layout_copy(float *dst, const float *src, int N, int C, int HW)
     if (e) cuda_error_record(e, "cudaMemcpyAsync", __FILE__, __LINE__);
 }
 
+static void gpu_add_relu(float *out, const float *identity, size_t n)
+{
+    cuda_residual_forward(out, out, identity, n);
+    cuda_relu_forward(out, out, n);
+}
+
 static const cnn_ops cnn_ops_cuda = {
+    .act_bytes = sizeof(float),
     .conv_plan_new = gpu_conv_plan_new,
     .conv_plan_free = gpu_conv_plan_free,
     .conv_forward = gpu_conv_forward,
@@ -87,7 +94,7 @@ static const cnn_ops cnn_ops_cuda = {
     .maxpool2d_backward = cuda_maxpool2d_backward,
     .avgpool_global_forward = cuda_avgpool_global_forward,
     .avgpool_global_backward = cuda_avgpool_global_backward,
-    .relu_forward = cuda_relu_forward,
+    .add_relu = gpu_add_relu,
     .relu_backward = cuda_relu_backward,
     .residual_backward = cuda_residual_backward,
     .add_scalar = cuda_add_scalar,

@@ -266,6 +266,18 @@ static float *carve(float *base, size_t *used, size_t count)
     return p;
 }
 
+/* Floats of arena an activation tensor of `count` values takes (cnn_ops.act_bytes:
+ * bf16 activations take half). */
+static size_t act_floats(const resnet *m, size_t count)
+{
+    return (count * m->ops->cnn->act_bytes + sizeof(float) - 1) / sizeof(float);
+}
+
+static float *carve_act(const resnet *m, float *base, size_t *used, size_t count)
+{
+    return carve(base, used, act_floats(m, count));
+}
+
 static size_t unit_out_size(const resnet *m, const resnet_unit *u)
 {
     return (size_t)m->N * (size_t)u->OC * (size_t)u->OH * (size_t)u->OW;
@@ -273,8 +285,8 @@ static size_t unit_out_size(const resnet *m, const resnet_unit *u)
 
 static void resnet_layout_unit(resnet *m, resnet_unit *u, float *base, size_t *used, bool own_out)
 {
-    u->conv = carve(base, used, unit_out_size(m, u));
-    if (own_out) u->out = carve(base, used, unit_out_size(m, u));
+    u->conv = carve_act(m, base, used, unit_out_size(m, u));
+    if (own_out) u->out = carve_act(m, base, used, unit_out_size(m, u));
 }
 
 /* NCHW scratch: the head's input, or (imagenet) the stem output plus the maxpool output. */
@@ -296,7 +308,7 @@ static void resnet_layout_acts(void *owner, float *base, size_t *used)
     resnet_layout_unit(m, &a->stem, base, used, true);
     const float *x = a->stem.out;
     if (m->cfg.stem == RESNET_STEM_IMAGENET) {
-        a->pool = carve(base, used, N * RESNET_STEM_C * (size_t)a->PH * (size_t)a->PW);
+        a->pool = carve_act(m, base, used, N * RESNET_STEM_C * (size_t)a->PH * (size_t)a->PW);
         x = a->pool;
     }
     for (int i = 0; i < a->nblocks; i++) {
@@ -305,7 +317,7 @@ static void resnet_layout_acts(void *owner, float *base, size_t *used)
         b->inp = x;
         for (int k = 0; k < b->nunits - 1; k++) resnet_layout_unit(m, &b->unit[k], base, used, true);
         resnet_layout_unit(m, last, base, used, false);
-        b->out = last->out = carve(base, used, unit_out_size(m, last));
+        b->out = last->out = carve_act(m, base, used, unit_out_size(m, last));
         if (b->has_down) resnet_layout_unit(m, &b->down, base, used, true);
         x = b->out;
     }
@@ -337,10 +349,10 @@ static void resnet_layout_grads(void *owner, float *base, size_t *used)
     resnet *m = owner;
     size_t big = (size_t)m->N * resnet_max_chw(m), N = (size_t)m->N;
     resnet_grad_scratch *g = &m->gs;
-    g->dblock = carve(base, used, big);
-    g->dsum = carve(base, used, big);
-    g->dmain = carve(base, used, big);
-    g->dbn = carve(base, used, big);
+    g->dblock = carve_act(m, base, used, big);
+    g->dsum = carve_act(m, base, used, big);
+    g->dmain = carve_act(m, base, used, big);
+    g->dbn = carve_act(m, base, used, big);
     g->dpooled = carve(base, used, N * (size_t)m->acts.feat_C);
     g->dlogits = carve(base, used, N * (size_t)m->cfg.num_classes);
     g->dlosses = carve(base, used, N);
@@ -536,8 +548,7 @@ status resnet_forward(resnet *m, const float *images, const int32_t *labels, boo
             unit_forward(m, &b->down, b->inp, training);
             identity = b->down.out;
         }
-        k->residual_forward(b->out, b->out, identity, n);                  /* out += identity */
-        c->relu_forward(b->out, b->out, n);                                /* relu(out) */
+        c->add_relu(b->out, identity, n);                                  /* relu(out + identity) */
         param_layer_time(&m->timer, i + 1, false);                         /* layerK.J */
     }
     const resnet_block *last = &a->blocks[a->nblocks - 1];
@@ -587,10 +598,10 @@ static void block_backward(resnet *m, resnet_block *b)
     size_t n_out = unit_out_size(m, last);
     size_t n_in = (size_t)m->N * (size_t)first->C * (size_t)first->H * (size_t)first->W;
     const nn_ops *k = m->ops;
-    k->zero(s->dsum, n_out);
+    k->zero(s->dsum, act_floats(m, n_out));
     k->cnn->relu_backward(s->dsum, b->out, s->dblock, n_out);              /* through relu(out) */
     if (b->has_down) unit_backward(m, &b->down, b->inp, s->dblock, s->dsum); /* dblock = d(b->inp) via downsample */
-    else k->copy(s->dblock, s->dsum, n_in);                                /* identity branch */
+    else k->copy(s->dblock, s->dsum, act_floats(m, n_in));                 /* identity branch */
     const float *dout = s->dsum;
     for (int k = b->nunits - 1; k > 0; k--) {                              /* main branch, last unit first */
         unit_backward(m, &b->unit[k], b->unit[k - 1].out, s->dmain, dout);

@@ -19,10 +19,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/act16.h"
 #include "cpu/batchnorm.h"
 #include "cpu/conv2d.h"
 #include "cpu/pool.h"
+#include "cpu/precision.h"
 #include "cpu/relu.h"
+#include "cpu/residual.h"
 #include "../check.h"
 
 /* The check line, formatted into the caller's `what` buffer. */
@@ -360,6 +363,61 @@ static void test_threads(kc *k)
     free(src), free(r1), free(r2);
 }
 
+/* act16 (bf16 activations): each pass is its fp32 counterpart's result rounded once,
+ * bit for bit, on n values (above the threads' threshold, an odd tail) with a NaN, an
+ * infinity and signed zeros among them; the layout converters round-trip exactly. */
+static void test_act16(kc *k)
+{
+    enum { N = 3, C = 32, HW = 731 };
+    const size_t n = (size_t)N * C * HW;
+    float *a = kc_frand(k, n, -4, 4), *b = kc_frand(k, n, -4, 4), *g = kc_frand(k, n, -1, 1);
+    a[0] = NAN, a[1] = -0.0f, b[1] = 0.0f, a[2] = INFINITY, b[3] = -a[3];
+    uint16_t *a16 = malloc(n * 2), *b16 = malloc(n * 2), *g16 = malloc(n * 2), *want = malloc(n * 2), *got = malloc(n * 2);
+    float *af = malloc(n * 4), *bf = malloc(n * 4), *gf = malloc(n * 4), *r = malloc(n * 4);
+    f32_to_bf16(a, a16, n), f32_to_bf16(b, b16, n), f32_to_bf16(g, g16, n);
+    bf16_to_f32(a16, af, n), bf16_to_f32(b16, bf, n), bf16_to_f32(g16, gf, n);
+
+    memcpy(r, af, n * 4);
+    residual_forward(r, r, bf, n);
+    relu_forward(r, r, n);
+    f32_to_bf16(r, want, n);
+    memcpy(got, a16, n * 2);
+    act16_add_relu(got, b16, n);
+    kc_report(k, !memcmp(got, want, n * 2), "act16_add_relu = residual_forward then relu_forward, rounded", 0);
+    memcpy(r, af, n * 4);
+    add_relu_forward(r, bf, n);
+    float *r2 = malloc(n * 4);
+    memcpy(r2, af, n * 4);
+    residual_forward(r2, r2, bf, n);
+    relu_forward(r2, r2, n);
+    kc_report(k, !memcmp(r, r2, n * 4), "add_relu_forward = residual_forward then relu_forward, bit for bit", 0);
+
+    memcpy(r, gf, n * 4);  /* dinp starts non-zero: the pass adds */
+    relu_backward(r, bf, af, n);
+    f32_to_bf16(r, want, n);
+    memcpy(got, g16, n * 2);
+    act16_relu_backward(got, b16, a16, n);
+    kc_report(k, !memcmp(got, want, n * 2), "act16_relu_backward = relu_backward (adds), rounded", 0);
+
+    memcpy(r, gf, n * 4);
+    residual_backward(r, NULL, af, n);
+    f32_to_bf16(r, want, n);
+    memcpy(got, g16, n * 2);
+    act16_add(got, a16, n);
+    kc_report(k, !memcmp(got, want, n * 2), "act16_add = residual_backward (adds), rounded", 0);
+
+    float *blk = malloc(n * 4);
+    dnn_nchw_to_blocked(blk, g, N, C, HW);
+    f32_to_bf16(blk, want, n);
+    act16_from_nchw(got, g, N, C, HW);
+    kc_report(k, !memcmp(got, want, n * 2), "act16_from_nchw = dnn_nchw_to_blocked, rounded", 0);
+    act16_to_nchw(r, got, N, C, HW);
+    act16_from_nchw(a16, r, N, C, HW);
+    kc_report(k, !memcmp(a16, got, n * 2), "act16_to_nchw then act16_from_nchw: the same bf16 values", 0);
+    free(a), free(b), free(g), free(a16), free(b16), free(g16), free(want), free(got), free(af), free(bf), free(gf);
+    free(r), free(r2), free(blk);
+}
+
 int main(void)
 {
     kc k;
@@ -377,6 +435,7 @@ int main(void)
     test_avgpool(&k, 2, 5, 1);
     test_relu(&k, 1037);
     test_relu_edges(&k);
+    test_act16(&k);
     test_threads(&k);
 
     printf("%s: %d failure(s)\n", k.failures ? "FAIL" : "ok", k.failures);

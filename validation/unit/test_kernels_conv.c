@@ -115,11 +115,6 @@ static void check_isa_kernels(kc *k, const conv2d_plan *p, dnn_layout lin, const
 
 static void test_conv_alg(kc *k, const conv_shape *s, dnn_layout lin, dnn_layout lout, int alg);
 
-/* test_conv_alg's `alg` for a bf16 plan (conv2d_plan_init_bf16): its specification is
- * the reference on the input, weights and dout rounded to bf16, with the same fp32
- * summation bounds (a plan that skipped the rounding misses them by ~2^-9 sqrt(K)). */
-#define CONV_BF16 100
-
 static void test_conv(kc *k, const conv_shape *s, dnn_layout lin, dnn_layout lout)
 {
     test_conv_alg(k, s, lin, lout, -1);
@@ -139,16 +134,10 @@ static void test_conv_alg(kc *k, const conv_shape *s, dnn_layout lin, dnn_layout
     const int HWi = s->H * s->W, HWo = OH * OW;
     char what[400], name[120];
     snprintf(name, sizeof name, "%s %s->%s%s", s->name, layout_name(lin), layout_name(lout),
-             alg == CONV2D_ALG_WINOGRAD ? " Winograd" : alg == CONV2D_ALG_DIRECT ? " direct" :
-             alg == CONV_BF16 ? " bf16" : "");
+             alg == CONV2D_ALG_WINOGRAD ? " Winograd" : alg == CONV2D_ALG_DIRECT ? " direct" : "");
     conv2d_plan p;
     conv2d_shape cs = { s->N, s->C, s->H, s->W, s->OC, s->KH, s->KW, s->stride, s->pad, OH, OW };
-    if (alg == CONV_BF16) {
-        bool built = conv2d_plan_init_bf16(&p, &cs, lin, lout, s->bias, true);
-        snprintf(what, sizeof what, "conv2d %s: oneDNN has a bf16 kernel at ISA level %s", name, isa_name(isa_active()));
-        kc_report(k, built, what, 0);
-        if (!built) return;
-    } else if (alg >= 0 && !conv2d_plan_init_alg(&p, &cs, lin, lout, s->bias, true, (conv2d_alg)alg)) {
+    if (alg >= 0 && !conv2d_plan_init_alg(&p, &cs, lin, lout, s->bias, true, (conv2d_alg)alg)) {
         /* oneDNN has Winograd for avx512_core only: from avx512 on it must be there */
         snprintf(what, sizeof what, "conv2d %s: oneDNN has no such kernel at ISA level %s", name,
                  isa_name(isa_active()));
@@ -161,11 +150,6 @@ static void test_conv_alg(kc *k, const conv_shape *s, dnn_layout lin, dnn_layout
     float *x = kc_frand(k, ni, -1, 1), *w = kc_frand(k, nw, -1, 1), *b = kc_frand(k, nb, -1, 1), *R = kc_frand(k, no, -1, 1);
     const float *bias = s->bias ? b : NULL;
     double *xd = kc_dfrom(x, ni), *wd = kc_dfrom(w, nw), *bd = s->bias ? kc_dfrom(b, nb) : NULL, *Rd = kc_dfrom(R, no);
-    if (alg == CONV_BF16) {  /* the operands as the bf16 plan sees them (the bias stays fp32) */
-        for (size_t i = 0; i < ni; i++) xd[i] = f32_from_bf16(bf16_from_f32(x[i]));
-        for (size_t i = 0; i < nw; i++) wd[i] = f32_from_bf16(bf16_from_f32(w[i]));
-        for (size_t i = 0; i < no; i++) Rd[i] = f32_from_bf16(bf16_from_f32(R[i]));
-    }
     float *xl = to_layout(x, lin, s->N, s->C, HWi), *Rl = to_layout(R, lout, s->N, s->OC, HWo);
     /* the GEMM engine takes small blocked maps on the 8-block only; the shapes named for
      * it take it there */
@@ -259,6 +243,110 @@ static void test_conv_alg(kc *k, const conv_shape *s, dnn_layout lin, dnn_layout
     kc_guarded_free(xl), kc_guarded_free(Rl), kc_guarded_free(outl), kc_guarded_free(out), kc_guarded_free(dxl);
     kc_guarded_free(dx), kc_guarded_free(dw), kc_guarded_free(db), kc_guarded_free(dxl2), kc_guarded_free(dw2);
     kc_guarded_free(dw3), kc_guarded_free(db3);
+}
+
+/* ---- bf16 plans ----------------------------------------------------------------- */
+
+/* x (N, C, HW) NCHW fp32 -> blocked bf16, and back. */
+static uint16_t *to_blocked16(const float *x, int N, int C, int HW)
+{
+    size_t n = (size_t)N * C * HW;
+    float *b = malloc(n * sizeof *b);
+    uint16_t *y = malloc(n * sizeof *y);
+    dnn_nchw_to_blocked(b, x, N, C, HW);
+    f32_to_bf16(b, y, n);
+    free(b);
+    return y;
+}
+
+static void from_blocked16(float *x, const uint16_t *y, int N, int C, int HW)
+{
+    size_t n = (size_t)N * C * HW;
+    float *b = malloc(n * sizeof *b);
+    bf16_to_f32(y, b, n);
+    dnn_blocked_to_nchw(x, b, N, C, HW);
+    free(b);
+}
+
+static double *rounded16(const float *x, size_t n)
+{
+    double *d = kc_dzero(n);
+    for (size_t i = 0; i < n; i++) d[i] = f32_from_bf16(bf16_from_f32(x[i]));
+    return d;
+}
+
+/* bf16 output rounding: half an ulp, at most 2^-8 of the value (8 significant bits), on top of the fp32 sum's bound
+ * (which the rounded value may carry too). */
+#define BF16_HALF_ULP 0x1p-8
+
+/* A bf16 plan (conv2d_plan_init_bf16): activations bf16 in and out. Its specification
+ * is the reference on the input, weights and dout rounded to bf16, with the fp32
+ * summation bounds, and out and dinp then rounded once more (a plan that skipped a
+ * rounding, or read a bf16 array as fp32, misses by far more). f32_input: an fp32 NCHW
+ * input (a network's images), no dinp. */
+static void test_conv_bf16(kc *k, const conv_shape *s, bool f32_input)
+{
+    const int OH = (s->H + 2 * s->pad - s->KH) / s->stride + 1, OW = (s->W + 2 * s->pad - s->KW) / s->stride + 1;
+    const size_t ni = (size_t)s->N * s->C * s->H * s->W, nw = (size_t)s->OC * s->C * s->KH * s->KW,
+                 no = (size_t)s->N * s->OC * OH * OW, nb = (size_t)s->OC;
+    const size_t K = (size_t)s->C * s->KH * s->KW, Kdx = (size_t)s->OC * s->KH * s->KW, Kdw = (size_t)s->N * OH * OW;
+    const int HWi = s->H * s->W, HWo = OH * OW;
+    char what[400], name[160];
+    snprintf(name, sizeof name, "%s bf16%s", s->name, f32_input ? " (fp32 nchw input)" : "");
+    conv2d_plan p;
+    conv2d_shape cs = { s->N, s->C, s->H, s->W, s->OC, s->KH, s->KW, s->stride, s->pad, OH, OW };
+    bool built = conv2d_plan_init_bf16(&p, &cs, f32_input ? DNN_NCHW : DNN_BLOCKED, DNN_BLOCKED, s->bias, !f32_input,
+                                       f32_input);
+    kc_report(k, built, LABEL("conv2d %s: oneDNN has a bf16 kernel at ISA level %s", name, isa_name(isa_active())), 0);
+    if (!built) return;
+    float *x = kc_frand(k, ni, -1, 1), *w = kc_frand(k, nw, -1, 1), *b = kc_frand(k, nb, -1, 1), *R = kc_frand(k, no, -1, 1);
+    const float *bias = s->bias ? b : NULL;
+    double *xd = rounded16(x, ni), *wd = rounded16(w, nw), *Rd = rounded16(R, no), *bd = s->bias ? kc_dfrom(b, nb) : NULL;
+    uint16_t *x16 = f32_input ? NULL : to_blocked16(x, s->N, s->C, HWi), *R16 = to_blocked16(R, s->N, s->OC, HWo);
+    const void *inp = f32_input ? (const void *)x : x16;
+    uint16_t *out16 = malloc(no * sizeof *out16);
+    float *out = malloc(no * sizeof *out);
+    conv2d_plan_forward(&p, out16, inp, w, bias);
+    from_blocked16(out, out16, s->N, s->OC, HWo);
+    double *outd = kc_dzero(no), *outa = kc_dzero(no), *xa = kc_dabs_of(xd, ni), *wa = kc_dabs_of(wd, nw),
+           *ba = bd ? kc_dabs_of(bd, nb) : NULL, *Ra = kc_dabs_of(Rd, no);
+    conv2d_forward_ref(outd, xd, wd, bd, CONV_ARGS(s, OH, OW));
+    conv2d_forward_ref(outa, xa, wa, ba, CONV_ARGS(s, OH, OW));
+    double tf = kc_rtol_f32(K + 1);
+    kc_close(k, out, outd, no, tf * kc_dmaxabs(outa, no) * (1 + BF16_HALF_ULP), BF16_HALF_ULP * (1 + tf),
+             LABEL("conv2d %s: forward vs reference on bf16 operands, output rounded (%zu-term sums)", name, K + 1));
+
+    double *dxd = kc_dzero(ni), *dwd = kc_dzero(nw), *dbd = kc_dzero(nb), *dxa = kc_dzero(ni), *dwa = kc_dzero(nw),
+           *dba = kc_dzero(nb);
+    conv2d_backward_ref(dxd, dwd, dbd, Rd, xd, wd, CONV_ARGS(s, OH, OW));
+    conv2d_backward_ref(dxa, dwa, dba, Ra, xa, wa, CONV_ARGS(s, OH, OW));
+    const double tx = kc_rtol_f32(Kdx), tw = kc_rtol_f32(Kdw);
+    float *g0w = kc_frand(k, nw, -1, 1), *g0b = kc_frand(k, nb, -1, 1);
+    float *dw = malloc(nw * sizeof *dw), *db = malloc(nb * sizeof *db);
+    memcpy(dw, g0w, nw * sizeof *dw), memcpy(db, g0b, nb * sizeof *db);
+    uint16_t *dx16 = NULL;
+    if (!f32_input) {  /* dinp starts as garbage: it must be overwritten */
+        float *garbage = kc_frand(k, ni, 100, 200);
+        dx16 = to_blocked16(garbage, s->N, s->C, HWi);
+        free(garbage);
+    }
+    conv2d_plan_backward(&p, dx16, dw, s->bias ? db : NULL, R16, inp);
+    if (dx16) {
+        float *dx = malloc(ni * sizeof *dx);
+        from_blocked16(dx, dx16, s->N, s->C, HWi);
+        kc_close(k, dx, dxd, ni, tx * kc_dmaxabs(dxa, ni) * (1 + BF16_HALF_ULP), BF16_HALF_ULP * (1 + tx),
+                 LABEL("conv2d %s: backward dinp (bf16) vs reference, overwritten (%zu-term sums)", name, Kdx));
+        free(dx);
+    }
+    kc_check_adds(k, dw, g0w, dwd, nw, tw * kc_dmaxabs(dwa, nw), tw,
+                  LABEL("conv2d %s: backward adds dweight (fp32) vs reference (%zu-term sums)", name, Kdw));
+    if (s->bias)
+        kc_check_adds(k, db, g0b, dbd, nb, tw * kc_dmaxabs(dba, nb), tw,
+                      LABEL("conv2d %s: backward adds dbias (fp32) vs reference", name));
+    conv2d_plan_free(&p);
+    free(x), free(w), free(b), free(R), free(xd), free(wd), free(Rd), free(bd), free(x16), free(R16), free(out16);
+    free(out), free(outd), free(outa), free(xa), free(wa), free(ba), free(Ra), free(dxd), free(dwd), free(dbd);
+    free(dxa), free(dwa), free(dba), free(g0w), free(g0b), free(dw), free(db), free(dx16);
 }
 
 /* ---- batchnorm ---------------------------------------------------------------- */
@@ -450,6 +538,62 @@ static void test_batchnorm(kc *k, int N, int C, int H, int W, float off, float e
     kc_guarded_free(dw3), kc_guarded_free(db3), kc_guarded_free(x2l), kc_guarded_free(x3l);
 }
 
+/* A bf16 batch-norm plan against the fp32 plan (tested above) on the same input rounded
+ * to bf16 and the same dout rounded to bf16: out and dinp are the fp32 plan's values
+ * rounded once (half an ulp, 2^-8, doubled for the fp32 plans' own difference in
+ * summation order, bounded by the fp32 test's order of error), dweight and dbias the
+ * fp32 plan's within two float sums of M terms. */
+static void test_batchnorm_bf16(kc *k, int N, int C, int H, int W, float off, bool relu)
+{
+    const int HW = H * W;
+    const size_t n = (size_t)N * C * HW, M = (size_t)N * HW;
+    const float eps = 1e-5f;
+    char what[400], name[120];
+    snprintf(name, sizeof name, "N=%d C=%d HW=%d mean~%g bf16%s", N, C, HW, (double)off, relu ? " +relu" : "");
+    float *x = bn_input(k, N, C, HW, off), *w = kc_frand(k, (size_t)C, 0.5f, 1.5f), *b = kc_frand(k, (size_t)C, -1, 1);
+    float *R = kc_frand(k, n, -1, 1);
+    uint16_t *x16 = to_blocked16(x, N, C, HW), *R16 = to_blocked16(R, N, C, HW);
+    float *xr = malloc(n * sizeof *xr), *Rr = malloc(n * sizeof *Rr);  /* blocked fp32 of the rounded values */
+    bf16_to_f32(x16, xr, n), bf16_to_f32(R16, Rr, n);
+    batchnorm_plan p16, p32;
+    batchnorm_plan_init_bf16(&p16, N, C, H, W, DNN_BLOCKED, eps, relu);
+    batchnorm_plan_init(&p32, N, C, H, W, DNN_BLOCKED, eps, relu);
+    uint16_t *out16 = malloc(n * sizeof *out16), *dx16 = malloc(n * sizeof *dx16);
+    float *out32 = malloc(n * sizeof *out32), *dx32 = malloc(n * sizeof *dx32), *got = malloc(n * sizeof *got);
+    float rm16[64], rv16[64], rm32[64], rv32[64], dw16[64] = { 0 }, db16[64] = { 0 }, dw32[64] = { 0 }, db32[64] = { 0 };
+    for (int c = 0; c < C; c++) rm16[c] = rm32[c] = 0.0f, rv16[c] = rv32[c] = 1.0f;
+    batchnorm_plan_forward(&p16, out16, x16, w, b, rm16, rv16, 0.1f, true);
+    batchnorm_plan_forward(&p32, out32, xr, w, b, rm32, rv32, 0.1f, true);
+    double rsm = 0, xm = kc_fmaxabs(xr, n), wm = kc_fmaxabs(w, (size_t)C), X = 0;  /* X bounds |xhat| */
+    for (int c = 0; c < C; c++) rsm = fmax(rsm, 1.0 / sqrt((double)p32.var[c] + eps));
+    for (size_t i = 0; i < n; i++) {
+        int c = (int)(i / (size_t)HW % (size_t)C);
+        X = fmax(X, fabs(f32_from_bf16(bf16_from_f32(x[i])) - p32.mean[c]) / sqrt((double)p32.var[c] + eps));
+    }
+    /* the fp32 test's dinp bound without the statistics' terms, twice (two fp32 plans) */
+    const double tM = kc_rtol_f32(M), e32 = 2 * wm * rsm * (tM + kc_rtol_f32(8)) * (2 + 2 * X * X);
+    double *want = kc_dzero(n);
+    bf16_to_f32(out16, got, n);
+    for (size_t i = 0; i < n; i++) want[i] = out32[i];
+    kc_close(k, got, want, n, e32, 2 * BF16_HALF_ULP, LABEL("batchnorm %s: training forward = fp32 plan's, rounded", name));
+    bool stats = true;  /* two float sums of M terms apart: |x| <= xm, (x - mean)^2 <= 4 xm^2 */
+    for (int c = 0; c < C; c++)
+        stats &= fabsf(p16.mean[c] - p32.mean[c]) <= 2 * tM * xm && fabsf(rm16[c] - rm32[c]) <= 2 * tM * xm &&
+                 fabsf(rv16[c] - rv32[c]) <= 8 * tM * xm * xm;
+    kc_report(k, stats, LABEL("batchnorm %s: batch and running statistics = fp32 plan's (%zu-term sums)", name, M), 0);
+    batchnorm_plan_backward(&p16, dx16, dw16, db16, R16, x16, w, b);
+    batchnorm_plan_backward(&p32, dx32, dw32, db32, Rr, xr, w, b);
+    bf16_to_f32(dx16, got, n);
+    for (size_t i = 0; i < n; i++) want[i] = dx32[i];
+    kc_close(k, got, want, n, e32, 2 * BF16_HALF_ULP, LABEL("batchnorm %s: backward dinp = fp32 plan's, rounded", name));
+    double *wdw = kc_dfrom(dw32, (size_t)C), *wdb = kc_dfrom(db32, (size_t)C);
+    kc_close(k, dw16, wdw, (size_t)C, 2 * tM * X * (double)M, 0, LABEL("batchnorm %s: backward dweight (fp32) = fp32 plan's", name));
+    kc_close(k, db16, wdb, (size_t)C, 2 * tM * (double)M, 0, LABEL("batchnorm %s: backward dbias (fp32) = fp32 plan's", name));
+    batchnorm_plan_free(&p16), batchnorm_plan_free(&p32);
+    free(x), free(w), free(b), free(R), free(x16), free(R16), free(xr), free(Rr), free(out16), free(dx16), free(out32);
+    free(dx32), free(got), free(want), free(wdw), free(wdb);
+}
+
 int main(void)
 {
     kc k;
@@ -494,7 +638,7 @@ int main(void)
     /* bf16 plans (--precision bf16) where the ISA level has bf16 kernels */
     if (isa_active() >= ISA_AVX512_BF16)
         for (size_t i = 0; i < sizeof blocked / sizeof blocked[0]; i++)
-            test_conv_alg(&k, &blocked[i], DNN_BLOCKED, DNN_BLOCKED, CONV_BF16);
+            test_conv_bf16(&k, &blocked[i], false);
     else
         printf("SKIP  conv2d bf16: isa level %s is below avx512_bf16\n", isa_name(isa_active()));
     static const conv_shape stems[] = {
@@ -502,6 +646,8 @@ int main(void)
         { "N=2 C=3 8x8 OC=16 3x3 s1 p1 (cifar stem)", 2, 3, 8, 8, 16, 3, 3, 1, 1, 0 },
     };
     for (size_t i = 0; i < sizeof stems / sizeof stems[0]; i++) test_conv(&k, &stems[i], DNN_NCHW, DNN_BLOCKED);
+    if (isa_active() >= ISA_AVX512_BF16)
+        for (size_t i = 0; i < sizeof stems / sizeof stems[0]; i++) test_conv_bf16(&k, &stems[i], true);
 
     /* a large eps makes a misplaced eps visible above float rounding */
     test_batchnorm(&k, 2, 3, 9, 9, 0.0f, 1e-5f, DNN_NCHW, false);
@@ -510,6 +656,12 @@ int main(void)
     test_batchnorm(&k, 2, 3, 9, 9, 0.0f, 1e-5f, DNN_NCHW, true);
     test_batchnorm(&k, 2, 16, 9, 9, 0.0f, 1e-5f, DNN_BLOCKED, false);
     test_batchnorm(&k, 3, 32, 5, 3, 2.0f, 1e-5f, DNN_BLOCKED, true);
+    if (isa_active() >= ISA_AVX512_BF16) {
+        test_batchnorm_bf16(&k, 2, 16, 9, 9, 0.0f, false);
+        test_batchnorm_bf16(&k, 3, 32, 5, 3, 2.0f, true);
+    } else {
+        printf("SKIP  batchnorm bf16: isa level %s is below avx512_bf16\n", isa_name(isa_active()));
+    }
 
     printf("%s: %d failure(s)\n", k.failures ? "FAIL" : "ok", k.failures);
     return k.failures ? 1 : 0;
