@@ -277,6 +277,7 @@ bool conv2d_plan_init_bf16(conv2d_plan *p, const conv2d_shape *s, dnn_layout in,
                            bool dinp, bool f32_input)
 {
     assert(!(f32_input && dinp));  /* an fp32 input has no bf16 gradient */
+    assert(!f32_input || in == DNN_NCHW);  /* the rounding pass takes the images' plain layout */
     conv2d_plan_check(p, s, in, out, bias, dinp);
     p->bf16 = true, p->f32_input = f32_input;
     /* dnnl_convolution_auto: oneDNN has no bf16 Winograd, so it runs direct; an

@@ -107,7 +107,7 @@ void conv2d_plan_init(conv2d_plan *p, const conv2d_shape *s, dnn_layout in, dnn_
 bool conv2d_plan_init_alg(conv2d_plan *p, const conv2d_shape *s, dnn_layout in, dnn_layout out, bool bias, bool dinp,
                           conv2d_alg alg);
 /* The same in bf16 (see above), oneDNN's choice of algorithm, never the GEMM engine;
- * f32_input: the input is fp32 (then no dinp). False (the plan left empty) when oneDNN
+ * f32_input: the input is fp32 NCHW (then no dinp). False (the plan left empty) when oneDNN
  * has no bf16 kernel for it here. */
 bool conv2d_plan_init_bf16(conv2d_plan *p, const conv2d_shape *s, dnn_layout in, dnn_layout out, bool bias,
                            bool dinp, bool f32_input);

@@ -17,11 +17,11 @@ void relu_forward(float *out,       /* (n) */
                   const float *inp, /* (n), may equal out */
                   size_t n);
 
-/* dinp[i] += out_or_inp[i] <= 0 ? 0 : dout[i]; ADDS. */
 /* out = relu(out + identity): residual_forward then relu_forward in one pass, the
  * same values. */
 void add_relu_forward(float *out, const float *identity, size_t n); /* (n) each */
 
+/* dinp[i] += out_or_inp[i] <= 0 ? 0 : dout[i]; ADDS. */
 void relu_backward(float *dinp,             /* (n) */
                    const float *out_or_inp, /* (n) the forward's output, or its input */
                    const float *dout,       /* (n) */

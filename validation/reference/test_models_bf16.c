@@ -12,9 +12,10 @@
  * first forward is also run in fp32: the two losses must differ (bf16 rounding moves
  * GPT-2's initial loss by ~1e-5 relative), and by less than 1%.
  *
- * 2. ResNet-18 (CIFAR stem, B=4, BN in training mode) in bf16 against the same model in
- *    fp32 from the same weights and images: the loss within 1%, and the first
- *    convolution's weight gradient not bit-identical (the convolutions did run in bf16).
+ * 2. Every family in bf16 against the same model in fp32 from the same weights and batch
+ *    (families_bf16_vs_fp32 below: ResNet-18 CIFAR B=4, ResNet-50 at 64x64 B=2, GPT-2 124M,
+ *    BERT-tiny): the loss within 1%, the gradient within bounds, and the first weight's
+ *    gradient not bit-identical (the products did run in bf16). For ResNet-18:
  *    A freshly initialised ResNet's gradient is itself sensitive to bf16: PyTorch's own
  *    CPU autocast moves torchvision's resnet18 (CIFAR stem) gradient by 0.26-0.28 in
  *    relative L2 norm at B = 4, 16 and 32, and single convolution weights by up to 0.37
@@ -63,7 +64,8 @@ static float fp32_loss(const gpt2_config *cfg, const int32_t *tokens, const int3
  * forward and backward each; the loss within 1%, the whole gradient within `all` and each
  * weight matrix or filter bank within `worst` (relative L2), and the first weight's gradient
  * not bit-identical. Returns the number of failed checks. */
-static int bf16_vs_fp32(const model_spec *spec, int RB, int RT, double all_bound, double worst_bound)
+static int bf16_vs_fp32(const model_spec *spec, int RB, int RT, double all_bound, double worst_bound,
+                        double eval_bound)
 {
     device d16, d32;
     if (device_open(&d16, DEVICE_KIND_CPU, PRECISION_BF16, -1) != STATUS_OK ||
@@ -95,14 +97,29 @@ static int bf16_vs_fp32(const model_spec *spec, int RB, int RT, double all_bound
         double r = kc_rel_l2(p16->grads + e->offset, p32->grads + e->offset, e->count);
         if (e->ndim >= 2 && !(r <= worst)) worst = r, wname = e->name;
     }
-    ok = all < all_bound && worst < worst_bound;
-    printf("%s  %s bf16 gradient vs fp32: relative L2 %.3f (< %.2g), worst weight %.3f (%s; < %.2g)\n",
-           ok ? "ok  " : "FAIL", n, all, all_bound, worst, wname, worst_bound);
-    fails += !ok;
+    if (all_bound > 0) {
+        ok = all < all_bound && worst < worst_bound;
+        printf("%s  %s bf16 gradient vs fp32: relative L2 %.3f (< %.2g), worst weight %.3f (%s; < %.2g)\n",
+               ok ? "ok  " : "FAIL", n, all, all_bound, worst, wname, worst_bound);
+        fails += !ok;
+    } else {
+        printf("#     %s bf16 gradient vs fp32: relative L2 %.3f, worst weight %.3f (%s): not bounded, see above\n", n,
+               all, worst, wname);
+    }
     const param_entry *c1 = &pt->entries[0];
     ok = memcmp(p16->grads + c1->offset, p32->grads + c1->offset, c1->count * sizeof(float)) != 0;
     printf("%s  %s %s gradient differs from fp32's: the products ran in bf16\n", ok ? "ok  " : "FAIL", n, c1->name);
     fails += !ok;
+    if (eval_bound > 0) {  /* a CNN's eval forward: batch norm on the running statistics */
+        int nc16 = 0, nc32 = 0;
+        if (model_forward(m16, &b, false) != STATUS_OK || model_forward(m32, &b, false) != STATUS_OK) return fails + 1;
+        const float *l16 = model_class_logits(m16, &nc16), *l32 = model_class_logits(m32, &nc32);
+        double r = l16 && l32 && nc16 == nc32 ? kc_rel_l2(l16, l32, (size_t)RB * nc32) : INFINITY;
+        ok = r < eval_bound && r > 0;
+        printf("%s  %s bf16 eval logits vs fp32: relative L2 %.3f (< %.2g, > 0)\n", ok ? "ok  " : "FAIL", n, r,
+               eval_bound);
+        fails += !ok;
+    }
     model_batch_free(&b);
     model_free(m16);
     model_free(m32);
@@ -113,7 +130,14 @@ static int bf16_vs_fp32(const model_spec *spec, int RB, int RT, double all_bound
     return fails;
 }
 
-/* Part 2 over the three families. ResNet-18: the bounds of the header. The transformers:
+/* Part 2 over the three families. ResNet-18: the bounds of the header, and its eval
+ * logits (batch norm on the running statistics one step from their start) within 0.1.
+ * ResNet-50 (imagenet stem, maxpool, bottleneck blocks, 64x64 images, B=2): its gradient at
+ * initialisation is chaotic, and PyTorch's own autocast moves torchvision's resnet50
+ * gradient by 1.38 and 1.32 relative L2 at B=2 and 8 (measured; Nebula 1.5-1.6, with fp32 or
+ * bf16 activations alike), so only its loss and its eval logits are bounded: autocast moves
+ * those logits by 0.06 in the same setup (one training forward, then eval), Nebula by
+ * 0.14-0.18; the bound is 0.3, a wrong kernel gives O(1). The transformers:
  * a bf16 product with both operands rounded (8 significant bits, rms relative rounding
  * ~2^-8/sqrt(3) each) is off by ~0.3% rms, and the errors of the ~6 GEMMs a gradient
  * passes per block add in quadrature: sqrt(6 L) x 0.3% for L blocks (GPT-2 124M, 12
@@ -125,15 +149,20 @@ static int families_bf16_vs_fp32(void)
     model_spec r = { .family = MODEL_FAMILY_RESNET, .image_size = 32 };
     snprintf(r.name, sizeof r.name, "resnet18-cifar");
     if (resnet_config_named(&r.resnet, r.name) != STATUS_OK) return 1;
-    fails += bf16_vs_fp32(&r, 4, 0, 0.5, 0.6);
+    fails += bf16_vs_fp32(&r, 4, 0, 0.5, 0.6, 0.1);
+    /* ResNet-50: the imagenet stem (maxpool between bf16 tensors) and bottleneck blocks */
+    model_spec r50 = { .family = MODEL_FAMILY_RESNET, .image_size = 64 };
+    snprintf(r50.name, sizeof r50.name, "resnet50");
+    if (resnet_config_named(&r50.resnet, r50.name) != STATUS_OK) return 1;
+    fails += bf16_vs_fp32(&r50, 2, 0, 0, 0, 0.3);
     model_spec g = { .family = MODEL_FAMILY_GPT2 };
     snprintf(g.name, sizeof g.name, "gpt2");
     if (gpt2_config_named(&g.gpt2, g.name) != STATUS_OK) return 1;
-    fails += bf16_vs_fp32(&g, 2, 64, 0.1, 0.25);
+    fails += bf16_vs_fp32(&g, 2, 64, 0.1, 0.25, 0);
     model_spec t = { .family = MODEL_FAMILY_BERT };
     snprintf(t.name, sizeof t.name, "bert-tiny");
     if (bert_config_named(&t.bert, t.name) != STATUS_OK) return 1;
-    fails += bf16_vs_fp32(&t, 4, 64, 0.04, 0.1);
+    fails += bf16_vs_fp32(&t, 4, 64, 0.04, 0.1, 0);
     return fails;
 }
 
@@ -191,6 +220,6 @@ int main(int argc, char **argv)
     free(m);
     device_close(&dev);
     fails += families_bf16_vs_fp32();
-    printf("%s\n", fails ? "FAIL" : "ok - gpt2, bert and resnet18 in bf16 on the CPU");
+    printf("%s\n", fails ? "FAIL" : "ok - gpt2, bert, resnet18 and resnet50 in bf16 on the CPU");
     return fails ? 1 : 0;
 }

@@ -589,6 +589,13 @@ static void test_batchnorm_bf16(kc *k, int N, int C, int H, int W, float off, bo
     double *wdw = kc_dfrom(dw32, (size_t)C), *wdb = kc_dfrom(db32, (size_t)C);
     kc_close(k, dw16, wdw, (size_t)C, 2 * tM * X * (double)M, 0, LABEL("batchnorm %s: backward dweight (fp32) = fp32 plan's", name));
     kc_close(k, db16, wdb, (size_t)C, 2 * tM * (double)M, 0, LABEL("batchnorm %s: backward dbias (fp32) = fp32 plan's", name));
+    /* eval: the running statistics (one step from 0 and 1) normalise; no sums over M */
+    batchnorm_plan_forward(&p16, out16, x16, w, b, rm16, rv16, 0.1f, false);
+    batchnorm_plan_forward(&p32, out32, xr, w, b, rm16, rv16, 0.1f, false);
+    bf16_to_f32(out16, got, n);
+    for (size_t i = 0; i < n; i++) want[i] = out32[i];
+    kc_close(k, got, want, n, kc_rtol_f32(8) * kc_fmaxabs(out32, n), 2 * BF16_HALF_ULP,
+             LABEL("batchnorm %s: eval forward = fp32 plan's, rounded", name));
     batchnorm_plan_free(&p16), batchnorm_plan_free(&p32);
     free(x), free(w), free(b), free(R), free(x16), free(R16), free(xr), free(Rr), free(out16), free(dx16), free(out32);
     free(dx32), free(got), free(want), free(wdw), free(wdb);
@@ -641,6 +648,8 @@ int main(void)
             test_conv_bf16(&k, &blocked[i], false);
     else
         printf("SKIP  conv2d bf16: isa level %s is below avx512_bf16\n", isa_name(isa_active()));
+    static const conv_shape biased = { "N=2 C=16 9x9 OC=32 3x3 s1 p1 (bias)", 2, 16, 9, 9, 32, 3, 3, 1, 1, 1 };
+    if (isa_active() >= ISA_AVX512_BF16) test_conv_bf16(&k, &biased, false);
     static const conv_shape stems[] = {
         { "N=2 C=3 15x15 OC=16 7x7 s2 p3 (imagenet stem)", 2, 3, 15, 15, 16, 7, 7, 2, 3, 0 },
         { "N=2 C=3 8x8 OC=16 3x3 s1 p1 (cifar stem)", 2, 3, 8, 8, 16, 3, 3, 1, 1, 0 },
