@@ -2,30 +2,12 @@
  * below vectorise into 16-lane conversions at AVX-512, where bf16 runs. */
 #include "act16.h"
 
-#include <string.h>
-
 #include "dnn.h"
 #include "isa_variant.h"
+#include "precision.h"
 
 /* Below this many elements a pass stays on one thread (relu.c's threshold). */
 #define ACT16_OMP_MIN ((size_t)1 << 16)
-
-static inline float up(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-}
-
-/* bf16_from_f32 without a branch: round to nearest even, a NaN quieted. */
-static inline uint16_t down(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, q = (u >> 16) | 0x0040u;
-    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? q : r);
-}
 
 ISA_VARIANTS(void, act16_add_relu, (uint16_t *out, const uint16_t *identity, size_t n));
 ISA_VARIANTS(void, act16_relu_backward, (uint16_t *dinp, const uint16_t *out, const uint16_t *dout, size_t n));
@@ -37,21 +19,24 @@ void ISA_FN(act16_add_relu)(uint16_t *out, const uint16_t *identity, size_t n)
 {
 #pragma omp parallel for simd schedule(static) if (n >= ACT16_OMP_MIN)
     for (size_t i = 0; i < n; i++) {
-        float s = up(out[i]) + up(identity[i]);
-        out[i] = down(s < 0.0f ? 0.0f : s);
+        float s = f32_from_bf16_vec(out[i]) + f32_from_bf16_vec(identity[i]);
+        out[i] = bf16_from_f32_vec(s < 0.0f ? 0.0f : s);
     }
 }
 
 void ISA_FN(act16_relu_backward)(uint16_t *dinp, const uint16_t *out, const uint16_t *dout, size_t n)
 {
 #pragma omp parallel for simd schedule(static) if (n >= ACT16_OMP_MIN)
-    for (size_t i = 0; i < n; i++) dinp[i] = down(up(dinp[i]) + (up(out[i]) <= 0.0f ? 0.0f : up(dout[i])));
+    for (size_t i = 0; i < n; i++) {
+        float g = f32_from_bf16_vec(out[i]) <= 0.0f ? 0.0f : f32_from_bf16_vec(dout[i]);
+        dinp[i] = bf16_from_f32_vec(f32_from_bf16_vec(dinp[i]) + g);
+    }
 }
 
 void ISA_FN(act16_add)(uint16_t *da, const uint16_t *dout, size_t n)
 {
 #pragma omp parallel for simd schedule(static) if (n >= ACT16_OMP_MIN)
-    for (size_t i = 0; i < n; i++) da[i] = down(up(da[i]) + up(dout[i]));
+    for (size_t i = 0; i < n; i++) da[i] = bf16_from_f32_vec(f32_from_bf16_vec(da[i]) + f32_from_bf16_vec(dout[i]));
 }
 
 /* The converters: at the head (the last stage's small map) and, with the imagenet stem,
@@ -65,7 +50,7 @@ void ISA_FN(act16_to_nchw)(float *dst, const uint16_t *src, int N, int C, int HW
             const uint16_t *s = src + ((size_t)n * CB + cb) * HW * B;
             float *d = dst + ((size_t)n * C + (size_t)cb * B) * HW;
             for (int c = 0; c < B; c++)
-                for (int i = 0; i < HW; i++) d[(size_t)c * HW + i] = up(s[(size_t)i * B + c]);
+                for (int i = 0; i < HW; i++) d[(size_t)c * HW + i] = f32_from_bf16_vec(s[(size_t)i * B + c]);
         }
 }
 
@@ -78,7 +63,7 @@ void ISA_FN(act16_from_nchw)(uint16_t *dst, const float *src, int N, int C, int 
             const float *s = src + ((size_t)n * C + (size_t)cb * B) * HW;
             uint16_t *d = dst + ((size_t)n * CB + cb) * HW * B;
             for (int i = 0; i < HW; i++)
-                for (int c = 0; c < B; c++) d[(size_t)i * B + c] = down(s[(size_t)c * HW + i]);
+                for (int c = 0; c < B; c++) d[(size_t)i * B + c] = bf16_from_f32_vec(s[(size_t)c * HW + i]);
         }
 }
 

@@ -25,7 +25,7 @@ static void batchnorm_plan_build(batchnorm_plan *p, int N, int C, int H, int W, 
                                  bool relu, bool bf16)
 {
     memset(p, 0, sizeof *p);
-    p->N = N, p->C = C, p->H = H, p->W = W, p->layout = layout, p->eps = eps, p->relu = relu, p->bf16 = bf16;
+    p->N = N, p->C = C, p->H = H, p->W = W, p->layout = layout, p->eps = eps, p->relu = relu;
     dnnl_memory_desc_t data, stat;
     dnn_md_typed(&data, N, C, H, W, layout, bf16 ? dnnl_bf16 : dnnl_f32);
     dnnl_dims_t cd = { C };

@@ -38,7 +38,6 @@ typedef struct batchnorm_plan {
     int N, C, H, W;
     dnn_layout layout;          /* of input and output */
     bool relu;                  /* a ReLU fused after the normalisation */
-    bool bf16;                  /* bf16 activations (batchnorm_plan_init_bf16) */
     float eps;
     dnnl_primitive_t fwd_train, fwd_eval, bwd;
     dnnl_memory_t x, y, dx, scale, shift, mean_m, var_m, dscale, dshift, ws_m;

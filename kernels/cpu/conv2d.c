@@ -346,8 +346,7 @@ void conv2d_plan_backward(conv2d_plan *p, void *dinp, float *dweight, float *dbi
         gemm_backward(p, dinp, dweight, dout, inp);
         return;
     }
-    dnnl_memory_t src = p->src, dst = p->dst;
-    const void *x = p->f32_input ? p->src16buf : inp, *dy = dout;  /* the forward's rounding of the same inp */
+    const void *x = p->f32_input ? p->src16buf : inp;  /* the forward's rounding of the same inp */
     if (dinp) {
         dnnl_memory_t wm = p->w;
         const void *wb = p->wbuf;
@@ -357,11 +356,11 @@ void conv2d_plan_backward(conv2d_plan *p, void *dinp, float *dweight, float *dbi
             wm = p->w_bwd, wb = p->wbuf_bwd;
         }
         dnn_arg a[] = { { DNNL_ARG_DIFF_SRC, p->src, dinp }, { DNNL_ARG_WEIGHTS, wm, wb },
-                        { DNNL_ARG_DIFF_DST, dst, dy } };
+                        { DNNL_ARG_DIFF_DST, p->dst, dout } };
         dnn_run(p->bwd_data, a, 3);
     }
     if (dweight || dbias) {
-        dnn_arg a[] = { { DNNL_ARG_SRC, src, x }, { DNNL_ARG_DIFF_DST, dst, dy },
+        dnn_arg a[] = { { DNNL_ARG_SRC, p->src, x }, { DNNL_ARG_DIFF_DST, p->dst, dout },
                         { DNNL_ARG_DIFF_WEIGHTS, p->dw, p->dwbuf }, { DNNL_ARG_DIFF_BIAS, p->dbias_m, p->dbias_tmp } };
         dnn_run(p->bwd_weights, a, p->bias ? 4 : 3);
         if (dweight) {

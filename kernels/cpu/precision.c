@@ -83,17 +83,12 @@ float f32_from_f16(uint16_t h)
 /* Below this many values one thread converts: a parallel region costs microseconds. */
 #define CAST_PAR_MIN (1 << 16)
 
-/* bf16_from_f32 without branches, so the loop vectorises (the bf16 matmul rounds
- * every operand through it); the test checks it against bf16_from_f32 bit for bit. */
+/* Through bf16_from_f32_vec, so the loop vectorises (the bf16 matmul rounds every
+ * operand through it). */
 void f32_to_bf16(const float *x, uint16_t *y, size_t n)
 {
     #pragma omp parallel for simd schedule(static) if (n >= CAST_PAR_MIN)
-    for (size_t i = 0; i < n; i++) {
-        uint32_t v;
-        memcpy(&v, &x[i], sizeof v);
-        uint32_t rne = (v + 0x7fffu + ((v >> 16) & 1u)) >> 16, qnan = (v >> 16) | 0x0040u;
-        y[i] = (uint16_t)((v & 0x7fffffffu) > 0x7f800000u ? qnan : rne);
-    }
+    for (size_t i = 0; i < n; i++) y[i] = bf16_from_f32_vec(x[i]);
 }
 
 void bf16_to_f32(const uint16_t *x, float *y, size_t n)

@@ -20,12 +20,32 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* One value (the specification of each cast). */
 uint16_t bf16_from_f32(float x);
 float f32_from_bf16(uint16_t h);
 uint16_t f16_from_f32(float x);
 float f32_from_f16(uint16_t h);
+
+/* bf16_from_f32 and f32_from_bf16 without branches, inline, for loops that vectorise
+ * (f32_to_bf16, the bf16 activation passes of act16.c); the tests check the narrowing
+ * against bf16_from_f32 bit for bit. */
+static inline uint16_t bf16_from_f32_vec(float x)
+{
+    uint32_t v;
+    memcpy(&v, &x, sizeof v);
+    uint32_t rne = (v + 0x7fffu + ((v >> 16) & 1u)) >> 16, qnan = (v >> 16) | 0x0040u;
+    return (uint16_t)((v & 0x7fffffffu) > 0x7f800000u ? qnan : rne);
+}
+
+static inline float f32_from_bf16_vec(uint16_t h)
+{
+    uint32_t v = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &v, sizeof x);
+    return x;
+}
 
 /* y[i] = cast(x[i]) for i < n; x (n), y (n). cuda_f32_to_bf16 ... on the CPU. */
 void f32_to_bf16(const float *x, uint16_t *y, size_t n);

@@ -68,9 +68,9 @@ bool resnet_stem_parse(const char *s, resnet_stem *out);
 
 /* One convolution (no bias) followed by batch norm and, when `relu`, an in-place ReLU:
  * the unit every ResNet layer is made of (conv1/bn1, layerK.B.convI/bnI,
- * layerK.B.downsample.0/1). */
-/* Activation tensors (conv, out, pool, the gradient scratch's four big ones) hold
- * cnn_ops.act_bytes per value: float, or bf16 under the CPU's bf16 table (device.h). */
+ * layerK.B.downsample.0/1). Activation tensors here and below (conv, out, pool, the
+ * gradient scratch's four big ones) hold cnn_ops.act_bytes per value: float, or bf16
+ * under the CPU's bf16 table (device.h). */
 typedef struct resnet_unit {
     int C, H, W;           /* input channels, height, width */
     int OC, OH, OW;        /* output channels, height, width */
