@@ -38,6 +38,8 @@ BUILD_PKGS=(
     libpapi-dev libhwloc-dev                  # profiler counters (optional: PAPI=0), topology and binding
     libinih-dev libjansson-dev zlib1g-dev     # INI config parser, JSON, CRC-32 combination
     libisal-dev                               # ISA-L: CRC-32 at memory speed (PCLMUL), zlib-compatible
+    libpcre2-dev                              # PCRE2 (UTF, UCP): the tokenizers' pre-tokenisation regex
+    libpng-dev libjpeg62-turbo-dev            # image folders (nebula-train prepare --images)
     help2man                                  # make install: man pages from --help
 )
 # What make test / make check run beside the binaries.
@@ -56,7 +58,7 @@ TEST_PKGS=(
 # Optional: `make fuzz` only (libFuzzer and the sanitizer runtimes, OpenMP for clang).
 FUZZ_PKGS=(clang libclang-rt-dev libomp-dev)
 VENV=$ROOT/build/venv
-VENV_PKGS=(safetensors==0.8.0 tensorboard==2.21.0)
+VENV_PKGS=(safetensors==0.8.0 tensorboard==2.21.0 transformers==4.46.3 tokenizers==0.20.3)
 
 have() { command -v "$1" >/dev/null 2>&1; }
 is_debian_root() { [ "$(id -u)" -eq 0 ] && have apt-get && have dpkg-query; }
@@ -109,7 +111,7 @@ probe_version() {
         MPI)     mpirun --version 2>/dev/null | head -1 || true ;;
         HDF5)    pkg-config --modversion hdf5-openmpi hdf5 2>/dev/null | head -1 || true ;;
         BLAS)    echo "$NEBULA_PROBE_BLAS $(pkg-config --modversion "$NEBULA_PROBE_BLAS" 2>/dev/null || true)" ;;
-        *)       pkg-config --modversion "$(echo "$1" | tr 'A-Z' 'a-z' | sed 's/isa-l/libisal/')" 2>/dev/null || true ;;
+        *)       pkg-config --modversion "$(echo "$1" | tr 'A-Z' 'a-z' | sed 's/isa-l/libisal/; s/^pcre2$/libpcre2-8/')" 2>/dev/null || true ;;
     esac
 }
 
@@ -149,6 +151,17 @@ int main(void) { json_t *j = json_object(); json_decref(j); return 0; }'
         '#include <stdint.h>
 #include <isa-l/crc.h>
 int main(void) { return crc32_gzip_refl(0, (const unsigned char *)"", 0) != 0; }'
+    probe PCRE2 "PCRE2 with 8-bit code units (PKG_CONFIG_PATH to its libpcre2-8.pc)" \
+        '#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+int main(void) { uint32_t u = 0; return pcre2_config(PCRE2_CONFIG_UNICODE, &u) < 0 || !u; }'
+    probe libpng "libpng (PKG_CONFIG_PATH to its libpng.pc)" \
+        '#include <png.h>
+int main(void) { return png_access_version_number() == 0; }'
+    probe libjpeg "libjpeg or libjpeg-turbo (PKG_CONFIG_PATH to its libjpeg.pc)" \
+        '#include <stdio.h>
+#include <jpeglib.h>
+int main(void) { struct jpeg_decompress_struct c; struct jpeg_error_mgr e; c.err = jpeg_std_error(&e); jpeg_create_decompress(&c); jpeg_destroy_decompress(&c); return 0; }'
     probe zlib "zlib" \
         '#include <zlib.h>
 int main(void) { return crc32(0, 0, 0) != 0; }'

@@ -18,8 +18,9 @@
 #include "base/path.h"
 #include "train/control/control.h"
 #include "train/train.h"
+#include "train_app.h"
 
-static const char usage[] =
+const char train_usage[] =
     "usage: mpirun -np N nebula-train --config FILE [--set section.key=value ...] [options]\n"
     "       nebula-train prepare OUT_DIR FILE... [--val-fraction F]\n"
     "         byte-level token files OUT_DIR/train.bin and OUT_DIR/val.bin (the last F of each\n"
@@ -79,48 +80,6 @@ static void install_signals(void)
     sigaction(SIGUSR2, &sa, NULL);
 }
 
-/* nebula-train prepare OUT_DIR FILE... [--val-fraction F]: no MPI. */
-static int prepare_main(int argc, char **argv)
-{
-    double frac = 0.1;
-    const char **files = calloc((size_t)argc, sizeof *files);
-    int nfiles = 0;
-    const char *out = NULL;
-    for (int i = 2; i < argc; i++) {
-        if (!strcmp(argv[i], "--val-fraction")) {
-            char *end = NULL;
-            frac = i + 1 < argc ? strtod(argv[i + 1], &end) : -1;
-            if (i + 1 >= argc || *end || frac < 0 || frac >= 1) {
-                log_error0("--val-fraction needs a number in [0, 1), got '%s'", i + 1 < argc ? argv[i + 1] : "");
-                free(files);
-                return 2;
-            }
-            i++;
-        } else if (!out) {
-            out = argv[i];
-        } else {
-            files[nfiles++] = argv[i];
-        }
-    }
-    if (!out || nfiles == 0) {
-        log_error0("prepare needs an output directory and at least one text file\n%s", usage);
-        free(files);
-        return 2;
-    }
-    char train[4200], val[4200];
-    snprintf(train, sizeof train, "%s/train.bin", out);
-    snprintf(val, sizeof val, "%s/val.bin", out);
-    /* the output rule (base/path.h) before the directory is created: neither may be an
-     * input, a device or a run's file, nor inside a checkpoint */
-    status st = path_output_check(train, "prepare", files, nfiles);
-    if (st == STATUS_OK) st = path_output_check(val, "prepare", files, nfiles);
-    if (st == STATUS_OK && path_mkdirs(out, "output directory") != STATUS_OK) st = STATUS_IO;
-    if (st == STATUS_OK) st = data_prepare_text(files, nfiles, train, val, frac);
-    free(files);
-    if (st == STATUS_OK) printf("wrote %s and %s\n", train, val);
-    return status_exit_code(st);
-}
-
 /* nebula-train migrate-config OLD.ini (-o NEW.ini | --in-place): no MPI. */
 static int migrate_main(int argc, char **argv)
 {
@@ -131,12 +90,12 @@ static int migrate_main(int argc, char **argv)
         else if (!strcmp(argv[i], "--in-place")) in_place = true;
         else if (argv[i][0] != '-' && !in) in = argv[i];
         else {
-            log_error0("migrate-config: unexpected argument '%s'\n%s", argv[i], usage);
+            log_error0("migrate-config: unexpected argument '%s'\n%s", argv[i], train_usage);
             return 2;
         }
     }
     if (!in || (!out && !in_place) || (out && in_place)) {
-        log_error0("migrate-config needs a config file and one of -o NEW.ini or --in-place\n%s", usage);
+        log_error0("migrate-config needs a config file and one of -o NEW.ini or --in-place\n%s", train_usage);
         return 2;
     }
     static config_key schema[256];
@@ -164,7 +123,7 @@ static int control_main(int argc, char **argv)
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help")) {
-            printf("%s\nlive keys: %s\n", usage, train_reload_live_list());
+            printf("%s\nlive keys: %s\n", train_usage, train_reload_live_list());
             return 0;
         } else if (!strcmp(a, "--set") && i + 1 < argc) {
             const char *kv = argv[++i], *eq = strchr(kv, '=');
@@ -208,13 +167,13 @@ static int control_main(int argc, char **argv)
             run_dir = a;
         } else {
             log_error0("control: unexpected argument '%s'%s\n%s", a,
-                       !strcmp(a, "--set") || !strcmp(a, "--wait") || !strcmp(a, "--at-step") ? " (it needs a value)" : "", usage);
+                       !strcmp(a, "--set") || !strcmp(a, "--wait") || !strcmp(a, "--at-step") ? " (it needs a value)" : "", train_usage);
             return 2;
         }
     }
     if (!run_dir || (list ? req.undo || req.nsets : req.undo == (req.nsets > 0))) {
         log_error0("control needs a run directory and one of: --set section.key=value (repeatable), --undo, --list\n%s",
-                   usage);
+                   train_usage);
         return 2;
     }
     if (list) return train_reload_list(run_dir, stdout) >= 0 ? 0 : 2;
@@ -256,7 +215,7 @@ int main(int argc, char **argv)
     config_set_compat(&cfg, &train_config_compat);
     cli_action action;
     status st = cli_parse(&cfg, train_options, (int)(sizeof train_options / sizeof train_options[0]), argc, argv, 1,
-                          usage, &action);
+                          train_usage, &action);
     if (st != STATUS_OK) return runtime_exit_early(status_exit_code(st));
     if (action == CLI_ACTION_EXIT) return 0;
 

@@ -1,0 +1,9 @@
+/* train_app — the subcommands of nebula-train beside training (main.c dispatches). */
+#ifndef NEBULA_TRAIN_APP_H
+#define NEBULA_TRAIN_APP_H
+
+extern const char train_usage[];  /* main.c: the usage text every subcommand prints on misuse */
+
+int prepare_main(int argc, char **argv);  /* prepare.c: nebula-train prepare ... */
+
+#endif

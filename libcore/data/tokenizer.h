@@ -1,0 +1,85 @@
+/* tokenizer — text to token ids and back: byte-level BPE (GPT-2), WordPiece (BERT)
+ * and plain bytes (vocabulary 256), for nebula-train prepare, sample and the
+ * Hugging Face export.
+ *
+ * Files (the Hugging Face layouts, so a tokenizer moves between Nebula and
+ * `tokenizers`/`transformers` unchanged):
+ *   byte-level BPE  vocab.json ({"token": id}, tokens in GPT-2's byte-to-unicode
+ *                   alphabet) + merges.txt (an optional "#version" line, then one
+ *                   "left right" pair per line, highest priority first), or one
+ *                   tokenizer.json whose model is BPE
+ *   WordPiece       vocab.txt (one token per line, the id is the line number) or a
+ *                   tokenizer.json whose model is WordPiece
+ *   bytes           no file: token id = byte value
+ * tok_load takes a file or a directory holding one of these (tokenizer.json first,
+ * then vocab.json + merges.txt, then vocab.txt).
+ *
+ * The one design decision: pre-tokenisation is GPT-2's regex, run by PCRE2 with UTF
+ * and UCP (Unicode letters, numbers and white space by property, as the `regex`
+ * module and `tokenizers` see them), never hand-written character classes; the merge
+ * loop below it is the one of GPT-2's encoder.py (lowest merge rank first), with a
+ * cache per pre-token. Special tokens (added tokens of a tokenizer.json,
+ * <|endoftext|>, [CLS] [SEP] [MASK] [PAD] [UNK] of a vocab.txt) are matched in the
+ * text before pre-tokenisation and become their own ids.
+ *
+ * A malformed file is STATUS_INPUT with a message naming the file, the line or
+ * byte offset, and what was expected. */
+#ifndef NEBULA_TOKENIZER_H
+#define NEBULA_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/log.h"
+
+typedef enum tok_kind {
+    TOK_KIND_BYTES = 0,     /* id = byte, vocabulary 256 */
+    TOK_KIND_BPE,           /* byte-level BPE (GPT-2, RoBERTa) */
+    TOK_KIND_WORDPIECE,     /* WordPiece (BERT), lower-casing and accent stripping per its config */
+} tok_kind;
+
+typedef struct tok tok;     /* opaque: vocabulary, merges, specials, the regex, a cache */
+
+/* A tokenizer from `path` (a file or a directory, see above); "bytes" gives the byte
+ * tokenizer. STATUS_INPUT naming the file and position on malformed input. */
+status tok_load(tok **out, const char *path);
+/* The byte tokenizer (never fails). */
+tok *tok_bytes(void);
+void tok_free(tok *t);
+
+tok_kind tok_get_kind(const tok *t);
+const char *tok_kind_name(tok_kind k);          /* "bytes", "bpe", "wordpiece" */
+int tok_vocab_size(const tok *t);               /* largest id + 1 */
+/* The id of a special or ordinary token by its text ("<|endoftext|>", "[MASK]"), -1
+ * when the vocabulary lacks it. */
+int32_t tok_token_id(const tok *t, const char *token);
+
+/* Encodes len bytes of UTF-8 text, appending to *ids (capacity *cap, grown with
+ * realloc; *n the count so far). Special tokens in the text become their ids.
+ * STATUS_INPUT for invalid UTF-8 (BPE and WordPiece; the message names the byte
+ * offset), STATUS_NOMEM when growing fails. Thread-safe for distinct tok objects
+ * only (the cache is per object). */
+status tok_encode(tok *t, const char *text, size_t len, int32_t **ids, size_t *n, size_t *cap);
+
+/* The bytes one id stands for when decoding (BPE: its bytes, which may be part of a
+ * UTF-8 character; WordPiece: the token with "##" removed, a leading space added
+ * unless it continues a word or follows nothing (first = 1)); the count written,
+ * at most cap; 0 for an id outside the vocabulary. */
+size_t tok_decode_one(const tok *t, int32_t id, int first, char *buf, size_t cap);
+/* Decodes n ids into a new NUL-terminated string (malloc; *len its length). NULL on
+ * out of memory. */
+char *tok_decode(const tok *t, const int32_t *ids, size_t n, size_t *len);
+
+/* Writes the tokenizer's files into directory dir (created if missing): vocab.json +
+ * merges.txt (BPE) or vocab.txt (WordPiece); nothing for bytes. Atomic per file. */
+status tok_save(const tok *t, const char *dir);
+
+/* BPE training on a corpus (nebula-train prepare --tokenizer bpe --vocab-size N):
+ * GPT-2's pre-tokenisation, the 256 byte tokens, then merges of the most frequent
+ * adjacent pair (ties broken by the pair's lexicographic order, as `tokenizers`'
+ * BpeTrainer does) until vocab_size - (number of specials) tokens; specials (e.g.
+ * "<|endoftext|>") appended last. files: ninputs text files. */
+status tok_train_bpe(tok **out, const char *const *files, int ninputs, int vocab_size, const char *const *specials,
+                     int nspecials);
+
+#endif
