@@ -26,6 +26,14 @@ status tok_load(tok **out, const char *path)
     return STATUS_INPUT;
 }
 
+status tok_find(tok **out, const char *tokenizer, const char *data_path)
+{
+    (void)data_path;
+    if (tokenizer && tokenizer[0]) return tok_load(out, tokenizer);
+    *out = tok_bytes();
+    return STATUS_OK;
+}
+
 void tok_free(tok *t) { free(t); }
 tok_kind tok_get_kind(const tok *t) { return t->kind; }
 const char *tok_kind_name(tok_kind k) { return k == TOK_KIND_BPE ? "bpe" : k == TOK_KIND_WORDPIECE ? "wordpiece" : "bytes"; }

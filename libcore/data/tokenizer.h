@@ -43,6 +43,10 @@ typedef struct tok tok;     /* opaque: vocabulary, merges, specials, the regex, 
 /* A tokenizer from `path` (a file or a directory, see above); "bytes" gives the byte
  * tokenizer. STATUS_INPUT naming the file and position on malformed input. */
 status tok_load(tok **out, const char *path);
+/* The tokenizer of a data set: `tokenizer` when it is not empty (the key
+ * data.tokenizer), else the tokenizer files in the directory of `data_path` (the token
+ * file data.train names: nebula-train prepare writes them there), else bytes. */
+status tok_find(tok **out, const char *tokenizer, const char *data_path);
 /* The byte tokenizer (never fails). */
 tok *tok_bytes(void);
 void tok_free(tok *t);
