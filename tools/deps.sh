@@ -39,6 +39,7 @@ BUILD_PKGS=(
     libinih-dev libjansson-dev zlib1g-dev     # INI config parser, JSON, CRC-32 combination
     libisal-dev                               # ISA-L: CRC-32 at memory speed (PCLMUL), zlib-compatible
     libpcre2-dev                              # PCRE2 (UTF, UCP): the tokenizers' pre-tokenisation regex
+    libutf8proc-dev                           # utf8proc: Unicode categories, NFD, lower case (WordPiece)
     libpng-dev libjpeg62-turbo-dev            # image folders (nebula-train prepare --images)
     help2man                                  # make install: man pages from --help
 )
@@ -111,7 +112,7 @@ probe_version() {
         MPI)     mpirun --version 2>/dev/null | head -1 || true ;;
         HDF5)    pkg-config --modversion hdf5-openmpi hdf5 2>/dev/null | head -1 || true ;;
         BLAS)    echo "$NEBULA_PROBE_BLAS $(pkg-config --modversion "$NEBULA_PROBE_BLAS" 2>/dev/null || true)" ;;
-        *)       pkg-config --modversion "$(echo "$1" | tr 'A-Z' 'a-z' | sed 's/isa-l/libisal/; s/^pcre2$/libpcre2-8/')" 2>/dev/null || true ;;
+        *)       pkg-config --modversion "$(echo "$1" | tr 'A-Z' 'a-z' | sed 's/isa-l/libisal/; s/^pcre2$/libpcre2-8/; s/^utf8proc$/libutf8proc/')" 2>/dev/null || true ;;
     esac
 }
 
@@ -155,6 +156,9 @@ int main(void) { return crc32_gzip_refl(0, (const unsigned char *)"", 0) != 0; }
         '#define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 int main(void) { uint32_t u = 0; return pcre2_config(PCRE2_CONFIG_UNICODE, &u) < 0 || !u; }'
+    probe utf8proc "utf8proc (PKG_CONFIG_PATH to its libutf8proc.pc)" \
+        '#include <utf8proc.h>
+int main(void) { return utf8proc_tolower(65) != 97; }'
     probe libpng "libpng (PKG_CONFIG_PATH to its libpng.pc)" \
         '#include <png.h>
 int main(void) { return png_access_version_number() == 0; }'
