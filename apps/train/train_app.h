@@ -5,5 +5,8 @@
 extern const char train_usage[];  /* main.c: the usage text every subcommand prints on misuse */
 
 int prepare_main(int argc, char **argv);  /* prepare.c: nebula-train prepare ... */
+int prepare_images_main(int argc, char **argv);  /* prepare_images.c: nebula-train prepare --images DIR ... */
+
+int sample_main(int argc, char **argv);   /* sample.c: nebula-train sample ... */
 
 #endif

@@ -158,4 +158,42 @@ status data_set_state(data_loader *d, const data_state *st);
 status data_prepare_text(const char *const *inputs, int ninputs, const char *train_out, const char *val_out,
                          double val_fraction);
 
+/* nebula-train prepare --images: a folder of PNG / JPEG files in class sub-folders
+ * (torchvision's ImageFolder: a class per sub-folder, classes sorted by name give the
+ * labels 0..K-1, files sorted by path within a class, sub-folders of a class included,
+ * names starting with '.' ignored) into one HDF5 image set as described at the top:
+ * /images uint8 (N, crop, crop, 3) resized and centre-cropped as torchvision's
+ * Resize(size) + CenterCrop(crop) (data_decode.c: PIL's bilinear resample), /labels
+ * int32 (N), /classes fixed-length strings (K) naming label k, and the attributes mean
+ * and std (3 floats, of x/255 over every stored pixel), size and crop of /images. A
+ * file's kind comes from its first bytes; files that are neither PNG nor JPEG are
+ * skipped and counted. Collective over rt->world: rank r decodes the r-th contiguous
+ * range of the images and writes its rows of the one file (parallel HDF5); one rank
+ * without mpirun works alike and writes the same bytes. Written to OUT.tmp.PID and
+ * renamed only when complete (docs/design.md#durable-writes). STATUS_INPUT (every rank)
+ * for no class folder, an empty class, an output that is an input or a corrupt or
+ * truncated image (each named with libpng's or libjpeg's reason) unless skip_corrupt,
+ * which leaves them out and counts them; STATUS_IO for a failed write. */
+struct runtime;
+
+typedef struct data_images_options {
+    const char *dir;           /* the folder of class sub-folders */
+    const char *out;           /* the HDF5 file to write */
+    int size;                  /* S: the shorter side resized to S; 0: no resize (crop only) */
+    int crop;                  /* H: the centre crop, H x H (>= 1; <= size when size > 0) */
+    bool skip_corrupt;         /* leave corrupt images out (counted) instead of failing */
+    bool progress;             /* rank 0 rewrites a progress line on stderr */
+    double timeout_s;          /* deadline of each agreement between the ranks (0: none) */
+} data_images_options;
+
+typedef struct data_images_result {
+    uint64_t images;           /* images written */
+    uint64_t classes;          /* class folders (labels) */
+    uint64_t other;            /* files skipped: neither PNG nor JPEG, or beside the class folders */
+    uint64_t corrupt;          /* corrupt images skipped (skip_corrupt) */
+    double seconds;            /* wall time from the scan to the rename */
+} data_images_result;
+
+status data_prepare_images(const struct runtime *rt, const data_images_options *opt, data_images_result *res);
+
 #endif

@@ -253,8 +253,9 @@ static bool lowercase_beside(const char *vocab_txt)
     if (slash) *slash = '\0';
     else snprintf(dir, sizeof dir, ".");
     snprintf(f, sizeof f, "%s/tokenizer_config.json", dir);
-    json_t *j = json_load_file(f, 0, NULL);
     bool lower = true;
+    if (access(f, F_OK) != 0) return lower;
+    json_t *j = load_json(f, "tokenizer config");  /* hostile like the rest: through path_open_regular */
     if (j && json_is_false(json_object_get(j, "do_lower_case"))) lower = false;
     json_decref(j);
     return lower;

@@ -116,8 +116,8 @@ static void count_word(trainer *tr, int32_t wi, int sign)
 }
 
 /* Counts the pre-tokens of one file into `words` (text -> index) and freq. */
-static status count_file(const char *path, pcre2_code *re, pcre2_match_data *md, smap *words, int64_t **freq,
-                         size_t *cfreq)
+static status count_file(const char *path, uint64_t limit, pcre2_code *re, pcre2_match_data *md, smap *words,
+                         int64_t **freq, size_t *cfreq)
 {
     int fd;
     struct stat sb;
@@ -126,7 +126,7 @@ static status count_file(const char *path, pcre2_code *re, pcre2_match_data *md,
         log_error("%s %s", path, why);
         return STATUS_INPUT;
     }
-    size_t len = (size_t)sb.st_size;
+    size_t len = (size_t)sb.st_size < limit ? (size_t)sb.st_size : (size_t)limit;
     char *buf = malloc(len + 1);
     status st = STATUS_OK;
     if (!buf) st = STATUS_NOMEM;
@@ -206,8 +206,8 @@ static void apply_merge(trainer *tr, int32_t a, int32_t b, int32_t c)
     free(list);
 }
 
-status tok_train_bpe(tok **out, const char *const *files, int ninputs, int vocab_size, const char *const *specials,
-                     int nspecials)
+status tok_train_bpe(tok **out, const char *const *files, const uint64_t *limits, int ninputs, int vocab_size,
+                     const char *const *specials, int nspecials)
 {
     *out = NULL;
     if (vocab_size < 256 + nspecials || vocab_size > TOK_MAX_VOCAB) {
@@ -221,7 +221,7 @@ status tok_train_bpe(tok **out, const char *const *files, int ninputs, int vocab
     int64_t *freq = NULL;
     size_t cfreq = 0;
     status st = STATUS_OK;
-    for (int i = 0; i < ninputs && st == STATUS_OK; i++) st = count_file(files[i], re, md, &words, &freq, &cfreq);
+    for (int i = 0; i < ninputs && st == STATUS_OK; i++) st = count_file(files[i], limits ? limits[i] : UINT64_MAX, re, md, &words, &freq, &cfreq);
     pcre2_match_data_free(md);
     pcre2_code_free(re);
 

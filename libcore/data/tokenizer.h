@@ -27,6 +27,8 @@
 #ifndef NEBULA_TOKENIZER_H
 #define NEBULA_TOKENIZER_H
 
+#include <mpi.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -83,7 +85,34 @@ status tok_save(const tok *t, const char *dir);
  * adjacent pair (ties broken by the pair's lexicographic order, as `tokenizers`'
  * BpeTrainer does) until vocab_size - (number of specials) tokens; specials (e.g.
  * "<|endoftext|>") appended last. files: ninputs text files. */
-status tok_train_bpe(tok **out, const char *const *files, int ninputs, int vocab_size, const char *const *specials,
-                     int nspecials);
+status tok_train_bpe(tok **out, const char *const *files, const uint64_t *limits /* (ninputs) bytes read of each
+                     file; NULL: all */, int ninputs, int vocab_size, const char *const *specials, int nspecials);
+
+/* ---- nebula-train prepare with a tokenizer (data_prepare_tok.c) ---- */
+
+typedef struct data_prepare_opts {
+    const char *const *inputs;  /* text files, UTF-8 (each one document) */
+    int ninputs;
+    const char *train_out;      /* the training token file */
+    const char *val_out;        /* the held-out token file; NULL when val_fraction is 0 */
+    double val_fraction;        /* the last fraction of each input, from a line end, is held out */
+    const char *out_dir;        /* where the tokenizer's files are written beside the token files */
+    int bpe_vocab_size;         /* > 0: train a byte-level BPE of this size on the training parts first */
+    bool progress;              /* a progress line on stderr (rank 0, when it is a terminal) */
+} data_prepare_opts;
+
+typedef struct data_prepare_result {
+    uint64_t bytes;             /* text read */
+    uint64_t tokens[2];         /* tokens written: training, held-out */
+    double seconds;             /* wall time of the encoding and the writes */
+    double train_seconds;       /* of it, BPE training (rank 0) */
+} data_prepare_result;
+
+/* Collective over comm (every rank calls it; one process works alone). *t: the
+ * tokenizer to encode with, or, with bpe_vocab_size > 0, set to the one trained.
+ * Writes the token files (llm.c's format for vocabularies up to 65536, else Nebula's
+ * with 4-byte tokens) and the tokenizer's files into out_dir. The same status on
+ * every rank; STATUS_INPUT names the file and byte offset of bad text. */
+status data_prepare_tokens(const data_prepare_opts *o, tok **t, MPI_Comm comm, data_prepare_result *res);
 
 #endif

@@ -64,6 +64,12 @@ W libcore/ckpt/tool/safetensors.c | path_write_atomic(path, "safetensors file" |
 W libcore/comm/comm_tune.c | path_write_atomic(path, "tuning table" | --save-tune: path_output_check at the start of bench_comm_run
 W libcore/nn/gemm_tune.c | path_write_atomic(path, "GEMM tuning table" | model --save-tune: path_output_check at the start of bench_model_run
 W libcore/data/data_prepare.c | rename(o->tmp, o->path) | prepare's token files: path_output_check in prepare_main; both renamed once complete
+W libcore/data/data_prepare_tok.c | open(tmp, O_WRONLY | O_NOFOLLOW) | prepare --tokenizer: each rank writes its tokens into the temporary rank 0 created (O_EXCL), after path_output_check in prepare_main
+W libcore/data/data_prepare_tok.c | ftruncate(fd, (off_t)(hb + count | sizes that temporary, which rank 0 just created (O_EXCL)
+W libcore/data/data_prepare_tok.c | rename(tmp, path) | that temporary renamed over train.bin / val.bin once every rank fsync'd
+W libcore/data/tok_files.c | path_write_atomic(path, "tokenizer file" | the tokenizer's files in prepare's OUT_DIR or convert --to hf's DIR
+W libcore/data/data_folder.c | H5Fcreate(ps->tmp, H5F_ACC_TRUNC | prepare --images: OUT.tmp.PID, after path_output_check in data_prepare_images
+W libcore/data/data_folder.c | rename(tmp, out) | the same file renamed over --out once complete
 W libcore/record/tfevent.c | ftruncate(w->fd, w->size) | cuts a torn record off its own event file, created by path_create_regular (O_EXCL)
 W libcore/record/tracefile.c | fdopen(fd2, "w") | inside path_write_atomic's fill: the temporary it created
 W libcore/record/tracefile.c | path_write_atomic(path, "trace" | RUN_DIR/trace.json, the run's own file

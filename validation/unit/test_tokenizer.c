@@ -239,7 +239,7 @@ static void check_train(const char *dir)
     put(dir, "corpus.txt", "low low low low lower lower newest newest newest widest widest\n");
     const char *files[] = { corpus }, *specials[] = { "<|endoftext|>" };
     tok *t = NULL, *u = NULL;
-    status st = tok_train_bpe(&t, files, 1, 256 + 4 + 1, specials, 1);
+    status st = tok_train_bpe(&t, files, NULL, 1, 256 + 4 + 1, specials, 1);
     EXPECT(st == STATUS_OK && tok_vocab_size(t) == 261, "training: 256 bytes + 4 merges + 1 special");
     if (st != STATUS_OK) return;
     /* the most frequent pairs of " low"x3(+"low"), " newest"x3, ...: the first merge is \u0120 + w? no:
@@ -261,7 +261,7 @@ static void check_train(const char *dir)
     }
     tok_free(t);
     put(dir, "corpus.txt", "ok\xff\n");
-    EXPECT(tok_train_bpe(&t, files, 1, 300, specials, 1) == STATUS_INPUT, "training: invalid UTF-8 is refused");
+    EXPECT(tok_train_bpe(&t, files, NULL, 1, 300, specials, 1) == STATUS_INPUT, "training: invalid UTF-8 is refused");
 }
 
 int main(int argc, char **argv)
