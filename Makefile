@@ -213,8 +213,9 @@ bench: all
 	$(Q)tools/bench-comm.sh
 
 # Fuzzing of the hostile-input readers (validation/fuzz): the safetensors and llm.c
-# model readers, the config parser, the elastic control-file parser and the image-set
-# reader (HDF5 and CIFAR-10 data files). `make fuzz` builds each
+# model readers, the config parser, the elastic control-file parser, the image-set
+# reader (HDF5 and CIFAR-10 data files) and the tokenizer files (tokenizer.json,
+# vocab.json + merges.txt, vocab.txt). `make fuzz` builds each
 # libFuzzer harness with clang, ASan and UBSan and runs it FUZZ_SECONDS on its seed
 # corpus, one target after the other; new inputs go to build/fuzz/corpus_<target>,
 # crashing ones to build/fuzz/crashes/ (save them under validation/fuzz/regress/).
@@ -224,16 +225,18 @@ bench: all
 # without clang. Needs clang, its libFuzzer runtime and OpenMP (tools/deps.sh).
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 600
-FUZZ_TARGETS := safetensors llmc config control images
+FUZZ_TARGETS := safetensors llmc config control images tokenizer
 FUZZ_LIBSRC  := libcore/ckpt/tool/safetensors.c libcore/ckpt/tool/llmc.c libcore/nn/param.c libcore/base/path.c \
                 libcore/base/log.c libcore/base/config.c libcore/train/control/control.c libcore/base/rng.c \
-                libcore/data/data.c libcore/data/data_image.c
+                libcore/data/data.c libcore/data/data_image.c libcore/data/tokenizer.c libcore/data/tok_files.c \
+                libcore/data/tok_bpe.c libcore/data/tok_wordpiece.c
 # HDF5 for the image-set reader (the system library, not instrumented: see docs/testing.md#fuzzing)
-FUZZ_LIBS    := -linih -ljansson $(HDF5_LIBS) $(call rpaths,$(HDF5_LIBS)) -lm
+FUZZ_LIBS    := -linih -ljansson -lpcre2-8 -lutf8proc $(HDF5_LIBS) $(call rpaths,$(HDF5_LIBS)) -lm
 FUZZ_OPTS_safetensors := -max_len=4096 -dict=validation/fuzz/safetensors.dict
 FUZZ_OPTS_llmc        := -max_len=8192
 FUZZ_OPTS_config      := -max_len=4096 -dict=validation/fuzz/config.dict
 FUZZ_OPTS_control     := -max_len=1024 -dict=validation/fuzz/control.dict
+FUZZ_OPTS_tokenizer   := -max_len=4096 -dict=validation/fuzz/tokenizer.dict
 # HDF5 (the system's, not instrumented) leaks in an H5Fopen that fails on a damaged file,
 # asks malloc for what a damaged size field says (NULL, as outside ASan) and crashes on
 # some damaged metadata itself: the images run goes on past crashes (-fork), which land in

@@ -4,7 +4,8 @@
 # the loss falls, checkpoints are committed, and a second run resumes from the last
 # one for a few more steps (configs/train/gpt2-tiny-licenses.ini). Steps 2-6 are traced
 # (runs/demo/trace.json), TensorBoard event files go to runs/demo/tb/, and nebula-report
-# draws the run into runs/demo/report.html (docs/pictures.md).
+# draws the run into runs/demo/report.html (docs/pictures.md). Last, the trained model
+# continues a sentence of the licences (nebula-train sample, docs/training.md#sampling).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NP=${NP:-2}
@@ -29,3 +30,5 @@ echo "metrics: $RUN/metrics.jsonl ($(wc -l <"$RUN/metrics.jsonl") lines); inspec
 echo "  h5dump -H $(ls -d "$RUN"/ckpt/step_* | tail -1)/state.h5"
 echo "figures: open $RUN/report.html in a browser (one file, no network needed);"
 echo "  tensorboard --logdir $RUN/tb (build/venv/bin/tensorboard); $RUN/trace.json in https://ui.perfetto.dev"
+echo "== a sample from the trained model (nebula-train sample, its newest checkpoint)"
+build/bin/nebula-train sample "$RUN" --prompt "Permission is hereby granted" --tokens 80 --seed 1

@@ -25,6 +25,17 @@ const char train_usage[] =
     "       nebula-train prepare OUT_DIR FILE... [--val-fraction F]\n"
     "         byte-level token files OUT_DIR/train.bin and OUT_DIR/val.bin (the last F of each\n"
     "         file, default 0.1) from text files, for data.train and data.val\n"
+    "       nebula-train prepare --images DIR --out FILE.h5 [--size S] [--crop H] [--skip-corrupt]\n"
+    "         [--timeout SECONDS]   (under mpirun: the ranks share the files)\n"
+    "         an HDF5 image set for data.train / data.val from DIR/CLASS/IMAGE (PNG, JPEG; classes sorted\n"
+    "         give labels 0..K-1): shorter side resized to S (default 256/224 of H; 0: no resize) with\n"
+    "         PIL's bilinear antialiasing, centre crop H x H (default 224), as torchvision's\n"
+    "         Resize(S) + CenterCrop(H); corrupt images are an error (exit 2) unless --skip-corrupt\n"
+    "       nebula-train sample RUN_DIR|CKPT_DIR --prompt TEXT [--tokens N] [--temperature T | --greedy] [--top-k K]\n"
+    "           [--top-p P] [--seed S] [--mask] [--no-cache] [--ignore-eos] [--json]\n"
+    "         text from a GPT-2 checkpoint (the newest committed one of a run directory), one token at a time\n"
+    "         with a KV cache (defaults: 64 tokens, temperature 1, top-k 50, top-p 1, seed 1234; --greedy:\n"
+    "         argmax); --mask: the top-k (default 5) fills of each [MASK] in the prompt by a BERT checkpoint\n"
     "       nebula-train migrate-config OLD.ini (-o NEW.ini | --in-place)\n"
     "         rewrites a config to the current config_version and reports each key converted, defaulted or\n"
     "         impossible (exit 0: automatic, 1: a person must look, 2: bad input or an output it cannot write)\n"
@@ -206,6 +217,7 @@ int main(int argc, char **argv)
      * pre-timeout signal whenever it comes) must not kill the process */
     install_signals();
     if (argc >= 2 && !strcmp(argv[1], "prepare")) return prepare_main(argc, argv);
+    if (argc >= 2 && !strcmp(argv[1], "sample")) return sample_main(argc, argv);
     if (argc >= 2 && !strcmp(argv[1], "control")) return control_main(argc, argv);
     if (argc >= 2 && !strcmp(argv[1], "migrate-config")) return migrate_main(argc, argv);
 

@@ -80,6 +80,9 @@ const config_key train_schema_keys[] = {
               "samples, a function of train.seed), or synthetic-fixed (one random batch from train.seed as every "
               "micro-batch, as nebula-bench model times it; not for data.val)" },
     { "data", "val", CONFIG_TYPE_STRING, "", .help = "held-out data in the same format (empty: no evaluation)" },
+    { "data", "tokenizer", CONFIG_TYPE_STRING, "",
+      .help = "the tokenizer of the token files (a directory or file: tokenizer.json, vocab.json + merges.txt, vocab.txt); "
+              "empty: the one prepare wrote beside data.train, else bytes. Read by sample and convert --to hf" },
     { "data", "shuffle", CONFIG_TYPE_BOOL, "true", .help = "a new permutation of the training samples every epoch" },
     { "data", "pad_crop", CONFIG_TYPE_INT, "0", .min = 0, .max = 1024,
       .help = "images: random crop after zero padding by this many pixels (CIFAR: 4)" },
