@@ -4,10 +4,15 @@
  *
  *   --to safetensors|llmc --out FILE    a committed checkpoint's parameters (and
  *                                       batch-norm buffers) to a file
- *   --from safetensors|llmc --out DIR   a file to DIR/step_00000000, a checkpoint
- *                                       nebula-train resumes from: the parameters,
- *                                       zero moments (AdamW's m and v; SGD takes m),
- *                                       the loader at the first sample
+ *   --to hf --out DIR                   a transformers model directory (GPT-2, BERT:
+ *                                       model.safetensors, config.json, tokenizer;
+ *                                       libcore/ckpt/tool/hf.h)
+ *   --from safetensors|llmc|hf --out DIR
+ *                                       a file (hf: a model directory) to
+ *                                       DIR/step_00000000, a checkpoint nebula-train
+ *                                       resumes from: the parameters, zero moments
+ *                                       (AdamW's m and v; SGD takes m), the loader at
+ *                                       the first sample
  *
  * The one design decision: GPT-2's embedding has padded_vocab_size rows in Nebula (a
  * multiple of 128) and vocab_size rows in Hugging Face's GPT-2. A safetensors file
@@ -29,6 +34,7 @@
 #include "ckpt_tool.h"
 #include "comm/ctl.h"
 #include "data/data.h"
+#include "ckpt/tool/hf.h"
 #include "ckpt/tool/llmc.h"
 #include "ckpt/tool/safetensors.h"
 
@@ -36,11 +42,17 @@
 
 /* ---- to a file ------------------------------------------------------------------ */
 
-/* GPT-2's embedding rows beyond the vocabulary are padding, not a tensor's data. */
-static bool is_padded_wte(const model *m, const param_entry *e)
+/* The metadata Nebula's files carry: the model's [model] section travels with it. */
+static char *file_meta(const tool_model *tm, const ckpt_catalog *cat)
 {
-    return m->spec.family == MODEL_FAMILY_GPT2 && !strcmp(e->name, "wte.weight") &&
-           model_padded_vocab_size(&m->spec) != model_vocab_size(&m->spec);
+    char step[32];
+    snprintf(step, sizeof step, "%" PRId64, cat->h.step);
+    json_t *meta = json_pack("{s:s, s:s, s:s, s:s}", "format", "pt", "nebula_model", cat->h.model, "nebula_step", step,
+                             "nebula_config", tm->ini);
+    char *text = json_dumps(meta, JSON_COMPACT);
+    json_decref(meta);
+    CHECK(text, "out of memory building safetensors metadata");
+    return text;
 }
 
 static status write_safetensors(const tool_model *tm, const ckpt_catalog *cat, const char *out, int *n)
@@ -54,15 +66,10 @@ static status write_safetensors(const tool_model *tm, const ckpt_catalog *cat, c
     *n = st_add_table(t, 0, names, pt, "", model_buffers((model *)m)->params);
     if (bt) *n = st_add_table(t, *n, names, bt, "", model_state((model *)m));
     for (int i = 0; i < pt->count; i++)
-        if (is_padded_wte(m, &pt->entries[i])) t[i].shape[0] = model_vocab_size(&m->spec);
-    char step[32];
-    snprintf(step, sizeof step, "%" PRId64, cat->h.step);
-    json_t *meta = json_pack("{s:s, s:s, s:s, s:s}", "format", "pt", "nebula_model", cat->h.model, "nebula_step", step,
-                             "nebula_config", tm->ini);
-    char *text = json_dumps(meta, JSON_COMPACT);
+        if (pt->entries[i].ndim) t[i].shape[0] = hf_file_rows(&m->spec, &pt->entries[i]);
+    char *text = file_meta(tm, cat);
     status st = st_write(out, t, *n, text);
     free(text);
-    json_decref(meta);
     free(t);
     free(names);
     return st;
@@ -101,13 +108,36 @@ static status check_finite(model *m, const char *origin)
     return STATUS_OK;
 }
 
+/* The transformers directory (hf.h); what it holds, in one line. */
+static status write_hf(const tool_model *tm, const ckpt_catalog *cat, const char *out, char *what, size_t len)
+{
+    const char *kind = "bytes";
+    char *meta = file_meta(tm, cat);
+    status st = hf_write_dir(&tm->m, cat->config, meta, out, &kind);
+    free(meta);
+    const bool gpt2 = tm->m.spec.family == MODEL_FAMILY_GPT2;
+    snprintf(what, len, " (transformers %s: model.safetensors, config.json%s)", gpt2 ? "GPT2LMHeadModel" :
+             "BertForMaskedLM", !strcmp(kind, "bytes") ? "; a byte tokenizer, no tokenizer files" : ", tokenizer files");
+    return st;
+}
+
+/* The architectures --to hf writes; checked before the checkpoint's tensors are read. */
+static status check_hf_family(const tool_model *tm, const char *format)
+{
+    if (strcmp(format, "hf") != 0 || hf_family_supported(&tm->m.spec)) return STATUS_OK;
+    log_error0("--to hf writes transformers' GPT-2 and BERT; %s is a torchvision ResNet: --to safetensors writes "
+               "it under torchvision's names, which torchvision's resnet loads strictly", tm->m.spec.name);
+    return STATUS_INPUT;
+}
+
 static int convert_to(const tool_args *a, const char *format, const char *out)
 {
     ckpt_catalog cat;
     status st = ckpt_catalog_open(&cat, a->paths[0]);
     if (st != STATUS_OK) return status_exit_code(st);
     const char *inputs[] = { a->paths[0], cat.file };
-    st = path_output_check(out, "--out", inputs, 2);  /* every rank: the same file system */
+    /* every rank: the same file system */
+    st = !strcmp(format, "hf") ? hf_dir_check(out, "--out") : path_output_check(out, "--out", inputs, 2);
     if (st != STATUS_OK) {
         ckpt_catalog_free(&cat);
         return status_exit_code(st);
@@ -115,19 +145,24 @@ static int convert_to(const tool_args *a, const char *format, const char *out)
     tool_model tm;
     ckpt_content c;
     st = tool_model_from_ini(&tm, cat.config, cat.file, cat.h.model, cat.file_bytes);
+    if (st == STATUS_OK && (st = check_hf_family(&tm, format)) != STATUS_OK) tool_model_free(&tm);
     if (st == STATUS_OK) {
         st = tool_content(&c, &cat, &tm.m, true, false);
         if (st == STATUS_OK) st = ckpt_catalog_load(a->rt->world, &cat, &c);
         if (st == STATUS_OK) st = check_finite(&tm.m, cat.file);  /* every rank loaded the same values */
         int n = 0;
-        if (st == STATUS_OK && a->rt->rank == 0)
-            st = !strcmp(format, "llmc") ? write_llmc(&tm, out) : write_safetensors(&tm, &cat, out, &n);
+        char what[160] = " (llm.c GPT-2 model file, fp32)";
+        if (st == STATUS_OK && a->rt->rank == 0) {
+            if (!strcmp(format, "hf")) st = write_hf(&tm, &cat, out, what, sizeof what);
+            else if (!strcmp(format, "safetensors")) st = write_safetensors(&tm, &cat, out, &n);
+            else st = write_llmc(&tm, out);
+        }
+        if (!strcmp(format, "safetensors")) snprintf(what, sizeof what, " (safetensors, float32)");
         if (comm_ctl_bcast(comm_ctl_make(a->rt->world, 0), &st, 1, MPI_INT, 0) != STATUS_OK) st = STATUS_PEER;
         if (st == STATUS_OK && a->rt->rank == 0)
-            printf("converted %s (%s, step %" PRId64 ") to %s%s%s\n", cat.dir, cat.h.model, cat.h.step, out,
-                   !strcmp(format, "llmc") ? " (llm.c GPT-2 model file, fp32)" : " (safetensors, float32)",
-                   n && tm.m.spec.family == MODEL_FAMILY_GPT2 && model_padded_vocab_size(&tm.m.spec) !=
-                   model_vocab_size(&tm.m.spec) ? "; wte.weight without its padding rows, as Hugging Face's GPT-2" : "");
+            printf("converted %s (%s, step %" PRId64 ") to %s%s%s\n", cat.dir, cat.h.model, cat.h.step, out, what,
+                   strcmp(format, "llmc") && tm.m.spec.family == MODEL_FAMILY_GPT2 && model_padded_vocab_size(&tm.m.spec)
+                   != model_vocab_size(&tm.m.spec) ? "; wte.weight without its padding rows, as Hugging Face's GPT-2" : "");
         tool_content_free(&c, &tm.m);
         tool_model_free(&tm);
     }
@@ -136,40 +171,6 @@ static int convert_to(const tool_args *a, const char *format, const char *out)
 }
 
 /* ---- from a file ------------------------------------------------------------------ */
-
-static void shape_text(char *out, size_t len, int ndim, const int64_t *shape)
-{
-    int n = snprintf(out, len, "(");
-    for (int d = 0; d < ndim && n < (int)len; d++)
-        n += snprintf(out + n, len - (size_t)n, d ? ", %" PRId64 : "%" PRId64, shape[d]);
-    if (n < (int)len) snprintf(out + n, len - (size_t)n, ")");
-}
-
-/* Tensor e of the table from the safetensors file into dst: the same shape, or for
- * GPT-2's embedding the vocabulary's rows without the padding (left zero). */
-static status read_tensor(const st_file *f, const model *m, const param_entry *e, float *dst, const char *path)
-{
-    const st_info *t = st_find(f, e->name);
-    if (!t) {
-        log_error0("%s holds no tensor '%s' (a tensor of %s)", path, e->name, m->spec.name);
-        return STATUS_INPUT;
-    }
-    bool same = t->ndim == e->ndim;
-    for (int d = 0; d < e->ndim && same; d++) same = (uint64_t)t->shape[d] == e->shape[d];
-    bool vocab_rows = is_padded_wte(m, e) && t->ndim == 2 && t->shape[0] == model_vocab_size(&m->spec) &&
-                      (uint64_t)t->shape[1] == e->shape[1];
-    if (!same && !vocab_rows) {
-        int64_t want[PARAM_MAX_DIMS];
-        char got_s[160], want_s[160];
-        for (int d = 0; d < e->ndim; d++) want[d] = (int64_t)e->shape[d];
-        shape_text(got_s, sizeof got_s, t->ndim, t->shape);
-        shape_text(want_s, sizeof want_s, e->ndim, want);
-        log_error0("%s: tensor '%s' is %s in the file; %s's is %s (--set model.KEY=VALUE for other sizes)", path,
-                   e->name, got_s, m->spec.name, want_s);
-        return STATUS_INPUT;
-    }
-    return st_read_f32(f, t, dst, (size_t)t->numel);
-}
 
 /* The model: --model (and --set model.*) when given, else the metadata Nebula wrote. */
 static status model_for_safetensors(tool_model *tm, const st_file *f, const tool_args *a, const char *path)
@@ -182,20 +183,32 @@ static status model_for_safetensors(tool_model *tm, const st_file *f, const tool
     return STATUS_INPUT;
 }
 
-static status read_safetensors(tool_model *tm, const tool_args *a, const char *path, int *ignored)
+/* A safetensors file, or a transformers directory (hf: its config.json gives the model),
+ * read by name through hf_read_tensors: prefixes, tied copies and extra buffers allowed. */
+static status read_safetensors(tool_model *tm, const tool_args *a, const char *path, bool hf, int *ignored)
 {
     st_file f;
-    TRY(st_open(&f, path));
-    status st = model_for_safetensors(tm, &f, a, path);
+    config mc;
+    const char *want = strcmp(config_origin(a->cfg, "model.name"), "default") ? config_str(a->cfg, "model.name") : NULL;
+    if (hf) {
+        static const char *const sizes[] = { "model.n_layer", "model.n_head", "model.n_embd", "model.max_seq_len",
+                                             "model.vocab_size" };
+        for (int k = 0; k < 5; k++)
+            if (strcmp(config_origin(a->cfg, sizes[k]), "default") != 0) {
+                log_error0("--set %s does not apply to --from hf: the sizes come from %s/config.json", sizes[k], path);
+                return STATUS_USAGE;
+            }
+        TRY(hf_config_read(&mc, path, want));
+    }
+    TRY(hf ? hf_open_weights(&f, path) : st_open(&f, path));
+    status st = hf ? tool_model_from_config(tm, &mc, f.path, f.size) : model_for_safetensors(tm, &f, a, path);
     if (st == STATUS_OK) {
-        model *m = &tm->m;
-        const param_table *tabs[2] = { model_params(m), model_state_table(m) };
-        float *bufs[2] = { model_buffers(m)->params, model_state(m) };
-        int used = 0;
-        for (int k = 0; k < 2 && tabs[k] && st == STATUS_OK; k++)
-            for (int i = 0; i < tabs[k]->count && st == STATUS_OK; i++, used++)
-                st = read_tensor(&f, m, &tabs[k]->entries[i], bufs[k] + tabs[k]->entries[i].offset, path);
-        *ignored = f.count - used;  /* e.g. Hugging Face's attention-mask buffers, a tied lm_head */
+        hf_read_report r;
+        st = hf_read_tensors(&tm->m, &f, &r);
+        *ignored = r.skipped;
+        if (st == STATUS_OK && r.skipped)
+            log_info0("%s: %d tensor%s without a counterpart in %s skipped: %s", f.path, r.skipped,
+                      r.skipped > 1 ? "s" : "", tm->m.spec.name, r.skipped_names);
         if (st != STATUS_OK) tool_model_free(tm);
     }
     st_close(&f);
@@ -264,7 +277,8 @@ static int convert_from(const tool_args *a, const char *format, const char *out)
     status st = ckpt_out_check_step(out, 0, NULL);  /* every rank: the same file system */
     if (st != STATUS_OK) return status_exit_code(st);
     if (rank == 0)
-        st = !strcmp(format, "llmc") ? read_llmc(&tm, a, a->paths[0]) : read_safetensors(&tm, a, a->paths[0], &ignored);
+        st = !strcmp(format, "llmc") ? read_llmc(&tm, a, a->paths[0])
+                                     : read_safetensors(&tm, a, a->paths[0], !strcmp(format, "hf"), &ignored);
     if (rank == 0 && st == STATUS_OK && (st = check_finite(&tm.m, a->paths[0])) != STATUS_OK) tool_model_free(&tm);
     if (comm_ctl_bcast(comm_ctl_make(comm, 0), &st, 1, MPI_INT, 0) != STATUS_OK) st = STATUS_PEER;
     if (st != STATUS_OK) return status_exit_code(st);
@@ -320,11 +334,12 @@ int tool_convert(const tool_args *a)
     }
     if (to_file == (strcmp(from, "none") != 0)) {
         log_error0("convert needs one of --to FORMAT (a checkpoint to a file) and --from FORMAT (a file to a "
-                   "checkpoint); FORMAT is safetensors or llmc");
+                   "checkpoint); FORMAT is safetensors, llmc or hf (a transformers model directory)");
         return 2;
     }
     if (!out[0]) {
-        log_error0("convert needs --out %s", to_file ? "FILE, the file to write" : "DIR, where DIR/step_00000000 goes");
+        log_error0("convert needs --out %s", !strcmp(to, "hf") ? "DIR, the model directory to write"
+                                             : to_file ? "FILE, the file to write" : "DIR, where DIR/step_00000000 goes");
         return 2;
     }
     return to_file ? convert_to(a, to, out) : convert_from(a, from, out);

@@ -24,11 +24,12 @@ static const config_key tool_schema[] = {
       .help = "reshard: ranks per node to record (0: the writer's, at most --dp)" },
     { "ckpt", "out", CONFIG_TYPE_STRING, "",
       .help = "reshard, upgrade: commit the result as OUT/step_N (empty: replace the checkpoint itself); "
-              "convert: the file (--to) or the checkpoint directory (--from) to write" },
-    { "ckpt", "to", CONFIG_TYPE_ENUM, "none", .choices = "none|safetensors|llmc",
-      .help = "convert: a checkpoint to this file format" },
-    { "ckpt", "from", CONFIG_TYPE_ENUM, "none", .choices = "none|safetensors|llmc",
-      .help = "convert: a file of this format to a checkpoint" },
+              "convert: the file (--to), the model directory (--to hf) or the checkpoint directory (--from) to "
+              "write" },
+    { "ckpt", "to", CONFIG_TYPE_ENUM, "none", .choices = "none|safetensors|llmc|hf",
+      .help = "convert: a checkpoint to this format (hf: a transformers model directory)" },
+    { "ckpt", "from", CONFIG_TYPE_ENUM, "none", .choices = "none|safetensors|llmc|hf",
+      .help = "convert: a file (hf: a transformers model directory) of this format to a checkpoint" },
     { "ckpt", "dtype", CONFIG_TYPE_ENUM, "none", .choices = "none|bf16|fp16|fp32",
       .help = "convert: a copy of the checkpoint (--out DIR) with every tensor stored in this type, for export "
               "(bf16/fp16 round to nearest; training checkpoints stay fp32 for an exact resume)" },
@@ -63,7 +64,14 @@ static const char usage[] =
     "       nebula-ckpt convert PATH --to safetensors|llmc --out FILE\n"
     "       nebula-ckpt convert FILE --from safetensors|llmc [--model NAME] [--set model.KEY=V] --out DIR\n"
     "                                          the parameters to Hugging Face / llm.c files, or such a file to\n"
-    "                                          DIR/step_00000000 (zero moments) that nebula-train resumes from\n"
+    "                                          DIR/step_00000000 (zero moments) that nebula-train resumes from;\n"
+    "                                          names may carry module., transformer. or bert. prefixes and\n"
+    "                                          tied copies (lm_head, cls.predictions.decoder), which must match\n"
+    "       nebula-ckpt convert PATH --to hf --out HFDIR\n"
+    "       nebula-ckpt convert HFDIR --from hf --out DIR\n"
+    "                                          GPT-2 / BERT to and from a transformers directory\n"
+    "                                          (model.safetensors, config.json, tokenizer files), as\n"
+    "                                          GPT2LMHeadModel / BertForMaskedLM save_pretrained it\n"
     "       nebula-ckpt convert PATH --dtype bf16|fp16|fp32 --out DIR\n"
     "                                          a copy with its tensors stored in that type (export; fp32 widens)\n"
     "PATH is a checkpoint directory (RUN/ckpt/step_N) or its state.h5. reshard and upgrade commit their\n"

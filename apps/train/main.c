@@ -1,7 +1,7 @@
 /* nebula-train — data-parallel training of the GPT-2, BERT and ResNet families.
  *
  *   mpirun -np 4 nebula-train --config configs/train/gpt2-tiny-licenses.ini [--set k=v ...]
- *   nebula-train prepare OUT_DIR FILE...   byte-level token files train.bin and val.bin
+ *   nebula-train prepare OUT_DIR FILE...   token files train.bin and val.bin (prepare.c)
  *
  * main() reads like a script over libcore/train: parse -> runtime -> comm -> setup
  * (data, model, buckets, checkpoints) -> resume -> loop -> free. The process's
@@ -22,9 +22,14 @@
 
 const char train_usage[] =
     "usage: mpirun -np N nebula-train --config FILE [--set section.key=value ...] [options]\n"
-    "       nebula-train prepare OUT_DIR FILE... [--val-fraction F]\n"
-    "         byte-level token files OUT_DIR/train.bin and OUT_DIR/val.bin (the last F of each\n"
-    "         file, default 0.1) from text files, for data.train and data.val\n"
+    "       [mpirun -np N] nebula-train prepare OUT_DIR FILE... [--val-fraction F] [--tokenizer bytes|bpe|PATH]\n"
+    "           [--vocab-size V]\n"
+    "         token files OUT_DIR/train.bin and OUT_DIR/val.bin (the last F of each file from a line end,\n"
+    "         default 0.1) from UTF-8 text files, for data.train and data.val; --tokenizer: bytes (default,\n"
+    "         vocabulary 256, one process), bpe (a byte-level BPE of V tokens trained on the training parts),\n"
+    "         or a tokenizer's directory or file (tokenizer.json, vocab.json + merges.txt, vocab.txt); its\n"
+    "         files are written into OUT_DIR, where sample and convert --to hf find them; under mpirun the\n"
+    "         ranks encode equal shares\n"
     "       nebula-train prepare --images DIR --out FILE.h5 [--size S] [--crop H] [--skip-corrupt]\n"
     "         [--timeout SECONDS]   (under mpirun: the ranks share the files)\n"
     "         an HDF5 image set for data.train / data.val from DIR/CLASS/IMAGE (PNG, JPEG; classes sorted\n"

@@ -60,6 +60,10 @@ W libcore/ckpt/tool/ckpt_export.c | H5Fcreate(path, H5F_ACC_EXCL | the export's 
 W libcore/ckpt/tool/ckpt_upgrade.c | open(dst, O_WRONLY | O_CREAT | O_EXCL | the upgrade's copy in its own temporary directory (O_EXCL)
 W libcore/ckpt/tool/ckpt_upgrade.c | H5Fopen(path, H5F_ACC_RDWR | that copy, rewritten before it is committed
 W libcore/ckpt/tool/llmc.c | path_write_atomic(path, "llm.c model file" | convert --to llmc --out: path_output_check in convert_to
+W libcore/ckpt/tool/hf.c | rename(dir, old) | convert --to hf: an earlier export (hf_dir_check: regular files with config.json) moved aside before the new one is renamed in
+W libcore/ckpt/tool/hf.c | rename(tmp, dir) | convert --to hf: its own finished DIR.tmp.PID renamed to --out (hf_dir_check in convert_to)
+W libcore/ckpt/tool/hf.c | rename(old, dir) | puts the earlier export back when that rename fails
+W libcore/ckpt/tool/hf.c | path_write_atomic(path, "config.json" | inside its own DIR.tmp.PID
 W libcore/ckpt/tool/safetensors.c | path_write_atomic(path, "safetensors file" | convert --to safetensors --out: path_output_check in convert_to
 W libcore/comm/comm_tune.c | path_write_atomic(path, "tuning table" | --save-tune: path_output_check at the start of bench_comm_run
 W libcore/nn/gemm_tune.c | path_write_atomic(path, "GEMM tuning table" | model --save-tune: path_output_check at the start of bench_model_run
