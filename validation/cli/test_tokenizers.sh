@@ -13,7 +13,8 @@
 #     + the library's ids of each input's held-out part;
 #   - end to end: gpt2-tiny trained on the BPE tokens (vocabulary 1024) reaches a lower
 #     held-out loss per byte than the byte-level model with the same steps, batch and
-#     context;
+#     context; sampling from that run with its tokenizer equals transformers' greedy decoding
+#     of its `convert --to hf` export, tokenizer loaded by AutoTokenizer;
 #   - hostile input: invalid UTF-8 in the corpus (file and byte offset), a malformed
 #     vocab.json (line and column), merges.txt with an unknown token (its line), bad
 #     options: exit 2, nothing written.
@@ -70,7 +71,7 @@ $TRAIN prepare "$tmp/bytes" $L/* >/dev/null || echo "FAIL - byte-level prepare"
 run_lm() {  # DIR DATA VOCAB
     $MPIRUN -np 2 $TRAIN --config configs/train/gpt2-tiny-licenses.ini --run-dir "$1" --set data.train="$2/train.bin" \
         --set data.val="$2/val.bin" --set model.vocab_size="$3" --steps 150 --set train.eval_interval=150 \
-        --set train.log_interval=50 --set ckpt.every_steps=0 >"$1.log" 2>&1 </dev/null
+        --set train.log_interval=50 --set ckpt.every_steps=150 >"$1.log" 2>&1 </dev/null
 }
 run_lm "$tmp/lm-bytes" "$tmp/bytes" 256 || { echo "FAIL - byte-level run"; tail -3 "$tmp/lm-bytes.log"; }
 run_lm "$tmp/lm-bpe" "$tmp/b1" 1024 || { echo "FAIL - BPE run"; tail -3 "$tmp/lm-bpe.log"; }
@@ -89,6 +90,37 @@ per_byte_bpe = val_loss(f"{tmp}/lm-bpe") * len(ids) / nbytes
 per_byte_bytes = val_loss(f"{tmp}/lm-bytes")
 print(f"    held-out loss per byte: BPE {per_byte_bpe:.4f} nats ({len(ids)} tokens, {nbytes} bytes), bytes {per_byte_bytes:.4f}")
 sys.exit(0 if per_byte_bpe < per_byte_bytes else 1)
+PY
+
+# the BPE run's tokenizer travels: sample encodes the prompt with it, --to hf exports it, and
+# transformers' AutoTokenizer + GPT2LMHeadModel.from_pretrained on that directory give the
+# same prompt ids and the same greedy continuation
+CK=build/bin/nebula-ckpt
+PROMPT="you can redistribute it and/or modify it under the terms of the GNU"
+expect "sample from the BPE run (its tokenizer found beside data.train), top-k 1, a seed" 0 '"stop"' -- \
+    $TRAIN sample "$tmp/lm-bpe" --prompt "$PROMPT" --tokens 16 --top-k 1 --seed 7 --ignore-eos --json
+$TRAIN sample "$tmp/lm-bpe" --prompt "$PROMPT" --tokens 16 --top-k 1 --seed 7 --ignore-eos --json >"$tmp/sample.json" 2>/dev/null
+expect "convert --to hf of the BPE run writes vocab.json and merges.txt" 0 "" -- \
+    $CK convert "$(ls -d "$tmp"/lm-bpe/ckpt/step_* | tail -1)" --to hf --out "$tmp/hf-bpe"
+check "transformers loads the export offline: same prompt ids, same greedy tokens, same text" \
+    env HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $VPY - "$tmp/hf-bpe" "$tmp/sample.json" <<'PY'
+import json, sys
+import torch
+from transformers import AutoTokenizer, GPT2LMHeadModel
+d, s = sys.argv[1], json.load(open(sys.argv[2]))
+tok = AutoTokenizer.from_pretrained(d)
+model = GPT2LMHeadModel.from_pretrained(d).eval()
+prompt = tok.encode(s["prompt"])
+assert prompt == s["prompt_ids"], (prompt, s["prompt_ids"])
+ids = list(prompt)
+with torch.no_grad():  # greedy by hand: generate() pulls in torch.distributed, which Debian's 1.13 breaks on 3.11
+    for _ in range(len(s["ids"])):
+        ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
+want = ids[len(prompt):]
+assert want == s["ids"], (want, s["ids"])
+assert tok.decode(want) == s["text"], (tok.decode(want), s["text"])
+assert len(set(want)) >= 3, f"a continuation of {len(set(want))} distinct tokens is too weak a check: {want}"
+print(f"    {len(want)} tokens: {s['text']!r}")
 PY
 
 # hostile input
