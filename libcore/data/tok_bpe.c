@@ -147,35 +147,83 @@ status tok_bpe_prepare(tok *t, const char *where)
 
 /* ---- encoding ---------------------------------------------------------------------- */
 
-/* The merges of one pre-token's symbols sym[0..n) in place; returns the new count.
- * GPT-2's loop: merge the adjacent pair of the lowest rank, every occurrence of it
- * left to right, until no pair has a merge. */
-static size_t bpe_merge(const tok *t, int32_t *sym, size_t n)
+/* A candidate merge: the pair at symbol pos (and the next live one) of rank `rank`. */
+typedef struct merge_cand {
+    int32_t rank, pos, left, right;
+} merge_cand;
+
+static bool cand_less(merge_cand a, merge_cand b) { return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos); }
+
+static void cand_push(merge_cand *h, size_t *n, merge_cand c)
 {
-    while (n > 1) {
-        int32_t best = INT32_MAX, bl = 0, br = 0, bid = -1;
-        for (size_t i = 0; i + 1 < n; i++) {
-            int32_t rank, id;
-            if (merge_get(&t->merges, sym[i], sym[i + 1], &rank, &id) && rank < best) {
-                best = rank;
-                bl = sym[i];
-                br = sym[i + 1];
-                bid = id;
-            }
-        }
-        if (bid < 0) break;
-        size_t k = 0;
-        for (size_t i = 0; i < n; i++) {
-            if (i + 1 < n && sym[i] == bl && sym[i + 1] == br) {
-                sym[k++] = bid;
-                i++;
-            } else {
-                sym[k++] = sym[i];
-            }
-        }
-        n = k;
+    size_t i = (*n)++;
+    h[i] = c;
+    while (i && cand_less(h[i], h[(i - 1) / 2])) {
+        merge_cand x = h[i];
+        h[i] = h[(i - 1) / 2];
+        h[(i - 1) / 2] = x;
+        i = (i - 1) / 2;
     }
-    return n;
+}
+
+static merge_cand cand_pop(merge_cand *h, size_t *n)
+{
+    merge_cand top = h[0];
+    h[0] = h[--*n];
+    for (size_t i = 0;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < *n && cand_less(h[l], h[m])) m = l;
+        if (r < *n && cand_less(h[r], h[m])) m = r;
+        if (m == i) break;
+        merge_cand x = h[i];
+        h[i] = h[m];
+        h[m] = x;
+        i = m;
+    }
+    return top;
+}
+
+/* The candidate (pos, its next live symbol) when a merge has that pair. */
+static void cand_add(const tok *t, const int32_t *sym, const int32_t *next, int32_t pos, merge_cand *h, size_t *nh)
+{
+    int32_t nx = next[pos], rank, id;
+    if (nx >= 0 && merge_get(&t->merges, sym[pos], sym[nx], &rank, &id))
+        cand_push(h, nh, (merge_cand){ rank, pos, sym[pos], sym[nx] });
+}
+
+/* The merges of one pre-token's symbols sym[0..n) in place; returns the new count.
+ * The `tokenizers` library's order: the candidate pair of the lowest rank first, the
+ * leftmost of equal ranks, one at a time, each merge making its new neighbours
+ * candidates (a min-heap: O(n log n) for a pre-token of n bytes, which a long run of
+ * punctuation or letters can make large). For merges.txt files where every merge's
+ * parts were made by earlier merges (every trained one) this is GPT-2's loop too. */
+static size_t bpe_merge(tok *t, int32_t *sym, size_t n)
+{
+    if (n < 2) return n;
+    int32_t *next = t->mnext, *prev = t->mprev;
+    merge_cand *h = t->mheap;
+    size_t nh = 0;
+    for (size_t i = 0; i < n; i++) {
+        next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
+        prev[i] = (int32_t)i - 1;
+    }
+    for (size_t i = 0; i + 1 < n; i++) cand_add(t, sym, next, (int32_t)i, h, &nh);
+    while (nh) {
+        merge_cand c = cand_pop(h, &nh);
+        int32_t nx = next[c.pos], rank, id;
+        /* stale: the symbol was merged away or its pair changed since */
+        if (sym[c.pos] < 0 || nx < 0 || sym[c.pos] != c.left || sym[nx] != c.right) continue;
+        merge_get(&t->merges, c.left, c.right, &rank, &id);
+        sym[c.pos] = id;
+        sym[nx] = -1;
+        next[c.pos] = next[nx];
+        if (next[nx] >= 0) prev[next[nx]] = c.pos;
+        if (prev[c.pos] >= 0) cand_add(t, sym, next, prev[c.pos], h, &nh);
+        cand_add(t, sym, next, c.pos, h, &nh);
+    }
+    size_t k = 0;
+    for (int32_t i = 0; i >= 0; i = next[i]) sym[k++] = sym[i];
+    return k;
 }
 
 static void cache_reset(tok *t)
@@ -189,11 +237,17 @@ static status encode_word(tok *t, const uint8_t *w, size_t len, int32_t **ids, s
 {
     int32_t c = smap_get(&t->cache, (const char *)w, len);
     if (c >= 0) return tok_push(ids, n, cap, t->cache_ids + t->cache_off[c], (size_t)(t->cache_off[c + 1] - t->cache_off[c]));
-    if (len > t->work_cap) {
-        int32_t *p = realloc(t->work, len * 2 * sizeof *p);
-        if (!p) return STATUS_NOMEM;
-        t->work = p;
-        t->work_cap = len * 2;
+    if (len > t->work_cap) {  /* symbols, links and at most 3 len candidates (len + 2 per merge) */
+        size_t c = len * 2;
+        int32_t *p = realloc(t->work, c * sizeof *p), *nx = realloc(t->mnext, c * sizeof *nx);
+        if (p) t->work = p;
+        if (nx) t->mnext = nx;
+        int32_t *pv = p && nx ? realloc(t->mprev, c * sizeof *pv) : NULL;
+        if (pv) t->mprev = pv;
+        merge_cand *h = pv ? realloc(t->mheap, 3 * c * sizeof *h) : NULL;
+        if (!h) return STATUS_NOMEM;
+        t->mheap = h;
+        t->work_cap = c;
     }
     int32_t *sym = t->work;
     size_t ns = len;

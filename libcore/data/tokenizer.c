@@ -242,6 +242,9 @@ void tok_free(tok *t)
     free(t->cache_ids);
     free(t->cache_off);
     free(t->work);
+    free(t->mnext);
+    free(t->mprev);
+    free(t->mheap);
     free(t->norm);
     free(t);
 }

@@ -68,7 +68,9 @@ struct tok {
     int32_t *cache_ids;         /* the cached encodings, back to back */
     size_t cache_ids_len, cache_ids_cap;
     uint64_t *cache_off;        /* (cache.count + 1) offsets into cache_ids */
-    int32_t *work;              /* merge scratch: symbols of one pre-token */
+    int32_t *work;              /* merge scratch: symbols of one pre-token (work_cap) */
+    int32_t *mnext, *mprev;     /* (work_cap) the live symbols' links */
+    struct merge_cand *mheap;   /* (3 work_cap) candidate merges, a min-heap */
     size_t work_cap;
     /* WordPiece */
     int32_t unk;                /* [UNK]'s id, -1 without */

@@ -45,6 +45,7 @@ TRICKY = [
     "code: int main(void) { return x->y[0] * 2 + z; } // comment",
     "MiXeD CaSe WoRdS and UPPER lower Title",
     "İstanbul straße ǅ ﬁ ligature",
+    "-" * 3000 + " " + "ab" * 1500 + " " + "1234567890" * 300,  # pre-tokens of thousands of bytes
 ]
 
 
