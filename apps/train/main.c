@@ -23,7 +23,7 @@
 const char train_usage[] =
     "usage: mpirun -np N nebula-train --config FILE [--set section.key=value ...] [options]\n"
     "       [mpirun -np N] nebula-train prepare OUT_DIR FILE... [--val-fraction F] [--tokenizer bytes|bpe|PATH]\n"
-    "           [--vocab-size V]\n"
+    "           [--vocab-size V] [--timeout SECONDS]\n"
     "         token files OUT_DIR/train.bin and OUT_DIR/val.bin (the last F of each file from a line end,\n"
     "         default 0.1) from UTF-8 text files, for data.train and data.val; --tokenizer: bytes (default,\n"
     "         vocabulary 256, one process), bpe (a byte-level BPE of V tokens trained on the training parts),\n"
@@ -37,7 +37,7 @@ const char train_usage[] =
     "         PIL's bilinear antialiasing, centre crop H x H (default 224), as torchvision's\n"
     "         Resize(S) + CenterCrop(H); corrupt images are an error (exit 2) unless --skip-corrupt\n"
     "       nebula-train sample RUN_DIR|CKPT_DIR --prompt TEXT [--tokens N] [--temperature T | --greedy] [--top-k K]\n"
-    "           [--top-p P] [--seed S] [--mask] [--no-cache] [--ignore-eos] [--json]\n"
+    "           [--top-p P] [--seed S] [--mask] [--no-cache] [--ignore-eos] [--json] [--tokenizer PATH]\n"
     "         text from a GPT-2 checkpoint (the newest committed one of a run directory), one token at a time\n"
     "         with a KV cache (defaults: 64 tokens, temperature 1, top-k 50, top-p 1, seed 1234; --greedy:\n"
     "         argmax); --mask: the top-k (default 5) fills of each [MASK] in the prompt by a BERT checkpoint\n"

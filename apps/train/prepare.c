@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/path.h"
 #include "base/runtime.h"
@@ -26,11 +27,12 @@ typedef struct prepare_args {
     const char *out;          /* OUT_DIR */
     const char *tokenizer;    /* --tokenizer: bytes, bpe or a path */
     int vocab_size;           /* --vocab-size (bpe) */
+    double timeout_s;         /* --timeout: deadline of each agreement between the ranks */
 } prepare_args;
 
 static int parse(int argc, char **argv, prepare_args *a)
 {
-    *a = (prepare_args){ .frac = 0.1, .tokenizer = "bytes" };
+    *a = (prepare_args){ .frac = 0.1, .tokenizer = "bytes", .timeout_s = 3600 };
     a->files = calloc((size_t)argc, sizeof *a->files);
     for (int i = 2; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : "";
@@ -58,6 +60,13 @@ static int parse(int argc, char **argv, prepare_args *a)
             }
             a->vocab_size = (int)n;
             i++;
+        } else if (!strcmp(argv[i], "--timeout")) {
+            a->timeout_s = strtod(v, &end);
+            if (i + 1 >= argc || *end || !(a->timeout_s >= 0)) {
+                log_error0("--timeout needs seconds (0: no deadline), got '%s'", v);
+                return 2;
+            }
+            i++;
         } else if (!strncmp(argv[i], "--", 2)) {
             log_error0("prepare: unknown option '%s'\n%s", argv[i], train_usage);
             return 2;
@@ -80,11 +89,20 @@ static int parse(int argc, char **argv, prepare_args *a)
     return 0;
 }
 
-/* Byte-level: one process, no MPI (data_prepare_text). */
+/* Byte-level: one process, no MPI (data_prepare_text). Tokenizer files of an earlier
+ * prepare into the same directory go: sample and convert --to hf would take them for
+ * this data's tokenizer. */
 static int prepare_bytes(const prepare_args *a, const char *train, const char *val)
 {
     status st = path_mkdirs(a->out, "output directory");
     if (st == STATUS_OK) st = data_prepare_text(a->files, a->nfiles, train, val, a->frac);
+    static const char *const names[] = { "tokenizer.json", "vocab.json", "merges.txt", "vocab.txt",
+                                         "tokenizer_config.json" };
+    for (int i = 0; i < 5 && st == STATUS_OK; i++) {
+        char f[4400];
+        snprintf(f, sizeof f, "%s/%s", a->out, names[i]);
+        if (unlink(f) == 0) printf("prepare: removed %s, which belonged to an earlier tokenizer\n", f);
+    }
     if (st == STATUS_OK) printf("wrote %s and %s\n", train, val);
     return status_exit_code(st);
 }
@@ -100,12 +118,15 @@ static int prepare_tokenized(int argc, char **argv, const prepare_args *a, const
     if (!bpe) st = tok_load(&t, a->tokenizer);  /* every rank reads it: no broadcast of a parsed table */
     if (st == STATUS_OK && rt.rank == 0) st = path_mkdirs(a->out, "output directory");
     int mine = (int)st, worst = 0;
-    if (comm_ctl_allreduce(comm_ctl_make(rt.world, 0), &mine, &worst, 1, MPI_INT, MPI_MAX) != STATUS_OK) worst = STATUS_PEER;
+    if (comm_ctl_allreduce(comm_ctl_named(rt.world, a->timeout_s, "prepare"), &mine, &worst, 1, MPI_INT, MPI_MAX) !=
+        STATUS_OK)
+        worst = STATUS_PEER;
     st = (status)worst;
     data_prepare_result res;
     data_prepare_opts o = { .inputs = a->files, .ninputs = a->nfiles, .train_out = train,
                             .val_out = a->frac > 0 ? val : NULL, .val_fraction = a->frac, .out_dir = a->out,
-                            .bpe_vocab_size = a->vocab_size, .progress = true };
+                            .bpe_vocab_size = a->vocab_size, .progress = true, .timeout_s = a->timeout_s,
+                            .val_stale = a->frac > 0 ? NULL : val };
     if (st == STATUS_OK) st = data_prepare_tokens(&o, &t, rt.world, &res);
     if (st == STATUS_OK && rt.rank == 0 && tok_get_kind(t) == TOK_KIND_WORDPIECE &&
         (tok_token_id(t, "[MASK]") != 103 || tok_token_id(t, "[CLS]") != 101))

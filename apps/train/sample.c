@@ -5,6 +5,7 @@
  *
  *   nebula-train sample RUN_DIR|CHECKPOINT_DIR --prompt TEXT [--tokens N] [--temperature T]
  *       [--greedy] [--top-k K] [--top-p P] [--seed S] [--mask] [--no-cache] [--ignore-eos] [--json]
+ *       [--tokenizer PATH]
  *
  * The model is the one the checkpoint's stored [model] section describes and the
  * tokenizer the one of its run's data (tok_find with data.tokenizer and data.train of
@@ -38,6 +39,7 @@ typedef struct sample_args {
     bool no_cache;             /* --no-cache: recompute the whole sequence per token (the baseline) */
     bool ignore_eos;           /* --ignore-eos: go on past <|endoftext|> */
     bool json;                 /* --json: one JSON document on stdout */
+    const char *tokenizer;     /* --tokenizer: instead of the run's (data.tokenizer, the files beside data.train) */
 } sample_args;
 
 static double now_ms(void)
@@ -70,6 +72,7 @@ static int sample_parse(int argc, char **argv, sample_args *a)
         double x;
         bool takes = true;
         if (!strcmp(o, "--prompt") && v) a->prompt = v;
+        else if (!strcmp(o, "--tokenizer") && v) a->tokenizer = v;
         else if (!strcmp(o, "--tokens")) { if (!parse_num(o, v, 1, 1 << 20, &x) || x != (int)x) return 2; a->tokens = (int)x; }
         else if (!strcmp(o, "--temperature")) { if (!parse_num(o, v, 0, 1e6, &x)) return 2; a->so.temperature = x; }
         else if (!strcmp(o, "--top-k")) { if (!parse_num(o, v, 0, 1 << 24, &x) || x != (int)x) return 2; a->so.top_k = (int)x; a->top_k_set = true; }
@@ -255,7 +258,7 @@ static status sample_generate(const sample_ctx *x, const int32_t *prompt, int np
     double t1 = now_ms(), prefill_ms = t1 - t0;
     int n = np, gen = 0;
     const char *stop = "tokens";
-    char piece[256];
+    char piece[1100];  /* a token's bytes (at most 1024) */
     while (st == STATUS_OK) {
         int32_t id = sampler_next(&s, kv.logits, (uint64_t)gen, NULL);
         if (id == eos) { stop = "eos"; break; }
@@ -266,7 +269,7 @@ static status sample_generate(const sample_ctx *x, const int32_t *prompt, int np
             fflush(stdout);
         }
         if (gen == a->tokens) break;
-        if (n == maxT) { stop = "context"; break; }
+        if (n >= maxT) { stop = "context"; break; }
         if (a->no_cache) {  /* the baseline: every position again */
             gpt2_kv_reset(&kv);
             st = gpt2_kv_forward(&kv, g, seq, n, NULL);
@@ -335,7 +338,7 @@ static status sample_fill_mask(const sample_ctx *x, int32_t *ids, int n, int32_t
         return st;
     }
     json_t *jm = json_array();
-    char piece[256];
+    char piece[1100];  /* a token's bytes (at most 1024) */
     if (!a->json) printf("%s\n", a->prompt);
     for (int i = 0, seen = 0; i < n; i++) {
         if (!at[i]) continue;
@@ -399,7 +402,14 @@ static status sample_run(const runtime *rt, const sample_args *a)
         st = STATUS_INPUT;
         goto free_catalog;
     }
-    if ((st = tok_find(&t, dk.tokenizer, dk.train)) != STATUS_OK) goto free_catalog;
+    if ((st = tok_find(&t, a->tokenizer ? a->tokenizer : dk.tokenizer, dk.train)) != STATUS_OK) goto free_catalog;
+    if (tok_get_kind(t) == TOK_KIND_BYTES && model_vocab_size(&spec) != 256) {
+        log_error0("%s: no tokenizer for a model of vocabulary %d: its run's data.tokenizer is empty and no tokenizer "
+                   "files lie beside data.train (%s)\nHINT: --tokenizer DIR (tokenizer.json, vocab.json + merges.txt "
+                   "or vocab.txt)", dir, model_vocab_size(&spec), dk.train[0] ? dk.train : "unset");
+        st = STATUS_INPUT;
+        goto free_tokens;
+    }
     if ((st = sample_encode(t, a, &ids, &n, &mask_id)) != STATUS_OK) goto free_tokens;
     if (n == 0) {
         log_error0("--prompt '%s' encodes to no tokens", a->prompt);

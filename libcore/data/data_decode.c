@@ -304,7 +304,9 @@ int img_resize_crop(const uint8_t *src, int w, int h, int S, int crop, uint8_t *
     int nw = w, nh = h;
     if (S > 0) {                                             /* torchvision's _compute_resized_output_size */
         int sh = w <= h ? w : h, lg = w <= h ? h : w;
-        int nl = (int)((double)S * lg / sh);
+        double nld = (double)S * lg / sh;
+        if (nld > 1 << 24) return -1;  /* an aspect ratio no resize can serve (int overflow): refused */
+        int nl = (int)nld;
         nw = w <= h ? S : nl;
         nh = w <= h ? nl : S;
     }

@@ -318,7 +318,8 @@ static void pass_rows(pass *ps, hid_t ds)
             if (rc == 0) rc = img_decode(file, bytes, &px, &W, &Hh, why, sizeof why);
             free(file);
             if (rc == 0 && img_resize_crop(px, W, Hh, ps->opt->size, H, buf + i * row) != 0) {
-                snprintf(why, sizeof why, "out of memory resizing %d x %d pixels", W, Hh);
+                snprintf(why, sizeof why, "%d x %d pixels cannot be resized to a shorter side of %d (an aspect ratio "
+                         "beyond 2^24 / %d, or out of memory)", W, Hh, ps->opt->size, ps->opt->size);
                 rc = -1;
             }
             free(px);

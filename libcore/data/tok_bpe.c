@@ -20,6 +20,7 @@ const char tok_gpt2_pattern[] =
 
 #define CACHE_MAX_ENTRIES (1u << 20)       /* pre-tokens cached before the cache starts over */
 #define CACHE_MAX_IDS     ((size_t)1 << 24)
+#define CACHE_MAX_KEY_BYTES ((size_t)1 << 26)  /* 64 MiB of cached pre-token text */
 
 /* ---- the merge table --------------------------------------------------------------- */
 
@@ -262,10 +263,10 @@ static status encode_word(tok *t, const uint8_t *w, size_t len, int32_t **ids, s
     if (t->ignore_merges) {  /* the pre-token's own text, in the byte alphabet, when the vocabulary has it */
         uint32_t cp[256];
         tok_byte_unicode(cp);
-        char text[4 * 64];
+        char text[2 * TOK_MAX_TOKEN];  /* a byte is at most 2 bytes of the alphabet */
         size_t tl = 0;
-        for (size_t i = 0; i < len && len <= 64; i++) tl += (size_t)tok_utf8_put(cp[w[i]], text + tl);
-        int32_t id = len <= 64 ? smap_get(&t->vocab, text, tl) : -1;
+        for (size_t i = 0; i < len && len <= TOK_MAX_TOKEN; i++) tl += (size_t)tok_utf8_put(cp[w[i]], text + tl);
+        int32_t id = len <= TOK_MAX_TOKEN ? smap_get(&t->vocab, text, tl) : -1;
         if (id >= 0) {
             sym[0] = id;
             ns = 1;
@@ -273,7 +274,8 @@ static status encode_word(tok *t, const uint8_t *w, size_t len, int32_t **ids, s
         }
     }
     if (!whole) ns = bpe_merge(t, sym, ns);
-    if (t->cache.count >= CACHE_MAX_ENTRIES || t->cache_ids_len + ns > CACHE_MAX_IDS) cache_reset(t);
+    if (t->cache.count >= CACHE_MAX_ENTRIES || t->cache_ids_len + ns > CACHE_MAX_IDS || t->cache.pool_len + len > CACHE_MAX_KEY_BYTES)
+        cache_reset(t);
     uint32_t index;
     if (smap_put(&t->cache, (const char *)w, len, (int32_t)t->cache.count, &index)) {
         size_t need = t->cache_ids_len + ns;

@@ -49,17 +49,25 @@ static status read_file(const char *path, const char *what, char **buf, size_t *
     return STATUS_OK;
 }
 
-static json_t *load_json(const char *path, const char *what)
+/* The file parsed; its text in *src (malloc, *srclen bytes) when src is not NULL. */
+static json_t *load_json_src(const char *path, const char *what, char **src, size_t *srclen)
 {
     char *buf;
     size_t len;
     if (read_file(path, what, &buf, &len) != STATUS_OK) return NULL;
     json_error_t e;
     json_t *j = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &e);
-    free(buf);
     if (!j) log_error("%s:%d:%d: not valid JSON (%s): %s", path, e.line, e.column, what, e.text);
+    if (j && src) {
+        *src = buf;
+        *srclen = len;
+    } else {
+        free(buf);
+    }
     return j;
 }
+
+static json_t *load_json(const char *path, const char *what) { return load_json_src(path, what, NULL, NULL); }
 
 /* Every "token": id of a vocabulary object. */
 static status read_vocab_object(tok *t, json_t *vocab, const char *path, const char *key)
@@ -88,10 +96,15 @@ static status read_vocab_object(tok *t, json_t *vocab, const char *path, const c
         log_error("%s: the vocabulary is empty", where);
         return STATUS_INPUT;
     }
+    if ((size_t)t->V > 2 * json_object_size(vocab) + 1024) {
+        log_error("%s: %zu tokens with ids up to %d: a vocabulary's ids are (nearly) dense", where,
+                  json_object_size(vocab), t->V - 1);
+        return STATUS_INPUT;
+    }
     return STATUS_OK;
 }
 
-status tok_add_special(tok *t, const char *text, int32_t id, const char *where)
+status tok_add_special(tok *t, const char *text, int32_t id, uint8_t flags, const char *where)
 {
     int32_t have = smap_get(&t->vocab, text, strlen(text));
     if (have < 0) TRY(tok_add_entry(t, text, strlen(text), id, where));
@@ -105,7 +118,10 @@ status tok_add_special(tok *t, const char *text, int32_t id, const char *where)
     if (s) t->special = s;
     int32_t *d = realloc(t->special_id, (size_t)(t->nspecial + 1) * sizeof *d);
     if (d) t->special_id = d;
-    if (!s || !d) return STATUS_NOMEM;
+    uint8_t *fl = realloc(t->special_flags, (size_t)(t->nspecial + 1));
+    if (fl) t->special_flags = fl;
+    if (!s || !d || !fl) return STATUS_NOMEM;
+    fl[t->nspecial] = flags;
     t->special[t->nspecial] = strdup(text);
     t->special_id[t->nspecial] = have >= 0 ? have : id;
     if (!t->special[t->nspecial]) return STATUS_NOMEM;
@@ -196,7 +212,7 @@ status tok_read_bpe_files(tok **out, const char *vocab_json, const char *merges_
     if (st == STATUS_OK) st = read_merges_txt(t, merges_txt);
     /* GPT2TokenizerFast treats <|endoftext|> as a special token when the vocabulary has it */
     int32_t eot = smap_get(&t->vocab, "<|endoftext|>", 13);
-    if (st == STATUS_OK && eot >= 0) st = tok_add_special(t, "<|endoftext|>", eot, vocab_json);
+    if (st == STATUS_OK && eot >= 0) st = tok_add_special(t, "<|endoftext|>", eot, 0, vocab_json);
     if (st == STATUS_OK) st = tok_bpe_prepare(t, vocab_json);
     if (st != STATUS_OK) {
         tok_free(t);
@@ -271,7 +287,7 @@ status tok_read_vocab_txt(tok **out, const char *path)
     static const char *const specials[] = { "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]" };
     for (int i = 0; i < 5 && st == STATUS_OK; i++) {
         int32_t id = smap_get(&t->vocab, specials[i], strlen(specials[i]));
-        if (id >= 0) st = tok_add_special(t, specials[i], id, path);
+        if (id >= 0) st = tok_add_special(t, specials[i], id, 0, path);
     }
     t->unk = smap_get(&t->vocab, "[UNK]", 5);
     if (st == STATUS_OK) st = tok_wordpiece_prepare(t, path);
@@ -387,7 +403,9 @@ static status wordpiece_from_json(tok *t, json_t *root, json_t *model, const cha
 status tok_read_tokenizer_json(tok **out, const char *path)
 {
     *out = NULL;
-    json_t *root = load_json(path, "tokenizer");
+    char *src = NULL;
+    size_t srclen = 0;
+    json_t *root = load_json_src(path, "tokenizer", &src, &srclen);
     if (!root) return STATUS_INPUT;
     json_t *model = json_object_get(root, "model");
     const char *type = type_of(model);
@@ -420,14 +438,33 @@ status tok_read_tokenizer_json(tok **out, const char *path)
         char where[4300];
         snprintf(where, sizeof where, "%s (added_tokens[%zu])", path, i);
         if (!content || !*content || !json_is_integer(id) || json_integer_value(id) < 0 ||
-            json_integer_value(id) >= TOK_MAX_VOCAB) {
-            log_error("%s: expected {\"id\": integer in [0, %d), \"content\": non-empty string}", where, TOK_MAX_VOCAB);
+            json_integer_value(id) >= TOK_MAX_VOCAB ||
+            json_integer_value(id) >= (json_int_t)t->V + (json_int_t)json_array_size(added) + 1024) {
+            log_error("%s: expected {\"id\": an integer just past the vocabulary's %d tokens, \"content\": non-empty "
+                      "string}", where, t->V);
             st = STATUS_INPUT;
         } else {
-            st = tok_add_special(t, content, (int32_t)json_integer_value(id), where);
+            uint8_t f = (uint8_t)((flag(a, "lstrip", false) ? TOK_SPECIAL_LSTRIP : 0) |
+                                  (flag(a, "rstrip", false) ? TOK_SPECIAL_RSTRIP : 0) |
+                                  (flag(a, "single_word", false) ? TOK_SPECIAL_SINGLE_WORD : 0) |
+                                  (flag(a, "normalized", !flag(a, "special", false)) ? TOK_SPECIAL_NORMALIZED : 0));
+            if ((f & TOK_SPECIAL_NORMALIZED) && t->kind == TOK_KIND_WORDPIECE && (t->lowercase || t->strip_accents)) {
+                log_error("%s: added token '%s' is normalized: the library matches it in the lower-cased text, Nebula "
+                          "only in the raw text (set \"normalized\": false, as BERT's special tokens have it)", where,
+                          content);
+                st = STATUS_INPUT;
+            } else {
+                st = tok_add_special(t, content, (int32_t)json_integer_value(id), f, where);
+            }
         }
     }
     json_decref(root);
+    if (t) {
+        t->json_src = src;  /* tok_save writes the file as it was: every option survives */
+        t->json_len = srclen;
+    } else {
+        free(src);
+    }
     if (st == STATUS_OK) st = t->kind == TOK_KIND_BPE ? tok_bpe_prepare(t, path) : tok_wordpiece_prepare(t, path);
     if (st != STATUS_OK) {
         tok_free(t);
@@ -486,21 +523,26 @@ status tok_save(const tok *t, const char *dir)
 {
     if (t->kind == TOK_KIND_BYTES) return STATUS_OK;
     TRY(path_mkdirs(dir, "tokenizer directory"));
+    if (t->json_src) return save_file(dir, "tokenizer.json", t->json_src, t->json_len);
     sbuf b = { 0 };
     status st = STATUS_OK;
     if (t->kind == TOK_KIND_WORDPIECE) {
         for (int id = 0; id < t->V; id++) {
-            if (!t->text[id]) {
-                log_error("tokenizer: id %d has no token: vocab.txt cannot hold a vocabulary with holes", id);
+            const char *x = t->text[id];
+            if (!x || strpbrk(x, "\r\n")) {
+                log_error("tokenizer: id %d %s: vocab.txt cannot hold it", id, x ? "holds a line break" : "has no token");
                 free(b.p);
                 return STATUS_INPUT;
             }
-            sbuf_add(&b, t->text[id], strlen(t->text[id]));
+            sbuf_add(&b, x, strlen(x));
             sbuf_add(&b, "\n", 1);
         }
         if (b.oom) st = STATUS_NOMEM;
         if (st == STATUS_OK) st = save_file(dir, "vocab.txt", b.p, b.len);
         free(b.p);
+        /* the one setting of a vocab.txt tokenizer that is not BERT's default travels beside it */
+        const char *cfg = t->lowercase ? "{\"do_lower_case\": true}\n" : "{\"do_lower_case\": false}\n";
+        if (st == STATUS_OK) st = save_file(dir, "tokenizer_config.json", cfg, strlen(cfg));
         return st;
     }
     json_t *vocab = json_object();

@@ -294,7 +294,7 @@ status tok_train_bpe(tok **out, const char *const *files, const uint64_t *limits
     if (st == STATUS_OK && next < target)
         log_warn("BPE training: the corpus has no pair seen twice after %d merges: the vocabulary has %d tokens "
                  "instead of %d", rank, next + nspecials, vocab_size);
-    for (int i = 0; i < nspecials && st == STATUS_OK; i++) st = tok_add_special(t, specials[i], next++, "BPE training");
+    for (int i = 0; i < nspecials && st == STATUS_OK; i++) st = tok_add_special(t, specials[i], next++, 0, "BPE training");
     if (st == STATUS_OK) st = tok_bpe_prepare(t, "BPE training");
     if (st != STATUS_OK) {
         tok_free(t);

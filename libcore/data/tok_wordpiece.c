@@ -72,7 +72,7 @@ static status encode_word(tok *t, const uint8_t *w, size_t len, size_t nchars, i
     size_t first = *n;
     bool bad = nchars > (size_t)t->max_chars;
     size_t pl = strlen(t->prefix);
-    char cand[16 + 4 * 128];
+    char cand[16 + TOK_MAX_TOKEN];  /* no vocabulary entry is longer than TOK_MAX_TOKEN */
     for (size_t start = 0; start < len && !bad;) {
         int32_t found = -1;
         size_t end = len;

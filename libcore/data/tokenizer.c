@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <utf8proc.h>
 
 /* ---- small pieces ---------------------------------------------------------------- */
 
@@ -235,6 +236,7 @@ void tok_free(tok *t)
     for (int i = 0; i < t->nspecial; i++) free(t->special[i]);
     free(t->special);
     free(t->special_id);
+    free(t->special_flags);
     merge_free(&t->merges);
     free(t->merge_pair);
     if (t->md) pcre2_match_data_free(t->md);
@@ -246,6 +248,7 @@ void tok_free(tok *t)
     free(t->mprev);
     free(t->mheap);
     free(t->norm);
+    free(t->json_src);
     free(t);
 }
 
@@ -299,12 +302,14 @@ status tok_add_entry(tok *t, const char *text, size_t len, int32_t id, const cha
 
 /* ---- specials, encode, decode ---------------------------------------------------- */
 
-/* The special token that starts at s[0..len) (the longest when several do), or -1. */
-static int special_at(const tok *t, const char *s, size_t len)
+/* The special token of pass `normalized` that starts at s[0..len) (the longest when
+ * several do: the leftmost-longest matching of the tokenizers library), or -1. */
+static int special_at(const tok *t, const char *s, size_t len, bool normalized)
 {
     int best = -1;
     size_t best_len = 0;
     for (int k = 0; k < t->nspecial; k++) {
+        if (!(t->special_flags[k] & TOK_SPECIAL_NORMALIZED) != !normalized) continue;
         size_t l = strlen(t->special[k]);
         if (l <= len && l > best_len && !memcmp(s, t->special[k], l)) {
             best = k;
@@ -314,6 +319,34 @@ static int special_at(const tok *t, const char *s, size_t len)
     return best;
 }
 
+static bool is_ws_cp(uint32_t c)
+{
+    if ((c >= '\t' && c <= '\r') || c == ' ' || c == 0x85) return true;
+    if (c < 0x80) return false;
+    utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)c);
+    return k == UTF8PROC_CATEGORY_ZS || k == UTF8PROC_CATEGORY_ZL || k == UTF8PROC_CATEGORY_ZP;
+}
+
+/* A word character as the library's single_word sees it: ASCII letters, digits and
+ * '_', other letters and numbers. */
+static bool is_word_cp(uint32_t c)
+{
+    if (c < 0x80) return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
+    utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)c);
+    return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO) || (k >= UTF8PROC_CATEGORY_ND && k <= UTF8PROC_CATEGORY_NO);
+}
+
+/* The code point ending at s[i - 1] (valid UTF-8 text), its start in *start. */
+static uint32_t cp_before(const char *s, size_t i, size_t *start)
+{
+    size_t j = i - 1;
+    while (j > 0 && ((uint8_t)s[j] & 0xC0) == 0x80) j--;
+    uint32_t c = 0;
+    tok_utf8_get((const uint8_t *)s + j, i - j, &c);
+    *start = j;
+    return c;
+}
+
 static status encode_plain(tok *t, const char *text, size_t len, int32_t **ids, size_t *n, size_t *cap)
 {
     if (!len) return STATUS_OK;
@@ -321,11 +354,55 @@ static status encode_plain(tok *t, const char *text, size_t len, int32_t **ids, 
     return tok_wordpiece_encode(t, text, len, ids, n, cap);
 }
 
+/* The library's added-token extraction: the tokens that are not normalised are split
+ * off first, then the normalised ones in the pieces between (pass 1), then the model
+ * encodes what is left. lstrip / rstrip take the white space beside a match into it,
+ * single_word drops a match that touches a word character. */
+static status encode_specials(tok *t, const char *text, size_t len, bool normalized, int32_t **ids, size_t *n,
+                              size_t *cap)
+{
+    if (!len) return STATUS_OK;
+    size_t from = 0;
+    for (size_t i = 0; i < len && t->nspecial;) {
+        if (text[i] != '<' && text[i] != '[' && !t->special_any_start) {
+            i++;
+            continue;
+        }
+        int k = special_at(t, text + i, len - i, normalized);
+        if (k < 0) {
+            i++;
+            continue;
+        }
+        size_t start = i, stop = i + strlen(t->special[k]), j;
+        uint8_t f = t->special_flags[k];
+        uint32_t c;
+        if (f & TOK_SPECIAL_SINGLE_WORD) {
+            bool before = start > 0 && is_word_cp(cp_before(text, start, &j));
+            bool after = stop < len && tok_utf8_get((const uint8_t *)text + stop, len - stop, &c) && is_word_cp(c);
+            if (before || after) {
+                i = stop;  /* the match is consumed, as the library's matcher consumes it */
+                continue;
+            }
+        }
+        if (f & TOK_SPECIAL_LSTRIP)
+            while (start > from && is_ws_cp(cp_before(text, start, &j))) start = j;
+        if (f & TOK_SPECIAL_RSTRIP) {
+            int l;
+            while (stop < len && (l = tok_utf8_get((const uint8_t *)text + stop, len - stop, &c)) > 0 && is_ws_cp(c))
+                stop += (size_t)l;
+        }
+        TRY(normalized ? encode_plain(t, text + from, start - from, ids, n, cap)
+                       : encode_specials(t, text + from, start - from, true, ids, n, cap));
+        TRY(tok_push(ids, n, cap, &t->special_id[k], 1));
+        from = i = stop;
+    }
+    return normalized ? encode_plain(t, text + from, len - from, ids, n, cap)
+                      : encode_specials(t, text + from, len - from, true, ids, n, cap);
+}
+
 status tok_encode(tok *t, const char *text, size_t len, int32_t **ids, size_t *n, size_t *cap)
 {
     if (t->kind == TOK_KIND_BYTES) {
-        size_t start = *n;
-        TRY(tok_push(ids, n, cap, (const int32_t[1]){ 0 }, 0));
         if (*n + len > *cap) {
             size_t c = *n + len + 256;
             int32_t *p = realloc(*ids, c * sizeof *p);
@@ -333,8 +410,8 @@ status tok_encode(tok *t, const char *text, size_t len, int32_t **ids, size_t *n
             *ids = p;
             *cap = c;
         }
-        for (size_t i = 0; i < len; i++) (*ids)[start + i] = (uint8_t)text[i];
-        *n = start + len;
+        for (size_t i = 0; i < len; i++) (*ids)[*n + i] = (uint8_t)text[i];
+        *n += len;
         return STATUS_OK;
     }
     size_t bad = tok_utf8_check((const uint8_t *)text, len);
@@ -343,18 +420,18 @@ status tok_encode(tok *t, const char *text, size_t len, int32_t **ids, size_t *n
                   "Latin-1 text; the byte tokenizer takes any bytes)", bad, (uint8_t)text[bad]);
         return STATUS_INPUT;
     }
-    /* the text between specials goes to the model's encoder; a special becomes its id */
-    size_t from = 0;
-    for (size_t i = 0; i < len && t->nspecial; i++) {
-        if (text[i] != '<' && text[i] != '[' && !t->special_any_start) continue;
-        int k = special_at(t, text + i, len - i);
-        if (k < 0) continue;
-        TRY(encode_plain(t, text + from, i - from, ids, n, cap));
-        TRY(tok_push(ids, n, cap, &t->special_id[k], 1));
-        i += strlen(t->special[k]) - 1;
-        from = i + 1;
+    return encode_specials(t, text, len, false, ids, n, cap);
+}
+
+bool tok_chunkable(const tok *t)
+{
+    if (t->add_prefix_space) return false;
+    for (int k = 0; k < t->nspecial; k++) {
+        if (t->special_flags[k] & (TOK_SPECIAL_LSTRIP | TOK_SPECIAL_RSTRIP | TOK_SPECIAL_SINGLE_WORD)) return false;
+        for (const char *c = t->special[k]; *c; c++)
+            if ((*c >= '\t' && *c <= '\r') || *c == ' ') return false;
     }
-    return encode_plain(t, text + from, len - from, ids, n, cap);
+    return true;
 }
 
 size_t tok_decode_one(const tok *t, int32_t id, int first, char *buf, size_t cap)

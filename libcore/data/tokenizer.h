@@ -76,6 +76,11 @@ size_t tok_decode_one(const tok *t, int32_t id, int first, char *buf, size_t cap
  * out of memory. */
 char *tok_decode(const tok *t, const int32_t *ids, size_t n, size_t *len);
 
+/* Whether encoding a text in pieces split at white space between two other characters
+ * gives the ids of the whole: false when a prefix space is added per call or a special
+ * token holds or absorbs white space (data_prepare_tok.c then encodes whole parts). */
+bool tok_chunkable(const tok *t);
+
 /* Writes the tokenizer's files into directory dir (created if missing): vocab.json +
  * merges.txt (BPE) or vocab.txt (WordPiece); nothing for bytes. Atomic per file. */
 status tok_save(const tok *t, const char *dir);
@@ -99,6 +104,8 @@ typedef struct data_prepare_opts {
     const char *out_dir;        /* where the tokenizer's files are written beside the token files */
     int bpe_vocab_size;         /* > 0: train a byte-level BPE of this size on the training parts first */
     bool progress;              /* a progress line on stderr (rank 0, when it is a terminal) */
+    double timeout_s;           /* deadline of each agreement between the ranks (0: none) */
+    const char *val_stale;      /* with val_out NULL: a held-out file of an earlier run, removed at the commit */
 } data_prepare_opts;
 
 typedef struct data_prepare_result {

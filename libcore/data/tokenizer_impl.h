@@ -54,6 +54,7 @@ struct tok {
     int nspecial;
     char **special;             /* (nspecial) their text */
     int32_t *special_id;        /* (nspecial) */
+    uint8_t *special_flags;     /* (nspecial) TOK_SPECIAL_* of a tokenizer.json's added token */
     bool special_any_start;     /* a special starts with a byte other than '<' or '[' (scan every byte) */
     /* byte-level BPE */
     merge_map merges;
@@ -77,6 +78,8 @@ struct tok {
     int max_chars;              /* a longer word becomes [UNK] (100) */
     bool lowercase, strip_accents, clean_text, chinese_chars;
     char prefix[16];            /* continuing-subword prefix, "##" */
+    char *json_src;             /* the tokenizer.json it was read from (tok_save writes it back), or NULL */
+    size_t json_len;
     uint8_t *norm;              /* normalisation scratch */
     size_t norm_cap;
 };
@@ -117,8 +120,15 @@ status tok_wordpiece_encode(tok *t, const char *text, size_t len, int32_t **ids,
 status tok_read_tokenizer_json(tok **out, const char *path);
 status tok_read_bpe_files(tok **out, const char *vocab_json, const char *merges_txt);
 status tok_read_vocab_txt(tok **out, const char *path);
+/* An added token's options in a tokenizer.json (the library's AddedToken). */
+enum {
+    TOK_SPECIAL_LSTRIP = 1,        /* takes the white space before it */
+    TOK_SPECIAL_RSTRIP = 2,        /* takes the white space after it */
+    TOK_SPECIAL_SINGLE_WORD = 4,   /* only where no word character touches it */
+    TOK_SPECIAL_NORMALIZED = 8,    /* matched after the non-normalised ones, in the pieces between */
+};
 /* Registers a special token (its text must be in the vocabulary or get the id given). */
-status tok_add_special(tok *t, const char *text, int32_t id, const char *where);
+status tok_add_special(tok *t, const char *text, int32_t id, uint8_t flags, const char *where);
 
 /* Used by the loaders: registers the vocabulary entry (text, id). */
 status tok_add_entry(tok *t, const char *text, size_t len, int32_t id, const char *where);

@@ -7,6 +7,9 @@ nebula-train prepare --images against torchvision.
                        text file and a hidden image inside one
   bench DIR N          N JPEGs of 500x375 (ImageNet's typical size, quality 90) in 4 classes,
                        for the throughput table of docs/data.md
+  peer DIR S H W      the peer of the throughput table: torchvision's ImageFolder + Resize(S) +
+                       CenterCrop(H) into one uint8 array, W DataLoader workers (0: this
+                       process); images/s, median of 3 (the output is not written anywhere)
   check OUT DIR S H    compares OUT with ImageFolder(DIR) + Resize(S) + CenterCrop(H)
                        (S = 0: CenterCrop only): classes, labels and every pixel
 
@@ -120,10 +123,29 @@ def bench(root, n):
         Image.fromarray(np.roll(tiles[i % 8], i, axis=1)).save(os.path.join(d, f"{i:06d}.jpg"), quality=90)
 
 
+def peer(root, S, H, workers):
+    import time
+    import torch
+    import torchvision
+    from torchvision import transforms as T
+    tf = T.Compose([T.Resize(S), T.CenterCrop(H), T.PILToTensor()])
+    ds = torchvision.datasets.ImageFolder(root, transform=tf)
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        dl = torch.utils.data.DataLoader(ds, batch_size=64, num_workers=workers)
+        out = torch.cat([x for x, _ in dl])
+        times.append(time.perf_counter() - t0)
+    t = sorted(times)[1]
+    print(f'{{"images": {len(out)}, "workers": {workers}, "seconds": {t:.3f}, "images_per_s": {len(out) / t:.1f}}}')
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "gen":
         gen(sys.argv[2])
     elif sys.argv[1] == "bench":
         bench(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "peer":
+        peer(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
     else:
         sys.exit(1 if check(*sys.argv[2:6]) else 0)

@@ -61,6 +61,7 @@ W libcore/ckpt/tool/ckpt_upgrade.c | open(dst, O_WRONLY | O_CREAT | O_EXCL | the
 W libcore/ckpt/tool/ckpt_upgrade.c | H5Fopen(path, H5F_ACC_RDWR | that copy, rewritten before it is committed
 W libcore/ckpt/tool/llmc.c | path_write_atomic(path, "llm.c model file" | convert --to llmc --out: path_output_check in convert_to
 W libcore/ckpt/tool/hf.c | rename(dir, old) | convert --to hf: an earlier export (hf_dir_check: regular files with config.json) moved aside before the new one is renamed in
+W libcore/ckpt/tool/hf.c | renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) | convert --to hf: its own finished temporary exchanged with an earlier export at --out (hf_dir_check in convert_to)
 W libcore/ckpt/tool/hf.c | rename(tmp, dir) | convert --to hf: its own finished DIR.tmp.PID renamed to --out (hf_dir_check in convert_to)
 W libcore/ckpt/tool/hf.c | rename(old, dir) | puts the earlier export back when that rename fails
 W libcore/ckpt/tool/hf.c | path_write_atomic(path, "config.json" | inside its own DIR.tmp.PID
@@ -70,7 +71,8 @@ W libcore/nn/gemm_tune.c | path_write_atomic(path, "GEMM tuning table" | model -
 W libcore/data/data_prepare.c | rename(o->tmp, o->path) | prepare's token files: path_output_check in prepare_main; both renamed once complete
 W libcore/data/data_prepare_tok.c | open(tmp, O_WRONLY | O_NOFOLLOW) | prepare --tokenizer: each rank writes its tokens into the temporary rank 0 created (O_EXCL), after path_output_check in prepare_main
 W libcore/data/data_prepare_tok.c | ftruncate(fd, (off_t)(hb + count | sizes that temporary, which rank 0 just created (O_EXCL)
-W libcore/data/data_prepare_tok.c | rename(tmp, path) | that temporary renamed over train.bin / val.bin once every rank fsync'd
+W libcore/data/data_prepare_tok.c | rename(p->tmp[s], outs[s]) | that temporary renamed over train.bin / val.bin once every rank fsync'd
+W libcore/data/data_prepare_tok.c | rename(a, b) | the tokenizer's files, staged in OUT_DIR/.prepare.PID, renamed into prepare's OUT_DIR
 W libcore/data/tok_files.c | path_write_atomic(path, "tokenizer file" | the tokenizer's files in prepare's OUT_DIR or convert --to hf's DIR
 W libcore/data/data_folder.c | H5Fcreate(ps->tmp, H5F_ACC_TRUNC | prepare --images: OUT.tmp.PID, after path_output_check in data_prepare_images
 W libcore/data/data_folder.c | rename(tmp, out) | the same file renamed over --out once complete

@@ -56,6 +56,9 @@ expect "a prompt of 60 tokens stops at the context of 64 and says so" 0 "stopped
 $TRAIN sample $tmp/gpt --prompt "$long" --tokens 40 --json >$tmp/ctx.json 2>/dev/null
 check "... after 4 new tokens: prompt and text fill the 64 positions" \
     test "$(ids $tmp/ctx.json | tr -cd , | wc -c)" -eq 3
+full=$(printf 'x%.0s' $(seq 64))
+expect "a prompt of exactly 64 tokens: one new token from the last position, then the context stop" 0 \
+    "stopped at the model's context of 64" -- $TRAIN sample $tmp/gpt --prompt "$full" --tokens 40 --seed 3
 
 # --- BERT fill-mask against transformers ----------------------------------------------------
 $VPY $REF init-bert $tmp/bert.safetensors 256 >/dev/null

@@ -15,6 +15,9 @@
 #     held-out loss per byte than the byte-level model with the same steps, batch and
 #     context; sampling from that run with its tokenizer equals transformers' greedy decoding
 #     of its `convert --to hf` export, tokenizer loaded by AutoTokenizer;
+#   - a tokenizer that adds a prefix space per call (encoded part by part: the same bytes
+#     at 1 and 3 ranks, the library's ids), text over the 8 MiB chunk without a line end,
+#     CJK and CRLF lines; a stale tokenizer.json or val.bin in OUT_DIR is replaced;
 #   - hostile input: invalid UTF-8 in the corpus (file and byte offset), a malformed
 #     vocab.json (line and column), merges.txt with an unknown token (its line), bad
 #     options: exit 2, nothing written.
@@ -61,6 +64,45 @@ got = np.fromfile(os.path.join(out, "val.bin"), dtype=np.uint16, offset=1024)
 assert raw[0] == 20240520 and raw[1] == 1 and raw[2] == len(got), raw[:3]
 assert got.tolist() == want, (len(got), len(want))
 PY
+OPT=$tmp/bpe-options/tokenizer.json   # a prefix space, lstrip / rstrip / single_word specials (the check above)
+expect "prepare with a tokenizer that adds a prefix space per call, 1 rank" 0 "bpe tokenizer" -- \
+    $TRAIN prepare "$tmp/o1" $L/* --tokenizer "$OPT"
+expect "... 3 ranks" 0 "on 3 ranks" -- $MPIRUN -np 3 $TRAIN prepare "$tmp/o3" $L/* --tokenizer "$OPT"
+check "... the same bytes (each part encoded whole), tokenizer.json copied as it was" \
+    eval 'cmp -s $tmp/o1/train.bin $tmp/o3/train.bin && cmp -s $tmp/o1/val.bin $tmp/o3/val.bin && cmp -s $OPT $tmp/o1/tokenizer.json'
+check "... its held-out file is the library's encoding of each part" $VPY - "$tmp/o1" "$OPT" $L/* <<'PY'
+import os, sys
+import numpy as np
+from tokenizers import Tokenizer
+out, tj, files = sys.argv[1], sys.argv[2], sys.argv[3:]
+tok = Tokenizer.from_file(tj)
+eot = tok.token_to_id("<|endoftext|>")
+want = []
+for f in files:
+    data = open(f, "rb").read()
+    cut = data.find(b"\n", int(len(data) * 0.9))
+    cut = len(data) if cut < 0 else cut + 1
+    if cut < len(data):
+        want += [eot] + tok.encode(data[cut:].decode()).ids
+got = np.fromfile(os.path.join(out, "val.bin"), dtype=np.uint16, offset=1024).tolist()
+assert got == want, (len(got), len(want))
+PY
+# text over 8 MiB (the encoding chunk): one line without a line end, CJK lines, CRLF lines
+$PY -c "
+import sys
+open(sys.argv[1] + '/oneline.txt', 'w').write('word, ' * 1500000)
+open(sys.argv[1] + '/cjk.txt', 'w', encoding='utf-8').write('中文的一行文字\n' * 450000)
+open(sys.argv[1] + '/crlf.txt', 'wb').write(b'hello world, again\r\n' * 460000)" "$tmp"
+expect "9 MB without a line end, CJK lines, CRLF lines: 1 rank" 0 "bpe tokenizer" -- \
+    $TRAIN prepare "$tmp/big1" "$tmp/oneline.txt" "$tmp/cjk.txt" "$tmp/crlf.txt" --tokenizer "$tmp/b1"
+expect "... 3 ranks" 0 "on 3 ranks" -- \
+    $MPIRUN -np 3 $TRAIN prepare "$tmp/big3" "$tmp/oneline.txt" "$tmp/cjk.txt" "$tmp/crlf.txt" --tokenizer "$tmp/b1"
+check "... the same bytes" eval 'cmp -s $tmp/big1/train.bin $tmp/big3/train.bin && cmp -s $tmp/big1/val.bin $tmp/big3/val.bin'
+mkdir -p "$tmp/stale" && cp "$OPT" "$tmp/stale/tokenizer.json" && cp "$tmp/b1/val.bin" "$tmp/stale/val.bin"
+expect "prepare --tokenizer bpe over a directory with another tokenizer.json: the new one is used" 0 "vocabulary 1024" -- \
+    $TRAIN prepare "$tmp/stale" $L/* --tokenizer bpe --vocab-size 1024 --val-fraction 0
+check "... the stale tokenizer.json and val.bin removed, vocab.json + merges.txt in their place" \
+    eval '[ ! -e $tmp/stale/tokenizer.json ] && [ ! -e $tmp/stale/val.bin ] && [ -s $tmp/stale/merges.txt ] && [ -s $tmp/stale/vocab.json ]'
 WP=$tmp/wp-uncased/vocab.txt
 expect "prepare --tokenizer vocab.txt (WordPiece), 1 rank" 0 "wordpiece tokenizer" -- $TRAIN prepare "$tmp/w1" $L/* --tokenizer "$WP"
 expect "... 2 ranks" 0 "wordpiece tokenizer" -- $MPIRUN -np 2 $TRAIN prepare "$tmp/w2" $L/* --tokenizer "$WP"

@@ -122,6 +122,36 @@ def check(test_bin, train_bin, workdir):
     fails += compare("BPE trained by Nebula vs tokenizers", nebula_encode(test_bin, neb, corpus),
                      [ref.encode(line).ids for line in lines], lines)
 
+    # 2b. added tokens with the library's options (lstrip, rstrip, single_word, normalized
+    # matched after the others), a prefix space, and ignore_merges with a long entry
+    from tokenizers import AddedToken
+    opt = os.path.join(workdir, "bpe-options")
+    os.makedirs(opt, exist_ok=True)
+    o = ByteLevelBPETokenizer(add_prefix_space=True)
+    o.train(train_files(), vocab_size=800, min_frequency=2, special_tokens=["<|endoftext|>"], show_progress=False)
+    o.add_special_tokens([AddedToken("<mask>", lstrip=True), AddedToken("</s>", rstrip=True),
+                          AddedToken("[SW]", single_word=True)])
+    o.add_tokens([AddedToken("ab", normalized=True), AddedToken("bc", normalized=False)])
+    o.save(os.path.join(opt, "tokenizer.json"))
+    with open(os.path.join(opt, "tokenizer.json"), encoding="utf-8") as f:
+        j = json.load(f)
+    j["model"]["ignore_merges"] = True
+    nv = len(j["model"]["vocab"])  # the long entry takes the next model id; added tokens above it move up one
+    for t in j["added_tokens"]:
+        t["id"] += t["id"] >= nv
+    j["model"]["vocab"]["\u0120" + "a" * 100] = nv
+    with open(os.path.join(opt, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(j, f, ensure_ascii=False)
+    ref_opt = Tokenizer.from_file(os.path.join(opt, "tokenizer.json"))
+    extra = ["a <mask> b  <mask>c", "x</s>   \t y </s>z", "a[SW]b [SW] c [SW]", "abc xabcx bc ab", "a" * 100,
+             "b" + "a" * 100, "<mask></s>[SW]"]
+    opt_corpus = os.path.join(workdir, "options.txt")
+    with open(opt_corpus, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines + extra))
+    fails += compare("BPE with added-token options, a prefix space, ignore_merges vs tokenizers",
+                     nebula_encode(test_bin, os.path.join(opt, "tokenizer.json"), opt_corpus),
+                     [ref_opt.encode(line).ids for line in lines + extra], lines + extra)
+
     # 3. WordPiece: uncased and cased vocab.txt, and tokenizer.json
     for cased in (False, True):
         wp = os.path.join(workdir, "wp-cased" if cased else "wp-uncased")

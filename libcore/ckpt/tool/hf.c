@@ -321,20 +321,22 @@ status hf_dir_check(const char *dir, const char *flag)
     return STATUS_OK;
 }
 
-/* Removes a directory of regular files (an earlier export, or our own temporary). */
+/* Removes a directory of regular files (an earlier export, or our own temporary): a
+ * link at that name is never followed, entries go by unlinkat on the directory opened
+ * with O_NOFOLLOW, so a link planted under the name cannot aim the removal elsewhere. */
 static void remove_files_dir(const char *dir)
 {
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *de;
-        while ((de = readdir(d))) {
-            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-            char p[PATH_MAX_HF];
-            snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-            unlink(p);
-        }
-        closedir(d);
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0) return;
+    DIR *d = fdopendir(dfd);
+    if (!d) {
+        close(dfd);
+        return;
     }
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) unlinkat(dfd, de->d_name, 0);
+    closedir(d);
     rmdir(dir);
 }
 
@@ -356,28 +358,36 @@ static int fsync_dir(const char *dir)
     return rc;
 }
 
-/* tmp (complete, its files fsync'd) becomes dir: an earlier export is moved aside first
- * and removed after, so dir is never a mixture of the two. */
+/* tmp (complete, its files fsync'd) becomes dir. An earlier export is exchanged with
+ * it in one step (renameat2 RENAME_EXCHANGE), so dir is always the old export or the
+ * whole new one, and the old one, now at tmp, is removed; where the file system cannot
+ * exchange, the old one is moved aside first (a crash between the two renames leaves
+ * it at DIR.old.PID). */
 static status commit_dir(const char *tmp, const char *dir)
 {
     char old[PATH_MAX_HF + 32], parent[PATH_MAX_HF];
     snprintf(old, sizeof old, "%s.old.%ld", dir, (long)getpid());
-    bool had = access(dir, F_OK) == 0;
-    if (had && rmdir(dir) != 0 && rename(dir, old) != 0) {  /* an empty one simply goes */
-        log_error("cannot move the earlier %s aside to %s: %s", dir, old, log_errno_str());
-        return STATUS_IO;
-    }
-    if (rename(tmp, dir) != 0) {
-        log_error("cannot rename %s to %s: %s", tmp, dir, log_errno_str());
-        if (had && access(old, F_OK) == 0) rename(old, dir);
-        return STATUS_IO;
+    bool had = access(dir, F_OK) == 0, exchanged = false;
+    if (had && renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) == 0) {
+        exchanged = true;
+    } else {
+        if (had && rmdir(dir) != 0 && rename(dir, old) != 0) {  /* an empty one simply goes */
+            log_error("cannot move the earlier %s aside to %s: %s", dir, old, log_errno_str());
+            return STATUS_IO;
+        }
+        if (rename(tmp, dir) != 0) {
+            log_error("cannot rename %s to %s: %s", tmp, dir, log_errno_str());
+            if (had) rename(old, dir);
+            return STATUS_IO;
+        }
     }
     parent_of(dir, parent, sizeof parent);
     if (fsync_dir(parent) != 0) {
         log_error("cannot fsync %s after renaming %s into it: %s", parent, dir, log_errno_str());
         return STATUS_IO;
     }
-    if (access(old, F_OK) == 0) remove_files_dir(old);
+    if (exchanged) remove_files_dir(tmp);
+    else if (had) remove_files_dir(old);
     return STATUS_OK;
 }
 
@@ -430,11 +440,10 @@ status hf_write_dir(const model *m, const char *run_ini, const char *meta_json, 
     size_t n = (size_t)snprintf(out, sizeof out, "%s", dir);
     while (n > 1 && out[n - 1] == '/') out[--n] = '\0';  /* DIR/ : the temporary goes beside DIR, not into it */
     dir = out;
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", dir, (long)getpid());
-    remove_files_dir(tmp);  /* debris of an earlier attempt with our pid */
+    snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", dir);  /* a fresh name: nothing planted there is used */
     status st = STATUS_OK;
     char *config = NULL;
-    if (mkdir(tmp, 0755) != 0) {
+    if (!mkdtemp(tmp) || chmod(tmp, 0755) != 0) {
         log_error("cannot create the temporary directory %s: %s", tmp, log_errno_str());
         st = STATUS_IO;
         goto free_tok;

@@ -359,7 +359,13 @@ status hf_run_tokenizer(tok **out, const char *run_ini, const model_spec *s, int
                   k.train);
         return STATUS_INPUT;
     }
-    if (tok_get_kind(*out) == TOK_KIND_BYTES) return STATUS_OK;
+    if (tok_get_kind(*out) == TOK_KIND_BYTES) {
+        if (model_vocab_size(s) != 256)  /* the weights are still worth having; the user must know */
+            log_warn("no tokenizer found for %s's vocabulary of %d (data.tokenizer = '%s', no tokenizer files beside "
+                     "data.train = '%s'): the directory gets none; copy the tokenizer's files into it", s->name,
+                     model_vocab_size(s), k.tokenizer, k.train);
+        return STATUS_OK;
+    }
     if (tok_vocab_size(*out) > model_vocab_size(s)) {
         log_error("the run's %s tokenizer (data.tokenizer = '%s', data.train = '%s') has %d tokens, more than "
                   "%s's vocab_size %d: not this model's tokenizer", tok_kind_name(tok_get_kind(*out)), k.tokenizer,
