@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "blas.h"
 #include "gemm.h"
 #include "isa_variant.h"
 
@@ -65,6 +66,13 @@ void matmul_forward(float *out, const float *inp, const float *weight, const flo
         memset(out, 0, n * sizeof(float));
     }
     if (C <= 0) return;
+    if (BT == 1) {  /* one row (generation with a KV cache): a matrix-vector product, bound by reading W */
+        if (layout == MATMUL_LAYOUT_OUT_IN)
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, OC, C, 1.0f, weight, C, inp, 1, 1.0f, out, 1);
+        else
+            cblas_sgemv(CblasRowMajor, CblasTrans, C, OC, 1.0f, weight, OC, inp, 1, 1.0f, out, 1);
+        return;
+    }
     if (layout == MATMUL_LAYOUT_OUT_IN)
         gemm_f32(false, true, BT, OC, C, inp, C, weight, C, true, out, OC);
     else

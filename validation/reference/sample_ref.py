@@ -19,6 +19,13 @@
         top-k ids of every [MASK] must be Nebula's, and their probabilities within
         |d| <= 1e-6 + 1e-4 p (float32 logits within 1e-4 of each other, the reference
         tests' tolerance, move a probability by at most that share of itself).
+    sample_ref.py bench HFDIR SAMPLE.json
+        The peer of the sampling figure (docs/training.md#sampling): GPT2LMHeadModel
+        .from_pretrained(HFDIR) (`nebula-ckpt convert --to hf` of the same checkpoint)
+        decodes greedily from Nebula's prompt ids with its KV cache (past_key_values),
+        as many tokens as Nebula generated, three times; one JSON line with the median
+        prefill and per-token milliseconds beside Nebula's (from SAMPLE.json, a --greedy
+        --json run), and whether the ids agree.
 Exit 0 when everything agrees, 1 otherwise; one line per check."""
 import json
 import sys
@@ -128,8 +135,37 @@ def fillmask(weights, sample):
     return 1 if fails or not s["masks"] else 0
 
 
+def bench(hfdir, sample):
+    import time
+    s = json.load(open(sample))
+    m = GPT2LMHeadModel.from_pretrained(hfdir).eval()
+    runs = []
+    with torch.no_grad():
+        for _ in range(3):
+            ids = torch.tensor([s["prompt_ids"]])
+            t0 = time.perf_counter()
+            out = m(ids, use_cache=True)
+            t1 = time.perf_counter()
+            past, got = out.past_key_values, [int(out.logits[0, -1].argmax())]
+            for _ in range(len(s["ids"]) - 1):
+                out = m(torch.tensor([[got[-1]]]), past_key_values=past, use_cache=True)
+                past = out.past_key_values
+                got.append(int(out.logits[0, -1].argmax()))
+            t2 = time.perf_counter()
+            runs.append(((t1 - t0) * 1e3, (t2 - t1) * 1e3 / max(1, len(got) - 1), got))
+    pre = sorted(r[0] for r in runs)[1]
+    per = sorted(r[1] for r in runs)[1]
+    same = runs[0][2] == s["ids"]
+    print(json.dumps({"tokens": len(s["ids"]), "threads": torch.get_num_threads(), "nebula_prefill_ms": round(s["prefill_ms"], 1),
+                      "torch_prefill_ms": round(pre, 1), "nebula_ms_per_token": round(s["ms_per_token"], 2),
+                      "torch_ms_per_token": round(per, 2), "ratio": round(per / s["ms_per_token"], 2), "same_ids": same}))
+    return 0 if same else 1
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1] if len(sys.argv) > 1 else ""
+    if cmd == "bench":
+        sys.exit(bench(sys.argv[2], sys.argv[3]))
     if cmd == "greedy":
         sys.exit(greedy(sys.argv[2], sys.argv[3]))
     if cmd == "init-bert":
