@@ -31,4 +31,4 @@ echo "  h5dump -H $(ls -d "$RUN"/ckpt/step_* | tail -1)/state.h5"
 echo "figures: open $RUN/report.html in a browser (one file, no network needed);"
 echo "  tensorboard --logdir $RUN/tb (build/venv/bin/tensorboard); $RUN/trace.json in https://ui.perfetto.dev"
 echo "== a sample from the trained model (nebula-train sample, its newest checkpoint)"
-build/bin/nebula-train sample "$RUN" --prompt "Permission is hereby granted" --tokens 80 --seed 1
+build/bin/nebula-train sample "$RUN" --prompt "Permission is" --tokens 48 --seed 1
