@@ -298,6 +298,7 @@ static status sample_generate(const sample_ctx *x, const int32_t *prompt, int np
         } else {
             putchar('\n');
         }
+        fflush(stdout);  /* the text before the summary on stderr, on a terminal too */
         if (!strcmp(stop, "context"))
             log_warn0("stopped at the model's context of %d tokens (prompt %d + %d generated)", maxT, np, gen);
         fprintf(stderr, "sample: %d tokens generated after a prompt of %d (stop: %s); prefill %.2f ms (%.3f ms/token), "
