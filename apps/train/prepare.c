@@ -128,12 +128,6 @@ static int prepare_tokenized(int argc, char **argv, const prepare_args *a, const
                             .bpe_vocab_size = a->vocab_size, .progress = true, .timeout_s = a->timeout_s,
                             .val_stale = a->frac > 0 ? NULL : val };
     if (st == STATUS_OK) st = data_prepare_tokens(&o, &t, rt.world, &res);
-    if (st == STATUS_OK && rt.rank == 0 && tok_get_kind(t) == TOK_KIND_WORDPIECE &&
-        (tok_token_id(t, "[MASK]") != 103 || tok_token_id(t, "[CLS]") != 101))
-        log_warn0("this vocab.txt has [CLS] at %d and [MASK] at %d; Nebula's BERT pre-training masks with the ids of "
-                  "bert-base's vocabularies ([CLS] 101, [SEP] 102, [MASK] 103): these tokens suit the training of a "
-                  "model that reads them otherwise, not BERT's masked-LM loader", tok_token_id(t, "[CLS]"),
-                  tok_token_id(t, "[MASK]"));
     if (st == STATUS_OK && rt.rank == 0) {
         double s = res.seconds - res.train_seconds > 0 ? res.seconds - res.train_seconds : 1e-9;  /* encoding + writes */
         printf("prepare: %s tokenizer, vocabulary %d; %.2f MB of text -> %llu + %llu tokens (%.2f bytes/token) in "

@@ -312,6 +312,7 @@ typedef struct train_run {
     model_batch batch;         /* the micro-batch fed to the model */
     bool fixed_batch;          /* data.train = synthetic-fixed: batch is filled once at setup */
     int32_t *raw_ids;          /* (b, T) BERT: the tokens before masking */
+    bert_special_tokens bert_special; /* BERT: [PAD] [UNK] [CLS] [SEP] [MASK] of data.train's tokenizer (bert-base's ids without one) */
     uint64_t *samples;         /* (b) BERT: the file's samples of the micro-batch (masking keys) */
     train_batch tb;
     int T;                     /* sequence length (transformers), 0 for ResNet */

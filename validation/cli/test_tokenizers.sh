@@ -108,6 +108,22 @@ expect "prepare --tokenizer vocab.txt (WordPiece), 1 rank" 0 "wordpiece tokenize
 expect "... 2 ranks" 0 "wordpiece tokenizer" -- $MPIRUN -np 2 $TRAIN prepare "$tmp/w2" $L/* --tokenizer "$WP"
 check "... the same bytes, vocab.txt beside them" eval 'cmp -s $tmp/w1/train.bin $tmp/w2/train.bin && cmp -s $tmp/w1/vocab.txt $WP'
 
+# BERT on WordPiece tokens of a vocabulary the library trained ([PAD] .. [MASK] at 0 .. 4): the
+# loader masks with the tokenizer's ids; fill-mask encodes [MASK] with them too
+bert_run() {  # DIR DATA
+    $MPIRUN -np 2 $TRAIN --model bert-tiny --set model.vocab_size=3000 --run-dir "$1" --data "$2/train.bin" \
+        --seq-len 64 --global-batch 16 --steps 10 --set train.log_interval=10 --set ckpt.every_steps=10 "${@:3}" \
+        >"$1.log" 2>&1 </dev/null
+}
+bert_run "$tmp/bert-wp" "$tmp/w1"
+check "bert-tiny trains on WordPiece tokens with the tokenizer's special ids" grep -q "^step=10 loss=" "$tmp/bert-wp.log"
+expect "... and fills [MASK] with the same tokenizer" 0 "[MASK] 1 of 1" -- \
+    $TRAIN sample "$tmp/bert-wp" --mask --prompt "the [MASK] of the program" --top-k 3
+mkdir -p "$tmp/nomask" && grep -v '^\[MASK\]$' "$WP" >"$tmp/nomask/vocab.txt" && cp "$tmp/w1/train.bin" "$tmp/nomask/"
+bert_run "$tmp/bert-nomask" "$tmp/nomask"
+check "... a WordPiece vocabulary without [MASK]: exit 2 naming it" eval \
+    'grep -q "has \[MASK\] no id" $tmp/bert-nomask.log'
+
 # end to end: the same steps, batch and context on BPE tokens and on bytes
 $TRAIN prepare "$tmp/bytes" $L/* >/dev/null || echo "FAIL - byte-level prepare"
 run_lm() {  # DIR DATA VOCAB

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "data/tokenizer.h"
 #include "core.h"
 
 status train_batch_resolve(train_batch *tb, const config *cfg, int world)
@@ -50,8 +51,37 @@ static status parse3(const config *cfg, const char *key, float out[3])
     return STATUS_OK;
 }
 
+/* BERT's special ids: those of the WordPiece tokenizer beside the training data (or
+ * data.tokenizer), so a vocabulary the tokenizers library trained ([PAD] 0 .. [MASK] 4)
+ * masks as bert-base's does ([PAD] 0, [UNK] 100, [CLS] 101, [SEP] 102, [MASK] 103), its
+ * ids without a tokenizer or with another kind. */
+static status bert_specials(train_run *r, const char *path)
+{
+    r->bert_special = BERT_SPECIAL_TOKENS_UNCASED;
+    tok *t = NULL;
+    TRY(tok_find(&t, config_str(r->cfg, "data.tokenizer"), path));
+    status st = STATUS_OK;
+    if (tok_get_kind(t) == TOK_KIND_WORDPIECE) {
+        const char *names[5] = { "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]" };
+        int32_t id[5];
+        for (int i = 0; i < 5 && st == STATUS_OK; i++) {
+            id[i] = tok_token_id(t, names[i]);
+            if (id[i] < 0 || id[i] >= model_vocab_size(&r->spec)) {
+                log_error("the WordPiece tokenizer of %s has %s %s%d: BERT's masked LM needs all of [PAD] [UNK] [CLS] "
+                          "[SEP] [MASK] inside model.vocab_size = %d", path, names[i], id[i] < 0 ? "no id" : "id ",
+                          id[i] < 0 ? 0 : id[i], model_vocab_size(&r->spec));
+                st = STATUS_INPUT;
+            }
+        }
+        if (st == STATUS_OK) r->bert_special = (bert_special_tokens){ id[0], id[1], id[2], id[3], id[4] };
+    }
+    tok_free(t);
+    return st;
+}
+
 status train_open_data(train_run *r, data_loader **out, const char *path, bool train)
 {
+    if (train && r->spec.family == MODEL_FAMILY_BERT) TRY(bert_specials(r, path));
     const config *cfg = r->cfg;
     if (!strcmp(path, TRAIN_DATA_SYNTHETIC_FIXED)) {
         if (!train) {
@@ -124,7 +154,7 @@ status train_fill_into(train_run *r, data_loader *d, int a, model_batch *b)
      * it nor the world size. */
     TRY(data_next_tokens(d, a, r->raw_ids, NULL));
     data_batch_samples(d, a, r->samples);
-    bert_special_tokens sp = BERT_SPECIAL_TOKENS_UNCASED;
+    bert_special_tokens sp = r->bert_special;
     uint64_t epoch = data_get_state(d).epoch;
     for (int i = 0, n = data_micro_batch_size(d, a); i < n; i++) {  /* a share's last micro-batch may hold fewer */
         size_t at = (size_t)i * (size_t)r->T;
