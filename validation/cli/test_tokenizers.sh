@@ -122,7 +122,7 @@ expect "... and fills [MASK] with the same tokenizer" 0 "[MASK] 1 of 1" -- \
 mkdir -p "$tmp/nomask" && grep -v '^\[MASK\]$' "$WP" >"$tmp/nomask/vocab.txt" && cp "$tmp/w1/train.bin" "$tmp/nomask/"
 bert_run "$tmp/bert-nomask" "$tmp/nomask"
 check "... a WordPiece vocabulary without [MASK]: exit 2 naming it" eval \
-    'grep -q "has \[MASK\] no id" $tmp/bert-nomask.log'
+    'grep -q "gives \[MASK\] no id" $tmp/bert-nomask.log'
 
 # end to end: the same steps, batch and context on BPE tokens and on bytes
 $TRAIN prepare "$tmp/bytes" $L/* >/dev/null || echo "FAIL - byte-level prepare"

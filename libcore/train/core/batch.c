@@ -67,9 +67,10 @@ static status bert_specials(train_run *r, const char *path)
         for (int i = 0; i < 5 && st == STATUS_OK; i++) {
             id[i] = tok_token_id(t, names[i]);
             if (id[i] < 0 || id[i] >= model_vocab_size(&r->spec)) {
-                log_error("the WordPiece tokenizer of %s has %s %s%d: BERT's masked LM needs all of [PAD] [UNK] [CLS] "
-                          "[SEP] [MASK] inside model.vocab_size = %d", path, names[i], id[i] < 0 ? "no id" : "id ",
-                          id[i] < 0 ? 0 : id[i], model_vocab_size(&r->spec));
+                char at[32] = "no id";
+                if (id[i] >= 0) snprintf(at, sizeof at, "id %d", id[i]);
+                log_error("the WordPiece tokenizer of %s gives %s %s: BERT's masked LM needs all of [PAD] [UNK] [CLS] "
+                          "[SEP] [MASK] inside model.vocab_size = %d", path, names[i], at, model_vocab_size(&r->spec));
                 st = STATUS_INPUT;
             }
         }
