@@ -41,6 +41,7 @@ BUILD_PKGS=(
     libpcre2-dev                              # PCRE2 (UTF, UCP): the tokenizers' pre-tokenisation regex
     libutf8proc-dev                           # utf8proc: Unicode categories, NFD, lower case (WordPiece)
     libpng-dev libjpeg62-turbo-dev            # image folders (nebula-train prepare --images)
+    libsodium-dev                             # libsodium: X25519, ChaCha20, BLAKE2b (secure aggregation)
     help2man                                  # make install: man pages from --help
 )
 # What make test / make check run beside the binaries.
@@ -166,6 +167,9 @@ int main(void) { return png_access_version_number() == 0; }'
         '#include <stdio.h>
 #include <jpeglib.h>
 int main(void) { struct jpeg_decompress_struct c; struct jpeg_error_mgr e; c.err = jpeg_std_error(&e); jpeg_create_decompress(&c); jpeg_destroy_decompress(&c); return 0; }'
+    probe libsodium "libsodium (PKG_CONFIG_PATH to its libsodium.pc)" \
+        '#include <sodium.h>
+int main(void) { return sodium_init() < 0; }'
     probe zlib "zlib" \
         '#include <zlib.h>
 int main(void) { return crc32(0, 0, 0) != 0; }'

@@ -36,7 +36,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <utf8proc.h>
 
 #define CHUNK ((uint64_t)8 << 20)  /* bytes encoded per call when safe points allow */
 
@@ -84,21 +83,13 @@ static status agree(prep *p, status st)
 
 /* ---- safe points ------------------------------------------------------------------ */
 
-static bool cp_ws(uint32_t c)
-{
-    if ((c >= '\t' && c <= '\r') || c == ' ' || c == 0x85) return true;
-    if (c < 0x80) return false;
-    utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)c);
-    return k == UTF8PROC_CATEGORY_ZS || k == UTF8PROC_CATEGORY_ZL || k == UTF8PROC_CATEGORY_ZP;
-}
-
 /* Whether the code point starting at b[i] (forward) or ending at b[i - 1] (backward)
  * exists inside b[0..n) and is not white space. */
 static bool nonws_at(const uint8_t *b, size_t n, size_t i)
 {
     uint32_t c;
     int l = i < n ? tok_utf8_get(b + i, n - i, &c) : 0;
-    return l > 0 && !cp_ws(c);
+    return l > 0 && !tok_is_ws(c);
 }
 
 static bool nonws_before(const uint8_t *b, size_t i)
@@ -108,7 +99,7 @@ static bool nonws_before(const uint8_t *b, size_t i)
     if (s == 0 || i - s >= 4) return false;
     s--;
     uint32_t c;
-    return tok_utf8_get(b + s, i - s, &c) == (int)(i - s) && !cp_ws(c);
+    return tok_utf8_get(b + s, i - s, &c) == (int)(i - s) && !tok_is_ws(c);
 }
 
 static bool ascii_ws(uint8_t c) { return c == ' ' || (c >= '\t' && c <= '\r'); }

@@ -23,14 +23,6 @@ status tok_wordpiece_prepare(tok *t, const char *where)
     return STATUS_OK;
 }
 
-static bool is_ws(uint32_t c)
-{
-    if ((c >= '\t' && c <= '\r') || c == ' ' || c == 0x85) return true;
-    if (c < 0x80) return false;
-    utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)c);
-    return k == UTF8PROC_CATEGORY_ZS || k == UTF8PROC_CATEGORY_ZL || k == UTF8PROC_CATEGORY_ZP;
-}
-
 static bool is_control(uint32_t c)
 {
     if (c == '\t' || c == '\n' || c == '\r') return false;
@@ -114,7 +106,7 @@ static status normalise(tok *t, const uint8_t *s, size_t len, size_t *out_len)
         i += (size_t)l;
         if (t->clean_text) {
             if (c == 0 || c == 0xFFFD || is_control(c)) continue;
-            if (is_ws(c)) c = ' ';
+            if (tok_is_ws(c)) c = ' ';
         }
         if (t->chinese_chars && is_cjk(c)) {
             t->norm[k++] = ' ';
@@ -156,7 +148,7 @@ status tok_wordpiece_encode(tok *t, const char *text, size_t len, int32_t **ids,
         int l = tok_utf8_get(s + i, nl - i, &c);
         i += (size_t)l;
         if (t->strip_accents && c >= 0x300 && utf8proc_category((utf8proc_int32_t)c) == UTF8PROC_CATEGORY_MN) continue;
-        if (is_ws(c)) {
+        if (tok_is_ws(c)) {
             st = encode_word(t, word, wl, wc, ids, n, cap);
             wl = wc = 0;
             continue;

@@ -319,7 +319,9 @@ static int special_at(const tok *t, const char *s, size_t len, bool normalized)
     return best;
 }
 
-static bool is_ws_cp(uint32_t c)
+/* Unicode's White_Space property: \t..\r, U+0085 and the categories Zs, Zl, Zp (Rust's
+ * char::is_whitespace, Oniguruma's \s). */
+bool tok_is_ws(uint32_t c)
 {
     if ((c >= '\t' && c <= '\r') || c == ' ' || c == 0x85) return true;
     if (c < 0x80) return false;
@@ -385,10 +387,10 @@ static status encode_specials(tok *t, const char *text, size_t len, bool normali
             }
         }
         if (f & TOK_SPECIAL_LSTRIP)
-            while (start > from && is_ws_cp(cp_before(text, start, &j))) start = j;
+            while (start > from && tok_is_ws(cp_before(text, start, &j))) start = j;
         if (f & TOK_SPECIAL_RSTRIP) {
             int l;
-            while (stop < len && (l = tok_utf8_get((const uint8_t *)text + stop, len - stop, &c)) > 0 && is_ws_cp(c))
+            while (stop < len && (l = tok_utf8_get((const uint8_t *)text + stop, len - stop, &c)) > 0 && tok_is_ws(c))
                 stop += (size_t)l;
         }
         TRY(normalized ? encode_plain(t, text + from, start - from, ids, n, cap)

@@ -97,6 +97,9 @@ int tok_utf8_get(const uint8_t *s, size_t len, uint32_t *cp);
 /* Offset of the first invalid byte of s, or len when all of it is valid UTF-8. */
 size_t tok_utf8_check(const uint8_t *s, size_t len);
 
+/* Unicode's White_Space property (tokenizer.c): what every pre-tokenizer here splits at. */
+bool tok_is_ws(uint32_t c);
+
 /* Appends n ids to *ids (growing it). */
 status tok_push(int32_t **ids, size_t *n, size_t *cap, const int32_t *src, size_t count);
 
