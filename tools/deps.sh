@@ -22,8 +22,9 @@
 #
 # build/venv is Debian's python3 with its system packages visible (torch, h5py, numpy
 # from apt) plus what Debian does not ship, from PyPI: safetensors and tensorboard, which
-# the converter's and the TensorBoard writer's tests read back with. It is test-time only:
-# an offline login node builds without it. pip honours PIP_INDEX_URL and PIP_FIND_LINKS.
+# the converter's and the TensorBoard writer's tests read back with, and Opacus, whose RDP
+# accountant the federated module's privacy accountant is compared with. It is test-time
+# only: an offline login node builds without it. pip honours PIP_INDEX_URL and PIP_FIND_LINKS.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -49,6 +50,7 @@ TEST_PKGS=(
     hdf5-tools                                # h5dump reads the checkpoints in tests
     libblis-openmp-dev                        # the BLAS=blis build test
     python3-torch python3-torchvision python3-h5py python3-numpy   # reference-vs-PyTorch validation
+    python3-scipy                             # Opacus's RDP analysis (build/venv) imports scipy.special
     python3-venv                              # build/venv: PyPI's safetensors beside Debian's torch
     python3-sklearn                           # the handwritten digits of the ResNet convergence test
     chromium python3-html5lib                 # nebula-report: its page rendered headless and parsed strictly
@@ -61,6 +63,9 @@ TEST_PKGS=(
 FUZZ_PKGS=(clang libclang-rt-dev libomp-dev)
 VENV=$ROOT/build/venv
 VENV_PKGS=(safetensors==0.8.0 tensorboard==2.21.0 transformers==4.46.3 tokenizers==0.20.3)
+# Installed with pip --no-deps: Opacus 1.5.2 pins torch>=2.0, which would pull a new torch
+# over Debian's; the RDP analysis the tests use needs only numpy and scipy (Debian's).
+VENV_NODEPS=(opacus==1.5.2)
 
 have() { command -v "$1" >/dev/null 2>&1; }
 is_debian_root() { [ "$(id -u)" -eq 0 ] && have apt-get && have dpkg-query; }
@@ -186,7 +191,7 @@ int main(void) { return PAPI_is_initialized() < 0; }'
 venv_ok() {
     local p
     [ -x "$VENV/bin/python" ] || return 1
-    for p in "${VENV_PKGS[@]}"; do
+    for p in "${VENV_PKGS[@]}" "${VENV_NODEPS[@]}"; do
         "$VENV/bin/python" -c 'import sys; from importlib.metadata import version
 n, v = sys.argv[1].split("=="); sys.exit(version(n) != v)' "$p" 2>/dev/null || return 1
     done
@@ -194,17 +199,23 @@ n, v = sys.argv[1].split("=="); sys.exit(version(n) != v)' "$p" 2>/dev/null || r
 
 venv_install() {
     venv_ok && return 0
-    echo "nebula: creating $VENV (python3 -m venv --system-site-packages) with ${VENV_PKGS[*]} from PyPI"
-    if ! /usr/bin/python3 -m venv --clear --system-site-packages "$VENV"; then
-        echo "nebula: python3 -m venv failed; on Debian/Ubuntu it needs python3-venv" >&2
+    # A venv whose python runs gains what it lacks (pip skips the pins already met); a
+    # missing or broken one is made again.
+    if ! "$VENV/bin/python" -c '' 2>/dev/null; then
+        echo "nebula: creating $VENV (python3 -m venv --system-site-packages)"
+        if ! /usr/bin/python3 -m venv --clear --system-site-packages "$VENV"; then
+            echo "nebula: python3 -m venv failed; on Debian/Ubuntu it needs python3-venv" >&2
+            return 2
+        fi
+    fi
+    echo "nebula: installing ${VENV_PKGS[*]} and, without their dependencies, ${VENV_NODEPS[*]} into $VENV from PyPI"
+    if ! "$VENV/bin/python" -m pip install -q "${VENV_PKGS[@]}" ||
+       ! "$VENV/bin/python" -m pip install -q --no-deps "${VENV_NODEPS[@]}"; then
+        echo "nebula: pip could not install ${VENV_PKGS[*]} ${VENV_NODEPS[*]} into $VENV: is PyPI reachable?" \
+             "(PIP_INDEX_URL or PIP_FIND_LINKS can point pip at a mirror or a directory of wheels)" >&2
         return 2
     fi
-    if ! "$VENV/bin/python" -m pip install -q "${VENV_PKGS[@]}"; then
-        echo "nebula: pip could not install ${VENV_PKGS[*]} into $VENV: is PyPI reachable? (PIP_INDEX_URL" \
-             "or PIP_FIND_LINKS can point pip at a mirror or a directory of wheels)" >&2
-        return 2
-    fi
-    venv_ok || { echo "nebula: $VENV still lacks ${VENV_PKGS[*]} after pip install" >&2; return 2; }
+    venv_ok || { echo "nebula: $VENV still lacks ${VENV_PKGS[*]} ${VENV_NODEPS[*]} after pip install" >&2; return 2; }
 }
 
 mark() { if "$@" >/dev/null 2>&1; then printf '✓'; else printf '✗'; fi; }
@@ -216,8 +227,8 @@ report_tests() {
     printf '  %s h5dump     %s\n' "$(mark have h5dump)" "$(command -v h5dump || echo 'not found (hdf5-tools)')"
     printf '  %s Python     torch, torchvision, h5py, numpy, sklearn, html5lib\n' \
         "$(mark pymods torch torchvision h5py numpy sklearn html5lib)"
-    if venv_ok; then printf '  ✓ venv       %s: %s\n' "$VENV" "${VENV_PKGS[*]}"
-    else printf '  ✗ venv       %s: missing or without %s (make deps-test)\n' "$VENV" "${VENV_PKGS[*]}"; fi
+    if venv_ok; then printf '  ✓ venv       %s: %s\n' "$VENV" "${VENV_PKGS[*]} ${VENV_NODEPS[*]}"
+    else printf '  ✗ venv       %s: missing or without %s (make deps-test)\n' "$VENV" "${VENV_PKGS[*]} ${VENV_NODEPS[*]}"; fi
     printf '  %s Slurm      %s, munge %s\n' "$(mark have slurmctld)" \
         "$(slurmctld -V 2>/dev/null || echo 'slurmctld not found')" "$(mark have munged)"
     # UCX and PMIx are OpenMPI's and Slurm's plugins (libucx0, libpmix2 come with them):
@@ -280,7 +291,7 @@ ensure_test() {
         apt_install "${m[@]}" || echo "nebula: could not install the test packages ${m[*]}" >&2
     fi
     venv_install || echo "nebula: continuing without build/venv: the tests that read files back with" \
-                         "safetensors and tensorboard will fail" >&2
+                         "safetensors and tensorboard, or compare with Opacus, will fail" >&2
     return 0
 }
 

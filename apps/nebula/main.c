@@ -34,6 +34,7 @@ static const struct {
     const char *what; /* one line for --help */
 } subcommands[] = {
     { "train", "train a model (data, tensor, pipeline parallel); prepare data; control a run" },
+    { "fed", "federated learning: rounds of clients with differential privacy and secure aggregation" },
     { "bench", "model throughput, communication benchmarks, benchmark tables" },
     { "ckpt", "inspect, verify, diff, convert, reshard and upgrade checkpoints" },
     { "chaos", "fault-injection scenarios and soak runs" },

@@ -50,6 +50,7 @@ typedef enum rng_purpose {
     RNG_PURPOSE_TEST,         /* tests and benchmarks */
     RNG_PURPOSE_SYNTHETIC,    /* synthetic data sets: content as a function of (seed, sample) */
     RNG_PURPOSE_GENERATE,     /* text generation: the draw of each new token (nn/sampler.h) */
+    RNG_PURPOSE_FED,          /* federated learning: client sampling, partitions, DP noise (fed/) */
     RNG_PURPOSE_COUNT,        /* number of purposes defined above */
 } rng_purpose;
 

@@ -22,6 +22,7 @@
  *   model.stem         imagenet | cifar                            ResNet
  *   model.num_classes  rows of fc.weight                           ResNet
  *   model.image_size   input height = width (0: 224 for the imagenet stem, 32 for cifar)
+ *   model.width        ResNet: conv1's channels, a multiple of 16 (torchvision's 64); layerK has width << (K-1)
  * A key set for a family it does not apply to is an error, not silently ignored. */
 #ifndef NEBULA_MODEL_H
 #define NEBULA_MODEL_H
@@ -65,7 +66,9 @@
     { "model", "num_classes", CONFIG_TYPE_INT, "0", .min = 0, .max = 1 << 20,                       \
       .help = "ResNet: output classes (0: the preset's)" },                                         \
     { "model", "image_size", CONFIG_TYPE_INT, "0", .min = 0, .max = 16384,                          \
-      .help = "ResNet: input height = width (0: 224 for the imagenet stem, 32 for cifar)" }
+      .help = "ResNet: input height = width (0: 224 for the imagenet stem, 32 for cifar)" },        \
+    { "model", "width", CONFIG_TYPE_INT, "0", .min = 0, .max = 4096,                                \
+      .help = "ResNet: conv1's channels, a multiple of 16; layerK's width << (K-1) (0: the preset's 64)" }
 
 typedef enum model_family {
     MODEL_FAMILY_GPT2 = 0,  /* causal LM, tok/s */

@@ -7,7 +7,7 @@
 
 #include "model_impl.h"
 
-static const char *const model_resnet_keys[] = { "model.stem", "model.num_classes", "model.image_size", NULL };
+static const char *const model_resnet_keys[] = { "model.stem", "model.num_classes", "model.image_size", "model.width", NULL };
 
 /* ResNet's downsampling from input to layer4: 7x7/2 conv and 3x3/2 max-pool, then
  * stride 2 in layer2..4 (imagenet); 3x3/1 conv, no pool, then the same (cifar). */
@@ -24,6 +24,7 @@ static status model_resnet_resolve(model_spec *s, const config *cfg)
     if (strcmp(stem, "preset") != 0)
         CHECK(resnet_stem_parse(stem, &r->stem), "MODEL_CONFIG_KEYS lists a stem that resnet does not know");
     r->num_classes = model_pick(cfg, "model.num_classes", r->num_classes);
+    r->width = model_pick(cfg, "model.width", r->width);
     TRY(resnet_config_check(r));
     int stride = model_resnet_stride(r->stem);
     s->image_size = model_pick(cfg, "model.image_size", r->stem == RESNET_STEM_IMAGENET ? 224 : 32);
@@ -55,9 +56,9 @@ static status model_resnet_check_batch(const model_spec *s, int B, int T, const 
 static void model_resnet_print(const model_spec *s, FILE *f)
 {
     const resnet_config *r = &s->resnet;
-    fprintf(f, "%s (ResNet, %s blocks %d-%d-%d-%d): stem %s, num_classes %d, image_size %d\n", s->name,
+    fprintf(f, "%s (ResNet, %s blocks %d-%d-%d-%d): stem %s, num_classes %d, image_size %d, width %d\n", s->name,
             r->block == RESNET_BLOCK_KIND_BOTTLENECK ? "Bottleneck" : "Basic", r->layers[0], r->layers[1],
-            r->layers[2], r->layers[3], resnet_stem_name(r->stem), r->num_classes, s->image_size);
+            r->layers[2], r->layers[3], resnet_stem_name(r->stem), r->num_classes, s->image_size, r->width);
 }
 
 static status model_resnet_init(model *m, uint64_t seed, bool train, const device *dev)
@@ -127,7 +128,7 @@ const model_family_ops model_family_resnet = {
     .sequences = false,
     .unit_per_token = false,
     .keys = model_resnet_keys,
-    .keys_text = "model.stem, model.num_classes, model.image_size",
+    .keys_text = "model.stem, model.num_classes, model.image_size, model.width",
     .spec_resolve = model_resnet_resolve,
     .spec_check_batch = model_resnet_check_batch,
     .spec_print = model_resnet_print,

@@ -19,7 +19,6 @@
 
 #define RESNET_BN_EPS      1e-5f  /* nn.BatchNorm2d defaults */
 #define RESNET_BN_MOMENTUM 0.1f
-#define RESNET_STEM_C      64     /* conv1's output channels */
 
 typedef struct resnet_named {
     const char *name;
@@ -49,6 +48,7 @@ status resnet_config_named(resnet_config *cfg, const char *name)
         memcpy(cfg->layers, a->layers, sizeof cfg->layers);
         cfg->stem = is_cifar ? RESNET_STEM_CIFAR : RESNET_STEM_IMAGENET;
         cfg->num_classes = is_cifar ? 10 : 1000;
+        cfg->width = 64;
         return STATUS_OK;
     }
     log_error0("unknown model '%s'; ResNet models: resnet18, resnet34, resnet50, resnet101, resnet152, each "
@@ -74,6 +74,11 @@ status resnet_config_check(const resnet_config *c)
         }
     if (c->num_classes < 1) {
         log_error0("model.num_classes = %d must be positive", c->num_classes);
+        return STATUS_INPUT;
+    }
+    if (c->width < 16 || c->width > 4096 || c->width % 16) {
+        log_error0("model.width = %d must be a multiple of 16 in [16, 4096] (the activations' channel block; "
+                   "64: torchvision's ResNets)", c->width);
         return STATUS_INPUT;
     }
     return STATUS_OK;
@@ -133,10 +138,10 @@ static void resnet_build(resnet *m)
     param_table_init(&m->pt);
     param_table_init(&m->bt);
     if (c->stem == RESNET_STEM_IMAGENET)
-        resnet_add_unit(m, &a->stem, "conv1", "bn1", 0, 3, m->H, m->W, RESNET_STEM_C, 7, 2, 3, true);
+        resnet_add_unit(m, &a->stem, "conv1", "bn1", 0, 3, m->H, m->W, m->cfg.width, 7, 2, 3, true);
     else
-        resnet_add_unit(m, &a->stem, "conv1", "bn1", 0, 3, m->H, m->W, RESNET_STEM_C, 3, 1, 1, true);
-    int C = RESNET_STEM_C, H = a->stem.OH, W = a->stem.OW;
+        resnet_add_unit(m, &a->stem, "conv1", "bn1", 0, 3, m->H, m->W, m->cfg.width, 3, 1, 1, true);
+    int C = m->cfg.width, H = a->stem.OH, W = a->stem.OW;
     if (c->stem == RESNET_STEM_IMAGENET) {
         a->PH = (H + 2 - 3) / 2 + 1;
         a->PW = (W + 2 - 3) / 2 + 1;
@@ -146,7 +151,7 @@ static void resnet_build(resnet *m)
     char cn[PARAM_NAME_MAX], bn[PARAM_NAME_MAX];
     int bi = 0;
     for (int k = 0; k < 4; k++) {
-        int planes = 64 << k;
+        int planes = c->width << k;
         for (int j = 0; j < c->layers[k]; j++, bi++) {
             resnet_block *b = &a->blocks[bi];
             int stride = (k > 0 && j == 0) ? 2 : 1, OC = planes * exp;
@@ -295,7 +300,7 @@ static size_t resnet_nchw_floats(const resnet *m)
     const resnet_acts *a = &m->acts;
     size_t n = (size_t)m->N * (size_t)a->feat_C * (size_t)a->feat_HW;
     if (m->cfg.stem == RESNET_STEM_IMAGENET)
-        n = zmax(n, unit_out_size(m, &a->stem) + (size_t)m->N * RESNET_STEM_C * (size_t)a->PH * (size_t)a->PW + 16);
+        n = zmax(n, unit_out_size(m, &a->stem) + (size_t)m->N * m->cfg.width * (size_t)a->PH * (size_t)a->PW + 16);
     return n;
 }
 
@@ -308,7 +313,7 @@ static void resnet_layout_acts(void *owner, float *base, size_t *used)
     resnet_layout_unit(m, &a->stem, base, used, true);
     const float *x = a->stem.out;
     if (m->cfg.stem == RESNET_STEM_IMAGENET) {
-        a->pool = carve_act(m, base, used, N * RESNET_STEM_C * (size_t)a->PH * (size_t)a->PW);
+        a->pool = carve_act(m, base, used, N * m->cfg.width * (size_t)a->PH * (size_t)a->PW);
         x = a->pool;
     }
     for (int i = 0; i < a->nblocks; i++) {
@@ -449,7 +454,7 @@ status resnet_init_on(resnet *m, const resnet_config *cfg, int N, int H, int W, 
     resnet_init_weights(m, seed);
     TRY(device_arena(dev, resnet_layout_acts, m, &m->act_memory, &m->act_floats, "activations"));
     if (m->cfg.stem == RESNET_STEM_IMAGENET) {
-        size_t bytes = (size_t)N * RESNET_STEM_C * (size_t)m->acts.PH * (size_t)m->acts.PW * sizeof(int32_t);
+        size_t bytes = (size_t)N * m->cfg.width * (size_t)m->acts.PH * (size_t)m->acts.PW * sizeof(int32_t);
         m->acts.pool_argmax = device_alloc(dev, bytes, "maxpool argmax");
         if (!m->acts.pool_argmax) return STATUS_NOMEM;
     }
@@ -533,9 +538,9 @@ status resnet_forward(resnet *m, const float *images, const int32_t *labels, boo
     if (m->cfg.stem == RESNET_STEM_IMAGENET) {                            /* maxpool, in NCHW */
         const resnet_unit *st = &a->stem;
         float *x = a->nchw, *y = a->nchw + (unit_out_size(m, st) + 15) / 16 * 16;
-        c->to_nchw(x, st->out, N, RESNET_STEM_C, st->OH * st->OW);
-        c->maxpool2d_forward(y, a->pool_argmax, x, N, RESNET_STEM_C, st->OH, st->OW, 3, 2, 1, a->PH, a->PW);
-        c->from_nchw(a->pool, y, N, RESNET_STEM_C, a->PH * a->PW);
+        c->to_nchw(x, st->out, N, m->cfg.width, st->OH * st->OW);
+        c->maxpool2d_forward(y, a->pool_argmax, x, N, m->cfg.width, st->OH, st->OW, 3, 2, 1, a->PH, a->PW);
+        c->from_nchw(a->pool, y, N, m->cfg.width, a->PH * a->PW);
     }
     param_layer_time(&m->timer, 0, false);                                /* conv1, bn1 */
     for (int i = 0; i < a->nblocks; i++) {
@@ -648,10 +653,10 @@ void resnet_backward(resnet *m)
         const resnet_unit *st = &a->stem;
         size_t n_stem = unit_out_size(m, st);
         float *dx = a->nchw, *dy = a->nchw + (n_stem + 15) / 16 * 16;
-        c->to_nchw(dy, s->dblock, N, RESNET_STEM_C, a->PH * a->PW);
+        c->to_nchw(dy, s->dblock, N, m->cfg.width, a->PH * a->PW);
         k->zero(dx, n_stem);
-        c->maxpool2d_backward(dx, dy, a->pool_argmax, N, RESNET_STEM_C, st->OH, st->OW, 3, 2, 1, a->PH, a->PW);
-        c->from_nchw(s->dmain, dx, N, RESNET_STEM_C, st->OH * st->OW);
+        c->maxpool2d_backward(dx, dy, a->pool_argmax, N, m->cfg.width, st->OH, st->OW, 3, 2, 1, a->PH, a->PW);
+        c->from_nchw(s->dmain, dx, N, m->cfg.width, st->OH * st->OW);
         dstem = s->dmain;
     }
     unit_backward(m, &a->stem, a->images, NULL, dstem);

@@ -55,6 +55,8 @@ typedef struct resnet_config {
     int layers[4];            /* blocks in layer1..layer4 */
     resnet_stem stem;         /* input stem */
     int num_classes;          /* rows of fc.weight */
+    int width;                /* conv1's output channels, layerK's planes width << (K - 1): 64 in every
+                                 torchvision ResNet; smaller for tests and federated clients */
 } resnet_config;
 
 /* "resnet18" .. "resnet152", optionally with "-cifar" (see the top of the file).

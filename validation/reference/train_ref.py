@@ -99,11 +99,11 @@ def gpt(train, val, steps, GB, T, lr, warmup, min_lr, eval_batches, nebula, tol=
     return rel <= tol
 
 
-def digits(out):
+def digits(out, size="16"):
     import h5py
     from sklearn.datasets import load_digits
     d = load_digits()
-    img = np.kron(d.images, np.ones((2, 2)))                      # 8x8 -> 16x16, values 0..16
+    img = d.images if size == "8" else np.kron(d.images, np.ones((2, 2)))  # 8x8 -> 16x16, values 0..16
     img = np.clip(np.rint(img * 255.0 / 16.0), 0, 255).astype(np.uint8)[..., None]  # (N, 16, 16, 1)
     perm = np.random.RandomState(0).permutation(len(img))
     for name, idx in (("train", perm[:1500]), ("test", perm[1500:])):

@@ -1,0 +1,79 @@
+/* fed — federated learning over libcore: a server (rank 0) and clients (every rank
+ * hosts fed.clients / (world - 1) simulated clients, each with its own data shard; one
+ * process alone hosts them all) run rounds of FedAvg (McMahan et al., AISTATS 2017):
+ * the server samples clients, sends them the global model, each client takes
+ * fed.local_steps steps of the model's optimizer on its shard (the trainer's one-batch
+ * step, train_step_batch), and the server aggregates the updates (local - global) and
+ * steps its own optimizer (FedAvg, FedAdam, FedYogi). Options:
+ *   - client-level differential privacy (DP-FedAvg, McMahan et al., ICLR 2018): every
+ *     update clipped to norm C, Gaussian noise sigma C on the sum, added by the server
+ *     after aggregation (dp = central) or by the clients in shares under secure
+ *     aggregation (dp = distributed); adaptive clipping (Andrew et al., NeurIPS 2021);
+ *     the Renyi-DP accountant (rdp.h) prints epsilon every round, and a total budget
+ *     (dp_target_epsilon) derives the noise or the number of rounds and stops the run
+ *     when it is spent;
+ *   - secure aggregation (secagg.h, Bonawitz et al., CCS 2017): the server learns only
+ *     the sum of the updates, even with clients dropping out after sharing;
+ *   - robust aggregation (coordinate-wise trimmed mean or median) against hostile
+ *     clients; updates of the wrong size, non-finite, stale or beyond the clip are
+ *     refused and logged, and the round goes on.
+ * Clients that fail or miss fed.round_timeout are dropped for the round (comm/star.h);
+ * the round completes with the others. The server's state (the global model, its
+ * optimizer's moments, the clip norm, the privacy ledger) is checkpointed through
+ * libcore/ckpt every ckpt.every_rounds rounds; a resumed run is bit-identical, because
+ * every random draw (sampling, partitions, batches, noise) is a counter-based function
+ * of (seed, round, client).
+ *
+ * The one design decision: the server's view of a round is messages, never shared
+ * memory. Even with one process, the clients' replies are byte messages parsed as
+ * hostile input, so what a test plants (fed.plant) meets the same checks a real
+ * client's bytes would. */
+#ifndef NEBULA_FED_H
+#define NEBULA_FED_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "base/config.h"
+#include "base/runtime.h"
+#include "fed/rdp.h"
+#include "fed/update.h"
+
+/* Every key nebula-fed reads ([runtime], [comm] timeout, [model], [fed], [dp],
+ * [secagg], [optim], [data], [ckpt]) into out[cap]; returns how many. */
+int fed_config_schema(config_key *out, int cap);
+
+/* The privacy ledger and round state: checkpointed as the blob "fed" (fixed layout, no
+ * padding). */
+typedef struct fed_ledger {
+    int64_t round;             /* rounds completed */
+    int64_t sampled;           /* clients sampled, over the run */
+    int64_t dropped;           /* of them, no update by the deadline (failed, killed, late) */
+    int64_t refused;           /* of them, an update refused by the server's checks */
+    int64_t aggregated;        /* of them, in an aggregate */
+    int64_t stop;              /* why the run stopped: 0 running, 1 rounds done, 2 privacy budget */
+    double sigma;              /* noise multiplier in force (dp.noise_multiplier, or the budget's) */
+    double eps;                /* epsilon spent after `round` rounds at dp.delta (0 without DP) */
+    fed_clip_state clip;       /* the clip norm in force (adaptive: learned) */
+    fed_rdp rdp;               /* the accountant's Renyi divergences per order */
+} fed_ledger;
+
+typedef struct fed_run fed_run;  /* fed_impl.h */
+
+/* Builds the run (collective over rt->world): data in memory and partitioned, the
+ * model, the server's state, the checkpoint writer and metrics on rank 0. STATUS_INPUT
+ * naming the key for a configuration that cannot work. */
+status fed_setup(fed_run **out, const config *cfg, const runtime *rt);
+/* Rank 0: the model, data, shards and privacy table. */
+void fed_print(const fed_run *f, FILE *out);
+/* Loads the checkpoint ckpt.resume names (rank 0; the clients hold no state). */
+status fed_resume(fed_run *f);
+/* The rounds: the server's loop on rank 0, the clients' on the others, until
+ * fed.rounds, the privacy budget, or a stop. */
+status fed_run_rounds(fed_run *f);
+/* The ledger (rank 0's is the run's). */
+const fed_ledger *fed_get_ledger(const fed_run *f);
+void fed_free(fed_run *f);
+
+#endif

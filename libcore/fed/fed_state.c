@@ -1,0 +1,258 @@
+/* fed_state — the server's state around the rounds: its setup (server optimizer,
+ * ledger, the privacy budget's derivation), checkpoints through libcore/ckpt (the
+ * trainer's schema: params, optim/m, optim/v, buffers, plus the blob "fed", the
+ * ledger), the held-out evaluation and the per-round metrics (metrics.jsonl, TensorBoard
+ * under RUN_DIR/tb, one line on stdout).
+ *
+ * The one design decision: the server writes its checkpoints alone (a writer over
+ * MPI_COMM_SELF): the clients hold no state between rounds, so the server's state is
+ * the run's, and a checkpoint opens in nebula-ckpt like a training checkpoint of the
+ * same model. */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/path.h"
+#include "fed_impl.h"
+
+/* The privacy budget: the noise multiplier for fed.rounds, or the rounds sigma allows. */
+static status fed_budget(fed_run *f)
+{
+    const config *cfg = f->cfg;
+    if (!f->dp || f->target_eps <= 0) return STATUS_OK;
+    if (!strcmp(config_str(cfg, "dp.budget"), "noise")) {
+        double sigma;
+        if (fed_rdp_sigma_for(f->q, f->rounds, f->delta, f->target_eps, &sigma) != STATUS_OK) {
+            log_error0("dp.target_epsilon = %g (%s): no noise multiplier up to %g reaches it in %lld rounds at q = %g",
+                       f->target_eps, config_origin(cfg, "dp.target_epsilon"), FED_RDP_SIGMA_MAX, (long long)f->rounds,
+                       f->q);
+            return STATUS_INPUT;
+        }
+        f->led.sigma = sigma;
+        printf("fed: privacy budget epsilon %g at delta %g over %lld rounds (q = %.4g): noise multiplier %.6g\n",
+               f->target_eps, f->delta, (long long)f->rounds, f->q, sigma);
+    } else {
+        int64_t n = fed_rdp_steps_for(f->q, f->led.sigma, f->delta, f->target_eps);
+        if (n <= 0) {
+            log_error0("dp.target_epsilon = %g (%s): even one round at noise multiplier %g and q = %g spends more",
+                       f->target_eps, config_origin(cfg, "dp.target_epsilon"), f->led.sigma, f->q);
+            return STATUS_INPUT;
+        }
+        if (n < f->rounds) f->rounds = n;
+        printf("fed: privacy budget epsilon %g at delta %g with noise multiplier %g (q = %.4g): %lld rounds\n",
+               f->target_eps, f->delta, f->led.sigma, f->q, (long long)f->rounds);
+    }
+    return STATUS_OK;
+}
+
+static void fed_content(fed_run *f, ckpt_content *c)
+{
+    train_ckpt_model_content(c, &f->ev, f->sm, f->sv, NULL, f->config_text);
+    c->step = f->led.round;
+    c->timeout_s = config_float(f->cfg, "comm.timeout");
+    c->blobs[c->nblobs++] = (ckpt_blob){ "fed", &f->led, sizeof f->led, false, false };
+}
+
+status fed_ckpt_init(fed_run *f)
+{
+    const config *cfg = f->cfg;
+    const char *so = config_str(cfg, "fed.server_optimizer");
+    fed_server_kind kind = !strcmp(so, "adam") ? FED_SERVER_ADAM : !strcmp(so, "yogi") ? FED_SERVER_YOGI : FED_SERVER_AVG;
+    if (kind != FED_SERVER_AVG) {
+        f->sm = malloc(f->np * sizeof *f->sm);
+        f->sv = malloc(f->np * sizeof *f->sv);
+        if (!f->sm || !f->sv) return STATUS_NOMEM;
+    }
+    fed_server_init(&f->sopt, kind, config_float(cfg, "fed.server_lr"), config_float(cfg, "fed.server_beta1"),
+                    config_float(cfg, "fed.server_beta2"), config_float(cfg, "fed.server_tau"), f->sm, f->sv, f->np);
+    memset(&f->led, 0, sizeof f->led);
+    fed_rdp_init(&f->led.rdp);
+    double sb = config_float(cfg, "dp.clip_noise");
+    f->led.clip = (fed_clip_state){ config_float(cfg, "dp.clip"), config_float(cfg, "dp.clip_quantile"),
+                                    config_float(cfg, "dp.clip_lr"), sb > 0 ? sb : fed_expected_clients(f) / 20 };
+    f->led.sigma = config_float(cfg, "dp.noise_multiplier");
+    if (f->dp && f->led.sigma <= 0 && f->target_eps <= 0) {
+        log_error0("dp.mode = %s with dp.noise_multiplier = 0 (%s) adds no noise: set a noise multiplier or "
+                   "dp.target_epsilon", config_str(cfg, "dp.mode"), config_origin(cfg, "dp.noise_multiplier"));
+        return STATUS_INPUT;
+    }
+    TRY(fed_budget(f));
+    f->sigma_update = f->led.sigma;
+    if (f->adaptive) {
+        f->sigma_update = fed_clip_sigma_update(f->led.sigma, f->led.clip.sigma_b);
+        if (!isfinite(f->sigma_update)) {
+            log_error0("dp.adaptive_clip: the count's noise (dp.clip_noise = %g) must exceed half the noise multiplier "
+                       "%g for the updates to keep a share of the budget (Andrew et al., Theorem 1)",
+                       f->led.clip.sigma_b, f->led.sigma);
+            return STATUS_INPUT;
+        }
+    }
+    TRY(path_mkdirs(f->run_dir, "fed.run_dir"));
+    char path[4200];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", f->run_dir);
+    f->metrics_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (f->metrics_fd < 0) {
+        log_error0("cannot open %s for appending: %s", path, strerror(errno));
+        return STATUS_INPUT;
+    }
+    snprintf(path, sizeof path, "%s/tb", f->run_dir);
+    if (tfevent_open(&f->tb, path) != STATUS_OK) f->tb = NULL;  /* logged; the run goes on without */
+    if (f->ckpt_every > 0) {
+        snprintf(path, sizeof path, "%s/ckpt", f->run_dir);
+        ckpt_content shape;
+        fed_content(f, &shape);
+        TRY(ckpt_writer_init(&f->ckpt, MPI_COMM_SELF, path, (int)config_int(cfg, "ckpt.keep_last"), false, &shape));
+    }
+    f->t0 = MPI_Wtime();
+    return STATUS_OK;
+}
+
+status fed_ckpt_save(fed_run *f)
+{
+    ckpt_content c;
+    fed_content(f, &c);
+    TRY(ckpt_save(f->ckpt, &c));
+    printf("fed: checkpoint of round %lld committed\n", (long long)f->led.round);
+    return STATUS_OK;
+}
+
+status fed_resume(fed_run *f)
+{
+    if (f->rank != 0) return STATUS_OK;
+    const char *which = config_str(f->cfg, "ckpt.resume");
+    if (!strcmp(which, "none")) return STATUS_OK;
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/ckpt", f->run_dir);
+    ckpt_content c;
+    fed_content(f, &c);
+    ckpt_info info;
+    fed_ledger keep = f->led;
+    TRY(ckpt_load(MPI_COMM_SELF, dir, which, &c, &info));
+    if (info.step < 0) return STATUS_OK;
+    char why[256];
+    if (fed_rdp_check(&f->led.rdp, why, sizeof why) != STATUS_OK || f->led.round != info.step || f->led.round < 0 ||
+        !(f->led.clip.C > 0) || f->led.stop < 0 || f->led.stop > 2) {
+        log_error0("%s: the ledger (blob fed) is not what a run writes: round %lld for step %lld, clip %g%s%s",
+                   info.path, (long long)f->led.round, (long long)info.step, f->led.clip.C, why[0] ? ": " : "", why);
+        f->led = keep;
+        return STATUS_CORRUPT;
+    }
+    f->led.stop = 0;
+    f->led.sigma = keep.sigma;  /* the configuration's (a budget derives the same) */
+    f->sopt.t = f->led.round;
+    printf("fed: resumed from %s (round %lld, epsilon %.4g)\n", info.path, (long long)f->led.round, f->led.eps);
+    return STATUS_OK;
+}
+
+/* One held-out sample's loss and hit from the logits of a classifier. */
+static void fed_class_loss(const float *z, int C, int y, double *loss, int *hit)
+{
+    double mx = z[0];
+    int arg = 0;
+    for (int k = 1; k < C; k++)
+        if (z[k] > mx) mx = z[k], arg = k;
+    double s = 0;
+    for (int k = 0; k < C; k++) s += exp(z[k] - mx);
+    *loss = log(s) + mx - z[y];
+    *hit = arg == y;
+}
+
+status fed_evaluate(fed_run *f, double *loss, double *acc)
+{
+    const fed_data *d = &f->val;
+    int B = f->eval_batch;
+    double sum = 0;
+    int64_t hits = 0, counted = 0;
+    if (d->n < B) return STATUS_OK;
+    for (int64_t start = 0; start < d->n; start += B) {
+        int64_t s0 = start + B > d->n ? d->n - B : start;  /* the last batch overlaps: only its new samples count */
+        for (int j = 0; j < B; j++) {
+            int64_t s = s0 + j;
+            if (d->images) {
+                size_t img = 3 * (size_t)d->H * (size_t)d->W;
+                memcpy(f->evbatch.images + (size_t)j * img, d->x + (size_t)s * img, img * sizeof(float));
+                f->evbatch.targets[j] = d->labels[s];
+            } else {
+                size_t T = (size_t)d->T;
+                memcpy(f->evbatch.ids + (size_t)j * T, d->ids + (size_t)s * T, T * sizeof(int32_t));
+                memcpy(f->evbatch.targets + (size_t)j * T, d->targets + (size_t)s * T, T * sizeof(int32_t));
+            }
+        }
+        TRY(model_forward(&f->ev, &f->evbatch, false));
+        int C = 0;
+        const float *z = model_class_logits(&f->ev, &C);
+        if (!z) {  /* a language model: its mean loss per batch */
+            if (s0 == start) sum += model_loss(&f->ev) * B, counted += B;
+            continue;
+        }
+        for (int j = 0; j < B; j++) {
+            if (s0 + j < start) continue;
+            double l;
+            int h;
+            fed_class_loss(z + (size_t)j * C, C, f->evbatch.targets[j], &l, &h);
+            sum += l, hits += h, counted++;
+        }
+    }
+    *loss = counted ? sum / counted : NAN;
+    *acc = d->images && counted ? (double)hits / counted : NAN;
+    return STATUS_OK;
+}
+
+static json_t *fed_num(double v)
+{
+    return isfinite(v) ? json_real(v) : json_null();
+}
+
+void fed_metrics_round(fed_run *f, int64_t sampled, int64_t dropped, int64_t refused, int64_t aggregated,
+                       double loss, double eval_loss, double eval_acc, double secs)
+{
+    int64_t r = f->led.round;
+    double eps = f->dp ? f->led.eps : NAN, clip = f->dp ? f->led.clip.C : NAN;
+    printf("round=%lld sampled=%lld dropped=%lld refused=%lld aggregated=%lld loss=%.4f", (long long)r,
+           (long long)sampled, (long long)dropped, (long long)refused, (long long)aggregated, loss);
+    if (isfinite(eval_loss)) printf(" eval_loss=%.4f", eval_loss);
+    if (isfinite(eval_acc)) printf(" acc=%.4f", eval_acc);
+    if (f->dp) printf(" eps=%.4f clip=%.4g", eps, clip);
+    printf(" round_s=%.3f\n", secs);
+    fflush(stdout);
+    json_t *j = json_object();
+    json_object_set_new(j, "kind", json_string("fed"));
+    json_object_set_new(j, "step", json_integer(r));
+    json_object_set_new(j, "round", json_integer(r));
+    json_object_set_new(j, "clients_sampled", json_integer(sampled));
+    json_object_set_new(j, "clients_dropped", json_integer(dropped));
+    json_object_set_new(j, "updates_refused", json_integer(refused));
+    json_object_set_new(j, "clients_aggregated", json_integer(aggregated));
+    json_object_set_new(j, "loss", fed_num(loss));
+    json_object_set_new(j, "eval_loss", fed_num(eval_loss));
+    json_object_set_new(j, "eval_acc", fed_num(eval_acc));
+    json_object_set_new(j, "eps", fed_num(eps));
+    json_object_set_new(j, "delta", f->dp ? json_real(f->delta) : json_null());
+    json_object_set_new(j, "sigma", f->dp ? json_real(f->led.sigma) : json_null());
+    json_object_set_new(j, "clip", fed_num(clip));
+    json_object_set_new(j, "round_ms", json_real(secs * 1e3));
+    json_object_set_new(j, "time", json_real(MPI_Wtime() - f->t0));
+    char *line = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    if (line && f->metrics_fd >= 0) {
+        size_t n = strlen(line);
+        line[n] = '\n';  /* json_dumps leaves room: the terminator becomes the newline */
+        if (path_write_all(f->metrics_fd, line, n + 1) != 0) log_warn("fed: a metrics record was not written");
+    }
+    free(line);
+    if (f->tb) {
+        const struct { const char *tag; double v; } s[] = {
+            { "fed/loss", loss }, { "fed/eval_loss", eval_loss }, { "fed/eval_acc", eval_acc }, { "fed/epsilon", eps },
+            { "fed/clip", clip }, { "fed/clients_dropped", (double)dropped }, { "fed/updates_refused", (double)refused },
+        };
+        for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
+            if (isfinite(s[i].v)) tfevent_scalar(f->tb, r, s[i].tag, s[i].v);
+        tfevent_flush(f->tb);
+    }
+}
