@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/cli.h"
 #include "fed/fed.h"
@@ -77,6 +78,13 @@ int main(int argc, char **argv)
         printf("\n");
     }
     if (runtime_must_abort(st)) runtime_exit(&rt, st);
+    if (f && fed_peers_lost(f)) {
+        /* a dead rank never reaches MPI_Finalize's barrier: the survivors end without it
+         * (mpirun --enable-recovery reports the dead one, not these) */
+        if (rt.rank == 0) printf("fed: a rank was lost during the run: the processes end without MPI_Finalize\n");
+        fflush(stdout), fflush(stderr);
+        _exit(status_exit_code(st));
+    }
     fed_free(f);
     runtime_exit(&rt, st);
 }

@@ -72,6 +72,9 @@ status fed_resume(fed_run *f);
 /* The rounds: the server's loop on rank 0, the clients' on the others, until
  * fed.rounds, the privacy budget, or a stop. */
 status fed_run_rounds(fed_run *f);
+/* Whether a rank of the run was lost (its process died): MPI_Finalize would wait for it
+ * forever, so the program ends without it (nebula-fed's main). */
+bool fed_peers_lost(const fed_run *f);
 /* The ledger (rank 0's is the run's). */
 const fed_ledger *fed_get_ledger(const fed_run *f);
 void fed_free(fed_run *f);

@@ -366,7 +366,10 @@ status fed_client_loop(fed_run *f)
         fed_msg_head h;
         if (got < sizeof h) return STATUS_CORRUPT;
         memcpy(&h, f->in, sizeof h);
-        if (h.magic == FED_MAGIC && h.kind == FED_MSG_STOP) break;
+        if (h.magic == FED_MAGIC && h.kind == FED_MSG_STOP) {
+            f->lost_seen = h.reserved > 0;
+            break;
+        }
         status st = fed_client_round(f, f->in, got, &out);
         if (st != STATUS_OK) {
             fed_sa_free(f);

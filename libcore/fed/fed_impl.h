@@ -157,6 +157,7 @@ struct fed_run {
     float *upd;                /* (d) scratch of one update */
     uint8_t *msg;              /* a message buffer of msg_cap + 1 bytes */
     size_t msg_cap;
+    bool lost_seen;            /* clients: the server's stop message said ranks were lost */
     fed_plant plant[FED_PLANTS_MAX];
     int nplant;
     /* server */

@@ -9,6 +9,7 @@
  * keyed by the round (the stream ids FED_STREAM_*, far from any client id), so a
  * resumed round draws exactly what the uninterrupted one drew. */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,8 +141,9 @@ static void fed_plain_collect(fed_run *f, fed_srv *s, int64_t round, fed_round_s
             }
             s->got[i] = true;
             if (!mc.ok) {
+                rs->dropped++;  /* the client failed */
                 at += bytes;
-                continue;  /* the client failed: counted as dropped below */
+                continue;
             }
             const float *u = (const float *)(s->in[r] + at);
             at += bytes;
@@ -215,6 +217,11 @@ static bool fed_budget_allows(const fed_run *f, double *eps_next)
 static status fed_one_round(fed_run *f, fed_srv *s, int64_t round)
 {
     double t0 = MPI_Wtime();
+    if (fed_planted(f, FED_PLANT_KILL, 0, round)) {
+        log_warn("fed: the server ends its process at the start of round %lld (fed.plant kill)", (long long)round);
+        fflush(stdout), fflush(stderr);
+        raise(SIGKILL);
+    }
     fed_round_stats rs;
     memset(&rs, 0, sizeof rs);
     s->nsel = fed_sample(f, round, s->sel);
@@ -244,7 +251,7 @@ static status fed_one_round(fed_run *f, fed_srv *s, int64_t round)
         fed_rdp_compose(&f->led.rdp, f->q, f->led.sigma, 1);  /* sampling is what is accounted, not who answered */
         f->led.eps = fed_rdp_epsilon(&f->led.rdp, f->delta, NULL);
     }
-    f->led.round = round + 1;
+    f->led.round = round;
     f->led.sampled += s->nsel, f->led.dropped += rs.dropped, f->led.refused += rs.refused;
     f->led.aggregated += rs.aggregated;
     double el = NAN, ea = NAN;
@@ -269,13 +276,13 @@ status fed_server_loop(fed_run *f)
                    "round would reach %.4g\n", (long long)f->led.round, f->target_eps, f->delta, eps_next);
             break;
         }
-        st = fed_one_round(f, &s, f->led.round);
+        st = fed_one_round(f, &s, f->led.round + 1);  /* rounds count from 1 */
         if (st != STATUS_OK) break;
     }
     if (st == STATUS_OK && f->led.stop == 0) f->led.stop = 1;
     if (st == STATUS_OK && f->ckpt && f->led.stop == 2) st = fed_ckpt_save(f);
     /* the clients stop whatever happened here */
-    fed_msg_head h = { FED_MAGIC, FED_MSG_STOP, f->led.round, 0, 0 };
+    fed_msg_head h = { FED_MAGIC, FED_MSG_STOP, f->led.round, 0, f->star.nlost };  /* reserved: ranks lost */
     for (int r = 1; r < f->world; r++) {
         memcpy(s.out[r], &h, sizeof h);
         s.out_len[r] = sizeof h;
@@ -287,6 +294,11 @@ status fed_server_loop(fed_run *f)
     }
     fed_srv_free(&s);
     return st;
+}
+
+bool fed_peers_lost(const fed_run *f)
+{
+    return f->star.nlost > 0 || f->lost_seen;
 }
 
 status fed_run_rounds(fed_run *f)

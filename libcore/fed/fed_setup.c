@@ -78,7 +78,7 @@ static status fed_read_file(fed_run *f, const char *path, fed_data *out, int64_t
     data_config dc;
     memset(&dc, 0, sizeof dc);
     dc.path = path;
-    dc.images = f->spec.family == MODEL_FAMILY_RESNET;
+    dc.images = model_num_classes(&f->spec) > 0;
     dc.vocab_size = model_vocab_size(&f->spec);
     dc.T = out->T;
     dc.H = dc.W = f->spec.image_size;
@@ -123,7 +123,7 @@ static status fed_read_file(fed_run *f, const char *path, fed_data *out, int64_t
 static status fed_read_data(fed_run *f, const char *list, fed_data *out)
 {
     memset(out, 0, sizeof *out);
-    out->images = f->spec.family == MODEL_FAMILY_RESNET;
+    out->images = model_num_classes(&f->spec) > 0;
     out->H = out->W = f->spec.image_size;
     out->T = out->images ? 0 : (int)config_int(f->cfg, "data.seq_len");
     char buf[4096];

@@ -61,9 +61,11 @@
  * probability.
  *
  * Threat model, as in the paper's section 6.1 for the honest-but-curious server: the
- * engine's channels are authenticated (MPI between ranks of one job); the roster is not
- * signed, so a server that lies actively about other clients' keys is out of scope. What
- * holds against hostile bytes: a client refuses a roster without its own entry, a share
+ * engine's channels are authenticated (MPI between ranks of one job). An actively lying
+ * server is out of scope: the roster is not signed, and nothing stops it from sending
+ * different survivors different unmask requests (the paper's malicious-server variant
+ * adds a signed consistency round for that; it is not implemented). What holds against
+ * hostile bytes: a client refuses a roster without its own entry, a share
  * not addressed to it or failing authentication, a second share from one sender, and an
  * unmask request that is not a partition of its U2 into U3 and dropped, lists itself as
  * dropped, names fewer than t survivors, or comes after one it already answered (so no
@@ -84,7 +86,8 @@
  * Status codes: STATUS_CORRUPT for bytes that fail a format or authenticity check (size,
  * kind, round, an id not in the roster, a field element >= p, AEAD failure, a
  * reconstruction that fails its commitment); STATUS_PEER for well-formed messages that
- * disagree with the receiver's view of the round (digest(U2) differs, a request that
+ * disagree with the receiver's view of the round (a roster without this client's own
+ * advertisement, digest(U2) differs, a masked vector missing or twice, a request that
  * reveals both secrets of one client or is not a partition of U2, a second request);
  * STATUS_INPUT for fewer than t of something, a call out of protocol order, and the
  * caller's own arguments (output size, ids, values to encode); STATUS_NOMEM; STATUS_IO
@@ -194,8 +197,8 @@ typedef struct fed_secagg_unmask_in {
  * are reconstructed from the first t reveals in the order given; each is checked (b_v
  * against its commitment, s_sk_v against s_pk_v) before use. Refused: fewer than t
  * reveals (STATUS_INPUT), a masked vector missing, twice or over another U2
- * (STATUS_PEER), any malformed message or failed check (STATUS_CORRUPT). sum is
- * written only on success (zeroed otherwise). */
+ * (STATUS_PEER), any malformed message or failed check (STATUS_CORRUPT). On a refusal
+ * sum holds zeros (untouched when d or t itself is out of range). */
 status fed_secagg_server_unmask(const fed_secagg_unmask_in *in, uint64_t *sum);
 
 /* ---- fixed point ----------------------------------------------------------------- */

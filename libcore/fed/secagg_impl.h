@@ -1,7 +1,8 @@
 /* fed/secagg_impl — what fed_secagg.c and fed_shamir.c share: the message kinds and the
- * parts of the layouts both read (secagg.h), little-endian byte access, and Shamir's
- * secret sharing of 32-byte secrets over GF(2^61 - 1) (Shamir, "How to Share a Secret",
- * CACM 1979) with the server's reconstruction from reveal messages.
+ * parts of the layouts both read (secagg.h), little-endian byte access, the masks'
+ * keystream, and Shamir's secret sharing of 32-byte secrets over GF(2^61 - 1) (Shamir,
+ * "How to Share a Secret", CACM 1979) with the server's reconstruction from reveal
+ * messages.
  *
  * The one design decision: a 32-byte secret is 5 limbs of 7, 7, 7, 7 and 4 bytes
  * (little-endian), each below 2^56 < p, each shared with its own polynomial; so a

@@ -156,8 +156,9 @@ static status sim_reveal(sim *s)
     s->nrev = 0;
     for (size_t i = 0; i < s->cfg.n; i++) {
         if (!in_u3(s, i) || s->cfg.silent >> i & 1) continue;
-        TRY(fed_secagg_client_reveal(s->c[i], s->request, s->request_len, s->reveals + s->nrev++ * s->reveal_len,
+        TRY(fed_secagg_client_reveal(s->c[i], s->request, s->request_len, s->reveals + s->nrev * s->reveal_len,
                                      s->reveal_len));
+        s->nrev++;
     }
     s->reveals_len = s->nrev * s->reveal_len;
     s->in = (fed_secagg_unmask_in){ .round = ROUND, .t = s->cfg.t, .d = s->cfg.d, .roster = s->roster,
@@ -325,7 +326,7 @@ static void test_threshold(test_ctx *t)
 {
     const sim_cfg base = { .n = 10, .t = 5, .d = 700 };
     char word[32];
-    bool named;
+    bool named = false;
     sim s;
     uint64_t *sum = malloc(base.d * sizeof *sum);
 
@@ -534,4 +535,141 @@ static size_t make_request(uint8_t *out, const uint32_t *u3, size_t n3, const ui
     secagg_put32(out + HDR + 4, (uint32_t)nd);
     for (size_t i = 0; i < n3 + nd; i++) secagg_put32(out + 24 + 4 * i, i < n3 ? u3[i] : drop[i - n3]);
     return 24 + 4 * (n3 + nd);
+}
+
+static void test_request_messages(test_ctx *t)
+{
+    /* U2 = clients 0-5 and 7 (id 2^32-1); 6 dropped before sharing, 7 after. */
+    const sim_cfg cfg = { .n = 8, .t = 3, .d = 64, .drop_before = 1u << 6, .drop_after = 1u << 7 };
+    sim s;
+    status st = sim_setup(&s, &cfg, SEED + 40);
+    if (st == STATUS_OK) st = sim_share(&s);
+    if (st == STATUS_OK) st = sim_mask(&s);
+    check(t, st == STATUS_OK, "a round up to masking (%s)", status_str(st));
+    const uint32_t *id = s.ids;
+    uint32_t u3[6] = {id[0], id[1], id[2], id[3], id[4], id[5]}, rev[6] = {id[5], id[4], id[3], id[2], id[1], id[0]};
+    uint8_t req[128], out[1024];
+    size_t rl = fed_secagg_reveal_bytes(7), r8 = fed_secagg_reveal_bytes(8), r6 = fed_secagg_reveal_bytes(6), len;
+    fed_secagg_client *c = s.c[0];
+    len = make_request(req, u3, 6, (uint32_t[]){id[3], id[7]}, 2);
+    check(t, REFUSED(t, STATUS_PEER, "both secrets", fed_secagg_client_reveal(c, req, len, out, r8)),
+          "refused: a request naming a client both survivor and dropped");
+    len = make_request(req, u3, 6, (uint32_t[]){id[6], id[7]}, 2);
+    check(t, REFUSED(t, STATUS_PEER, "partition", fed_secagg_client_reveal(c, req, len, out, r8)),
+          "refused: a dropped list naming a client not in U2");
+    len = make_request(req, u3, 6, NULL, 0);
+    check(t, REFUSED(t, STATUS_PEER, "partition", fed_secagg_client_reveal(c, req, len, out, r6)),
+          "refused: a request that omits a dropped member of U2");
+    len = make_request(req, u3 + 1, 5, (uint32_t[]){id[0], id[7]}, 2);
+    check(t, REFUSED(t, STATUS_PEER, "as dropped", fed_secagg_client_reveal(c, req, len, out, rl)),
+          "refused: a request that lists the client itself as dropped");
+    len = make_request(req, u3, 2, (uint32_t[]){id[2], id[3], id[4], id[5], id[7]}, 5);
+    check(t, REFUSED(t, STATUS_INPUT, "fewer than t", fed_secagg_client_reveal(c, req, len, out, rl)),
+          "refused: a request naming fewer than t survivors");
+    len = make_request(req, rev, 6, (uint32_t[]){id[7]}, 1);
+    check(t, REFUSED(t, STATUS_CORRUPT, "ascending", fed_secagg_client_reveal(c, req, len, out, rl)) &&
+          REFUSED(t, STATUS_CORRUPT, "bytes", fed_secagg_client_reveal(c, req, len - 1, out, rl)),
+          "refused: an unsorted request, and one a byte short");
+    size_t q = fed_secagg_request_bytes(6, 1);
+    check(t, REFUSED(t, STATUS_INPUT, "both survivor and dropped",
+                     fed_secagg_server_request(ROUND, u3, 6, (uint32_t[]){id[2]}, 1, req, q)),
+          "refused: the server builds no request naming a client in both lists");
+    len = make_request(req, u3, 6, (uint32_t[]){id[7]}, 1);
+    st = fed_secagg_client_reveal(c, req, len, out, rl);
+    check(t, st == STATUS_OK && REFUSED(t, STATUS_PEER, "second", fed_secagg_client_reveal(c, req, len, out, rl)),
+          "a valid request is answered (%s), a second one refused", status_str(st));
+    sim_free(&s);
+}
+
+/* The server refuses hostile unmask inputs; each check changes one thing in a copy. */
+static void test_unmask_messages(test_ctx *t)
+{
+    const sim_cfg cfg = { .n = 8, .t = 3, .d = 64, .drop_after = 1u << 7 };
+    sim s;
+    status st = sim_run(&s, &cfg, SEED + 41);
+    size_t mb = fed_secagg_masked_bytes(cfg.d);
+    uint64_t sum[64];
+    uint8_t *masked = malloc(s.masked_len), *reveals = malloc(s.reveals_len);
+    fed_secagg_unmask_in in = s.in;
+    in.masked_len -= 8;
+    check(t, st == STATUS_OK && REFUSED(t, STATUS_CORRUPT, "masked vectors", fed_secagg_server_unmask(&in, sum)),
+          "refused: masked vectors of a wrong size");
+    in = s.in;
+    in.reveals_len -= 1;
+    check(t, REFUSED(t, STATUS_CORRUPT, "reveals", fed_secagg_server_unmask(&in, sum)),
+          "refused: reveals of a wrong size");
+    in = s.in;
+    in.masked = masked;
+    memcpy(masked, s.masked, s.masked_len);
+    memcpy(masked + mb, masked, mb);
+    check(t, REFUSED(t, STATUS_PEER, "the second", fed_secagg_server_unmask(&in, sum)),
+          "refused: one survivor's masked vector twice, another's missing");
+    memcpy(masked, s.masked, s.masked_len);
+    masked[HDR + 8] ^= 1;
+    check(t, REFUSED(t, STATUS_PEER, "another U2", fed_secagg_server_unmask(&in, sum)),
+          "refused: a masked vector over another U2");
+    in = s.in;
+    in.reveals = reveals;
+    memcpy(reveals, s.reveals, s.reveals_len);
+    memcpy(reveals + s.reveal_len, reveals, s.reveal_len);
+    check(t, REFUSED(t, STATUS_CORRUPT, "two reveals", fed_secagg_server_unmask(&in, sum)),
+          "refused: two reveals from one client");
+    in = s.in;
+    in.round = ROUND + 1;
+    check(t, REFUSED(t, STATUS_CORRUPT, "round", fed_secagg_server_unmask(&in, sum)),
+          "refused: unmasking another round's messages");
+    st = fed_secagg_server_unmask(&s.in, sum);
+    check(t, st == STATUS_OK && memcmp(sum, s.want, sizeof sum) == 0, "the untouched messages unmask (%s)",
+          status_str(st));
+    free(masked);
+    free(reveals);
+    sim_free(&s);
+}
+
+/* ---- fixed point ------------------------------------------------------------------ */
+
+static void test_encode(test_ctx *t)
+{
+    uint64_t out[4];
+    float nan_at_2[4] = {1, 2, NAN, 4}, inf_at_0[1] = {INFINITY};
+    check(t, REFUSED(t, STATUS_INPUT, "element 2 is nan", fed_secagg_encode(out, nan_at_2, 4, 16, 10)) &&
+          REFUSED(t, STATUS_INPUT, "not finite", fed_secagg_encode(out, inf_at_0, 1, 16, 10)),
+          "refused: encoding NaN and infinity (element and value named)");
+    /* f = 20, n = 1000: |x| must stay below (2^63 - 1) / 1000 / 2^20 ~ 8.8e9 */
+    float big[2] = {8e9f, -9e9f};
+    check(t, REFUSED(t, STATUS_INPUT, "element 1 is -9e+09", fed_secagg_encode(out, big, 2, 20, 1000)),
+          "refused: a value whose sum over n clients could reach 2^63");
+    /* The largest float a sum of 3 may hold at f = 0 passes; the next one up is refused. */
+    const uint64_t limit = (uint64_t)INT64_MAX / 3;
+    float top = (float)limit;
+    if ((uint64_t)top > limit) top = nextafterf(top, 0);
+    float edge[2] = {top, -top}, over[1] = {nextafterf(top, INFINITY)};
+    status st = fed_secagg_encode(out, edge, 2, 0, 3);
+    uint64_t s3 = 3 * out[0], n3 = 3 * out[1];  /* the sum of 3 such encodings, mod 2^64 */
+    double dec[2];
+    fed_secagg_decode(dec, (uint64_t[]){s3, n3}, 2, 0);
+    check(t, st == STATUS_OK && (int64_t)s3 == 3 * (int64_t)top && dec[0] == 3.0 * top && dec[1] == -3.0 * top &&
+          REFUSED(t, STATUS_INPUT, "reaches 2^63", fed_secagg_encode(out, over, 1, 0, 3)),
+          "encode: |x| = %.6g sums 3 times without wrapping; the next float up is refused", (double)top);
+    float frac[3] = {0.5f, -0.25f, 1.0f / 3};
+    st = fed_secagg_encode(out, frac, 3, 8, 2);
+    fed_secagg_decode(dec, out, 2, 8);
+    check(t, st == STATUS_OK && dec[0] == 0.5 && dec[1] == -0.25 && out[2] == 85,
+          "encode: round(x 2^f), two's complement, decoded back (1/3 -> 85 / 256)");
+}
+
+int main(void)
+{
+    test_ctx t = {0};
+    test_shamir(&t);
+    test_sums(&t);
+    test_threshold(&t);
+    test_indistinguishable(&t);
+    test_share_messages(&t);
+    test_roster_messages(&t);
+    test_request_messages(&t);
+    test_unmask_messages(&t);
+    test_encode(&t);
+    printf("%s: %d failed\n", t.failures ? "FAIL" : "ok", t.failures);
+    return t.failures ? 1 : 0;
 }
