@@ -44,6 +44,8 @@ static const config_key fed_keys[] = {
     { "fed", "eval_every", CONFIG_TYPE_INT, "1", .min = 0, .max = 1e9,
       .help = "held-out evaluation every N rounds and after the last (0: after the last only)" },
     { "fed", "eval_batch", CONFIG_TYPE_INT, "256", .min = 1, .max = 1 << 20, .help = "samples per evaluation forward" },
+    { "fed", "threads", CONFIG_TYPE_INT, "0", .min = 0, .max = 4096,
+      .help = "OpenMP and BLAS threads of a rank (0: its cores, shared among the ranks bound to them)" },
     { "fed", "plant", CONFIG_TYPE_STRING, "",
       .help = "tests: hostile or failing clients, WHAT:ID[@ROUND],... (scale nan size stale norm fail drop; "
               "kill:RANK@ROUND ends a rank's process)" },

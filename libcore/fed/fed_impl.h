@@ -166,7 +166,8 @@ struct fed_run {
     int64_t ckpt_every;
     char run_dir[4096];
     char config_text[65536];
-    int metrics_fd;
+    int metrics_fd;            /* RUN_DIR/metrics.jsonl (O_APPEND) */
+    int launch;                /* this launch's number in it (docs/metrics.md) */
     tfevent *tb;
     double sigma_update;       /* the noise multiplier of the updates (sigma, less the clip count's share) */
     float *agg;                /* (d) the aggregate */

@@ -9,10 +9,13 @@
  * same clients on the same shards and aggregates the same updates. */
 #include <errno.h>
 #include <math.h>
+#include <omp.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/blas.h"
 #include "data/data.h"
 #include "fed_impl.h"
 
@@ -307,6 +310,15 @@ status fed_setup(fed_run **out, const config *cfg, const runtime *rt)
     snprintf(f->run_dir, sizeof f->run_dir, "%s", config_str(cfg, "fed.run_dir"));
     config_dump(cfg, f->config_text, sizeof f->config_text);
     TRY(fed_parse_plant(f, config_str(cfg, "fed.plant")));
+    int threads = (int)config_int(cfg, "fed.threads");
+    if (threads == 0) {  /* the binding's cores, shared among the ranks on them (nebula-train's rule) */
+        cpu_set_t set;
+        threads = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+        if (rt->cpu_sharers > 1) threads /= rt->cpu_sharers;
+        if (threads < 1) threads = 1;
+    }
+    omp_set_num_threads(threads);
+    blas_set_threads(threads);
     TRY(model_spec_from_config(&f->spec, cfg));
     TRY(fed_check_config(f));
     const char *train = config_str(cfg, "data.train"), *val = config_str(cfg, "data.val");

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/path.h"
@@ -49,6 +50,39 @@ static status fed_budget(fed_run *f)
                f->target_eps, f->delta, f->led.sigma, f->q, (long long)f->rounds);
     }
     return STATUS_OK;
+}
+
+static int fed_fill_json(void *ctx, int fd)
+{
+    return json_dumpfd(ctx, fd, JSON_COMPACT) == 0 ? 0 : -1;
+}
+
+/* RUN_DIR/clients.json: each client's samples (its FedAvg weight without DP) and, for
+ * images, its label counts: what the partition made. */
+static status fed_write_clients(fed_run *f)
+{
+    json_t *j = json_object(), *samples = json_array(), *labels = json_array();
+    int K = model_num_classes(&f->spec);
+    for (int c = 0; c < f->nclients; c++) {
+        json_array_append_new(samples, json_integer(f->shard_start[c + 1] - f->shard_start[c]));
+        if (!f->train.images) continue;
+        json_t *h = json_array();
+        for (int k = 0; k < K; k++) {
+            int64_t n = 0;
+            for (int64_t i = f->shard_start[c]; i < f->shard_start[c + 1]; i++) n += f->train.labels[f->shard[i]] == k;
+            json_array_append_new(h, json_integer(n));
+        }
+        json_array_append_new(labels, h);
+    }
+    json_object_set_new(j, "clients", json_integer(f->nclients));
+    json_object_set_new(j, "partition", json_string(config_str(f->cfg, "fed.partition")));
+    json_object_set_new(j, "samples", samples);
+    json_object_set_new(j, "labels", labels);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/clients.json", f->run_dir);
+    status st = path_write_atomic(path, "clients table", fed_fill_json, j);
+    json_decref(j);
+    return st;
 }
 
 static void fed_content(fed_run *f, ckpt_content *c)
@@ -93,14 +127,21 @@ status fed_ckpt_init(fed_run *f)
             return STATUS_INPUT;
         }
     }
+    char what[8400], why[256];
+    bool self;
+    if (path_in_run_state(f->run_dir, what, sizeof what, &self)) {
+        log_error0("fed.run_dir %s %s %s: the run would write its metrics, clients table and checkpoints there\n"
+                   "HINT: give another --run-dir (docs/design.md#outputs)", f->run_dir, self ? "is" : "lies inside", what);
+        return STATUS_INPUT;
+    }
     TRY(path_mkdirs(f->run_dir, "fed.run_dir"));
     char path[4200];
     snprintf(path, sizeof path, "%s/metrics.jsonl", f->run_dir);
-    f->metrics_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (f->metrics_fd < 0) {
-        log_error0("cannot open %s for appending: %s", path, strerror(errno));
+    if (path_create_regular(path, O_WRONLY | O_APPEND, 0644, &f->metrics_fd, why, sizeof why) != 0) {
+        log_error0("cannot open %s for appending: %s", path, why);
         return STATUS_INPUT;
     }
+    TRY(fed_write_clients(f));
     snprintf(path, sizeof path, "%s/tb", f->run_dir);
     if (tfevent_open(&f->tb, path) != STATUS_OK) f->tb = NULL;  /* logged; the run goes on without */
     if (f->ckpt_every > 0) {
@@ -204,9 +245,30 @@ status fed_evaluate(fed_run *f, double *loss, double *acc)
     return STATUS_OK;
 }
 
-static json_t *fed_num(double v)
+/* A number, or null listed in `nonfinite` (docs/metrics.md). */
+static void fed_num(json_t *j, json_t *nonfinite, const char *key, double v)
 {
-    return isfinite(v) ? json_real(v) : json_null();
+    json_object_set_new(j, key, isfinite(v) ? json_real(v) : json_null());
+    if (!isfinite(v)) json_array_append_new(nonfinite, json_string(key));
+}
+
+/* The launch number: one more than the highest "launch" in the file so far. */
+static int fed_launch_number(int fd)
+{
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || sb.st_size == 0) return 1;
+    size_t n = sb.st_size > 65536 ? 65536 : (size_t)sb.st_size;
+    char *buf = malloc(n + 1);
+    int best = 0;
+    if (buf && path_read_all_at(fd, buf, n, (uint64_t)sb.st_size - n) == 0) {
+        buf[n] = 0;
+        for (char *p = strstr(buf, "\"launch\":"); p; p = strstr(p + 1, "\"launch\":")) {
+            int k = atoi(p + 9);
+            if (k > best) best = k;
+        }
+    }
+    free(buf);
+    return best + 1;
 }
 
 void fed_metrics_round(fed_run *f, int64_t sampled, int64_t dropped, int64_t refused, int64_t aggregated,
@@ -214,30 +276,47 @@ void fed_metrics_round(fed_run *f, int64_t sampled, int64_t dropped, int64_t ref
 {
     int64_t r = f->led.round;
     double eps = f->dp ? f->led.eps : NAN, clip = f->dp ? f->led.clip.C : NAN;
+    bool evaluated = isfinite(eval_loss);
     printf("round=%lld sampled=%lld dropped=%lld refused=%lld aggregated=%lld loss=%.4f", (long long)r,
            (long long)sampled, (long long)dropped, (long long)refused, (long long)aggregated, loss);
-    if (isfinite(eval_loss)) printf(" eval_loss=%.4f", eval_loss);
+    if (evaluated) printf(" eval_loss=%.4f", eval_loss);
     if (isfinite(eval_acc)) printf(" acc=%.4f", eval_acc);
     if (f->dp) printf(" eps=%.4f clip=%.4g", eps, clip);
     printf(" round_s=%.3f\n", secs);
     fflush(stdout);
-    json_t *j = json_object();
-    json_object_set_new(j, "kind", json_string("fed"));
+    if (!f->launch) f->launch = f->metrics_fd >= 0 ? fed_launch_number(f->metrics_fd) : 1;
+    json_t *j = json_object(), *nonfinite = json_array();
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    char when[80];
+    snprintf(when, sizeof when, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+             tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
+    const char *job = getenv("SLURM_JOB_ID");
+    json_object_set_new(j, "kind", json_string("fed_round"));
     json_object_set_new(j, "step", json_integer(r));
+    json_object_set_new(j, "time", json_string(when));
+    json_object_set_new(j, "elapsed_s", json_real(MPI_Wtime() - f->t0));
+    json_object_set_new(j, "launch", json_integer(f->launch));
+    json_object_set_new(j, "job", json_string(job && job[0] ? job : "-"));
     json_object_set_new(j, "round", json_integer(r));
     json_object_set_new(j, "clients_sampled", json_integer(sampled));
     json_object_set_new(j, "clients_dropped", json_integer(dropped));
     json_object_set_new(j, "updates_refused", json_integer(refused));
     json_object_set_new(j, "clients_aggregated", json_integer(aggregated));
-    json_object_set_new(j, "loss", fed_num(loss));
-    json_object_set_new(j, "eval_loss", fed_num(eval_loss));
-    json_object_set_new(j, "eval_acc", fed_num(eval_acc));
-    json_object_set_new(j, "eps", fed_num(eps));
-    json_object_set_new(j, "delta", f->dp ? json_real(f->delta) : json_null());
-    json_object_set_new(j, "sigma", f->dp ? json_real(f->led.sigma) : json_null());
-    json_object_set_new(j, "clip", fed_num(clip));
+    fed_num(j, nonfinite, "loss", loss);
+    if (evaluated) fed_num(j, nonfinite, "eval_loss", eval_loss);
+    if (isfinite(eval_acc)) fed_num(j, nonfinite, "acc", eval_acc);
+    if (f->dp) {
+        fed_num(j, nonfinite, "eps", eps);
+        json_object_set_new(j, "delta", json_real(f->delta));
+        json_object_set_new(j, "sigma", json_real(f->led.sigma));
+        fed_num(j, nonfinite, "clip", clip);
+    }
     json_object_set_new(j, "round_ms", json_real(secs * 1e3));
-    json_object_set_new(j, "time", json_real(MPI_Wtime() - f->t0));
+    if (json_array_size(nonfinite)) json_object_set(j, "nonfinite", nonfinite);
+    json_decref(nonfinite);
     char *line = json_dumps(j, JSON_COMPACT);
     json_decref(j);
     if (line && f->metrics_fd >= 0) {
