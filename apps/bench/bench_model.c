@@ -99,13 +99,13 @@ static void print_dry_run(const model_spec *spec, int B, int T, bool json, const
     FILE *f = json ? stderr : stdout;
     fprintf(f, "# nebula-bench model --dry-run: the configuration is valid; nothing was allocated\nmodel: ");
     model_spec_print(spec, f);
-    bool resnet = spec->family == MODEL_FAMILY_RESNET;
-    if (resnet) fprintf(f, "batch: B=%d %dx%d\n", B, spec->image_size, spec->image_size);
+    bool images = model_spec_images(spec);
+    if (images) fprintf(f, "batch: B=%d %dx%d\n", B, spec->image_size, spec->image_size);
     else fprintf(f, "batch: B=%d T=%d\n", B, T);
     if (json) bench_provenance_row("row", prov);
     if (json)
         emit_json(json_pack("{s:s, s:s, s:b, s:i, s:i}", "row", "dry_run", "model", spec->name, "valid", 1, "batch", B,
-                            resnet ? "image_size" : "seq", resnet ? spec->image_size : T));
+                            images ? "image_size" : "seq", images ? spec->image_size : T));
 }
 
 /* --device cuda: one GPU. train_step_batch, the GPU twin of the trainer's step that the
@@ -192,9 +192,9 @@ static void bench_set(bench_trainer *bt, const char *fmt, ...)
 /* The trainer's config: every runtime, comm, model, device and dgc key given to
  * nebula-bench, then one rank's run of warm + steps steps on one synthetic batch,
  * B x T, with the benchmark's optimizer — AdamW (beta 0.9/0.95, eps 1e-8, decay 0.1)
- * at 3e-4, or for ResNets SGD (momentum 0.9, decay 1e-4) at 0.01 — at a constant
- * rate, without clipping, checkpoints, evaluation or DGC-Pro. */
-static void bench_train_config(bench_trainer *bt, const config *cfg, bool resnet)
+ * at 3e-4, or for the image classifiers (ResNet, MLP) SGD (momentum 0.9, decay 1e-4) at
+ * 0.01 — at a constant rate, without clipping, checkpoints, evaluation or DGC-Pro. */
+static void bench_train_config(bench_trainer *bt, const config *cfg, bool images)
 {
     config_init(&bt->cfg, bt->schema, train_config_schema(bt->schema, 256));
     for (int k = 0; k < cfg->nkeys; k++) {
@@ -217,8 +217,8 @@ static void bench_train_config(bench_trainer *bt, const config *cfg, bool resnet
     bench_set(bt, "optim.name=auto");
     bench_set(bt, "optim.schedule=constant");
     bench_set(bt, "optim.warmup_steps=0");
-    bench_set(bt, "optim.lr=%s", resnet ? "0.01" : "3e-4");
-    bench_set(bt, "optim.weight_decay=%s", resnet ? "1e-4" : "0.1");
+    bench_set(bt, "optim.lr=%s", images ? "0.01" : "3e-4");
+    bench_set(bt, "optim.weight_decay=%s", images ? "1e-4" : "0.1");
     bench_set(bt, "optim.beta1=0.9");
     bench_set(bt, "optim.beta2=0.95");
     bench_set(bt, "optim.eps=1e-8");
@@ -293,7 +293,7 @@ static status bench_model_steps(const config *cfg, train_run *r, int B, int T, c
     bool csv = !strcmp(format, "csv"), json = !strcmp(format, "json");
     FILE *info = csv || json ? stderr : stdout;  /* stdout holds only the rows then */
     char shape[64], per_s[32];
-    if (spec->family == MODEL_FAMILY_RESNET) snprintf(shape, sizeof shape, "B=%d %dx%d", B, spec->image_size, spec->image_size);
+    if (model_spec_images(spec)) snprintf(shape, sizeof shape, "B=%d %dx%d", B, spec->image_size, spec->image_size);
     else snprintf(shape, sizeof shape, "B=%d T=%d", B, T);
     snprintf(per_s, sizeof per_s, "%s_per_s", unit);
     const char *prec = precision_kind_name(r->dev.precision);
@@ -418,7 +418,7 @@ status bench_model_run(const config *cfg, const runtime *rt, comm *c, const json
         free(bt);
         return STATUS_IO;
     }
-    bench_train_config(bt, cfg, spec.family == MODEL_FAMILY_RESNET);
+    bench_train_config(bt, cfg, model_spec_images(&spec));
     status st = train_setup(&bt->run, &bt->cfg, rt, c, NULL);
     if (st == STATUS_OK) st = bench_model_steps(cfg, &bt->run, B, T, prov);
     train_free(&bt->run);

@@ -125,8 +125,13 @@ static status write_hf(const tool_model *tm, const ckpt_catalog *cat, const char
 static status check_hf_family(const tool_model *tm, const char *format)
 {
     if (strcmp(format, "hf") != 0 || hf_family_supported(&tm->m.spec)) return STATUS_OK;
-    log_error0("--to hf writes transformers' GPT-2 and BERT; %s is a torchvision ResNet: --to safetensors writes "
-               "it under torchvision's names, which torchvision's resnet loads strictly", tm->m.spec.name);
+    if (tm->m.spec.family == MODEL_FAMILY_MLP)
+        log_error0("--to hf writes transformers' GPT-2 and BERT; %s is an MLP: --to safetensors writes it under the "
+                   "names of a PyTorch nn.Sequential of Linear and ReLU modules (layers.0.weight, ...), which loads strictly",
+                   tm->m.spec.name);
+    else
+        log_error0("--to hf writes transformers' GPT-2 and BERT; %s is a torchvision ResNet: --to safetensors writes "
+                   "it under torchvision's names, which torchvision's resnet loads strictly", tm->m.spec.name);
     return STATUS_INPUT;
 }
 

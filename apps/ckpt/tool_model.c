@@ -31,6 +31,11 @@ static double spec_min_params(const model_spec *s)
         double C = s->bert.channels;
         return (double)s->bert.vocab_size * C + (double)s->bert.num_layers * (4 * C * C + 2 * C * s->bert.intermediate);
     }
+    if (s->family == MODEL_FAMILY_MLP) {
+        double D = 3.0 * s->image_size * s->image_size, H = s->mlp.hidden, K = s->mlp.num_classes;
+        int L = s->mlp.layers;
+        return L ? D * H + (L - 1) * H * H + H * K : D * K;
+    }
     return 0;
 }
 
@@ -60,7 +65,7 @@ status tool_model_from_config(tool_model *tm, const config *cfg, const char *ori
     }
     config_dump(&mc, tm->ini, sizeof tm->ini);
     memset(&tm->m, 0, sizeof tm->m);
-    return model_init(&tm->m, &spec, 1, spec.family == MODEL_FAMILY_RESNET ? 0 : 1, 0, false);
+    return model_init(&tm->m, &spec, 1, model_spec_images(&spec) ? 0 : 1, 0, false);
 }
 
 status tool_model_from_ini(tool_model *tm, const char *ini, const char *origin, const char *want, uint64_t file_bytes)

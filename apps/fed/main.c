@@ -23,6 +23,10 @@ static const char fed_usage[] =
     "  (dp.target_epsilon), optional secure aggregation (secagg.enable); clients that fail or miss\n"
     "  fed.round_timeout are dropped for the round. A killed client rank is survived only when mpirun\n"
     "  runs with --enable-recovery.\n"
+    "       nebula-fed audit --config FILE [--set ...] [--resume CKPT_DIR] [--json]\n"
+    "  membership inference against the run's released global model (its newest committed checkpoint, or\n"
+    "  --resume): members are data.train, non-members data.val; Yeom's loss threshold, the AUC and the TPR at\n"
+    "  1% and 0.1% FPR of the loss as a score. One process.\n"
     "exit status: 0 done (rounds or privacy budget), 1 runtime failure, 2 usage or input error";
 
 static const cli_option fed_options[] = {
@@ -41,9 +45,69 @@ static const cli_option fed_options[] = {
     { "secagg", "secagg.enable", "true" },
 };
 
+/* nebula-fed audit: the server's checkpoint against members and non-members. */
+static int audit_main(int argc, char **argv)
+{
+    bool json = false;
+    for (int i = 2; i < argc; i++)
+        if (!strcmp(argv[i], "--json")) {
+            json = true;
+            for (int k = i; k < argc - 1; k++) argv[k] = argv[k + 1];
+            argc--, i--;
+        }
+    static config_key schema[256];
+    config cfg;
+    config_init(&cfg, schema, fed_config_schema(schema, 256));
+    cli_action action;
+    status st = cli_parse(&cfg, fed_options, (int)(sizeof fed_options / sizeof fed_options[0]), argc, argv, 2,
+                          fed_usage, &action);
+    if (st != STATUS_OK) return runtime_exit_early(status_exit_code(st));
+    if (action == CLI_ACTION_EXIT) return 0;
+    runtime_options ro;
+    runtime_options_from_config(&cfg, &ro);
+    ro.timeout_s = config_float(&cfg, "comm.timeout");
+    runtime rt;
+    st = runtime_init(&rt, &argc, &argv, &ro);
+    if (st != STATUS_OK) runtime_exit(&rt, st);
+    int world = 1;
+    MPI_Comm_size(rt.world, &world);
+    if (world != 1) {
+        log_error0("nebula-fed audit runs in one process (it found %d ranks)", world);
+        runtime_exit(&rt, STATUS_USAGE);
+    }
+    fed_run *f = NULL;
+    fed_audit_report a;
+    st = fed_setup_audit(&f, &cfg, &rt);
+    if (st == STATUS_OK) st = fed_resume(f);
+    if (st == STATUS_OK && fed_get_ledger(f)->round == 0) {
+        log_error0("nebula-fed audit: %s/ckpt holds no committed checkpoint of the run (ckpt.resume = %s): there is no "
+                   "released model to attack", config_str(&cfg, "fed.run_dir"), config_str(&cfg, "ckpt.resume"));
+        st = STATUS_INPUT;
+    }
+    if (st == STATUS_OK) st = fed_audit_membership(f, &a);
+    if (st == STATUS_OK && json) {
+        printf("{\"round\": %lld, \"epsilon\": %.6g, \"members\": %lld, \"nonmembers\": %lld, \"member_loss\": %.6g, "
+               "\"nonmember_loss\": %.6g, \"member_acc\": %.6g, \"nonmember_acc\": %.6g, \"auc\": %.6g, "
+               "\"tpr_at_1pct_fpr\": %.6g, \"tpr_at_0.1pct_fpr\": %.6g, \"yeom_advantage\": %.6g, "
+               "\"yeom_accuracy\": %.6g}\n", (long long)fed_get_ledger(f)->round, fed_get_ledger(f)->eps,
+               (long long)a.members, (long long)a.nonmembers, a.member_loss, a.nonmember_loss, a.member_conf,
+               a.nonmember_conf, a.auc, a.tpr_1pct, a.tpr_01pct, a.yeom_advantage, a.yeom_accuracy);
+    } else if (st == STATUS_OK) {
+        printf("audit: round %lld, epsilon %.4g; %lld members (loss %.4f, p(true) > 1/2: %.4f), %lld non-members (loss "
+               "%.4f, %.4f)\n", (long long)fed_get_ledger(f)->round, fed_get_ledger(f)->eps, (long long)a.members,
+               a.member_loss, a.member_conf, (long long)a.nonmembers, a.nonmember_loss, a.nonmember_conf);
+        printf("audit: membership inference: AUC %.4f, TPR %.4f at 1%% FPR, %.4f at 0.1%% FPR; Yeom's threshold: "
+               "advantage %.4f, accuracy %.4f\n", a.auc, a.tpr_1pct, a.tpr_01pct, a.yeom_advantage, a.yeom_accuracy);
+    }
+    if (st != STATUS_OK) log_error0("nebula-fed audit: %s", status_str(st));
+    fed_free(f);
+    runtime_exit(&rt, st);
+}
+
 int main(int argc, char **argv)
 {
     runtime_preinit(argv[0]);
+    if (argc >= 2 && !strcmp(argv[1], "audit")) return audit_main(argc, argv);
     static config_key schema[256];
     config cfg;
     config_init(&cfg, schema, fed_config_schema(schema, 256));

@@ -393,10 +393,12 @@ static status sample_run(const runtime *rt, const sample_args *a)
         goto free_catalog;
     }
     ini_parse_string(cat.config ? cat.config : "", data_key, &dk);
-    if (spec.family == MODEL_FAMILY_RESNET || (spec.family == MODEL_FAMILY_BERT) != a->mask) {
+    if (model_spec_images(&spec) || (spec.family == MODEL_FAMILY_BERT) != a->mask) {
+        char kind[64];
+        snprintf(kind, sizeof kind, "%s image classifier", model_family_name(&spec));
         log_error0("%s holds %s, a %s: sample generates text from GPT-2 checkpoints and fills [MASK] tokens "
                    "with BERT ones (--mask)%s", dir, spec.name,
-                   spec.family == MODEL_FAMILY_RESNET ? "ResNet image classifier" :
+                   model_spec_images(&spec) ? kind :
                    spec.family == MODEL_FAMILY_BERT ? "BERT masked language model" : "GPT-2 causal language model",
                    spec.family == MODEL_FAMILY_BERT ? ": add --mask and write [MASK] in the prompt" :
                    spec.family == MODEL_FAMILY_GPT2 ? ": drop --mask" : "");

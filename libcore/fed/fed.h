@@ -79,4 +79,19 @@ bool fed_peers_lost(const fed_run *f);
 const fed_ledger *fed_get_ledger(const fed_run *f);
 void fed_free(fed_run *f);
 
+/* nebula-fed audit: what a membership-inference attacker gets from the released global
+ * model (fed_attack.c). Members: data.train (every client's samples); non-members:
+ * data.val. */
+typedef struct fed_audit_report {
+    int64_t members, nonmembers;
+    double member_loss, nonmember_loss;  /* mean cross-entropy */
+    double member_conf, nonmember_conf;  /* fraction whose true class has p > 1/2 */
+    double auc;                          /* ROC AUC of -loss as the membership score */
+    double tpr_1pct, tpr_01pct;          /* TPR at 1% and 0.1% FPR of the same score */
+    double yeom_advantage, yeom_accuracy; /* Yeom et al.'s threshold attack (the mean member loss) */
+} fed_audit_report;
+/* fed_setup for the audit: one process, the data and the global model, no file written. */
+status fed_setup_audit(fed_run **out, const config *cfg, const runtime *rt);
+status fed_audit_membership(fed_run *f, fed_audit_report *rep);
+
 #endif

@@ -115,6 +115,7 @@ typedef struct fed_data {
 } fed_data;
 
 struct fed_run {
+    bool audit;                /* set up for nebula-fed audit: nothing is written */
     const config *cfg;
     const runtime *rt;
     comm_star star;

@@ -239,7 +239,7 @@ static status fed_model_setup(fed_run *f)
     TRY(model_batch_init(&f->batch, &f->m));
     const char *opt = config_str(cfg, "optim.name");
     memset(&f->opt, 0, sizeof f->opt);
-    f->opt.use_sgd = !strcmp(opt, "sgd") || (!strcmp(opt, "auto") && f->spec.family == MODEL_FAMILY_RESNET);
+    f->opt.use_sgd = !strcmp(opt, "sgd") || (!strcmp(opt, "auto") && model_spec_images(&f->spec));
     f->opt.adamw = (adamw_hparams){ .beta1 = config_float(cfg, "optim.beta1"), .beta2 = config_float(cfg, "optim.beta2"),
                                     .eps = config_float(cfg, "optim.eps"),
                                     .weight_decay = config_float(cfg, "optim.weight_decay") };
@@ -279,11 +279,12 @@ static size_t fed_msg_bytes(const fed_run *f, int clients)
     return whole > round ? whole : round;
 }
 
-status fed_setup(fed_run **out, const config *cfg, const runtime *rt)
+static status fed_setup_mode(fed_run **out, const config *cfg, const runtime *rt, bool audit)
 {
     fed_run *f = calloc(1, sizeof *f);
     if (!f) return STATUS_NOMEM;
     *out = f;
+    f->audit = audit;
     f->cfg = cfg;
     f->rt = rt;
     f->metrics_fd = -1;
@@ -346,6 +347,16 @@ status fed_setup(fed_run **out, const config *cfg, const runtime *rt)
     TRY(comm_star_init(&f->star, rt->world, f->round_timeout, "fed", rt->wd));
     if (f->rank == 0) TRY(fed_ckpt_init(f));
     return STATUS_OK;
+}
+
+status fed_setup(fed_run **out, const config *cfg, const runtime *rt)
+{
+    return fed_setup_mode(out, cfg, rt, false);
+}
+
+status fed_setup_audit(fed_run **out, const config *cfg, const runtime *rt)
+{
+    return fed_setup_mode(out, cfg, rt, true);
 }
 
 void fed_print(const fed_run *f, FILE *out)

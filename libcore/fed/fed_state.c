@@ -127,6 +127,8 @@ status fed_ckpt_init(fed_run *f)
             return STATUS_INPUT;
         }
     }
+    f->t0 = MPI_Wtime();
+    if (f->audit) return STATUS_OK;  /* the audit reads a checkpoint and writes nothing */
     char what[8400], why[256];
     bool self;
     if (path_in_run_state(f->run_dir, what, sizeof what, &self)) {
@@ -150,7 +152,6 @@ status fed_ckpt_init(fed_run *f)
         fed_content(f, &shape);
         TRY(ckpt_writer_init(&f->ckpt, MPI_COMM_SELF, path, (int)config_int(cfg, "ckpt.keep_last"), false, &shape));
     }
-    f->t0 = MPI_Wtime();
     return STATUS_OK;
 }
 

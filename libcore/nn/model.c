@@ -1,8 +1,9 @@
 /* model — see model.h. Resolution applies the [model] overrides to the preset the
  * family module names; every architecture rule the family modules already check
- * (gpt2_config_check, bert_config_check, resnet_config_check) is reused, and their
- * messages use the [model] key names. Everything that differs by family goes through
- * the family's table (model_impl.h: model_gpt2.c, model_bert.c, model_resnet.c);
+ * (gpt2_config_check, bert_config_check, resnet_config_check, mlp_config_check) is reused,
+ * and their messages use the [model] key names. Everything that differs by family goes
+ * through the family's table (model_impl.h: model_gpt2.c, model_bert.c, model_resnet.c,
+ * model_mlp.c);
  * what every family shares is read through m->base. */
 #include "model.h"
 
@@ -19,13 +20,19 @@ static const model_family_ops *const model_families[] = {
     [MODEL_FAMILY_GPT2] = &model_family_gpt2,
     [MODEL_FAMILY_BERT] = &model_family_bert,
     [MODEL_FAMILY_RESNET] = &model_family_resnet,
+    [MODEL_FAMILY_MLP] = &model_family_mlp,
 };
 #define MODEL_COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
-/* Every integer override key of [model], in the order a foreign one is reported. */
-static const char *const model_override_keys[] = {
-    "model.n_layer", "model.n_head", "model.n_embd", "model.max_seq_len", "model.vocab_size",
-    "model.num_classes", "model.image_size",
+/* Every integer override key of [model], in the order a foreign one is reported, with
+ * the value that means "the preset's" (0, but for model.mlp_layers, where 0 is a model). */
+static const struct model_override_key {
+    const char *key;
+    int64_t preset;
+} model_override_keys[] = {
+    { "model.n_layer", 0 }, { "model.n_head", 0 }, { "model.n_embd", 0 }, { "model.max_seq_len", 0 },
+    { "model.vocab_size", 0 }, { "model.num_classes", 0 }, { "model.image_size", 0 }, { "model.width", 0 },
+    { "model.mlp_hidden", 0 }, { "model.mlp_layers", -1 },
 };
 
 static const model_family_ops *model_family_of(model_family f)
@@ -53,8 +60,8 @@ static status model_refuse_foreign_keys(const model_spec *s, const config *cfg)
 {
     const model_family_ops *ops = model_family_of(s->family);
     for (size_t i = 0; i < MODEL_COUNT(model_override_keys); i++) {
-        const char *key = model_override_keys[i];
-        if (model_owns_key(ops, key) || config_int(cfg, key) == 0) continue;
+        const char *key = model_override_keys[i].key;
+        if (model_owns_key(ops, key) || config_int(cfg, key) == model_override_keys[i].preset) continue;
         log_error0("%s = %lld (%s) does not apply to %s, a %s model; its keys are %s", key,
                    (long long)config_int(cfg, key), config_origin(cfg, key), s->name, ops->name, ops->keys_text);
         return STATUS_INPUT;
@@ -78,10 +85,26 @@ status model_spec_from_config(model_spec *s, const config *cfg)
            strncmp(name, model_families[f]->prefix, strlen(model_families[f]->prefix)) != 0)
         f++;
     if (f == MODEL_COUNT(model_families))
-        die("model.name", "MODEL_NAMES holds a name of no family", "every name starts with gpt2, bert or resnet");
+        die("model.name", "MODEL_NAMES holds a name of no family", "every name starts with gpt2, bert, resnet or mlp");
     s->family = (model_family)f;
     TRY(model_refuse_foreign_keys(s, cfg));
     return model_families[f]->spec_resolve(s, cfg);
+}
+
+bool model_spec_images(const model_spec *s)
+{
+    return !model_family_of(s->family)->sequences;
+}
+
+const char *model_family_name(const model_spec *s)
+{
+    return model_family_of(s->family)->name;
+}
+
+/* Tensor and pipeline parallelism are built for the transformers. */
+static bool model_spec_transformer(const model_spec *s)
+{
+    return s->family == MODEL_FAMILY_GPT2 || s->family == MODEL_FAMILY_BERT;
 }
 
 status model_check_seq_len(const model_spec *s, int T, int ctx, const char *seq_key)
@@ -126,13 +149,13 @@ status model_spec_check_grid(const model_spec *s, int tp, int pp)
 {
     int layers = s->family == MODEL_FAMILY_GPT2 ? s->gpt2.num_layers
                  : s->family == MODEL_FAMILY_BERT ? s->bert.num_layers : 0;
-    if (tp > 1 && s->family == MODEL_FAMILY_RESNET) {
+    if (tp > 1 && !model_spec_transformer(s)) {
         log_error0("parallel.tp = %d: tensor parallelism is built for the transformers (GPT-2, BERT), not %s (%s); "
                    "set parallel.tp = 1", tp, s->name, model_family_of(s->family)->name);
         return STATUS_INPUT;
     }
     if (tp > 1) TRY(s->family == MODEL_FAMILY_GPT2 ? gpt2_check_tp(&s->gpt2, tp) : bert_check_tp(&s->bert, tp));
-    if (pp > 1 && s->family == MODEL_FAMILY_RESNET) {
+    if (pp > 1 && !model_spec_transformer(s)) {
         log_error0("parallel.pp = %d: %s trains data-parallel only; set parallel.pp = 1", pp, s->name);
         return STATUS_INPUT;
     }
@@ -154,7 +177,7 @@ status model_tp_status(model *m)
 
 status model_table_whole(const model_spec *s, int tp_size, int tp_rank, param_table *out)
 {
-    CHECK(s->family != MODEL_FAMILY_RESNET, "model_table_whole: ResNet has no tensor-parallel layout");
+    CHECK(model_spec_transformer(s), "model_table_whole: only the transformers have a tensor-parallel layout");
     return s->family == MODEL_FAMILY_GPT2 ? gpt2_table_whole(&s->gpt2, tp_size, tp_rank, out)
                                           : bert_table_whole(&s->bert, tp_size, tp_rank, out);
 }
@@ -166,7 +189,7 @@ status model_init_parallel(model *m, const model_spec *s, int B, int T, uint64_t
     m->tp = tp ? *tp : nn_tp_none();
     m->stage = stage ? *stage : nn_stage_whole();
     if (m->tp.size > 1) TRY(model_spec_check_grid(s, m->tp.size, 1));
-    if (m->stage.end != 0 && s->family == MODEL_FAMILY_RESNET) TRY(model_spec_check_grid(s, 1, 2));
+    if (m->stage.end != 0 && !model_spec_transformer(s)) TRY(model_spec_check_grid(s, 1, 2));
     m->spec = *s;
     m->ops = model_family_of(s->family);
     m->B = B;
@@ -178,7 +201,7 @@ status model_init_parallel(model *m, const model_spec *s, int B, int T, uint64_t
 
 static bool model_is_gpt2(const model *m)
 {
-    CHECK(m->spec.family != MODEL_FAMILY_RESNET, "pipeline stages are the transformers' (GPT-2, BERT)");
+    CHECK(model_spec_transformer(&m->spec), "pipeline stages are the transformers' (GPT-2, BERT)");
     return m->spec.family == MODEL_FAMILY_GPT2;
 }
 
@@ -201,7 +224,7 @@ size_t model_stage_floats(const model *m)
 
 double model_block_cost(const model_spec *s, int T, int l)
 {
-    CHECK(s->family != MODEL_FAMILY_RESNET, "model_block_cost: ResNet has no pipeline stages");
+    CHECK(model_spec_transformer(s), "model_block_cost: only the transformers have pipeline stages");
     if (s->family == MODEL_FAMILY_GPT2) {
         const gpt2_config *c = &s->gpt2;
         double C = c->channels, cost = 6 * gpt2_block_params(c) + 12.0 * T * C;
@@ -286,14 +309,13 @@ param_buffers *model_device_buffers(model *m)
 
 status model_set_micro_batch(model *m, int B)
 {
-    if (m->spec.family == MODEL_FAMILY_RESNET || device_is_gpu(m->base->dev)) {
-        log_error0("micro-batches of unequal size run on the CPU for GPT-2 and BERT only (%s%s): batch "
+    if (!m->ops->set_batch || device_is_gpu(m->base->dev)) {
+        log_error0("micro-batches of unequal size run on the CPU for GPT-2, BERT and the MLP only (%s%s): batch "
                    "normalisation's statistics depend on the micro-batch", m->spec.name,
                    device_is_gpu(m->base->dev) ? " on a GPU" : "");
         return STATUS_USAGE;
     }
-    if (model_is_gpt2(m)) gpt2_set_batch(&m->gpt2, B);
-    else bert_set_batch(&m->bert, B);
+    m->ops->set_batch(m, B);
     return STATUS_OK;
 }
 

@@ -1,4 +1,4 @@
-/* model — one interface over the three model families (GPT-2, BERT, ResNet) for the
+/* model — one interface over the four model families (GPT-2, BERT, ResNet, MLP) for the
  * executables: the [model] config section (a preset chosen by name, optionally with
  * its architecture fields overridden), checks of the architecture and of the batch
  * shape whose errors name the config key, and init / forward / backward / free of
@@ -20,9 +20,13 @@
  *                      of 128, as its presets do; BERT needs V >= 104 for its
  *                      special ids [PAD] 0 .. [MASK] 103)
  *   model.stem         imagenet | cifar                            ResNet
- *   model.num_classes  rows of fc.weight                           ResNet
- *   model.image_size   input height = width (0: 224 for the imagenet stem, 32 for cifar)
+ *   model.num_classes  rows of fc.weight (the MLP: of its last weight)  ResNet, MLP
+ *   model.image_size   input height = width (0: 224 for the imagenet stem, 32 for cifar,
+ *                      8 for the MLP)                              ResNet, MLP
  *   model.width        ResNet: conv1's channels, a multiple of 16 (torchvision's 64); layerK has width << (K-1)
+ *   model.mlp_hidden   width of the MLP's hidden layers            MLP
+ *   model.mlp_layers   the MLP's hidden layers, 0 allowed (logistic regression); -1, not
+ *                      0, means "the preset's value" here           MLP
  * A key set for a family it does not apply to is an error, not silently ignored. */
 #ifndef NEBULA_MODEL_H
 #define NEBULA_MODEL_H
@@ -36,16 +40,18 @@
 #include "base/config.h"
 #include "gpt2.h"
 #include "base/log.h"
+#include "mlp.h"
 #include "param.h"
 #include "resnet.h"
 
 /* Every preset: the GPT-2 sizes of Hugging Face (gpt2-tiny is a byte-level model for
  * tests), Google's BERT checkpoints, torchvision's ResNets with the ImageNet stem and
- * 1000 classes or ("-cifar") the CIFAR stem and 10 classes. */
+ * 1000 classes or ("-cifar") the CIFAR stem and 10 classes, and the MLP classifier of
+ * 8x8 images (mlp.h). */
 #define MODEL_NAMES                                                                                  \
     "gpt2-tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl|bert-tiny|bert-base|bert-large|"                 \
     "resnet18|resnet34|resnet50|resnet101|resnet152|"                                               \
-    "resnet18-cifar|resnet34-cifar|resnet50-cifar|resnet101-cifar|resnet152-cifar"
+    "resnet18-cifar|resnet34-cifar|resnet50-cifar|resnet101-cifar|resnet152-cifar|mlp"
 
 /* The [model] section of every executable that builds a model. */
 #define MODEL_CONFIG_KEYS                                                                            \
@@ -64,16 +70,21 @@
     { "model", "stem", CONFIG_TYPE_ENUM, "preset", .choices = "preset|imagenet|cifar",             \
       .help = "ResNet: input stem (preset: the one the name implies)" },                            \
     { "model", "num_classes", CONFIG_TYPE_INT, "0", .min = 0, .max = 1 << 20,                       \
-      .help = "ResNet: output classes (0: the preset's)" },                                         \
+      .help = "ResNet, MLP: output classes (0: the preset's)" },                                    \
     { "model", "image_size", CONFIG_TYPE_INT, "0", .min = 0, .max = 16384,                          \
-      .help = "ResNet: input height = width (0: 224 for the imagenet stem, 32 for cifar)" },        \
+      .help = "ResNet, MLP: input height = width (0: 224 for the imagenet stem, 32 for cifar, 8 for the mlp)" }, \
     { "model", "width", CONFIG_TYPE_INT, "0", .min = 0, .max = 4096,                                \
-      .help = "ResNet: conv1's channels, a multiple of 16; layerK's width << (K-1) (0: the preset's 64)" }
+      .help = "ResNet: conv1's channels, a multiple of 16; layerK's width << (K-1) (0: the preset's 64)" }, \
+    { "model", "mlp_hidden", CONFIG_TYPE_INT, "0", .min = 0, .max = MLP_MAX_HIDDEN,                 \
+      .help = "MLP: width of the hidden layers (0: the preset's 64)" },                             \
+    { "model", "mlp_layers", CONFIG_TYPE_INT, "-1", .min = -1, .max = MLP_MAX_LAYERS,               \
+      .help = "MLP: hidden layers, 0 allowed (logistic regression) (-1: the preset's 1)" }
 
 typedef enum model_family {
     MODEL_FAMILY_GPT2 = 0,  /* causal LM, tok/s */
     MODEL_FAMILY_BERT,      /* masked LM, seq/s */
-    MODEL_FAMILY_RESNET,    /* image classifier, img/s */
+    MODEL_FAMILY_RESNET,    /* image classifier with batch norm, img/s */
+    MODEL_FAMILY_MLP,       /* image classifier without normalisation or state (mlp.h), img/s */
 } model_family;
 
 /* A resolved architecture: the preset with the overrides applied. Nothing allocated. */
@@ -83,7 +94,8 @@ typedef struct model_spec {
     gpt2_config gpt2;       /* GPT-2 sizes (family GPT2) */
     bert_config bert;       /* BERT sizes (family BERT) */
     resnet_config resnet;   /* ResNet architecture (family RESNET) */
-    int image_size;         /* ResNet input H = W */
+    mlp_config mlp;         /* MLP sizes (family MLP) */
+    int image_size;         /* ResNet and MLP input H = W */
 } model_spec;
 
 /* Resolves the [model] keys of cfg (whose schema must hold MODEL_CONFIG_KEYS) and checks
@@ -91,6 +103,12 @@ typedef struct model_spec {
  * ids, the image covers the ResNet's total stride, no key set for another family.
  * STATUS_INPUT with a message that names the key, its value and the rule. */
 status model_spec_from_config(model_spec *s, const config *cfg);
+
+/* Whether the family's batch is (B, 3, H, W) images with (B) labels and T = 0 (ResNet,
+ * MLP), rather than (B, T) token ids. */
+bool model_spec_images(const model_spec *s);
+/* The family's name for messages: "GPT-2", "BERT", "ResNet", "multilayer perceptron". */
+const char *model_family_name(const model_spec *s);
 
 /* The [model] section of a stored run config (a checkpoint's `config` attribute: every
  * section of nebula-train's schema, INI text) into *mc, initialised here with
@@ -100,7 +118,7 @@ status model_config_from_ini(config *mc, const char *ini);
 
 /* Checks a training batch shape against the architecture: B >= 1; for GPT-2 and BERT
  * 1 <= T <= max_seq_len; for ResNet (T unused) enough values per channel for the last
- * batch norm (B * final map >= 2). `batch_key` and `seq_key` are the caller's config
+ * batch norm (B * final map >= 2); nothing more for the MLP. `batch_key` and `seq_key` are the caller's config
  * keys for B and T (e.g. "bench.batch", "bench.seq"), named in the messages. */
 status model_spec_check_batch(const model_spec *s, int B, int T, const char *batch_key, const char *seq_key);
 
@@ -110,10 +128,10 @@ void model_spec_print(const model_spec *s, FILE *f);
 
 /* One batch in the layout of the model's family. */
 typedef struct model_batch {
-    int32_t *ids;           /* (B, T) token ids: GPT-2, BERT; NULL for ResNet */
-    int32_t *targets;       /* (B, T) next-token (GPT-2) or MLM (BERT) targets, -1 ignored; (B) labels: ResNet */
+    int32_t *ids;           /* (B, T) token ids: GPT-2, BERT; NULL for ResNet and the MLP */
+    int32_t *targets;       /* (B, T) next-token (GPT-2) or MLM (BERT) targets, -1 ignored; (B) labels: ResNet, MLP */
     int32_t *mask;          /* (B, T) BERT attention mask, 1 keep / 0 pad; NULL otherwise */
-    float *images;          /* (B, 3, H, W) ResNet; NULL otherwise */
+    float *images;          /* (B, 3, H, W) ResNet, MLP; NULL otherwise */
 } model_batch;
 
 struct model_family_ops;     /* model_impl.h: what each family implements */
@@ -124,26 +142,28 @@ struct model_family_ops;     /* model_impl.h: what each family implements */
  * copied by value. */
 typedef struct model {
     model_spec spec;        /* what was built */
-    int B, T;               /* batch shape (ResNet: T = 0; H = W = spec.image_size) */
+    int B, T;               /* batch shape (images: T = 0; H = W = spec.image_size) */
     const struct model_family_ops *ops; /* the family's functions (set by model_init_on) */
-    model_base *base;       /* &gpt2.base, &bert.base or &resnet.base: whichever is live */
+    model_base *base;       /* &gpt2.base, &bert.base, &resnet.base or &mlp.base: whichever is live */
     gpt2 gpt2;              /* the family object, by spec.family */
     bert bert;
     resnet resnet;
+    mlp mlp;
     const model_batch *last; /* batch of the last forward, read by model_backward */
     nn_tp tp;               /* the tensor-parallel group it was built for (size 1: none); the family keeps its own copy */
     nn_stage stage;         /* the pipeline stage it was built as (end 0: the whole model) */
 } model;
 
-/* Builds the family's model for (B, T) — ResNet: (B, 3, image_size, image_size) — with
+/* Builds the family's model for (B, T) — images: (B, 3, image_size, image_size) — with
  * its initial weights from `seed`; grads and optimizer moments when `train`. Call
  * model_spec_check_batch first for messages that name the caller's keys. */
 status model_init(model *m, const model_spec *s, int B, int T, uint64_t seed, bool train);
-/* The same on a device (device.h; NULL: the CPU): every family runs on a GPU. */
+/* The same on a device (device.h; NULL: the CPU): every family but the MLP runs on a GPU
+ * (the MLP on a GPU is STATUS_INPUT). */
 status model_init_on(model *m, const model_spec *s, int B, int T, uint64_t seed, bool train, const device *dev);
 /* The same as one tensor-parallel shard and pipeline stage (tp.h; NULL or size 1, NULL:
  * the whole model). The transformers only (gpt2_init_parallel, bert_init_parallel);
- * ResNet with tp > 1 or a stage is STATUS_INPUT. The weights are the whole model's from
+ * ResNet or the MLP with tp > 1 or a stage is STATUS_INPUT. The weights are the whole model's from
  * the same seed, sliced: at every grid the model is the same function. */
 status model_init_parallel(model *m, const model_spec *s, int B, int T, uint64_t seed, bool train, const device *dev,
                            const nn_tp *tp, const nn_stage *stage);
@@ -174,7 +194,7 @@ status model_table_whole(const model_spec *s, int tp_size, int tp_rank, param_ta
  * are free): the weights of parallel.pp's balance. */
 double model_block_cost(const model_spec *s, int T, int l);
 /* The tensor both ends of a pipeline hold (the embedding tied to the output head):
- * "wte.weight" (GPT-2), "embeddings.word_embeddings.weight" (BERT); NULL for ResNet. */
+ * "wte.weight" (GPT-2), "embeddings.word_embeddings.weight" (BERT); NULL for the image models. */
 const char *model_tied_name(const model_spec *s);
 void model_free(model *m);
 
@@ -182,8 +202,8 @@ void model_free(model *m);
 status model_batch_init(model_batch *b, const model *m);
 /* Fills a batch with synthetic data from the counter RNG (seed, 0, RNG_PURPOSE_DATA, 0):
  * uniform token ids (BERT: clear of the special ids when V > 104), GPT-2 targets
- * uniform, BERT targets = the input id at 15% of positions; ResNet images uniform in
- * [-0.5, 0.5) and uniform labels. */
+ * uniform, BERT targets = the input id at 15% of positions; images (ResNet, MLP) uniform
+ * in [-0.5, 0.5) and uniform labels. */
 void model_batch_synthetic(model_batch *b, const model *m, uint64_t seed);
 void model_batch_free(model_batch *b);
 
@@ -201,7 +221,8 @@ param_buffers *model_device_buffers(model *m);
 void model_set_loss_scale(model *m, float scale);
 /* The next micro-batches have B samples, 1 <= B <= the B the model was built for (a
  * heterogeneous rank's share, train/sched.c); bit for bit the run of a model built for B.
- * GPT-2 and BERT on the CPU; STATUS_USAGE (logged) otherwise. model_batch buffers keep
+ * GPT-2, BERT and the MLP on the CPU; STATUS_USAGE (logged) otherwise (ResNet: batch
+ * norm's statistics depend on the micro-batch). model_batch buffers keep
  * their size: a batch of B fills their first B samples. */
 status model_set_micro_batch(model *m, int B);
 
@@ -209,7 +230,7 @@ status model_set_micro_batch(model *m, int B);
 param_table *model_params(model *m);
 param_buffers *model_buffers(model *m);
 /* Non-trainable state saved with the model (ResNet's batch-norm running statistics,
- * torchvision buffer names) and its values; NULL for GPT-2 and BERT. */
+ * torchvision buffer names) and its values; NULL for GPT-2, BERT and the MLP. */
 const param_table *model_state_table(const model *m);
 float *model_state(model *m);
 /* Scratch of the state's size, allocated with the model (NULL without state): where the
@@ -235,7 +256,8 @@ double model_units_per_step(const model *m);
 void model_set_layer_hook(model *m, param_layer_hook h);
 /* Installs the profiler's layer timer (param_layer_timer; {NULL, NULL} removes it). */
 void model_set_layer_timer(model *m, param_layer_timer t);
-/* ResNet: the logits of the last forward, (B, *num_classes); NULL for the other families. */
+/* The classifiers (ResNet, MLP): the logits of the last forward, (B, *num_classes); NULL
+ * for the language models. */
 const float *model_class_logits(const model *m, int *num_classes);
 /* GPT-2 and BERT: the attention's layers and heads (false for a family without attention). */
 bool model_attention_shape(const model_spec *s, int *L, int *NH);
@@ -243,11 +265,12 @@ bool model_attention_shape(const model_spec *s, int *L, int *NH);
  * attention distribution's entropy (nats) and of its largest weight (attn_stats.c).
  * false, nothing written, without attention, before a forward, or on a GPU. */
 bool model_attention_stats(const model *m, double *entropy, double *maxw);
-/* GPT-2 and BERT: the real vocabulary V (token ids in [0, V)); 0 for ResNet. */
+/* GPT-2 and BERT: the real vocabulary V (token ids in [0, V)); 0 for the classifiers. */
 int model_vocab_size(const model_spec *s);
 /* GPT-2: the embedding's rows, V padded to a multiple of 128; model_vocab_size otherwise. */
 int model_padded_vocab_size(const model_spec *s);
-/* ResNet: the classes (labels in [0, num_classes)); 0 for the other families. */
+/* The classifiers (ResNet, MLP): the classes (labels in [0, num_classes)); 0 for the
+ * language models. */
 int model_num_classes(const model_spec *s);
 /* GPT-2's sizes (llm.c's file header), NULL for the other families. */
 const gpt2_config *model_gpt2_config(const model_spec *s);

@@ -89,6 +89,8 @@ static void model_bert_backward(model *m, const model_batch *b)
     bert_backward(&m->bert);
 }
 
+static void model_bert_set_batch(model *m, int B) { bert_set_batch(&m->bert, B); }
+
 static double model_bert_flops(const model *m) { return bert_flops_per_token(&m->bert) * m->B * m->T; }
 
 static size_t model_bert_activation_bytes(const model *m)
@@ -139,6 +141,7 @@ const model_family_ops model_family_bert = {
     .batch_synthetic = model_bert_batch_synthetic,
     .forward = model_bert_forward,
     .backward = model_bert_backward,
+    .set_batch = model_bert_set_batch,
     .flops_per_step = model_bert_flops,
     .activation_bytes = model_bert_activation_bytes,
     .spec_outputs = model_bert_outputs,

@@ -75,6 +75,8 @@ static status model_gpt2_forward(model *m, const model_batch *b, bool training)
 
 static void model_gpt2_backward(model *m, const model_batch *b) { gpt2_backward(&m->gpt2, b->ids); }
 
+static void model_gpt2_set_batch(model *m, int B) { gpt2_set_batch(&m->gpt2, B); }
+
 static double model_gpt2_flops(const model *m) { return gpt2_flops_per_token(&m->gpt2) * m->B * m->T; }
 
 static size_t model_gpt2_activation_bytes(const model *m)
@@ -125,6 +127,7 @@ const model_family_ops model_family_gpt2 = {
     .batch_synthetic = model_gpt2_batch_synthetic,
     .forward = model_gpt2_forward,
     .backward = model_gpt2_backward,
+    .set_batch = model_gpt2_set_batch,
     .flops_per_step = model_gpt2_flops,
     .activation_bytes = model_gpt2_activation_bytes,
     .spec_outputs = model_gpt2_outputs,

@@ -1,5 +1,5 @@
 /* model_impl — the table each model family fills (model_gpt2.c, model_bert.c,
- * model_resnet.c) and model.c dispatches through; private to libcore/nn.
+ * model_resnet.c, model_mlp.c) and model.c dispatches through; private to libcore/nn.
  *
  * The one design decision: model.c never branches on the family. What differs per
  * family — resolving and checking its [model] keys, its batch layout, the forward and
@@ -14,7 +14,7 @@
 
 typedef struct model_family_ops {
     const char *name;          /* "GPT-2": in messages */
-    const char *prefix;        /* model.name starts with this ("gpt2", "bert", "resnet") */
+    const char *prefix;        /* model.name starts with this ("gpt2", "bert", "resnet", "mlp") */
     const char *unit;          /* what throughput counts: "tok", "seq" or "img" */
     bool sequences;            /* the batch is (B, T) token ids; false: images, T = 0 */
     bool unit_per_token;       /* a batch holds B * T units; false: B */
@@ -36,6 +36,9 @@ typedef struct model_family_ops {
     void (*batch_synthetic)(model_batch *b, const model *m, rng *r);
     status (*forward)(model *m, const model_batch *b, bool training);
     void (*backward)(model *m, const model_batch *b);
+    /* The next forwards take B samples, 1 <= B <= m->B (model_set_micro_batch); NULL when
+     * the family cannot (batch norm's statistics depend on the micro-batch). CPU only. */
+    void (*set_batch)(model *m, int B);
 
     double (*flops_per_step)(const model *m);
     size_t (*activation_bytes)(const model *m);
@@ -60,6 +63,7 @@ typedef struct model_family_ops {
 extern const model_family_ops model_family_gpt2;
 extern const model_family_ops model_family_bert;
 extern const model_family_ops model_family_resnet;
+extern const model_family_ops model_family_mlp;
 
 /* The value of override key `key` in cfg, or `preset` when it is 0. */
 int model_pick(const config *cfg, const char *key, int preset);

@@ -149,13 +149,14 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
     TRY(train_batch_resolve(&r->tb, cfg, train_dp_size(r)));
     r->config_batch = r->tb.global_batch;
     r->elastic = (train_elastic){ r->tb.global_batch, 1.0 };
-    r->T = r->spec.family == MODEL_FAMILY_RESNET ? 0 : (int)config_int(cfg, "train.seq_len");
+    r->T = model_spec_images(&r->spec) ? 0 : (int)config_int(cfg, "train.seq_len");
     TRY(model_spec_check_batch(&r->spec, r->tb.micro_batch, r->T ? r->T : 1, "train.micro_batch", "train.seq_len"));
     TRY(train_pp_plan(r));
 
     /* Optimizer and schedule, checked before anything big is allocated. */
     const char *opt = config_str(cfg, "optim.name");
-    r->opt.use_sgd = !strcmp(opt, "sgd") || (!strcmp(opt, "auto") && r->spec.family == MODEL_FAMILY_RESNET);
+    /* auto: SGD with momentum for the image classifiers (ResNet, MLP), AdamW for the language models */
+    r->opt.use_sgd = !strcmp(opt, "sgd") || (!strcmp(opt, "auto") && model_spec_images(&r->spec));
     r->opt.adamw = (adamw_hparams){ .beta1 = config_float(cfg, "optim.beta1"), .beta2 = config_float(cfg, "optim.beta2"),
                                 .eps = config_float(cfg, "optim.eps"),
                                 .weight_decay = config_float(cfg, "optim.weight_decay") };

@@ -16,7 +16,9 @@
 #     the uninterrupted one (every tensor and the ledger);
 #   - a privacy budget (dp.target_epsilon) stops the run, exit 0, with epsilon within it,
 #     and the epsilon the run logs equals the accountant's for its (q, sigma, rounds);
-#     adaptive clipping moves the clip norm; nebula-ckpt verifies the server's checkpoint.
+#     adaptive clipping moves the clip norm; nebula-ckpt verifies the server's checkpoint;
+#   - nebula-fed audit: the loss attack on a model that memorised random labels reaches
+#     AUC >= 0.8 (the attack works where it must); without a checkpoint, exit 2.
 . "$(dirname "$0")/lib.sh"
 FED=build/bin/nebula-fed
 CK=build/bin/nebula-ckpt
@@ -146,4 +148,16 @@ else
     echo "FAIL - the privacy budget (exit $rc, rounds '$n', eps '$eps', accountant '$acct')"; echo "$o" | tail -3
     fails=$((fails + 1))
 fi
+# the audit's attack on a model that memorised random labels must succeed (AUC >= 0.8)
+$PY $REF subset $d/train.h5 $d/random.h5 100 random >/dev/null
+fed --run-dir $tmp/memo --data $d/random.h5 --clients 4 --rounds 15 --set fed.partition=iid --ckpt-every 15 \
+    --set fed.eval_every=0 --set fed.local_steps=10 >/dev/null
+o=$($FED audit --config configs/fed/digits-resnet.ini --set data.train=$d/random.h5 --set data.val=$d/test.h5 \
+    --run-dir $tmp/memo --json 2>/dev/null | tail -1)
+auc=$($PY -c "import json, sys; print(json.loads(sys.argv[1])['auc'])" "$o" 2>/dev/null)
+check "membership inference on a model that memorised 100 random labels: AUC ${auc:-none} >= 0.8" \
+    $PY -c "import sys; sys.exit(0 if float('${auc:-0}') >= 0.8 else 1)"
+expect "nebula-fed audit without a checkpoint: exit 2" 2 "no committed checkpoint" -- \
+    $FED audit --config configs/fed/digits-resnet.ini --set data.train=$d/train.h5 --set data.val=$d/test.h5 \
+    --run-dir $tmp/nothing
 finish

@@ -11,6 +11,9 @@
       every parameter and buffer of A within ATOL of B (secure aggregation's fixed point).
   fed_ref.py differ A B
       some parameter of A differs from B (the check above can fail).
+  fed_ref.py subset IN.h5 OUT.h5 N [random]
+      the first N images and labels of an HDF5 image set (a small training set to overfit);
+      random: the labels replaced by seeded random ones, which a model can only memorise.
 Prints one line, exits 0 when the check holds."""
 import json
 import sys
@@ -65,6 +68,16 @@ def differ(a, b):
     return worst > 0
 
 
+def subset(src, dst, n, labels="true"):
+    with h5py.File(src, "r") as f, h5py.File(dst, "w") as g:
+        g["images"] = f["images"][: int(n)]
+        y = np.array(f["labels"][: int(n)])
+        if labels == "random":
+            y = np.random.RandomState(0).randint(0, 10, size=len(y)).astype(y.dtype)
+        g["labels"] = y
+    return True
+
+
 if __name__ == "__main__":
-    fn = {"avg": avg, "close": close, "differ": differ}[sys.argv[1]]
+    fn = {"avg": avg, "close": close, "differ": differ, "subset": subset}[sys.argv[1]]
     sys.exit(0 if fn(*sys.argv[2:]) else 1)

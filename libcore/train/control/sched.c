@@ -200,7 +200,9 @@ status train_sched_setup(train_run *r)
     s->interval = (long)config_int(r->cfg, "sched.interval");
     s->target = config_float(r->cfg, "sched.target");
     const char *why = NULL;
-    if (r->spec.family == MODEL_FAMILY_RESNET) why = "ResNet's batch normalisation depends on the micro-batch";
+    char bn[96];
+    snprintf(bn, sizeof bn, "%s's batch normalisation depends on the micro-batch", model_family_name(&r->spec));
+    if (model_state_table(&r->m)) why = bn;  /* batch-norm statistics: model_set_micro_batch refuses them */
     else if (device_is_gpu(&r->dev)) why = "device.kind = cpu only so far";
     else if (r->fixed_batch) why = "data.train = synthetic-fixed trains on one fixed micro-batch";
     if (why) {

@@ -97,7 +97,7 @@ status train_open_data(train_run *r, data_loader **out, const char *path, bool t
     data_config dc;
     memset(&dc, 0, sizeof dc);
     dc.path = path;
-    dc.images = r->spec.family == MODEL_FAMILY_RESNET;
+    dc.images = model_spec_images(&r->spec);
     dc.vocab_size = model_vocab_size(&r->spec);
     dc.T = r->T;
     dc.H = dc.W = r->spec.image_size;
@@ -148,7 +148,7 @@ status train_fill(train_run *r, data_loader *d, int a)
 status train_fill_into(train_run *r, data_loader *d, int a, model_batch *b)
 {
     if (r->fixed_batch && d == r->train_data) return STATUS_OK;  /* synthetic-fixed: filled at setup, never changed */
-    if (r->spec.family == MODEL_FAMILY_RESNET) return data_next_images(d, a, b->images, b->targets);
+    if (model_spec_images(&r->spec)) return data_next_images(d, a, b->images, b->targets);
     if (r->spec.family == MODEL_FAMILY_GPT2) return data_next_tokens(d, a, b->ids, b->targets);
     /* BERT: masked LM over the raw tokens, each sample's masking keyed by its index
      * in the file and the epoch, so that it depends on neither the rank that reads

@@ -1,4 +1,4 @@
-/* eval — loss (perplexity for the language models, accuracy for ResNet) on the
+/* eval — loss (perplexity for the language models, accuracy for the classifiers) on the
  * held-out data, in its file order, every rank its share of each global batch; the
  * sums meet in one allreduce with the control plane's deadline. */
 #include <jansson.h>
@@ -52,14 +52,15 @@ static status train_eval_sums(train_run *r, double *loss, double *acc, long *sam
 static void train_log_eval(train_run *r, double loss, double acc, long samples)
 {
     if (r->rt->rank != 0) return;
-    if (r->spec.family == MODEL_FAMILY_RESNET)
+    bool classifier = model_num_classes(&r->spec) > 0;
+    if (classifier)
         printf("eval step=%ld loss=%.6f acc=%.4f samples=%ld\n", r->step, loss, acc, samples);
     else
         printf("eval step=%ld loss=%.6f ppl=%.3f samples=%ld\n", r->step, loss, exp(loss), samples);
     /* a diverged loss and an infinite perplexity are null, the key kept (JSON has no NaN) */
     json_t *j = json_pack("{s:s, s:I, s:o, s:I}", "kind", "eval", "step", (json_int_t)r->step, "loss",
                           (json_t *)train_json_num(loss), "samples", (json_int_t)samples);
-    if (r->spec.family == MODEL_FAMILY_RESNET) json_object_set_new(j, "acc", train_json_num(acc));
+    if (classifier) json_object_set_new(j, "acc", train_json_num(acc));
     else json_object_set_new(j, "ppl", train_json_num(exp(loss)));
     train_emit(r, j);
     fflush(stdout);

@@ -34,7 +34,7 @@ void *train_json_num(double v)
 
 double train_units(const train_run *r, const char **unit)
 {
-    bool images = r->spec.family == MODEL_FAMILY_RESNET;
+    bool images = model_spec_images(&r->spec);
     if (unit) *unit = images ? "img/s" : "tok/s";
     return images ? r->tb.global_batch : (double)r->tb.global_batch * r->T;
 }

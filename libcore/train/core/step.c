@@ -385,9 +385,10 @@ status train_dgc_auto(train_run *r, const train_step_stats *ss, long first)
 status train_optim_init_default(train_optim *o, model *m, const device *dev)
 {
     memset(o, 0, sizeof *o);
-    /* SGD with momentum for ResNets, AdamW otherwise (nebula-train's optim.name = auto);
-     * on a GPU AdamW for every family: the device table has no SGD step yet */
-    o->use_sgd = m->spec.family == MODEL_FAMILY_RESNET && !device_is_gpu(dev);
+    /* SGD with momentum for the image classifiers (ResNet, MLP), AdamW otherwise
+     * (nebula-train's optim.name = auto); on a GPU AdamW for every family: the device
+     * table has no SGD step yet */
+    o->use_sgd = model_spec_images(&m->spec) && !device_is_gpu(dev);
     o->adamw = (adamw_hparams){ .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1 };
     o->sgd = (sgd_hparams){ .momentum = 0.9, .weight_decay = 1e-4 };
     o->clip = 0;

@@ -144,6 +144,9 @@ static void shape_key(const train_run *r, char *out, size_t cap)
     else if (s->family == MODEL_FAMILY_BERT)
         snprintf(arch, sizeof arch, "n_layer=%d n_head=%d n_embd=%d vocab=%d", s->bert.num_layers, s->bert.num_heads,
                  s->bert.channels, s->bert.vocab_size);
+    else if (s->family == MODEL_FAMILY_MLP)
+        snprintf(arch, sizeof arch, "classes=%d image=%d hidden=%d layers=%d", s->mlp.num_classes, s->image_size,
+                 s->mlp.hidden, s->mlp.layers);
     else
         snprintf(arch, sizeof arch, "classes=%d image=%d", model_num_classes(s), s->image_size);
     snprintf(out, cap, "model=%s %s micro_batch=%d seq_len=%d ranks=%d precision=%s", s->name, arch,
