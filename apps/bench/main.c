@@ -113,6 +113,10 @@ static const char usage[] =
     "                                     [--layouts dp4,dp4z,tp2dp2,pp2dp2,tp2pp2] [--seq-len T] [--global-batch G]\n"
     "                                     [--reps R] [--csv]: the process grids on 2 virtual nodes x 2 ranks: step\n"
     "                                     time, inter-node bytes and memory per layout (root; tools/bench-hybrid.sh)\n"
+    "       nebula-bench table privacy [--epsilons inf,8,4,1] [--members N] [--clients K] [--q Q] [--rounds R]\n"
+    "                                  [--hidden H] [--seeds S] [--csv]\n"
+    "                                     federated digits without and with DP at each epsilon: accuracy beside the\n"
+    "                                     membership-inference attack's success (tools/bench-privacy.sh)\n"
     "       nebula-bench provenance [--command TEXT] [--param KEY=VALUE]... [--format json|csv|markdown]\n"
     "                                     the provenance object of a script's run on one line (under mpirun:\n"
     "                                     every rank's host); --command and --param stand for the script's own\n"
@@ -192,8 +196,9 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "provenance")) return bench_provenance_main(argc, argv);
     if (!strcmp(argv[1], "table")) {
         if (argc < 3 || (strcmp(argv[2], "dgc") != 0 && strcmp(argv[2], "models") != 0 && strcmp(argv[2], "hybrid") != 0 &&
-                         strcmp(argv[2], "hetero") != 0)) {
-            log_error0("table: expected 'table dgc', 'table hetero', 'table hybrid' or 'table models', got '%s'",
+                         strcmp(argv[2], "hetero") != 0 && strcmp(argv[2], "privacy") != 0)) {
+            log_error0("table: expected 'table dgc', 'table hetero', 'table hybrid', 'table models' or 'table privacy', "
+                       "got '%s'",
                        argc < 3 ? "" : argv[2]);
             return runtime_exit_early(2);
         }

@@ -20,14 +20,14 @@
 #       subcommand does not read is refused, not ignored.
 . "$(dirname "$0")/lib.sh"
 licenses_data
-for exe in train ckpt bench chaos; do build/bin/nebula-$exe --help >$tmp/help-$exe.txt 2>&1; done
+for exe in train ckpt bench chaos fed; do build/bin/nebula-$exe --help >$tmp/help-$exe.txt 2>&1; done
 
 # --- (a) flags ------------------------------------------------------------------------
 $PY - "$tmp" README.md docs/*.md <<'PY'
 import re, sys
 tmp, pages = sys.argv[1], sys.argv[2:]
 flag = re.compile(r'(?<![\w-])--[a-z][a-z0-9-]*')
-helps = {e: set(flag.findall(open(f"{tmp}/help-{e}.txt").read())) for e in ("train", "ckpt", "bench", "chaos")}
+helps = {e: set(flag.findall(open(f"{tmp}/help-{e}.txt").read())) for e in ("train", "ckpt", "bench", "chaos", "fed")}
 anyhelp = set().union(*helps.values())
 # other programs' flags that the pages show in prose: mpirun's, Slurm's, the local cluster tool's,
 # jobscripts/submit's (an sbatch wrapper: validation/slurm/test_slurm.sh checks its options)
@@ -53,7 +53,7 @@ for page in pages:
             continue
         where = f"{page}:{no}"
         for seg in ([line] if code else re.findall(r"`([^`]*)`", line)):
-            parts = re.split(r"(?:build/bin/|\b)nebula-(train|ckpt|bench|chaos)\b", seg)
+            parts = re.split(r"(?:build/bin/|\b)nebula-(train|ckpt|bench|chaos|fed)\b", seg)
             if seg.lstrip().startswith("--"):
                 for f in flag.findall(parts[0]):
                     if f not in refused: alone.setdefault(f, where)

@@ -17,6 +17,7 @@
 #   - a privacy budget (dp.target_epsilon) stops the run, exit 0, with epsilon within it,
 #     and the epsilon the run logs equals the accountant's for its (q, sigma, rounds);
 #     adaptive clipping moves the clip norm; nebula-ckpt verifies the server's checkpoint;
+#   - GPT-2 clients each holding whole licence files learn (held-out loss falls);
 #   - nebula-fed audit: the loss attack on a model that memorised random labels reaches
 #     AUC >= 0.8 (the attack works where it must); without a checkpoint, exit 2.
 . "$(dirname "$0")/lib.sh"
@@ -148,6 +149,19 @@ else
     echo "FAIL - the privacy budget (exit $rc, rounds '$n', eps '$eps', accountant '$acct')"; echo "$o" | tail -3
     fails=$((fails + 1))
 fi
+# text: GPT-2 clients, each holding whole source files (fed.partition = by_file)
+for f in GPL-3 Apache-2.0 LGPL-2.1 MPL-2.0; do
+    build/bin/nebula-train prepare $tmp/text/$f /usr/share/common-licenses/$f >/dev/null 2>&1
+done
+files=$tmp/text/GPL-3/train.bin,$tmp/text/Apache-2.0/train.bin,$tmp/text/LGPL-2.1/train.bin,$tmp/text/MPL-2.0/train.bin
+gpt() { $FED --model gpt2-tiny --data $files --val $tmp/text/GPL-3/val.bin --set fed.partition=by_file \
+        --set data.seq_len=64 --set fed.local_batch=8 --set optim.lr=1e-3 "$@" </dev/null 2>&1; }
+o=$(gpt --clients 4 --rounds 3 --run-dir $tmp/gpt)
+l1=$(last eval_loss 1 "$o") l3=$(last eval_loss 3 "$o")
+check "GPT-2 clients on whole licence files: held-out loss $l1 -> $l3 over 3 rounds" \
+    $PY -c "import sys; sys.exit(0 if float('${l3:-9}') < float('${l1:-0}') - 0.3 else 1)"
+expect "by_file with more clients than files: exit 2" 2 "4 source files for 5 clients" -- gpt --clients 5 --rounds 1 --run-dir $tmp/gpt5
+
 # the audit's attack on a model that memorised random labels must succeed (AUC >= 0.8)
 $PY $REF subset $d/train.h5 $d/random.h5 100 random >/dev/null
 fed --run-dir $tmp/memo --data $d/random.h5 --clients 4 --rounds 15 --set fed.partition=iid --ckpt-every 15 \

@@ -48,6 +48,7 @@ W apps/chaos/launch.c | path_write_atomic(path, "report" | OUT/report.md and OUT
 W apps/chaos/soak.c | fdopen(fd, "w") | OUT/samples.csv: path_output_check in fresh_out; the name unlinked, a fresh file made by path_create_regular (O_EXCL, O_NOFOLLOW)
 W apps/report/main.c | path_write_atomic(out, "report" | --out: path_output_check in main
 W libcore/base/config_migrate.c | path_write_atomic(out, "migrated config" | -o: path_output_check in config_migrate
+W libcore/fed/fed_state.c | path_write_atomic(path, "clients table" | RUN_DIR/clients.json, a name the run gives itself, after fed.run_dir passed path_in_run_state
 W libcore/base/watchdog.c | open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | RUN_DIR/beacons, the run's own file, never through a link
 W libcore/ckpt/ckpt.c | open(h5, O_WRONLY | O_CLOEXEC) | the saver's own state.h5 in the .tmp step directory it created
 W libcore/ckpt/ckpt.c | open(h5, O_WRONLY | O_CLOEXEC | O_DIRECT) | the same file, direct I/O

@@ -102,6 +102,8 @@ def gpt(train, val, steps, GB, T, lr, warmup, min_lr, eval_batches, nebula, tol=
 def digits(out, size="16"):
     import h5py
     from sklearn.datasets import load_digits
+    import os
+    os.makedirs(out, exist_ok=True)
     d = load_digits()
     img = d.images if size == "8" else np.kron(d.images, np.ones((2, 2)))  # 8x8 -> 16x16, values 0..16
     img = np.clip(np.rint(img * 255.0 / 16.0), 0, 255).astype(np.uint8)[..., None]  # (N, 16, 16, 1)
