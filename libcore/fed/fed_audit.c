@@ -160,7 +160,7 @@ double fed_audit_logit_margin(const float *z, int C, int y)
      * term <= 1 and one equals 1, so neither overflow nor a log of 0. */
     double m = -INFINITY;
     for (int j = 0; j < C; j++)
-        if (j != y) m = fmax(m, (double)z[j]);
+        if (j != y && (double)z[j] > m) m = z[j];  /* not fmax: aarch64 GCC 12 ICEs vectorising it */
     double s = 0;
     for (int j = 0; j < C; j++)
         if (j != y) s += exp((double)z[j] - m);

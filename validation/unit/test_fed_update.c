@@ -375,8 +375,8 @@ static void test_robust(test_ctx *t, kc *k)
         double sum = 0, lo = INFINITY, hi = -INFINITY;
         for (int i = 0; i < H; i++) {
             sum += u[i][j];
-            lo = fmin(lo, u[i][j]);
-            hi = fmax(hi, u[i][j]);
+            lo = u[i][j] < lo ? u[i][j] : lo;  /* not fmin: aarch64 GCC 12 ICEs vectorising the reduction */
+            hi = u[i][j] > hi ? u[i][j] : hi;
         }
         honest[j] = sum / H;
         dist_spread += (hi - lo) * (hi - lo);
@@ -395,8 +395,8 @@ static void test_robust(test_ctx *t, kc *k)
             d += (out[j] - honest[j]) * (out[j] - honest[j]);
             double lo = INFINITY, hi = -INFINITY;
             for (int i = 0; i < H; i++) {
-                lo = fmin(lo, u[i][j]);
-                hi = fmax(hi, u[i][j]);
+                lo = u[i][j] < lo ? u[i][j] : lo;  /* not fmin: aarch64 GCC 12 ICEs vectorising the reduction */
+                hi = u[i][j] > hi ? u[i][j] : hi;
             }
             outside += out[j] < lo || out[j] > hi;
         }
@@ -452,7 +452,7 @@ static void test_server(test_ctx *t, kc *k)
         double worst = 0;
         for (int j = 0; j < N; j++) {
             double lim = STEPS * FLT_EPSILON * (fabs(rg[j]) + 4.0 * STEPS * moved[j]);
-            worst = fmax(worst, fabs(g[j] - rg[j]) / lim);
+            { double e = fabs(g[j] - rg[j]) / lim; worst = e > worst ? e : worst; }
         }
         check(t, worst <= 1 && o.t == STEPS, "server %s: %d steps follow the double reference (worst %.3g of the bound)",
               kind == FED_SERVER_ADAM ? "FedAdam" : "FedYogi", STEPS, worst);

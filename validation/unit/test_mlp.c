@@ -162,7 +162,7 @@ static void test_shape(kc *k, const shape *sh)
     for (int e = 0; e < pt->count; e++) {
         double bound = 1.0 / sqrt((double)s.in[pt->entries[e].layer]);
         for (size_t j = 0; j < pt->entries[e].count; j++)
-            worst = fmax(worst, fabs(m.base->pb.params[pt->entries[e].offset + j]) / bound);
+            { double r = fabs(m.base->pb.params[pt->entries[e].offset + j]) / bound; worst = r > worst ? r : worst; }
     }
     kc_report(k, worst <= 1 && worst > 0.5, fmt("%s: every initial value within 1/sqrt(in)", tag), worst);
 
