@@ -114,9 +114,14 @@ static const char usage[] =
     "                                     [--reps R] [--csv]: the process grids on 2 virtual nodes x 2 ranks: step\n"
     "                                     time, inter-node bytes and memory per layout (root; tools/bench-hybrid.sh)\n"
     "       nebula-bench table privacy [--epsilons inf,8,4,1] [--members N] [--clients K] [--q Q] [--rounds R]\n"
-    "                                  [--hidden H] [--seeds S] [--csv]\n"
+    "                                  [--hidden H] [--seeds S] [--shadows K] [--csv]\n"
     "                                     federated digits without and with DP at each epsilon: accuracy beside the\n"
-    "                                     membership-inference attack's success (tools/bench-privacy.sh)\n"
+    "                                     attacks' success: membership (loss, LiRA), attribute, model inversion\n"
+    "                                     (tools/bench-privacy.sh)\n"
+    "       nebula-bench table fed [--clients K] [--per-round M] [--rounds R] [--hidden H] [--reps N] [--no-torch2]\n"
+    "                              [--csv]\n"
+    "                                     nebula-fed's round time (FedAvg, and DP-SGD local steps) beside the same\n"
+    "                                     round in PyTorch 1.13 and 2.x (tools/bench-fed.sh)\n"
     "       nebula-bench provenance [--command TEXT] [--param KEY=VALUE]... [--format json|csv|markdown]\n"
     "                                     the provenance object of a script's run on one line (under mpirun:\n"
     "                                     every rank's host); --command and --param stand for the script's own\n"
@@ -195,11 +200,12 @@ int main(int argc, char **argv)
     bool model = !strcmp(argv[1], "model"), dgc = !strcmp(argv[1], "dgc");
     if (!strcmp(argv[1], "provenance")) return bench_provenance_main(argc, argv);
     if (!strcmp(argv[1], "table")) {
-        if (argc < 3 || (strcmp(argv[2], "dgc") != 0 && strcmp(argv[2], "models") != 0 && strcmp(argv[2], "hybrid") != 0 &&
-                         strcmp(argv[2], "hetero") != 0 && strcmp(argv[2], "privacy") != 0)) {
-            log_error0("table: expected 'table dgc', 'table hetero', 'table hybrid', 'table models' or 'table privacy', "
-                       "got '%s'",
-                       argc < 3 ? "" : argv[2]);
+        static const char *const tables[] = { "dgc", "fed", "hetero", "hybrid", "models", "privacy" };
+        bool known = false;
+        for (size_t i = 0; argc >= 3 && i < sizeof tables / sizeof tables[0]; i++) known |= !strcmp(argv[2], tables[i]);
+        if (!known) {
+            log_error0("table: expected 'table dgc', 'table fed', 'table hetero', 'table hybrid', 'table models' or "
+                       "'table privacy', got '%s'", argc < 3 ? "" : argv[2]);
             return runtime_exit_early(2);
         }
         return table_run(argv[2], argc - 3, argv + 3);

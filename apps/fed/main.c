@@ -7,6 +7,7 @@
  * main() reads like a script over libcore/fed: parse -> runtime -> setup (data, shards,
  * model, server state) -> resume -> rounds -> free. Exit status: 0 the rounds (or the
  * privacy budget) are done, 1 a runtime failure, 2 bad input. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,13 +21,19 @@ static const char fed_usage[] =
     "  rank 0 is the server; fed.clients simulated clients are dealt to ranks 1..N-1 (all on rank 0 when\n"
     "  N = 1). Every round: sample clients, local training, checks, aggregation (FedAvg / FedAdam / FedYogi,\n"
     "  or trimmed mean / median), optional DP-FedAvg (dp.mode) with an RDP accountant and a budget\n"
-    "  (dp.target_epsilon), optional secure aggregation (secagg.enable); clients that fail or miss\n"
+    "  (dp.target_epsilon), optional DP-SGD in the clients' local steps (dp.sample_clip: per-example\n"
+    "  clipping, dp.sample_noise), optional secure aggregation (secagg.enable); clients that fail or miss\n"
     "  fed.round_timeout are dropped for the round. A killed client rank is survived only when mpirun\n"
     "  runs with --enable-recovery.\n"
-    "       nebula-fed audit --config FILE [--set ...] [--resume CKPT_DIR] [--json]\n"
+    "       nebula-fed audit --config FILE [--set ...] [--resume CKPT_DIR] [--shadows K] [--json]\n"
     "  membership inference against the run's released global model (its newest committed checkpoint, or\n"
     "  --resume): members are data.train, non-members data.val; Yeom's loss threshold, the AUC and the TPR at\n"
-    "  1% and 0.1% FPR of the loss as a score. One process.\n"
+    "  1% and 0.1% FPR of the loss as a score; attribute inference (Yeom et al.: the bin of the pixel of\n"
+    "  largest variance, guessed by the least loss; member and non-member accuracy, audit.attribute_levels);\n"
+    "  model inversion (Fredrikson et al.'s MI-FACE by finite differences, audit.inversion_steps; SSIM and\n"
+    "  NCC with each class's mean member image); with --shadows K (audit.shadows), LiRA (Carlini et al.):\n"
+    "  K shadow runs of this configuration on random halves of data.train + data.val, online and offline\n"
+    "  scores. One process.\n"
     "exit status: 0 done (rounds or privacy budget), 1 runtime failure, 2 usage or input error";
 
 static const cli_option fed_options[] = {
@@ -43,6 +50,7 @@ static const cli_option fed_options[] = {
     { "dp", "dp.mode", NULL },
     { "epsilon", "dp.target_epsilon", NULL },
     { "secagg", "secagg.enable", "true" },
+    { "shadows", "audit.shadows", NULL },
 };
 
 /* nebula-fed audit: the server's checkpoint against members and non-members. */
@@ -77,6 +85,9 @@ static int audit_main(int argc, char **argv)
     }
     fed_run *f = NULL;
     fed_audit_report a;
+    fed_attr_report at;
+    fed_inv_report inv;
+    memset(&inv, 0, sizeof inv);
     st = fed_setup_audit(&f, &cfg, &rt);
     if (st == STATUS_OK) st = fed_resume(f);
     if (st == STATUS_OK && fed_get_ledger(f)->round == 0) {
@@ -85,19 +96,50 @@ static int audit_main(int argc, char **argv)
         st = STATUS_INPUT;
     }
     if (st == STATUS_OK) st = fed_audit_membership(f, &a);
+    if (st == STATUS_OK) st = fed_audit_attribute(f, &at);
+    bool invert = config_int(&cfg, "audit.inversion_steps") > 0;
+    if (st == STATUS_OK && invert) st = fed_audit_inversion(f, &inv);
+    int shadows = (int)config_int(&cfg, "audit.shadows");
+    fed_lira_report lira;
+    memset(&lira, 0, sizeof lira);
+    if (st == STATUS_OK && shadows > 0) st = fed_audit_lira(f, shadows, &lira);
     if (st == STATUS_OK && json) {
         printf("{\"round\": %lld, \"epsilon\": %.6g, \"members\": %lld, \"nonmembers\": %lld, \"member_loss\": %.6g, "
                "\"nonmember_loss\": %.6g, \"member_acc\": %.6g, \"nonmember_acc\": %.6g, \"auc\": %.6g, "
                "\"tpr_at_1pct_fpr\": %.6g, \"tpr_at_0.1pct_fpr\": %.6g, \"yeom_advantage\": %.6g, "
-               "\"yeom_accuracy\": %.6g}\n", (long long)fed_get_ledger(f)->round, fed_get_ledger(f)->eps,
+               "\"yeom_accuracy\": %.6g", (long long)fed_get_ledger(f)->round, fed_get_ledger(f)->eps,
                (long long)a.members, (long long)a.nonmembers, a.member_loss, a.nonmember_loss, a.member_conf,
                a.nonmember_conf, a.auc, a.tpr_1pct, a.tpr_01pct, a.yeom_advantage, a.yeom_accuracy);
+        printf(", \"attr_member_acc\": %.6g, \"attr_nonmember_acc\": %.6g, \"attr_baseline\": %.6g, "
+               "\"attr_advantage\": %.6g, \"attr_levels\": %d, \"attr_pixel\": %d", at.member_acc, at.nonmember_acc,
+               at.baseline, at.advantage, at.levels, at.pixel);
+        char ssim[32] = "null";  /* NaN (an image under 7x7 has no SSIM) is no JSON number */
+        if (!isnan(inv.ssim)) snprintf(ssim, sizeof ssim, "%.6g", inv.ssim);
+        if (invert)
+            printf(", \"inv_classes\": %d, \"inv_ssim\": %s, \"inv_ncc\": %.6g, \"inv_cosine\": %.6g, "
+                   "\"inv_identified\": %.6g", inv.classes, ssim, inv.ncc, inv.cosine, inv.identified);
+        if (shadows > 0)
+            printf(", \"lira_shadows\": %d, \"lira_scored\": %lld, \"lira_auc\": %.6g, \"lira_tpr_at_1pct_fpr\": %.6g, "
+                   "\"lira_tpr_at_0.1pct_fpr\": %.6g, \"lira_offline_auc\": %.6g, \"lira_offline_tpr_at_1pct_fpr\": %.6g",
+                   lira.shadows, (long long)lira.scored, lira.auc, lira.tpr_1pct, lira.tpr_01pct, lira.off_auc,
+                   lira.off_tpr_1pct);
+        printf("}\n");
     } else if (st == STATUS_OK) {
         printf("audit: round %lld, epsilon %.4g; %lld members (loss %.4f, p(true) > 1/2: %.4f), %lld non-members (loss "
                "%.4f, %.4f)\n", (long long)fed_get_ledger(f)->round, fed_get_ledger(f)->eps, (long long)a.members,
                a.member_loss, a.member_conf, (long long)a.nonmembers, a.nonmember_loss, a.nonmember_conf);
         printf("audit: membership inference: AUC %.4f, TPR %.4f at 1%% FPR, %.4f at 0.1%% FPR; Yeom's threshold: "
                "advantage %.4f, accuracy %.4f\n", a.auc, a.tpr_1pct, a.tpr_01pct, a.yeom_advantage, a.yeom_accuracy);
+        printf("audit: attribute inference (pixel %d, %d levels): members %.4f, non-members %.4f, baseline %.4f; "
+               "advantage %.4f\n", at.pixel, at.levels, at.member_acc, at.nonmember_acc, at.baseline, at.advantage);
+        if (invert)
+            printf("audit: model inversion (%d steps, %d classes, %d without members skipped): SSIM %.4f, NCC %.4f, "
+                   "cosine %.4f; identified %.4f (chance %.4f)\n", inv.steps, inv.classes, inv.skipped, inv.ssim,
+                   inv.ncc, inv.cosine, inv.identified, 1.0 / inv.classes);
+        if (shadows > 0)
+            printf("audit: LiRA (%d shadows, %lld examples scored, %lld not): online AUC %.4f, TPR %.4f at 1%% FPR, %.4f "
+                   "at 0.1%% FPR; offline AUC %.4f, TPR %.4f at 1%% FPR\n", lira.shadows, (long long)lira.scored,
+                   (long long)lira.unscored, lira.auc, lira.tpr_1pct, lira.tpr_01pct, lira.off_auc, lira.off_tpr_1pct);
     }
     if (st != STATUS_OK) log_error0("nebula-fed audit: %s", status_str(st));
     fed_free(f);

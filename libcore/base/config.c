@@ -4,8 +4,8 @@
  * Debian's libinih is built without line numbers in the handler, so lines are fed to it
  * through our own reader (ini_parse_stream), which counts them: the handler always runs
  * on the line the reader handed over last. A file is read whole first (never blocking:
- * path_open_regular) and must be text, so that the reader's lines are the file's. A load works on a scratch copy of the config,
- * so a file with any error leaves the caller's values untouched. */
+ * path_open_regular) and must be text, so that the reader's lines are the file's. A load
+ * works on a scratch copy of the config: a file with any error leaves the values as they were. */
 #include "config.h"
 #include "config_impl.h"
 
@@ -716,6 +716,21 @@ const char *config_str(const config *cfg, const char *key)
     return config_get(cfg, key, (1u << CONFIG_TYPE_STRING) | (1u << CONFIG_TYPE_ENUM), "config_str")->text;
 }
 
+status config_floats(const config *cfg, const char *key, float *out, int n)
+{
+    const char *s = config_str(cfg, key), *p = s;
+    for (int i = 0; i < n; i++) {
+        char *end;
+        double v = strtod(p, &end);
+        if (end == p || !isfinite(v) || *end != (i == n - 1 ? '\0' : ',')) {
+            log_error0("%s = '%s' (%s): expected %d comma-separated numbers", key, s, config_origin(cfg, key), n);
+            return STATUS_INPUT;
+        }
+        out[i] = (float)v, p = end + 1;
+    }
+    return STATUS_OK;
+}
+
 uint64_t config_size(const config *cfg, const char *key)
 {
     return config_get(cfg, key, 1u << CONFIG_TYPE_SIZE, "config_size")->u;
@@ -752,8 +767,7 @@ void config_print(const config *cfg, FILE *f)
     CHECK(cfg && f, "config_print needs a config and a stream");
     int wkey = 3, wval = 5;
     for (int k = 0; k < cfg->nkeys; k++) {
-        int n = (int)(strlen(cfg->schema[k].section) + 1 + strlen(cfg->schema[k].name));
-        int m = (int)strlen(cfg->values[k].text);
+        int n = (int)(strlen(cfg->schema[k].section) + 1 + strlen(cfg->schema[k].name)), m = (int)strlen(cfg->values[k].text);
         if (n > wkey) wkey = n;
         if (m > wval) wval = m;
     }

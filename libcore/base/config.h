@@ -144,6 +144,9 @@ double config_float(const config *cfg, const char *key);
 bool config_bool(const config *cfg, const char *key);
 const char *config_str(const config *cfg, const char *key); /* STRING and ENUM */
 uint64_t config_size(const config *cfg, const char *key);
+/* A STRING key holding n comma-separated numbers (e.g. data.mean = 0.5,0.5,0.5) into
+ * out[n]; STATUS_INPUT, logged with the key and its origin, when it holds anything else. */
+status config_floats(const config *cfg, const char *key, float *out, int n);
 const char *config_origin(const config *cfg, const char *key);
 
 /* INI text of the resolved values, sections in schema order. Writes at most len bytes

@@ -336,3 +336,12 @@ void runtime_options_from_config(const config *cfg, runtime_options *opt)
     opt->bind = !strcmp(bind, "core") ? RUNTIME_BIND_CORE : !strcmp(bind, "none") ? RUNTIME_BIND_NONE
                                                                                  : RUNTIME_BIND_AUTO;
 }
+
+int runtime_threads(const runtime *rt, int64_t configured)
+{
+    if (configured > 0) return (int)configured;
+    cpu_set_t set;
+    int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    if (rt->cpu_sharers > 1) n /= rt->cpu_sharers;
+    return n < 1 ? 1 : n;
+}

@@ -10,6 +10,7 @@
 
 #include <mpi.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "log.h"
@@ -126,5 +127,10 @@ _Noreturn void runtime_exit(runtime *rt, status st);
 /* True for the statuses runtime_exit ends with MPI_Abort: call runtime_exit before
  * freeing communicators, whose collective frees could wait for a stuck rank. */
 bool runtime_must_abort(status st);
+/* The OpenMP and BLAS threads of a rank: `configured` when > 0, otherwise the cores of
+ * its binding shared among the ranks bound to them (torchrun's rule: more threads than
+ * cores fight over them; GPT-2 at 4 ranks on 2 cores stepped 2.3x slower with 2 threads
+ * per rank than with 1). At least 1. */
+int runtime_threads(const runtime *rt, int64_t configured);
 
 #endif

@@ -11,7 +11,7 @@
  *     aggregation (dp = distributed); adaptive clipping (Andrew et al., NeurIPS 2021);
  *     the Renyi-DP accountant (rdp.h) prints epsilon every round, and a total budget
  *     (dp_target_epsilon) derives the noise or the number of rounds and stops the run
- *     when it is spent;
+ *     when it is spent; sample-level DP-SGD in the clients' local steps (fed_dpsgd.c);
  *   - secure aggregation (secagg.h, Bonawitz et al., CCS 2017): the server learns only
  *     the sum of the updates, even with clients dropping out after sharing;
  *   - robust aggregation (coordinate-wise trimmed mean or median) against hostile
@@ -93,5 +93,53 @@ typedef struct fed_audit_report {
 /* fed_setup for the audit: one process, the data and the global model, no file written. */
 status fed_setup_audit(fed_run **out, const config *cfg, const runtime *rt);
 status fed_audit_membership(fed_run *f, fed_audit_report *rep);
+
+/* Attribute inference (Yeom et al., CSF 2018, Section 5; fed_invert.c): the hidden
+ * attribute is the pixel of largest variance over data.train, its value one of
+ * audit.attribute_levels equal-width bins of the pixel's range; the attacker knows the
+ * rest of the record and its label and guesses the bin of least loss. */
+typedef struct fed_attr_report {
+    int64_t members;       /* records of data.train attacked */
+    int64_t nonmembers;    /* records of data.val attacked */
+    int levels;            /* L: bins the hidden value is guessed among */
+    int pixel;             /* the hidden pixel, row-major index y W + x (every channel) */
+    double member_acc;     /* share of members whose bin is guessed right, [0, 1] */
+    double nonmember_acc;  /* the same over non-members */
+    double baseline;       /* share of the members' most frequent bin: guessing without the model */
+    double advantage;      /* Yeom's attribute advantage, member_acc - nonmember_acc, [-1, 1] */
+} fed_attr_report;
+status fed_audit_attribute(fed_run *f, fed_attr_report *rep);
+
+/* Model inversion (Fredrikson et al., CCS 2015, MI-FACE; fed_invert.c): per class, black-box
+ * gradient descent on the class's cross-entropy from the blank image, scored against the
+ * class's mean member image. Means are over the classes inverted. */
+typedef struct fed_inv_report {
+    int classes;           /* classes inverted: those with at least one member */
+    int skipped;           /* classes of the model with no member (not inverted) */
+    int steps;             /* gradient steps per class (audit.inversion_steps) */
+    double ssim;           /* mean SSIM on channel 0 (fed_audit_ssim), [-1, 1]; NaN below 7x7 images */
+    double ncc;            /* mean normalised cross-correlation over the image, [-1, 1] */
+    double cosine;         /* mean cosine over the normalised image, [-1, 1] */
+    double identified;     /* share of classes whose reconstruction has its highest NCC with its own class's mean;
+                              chance: 1 / classes */
+} fed_inv_report;
+status fed_audit_inversion(fed_run *f, fed_inv_report *rep);
+
+/* LiRA with shadow models (Carlini et al., S&P 2022; fed_lira.c): audit.shadows runs of
+ * the same recipe (this configuration, rounds and privacy included), each on a random
+ * half of data.train + data.val with its own seed; every example's logit-scaled
+ * confidence under the shadows that held it (IN) and those that did not (OUT), Gaussians
+ * with the global variance (the paper's choice below 64 shadows), and the released
+ * model's confidence scored online (IN and OUT) and offline (OUT only). */
+typedef struct fed_lira_report {
+    int shadows;           /* shadow runs trained */
+    int64_t scored;        /* examples scored: at least one IN and one OUT shadow */
+    int64_t unscored;      /* examples every shadow held, or none did (left out of the ROC) */
+    double var_in, var_out; /* the global variances of phi, IN and OUT (phi units squared) */
+    double auc, tpr_1pct, tpr_01pct;          /* online LiRA: ROC AUC, TPR at 1% and 0.1% FPR */
+    double off_auc, off_tpr_1pct, off_tpr_01pct; /* offline LiRA */
+} fed_lira_report;
+/* The shadow runs in this process (one rank), then the scores of f's released model. */
+status fed_audit_lira(fed_run *f, int shadows, fed_lira_report *rep);
 
 #endif

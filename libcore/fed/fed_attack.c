@@ -17,20 +17,15 @@
 
 /* Per-sample loss and logit-scaled confidence of the true class (phi) of every sample of
  * d under the global model held by f->ev (images: a classifier). */
-static status fed_sample_scores(fed_run *f, const fed_data *d, double *loss, double *phi)
+status fed_sample_scores(fed_run *f, const fed_data *d, double *loss, double *phi)
 {
     int B = f->eval_batch;
-    size_t img = 3 * (size_t)d->H * (size_t)d->W;
     for (int64_t start = 0; start < d->n; start += B) {
         /* the last batch overlaps the one before (only its new samples count); a set smaller
          * than the batch fills it by repeating itself */
         int64_t s0 = start + B > d->n ? d->n - B : start;
         if (s0 < 0) s0 = 0;
-        for (int j = 0; j < B; j++) {
-            int64_t s = (s0 + j) % d->n;
-            memcpy(f->evbatch.images + (size_t)j * img, d->x + (size_t)s * img, img * sizeof(float));
-            f->evbatch.targets[j] = d->labels[s];
-        }
+        for (int j = 0; j < B; j++) fed_batch_put(&f->evbatch, j, d, (s0 + j) % d->n);
         TRY(model_forward(&f->ev, &f->evbatch, false));
         int C = 0;
         const float *z = model_class_logits(&f->ev, &C);
@@ -39,11 +34,7 @@ static status fed_sample_scores(fed_run *f, const fed_data *d, double *loss, dou
             if (s < start || s >= d->n) continue;
             const float *zj = z + (size_t)j * C;
             int y = d->labels[s];
-            double mx = zj[0];
-            for (int k = 1; k < C; k++) mx = zj[k] > mx ? zj[k] : mx;
-            double sum = 0;
-            for (int k = 0; k < C; k++) sum += exp(zj[k] - mx);
-            loss[s] = log(sum) + mx - zj[y];
+            loss[s] = fed_class_xent(zj, C, y, NULL);
             phi[s] = fed_audit_logit_margin(zj, C, y);
         }
     }

@@ -1,9 +1,9 @@
 /* fed_client — a rank's clients: each round message names the clients of this rank the
  * server sampled; each one starts from the global model, takes fed.local_steps steps of
  * the model's optimizer on batches of its own shard (the trainer's one-batch step,
- * train_step_batch), and answers with its update (local - global: parameters, then the
- * model's state such as batch-norm statistics), clipped and, under distributed DP,
- * noised. Under secure aggregation the answers are the protocol's messages
+ * train_step_batch, or DP-SGD's step, fed_dpsgd.c), and answers with its update (local -
+ * global: parameters, then the model's state such as batch-norm statistics), clipped
+ * and, under distributed DP, noised. Under secure aggregation the answers are the protocol's messages
  * (fed/secagg.h) over four exchanges instead of the update itself.
  *
  * The one design decision: a client's batches are a counter-based function of (seed,
@@ -72,18 +72,7 @@ static void fed_fill_batch(fed_run *f, int64_t k, int step)
 {
     const fed_data *d = &f->train;
     int B = f->local_batch;
-    for (int j = 0; j < B; j++) {
-        int64_t s = f->perm[((int64_t)step * B + j) % k];
-        if (d->images) {
-            size_t img = 3 * (size_t)d->H * (size_t)d->W;
-            memcpy(f->batch.images + (size_t)j * img, d->x + (size_t)s * img, img * sizeof(float));
-            f->batch.targets[j] = d->labels[s];
-        } else {
-            size_t T = (size_t)d->T;
-            memcpy(f->batch.ids + (size_t)j * T, d->ids + (size_t)s * T, T * sizeof(int32_t));
-            memcpy(f->batch.targets + (size_t)j * T, d->targets + (size_t)s * T, T * sizeof(int32_t));
-        }
-    }
+    for (int j = 0; j < B; j++) fed_batch_put(&f->batch, j, d, f->perm[((int64_t)step * B + j) % k]);
 }
 
 /* Local training of `client` from f->global; the update (d floats) into f->upd. */
@@ -94,8 +83,18 @@ static status fed_local_train(fed_run *f, int client, int64_t round, double lr, 
     if (f->ns) memcpy(model_state(&f->m), f->global + f->np, f->ns * sizeof(float));
     if (pb->m) memset(pb->m, 0, f->np * sizeof(float));
     if (pb->v) memset(pb->v, 0, f->np * sizeof(float));
-    int64_t k = fed_client_order(f, client, round);
     double sum = 0;
+    if (f->dpsgd_clip > 0) {  /* sample-level DP-SGD: Poisson batches, per-example clipping, noise */
+        int n = 0;
+        for (int s = 0; s < f->local_steps; s++) {
+            double l;
+            TRY(fed_dpsgd_step(f, client, round, s, lr, &l));
+            if (isfinite(l)) sum += l, n++;
+        }
+        *loss = n ? sum / n : NAN;
+        goto update;
+    }
+    int64_t k = fed_client_order(f, client, round);
     for (int s = 0; s < f->local_steps; s++) {
         fed_fill_batch(f, k, s);
         train_step_stats ss;
@@ -103,6 +102,7 @@ static status fed_local_train(fed_run *f, int client, int64_t round, double lr, 
         sum += ss.loss;
     }
     *loss = sum / f->local_steps;
+update:
     for (size_t i = 0; i < f->np; i++) f->upd[i] = pb->params[i] - f->global[i];
     const float *st = model_state(&f->m);
     for (size_t i = 0; i < f->ns; i++) f->upd[f->np + i] = st[i] - f->global[f->np + i];

@@ -1,6 +1,7 @@
 /* fed_config — nebula-fed's configuration schema: the [fed] round keys, [dp], [secagg],
- * the clients' local optimizer ([optim]), the data ([data]) and the server's
- * checkpoints ([ckpt]), beside the shared [runtime], [comm] and [model] sections. */
+ * the audit's attacks ([audit]), the clients' local optimizer ([optim]), the data
+ * ([data]) and the server's checkpoints ([ckpt]), beside the shared [runtime], [comm]
+ * and [model] sections. */
 #include "base/runtime.h"
 #include "comm/comm.h"
 #include "fed.h"
@@ -65,6 +66,11 @@ static const config_key fed_keys[] = {
     { "dp", "clip_lr", CONFIG_TYPE_FLOAT, "0.2", .min = 0, .max = 10, .help = "adaptive: geometric step of C" },
     { "dp", "clip_noise", CONFIG_TYPE_FLOAT, "0",  .min = 0, .max = 1e6,
       .help = "adaptive: std of the noise on the count of updates under C (0: expected clients / 20)" },
+    { "dp", "sample_clip", CONFIG_TYPE_FLOAT, "0", .min = 0, .max = 1e12,
+      .help = "sample-level DP-SGD in the clients' local steps: every example's gradient clipped to this L2 norm "
+              "(0: off)" },
+    { "dp", "sample_noise", CONFIG_TYPE_FLOAT, "1", .min = 0, .max = 1e6,
+      .help = "DP-SGD: the noise multiplier of the local steps (noise std sample_noise x sample_clip on the sum)" },
     { "secagg", "enable", CONFIG_TYPE_BOOL, "false",
       .help = "secure aggregation: the server learns only the sum of the updates" },
     { "secagg", "threshold", CONFIG_TYPE_INT, "0", .min = 0, .max = 1 << 20,
@@ -94,6 +100,15 @@ static const config_key fed_keys[] = {
     { "ckpt", "keep_last", CONFIG_TYPE_INT, "3", .min = 1, .max = 1e6, .help = "newest committed checkpoints kept" },
     { "ckpt", "resume", CONFIG_TYPE_STRING, "auto",
       .help = "auto (newest committed checkpoint of run_dir, if any), none, or a checkpoint directory" },
+    { "audit", "shadows", CONFIG_TYPE_INT, "0", .min = 0, .max = 4096,
+      .help = "nebula-fed audit: LiRA shadow runs, each on a random half of data.train + data.val (0: no LiRA)" },
+    { "audit", "attribute_levels", CONFIG_TYPE_INT, "4", .min = 2, .max = 64,
+      .help = "nebula-fed audit, attribute inference: equal-width bins of the hidden pixel's value the attacker "
+              "guesses among" },
+    { "audit", "inversion_steps", CONFIG_TYPE_INT, "100", .min = 0, .max = 1e6,
+      .help = "nebula-fed audit, model inversion: gradient steps per class (0: no inversion)" },
+    { "audit", "inversion_lr", CONFIG_TYPE_FLOAT, "0.1", .min = 1e-9, .max = 1e6,
+      .help = "nebula-fed audit, model inversion: the step on the normalised image per unit of gradient" },
 };
 
 int fed_config_schema(config_key *out, int cap)

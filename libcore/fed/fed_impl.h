@@ -116,6 +116,7 @@ typedef struct fed_data {
 
 struct fed_run {
     bool audit;                /* set up for nebula-fed audit: nothing is written */
+    bool quiet;                /* an audit's shadow run: no round lines printed */
     const config *cfg;
     const runtime *rt;
     comm_star star;
@@ -135,10 +136,13 @@ struct fed_run {
     bool robust;
     int secagg_t, frac_bits;
     double delta, target_eps, max_norm, clip_noise;
+    double dpsgd_clip;         /* sample-level DP-SGD: per-example clip norm (dp.sample_clip; 0: off) */
+    double dpsgd_sigma;        /* its noise multiplier (dp.sample_noise) */
+    float *dpsgd_acc;          /* (np) DP-SGD: the sum of the clipped per-example gradients */
     fed_server_opt sopt;
     /* model and data */
     model_spec spec;
-    model m;                   /* the clients' model, sized for local_batch */
+    model m;                   /* the clients' model, sized for local_batch (DP-SGD: for one example) */
     model_batch batch;
     train_optim opt;
     double lr;
@@ -176,7 +180,30 @@ struct fed_run {
     double t0;
 };
 
+/* fed_dpsgd.c: sample-level DP-SGD in the local steps */
+/* Refuses what DP-SGD cannot do (batch norm, stream counters), naming the key. */
+status fed_dpsgd_check(const fed_run *f);
+/* The sampling rate of the accountant: local_batch over the smallest non-empty shard, at most 1. */
+double fed_dpsgd_rate(const fed_run *f);
+/* Epsilon at dp.delta of a client's examples after `rounds` rounds of E local steps each. */
+double fed_dpsgd_epsilon(const fed_run *f, int64_t rounds);
+/* Adds clip(g_i, C) of the examples idx[n] of d into acc (the parameter count of m1),
+ * g_i the gradient of example i alone through m1 (a model of batch 1, input b1); the
+ * losses' sum into *loss_sum, the examples whose norm exceeded C into *clipped. */
+status fed_dpsgd_accumulate(model *m1, train_optim *o, model_batch *b1, const fed_data *d, const int64_t *idx,
+                            int64_t n, double C, float *acc, double *loss_sum, int64_t *clipped);
+/* One local DP-SGD step of `client` (0-based `step` of the round) at rate lr; the mean
+ * loss of the examples drawn (NaN when none was) into *loss. */
+status fed_dpsgd_step(fed_run *f, int client, int64_t round, int step, double lr, double *loss);
+
 /* fed_setup.c */
+/* A shadow run of nebula-fed audit (one process, nothing written or printed): train is
+ * moved into it (zeroed here), seed replaces fed.seed; data.val is not read. */
+status fed_setup_shadow(fed_run **out, const config *cfg, const runtime *rt, fed_data *train, uint64_t seed);
+void fed_data_free(fed_data *d);
+/* fed_attack.c: the loss and logit-scaled confidence (fed_audit_logit_margin) of every
+ * sample of d under the global model f->ev */
+status fed_sample_scores(fed_run *f, const fed_data *d, double *loss, double *phi);
 int fed_client_rank(const fed_run *f, int client);
 int fed_clients_on_rank(const fed_run *f, int rank);
 bool fed_planted(const fed_run *f, fed_plant_kind k, int64_t id, int64_t round);
@@ -241,5 +268,10 @@ void fed_metrics_round(fed_run *f, int64_t sampled, int64_t dropped, int64_t ref
                        double loss, double eval_loss, double eval_acc, double secs);
 /* The held-out loss and accuracy of the global model (rank 0). */
 status fed_evaluate(fed_run *f, double *loss, double *acc);
+/* Sample s of d into slot j of b (a batch of f->m or f->ev: images or tokens as d holds). */
+void fed_batch_put(model_batch *b, int j, const fed_data *d, int64_t s);
+/* The cross-entropy of a classifier's logits z[C] at class y, computed shifted by the
+ * maximum; *top (may be NULL) receives the arg max. */
+double fed_class_xent(const float *z, int C, int y, int *top);
 
 #endif

@@ -272,8 +272,9 @@ status fed_server_loop(fed_run *f)
         double eps_next = 0;
         if (f->dp && !fed_budget_allows(f, &eps_next)) {
             f->led.stop = 2;
-            printf("fed: stopping after round %lld: the privacy budget (epsilon %.4g at delta %.3g) is spent; one more "
-                   "round would reach %.4g\n", (long long)f->led.round, f->target_eps, f->delta, eps_next);
+            if (!f->quiet)
+                printf("fed: stopping after round %lld: the privacy budget (epsilon %.4g at delta %.3g) is spent; one more "
+                       "round would reach %.4g\n", (long long)f->led.round, f->target_eps, f->delta, eps_next);
             break;
         }
         st = fed_one_round(f, &s, f->led.round + 1);  /* rounds count from 1 */
@@ -282,8 +283,9 @@ status fed_server_loop(fed_run *f)
     double eps_next = 0;
     if (st == STATUS_OK && f->led.stop == 0 && f->dp && f->target_eps > 0 && !fed_budget_allows(f, &eps_next)) {
         f->led.stop = 2;  /* dp.budget = rounds: the last round the budget allows */
-        printf("fed: the privacy budget (epsilon %.4g at delta %.3g) is spent: one more round would reach %.4g\n",
-               f->target_eps, f->delta, eps_next);
+        if (!f->quiet)
+            printf("fed: the privacy budget (epsilon %.4g at delta %.3g) is spent: one more round would reach %.4g\n",
+                   f->target_eps, f->delta, eps_next);
     }
     if (st == STATUS_OK && f->led.stop == 0) f->led.stop = 1;
     if (st == STATUS_OK && f->ckpt && f->led.stop == 2) st = fed_ckpt_save(f);

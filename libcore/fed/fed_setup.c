@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,17 +63,6 @@ static status fed_parse_plant(fed_run *f, const char *text)
     return STATUS_OK;
 }
 
-static status parse3(const config *cfg, const char *key, float out[3])
-{
-    const char *s = config_str(cfg, key);
-    if (sscanf(s, "%f,%f,%f", &out[0], &out[1], &out[2]) != 3) {
-        log_error0("%s = '%s' (%s): expected three comma-separated numbers, e.g. 0.5,0.5,0.5", key, s,
-                   config_origin(cfg, key));
-        return STATUS_INPUT;
-    }
-    return STATUS_OK;
-}
-
 /* Reads every sample of one file in the file's order (a loader of one sample per step). */
 static status fed_read_file(fed_run *f, const char *path, fed_data *out, int64_t source)
 {
@@ -86,8 +74,8 @@ static status fed_read_file(fed_run *f, const char *path, fed_data *out, int64_t
     dc.T = out->T;
     dc.H = dc.W = f->spec.image_size;
     dc.num_classes = model_num_classes(&f->spec);
-    TRY(parse3(f->cfg, "data.mean", dc.mean));
-    TRY(parse3(f->cfg, "data.std", dc.std));
+    TRY(config_floats(f->cfg, "data.mean", dc.mean, 3));
+    TRY(config_floats(f->cfg, "data.std", dc.std, 3));
     dc.micro_batch = dc.accum = dc.dp_size = 1;
     dc.seed = f->seed;
     dc.shuffle = false;
@@ -142,7 +130,7 @@ static status fed_read_data(fed_run *f, const char *list, fed_data *out)
     return STATUS_OK;
 }
 
-static void fed_data_free(fed_data *d)
+void fed_data_free(fed_data *d)
 {
     free(d->x), free(d->labels), free(d->ids), free(d->targets), free(d->source);
     memset(d, 0, sizeof *d);
@@ -235,7 +223,8 @@ static status fed_model_setup(fed_run *f)
     const config *cfg = f->cfg;
     int T = f->train.T ? f->train.T : 1;
     TRY(model_spec_check_batch(&f->spec, f->local_batch, T, "fed.local_batch", "data.seq_len"));
-    TRY(model_init(&f->m, &f->spec, f->local_batch, f->train.T, f->seed, true));
+    int B = f->dpsgd_clip > 0 ? 1 : f->local_batch;  /* DP-SGD: one example per forward */
+    TRY(model_init(&f->m, &f->spec, B, f->train.T, f->seed, true));
     TRY(model_batch_init(&f->batch, &f->m));
     const char *opt = config_str(cfg, "optim.name");
     memset(&f->opt, 0, sizeof f->opt);
@@ -253,8 +242,9 @@ static status fed_model_setup(fed_run *f)
     const param_table *st = model_state_table(&f->m);
     f->ns = st ? st->total : 0;
     f->d = f->np + f->ns;
+    if (f->dpsgd_clip > 0 && !(f->dpsgd_acc = malloc(f->np * sizeof *f->dpsgd_acc))) return STATUS_NOMEM;
     if (f->rank == 0) {
-        int B = f->val.n > 0 && f->val.n < f->eval_batch ? (int)f->val.n : f->eval_batch;
+        B = f->val.n > 0 && f->val.n < f->eval_batch ? (int)f->val.n : f->eval_batch;
         if (f->spec.family == MODEL_FAMILY_RESNET && B < 2) B = 2;
         TRY(model_init(&f->ev, &f->spec, B, f->train.T, f->seed, false));
         TRY(model_batch_init(&f->evbatch, &f->ev));
@@ -279,18 +269,29 @@ static size_t fed_msg_bytes(const fed_run *f, int clients)
     return whole > round ? whole : round;
 }
 
-static status fed_setup_mode(fed_run **out, const config *cfg, const runtime *rt, bool audit)
+/* How a run is set up: nebula-fed's (all false), the audit's (nothing written), a
+ * shadow's of the audit (nothing written or printed; its training data given). */
+typedef struct fed_setup_how {
+    bool audit;                /* write nothing: no run directory, metrics or checkpoints */
+    bool quiet;                /* print no round lines */
+    fed_data *train;           /* given: moved into the run (data.train and data.val are not read) */
+    bool seed_given;
+    uint64_t seed;             /* with seed_given: instead of fed.seed */
+} fed_setup_how;
+
+static status fed_setup_mode(fed_run **out, const config *cfg, const runtime *rt, const fed_setup_how *how)
 {
     fed_run *f = calloc(1, sizeof *f);
     if (!f) return STATUS_NOMEM;
     *out = f;
-    f->audit = audit;
+    f->audit = how->audit;
+    f->quiet = how->quiet;
     f->cfg = cfg;
     f->rt = rt;
     f->metrics_fd = -1;
     MPI_Comm_size(rt->world, &f->world);
     MPI_Comm_rank(rt->world, &f->rank);
-    f->seed = (uint64_t)config_int(cfg, "fed.seed");
+    f->seed = how->seed_given ? how->seed : (uint64_t)config_int(cfg, "fed.seed");
     f->rounds = config_int(cfg, "fed.rounds");
     f->nclients = (int)config_int(cfg, "fed.clients");
     f->poisson = !strcmp(config_str(cfg, "fed.sampling"), "poisson");
@@ -305,32 +306,32 @@ static status fed_setup_mode(fed_run **out, const config *cfg, const runtime *rt
     f->delta = config_float(cfg, "dp.delta");
     f->target_eps = config_float(cfg, "dp.target_epsilon");
     f->max_norm = config_float(cfg, "fed.max_update_norm");
+    f->dpsgd_clip = config_float(cfg, "dp.sample_clip");
+    f->dpsgd_sigma = config_float(cfg, "dp.sample_noise");
     f->secagg_t = (int)config_int(cfg, "secagg.threshold");
     f->frac_bits = (int)config_int(cfg, "secagg.frac_bits");
     f->ckpt_every = config_int(cfg, "ckpt.every_rounds");
     snprintf(f->run_dir, sizeof f->run_dir, "%s", config_str(cfg, "fed.run_dir"));
     config_dump(cfg, f->config_text, sizeof f->config_text);
     TRY(fed_parse_plant(f, config_str(cfg, "fed.plant")));
-    int threads = (int)config_int(cfg, "fed.threads");
-    if (threads == 0) {  /* the binding's cores, shared among the ranks on them (nebula-train's rule) */
-        cpu_set_t set;
-        threads = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-        if (rt->cpu_sharers > 1) threads /= rt->cpu_sharers;
-        if (threads < 1) threads = 1;
-    }
+    int threads = runtime_threads(rt, config_int(cfg, "fed.threads"));  /* nebula-train's rule */
     omp_set_num_threads(threads);
     blas_set_threads(threads);
     TRY(model_spec_from_config(&f->spec, cfg));
     TRY(fed_check_config(f));
     const char *train = config_str(cfg, "data.train"), *val = config_str(cfg, "data.val");
-    if (!train[0]) {
+    if (how->train) {
+        f->train = *how->train;
+        memset(how->train, 0, sizeof *how->train);
+    } else if (!train[0]) {
         log_error0("data.train is empty: nebula-fed needs the clients' data (an HDF5 image set, a CIFAR-10 file, or "
                    "token files)");
         return STATUS_INPUT;
     }
-    TRY(fed_read_data(f, train, &f->train));
-    if (val[0] && f->rank == 0) TRY(fed_read_data(f, val, &f->val));
+    if (!how->train) TRY(fed_read_data(f, train, &f->train));
+    if (!how->train && val[0] && f->rank == 0) TRY(fed_read_data(f, val, &f->val));
     TRY(fed_partition(f));
+    TRY(fed_dpsgd_check(f));
     TRY(fed_model_setup(f));
     int mine = f->rank == 0 ? (f->world == 1 ? f->nclients : 0) : fed_clients_on_rank(f, f->rank);
     int most = fed_clients_on_rank(f, f->world == 1 ? 0 : 1);
@@ -351,12 +352,18 @@ static status fed_setup_mode(fed_run **out, const config *cfg, const runtime *rt
 
 status fed_setup(fed_run **out, const config *cfg, const runtime *rt)
 {
-    return fed_setup_mode(out, cfg, rt, false);
+    return fed_setup_mode(out, cfg, rt, &(fed_setup_how){ 0 });
 }
 
 status fed_setup_audit(fed_run **out, const config *cfg, const runtime *rt)
 {
-    return fed_setup_mode(out, cfg, rt, true);
+    return fed_setup_mode(out, cfg, rt, &(fed_setup_how){ .audit = true });
+}
+
+status fed_setup_shadow(fed_run **out, const config *cfg, const runtime *rt, fed_data *train, uint64_t seed)
+{
+    return fed_setup_mode(out, cfg, rt,
+                          &(fed_setup_how){ .audit = true, .quiet = true, .train = train, .seed_given = true, .seed = seed });
 }
 
 void fed_print(const fed_run *f, FILE *out)
@@ -381,6 +388,11 @@ void fed_print(const fed_run *f, FILE *out)
     fprintf(out, "privacy: dp %s%s, secure aggregation %s, aggregator %s, server optimizer %s\n",
             f->dp == 0 ? "off" : f->dp == 1 ? "central" : "distributed", f->adaptive ? " (adaptive clip)" : "",
             f->secagg ? "on" : "off", config_str(f->cfg, "fed.aggregator"), config_str(f->cfg, "fed.server_optimizer"));
+    if (f->dpsgd_clip > 0)
+        fprintf(out, "sample-level DP-SGD: per-example clip %g, noise multiplier %g, Poisson rate %.4g (local batch over "
+                "the smallest shard); epsilon %.4g at delta %g per client after %lld rounds of E steps (a bound: every "
+                "round counted)\n", f->dpsgd_clip, f->dpsgd_sigma, fed_dpsgd_rate(f), fed_dpsgd_epsilon(f, f->rounds),
+                f->delta, (long long)f->rounds);
 }
 
 const fed_ledger *fed_get_ledger(const fed_run *f)
@@ -406,5 +418,6 @@ void fed_free(fed_run *f)
     fed_data_free(&f->val);
     free(f->owner), free(f->shard), free(f->shard_start);
     free(f->msg), free(f->in), free(f->perm), free(f->global), free(f->upd), free(f->agg), free(f->sm), free(f->sv);
+    free(f->dpsgd_acc);
     free(f);
 }

@@ -36,8 +36,9 @@ static status fed_budget(fed_run *f)
             return STATUS_INPUT;
         }
         f->led.sigma = sigma;
-        printf("fed: privacy budget epsilon %g at delta %g over %lld rounds (q = %.4g): noise multiplier %.6g\n",
-               f->target_eps, f->delta, (long long)f->rounds, f->q, sigma);
+        if (!f->quiet)
+            printf("fed: privacy budget epsilon %g at delta %g over %lld rounds (q = %.4g): noise multiplier %.6g\n",
+                   f->target_eps, f->delta, (long long)f->rounds, f->q, sigma);
     } else {
         int64_t n = fed_rdp_steps_for(f->q, f->led.sigma, f->delta, f->target_eps);
         if (n <= 0) {
@@ -46,8 +47,9 @@ static status fed_budget(fed_run *f)
             return STATUS_INPUT;
         }
         if (n < f->rounds) f->rounds = n;
-        printf("fed: privacy budget epsilon %g at delta %g with noise multiplier %g (q = %.4g): %lld rounds\n",
-               f->target_eps, f->delta, f->led.sigma, f->q, (long long)f->rounds);
+        if (!f->quiet)
+            printf("fed: privacy budget epsilon %g at delta %g with noise multiplier %g (q = %.4g): %lld rounds\n",
+                   f->target_eps, f->delta, f->led.sigma, f->q, (long long)f->rounds);
     }
     return STATUS_OK;
 }
@@ -192,8 +194,7 @@ status fed_resume(fed_run *f)
     return STATUS_OK;
 }
 
-/* One held-out sample's loss and hit from the logits of a classifier. */
-static void fed_class_loss(const float *z, int C, int y, double *loss, int *hit)
+double fed_class_xent(const float *z, int C, int y, int *top)
 {
     double mx = z[0];
     int arg = 0;
@@ -201,8 +202,21 @@ static void fed_class_loss(const float *z, int C, int y, double *loss, int *hit)
         if (z[k] > mx) mx = z[k], arg = k;
     double s = 0;
     for (int k = 0; k < C; k++) s += exp(z[k] - mx);
-    *loss = log(s) + mx - z[y];
-    *hit = arg == y;
+    if (top) *top = arg;
+    return log(s) + mx - z[y];
+}
+
+void fed_batch_put(model_batch *b, int j, const fed_data *d, int64_t s)
+{
+    if (d->images) {
+        size_t img = 3 * (size_t)d->H * (size_t)d->W;
+        memcpy(b->images + (size_t)j * img, d->x + (size_t)s * img, img * sizeof(float));
+        b->targets[j] = d->labels[s];
+    } else {
+        size_t T = (size_t)d->T;
+        memcpy(b->ids + (size_t)j * T, d->ids + (size_t)s * T, T * sizeof(int32_t));
+        memcpy(b->targets + (size_t)j * T, d->targets + (size_t)s * T, T * sizeof(int32_t));
+    }
 }
 
 status fed_evaluate(fed_run *f, double *loss, double *acc)
@@ -214,18 +228,7 @@ status fed_evaluate(fed_run *f, double *loss, double *acc)
     if (d->n < B) return STATUS_OK;
     for (int64_t start = 0; start < d->n; start += B) {
         int64_t s0 = start + B > d->n ? d->n - B : start;  /* the last batch overlaps: only its new samples count */
-        for (int j = 0; j < B; j++) {
-            int64_t s = s0 + j;
-            if (d->images) {
-                size_t img = 3 * (size_t)d->H * (size_t)d->W;
-                memcpy(f->evbatch.images + (size_t)j * img, d->x + (size_t)s * img, img * sizeof(float));
-                f->evbatch.targets[j] = d->labels[s];
-            } else {
-                size_t T = (size_t)d->T;
-                memcpy(f->evbatch.ids + (size_t)j * T, d->ids + (size_t)s * T, T * sizeof(int32_t));
-                memcpy(f->evbatch.targets + (size_t)j * T, d->targets + (size_t)s * T, T * sizeof(int32_t));
-            }
-        }
+        for (int j = 0; j < B; j++) fed_batch_put(&f->evbatch, j, d, s0 + j);
         TRY(model_forward(&f->ev, &f->evbatch, false));
         int C = 0;
         const float *z = model_class_logits(&f->ev, &C);
@@ -235,10 +238,9 @@ status fed_evaluate(fed_run *f, double *loss, double *acc)
         }
         for (int j = 0; j < B; j++) {
             if (s0 + j < start) continue;
-            double l;
-            int h;
-            fed_class_loss(z + (size_t)j * C, C, f->evbatch.targets[j], &l, &h);
-            sum += l, hits += h, counted++;
+            int top;
+            sum += fed_class_xent(z + (size_t)j * C, C, f->evbatch.targets[j], &top);
+            hits += top == f->evbatch.targets[j], counted++;
         }
     }
     *loss = counted ? sum / counted : NAN;
@@ -278,11 +280,14 @@ void fed_metrics_round(fed_run *f, int64_t sampled, int64_t dropped, int64_t ref
     int64_t r = f->led.round;
     double eps = f->dp ? f->led.eps : NAN, clip = f->dp ? f->led.clip.C : NAN;
     bool evaluated = isfinite(eval_loss);
+    double eps_s = f->dpsgd_clip > 0 ? fed_dpsgd_epsilon(f, r) : NAN;
+    if (f->quiet) return;  /* a shadow run of the audit: nothing printed or written */
     printf("round=%lld sampled=%lld dropped=%lld refused=%lld aggregated=%lld loss=%.4f", (long long)r,
            (long long)sampled, (long long)dropped, (long long)refused, (long long)aggregated, loss);
     if (evaluated) printf(" eval_loss=%.4f", eval_loss);
     if (isfinite(eval_acc)) printf(" acc=%.4f", eval_acc);
     if (f->dp) printf(" eps=%.4f clip=%.4g", eps, clip);
+    if (f->dpsgd_clip > 0) printf(" eps_sample=%.4f", eps_s);
     printf(" round_s=%.3f\n", secs);
     fflush(stdout);
     if (!f->launch) f->launch = f->metrics_fd >= 0 ? fed_launch_number(f->metrics_fd) : 1;
@@ -315,6 +320,11 @@ void fed_metrics_round(fed_run *f, int64_t sampled, int64_t dropped, int64_t ref
         json_object_set_new(j, "sigma", json_real(f->led.sigma));
         fed_num(j, nonfinite, "clip", clip);
     }
+    if (f->dpsgd_clip > 0) {
+        fed_num(j, nonfinite, "eps_sample", eps_s);
+        json_object_set_new(j, "sigma_sample", json_real(f->dpsgd_sigma));
+        json_object_set_new(j, "delta", json_real(f->delta));
+    }
     json_object_set_new(j, "round_ms", json_real(secs * 1e3));
     if (json_array_size(nonfinite)) json_object_set(j, "nonfinite", nonfinite);
     json_decref(nonfinite);
@@ -329,7 +339,7 @@ void fed_metrics_round(fed_run *f, int64_t sampled, int64_t dropped, int64_t ref
     if (f->tb) {
         const struct { const char *tag; double v; } s[] = {
             { "fed/loss", loss }, { "fed/eval_loss", eval_loss }, { "fed/eval_acc", eval_acc }, { "fed/epsilon", eps },
-            { "fed/clip", clip }, { "fed/clients_dropped", (double)dropped }, { "fed/updates_refused", (double)refused },
+            { "fed/clip", clip }, { "fed/epsilon_sample", eps_s }, { "fed/clients_dropped", (double)dropped }, { "fed/updates_refused", (double)refused },
         };
         for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
             if (isfinite(s[i].v)) tfevent_scalar(f->tb, r, s[i].tag, s[i].v);

@@ -9,7 +9,6 @@
 #include <jansson.h>
 #include <math.h>
 #include <omp.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -123,15 +122,7 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
     r->compat_dgc_unscaled_lr = config_bool(cfg, "compat.dgc_unscaled_lr");
     snprintf(r->run_dir, sizeof r->run_dir, "%s", config_str(cfg, "train.run_dir"));
     config_dump(cfg, r->config_text, sizeof r->config_text);
-    r->threads = (int)config_int(cfg, "train.threads");
-    if (r->threads == 0) {  /* the binding's cores, shared among the ranks on them (torchrun's rule):
-                               more threads than cores fight over them (GPT-2 at 4 ranks on 2 cores
-                               stepped 2.3x slower with 2 threads per rank than with 1) */
-        cpu_set_t set;
-        r->threads = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-        if (rt->cpu_sharers > 1) r->threads /= rt->cpu_sharers;
-        if (r->threads < 1) r->threads = 1;
-    }
+    r->threads = runtime_threads(rt, config_int(cfg, "train.threads"));
     omp_set_num_threads(r->threads);
     blas_set_threads(r->threads);
     TRY(fault_plan_init(&r->metrics_fault, "metrics"));

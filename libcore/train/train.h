@@ -427,5 +427,12 @@ void train_optim_free(train_optim *o);
  * train_step's own helpers. Each phase ends with a device synchronisation so the host
  * clock times it. The GPU-only path: on the CPU, nebula-bench times train_step. */
 status train_step_batch(model *m, train_optim *o, const model_batch *b, double lr, long t, train_step_stats *ss);
+/* Its two halves, for callers that work on the gradient in between (nebula-fed's
+ * per-example clipping): train_grad_batch zeroes the gradients and runs forward and
+ * backward (the gradient of the batch's mean loss in model_device_buffers(m)->grads, the
+ * loss into *loss, ss's fwd_ms and bwd_ms); train_update_batch clips to o->clip and
+ * updates from whatever the gradients hold (ss's gnorm and opt_ms). */
+status train_grad_batch(model *m, train_optim *o, const model_batch *b, double *loss, train_step_stats *ss);
+status train_update_batch(model *m, train_optim *o, double lr, long t, train_step_stats *ss);
 
 #endif

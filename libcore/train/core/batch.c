@@ -40,17 +40,6 @@ status train_batch_resolve(train_batch *tb, const config *cfg, int world)
 }
 
 /* "0.49,0.48,0.45" into three floats. */
-static status parse3(const config *cfg, const char *key, float out[3])
-{
-    const char *s = config_str(cfg, key);
-    if (sscanf(s, "%f,%f,%f", &out[0], &out[1], &out[2]) != 3) {
-        log_error0("%s = '%s' (%s): expected three comma-separated numbers, e.g. 0.5,0.5,0.5", key, s,
-                   config_origin(cfg, key));
-        return STATUS_INPUT;
-    }
-    return STATUS_OK;
-}
-
 /* BERT's special ids: those of the WordPiece tokenizer beside the training data (or
  * data.tokenizer), so a vocabulary the tokenizers library trained ([PAD] 0 .. [MASK] 4)
  * masks as bert-base's does ([PAD] 0, [UNK] 100, [CLS] 101, [SEP] 102, [MASK] 103), its
@@ -104,8 +93,8 @@ status train_open_data(train_run *r, data_loader **out, const char *path, bool t
     dc.num_classes = model_num_classes(&r->spec);
     dc.pad_crop = train ? (int)config_int(cfg, "data.pad_crop") : 0;
     dc.flip = train && config_bool(cfg, "data.flip");
-    TRY(parse3(cfg, "data.mean", dc.mean));
-    TRY(parse3(cfg, "data.std", dc.std));
+    TRY(config_floats(cfg, "data.mean", dc.mean, 3));
+    TRY(config_floats(cfg, "data.std", dc.std, 3));
     dc.micro_batch = r->tb.micro_batch;
     dc.accum = train ? r->tb.accum : 1;
     dc.dp_rank = train_dp_rank(r);  /* the ranks of one replica (its tp shards) read the same samples */

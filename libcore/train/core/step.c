@@ -402,28 +402,39 @@ void train_optim_free(train_optim *o)
     device_optim_free(&o->dopt);
 }
 
+status train_grad_batch(model *m, train_optim *o, const model_batch *b, double *loss, train_step_stats *ss)
+{
+    const device *dev = o->dopt.dev;
+    ss->fwd_ms = train_zero_grads(dev, model_params(m), model_device_buffers(m)), ss->bwd_ms = 0;
+    model_set_loss_scale(m, device_optim_loss_scale(&o->dopt));  /* 1 unless fp16 */
+    *loss = 0;
+    return train_forward_backward(m, b, dev, loss, ss);
+}
+
+status train_update_batch(model *m, train_optim *o, double lr, long t, train_step_stats *ss)
+{
+    const param_table *pt = model_params(m);
+    param_buffers *w = model_device_buffers(m);
+    double t0 = train_now_s();
+    ss->gnorm = NAN;
+    if (o->clip > 0) optim_clip_grad_norm(w->grads, pt->total, o->clip, &ss->gnorm);
+    TRY(train_optim_update(o, pt, w, lr, t));
+    ss->opt_ms = (train_now_s() - t0) * 1e3;
+    return STATUS_OK;
+}
+
 /* The GPU-only path (nebula-bench model --device cuda) until the trainer runs on a
  * device: train_setup refuses device.kind = cuda, so train_step cannot be timed there
  * yet. It shares train_step's helpers (zeroing, forward + backward, the update); on
  * the CPU nebula-bench times train_step itself. */
 status train_step_batch(model *m, train_optim *o, const model_batch *b, double lr, long t, train_step_stats *ss)
 {
-    const device *dev = o->dopt.dev;
-    const param_table *pt = model_params(m);
-    param_buffers *w = model_device_buffers(m);
     double t0 = train_now_s(), loss = 0;
-    ss->fwd_ms = train_zero_grads(dev, pt, w), ss->bwd_ms = 0;
-    model_set_loss_scale(m, device_optim_loss_scale(&o->dopt));  /* 1 unless fp16 */
-    TRY(train_forward_backward(m, b, dev, &loss, ss));
-    double t2 = train_now_s();
-    ss->gnorm = NAN;
-    if (o->clip > 0) optim_clip_grad_norm(w->grads, pt->total, o->clip, &ss->gnorm);
-    TRY(train_optim_update(o, pt, w, lr, t));
-    double t3 = train_now_s();
+    TRY(train_grad_batch(m, o, b, &loss, ss));
+    TRY(train_update_batch(m, o, lr, t, ss));
     ss->loss = loss;
     ss->lr = lr;
     ss->comm_wait_ms = 0;
-    ss->opt_ms = (t3 - t2) * 1e3;
-    ss->step_ms = (t3 - t0) * 1e3;
+    ss->step_ms = (train_now_s() - t0) * 1e3;
     return STATUS_OK;
 }
