@@ -22,16 +22,19 @@ status comm_star_init(comm_star *s, MPI_Comm members, double timeout_s, const ch
     MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(s->comm, &s->rank);
     MPI_Comm_size(s->comm, &s->size);
-    s->lost = calloc((size_t)s->size, sizeof *s->lost);
-    if (!s->lost) return STATUS_NOMEM;
+    size_t n = (size_t)s->size;
+    s->lost = calloc(n, sizeof *s->lost);
+    s->req = malloc(n * sizeof *s->req), s->st = malloc(n * sizeof *s->st);
+    s->live = malloc(n * sizeof *s->live), s->done = malloc(n * sizeof *s->done);
+    if (!s->lost || !s->req || !s->st || !s->live || !s->done) return STATUS_NOMEM;
     return STATUS_OK;
 }
 
 void comm_star_free(comm_star *s)
 {
     if (s->comm != MPI_COMM_NULL && s->comm != 0) MPI_Comm_free(&s->comm);
-    free(s->lost);
-    s->lost = NULL;
+    free(s->lost), free(s->req), free(s->st), free(s->live), free(s->done);
+    s->lost = NULL, s->req = NULL, s->st = NULL, s->live = NULL, s->done = NULL;
 }
 
 bool comm_star_lost(const comm_star *s, int r)
@@ -100,16 +103,21 @@ static void star_poll(comm_star *s, MPI_Request *req, bool *live, bool *done, MP
     if (s->wd) watchdog_leave(s->wd);
 }
 
+/* The exchange's scratch as calloc would give it: no request started, none done. */
+static void star_scratch_clear(comm_star *s)
+{
+    size_t n = (size_t)s->size;
+    for (size_t r = 0; r < n; r++) s->req[r] = MPI_REQUEST_NULL;
+    memset(s->st, 0, n * sizeof *s->st);
+    memset(s->live, 0, n * sizeof *s->live), memset(s->done, 0, n * sizeof *s->done);
+}
+
 status comm_star_scatter(comm_star *s, const void *const *bufs, const size_t *bytes, int tag)
 {
     CHECK(s->rank == 0, "comm_star_scatter is the server's");
-    MPI_Request *req = calloc((size_t)s->size, sizeof *req);
-    MPI_Status *st = calloc((size_t)s->size, sizeof *st);
-    bool *live = calloc((size_t)s->size, sizeof *live), *done = calloc((size_t)s->size, sizeof *done);
-    if (!req || !st || !live || !done) {
-        free(req), free(st), free(live), free(done);
-        return STATUS_NOMEM;
-    }
+    MPI_Request *req = s->req;
+    bool *live = s->live;
+    star_scratch_clear(s);
     for (int r = 1; r < s->size; r++) {
         if (s->lost[r] || !bufs[r]) continue;
         CHECK(bytes[r] <= INT_MAX, "a star message fits an int count (MPI)");
@@ -117,21 +125,17 @@ status comm_star_scatter(comm_star *s, const void *const *bufs, const size_t *by
         if (rc != MPI_SUCCESS) star_lose(s, r, "send", tag, "the send failed to start");
         else live[r] = true, s->bytes_sent += bytes[r];
     }
-    star_poll(s, req, live, done, st, "send", tag);
-    free(req), free(st), free(live), free(done);
+    star_poll(s, req, live, s->done, s->st, "send", tag);
     return STATUS_OK;
 }
 
 status comm_star_gather(comm_star *s, void *const *bufs, const size_t *cap, const bool *expect, int64_t *got, int tag)
 {
     CHECK(s->rank == 0, "comm_star_gather is the server's");
-    MPI_Request *req = calloc((size_t)s->size, sizeof *req);
-    MPI_Status *st = calloc((size_t)s->size, sizeof *st);
-    bool *live = calloc((size_t)s->size, sizeof *live), *done = calloc((size_t)s->size, sizeof *done);
-    if (!req || !st || !live || !done) {
-        free(req), free(st), free(live), free(done);
-        return STATUS_NOMEM;
-    }
+    MPI_Request *req = s->req;
+    MPI_Status *st = s->st;
+    bool *live = s->live, *done = s->done;
+    star_scratch_clear(s);
     got[0] = -1;
     for (int r = 1; r < s->size; r++) {
         got[r] = -1;
@@ -150,7 +154,6 @@ status comm_star_gather(comm_star *s, void *const *bufs, const size_t *cap, cons
         s->bytes_received += (uint64_t)n;
         got[r] = (size_t)n > cap[r] ? -2 : n;
     }
-    free(req), free(st), free(live), free(done);
     return STATUS_OK;
 }
 

@@ -33,6 +33,9 @@ typedef struct comm_star {
     const char *name;          /* for messages ("fed"); a literal */
     watchdog *wd;              /* the runtime's watchdog or NULL: a wait shows in this rank's beacon */
     bool *lost;                /* [size] server: members lost so far (never [0]) */
+    MPI_Request *req;          /* [size] scratch of one exchange, allocated at init */
+    MPI_Status *st;            /* [size] */
+    bool *live, *done;         /* [size] a request started; it completed */
     int nlost;                 /* how many */
     uint64_t bytes_sent;       /* what this rank put on the wire so far */
     uint64_t bytes_received;

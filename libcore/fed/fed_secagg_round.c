@@ -101,32 +101,52 @@ static int fed_host(const fed_run *f, uint32_t client)
     return fed_client_rank(f, (int)client);
 }
 
+/* The frames of every rank's reply of one kind and round, rank by rank: zero-initialise
+ * `it`, then each call gives the next frame (its rank in it->r); false after the last. */
+typedef struct fed_sa_frames {
+    int r;                     /* the rank whose reply is being read */
+    size_t at;                 /* the next frame's offset in it */
+    bool open;                 /* r's reply passed fed_reply_ok */
+} fed_sa_frames;
+
+static bool fed_sa_frames_next(const fed_run *f, const fed_srv *s, uint32_t kind, int64_t round, fed_sa_frames *it,
+                               uint32_t *id, const uint8_t **p, size_t *len)
+{
+    for (;;) {
+        if (it->open && fed_frame_next(s->in[it->r], (size_t)s->in_len[it->r], &it->at, id, p, len)) return true;
+        if (it->open) it->r++, it->open = false;
+        fed_msg_head h;
+        while (!it->open && it->r < f->world) {
+            it->open = fed_reply_ok(s, it->r, kind, round, &h);
+            if (!it->open) it->r++;
+        }
+        if (!it->open) return false;
+        it->at = sizeof h;
+    }
+}
+
 /* The advertisements: validated one by one, then the roster (sorted by secagg id). */
 static size_t fed_sa_roster(fed_run *f, fed_srv *s, int64_t round, uint8_t *roster)
 {
     size_t an = fed_secagg_advertise_bytes(), n = 0;
     uint8_t *adv = s->sa_buf;  /* the advertisements, then the roster's copy */
-    for (int r = 0; r < f->world; r++) {
-        fed_msg_head h;
-        if (!fed_reply_ok(s, r, FED_MSG_SA_ADVERTISE, round, &h)) continue;
-        size_t at = sizeof h;
-        uint32_t id;
-        const uint8_t *p;
-        size_t len;
-        while (fed_frame_next(s->in[r], (size_t)s->in_len[r], &at, &id, &p, &len)) {
-            int i = fed_sel_index(s, (int32_t)id);
-            uint8_t one[256];
-            uint32_t sid = 0;
-            if (len == an) memcpy(&sid, p + 4, 4);
-            if (i < 0 || s->got[i] || fed_host(f, id) != r || len != an || sid != id + 1 ||
-                fed_secagg_server_roster((uint64_t)round, p, len, one, an) != STATUS_OK) {
-                log_warn("fed: round %lld: rank %d's advertisement for client %u refused", (long long)round, r, id);
-                continue;
-            }
-            s->got[i] = true;
-            memcpy(adv + n * an, p, an);
-            n++;
+    fed_sa_frames it = { 0 };
+    uint32_t id;
+    const uint8_t *p;
+    size_t len;
+    while (fed_sa_frames_next(f, s, FED_MSG_SA_ADVERTISE, round, &it, &id, &p, &len)) {
+        int i = fed_sel_index(s, (int32_t)id);
+        uint8_t one[256];
+        uint32_t sid = 0;
+        if (len == an) memcpy(&sid, p + 4, 4);
+        if (i < 0 || s->got[i] || fed_host(f, id) != it.r || len != an || sid != id + 1 ||
+            fed_secagg_server_roster((uint64_t)round, p, len, one, an) != STATUS_OK) {
+            log_warn("fed: round %lld: rank %d's advertisement for client %u refused", (long long)round, it.r, id);
+            continue;
         }
+        s->got[i] = true;
+        memcpy(adv + n * an, p, an);
+        n++;
     }
     if (n && fed_secagg_server_roster((uint64_t)round, adv, n * an, roster, n * an) != STATUS_OK) return 0;
     return n;
@@ -170,41 +190,37 @@ status fed_secagg_round(fed_run *f, fed_srv *s, int64_t round, int t, fed_round_
     }
     TRY(fed_exchange(f, s));
     for (int r = 0; r < f->world; r++) s->out_len[r] = 0;
-    for (int r = 0; r < f->world; r++) {  /* route every ciphertext to its recipient's rank */
-        fed_msg_head h;
-        if (!fed_reply_ok(s, r, FED_MSG_SA_SHARES, round, &h)) continue;
-        size_t at = sizeof h;
-        uint32_t id;
-        const uint8_t *p;
-        size_t len;
-        while (fed_frame_next(s->in[r], (size_t)s->in_len[r], &at, &id, &p, &len)) {
-            int i = fed_sel_index(s, (int32_t)id);
-            if (i < 0 || fed_host(f, id) != r || in_u2[id] || len != (n1 - 1) * sb) continue;
-            bool whole = true;
-            for (size_t k = 0; k < n1 - 1 && whole; k++) {
-                uint32_t from, to;
-                whole = fed_secagg_share_route(p + k * sb, sb, &from, &to) == STATUS_OK && from == id + 1 && to >= 1 &&
-                        (int)to <= f->nclients && fed_sel_index(s, (int32_t)to - 1) >= 0;
-            }
-            if (!whole) {
-                log_warn("fed: round %lld: client %u's shares are malformed; it is left out", (long long)round, id);
-                continue;
-            }
-            for (size_t k = 0; k < n1 - 1; k++) {
-                uint32_t from, to;
-                fed_secagg_share_route(p + k * sb, sb, &from, &to);
-                int dr = fed_host(f, to - 1);
-                if (!s->out_len[dr]) fed_sa_head(s, dr, FED_MSG_SA_SHARES, round);
-                size_t o = s->out_len[dr];
-                CHECK(o + 8 + sb <= s->cap[dr], "the routed shares fit");
-                uint32_t fh[2] = { to - 1, (uint32_t)sb };
-                memcpy(s->out[dr] + o, fh, 8);
-                memcpy(s->out[dr] + o + 8, p + k * sb, sb);
-                s->out_len[dr] = o + 8 + sb;
-            }
-            in_u2[id] = true;
-            u2[n2++] = id + 1;
+    fed_sa_frames it = { 0 };
+    uint32_t id;
+    const uint8_t *p;
+    size_t len;
+    while (fed_sa_frames_next(f, s, FED_MSG_SA_SHARES, round, &it, &id, &p, &len)) {  /* route each ciphertext */
+        int i = fed_sel_index(s, (int32_t)id);
+        if (i < 0 || fed_host(f, id) != it.r || in_u2[id] || len != (n1 - 1) * sb) continue;
+        bool whole = true;
+        for (size_t k = 0; k < n1 - 1 && whole; k++) {
+            uint32_t from, to;
+            whole = fed_secagg_share_route(p + k * sb, sb, &from, &to) == STATUS_OK && from == id + 1 && to >= 1 &&
+                    (int)to <= f->nclients && fed_sel_index(s, (int32_t)to - 1) >= 0;
         }
+        if (!whole) {
+            log_warn("fed: round %lld: client %u's shares are malformed; it is left out", (long long)round, id);
+            continue;
+        }
+        for (size_t k = 0; k < n1 - 1; k++) {
+            uint32_t from, to;
+            fed_secagg_share_route(p + k * sb, sb, &from, &to);
+            int dr = fed_host(f, to - 1);
+            if (!s->out_len[dr]) fed_sa_head(s, dr, FED_MSG_SA_SHARES, round);
+            size_t o = s->out_len[dr];
+            CHECK(o + 8 + sb <= s->cap[dr], "the routed shares fit");
+            uint32_t fh[2] = { to - 1, (uint32_t)sb };
+            memcpy(s->out[dr] + o, fh, 8);
+            memcpy(s->out[dr] + o + 8, p + k * sb, sb);
+            s->out_len[dr] = o + 8 + sb;
+        }
+        in_u2[id] = true;
+        u2[n2++] = id + 1;
     }
     if (n2 < (size_t)t) {
         log_warn("fed: round %lld: %zu clients shared their keys, fewer than the threshold %d: nothing is aggregated",
@@ -223,21 +239,14 @@ status fed_secagg_round(fed_run *f, fed_srv *s, int64_t round, int t, fed_round_
         }
     TRY(fed_exchange(f, s));
     uint8_t *masked = s->sa_buf;
-    for (int r = 0; r < f->world; r++) {
-        fed_msg_head h;
-        if (!fed_reply_ok(s, r, FED_MSG_SA_MASKED, round, &h)) continue;
-        size_t at = sizeof h;
-        uint32_t id;
-        const uint8_t *p;
-        size_t len;
-        while (fed_frame_next(s->in[r], (size_t)s->in_len[r], &at, &id, &p, &len)) {
-            if ((int)id >= f->nclients || !in_u2[id] || fed_host(f, id) != r || len != mb) continue;
-            bool twice = false;
-            for (size_t k = 0; k < n3; k++) twice = twice || u3[k] == id + 1;
-            if (twice) continue;
-            memcpy(masked + n3 * mb, p, mb);
-            u3[n3++] = id + 1;
-        }
+    it = (fed_sa_frames){ 0 };
+    while (fed_sa_frames_next(f, s, FED_MSG_SA_MASKED, round, &it, &id, &p, &len)) {
+        if ((int)id >= f->nclients || !in_u2[id] || fed_host(f, id) != it.r || len != mb) continue;
+        bool twice = false;
+        for (size_t k = 0; k < n3; k++) twice = twice || u3[k] == id + 1;
+        if (twice) continue;
+        memcpy(masked + n3 * mb, p, mb);
+        u3[n3++] = id + 1;
     }
     for (size_t k = 0; k < n2; k++) {
         bool in = false;
@@ -268,17 +277,10 @@ status fed_secagg_round(fed_run *f, fed_srv *s, int64_t round, int t, fed_round_
     TRY(fed_exchange(f, s));
     uint8_t *reveals = request + rqb;
     size_t rb = fed_secagg_reveal_bytes(n3 + nd);
-    for (int r = 0; r < f->world; r++) {
-        fed_msg_head h;
-        if (!fed_reply_ok(s, r, FED_MSG_SA_REVEALS, round, &h)) continue;
-        size_t at = sizeof h;
-        uint32_t id;
-        const uint8_t *p;
-        size_t len;
-        while (fed_frame_next(s->in[r], (size_t)s->in_len[r], &at, &id, &p, &len))
-            if (len == rb && fed_host(f, id) == r && (size_t)(reveals + (nrev + 1) * rb - s->sa_buf) <= s->sa_cap)
-                memcpy(reveals + nrev++ * rb, p, rb);
-    }
+    it = (fed_sa_frames){ 0 };
+    while (fed_sa_frames_next(f, s, FED_MSG_SA_REVEALS, round, &it, &id, &p, &len))
+        if (len == rb && fed_host(f, id) == it.r && (size_t)(reveals + (nrev + 1) * rb - s->sa_buf) <= s->sa_cap)
+            memcpy(reveals + nrev++ * rb, p, rb);
     fed_secagg_unmask_in ui = { .round = (uint64_t)round, .t = (uint32_t)t, .d = e, .roster = roster,
                                 .roster_len = n1 * an, .request = request, .request_len = rqb, .masked = masked,
                                 .masked_len = n3 * mb, .reveals = reveals, .reveals_len = nrev * rb };
