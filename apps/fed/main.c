@@ -53,6 +53,70 @@ static const cli_option fed_options[] = {
     { "shadows", "audit.shadows", NULL },
 };
 
+/* What nebula-fed audit found. */
+typedef struct audit_results {
+    const fed_ledger *led;
+    fed_audit_report a;        /* membership inference by the loss */
+    bool attr, invert, lira_on; /* which of the others ran */
+    fed_attr_report at;
+    fed_inv_report inv;
+    fed_lira_report lira;
+} audit_results;
+
+static void audit_print_json(const audit_results *r)
+{
+    const fed_audit_report *a = &r->a;
+    printf("{\"round\": %lld, \"epsilon\": %.6g, \"members\": %lld, \"nonmembers\": %lld, \"member_loss\": %.6g, "
+           "\"nonmember_loss\": %.6g, \"member_acc\": %.6g, \"nonmember_acc\": %.6g, \"auc\": %.6g, "
+           "\"tpr_at_1pct_fpr\": %.6g, \"tpr_at_0.1pct_fpr\": %.6g, \"yeom_advantage\": %.6g, \"yeom_accuracy\": %.6g",
+           (long long)r->led->round, r->led->eps, (long long)a->members, (long long)a->nonmembers, a->member_loss,
+           a->nonmember_loss, a->member_conf, a->nonmember_conf, a->auc, a->tpr_1pct, a->tpr_01pct, a->yeom_advantage,
+           a->yeom_accuracy);
+    const fed_attr_report *at = &r->at;
+    if (r->attr)
+        printf(", \"attr_member_acc\": %.6g, \"attr_nonmember_acc\": %.6g, \"attr_baseline\": %.6g, "
+               "\"attr_advantage\": %.6g, \"attr_levels\": %d, \"attr_pixel\": %d", at->member_acc, at->nonmember_acc,
+               at->baseline, at->advantage, at->levels, at->pixel);
+    const fed_inv_report *inv = &r->inv;
+    char ssim[32] = "null";  /* NaN (an image under 7x7 has no SSIM) is no JSON number */
+    if (!isnan(inv->ssim)) snprintf(ssim, sizeof ssim, "%.6g", inv->ssim);
+    if (r->invert)
+        printf(", \"inv_classes\": %d, \"inv_ssim\": %s, \"inv_ncc\": %.6g, \"inv_cosine\": %.6g, "
+               "\"inv_identified\": %.6g", inv->classes, ssim, inv->ncc, inv->cosine, inv->identified);
+    const fed_lira_report *l = &r->lira;
+    if (r->lira_on)
+        printf(", \"lira_shadows\": %d, \"lira_scored\": %lld, \"lira_auc\": %.6g, \"lira_tpr_at_1pct_fpr\": %.6g, "
+               "\"lira_tpr_at_0.1pct_fpr\": %.6g, \"lira_offline_auc\": %.6g, \"lira_offline_tpr_at_1pct_fpr\": %.6g",
+               l->shadows, (long long)l->scored, l->auc, l->tpr_1pct, l->tpr_01pct, l->off_auc, l->off_tpr_1pct);
+    printf("}\n");
+}
+
+static void audit_print_text(const audit_results *r)
+{
+    const fed_audit_report *a = &r->a;
+    const char *conf = a->images ? "p(true) > 1/2" : "mean exp(-loss)";
+    printf("audit: round %lld, epsilon %.4g; %lld members (loss %.4f, %s: %.4f), %lld non-members (loss %.4f, %.4f)\n",
+           (long long)r->led->round, r->led->eps, (long long)a->members, a->member_loss, conf, a->member_conf,
+           (long long)a->nonmembers, a->nonmember_loss, a->nonmember_conf);
+    printf("audit: membership inference: AUC %.4f, TPR %.4f at 1%% FPR, %.4f at 0.1%% FPR; Yeom's threshold: "
+           "advantage %.4f, accuracy %.4f\n", a->auc, a->tpr_1pct, a->tpr_01pct, a->yeom_advantage, a->yeom_accuracy);
+    const fed_attr_report *at = &r->at;
+    if (r->attr)
+        printf("audit: attribute inference (pixel %d, %d levels): members %.4f, non-members %.4f, baseline %.4f; "
+               "advantage %.4f\n", at->pixel, at->levels, at->member_acc, at->nonmember_acc, at->baseline, at->advantage);
+    const fed_inv_report *inv = &r->inv;
+    if (r->invert)
+        printf("audit: model inversion (%d steps, %d classes, %d without members skipped): SSIM %.4f, NCC %.4f, "
+               "cosine %.4f; identified %.4f (chance %.4f)\n", inv->steps, inv->classes, inv->skipped, inv->ssim,
+               inv->ncc, inv->cosine, inv->identified, 1.0 / inv->classes);
+    if (!a->images) printf("audit: attribute inference and model inversion read pixels: not run on a language model\n");
+    const fed_lira_report *l = &r->lira;
+    if (r->lira_on)
+        printf("audit: LiRA (%d shadows, %lld examples scored, %lld not): online AUC %.4f, TPR %.4f at 1%% FPR, %.4f "
+               "at 0.1%% FPR; offline AUC %.4f, TPR %.4f at 1%% FPR\n", l->shadows, (long long)l->scored,
+               (long long)l->unscored, l->auc, l->tpr_1pct, l->tpr_01pct, l->off_auc, l->off_tpr_1pct);
+}
+
 /* nebula-fed audit: the server's checkpoint against members and non-members. */
 static int audit_main(int argc, char **argv)
 {
@@ -84,10 +148,8 @@ static int audit_main(int argc, char **argv)
         runtime_exit(&rt, STATUS_USAGE);
     }
     fed_run *f = NULL;
-    fed_audit_report a;
-    fed_attr_report at;
-    fed_inv_report inv;
-    memset(&inv, 0, sizeof inv);
+    audit_results r;
+    memset(&r, 0, sizeof r);
     st = fed_setup_audit(&f, &cfg, &rt);
     if (st == STATUS_OK) st = fed_resume(f);
     if (st == STATUS_OK && fed_get_ledger(f)->round == 0) {
@@ -95,52 +157,15 @@ static int audit_main(int argc, char **argv)
                    "released model to attack", config_str(&cfg, "fed.run_dir"), config_str(&cfg, "ckpt.resume"));
         st = STATUS_INPUT;
     }
-    if (st == STATUS_OK) st = fed_audit_membership(f, &a);
-    if (st == STATUS_OK) st = fed_audit_attribute(f, &at);
-    bool invert = config_int(&cfg, "audit.inversion_steps") > 0;
-    if (st == STATUS_OK && invert) st = fed_audit_inversion(f, &inv);
-    int shadows = (int)config_int(&cfg, "audit.shadows");
-    fed_lira_report lira;
-    memset(&lira, 0, sizeof lira);
-    if (st == STATUS_OK && shadows > 0) st = fed_audit_lira(f, shadows, &lira);
-    if (st == STATUS_OK && json) {
-        printf("{\"round\": %lld, \"epsilon\": %.6g, \"members\": %lld, \"nonmembers\": %lld, \"member_loss\": %.6g, "
-               "\"nonmember_loss\": %.6g, \"member_acc\": %.6g, \"nonmember_acc\": %.6g, \"auc\": %.6g, "
-               "\"tpr_at_1pct_fpr\": %.6g, \"tpr_at_0.1pct_fpr\": %.6g, \"yeom_advantage\": %.6g, "
-               "\"yeom_accuracy\": %.6g", (long long)fed_get_ledger(f)->round, fed_get_ledger(f)->eps,
-               (long long)a.members, (long long)a.nonmembers, a.member_loss, a.nonmember_loss, a.member_conf,
-               a.nonmember_conf, a.auc, a.tpr_1pct, a.tpr_01pct, a.yeom_advantage, a.yeom_accuracy);
-        printf(", \"attr_member_acc\": %.6g, \"attr_nonmember_acc\": %.6g, \"attr_baseline\": %.6g, "
-               "\"attr_advantage\": %.6g, \"attr_levels\": %d, \"attr_pixel\": %d", at.member_acc, at.nonmember_acc,
-               at.baseline, at.advantage, at.levels, at.pixel);
-        char ssim[32] = "null";  /* NaN (an image under 7x7 has no SSIM) is no JSON number */
-        if (!isnan(inv.ssim)) snprintf(ssim, sizeof ssim, "%.6g", inv.ssim);
-        if (invert)
-            printf(", \"inv_classes\": %d, \"inv_ssim\": %s, \"inv_ncc\": %.6g, \"inv_cosine\": %.6g, "
-                   "\"inv_identified\": %.6g", inv.classes, ssim, inv.ncc, inv.cosine, inv.identified);
-        if (shadows > 0)
-            printf(", \"lira_shadows\": %d, \"lira_scored\": %lld, \"lira_auc\": %.6g, \"lira_tpr_at_1pct_fpr\": %.6g, "
-                   "\"lira_tpr_at_0.1pct_fpr\": %.6g, \"lira_offline_auc\": %.6g, \"lira_offline_tpr_at_1pct_fpr\": %.6g",
-                   lira.shadows, (long long)lira.scored, lira.auc, lira.tpr_1pct, lira.tpr_01pct, lira.off_auc,
-                   lira.off_tpr_1pct);
-        printf("}\n");
-    } else if (st == STATUS_OK) {
-        printf("audit: round %lld, epsilon %.4g; %lld members (loss %.4f, p(true) > 1/2: %.4f), %lld non-members (loss "
-               "%.4f, %.4f)\n", (long long)fed_get_ledger(f)->round, fed_get_ledger(f)->eps, (long long)a.members,
-               a.member_loss, a.member_conf, (long long)a.nonmembers, a.nonmember_loss, a.nonmember_conf);
-        printf("audit: membership inference: AUC %.4f, TPR %.4f at 1%% FPR, %.4f at 0.1%% FPR; Yeom's threshold: "
-               "advantage %.4f, accuracy %.4f\n", a.auc, a.tpr_1pct, a.tpr_01pct, a.yeom_advantage, a.yeom_accuracy);
-        printf("audit: attribute inference (pixel %d, %d levels): members %.4f, non-members %.4f, baseline %.4f; "
-               "advantage %.4f\n", at.pixel, at.levels, at.member_acc, at.nonmember_acc, at.baseline, at.advantage);
-        if (invert)
-            printf("audit: model inversion (%d steps, %d classes, %d without members skipped): SSIM %.4f, NCC %.4f, "
-                   "cosine %.4f; identified %.4f (chance %.4f)\n", inv.steps, inv.classes, inv.skipped, inv.ssim,
-                   inv.ncc, inv.cosine, inv.identified, 1.0 / inv.classes);
-        if (shadows > 0)
-            printf("audit: LiRA (%d shadows, %lld examples scored, %lld not): online AUC %.4f, TPR %.4f at 1%% FPR, %.4f "
-                   "at 0.1%% FPR; offline AUC %.4f, TPR %.4f at 1%% FPR\n", lira.shadows, (long long)lira.scored,
-                   (long long)lira.unscored, lira.auc, lira.tpr_1pct, lira.tpr_01pct, lira.off_auc, lira.off_tpr_1pct);
-    }
+    if (st == STATUS_OK) st = fed_audit_membership(f, &r.a);
+    if (st == STATUS_OK) r.led = fed_get_ledger(f);
+    r.attr = r.a.images;  /* the attribute and inversion attacks read pixels */
+    r.invert = r.a.images && config_int(&cfg, "audit.inversion_steps") > 0;
+    r.lira_on = config_int(&cfg, "audit.shadows") > 0;
+    if (st == STATUS_OK && r.attr) st = fed_audit_attribute(f, &r.at);
+    if (st == STATUS_OK && r.invert) st = fed_audit_inversion(f, &r.inv);
+    if (st == STATUS_OK && r.lira_on) st = fed_audit_lira(f, (int)config_int(&cfg, "audit.shadows"), &r.lira);
+    if (st == STATUS_OK) (json ? audit_print_json : audit_print_text)(&r);
     if (st != STATUS_OK) log_error0("nebula-fed audit: %s", status_str(st));
     fed_free(f);
     runtime_exit(&rt, st);

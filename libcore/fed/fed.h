@@ -80,12 +80,13 @@ const fed_ledger *fed_get_ledger(const fed_run *f);
 void fed_free(fed_run *f);
 
 /* nebula-fed audit: what a membership-inference attacker gets from the released global
- * model (fed_attack.c). Members: data.train (every client's samples); non-members:
- * data.val. */
+ * model (fed_attack.c). Members: data.train (every client's samples; text: sequences of
+ * data.seq_len); non-members: data.val. */
 typedef struct fed_audit_report {
+    bool images;                         /* an image classifier (else a language model on sequences) */
     int64_t members, nonmembers;
-    double member_loss, nonmember_loss;  /* mean cross-entropy */
-    double member_conf, nonmember_conf;  /* fraction whose true class has p > 1/2 */
+    double member_loss, nonmember_loss;  /* mean cross-entropy (text: of a sequence's tokens) */
+    double member_conf, nonmember_conf;  /* images: fraction whose true class has p > 1/2; text: mean exp(-loss) */
     double auc;                          /* ROC AUC of -loss as the membership score */
     double tpr_1pct, tpr_01pct;          /* TPR at 1% and 0.1% FPR of the same score */
     double yeom_advantage, yeom_accuracy; /* Yeom et al.'s threshold attack (the mean member loss) */

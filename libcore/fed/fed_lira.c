@@ -8,7 +8,8 @@
  * configuration's clients, partition, rounds, optimizer, DP and secure aggregation — in
  * this process, with fed.seed + 1 + k as its seed, so its initialisation, partition,
  * sampling and noise are its own. Every pool example's logit-scaled confidence phi
- * (fed_audit_logit_margin) is taken under every shadow; the target's phi is then scored
+ * (fed_audit_logit_margin; text: the sequence's mean log-likelihood, minus its loss) is
+ * taken under every shadow; the target's phi is then scored
  * against the Gaussians of the IN and OUT phis (audit.h: the global variances, the
  * paper's choice below 64 shadows), online (IN and OUT) and offline (OUT only).
  *
@@ -26,24 +27,38 @@
 
 #define FED_STREAM_SHADOW 0xFFFFFE03u  /* the shadows' membership draws (beside fed_impl.h's) */
 
-/* The examples of a then b whose keep[] is set (keep NULL: all), images only. */
+/* The examples of a then b whose keep[] is set (keep NULL: all); text keeps each
+ * window's source file, b's numbered after a's (by_file deals whole files). */
 static status fed_pool_copy(const fed_data *a, const fed_data *b, const uint8_t *keep, fed_data *out)
 {
     memset(out, 0, sizeof *out);
     int64_t n = 0, total = a->n + b->n;
     for (int64_t i = 0; i < total; i++) n += !keep || keep[i];
-    size_t img = 3 * (size_t)a->H * (size_t)a->W;
-    out->n = n, out->images = true, out->H = a->H, out->W = a->W;
-    out->x = malloc((size_t)(n ? n : 1) * img * sizeof *out->x);
-    out->labels = malloc((size_t)(n ? n : 1) * sizeof *out->labels);
-    if (!out->x || !out->labels) return STATUS_NOMEM;
+    size_t img = 3 * (size_t)a->H * (size_t)a->W, T = (size_t)a->T, m = (size_t)(n ? n : 1);
+    out->n = n, out->images = a->images, out->H = a->H, out->W = a->W, out->T = a->T;
+    out->nsources = a->nsources + b->nsources;
+    if (a->images) {
+        out->x = malloc(m * img * sizeof *out->x), out->labels = malloc(m * sizeof *out->labels);
+        if (!out->x || !out->labels) return STATUS_NOMEM;
+    } else {
+        out->ids = malloc(m * T * sizeof *out->ids), out->targets = malloc(m * T * sizeof *out->targets);
+        out->source = malloc(m * sizeof *out->source);
+        if (!out->ids || !out->targets || !out->source) return STATUS_NOMEM;
+    }
     int64_t j = 0;
     for (int64_t i = 0; i < total; i++) {
         if (keep && !keep[i]) continue;
         const fed_data *src = i < a->n ? a : b;
         int64_t s = i < a->n ? i : i - a->n;
-        memcpy(out->x + (size_t)j * img, src->x + (size_t)s * img, img * sizeof *out->x);
-        out->labels[j++] = src->labels[s];
+        if (a->images) {
+            memcpy(out->x + (size_t)j * img, src->x + (size_t)s * img, img * sizeof *out->x);
+            out->labels[j] = src->labels[s];
+        } else {
+            memcpy(out->ids + (size_t)j * T, src->ids + (size_t)s * T, T * sizeof *out->ids);
+            memcpy(out->targets + (size_t)j * T, src->targets + (size_t)s * T, T * sizeof *out->targets);
+            out->source[j] = src->source[s] + (src == b ? a->nsources : 0);
+        }
+        j++;
     }
     return STATUS_OK;
 }
@@ -115,9 +130,9 @@ status fed_audit_lira(fed_run *f, int K, fed_lira_report *rep)
 {
     memset(rep, 0, sizeof *rep);
     rep->shadows = K;
-    if (!f->train.images || f->val.n < 1 || K < 2) {
-        log_error0("nebula-fed audit: LiRA needs an image classifier, held-out data (data.val: the non-members) and "
-                   "audit.shadows >= 2 (it is %d): each example needs shadows with it and without it", K);
+    if (f->val.n < 1 || K < 2) {
+        log_error0("nebula-fed audit: LiRA needs held-out data (data.val: the non-members) and audit.shadows >= 2 (it "
+                   "is %d): each example needs shadows with it and without it", K);
         return STATUS_INPUT;
     }
     int64_t P = f->train.n + f->val.n;
