@@ -118,10 +118,9 @@ static status fed_attr_guess(fed_run *f, const fed_data *d, const fed_attr_bins 
             int64_t g = (g0 + j) % total;  /* slots past the end repeat candidates; not counted */
             int64_t i = g / L;
             int k = (int)(g % L);
+            fed_batch_put(&f->evbatch, j, d, i);
             float *x = f->evbatch.images + (size_t)j * img; /* (3, H, W) */
-            memcpy(x, d->x + (size_t)i * img, img * sizeof *x);
             for (int c = 0; c < 3; c++) x[(size_t)c * hw + a->pixel] = (float)(a->lo[c] + (k + 0.5) * a->width[c]);
-            f->evbatch.targets[j] = d->labels[i];
         }
         if ((st = fed_batch_losses(f, n, loss)) != STATUS_OK) goto free_loss;
         for (int j = 0; j < n; j++) {
