@@ -301,11 +301,11 @@ fuzz-merge: $(FUZZ_BINS)
 	    rm -f validation/fuzz/corpus_$(t)/* && cp $(B)/fuzz/merged_$(t)/* validation/fuzz/corpus_$(t)/ &&) true
 
 # The CHAOS build (validation/cli/test_ckpt_faults.sh, test_fault_pass.sh, nebula-chaos):
-# nebula-train, nebula-ckpt and nebula-report with the fault points that
+# nebula-train, nebula-ckpt, nebula-report and nebula-model with the fault points that
 # NEBULA_CHAOS_FAULT arms (libcore/base/fault.h), libcore and those apps compiled again
 # with -DCHAOS into their own objects, so the binaries under build/bin never carry them.
-# Part of `all`: one more compile of libcore and three apps, in parallel under make -j.
-CHAOS_APPS := train ckpt report
+# Part of `all`: one more compile of libcore and four apps, in parallel under make -j.
+CHAOS_APPS := train ckpt report model
 CHAOS_LIB := $(B)/chaos/lib/libcore.a
 .PHONY: chaos
 chaos: $(addprefix $(B)/chaos/bin/nebula-,$(CHAOS_APPS))

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # check-layers.sh — libcore's modules include only modules below them (docs/design.md):
-#   base < kernels < comm < nn < data < dgc < ckpt < ckpt/tool < record
+#   base < kernels < comm < nn < data < dgc < ckpt < ckpt/tool < record < model
 #        < train/core < train/control < train/observe < train (its top files) < fed
 # the trainer's sub-modules in the same one-way order (each may include train/train.h,
 # the module's public header, which names their shared train_run), and no file under
@@ -8,7 +8,7 @@
 # every offending include; exits 1 when there is one.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-order=(base comm nn data dgc ckpt ckpt/tool record train/core train/control train/observe train fed)
+order=(base comm nn data dgc ckpt ckpt/tool record model train/core train/control train/observe train fed)
 rank() { local i; for i in "${!order[@]}"; do [ "${order[$i]}" = "$1" ] && { echo "$i"; return; }; done; echo -1; }
 bad=0
 while IFS= read -r f; do

@@ -43,6 +43,7 @@ BUILD_PKGS=(
     libutf8proc-dev                           # utf8proc: Unicode categories, NFD, lower case (WordPiece)
     libpng-dev libjpeg62-turbo-dev            # image folders (nebula-train prepare --images)
     libsodium-dev                             # libsodium: X25519, ChaCha20, BLAKE2b (secure aggregation)
+    libxxhash-dev libzstd-dev                 # XXH3-128 and zstd: nebula-model's content-addressed chunks
     help2man                                  # make install: man pages from --help
 )
 # What make test / make check run beside the binaries.
@@ -58,6 +59,7 @@ TEST_PKGS=(
     slurm-wlm munge                           # tools/slurm-local: the Slurm cluster of the job-script tests
     shellcheck                                # the job scripts are linted in make check
     environment-modules                       # the modulefile of make install is loaded in a test
+    xxhash zstd                               # xxh128sum and zstd: nebula-model's objects rebuilt by hand in its tests
 )
 # Optional: `make fuzz` only (libFuzzer and the sanitizer runtimes, OpenMP for clang).
 FUZZ_PKGS=(clang libclang-rt-dev libomp-dev)
@@ -118,7 +120,7 @@ probe_version() {
         MPI)     mpirun --version 2>/dev/null | head -1 || true ;;
         HDF5)    pkg-config --modversion hdf5-openmpi hdf5 2>/dev/null | head -1 || true ;;
         BLAS)    echo "$NEBULA_PROBE_BLAS $(pkg-config --modversion "$NEBULA_PROBE_BLAS" 2>/dev/null || true)" ;;
-        *)       pkg-config --modversion "$(echo "$1" | tr 'A-Z' 'a-z' | sed 's/isa-l/libisal/; s/^pcre2$/libpcre2-8/; s/^utf8proc$/libutf8proc/')" 2>/dev/null || true ;;
+        *)       pkg-config --modversion "$(echo "$1" | tr 'A-Z' 'a-z' | sed 's/isa-l/libisal/; s/^pcre2$/libpcre2-8/; s/^utf8proc$/libutf8proc/; s/^xxhash$/libxxhash/; s/^zstd$/libzstd/')" 2>/dev/null || true ;;
     esac
 }
 
@@ -175,6 +177,12 @@ int main(void) { struct jpeg_decompress_struct c; struct jpeg_error_mgr e; c.err
     probe libsodium "libsodium (PKG_CONFIG_PATH to its libsodium.pc)" \
         '#include <sodium.h>
 int main(void) { return sodium_init() < 0; }'
+    probe xxhash "libxxhash (PKG_CONFIG_PATH to its libxxhash.pc)" \
+        '#include <xxhash.h>
+int main(void) { return XXH3_128bits("", 0).low64 == 0; }'
+    probe zstd "libzstd (PKG_CONFIG_PATH to its libzstd.pc)" \
+        '#include <zstd.h>
+int main(void) { return ZSTD_versionNumber() == 0; }'
     probe zlib "zlib" \
         '#include <zlib.h>
 int main(void) { return crc32(0, 0, 0) != 0; }'

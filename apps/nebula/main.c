@@ -35,6 +35,7 @@ static const struct {
 } subcommands[] = {
     { "train", "train a model (data, tensor, pipeline parallel); prepare data; control a run" },
     { "fed", "federated learning: rounds of clients with differential privacy and secure aggregation" },
+    { "model", "version control of checkpoints: commit, branch, tag, checkout, diff, rollback, push, pull" },
     { "bench", "model throughput, communication benchmarks, benchmark tables" },
     { "ckpt", "inspect, verify, diff, convert, reshard and upgrade checkpoints" },
     { "chaos", "fault-injection scenarios and soak runs" },

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +54,20 @@ static const struct {
     { "out.fsync", "the fsync of the temporary file" },
     { "out.close", "closing the temporary file" },
     { "out.rename", "the rename of the temporary over the output" },
+    /* nebula-model's repository writes (libcore/model): objects (chunks, skeletons,
+     * manifests, commits), refs and HEAD, the work-tree index, locks, the reflog, checkouts */
+    { "model.object_write", "writing an object's temporary file" },
+    { "model.object_fsync", "the fsync of an object's temporary file" },
+    { "model.object_rename", "the rename of an object's temporary file to its id" },
+    { "model.ref_write", "writing a ref's, HEAD's or a COMMITTED marker's temporary file" },
+    { "model.ref_fsync", "its fsync" },
+    { "model.ref_rename", "its rename over the ref" },
+    { "model.work_write", "writing the work-tree index (worktree.json)" },
+    { "model.work_fsync", "its fsync" },
+    { "model.work_rename", "its rename" },
+    { "model.lock", "writing a ref's lock file" },
+    { "model.reflog", "appending to the reflog (after the ref moved)" },
+    { "model.checkout", "the fsync of a checked-out state.h5" },
 };
 #define NPOINTS ((int)(sizeof fault_points / sizeof fault_points[0]))
 
@@ -108,7 +123,7 @@ static bool rule_parse(fault_plan *f, char *item)
         *at = '\0';
         if (hash || !parse_count(at + 1, 0, &step)) return false;
     }
-    int err = !strcmp(name, "EIO") ? EIO : !strcmp(name, "ENOSPC") ? ENOSPC : 0;
+    int err = !strcmp(name, "EIO") ? EIO : !strcmp(name, "ENOSPC") ? ENOSPC : !strcmp(name, "KILL") ? FAULT_KILL : 0;
     if (err == 0) return false;
     size_t mlen;
     if (hash) {
@@ -146,7 +161,7 @@ status fault_plan_init(fault_plan *f, const char *module)
         fault_point_names(NULL, points, sizeof points);
         log_error("NEBULA_CHAOS_FAULT: cannot use '%s' (at most %d rules per module, comma-separated, each "
                   "POINT:ERRNO[@STEP][/RANK] or MODULE#N:ERRNO[/RANK]; POINT one of %s; MODULE the part before "
-                  "the dot; ERRNO EIO or ENOSPC; STEP a step, N >= 1, RANK the rank it fires on, 0 without)", shown,
+                  "the dot; ERRNO EIO, ENOSPC or KILL; STEP a step, N >= 1, RANK the rank it fires on, 0 without)", shown,
                   FAULT_RULES_MAX, points);
         return STATUS_INPUT;
     }
@@ -163,8 +178,13 @@ int fault_errno(fault_plan *f, const char *point, int64_t step)
         bool hit = f->rule[i].nth ? f->rule[i].nth == nth
                                   : !strcmp(f->rule[i].point, point) && (f->rule[i].step < 0 || f->rule[i].step == step);
         if (!hit) continue;
-        log_warn("chaos: injected %s at %s (step %" PRId64 ", point #%lld)", f->rule[i].err == ENOSPC ? "ENOSPC" : "EIO",
-                 point, step, nth);
+        log_warn("chaos: injected %s at %s (step %" PRId64 ", point #%lld)",
+                 f->rule[i].err == ENOSPC ? "ENOSPC" : f->rule[i].err == FAULT_KILL ? "SIGKILL" : "EIO", point, step, nth);
+        if (f->rule[i].err == FAULT_KILL) {  /* a crash at this point: nothing after it runs */
+            fflush(stdout);
+            fflush(stderr);
+            raise(SIGKILL);
+        }
         return f->rule[i].err;
     }
     return 0;

@@ -6,8 +6,9 @@
  *   POINT:ERRNO[@STEP][/RANK]   the point fails (at the save/record of STEP only, with @STEP)
  *   MODULE#N:ERRNO[/RANK]       the Nth point of MODULE reached by this process fails (N >= 1),
  *                               whichever it is: failing each call in turn, as SQLite's I/O tests do
- * ERRNO is EIO or ENOSPC. POINT is a name of fault_points[] (fault.c), "module.call";
- * MODULE is the part before the dot (ckpt, metrics, rundir, out). A rule fires on rank RANK
+ * ERRNO is EIO or ENOSPC, or KILL: the process SIGKILLs itself at the point (a crash there,
+ * for the crash-consistency tests of nebula-model's repository). POINT is a name of fault_points[] (fault.c), "module.call";
+ * MODULE is the part before the dot (ckpt, metrics, rundir, out, model). A rule fires on rank RANK
  * of the plan's user (rank 0 without /RANK): "ckpt.write:EIO/1" fails rank 1's write of
  * state.h5 alone. A user (one writer, one file) parses the rules of its own module into
  * its own plan; a rule naming an unknown point or module is an input error. Faults fire
@@ -23,12 +24,13 @@
 #include "base/log.h"
 
 #define FAULT_RULES_MAX 16
+#define FAULT_KILL (-9)  /* a rule's err: SIGKILL at the point instead of an errno */
 
 typedef struct fault_plan {
     char module[16];          /* "ckpt", ...: the rules kept are this module's */
     struct {
         char point[32];       /* point name; "" for an #N rule */
-        int err;              /* EIO or ENOSPC */
+        int err;              /* EIO, ENOSPC or FAULT_KILL */
         int64_t step;         /* POINT rules: this step only; -1: always */
         int64_t nth;          /* #N rules: the Nth point reached; 0 for POINT rules */
         int rank;             /* the rank it fires on (0 unless the rule names one) */
