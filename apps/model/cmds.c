@@ -92,8 +92,10 @@ int model_commit(const model_args *a)
 static int verify_checkout(const model_args *a, const char *path)
 {
     ckpt_catalog cat;
-    int nbad = 0;
+    int nbad = 0, mpi_on = 0;
     ckpt_damage first;
+    MPI_Initialized(&mpi_on);
+    if (!mpi_on) MPI_Init(NULL, NULL);  /* ckpt_verify reads with parallel HDF5, here on one process */
     status st = ckpt_catalog_open(&cat, path);
     if (st == STATUS_OK) {
         st = ckpt_verify(MPI_COMM_SELF, &cat, NULL, &nbad, &first);

@@ -9,7 +9,6 @@
 #define MODEL_ARGS_MAX 4
 
 typedef struct model_args {
-    const runtime *rt;
     const config *cfg;          /* the [repo] options */
     const char *args[MODEL_ARGS_MAX]; /* positional arguments after the subcommand */
     int nargs;

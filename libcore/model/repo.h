@@ -160,6 +160,10 @@ typedef struct repo_manifest {
  * STATUS_CORRUPT with why. */
 status repo_manifest_parse(const char *text, size_t n, repo_manifest *m, char *why, size_t len);
 char *repo_manifest_dump(const repo_manifest *m);    /* canonical JSON, malloc'd */
+/* The manifest's sizes against its objects' headers (no decoding): every chunk holds what
+ * its item says and skeleton + items make file_bytes. STATUS_CORRUPT with why: a manifest
+ * whose hash is right but whose sizes lie. Missing objects are not its concern (fsck). */
+status repo_manifest_check(const char *objdir, const repo_manifest *m, char *why, size_t len);
 void repo_manifest_free(repo_manifest *m);
 status repo_manifest_load(const char *objdir, const repo_id *id, repo_manifest *m, char *why, size_t len);
 

@@ -135,8 +135,9 @@ static void mark_bases(const char *objdir, census *c, const repo_id *id, uint64_
     }
 }
 
-/* Walks one commit's history, marking everything it reaches; counts what is missing. */
-static void walk(const char *objdir, census *c, const repo_id *tip, const char *from, uint64_t *missing)
+/* Walks one commit's history, marking everything it reaches; counts what is missing and
+ * the commits and manifests that do not parse or lie about sizes (bad). */
+static void walk(const char *objdir, census *c, const repo_id *tip, const char *from, uint64_t *missing, uint64_t *bad)
 {
     repo_id *stack = malloc(64 * sizeof *stack);
     int n = 0, cap = 64;
@@ -155,7 +156,11 @@ static void walk(const char *objdir, census *c, const repo_id *tip, const char *
         if (!first) continue;
         repo_commit cm;
         repo_manifest m;
-        if (repo_commit_load(objdir, &id, &cm, why, sizeof why) != STATUS_OK) continue;  /* counted as bad */
+        if (repo_commit_load(objdir, &id, &cm, why, sizeof why) != STATUS_OK) {
+            log_error("%s (reached from %s)", why, from);
+            (*bad)++;
+            continue;
+        }
         for (int i = 0; i < cm.nparents; i++) {
             if (n == cap) stack = realloc(stack, (size_t)(cap *= 2) * sizeof *stack);
             CHECK(stack, "out of memory");
@@ -164,7 +169,14 @@ static void walk(const char *objdir, census *c, const repo_id *tip, const char *
         if (!mark(c, &cm.manifest, &first)) {
             log_error("the manifest of commit %s is missing", hex);
             (*missing)++;
-        } else if (first && repo_manifest_load(objdir, &cm.manifest, &m, why, sizeof why) == STATUS_OK) {
+        } else if (first && repo_manifest_load(objdir, &cm.manifest, &m, why, sizeof why) != STATUS_OK) {
+            log_error("commit %s: %s", hex, why);
+            (*bad)++;
+        } else if (first) {
+            if (repo_manifest_check(objdir, &m, why, sizeof why) != STATUS_OK) {
+                log_error("commit %.12s: %s", hex, why);
+                (*bad)++;
+            }
             if (!mark(c, &m.skeleton, &first)) {
                 log_error("the skeleton of commit %s is missing", hex);
                 (*missing)++;
@@ -185,21 +197,22 @@ static void walk(const char *objdir, census *c, const repo_id *tip, const char *
     free(stack);
 }
 
-/* Walks from every ref and HEAD (and, reflog, every id the reflogs name). */
+/* Walks from every ref and HEAD (and, reflog, every id the reflogs name); *bad_refs counts
+ * a HEAD or ref that cannot be read, and commits and manifests that are damaged. */
 static status walk_all(const repo *r, census *c, bool reflog, uint64_t *missing, uint64_t *bad_refs)
 {
     char objdir[REPO_PATH_MAX], (*names)[256];
     repo_id *ids;
     repo_objdir(r->dir, objdir, sizeof objdir);
     int n = repo_refs_list(r->dir, "refs", &names, &ids);
-    for (int i = 0; i < n; i++) walk(objdir, c, &ids[i], names[i], missing);
+    for (int i = 0; i < n; i++) walk(objdir, c, &ids[i], names[i], missing, bad_refs);
     free(names);
     free(ids);
     char branch[REPO_NAME_MAX];
     repo_id head;
     bool born;
     if (repo_head(r, branch, sizeof branch, &head, &born) != STATUS_OK) (*bad_refs)++;
-    else if (born) walk(objdir, c, &head, "HEAD", missing);
+    else if (born) walk(objdir, c, &head, "HEAD", missing, bad_refs);
     if (!reflog) return STATUS_OK;
     /* every id named in logs/ (old and new values of every ref move) */
     const char *logs[] = { "logs/HEAD", "logs/refs/heads", "logs/refs/tags", "logs/refs/remotes" };
@@ -229,8 +242,8 @@ static status walk_all(const repo *r, census *c, bool reflog, uint64_t *missing,
                     repo_id ia, ib;
                     uint64_t ignore = 0;
                     if (sscanf(line, "%32s %32s", a, b) != 2) continue;
-                    if (repo_id_parse(a, &ia) && repo_object_has(objdir, &ia)) walk(objdir, c, &ia, "the reflog", &ignore);
-                    if (repo_id_parse(b, &ib) && repo_object_has(objdir, &ib)) walk(objdir, c, &ib, "the reflog", &ignore);
+                    if (repo_id_parse(a, &ia) && repo_object_has(objdir, &ia)) walk(objdir, c, &ia, "the reflog", &ignore, &ignore);
+                    if (repo_id_parse(b, &ib) && repo_object_has(objdir, &ib)) walk(objdir, c, &ib, "the reflog", &ignore, &ignore);
                 }
             }
             free(text);
@@ -238,6 +251,30 @@ static status walk_all(const repo *r, census *c, bool reflog, uint64_t *missing,
         }
     }
     return STATUS_OK;
+}
+
+/* Ref files under dir/sub that hold no commit id (repo_ref_read logs each). */
+static uint64_t count_bad_refs(const char *dir, const char *sub)
+{
+    char p[REPO_PATH_MAX + 512];
+    snprintf(p, sizeof p, "%s/%s", dir, sub);
+    DIR *d = opendir(p);
+    uint64_t bad = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] == '.' || strstr(e->d_name, ".lock") || strstr(e->d_name, ".tmp.")) continue;
+        char child[600];
+        struct stat sb;
+        repo_id id;
+        bool found;
+        if (snprintf(child, sizeof child, "%s/%s", sub, e->d_name) >= (int)sizeof child) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, child);
+        if (lstat(p, &sb) != 0) continue;
+        if (S_ISDIR(sb.st_mode)) bad += count_bad_refs(dir, child);
+        else if (repo_ref_read(dir, child, &id, &found) != STATUS_OK) bad++;
+    }
+    if (d) closedir(d);
+    return bad;
 }
 
 status repo_fsck(repo *r, repo_fsck_report *rep)
@@ -258,7 +295,7 @@ status repo_fsck(repo *r, repo_fsck_report *rep)
         }
         free(data);
     }
-    uint64_t bad_refs = 0;
+    uint64_t bad_refs = count_bad_refs(r->dir, "refs");
     walk_all(r, &c, false, &rep->missing, &bad_refs);
     rep->bad += bad_refs;
     for (int i = 0; i < c.n; i++) rep->unreachable += !c.mark[i];

@@ -475,6 +475,44 @@ status repo_manifest_load(const char *objdir, const repo_id *id, repo_manifest *
     return st;
 }
 
+/* The content size an object's header declares (UINT64_MAX when it cannot be read). */
+static uint64_t object_size(const char *objdir, const repo_id *id)
+{
+    char p[REPO_PATH_MAX];
+    uint8_t head[REPO_OBJ_HEAD];
+    repo_object_head h;
+    repo_object_path(objdir, id, p, sizeof p);
+    int fd = open(p, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    bool ok = fd >= 0 && path_read_all_at(fd, head, sizeof head, 0) == 0 && repo_object_head_parse(head, sizeof head, &h);
+    if (fd >= 0) close(fd);
+    return ok ? h.size : UINT64_MAX;
+}
+
+status repo_manifest_check(const char *objdir, const repo_manifest *m, char *why, size_t len)
+{
+    uint64_t items = 0;
+    for (int k = 0; k < m->n; k++) {
+        const repo_item *it = &m->items[k];
+        items += it->bytes;
+        for (int c = 0; c < it->nchunks; c++) {
+            uint64_t want = c + 1 < it->nchunks ? it->chunk_bytes : it->bytes - (uint64_t)c * it->chunk_bytes;
+            uint64_t got = object_size(objdir, &it->chunks[c]);
+            if (got != UINT64_MAX && got != want) {
+                snprintf(why, len, "%s chunk %d holds %" PRIu64 " bytes, its manifest says %" PRIu64, it->path, c, got,
+                         want);
+                return STATUS_CORRUPT;
+            }
+        }
+    }
+    uint64_t skel = object_size(objdir, &m->skeleton);
+    if (skel != UINT64_MAX && skel + items != m->file_bytes) {
+        snprintf(why, len, "the manifest lies about sizes: state.h5 of %" PRIu64 " bytes, but its skeleton (%" PRIu64
+                 ") and items (%" PRIu64 ") make %" PRIu64, m->file_bytes, skel, items, skel + items);
+        return STATUS_CORRUPT;
+    }
+    return STATUS_OK;
+}
+
 /* ---- materialise ------------------------------------------------------------------ */
 
 /* Writes state.h5 at path from the objects: skeleton pieces and chunks by offset. */

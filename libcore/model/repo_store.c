@@ -133,24 +133,35 @@ static bool lock_stale(const char *lock)
 status repo_lock(const char *lock, double wait_s, fault_plan *chaos)
 {
     double t0 = repo_now();
-    char line[300], host[256] = "localhost", why[256];
+    char line[300], host[256] = "localhost", why[256], tmp[REPO_PATH_MAX + 64];
+    static _Atomic unsigned seq;
     gethostname(host, sizeof host - 1);
     int n = snprintf(line, sizeof line, "%s %d\n", host, (int)getpid());
     TRY(repo_mkparent(lock));
+    /* the holder line is written whole before the lock exists: a temporary file, then
+     * link(2), which fails with EEXIST while another holds it (atomic on NFS too), so a
+     * crash can never leave a lock without its holder */
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d.%u", lock, (int)getpid(), seq++);
+    int fd, e = FAULT_ERRNO(chaos, "model.lock", -1);
+    if (e || path_create_regular(tmp, O_EXCL | O_TRUNC, 0644, &fd, why, sizeof why) != 0) {
+        log_error("cannot create the lock %s: %s", tmp, e ? strerror(e) : why);
+        return STATUS_IO;
+    }
+    int rc = path_write_all(fd, line, (size_t)n);
+    if (!rc) rc = fsync(fd);
+    close(fd);
+    if (rc) {
+        log_error("cannot write the lock %s: %s", tmp, log_errno_str());
+        unlink(tmp);
+        return STATUS_IO;
+    }
+    status st = STATUS_OK;
     for (;;) {
-        int fd;
-        if (path_create_regular(lock, O_EXCL, 0644, &fd, why, sizeof why) == 0) {
-            int e = FAULT_ERRNO(chaos, "model.lock", -1), rc = e ? -1 : path_write_all(fd, line, (size_t)n);
-            if (!rc) rc = fsync(fd);
-            close(fd);
-            if (rc == 0) return STATUS_OK;
-            log_error("cannot write the lock %s: %s", lock, e ? strerror(e) : log_errno_str());
-            unlink(lock);
-            return STATUS_IO;
-        }
+        if (link(tmp, lock) == 0) break;
         if (errno != EEXIST) {
-            log_error("cannot create the lock %s: %s", lock, why);
-            return STATUS_IO;
+            log_error("cannot take the lock %s: %s", lock, log_errno_str());
+            st = STATUS_IO;
+            break;
         }
         if (lock_stale(lock)) {
             log_warn("removing the stale lock %s (its holder is no longer running on this host)", lock);
@@ -160,10 +171,13 @@ status repo_lock(const char *lock, double wait_s, fault_plan *chaos)
         if (repo_now() - t0 >= wait_s) {
             log_error("%s is held by another process (its content names it); HINT: wait for it, or remove the file "
                       "when no nebula-model runs on that host", lock);
-            return STATUS_PEER;
+            st = STATUS_PEER;
+            break;
         }
         usleep(20000);
     }
+    unlink(tmp);
+    return st;
 }
 
 void repo_unlock(const char *lock)

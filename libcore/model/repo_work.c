@@ -169,6 +169,7 @@ status repo_work_checkout(repo *r, const repo_id *commit, bool force, char *path
     }
     status st = repo_manifest_load(objdir, &c.manifest, &m, why, sizeof why);
     repo_commit_free(&c);
+    if (st == STATUS_OK && (st = repo_manifest_check(objdir, &m, why, sizeof why)) != STATUS_OK) repo_manifest_free(&m);
     if (st != STATUS_OK) {
         log_error("%s", why);
         return st;
