@@ -122,6 +122,11 @@ static const char usage[] =
     "                              [--csv]\n"
     "                                     nebula-fed's round time (FedAvg, and DP-SGD local steps) beside the same\n"
     "                                     round in PyTorch 1.13 and 2.x (tools/bench-fed.sh)\n"
+    "       nebula-bench table versioning [--checkpoints N] [--width C] [--layers L] [--reps R] [--csv]\n"
+    "                                     nebula-model's store: N checkpoints of a GPT-2 run, a frozen-backbone\n"
+    "                                     fine-tune, copies written for other grids; bytes stored beside the raw\n"
+    "                                     checkpoints and whole-file storage (DVC, git-lfs), commit and checkout time\n"
+    "                                     beside cp (tools/bench-versioning.sh)\n"
     "       nebula-bench provenance [--command TEXT] [--param KEY=VALUE]... [--format json|csv|markdown]\n"
     "                                     the provenance object of a script's run on one line (under mpirun:\n"
     "                                     every rank's host); --command and --param stand for the script's own\n"
@@ -200,12 +205,12 @@ int main(int argc, char **argv)
     bool model = !strcmp(argv[1], "model"), dgc = !strcmp(argv[1], "dgc");
     if (!strcmp(argv[1], "provenance")) return bench_provenance_main(argc, argv);
     if (!strcmp(argv[1], "table")) {
-        static const char *const tables[] = { "dgc", "fed", "hetero", "hybrid", "models", "privacy" };
+        static const char *const tables[] = { "dgc", "fed", "hetero", "hybrid", "models", "privacy", "versioning" };
         bool known = false;
         for (size_t i = 0; argc >= 3 && i < sizeof tables / sizeof tables[0]; i++) known |= !strcmp(argv[2], tables[i]);
         if (!known) {
-            log_error0("table: expected 'table dgc', 'table fed', 'table hetero', 'table hybrid', 'table models' or "
-                       "'table privacy', got '%s'", argc < 3 ? "" : argv[2]);
+            log_error0("table: expected 'table dgc', 'table fed', 'table hetero', 'table hybrid', 'table models', "
+                       "'table privacy' or 'table versioning', got '%s'", argc < 3 ? "" : argv[2]);
             return runtime_exit_early(2);
         }
         return table_run(argv[2], argc - 3, argv + 3);

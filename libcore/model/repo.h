@@ -50,6 +50,8 @@
 #define REPO_PATH_MAX 4096
 #define REPO_NAME_MAX 128                   /* bytes of a branch, tag or remote name with its NUL */
 #define REPO_CHUNK_BYTES ((uint64_t)1 << 20) /* a tensor's chunk: 1 MiB of its elements (the last shorter) */
+#define REPO_OBJ_HEAD 40                    /* an object file's header: magic 8, kind 1, encoding 1, zero 6,
+                                               size 8 (little-endian), delta base id 16 */
 #define REPO_DELTA_DEPTH 8                  /* longest chain of deltas before a chunk is stored whole */
 
 typedef struct repo_id {
@@ -215,6 +217,7 @@ typedef struct repo_commit {
 } repo_commit;
 status repo_commit_load(const char *objdir, const repo_id *id, repo_commit *c, char *why, size_t len);
 status repo_commit_parse(const char *text, size_t n, repo_commit *c, char *why, size_t len);
+char *repo_commit_dump(const repo_commit *c);   /* canonical JSON, malloc'd */
 void repo_commit_free(repo_commit *c);
 /* The lineage of a scanned checkpoint: its run directory, step, config hash, the data
  * files the config names with their size and hash, the code version, and the metrics

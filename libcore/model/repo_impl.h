@@ -6,7 +6,6 @@
 #include "repo.h"
 
 #define REPO_OBJ_MAGIC "NBMOBJ1"            /* 8 bytes with its NUL */
-#define REPO_OBJ_HEAD 40                    /* magic 8, kind 1, encoding 1, zero 6, size 8, base 16 */
 #define REPO_OBJ_MAX ((uint64_t)1 << 34)    /* no object is larger (16 GiB): a bigger size field lies */
 #define REPO_ZSTD_LEVEL 3
 
@@ -26,8 +25,5 @@ status repo_mkparent(const char *path);
 /* "user@host", or $NEBULA_AUTHOR */
 void repo_default_author(char *out, size_t len);
 double repo_now(void);
-
-/* The commit JSON of c (canonical, malloc'd). */
-char *repo_commit_dump(const repo_commit *c);
 
 #endif

@@ -64,7 +64,7 @@ void optim_adamw_step(const param_table *pt, param_buffers *pb, const adamw_hpar
         const param_entry *pe = &pt->entries[e];
         size_t lo, hi;
         optim_thread_share(pe->count, &lo, &hi);
-        if (hi == lo) continue;
+        if (hi == lo || pe->frozen) continue;
         adamw_coef c = base;
         if (pe->decay) c.decay = decay;
         size_t o = pe->offset + lo;
@@ -96,7 +96,7 @@ void optim_adamw_step_ranges(const param_table *pt, param_buffers *pb, const opt
     for (int i = 0; i < n; i++) {
         size_t lo, hi;
         optim_thread_share(r[i].count, &lo, &hi);
-        if (hi == lo) continue;
+        if (hi == lo || pt->entries[r[i].entry].frozen) continue;
         adamw_coef c = base;
         if (pt->entries[r[i].entry].decay) c.decay = decay;
         size_t o = r[i].offset + lo, q = r[i].packed + lo;
@@ -143,7 +143,7 @@ void optim_sgd_step(const param_table *pt, param_buffers *pb, const sgd_hparams 
         const param_entry *pe = &pt->entries[e];
         size_t lo, hi;
         optim_thread_share(pe->count, &lo, &hi);
-        if (hi == lo) continue;
+        if (hi == lo || pe->frozen) continue;
         size_t o = pe->offset + lo;
         sgd_run(pb->params + o, pb->grads + o, pb->m ? pb->m + o : NULL, hi - lo, hp, e, pe->decay, base);
     }
@@ -161,7 +161,7 @@ void optim_sgd_step_ranges(const param_table *pt, param_buffers *pb, const optim
     for (int i = 0; i < n; i++) {
         size_t lo, hi;
         optim_thread_share(r[i].count, &lo, &hi);
-        if (hi == lo) continue;
+        if (hi == lo || pt->entries[r[i].entry].frozen) continue;
         int e = r[i].entry;
         size_t o = r[i].offset + lo;
         sgd_run(pb->params + o, pb->grads + o, b ? b + r[i].packed + lo : NULL, hi - lo, hp, e,

@@ -16,7 +16,9 @@
  *
  * Weight decay applies to the entries whose param_entry.decay is set (torch's
  * two param groups, {decay} with weight_decay and {no decay} with 0), over each
- * entry's (offset, count) slice; padding is never touched. Gradients are read,
+ * entry's (offset, count) slice; padding is never touched. Entries marked frozen
+ * (param_freeze) are skipped whole: parameters and moments stay as they are, as for a
+ * tensor PyTorch's optimizer never sees (requires_grad = False). Gradients are read,
  * never written (clip them first with optim_clip_grad_norm). Nothing allocates. */
 #ifndef NEBULA_OPTIM_H
 #define NEBULA_OPTIM_H

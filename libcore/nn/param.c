@@ -5,7 +5,9 @@
  * contiguous run of whole cache lines. */
 #include "param.h"
 
+#include <fnmatch.h>
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -98,6 +100,34 @@ void param_tp_copy(const param_table *pt, const param_entry *e, float *shard, fl
 bool param_decay_default(int ndim)
 {
     return ndim >= 2;
+}
+
+int param_freeze(param_table *pt, const char *patterns, char *why, size_t len)
+{
+    char list[4096], *save = NULL;
+    int n = 0;
+    snprintf(list, sizeof list, "%s", patterns);
+    for (char *p = strtok_r(list, ", ", &save); p; p = strtok_r(NULL, ", ", &save)) {
+        int hit = 0;
+        for (int i = 0; i < pt->count; i++)
+            if (fnmatch(p, pt->entries[i].name, 0) == 0) {
+                n += !pt->entries[i].frozen;
+                pt->entries[i].frozen = true;
+                hit++;
+            }
+        if (!hit) {
+            snprintf(why, len, "'%s' matches no tensor (names as nebula-ckpt info lists them: %s, %s, ...)", p,
+                     pt->entries[0].name, pt->count > 1 ? pt->entries[1].name : "");
+            return -1;
+        }
+    }
+    return n;
+}
+
+void param_zero_frozen(const param_table *pt, float *grads)
+{
+    for (int i = 0; i < pt->count; i++)
+        if (pt->entries[i].frozen) memset(grads + pt->entries[i].offset, 0, pt->entries[i].count * sizeof *grads);
 }
 
 int param_find(const param_table *pt, const char *name)

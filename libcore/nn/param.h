@@ -42,6 +42,8 @@ typedef struct param_entry {
     int layer;                     /* backward unit: the model reports it done (param_layer_hook) once every
                                       tensor of the layer holds its final gradient; -1 for none */
     bool decay;                    /* weight decay applies (AdamW, SGD); see param_decay_default */
+    bool frozen;                   /* optim.freeze: the optimizer leaves the tensor and its moments as they
+                                      are (PyTorch's requires_grad = False); param_freeze sets it */
     int tp_dim;                    /* tensor parallelism: the dimension split over the table's tp ranks
                                       (shape[] is this rank's shard), -1 when every rank holds it whole */
     int tp_parts;                  /* the split dimension is this many equal blocks, each split on its own
@@ -142,6 +144,14 @@ void param_table_full(const param_table *pt, param_table *full);
  * practice): matrices, convolution kernels and embeddings (ndim >= 2) decay;
  * biases and normalisation weights (ndim <= 1) do not. */
 bool param_decay_default(int ndim);
+
+/* Freezes the entries whose names match one of the comma-separated glob patterns
+ * (fnmatch: "wte.weight,h.0.*"): the optimizer steps skip them and the trainer zeroes their
+ * gradients before clipping. Returns the number frozen, or -1 with `why` naming the first
+ * pattern that matches no tensor (a typo must not train everything). */
+int param_freeze(param_table *pt, const char *patterns, char *why, size_t len);
+/* Zeroes the gradients of frozen entries in the flat gradient buffer. */
+void param_zero_frozen(const param_table *pt, float *grads);
 
 /* Index of `name`, or -1. Linear search: for init and tools, not the step loop. */
 int param_find(const param_table *pt, const char *name);
