@@ -6,7 +6,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "ckpt/tool/offline.h"
 #include "model_app.h"
 
 void model_short(const repo_id *id, char out[13])
@@ -88,23 +87,6 @@ int model_commit(const model_args *a)
     return 0;
 }
 
-/* The checkout's checkpoint checked as a loader would: catalog, every checksum. */
-static int verify_checkout(const model_args *a, const char *path)
-{
-    ckpt_catalog cat;
-    int nbad = 0, mpi_on = 0;
-    ckpt_damage first;
-    MPI_Initialized(&mpi_on);
-    if (!mpi_on) MPI_Init(NULL, NULL);  /* ckpt_verify reads with parallel HDF5, here on one process */
-    status st = ckpt_catalog_open(&cat, path);
-    if (st == STATUS_OK) {
-        st = ckpt_verify(MPI_COMM_SELF, &cat, NULL, &nbad, &first);
-        ckpt_catalog_free(&cat);
-    }
-    (void)a;
-    return model_exit(st);
-}
-
 int model_checkout(const model_args *a)
 {
     repo r;
@@ -133,7 +115,6 @@ int model_checkout(const model_args *a)
     }
     st = repo_work_checkout(&r, &id, config_bool(a->cfg, "repo.force"), path, sizeof path);
     if (st != STATUS_OK) return model_exit(st);
-    if (path[0] && (code = verify_checkout(a, path)) != 0) return code;
     char why[REPO_NAME_MAX * 2 + 32];
     snprintf(why, sizeof why, "checkout: moving to %s", name);
     if (newb[0]) {
@@ -238,7 +219,6 @@ int model_rollback(const model_args *a)
     status st = repo_resolve(&r, target, &to);
     if (st != STATUS_OK) return model_exit(st);
     st = repo_work_checkout(&r, &to, config_bool(a->cfg, "repo.force"), path, sizeof path);
-    if (st == STATUS_OK && path[0]) st = verify_checkout(a, path) ? STATUS_CORRUPT : STATUS_OK;
     char why[300];
     model_short(&cur, s0);
     model_short(&to, s1);
@@ -306,7 +286,8 @@ int model_gc(const model_args *a)
     int code = model_open(a, &r);
     if (code) return code;
     uint64_t removed = 0, freed = 0;
-    status st = repo_gc(&r, !config_bool(a->cfg, "repo.prune_reflog"), &removed, &freed);
+    status st = repo_gc(&r, !config_bool(a->cfg, "repo.prune_reflog"), (double)config_int(a->cfg, "repo.grace"), &removed,
+                        &freed);
     if (st == STATUS_OK) printf("gc: removed %" PRIu64 " files, %.2f MB\n", removed, mb(freed));
     return model_exit(st);
 }

@@ -3,7 +3,7 @@
 #define NEBULA_MODEL_APP_H
 
 #include "base/config.h"
-#include "base/runtime.h"
+#include "base/log.h"
 #include "model/repo.h"
 
 #define MODEL_ARGS_MAX 4

@@ -92,7 +92,7 @@ static void launch_marks(const report_run *run, const char *prefix, svg_mark *m,
                             : strcmp(job, "-") && !strcmp(job, pjob) ? "requeue" : "resume";
             snprintf(lab[*nm], 200, "%slaunch %lld: %s (world %g, job %s), from step %g", prefix, (long long)launch,
                      why, w, job, at);
-            m[*nm] = (svg_mark){ at, "launch", lab[*nm], true };
+            m[*nm] = (svg_mark){ at, "launch", lab[*nm], true, NULL };
             (*nm)++;
         }
         prev = r;
@@ -100,7 +100,10 @@ static void launch_marks(const report_run *run, const char *prefix, svg_mark *m,
     }
 }
 
-static void event_marks(const report_run *run, const char *prefix, svg_mark *m, int *nm, int cap, char (*lab)[200])
+/* Alerts and reloads (triangles), and commits into a model repository (lines tagged with
+ * the commit's short id; tag[] holds the tags). */
+static void event_marks(const report_run *run, const char *prefix, svg_mark *m, int *nm, int cap, char (*lab)[200],
+                        char (*tag)[16])
 {
     size_t i;
     json_t *r;
@@ -115,10 +118,18 @@ static void event_marks(const report_run *run, const char *prefix, svg_mark *m, 
             snprintf(lab[*nm], 200, "%sreload version %g at step %g: %s%s", prefix, report_num(r, "version"),
                      report_num(r, "step"), json_is_true(ap) ? "applied" : "refused: ", json_is_true(ap) ? "" :
                      report_str(r, "reason", ""));
+        } else if (!strcmp(kind, "commit")) {
+            snprintf(tag[*nm], 16, "%.12s", report_str(r, "commit", "?"));
+            snprintf(lab[*nm], 200, "%scommit %s of step %g into %s%s%s%s", prefix, tag[*nm], report_num(r, "step"),
+                     report_str(r, "repo", "?"), json_object_get(r, "branch") ? " (" : "",
+                     report_str(r, "branch", ""), json_object_get(r, "branch") ? ")" : "");
+            m[*nm] = (svg_mark){ report_num(r, "step"), kind, lab[*nm], true, tag[*nm] };
+            (*nm)++;
+            continue;
         } else {
             continue;
         }
-        m[*nm] = (svg_mark){ report_num(r, "step"), kind, lab[*nm], false };
+        m[*nm] = (svg_mark){ report_num(r, "step"), kind, lab[*nm], false, NULL };
         (*nm)++;
     }
 }
@@ -159,15 +170,17 @@ void fig_curves(sbuf *b, const report *rep)
     fig_open(b, "fig-curves", "Training curves per step across launches: training loss (solid) and held-out loss "
                               "(dashed, dots), learning rate, throughput. Dashed grey lines: launches after the first "
                               "(requeue, relaunch, resume; hover for which); triangles: alerts (red) and hot reloads "
-                              "(green). A step that a later launch ran again is drawn with the later launch's values.");
+                              "(green); purple lines on the loss: checkpoints committed into a model repository, "
+                              "with the commit's id. A step that a later launch ran again is drawn with the later "
+                              "launch's values.");
     int R = rep->nruns, ntrain = 0, redone = 0, nl = 0, nem = 0, nloss = 0, nlr = 0;
     run_curves *cv = calloc((size_t)R, sizeof *cv);
     svg_series *loss = calloc(2 * (size_t)R, sizeof(svg_series)), *lr = calloc((size_t)R, sizeof(svg_series)),
                *tput = calloc((size_t)R, sizeof(svg_series));
     /* marks[0, nl) launches, then [MAX_MARKS, MAX_MARKS + nem) alerts and reloads */
     svg_mark *marks = calloc(2 * MAX_MARKS, sizeof(svg_mark));
-    char (*labels)[200] = calloc(2 * MAX_MARKS, 200);
-    CHECK(cv && loss && lr && tput && marks && labels, "out of memory");
+    char (*labels)[200] = calloc(2 * MAX_MARKS, 200), (*tags)[16] = calloc(MAX_MARKS, 16);
+    CHECK(cv && loss && lr && tput && marks && labels && tags, "out of memory");
     const char *unit = "tok/s";
     for (int r = 0; r < R; r++) {
         const report_run *run = &rep->runs[r];
@@ -184,7 +197,7 @@ void fig_curves(sbuf *b, const report *rep)
         }
         if (c->ne) loss[nloss++] = (svg_series){ "loss/eval", run->label, c->name[1], c->ex, c->eloss, c->ne, r, true, true };
         launch_marks(run, prefix, marks, &nl, MAX_MARKS, labels);
-        event_marks(run, prefix, marks + MAX_MARKS, &nem, MAX_MARKS, labels + MAX_MARKS);
+        event_marks(run, prefix, marks + MAX_MARKS, &nem, MAX_MARKS, labels + MAX_MARKS, tags);
     }
     if (!ntrain) {
         fig_nodata(b, NULL, "no train records in metrics.jsonl");
@@ -208,7 +221,7 @@ void fig_curves(sbuf *b, const report *rep)
             fig_nodata(b, rep->runs[r].label, "the last line of metrics.jsonl was torn (a crash inside its write) and "
                                               "is left out");
     for (int r = 0; r < R; r++) free(cv[r].tr), free(cv[r].ev), free(cv[r].x);
-    free(cv), free(loss), free(lr), free(tput), free(marks), free(labels);
+    free(cv), free(loss), free(lr), free(tput), free(marks), free(labels), free(tags);
     fig_close(b);
 }
 

@@ -55,7 +55,7 @@ void fig_soak(sbuf *b, const report *rep)
             if (run->soak[i * SOAK_NCOLS + SOAK_LAUNCH] != run->soak[(i - 1) * SOAK_NCOLS + SOAK_LAUNCH]) {
                 snprintf(lab[nm], 200, "%s%slaunch %g", R > 1 ? run->label : "", R > 1 ? ": " : "",
                          run->soak[i * SOAK_NCOLS + SOAK_LAUNCH]);
-                m[nm] = (svg_mark){ x[i], "launch", lab[nm], true }, nm++;
+                m[nm] = (svg_mark){ x[i], "launch", lab[nm], true, NULL }, nm++;
             }
         size_t i;
         json_t *f;
@@ -65,7 +65,7 @@ void fig_soak(sbuf *b, const report *rep)
             snprintf(lab[nm], 200, "fault %zu: %s: %s at step %g (recovered after %g s, %g steps lost)", i + 1,
                      report_str(f, "kind", "?"), report_str(f, "what", ""), report_num(f, "step"), report_num(f, "recover_s"),
                      report_num(f, "lost_steps"));
-            m[nm] = (svg_mark){ t / scale, "fault", lab[nm], true }, nm++;
+            m[nm] = (svg_mark){ t / scale, "fault", lab[nm], true, NULL }, nm++;
         }
     }
     for (int k = 0; k < NPANEL; k++) {

@@ -221,6 +221,7 @@ static const char *mark_colour(const char *kind)
     if (!strcmp(kind, "alert")) return "#c0392b";
     if (!strcmp(kind, "reload")) return "#1b7f3b";
     if (!strcmp(kind, "fault")) return "#8b0000";
+    if (!strcmp(kind, "commit")) return "#6c3483";
     return "#777777";
 }
 
@@ -270,6 +271,12 @@ static void chart_marks(sbuf *b, const svg_chart *c, const svg_axis *ax, double 
                          "stroke-dasharray=\"5 3\"/>", x, top, x, bottom, mark_colour(m->kind));
         else
             sb_printf(b, "<path d=\"M%.1f %.1fl-5 -8h10z\" fill=\"%s\"/>", x, top + 9, mark_colour(m->kind));
+        if (m->tag) {  /* upward, beside the line: tags of marks a few pixels apart do not overwrite each other */
+            sb_printf(b, "<text class=\"tag\" font-size=\"9\" fill=\"%s\" transform=\"translate(%.1f %.1f) "
+                         "rotate(-90)\" text-anchor=\"end\">", mark_colour(m->kind), x - 2, top + 4);
+            sb_esc(b, m->tag);
+            sb_printf(b, "</text>");
+        }
         sb_printf(b, "</g>");
     }
 }

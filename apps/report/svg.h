@@ -64,9 +64,10 @@ typedef struct svg_series {
 /* An event on a chart's x axis. */
 typedef struct svg_mark {
     double x;            /* where, in x units */
-    const char *kind;    /* data-marker: launch, alert, reload, fault */
+    const char *kind;    /* data-marker: launch, alert, reload, fault, commit */
     const char *label;   /* tooltip, and the text beside a line */
     bool line;           /* a vertical line across the plot (else a triangle at its top) */
+    const char *tag;     /* a short text written beside the line's top (a commit's id), or NULL */
 } svg_mark;
 
 typedef struct svg_chart {

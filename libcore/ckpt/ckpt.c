@@ -224,6 +224,7 @@ status ckpt_writer_init(ckpt_writer **out, MPI_Comm comm, const char *dir, int k
     w->chaos.rank = w->rank;  /* ckpt.write runs on every rank of a synchronous save */
     atomic_init(&w->done, true);
     w->copied = true;
+    w->committed_step = -1;
     pthread_mutex_init(&w->lock, NULL);
     pthread_cond_init(&w->copied_cond, NULL);
     if (st == STATUS_OK && w->rank == 0) {
@@ -405,6 +406,7 @@ static status save_sync(ckpt_writer *w, const ckpt_content *c)
     status st = write_step(w->ctl, w->dir, &w->plan, &cw, ranks_per_node(w, c), w->keep_last, w->fault, &w->chaos,
                            &err);
     if (st == STATUS_TIMEOUT) return st;
+    if (st == STATUS_OK && w->rank == 0) w->commits++, w->committed_step = c->step;
     if (st != STATUS_OK) {
         log_save_failure(w, c->step, err);
         /* The caller's abort on another rank would cut rank 0's message short. */
@@ -662,7 +664,10 @@ static void join_async(ckpt_writer *w, bool block)
     status st = w->thread_status;
     if (st == STATUS_OK) st = finish_async(w);
     w->last = w->stats;
-    if (st == STATUS_OK) return;
+    if (st == STATUS_OK) {
+        w->commits++, w->committed_step = w->pending_step;
+        return;
+    }
     log_error("asynchronous checkpoint of step %" PRId64 " failed; the next save or ckpt_wait reports it",
               w->pending_step);
     if (w->pending_fault == CKPT_FAULT_NONE) ckpt_dir_discard(w->dir, w->pending_step);
@@ -682,6 +687,12 @@ void ckpt_fence(ckpt_writer *w)
     while (!w->copied) pthread_cond_wait(&w->copied_cond, &w->lock);
     pthread_mutex_unlock(&w->lock);
     if (waited) w->stats.fence_s += omp_get_wtime() - t0;
+}
+
+long ckpt_commits(const ckpt_writer *w, int64_t *step)
+{
+    if (step) *step = w ? w->committed_step : -1;
+    return w ? w->commits : 0;
 }
 
 void ckpt_poll(ckpt_writer *w)

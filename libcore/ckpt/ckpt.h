@@ -214,6 +214,12 @@ void ckpt_get_stats(const ckpt_writer *w, ckpt_stats *s);
  * write is done — checksum attributes, commit — so checkpoints commit without a
  * wait; a failure is returned by the next ckpt_save or ckpt_wait. */
 void ckpt_poll(ckpt_writer *w);
+/* Not collective. Rank 0 (0 and -1 elsewhere): how many saves this writer has committed
+ * so far (a synchronous save when ckpt_save returned; an asynchronous one when ckpt_poll,
+ * ckpt_save or ckpt_wait committed it), and in *step (may be NULL) the step of the last
+ * (-1 before the first). A caller that acts on each commit compares the count with the
+ * one it saw (a rollback may commit a step again). */
+long ckpt_commits(const ckpt_writer *w, int64_t *step);
 /* Collective (frees a communicator). Joins a running async save first; call ckpt_wait
  * before it to learn that save's status (free only logs a failure). */
 void ckpt_writer_free(ckpt_writer *w);

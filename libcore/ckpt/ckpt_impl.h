@@ -106,6 +106,9 @@ struct ckpt_writer {
     ckpt_fault fault;                    /* stop the commit early (rank 0) */
     unsigned delay_ms;                   /* the background thread sleeps before copying and before writing (rank 0) */
     int waited;                          /* saves that had to wait for a running write */
+    /* rank 0: the saves this writer committed and the step of the last (ckpt_commits) */
+    long commits;
+    int64_t committed_step;
 };
 
 /* The module's control collectives on comm (HDF5 uses the same communicator), with a

@@ -50,8 +50,9 @@
 #define REPO_PATH_MAX 4096
 #define REPO_NAME_MAX 128                   /* bytes of a branch, tag or remote name with its NUL */
 #define REPO_CHUNK_BYTES ((uint64_t)1 << 20) /* a tensor's chunk: 1 MiB of its elements (the last shorter) */
-#define REPO_OBJ_HEAD 40                    /* an object file's header: magic 8, kind 1, encoding 1, zero 6,
-                                               size 8 (little-endian), delta base id 16 */
+#define REPO_OBJ_HEAD 40                    /* an object file's header: magic 8, kind 1, delta 1, shuffle 1,
+                                               zero 5, size 8 (little-endian), delta base id 16 */
+#define REPO_PUT_BATCH ((uint64_t)32 << 20) /* bytes of a tensor read at once, then stored in parallel */
 #define REPO_DELTA_DEPTH 8                  /* longest chain of deltas before a chunk is stored whole */
 
 typedef struct repo_id {
@@ -70,6 +71,8 @@ typedef struct repo {
     char dir[REPO_PATH_MAX];    /* root/.nebula-model */
     bool bare;                  /* no work tree */
     fault_plan chaos;           /* the model.* fault points (CHAOS builds) */
+    int threads;                /* threads compressing and decoding chunks (0: OpenMP's default; the
+                                   trainer's commit thread sets 1, beside the step loop) */
 } repo;
 
 /* ---- ids ---- */
@@ -105,6 +108,10 @@ void repo_objdir(const char *dir, char *out, size_t len);
  * STATUS_IO on a failed write (nothing left under the object's name). */
 status repo_object_put(repo *r, repo_kind kind, const void *data, size_t n, const repo_id *base_id, const void *base,
                        repo_id *id, bool *added, uint64_t *stored);
+/* repo_object_put of a chunk of elem-byte elements (2, 4, 8; else bytes), stored as byte
+ * planes: the exponent bytes of float32 values together compress. Thread-safe. */
+status repo_object_put_chunk(repo *r, int elem, const void *data, size_t n, const repo_id *base_id, const void *base,
+                             repo_id *id, bool *added, uint64_t *stored);
 /* Reads and checks an object: its header, its size, its hash against its id (and its
  * delta base's, recursively); *data malloc'd (NUL-terminated past n), want 0: any kind.
  * STATUS_INPUT when it is missing, STATUS_CORRUPT when damaged, with `why` the reason. */
@@ -115,10 +122,18 @@ status repo_object_get(const char *objdir, const repo_id *id, repo_kind want, vo
 typedef struct repo_object_head {
     repo_kind kind;
     int delta;                  /* 0: zstd of the content; 1: zstd of content XOR base */
+    int shuffle;                /* 0, or 2, 4, 8: the frame holds the content's byte planes of elements
+                                   of that size (float32's exponent bytes together compress) */
     uint64_t size;              /* the content's bytes */
     repo_id base;               /* delta: the base object */
 } repo_object_head;
 bool repo_object_head_parse(const void *p, size_t n, repo_object_head *h);
+/* Byte planes of n bytes of elem-byte elements (plane b: byte b of every element), and back. */
+void repo_shuffle(void *dst, const void *src, size_t n, int elem);
+void repo_unshuffle(void *dst, const void *src, size_t n, int elem);
+/* The header of object id in objdir (never through a link, a regular file only); false when
+ * it is missing or not an object. */
+bool repo_object_head_read(const char *objdir, const repo_id *id, repo_object_head *h);
 /* Decodes an object file's bytes (header and frame) into out (h.size bytes); base: the
  * base content for a delta. false with why when the frame is damaged or of another size. */
 bool repo_object_decode(const void *p, size_t n, const repo_object_head *h, const void *base, void *out, char *why,
@@ -199,11 +214,13 @@ void repo_scan_close(repo_scan *s);
  * reading it (a checkpoint damaged on disk is refused, STATUS_CORRUPT). */
 status repo_put(repo *r, repo_scan *s, const repo_manifest *parent, repo_id *manifest, repo_put_stats *st);
 /* Writes the commit's checkpoint as out_root/step_N, committed as a save is (temporary
- * directory, fsync, rename, COMMITTED marker), every chunk checked and the whole file's
- * hash compared; path gets the checkpoint directory. STATUS_INPUT when out_root/step_N
+ * directory, fsync, rename, COMMITTED marker), verified on the way: every chunk against its
+ * id, every dataset against its CRC-32 (the checkpoint's own checksum attribute), the whole
+ * file against the manifest's XXH3-128; path gets the checkpoint directory. threads decode
+ * chunks in parallel (0: OpenMP's default). STATUS_INPUT when out_root/step_N
  * exists; STATUS_CORRUPT when an object is damaged (nothing is left). */
-status repo_materialize(const char *objdir, const repo_manifest *m, const char *out_root, fault_plan *chaos,
-                        char *path, size_t len);
+status repo_materialize(const char *objdir, const repo_manifest *m, const char *out_root, int threads,
+                        fault_plan *chaos, char *path, size_t len);
 
 /* ---- commits (repo_commit.c) ---- */
 typedef struct repo_commit {
@@ -285,7 +302,10 @@ typedef struct repo_fsck_report {
     uint64_t objects, bad, missing, unreachable, debris;
 } repo_fsck_report;
 status repo_fsck(repo *r, repo_fsck_report *rep);
-status repo_gc(repo *r, bool keep_reflog, uint64_t *removed, uint64_t *freed);
+/* Removes the objects nothing reaches and debris, both only when older than grace_s: a
+ * commit or push running meanwhile has written objects nothing names yet (git's prune
+ * expiry, for the same reason). */
+status repo_gc(repo *r, bool keep_reflog, double grace_s, uint64_t *removed, uint64_t *freed);
 /* Objects reachable from commit `tip` missing in `to`, copied from `from` (dependencies
  * first), commits last. */
 status repo_transfer(const char *from, const char *to, const repo_id *tip, fault_plan *chaos, uint64_t *copied,

@@ -115,14 +115,8 @@ static void mark_bases(const char *objdir, census *c, const repo_id *id, uint64_
 {
     repo_id cur = *id;
     for (int d = 0; d < REPO_DELTA_DEPTH; d++) {
-        char p[REPO_PATH_MAX];
-        uint8_t head[REPO_OBJ_HEAD];
         repo_object_head h;
-        repo_object_path(objdir, &cur, p, sizeof p);
-        int fd = open(p, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-        bool ok = fd >= 0 && path_read_all_at(fd, head, sizeof head, 0) == 0 && repo_object_head_parse(head, sizeof head, &h);
-        if (fd >= 0) close(fd);
-        if (!ok || !h.delta) return;
+        if (!repo_object_head_read(objdir, &cur, &h) || !h.delta) return;
         bool first;
         if (!mark(c, &h.base, &first)) {
             char hex[33];
@@ -305,8 +299,9 @@ status repo_fsck(repo *r, repo_fsck_report *rep)
     return rep->bad || rep->missing ? STATUS_CORRUPT : STATUS_OK;
 }
 
-status repo_gc(repo *r, bool keep_reflog, uint64_t *removed, uint64_t *freed)
+status repo_gc(repo *r, bool keep_reflog, double grace_s, uint64_t *removed, uint64_t *freed)
 {
+    int64_t newest = (int64_t)time(NULL) - (int64_t)grace_s;  /* younger files may be a running commit's */
     char objdir[REPO_PATH_MAX], lock[REPO_PATH_MAX + 16];
     repo_objdir(r->dir, objdir, sizeof objdir);
     snprintf(lock, sizeof lock, "%s/gc.lock", r->dir);
@@ -323,7 +318,7 @@ status repo_gc(repo *r, bool keep_reflog, uint64_t *removed, uint64_t *freed)
         st = STATUS_CORRUPT;
     }
     for (int i = 0; i < c.n && st == STATUS_OK; i++) {
-        if (c.mark[i]) continue;
+        if (c.mark[i] || c.mtime[i] > newest) continue;
         char p[REPO_PATH_MAX];
         struct stat sb;
         repo_object_path(objdir, &c.ids[i], p, sizeof p);
@@ -331,7 +326,8 @@ status repo_gc(repo *r, bool keep_reflog, uint64_t *removed, uint64_t *freed)
     }
     for (int i = 0; i < c.ndebris && st == STATUS_OK; i++) {
         struct stat sb;
-        if (lstat(c.debris[i], &sb) == 0 && unlink(c.debris[i]) == 0) (*removed)++, *freed += (uint64_t)sb.st_size;
+        if (lstat(c.debris[i], &sb) == 0 && sb.st_mtime <= newest && unlink(c.debris[i]) == 0)
+            (*removed)++, *freed += (uint64_t)sb.st_size;
     }
     census_free(&c);
     repo_unlock(lock);

@@ -18,8 +18,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <omp.h>
 #include <xxhash.h>
-#include <zlib.h>
+#include <isa-l/crc.h>
 
 #include "base/path.h"
 #include "ckpt/tool/offline.h"
@@ -153,52 +154,76 @@ static status read_at(int fd, void *p, uint64_t n, uint64_t off, const char *dir
     return STATUS_IO;
 }
 
-/* One item's chunks: read, CRC'd, stored (a delta against the parent's chunk when smaller). */
+/* Chunk c of item it, stored from p (n bytes); a delta against the parent's chunk pi->chunks[c]
+ * when that compresses smaller. Thread-safe: the chunks of a batch go in parallel. */
+static status put_chunk(repo *r, const char *objdir, repo_item *it, const repo_item *pi, int c, const uint8_t *p,
+                        uint64_t n, repo_put_stats *st)
+{
+    char why[512];
+    void *base = NULL;
+    size_t bn = 0;
+    uint64_t esize = 1, elems = 1;
+    for (int i = 0; i < it->ndim; i++) elems *= it->dims[i];
+    if (!it->blob && elems) esize = it->bytes / elems;
+    repo_id want = repo_hash(p, n);
+    if (pi && !repo_object_has(objdir, &want) && !repo_id_eq(&pi->chunks[c], &want) &&
+        repo_object_get(objdir, &pi->chunks[c], REPO_KIND_CHUNK, &base, &bn, why, sizeof why) == STATUS_OK && bn != n)
+        free(base), base = NULL;
+    bool added;
+    uint64_t stored;
+    status rc = repo_object_put_chunk(r, (int)esize, p, n, base ? &pi->chunks[c] : NULL, base, &it->chunks[c], &added,
+                                      &stored);
+    free(base);
+    repo_object_head h;
+    bool delta = added && repo_object_head_read(objdir, &it->chunks[c], &h) && h.delta;
+#pragma omp critical(repo_put_stats)
+    {
+        st->chunks++;
+        if (added) {
+            st->chunks_new++, st->new_raw += n, st->stored += stored, st->deltas += delta;
+            if (!it->blob) st->new_tensor += n;
+        }
+    }
+    return rc;
+}
+
+/* One item's chunks, in batches: read in file order (the CRC-32 and the file's hash are
+ * sequential), then hashed, compressed and written in parallel. */
 static status put_item(repo *r, repo_scan *s, repo_item *it, const repo_manifest *parent, uint8_t *buf,
                        XXH3_state_t *fh, repo_put_stats *st)
 {
     const repo_item *pi = find_item(parent, it->path);
-    char objdir[REPO_PATH_MAX], why[512];
+    char objdir[REPO_PATH_MAX];
     repo_objdir(r->dir, objdir, sizeof objdir);
     if (pi && (pi->chunk_bytes != it->chunk_bytes || pi->bytes != it->bytes)) pi = NULL;
     it->nchunks = (int)((it->bytes + it->chunk_bytes - 1) / it->chunk_bytes);
     it->chunks = calloc((size_t)it->nchunks + 1, sizeof *it->chunks);
     CHECK(it->chunks, "out of memory for a manifest");
-    uLong crc = crc32(0, NULL, 0);
-    for (int c = 0; c < it->nchunks; c++) {
-        uint64_t off = (uint64_t)c * it->chunk_bytes, n = it->bytes - off < it->chunk_bytes ? it->bytes - off : it->chunk_bytes;
-        TRY(read_at(s->fd, buf, n, it->offset + off, s->dir));
-        crc = crc32(crc, buf, (uInt)n);
-        XXH3_128bits_update(fh, buf, n);
-        void *base = NULL;
-        size_t bn = 0;
-        repo_id want = repo_hash(buf, n);
-        if (pi && !repo_object_has(objdir, &want) && !repo_id_eq(&pi->chunks[c], &want) &&
-            repo_object_get(objdir, &pi->chunks[c], REPO_KIND_CHUNK, &base, &bn, why, sizeof why) == STATUS_OK &&
-            bn != n)
-            free(base), base = NULL;
-        bool added;
-        uint64_t stored;
-        status rc = repo_object_put(r, REPO_KIND_CHUNK, buf, n, base ? &pi->chunks[c] : NULL, base, &it->chunks[c],
-                                    &added, &stored);
-        free(base);
-        TRY(rc);
-        st->chunks++;
-        if (added) {
-            char path[REPO_PATH_MAX], head[REPO_OBJ_HEAD];
-            st->chunks_new++, st->new_raw += n, st->stored += stored;
-            if (!it->blob) st->new_tensor += n;
-            repo_object_path(objdir, &it->chunks[c], path, sizeof path);
-            int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-            repo_object_head h;
-            if (fd >= 0 && path_read_all_at(fd, head, sizeof head, 0) == 0 && repo_object_head_parse(head, sizeof head, &h))
-                st->deltas += h.delta;
-            if (fd >= 0) close(fd);
+    uint32_t crc = 0;
+    int per = (int)(REPO_PUT_BATCH / it->chunk_bytes);
+    for (int c0 = 0; c0 < it->nchunks; c0 += per) {
+        int c1 = c0 + per < it->nchunks ? c0 + per : it->nchunks;
+        uint64_t off = (uint64_t)c0 * it->chunk_bytes, end = (uint64_t)c1 * it->chunk_bytes;
+        if (end > it->bytes) end = it->bytes;
+        TRY(read_at(s->fd, buf, end - off, it->offset + off, s->dir));
+        crc = crc32_gzip_refl(crc, buf, end - off);  /* zlib's CRC-32 (the checkpoint's), ISA-L's speed */
+        XXH3_128bits_update(fh, buf, end - off);
+        status rc = STATUS_OK;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(r->threads > 0 ? r->threads : omp_get_max_threads()) \
+    if (c1 - c0 > 1)
+        for (int c = c0; c < c1; c++) {
+            uint64_t o = (uint64_t)c * it->chunk_bytes, n = it->bytes - o < it->chunk_bytes ? it->bytes - o : it->chunk_bytes;
+            status one = put_chunk(r, objdir, it, pi, c, buf + (o - off), n, st);
+            if (one != STATUS_OK) {
+#pragma omp critical(repo_put_status)
+                rc = rc == STATUS_OK ? one : rc;
+            }
         }
+        TRY(rc);
     }
-    if (it->has_crc && (uint32_t)crc != it->crc) {
+    if (it->has_crc && crc != it->crc) {
         log_error("%s/state.h5: dataset %s fails its CRC-32 (%08x stored, %08x read): the checkpoint is damaged and "
-                  "is not committed; HINT: nebula-ckpt verify %s", s->dir, it->path, it->crc, (uint32_t)crc, s->dir);
+                  "is not committed; HINT: nebula-ckpt verify %s", s->dir, it->path, it->crc, crc, s->dir);
         return STATUS_CORRUPT;
     }
     st->tensors++;
@@ -212,7 +237,7 @@ status repo_put(repo *r, repo_scan *s, const repo_manifest *parent, repo_id *man
     st->raw_bytes = m->file_bytes;
     int n;
     repo_item **order = file_order(m, &n);
-    uint8_t *buf = malloc(REPO_CHUNK_BYTES);
+    uint8_t *buf = malloc(REPO_PUT_BATCH);
     uint64_t skel_n = m->file_bytes;
     for (int k = 0; k < n; k++) skel_n -= order[k]->bytes;
     uint8_t *skel = malloc(skel_n + 1);
@@ -246,6 +271,9 @@ status repo_put(repo *r, repo_scan *s, const repo_manifest *parent, repo_id *man
     for (int k = 0; k < m->n && rc == STATUS_OK; k++)
         if (!m->items[k].chunks) m->items[k].chunks = calloc(1, sizeof(repo_id));
     if (rc == STATUS_OK) {
+        char objdir[REPO_PATH_MAX];
+        repo_objdir(r->dir, objdir, sizeof objdir);
+        repo_objects_sync(objdir);  /* the chunks' and skeleton's names, before the manifest names them */
         char *text = repo_manifest_dump(m);
         rc = repo_object_put(r, REPO_KIND_MANIFEST, text, strlen(text), NULL, NULL, manifest, &added, &stored);
         if (rc == STATUS_OK && added) st->stored += stored;
@@ -478,14 +506,8 @@ status repo_manifest_load(const char *objdir, const repo_id *id, repo_manifest *
 /* The content size an object's header declares (UINT64_MAX when it cannot be read). */
 static uint64_t object_size(const char *objdir, const repo_id *id)
 {
-    char p[REPO_PATH_MAX];
-    uint8_t head[REPO_OBJ_HEAD];
     repo_object_head h;
-    repo_object_path(objdir, id, p, sizeof p);
-    int fd = open(p, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-    bool ok = fd >= 0 && path_read_all_at(fd, head, sizeof head, 0) == 0 && repo_object_head_parse(head, sizeof head, &h);
-    if (fd >= 0) close(fd);
-    return ok ? h.size : UINT64_MAX;
+    return repo_object_head_read(objdir, id, &h) ? h.size : UINT64_MAX;
 }
 
 status repo_manifest_check(const char *objdir, const repo_manifest *m, char *why, size_t len)
@@ -515,15 +537,61 @@ status repo_manifest_check(const char *objdir, const repo_manifest *m, char *why
 
 /* ---- materialise ------------------------------------------------------------------ */
 
-/* Writes state.h5 at path from the objects: skeleton pieces and chunks by offset. */
-static status write_state(const char *objdir, const repo_manifest *m, const char *path, fault_plan *chaos)
+/* One item's bytes from its chunks, in batches: decoded and checked in parallel, then written,
+ * hashed and CRC'd in order. */
+static status write_item(const char *objdir, const repo_item *it, int fd, uint8_t *buf, int threads,
+                         XXH3_state_t *fh, uint32_t *crc)
 {
+    int per = (int)(REPO_PUT_BATCH / it->chunk_bytes);
+    for (int c0 = 0; c0 < it->nchunks; c0 += per) {
+        int c1 = c0 + per < it->nchunks ? c0 + per : it->nchunks;
+        uint64_t off = (uint64_t)c0 * it->chunk_bytes, end = (uint64_t)c1 * it->chunk_bytes;
+        if (end > it->bytes) end = it->bytes;
+        status st = STATUS_OK;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads > 0 ? threads : omp_get_max_threads()) \
+    if (c1 - c0 > 1)
+        for (int c = c0; c < c1; c++) {
+            char why[512];
+            uint64_t o = (uint64_t)c * it->chunk_bytes, want = it->bytes - o < it->chunk_bytes ? it->bytes - o : it->chunk_bytes;
+            void *data = NULL;
+            size_t dn = 0;
+            status one = repo_object_get(objdir, &it->chunks[c], REPO_KIND_CHUNK, &data, &dn, why, sizeof why);
+            if (one != STATUS_OK) {
+                log_error("%s chunk %d: %s", it->path, c, why);
+                one = STATUS_CORRUPT;
+            } else if (dn != want) {
+                log_error("%s chunk %d holds %zu bytes, the manifest says %" PRIu64, it->path, c, dn, want);
+                one = STATUS_CORRUPT;
+            } else {
+                memcpy(buf + (o - off), data, dn);
+            }
+            free(data);
+            if (one != STATUS_OK) {
+#pragma omp critical(repo_write_status)
+                st = st == STATUS_OK ? one : st;
+            }
+        }
+        TRY(st);
+        if (path_write_all(fd, buf, end - off) != 0) return STATUS_IO;
+        XXH3_128bits_update(fh, buf, end - off);
+        *crc = crc32_gzip_refl(*crc, buf, end - off);
+    }
+    return STATUS_OK;
+}
+
+/* Writes state.h5 at path from the objects: skeleton pieces and chunks by offset. */
+static status write_state(const char *objdir, const repo_manifest *m, const char *path, int threads, fault_plan *chaos)
+{
+    uint8_t *buf = malloc(REPO_PUT_BATCH);
+    CHECK(buf, "out of memory for a checkout");
     char why[512];
     void *skel = NULL;
     size_t sn = 0;
-    TRY(repo_object_get(objdir, &m->skeleton, REPO_KIND_SKELETON, &skel, &sn, why, sizeof why) == STATUS_OK
-            ? STATUS_OK
-            : (log_error("%s", why), STATUS_CORRUPT));
+    if (repo_object_get(objdir, &m->skeleton, REPO_KIND_SKELETON, &skel, &sn, why, sizeof why) != STATUS_OK) {
+        log_error("%s", why);
+        free(buf);
+        return STATUS_CORRUPT;
+    }
     int n, fd = -1;
     repo_item **order = file_order(m, &n);
     uint64_t items = 0;
@@ -547,23 +615,12 @@ static status write_state(const char *objdir, const repo_manifest *m, const char
         if (path_write_all(fd, (char *)skel + sp, end - pos) != 0) st = STATUS_IO;
         XXH3_128bits_update(fh, (char *)skel + sp, end - pos);
         sp += end - pos;
-        for (int c = 0; k < n && st == STATUS_OK && c < order[k]->nchunks; c++) {
-            const repo_item *it = order[k];
-            uint64_t want = c + 1 < it->nchunks ? it->chunk_bytes : it->bytes - (uint64_t)c * it->chunk_bytes;
-            void *data = NULL;
-            size_t dn = 0;
-            st = repo_object_get(objdir, &it->chunks[c], REPO_KIND_CHUNK, &data, &dn, why, sizeof why);
-            if (st != STATUS_OK) {
-                log_error("%s chunk %d: %s", it->path, c, why);
-                st = STATUS_CORRUPT;
-            } else if (dn != want) {
-                log_error("%s chunk %d holds %zu bytes, the manifest says %" PRIu64, it->path, c, dn, want);
-                st = STATUS_CORRUPT;
-            } else if (path_write_all(fd, data, dn) != 0) {
-                st = STATUS_IO;
-            }
-            if (st == STATUS_OK) XXH3_128bits_update(fh, data, dn);
-            free(data);
+        uint32_t crc = 0;
+        if (k < n && st == STATUS_OK) st = write_item(objdir, order[k], fd, buf, threads, fh, &crc);
+        if (k < n && st == STATUS_OK && order[k]->has_crc && crc != order[k]->crc) {  /* the dataset's own checksum */
+            log_error("%s does not match its CRC-32 attribute (%08x, written %08x): the store is damaged", order[k]->path,
+                      order[k]->crc, crc);
+            st = STATUS_CORRUPT;
         }
         if (k < n) pos = order[k]->offset + order[k]->bytes;
     }
@@ -583,6 +640,7 @@ static status write_state(const char *objdir, const repo_manifest *m, const char
     if (fd >= 0) close(fd);
     free(order);
     free(skel);
+    free(buf);
     return st;
 }
 
@@ -596,8 +654,8 @@ static void remove_tree(const char *dir)
     rmdir(dir);
 }
 
-status repo_materialize(const char *objdir, const repo_manifest *m, const char *out_root, fault_plan *chaos,
-                        char *path, size_t len)
+status repo_materialize(const char *objdir, const repo_manifest *m, const char *out_root, int threads,
+                        fault_plan *chaos, char *path, size_t len)
 {
     char fin[REPO_PATH_MAX + 64], tmp[REPO_PATH_MAX + 64], file[REPO_PATH_MAX + 96];
     struct stat sb;
@@ -614,7 +672,7 @@ status repo_materialize(const char *objdir, const repo_manifest *m, const char *
         return STATUS_IO;
     }
     snprintf(file, sizeof file, "%s/state.h5", tmp);
-    status st = write_state(objdir, m, file, chaos);
+    status st = write_state(objdir, m, file, threads, chaos);
     if (st == STATUS_OK && rename(tmp, fin) != 0) {
         log_error("cannot rename %s to %s: %s", tmp, fin, log_errno_str());
         st = STATUS_IO;

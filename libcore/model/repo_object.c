@@ -90,15 +90,36 @@ bool repo_object_head_parse(const void *p, size_t n, repo_object_head *h)
     const uint8_t *b = p;
     if (n < REPO_OBJ_HEAD || memcmp(b, REPO_OBJ_MAGIC, 8) != 0) return false;
     if (b[8] < REPO_KIND_CHUNK || b[8] > REPO_KIND_COMMIT || b[9] > 1) return false;
-    for (int i = 10; i < 16; i++)
+    if (b[10] != 0 && b[10] != 2 && b[10] != 4 && b[10] != 8) return false;
+    for (int i = 11; i < 16; i++)
         if (b[i]) return false;
     h->kind = (repo_kind)b[8];
     h->delta = b[9];
+    h->shuffle = b[10];
     h->size = get_u64(b + 16);
     memcpy(h->base.b, b + 24, 16);
     if (h->size > REPO_OBJ_MAX) return false;
-    if (h->delta && h->kind != REPO_KIND_CHUNK) return false;  /* only chunks have bases */
+    if ((h->delta || h->shuffle) && h->kind != REPO_KIND_CHUNK) return false;  /* only chunks are transformed */
+    if (h->shuffle && h->size % h->shuffle) return false;
     return true;
+}
+
+void repo_shuffle(void *dst, const void *src, size_t n, int elem)
+{
+    const uint8_t *s = src;
+    uint8_t *d = dst;
+    size_t count = n / (size_t)elem;
+    for (int b = 0; b < elem; b++)
+        for (size_t i = 0; i < count; i++) d[(size_t)b * count + i] = s[i * (size_t)elem + (size_t)b];
+}
+
+void repo_unshuffle(void *dst, const void *src, size_t n, int elem)
+{
+    const uint8_t *s = src;
+    uint8_t *d = dst;
+    size_t count = n / (size_t)elem;
+    for (int b = 0; b < elem; b++)
+        for (size_t i = 0; i < count; i++) d[i * (size_t)elem + (size_t)b] = s[(size_t)b * count + i];
 }
 
 bool repo_object_decode(const void *p, size_t n, const repo_object_head *h, const void *base, void *out, char *why,
@@ -112,11 +133,16 @@ bool repo_object_decode(const void *p, size_t n, const repo_object_head *h, cons
                                                                                    : "holds another size than its header");
         return false;
     }
-    size_t got = ZSTD_decompress(out, h->size ? h->size : 1, frame, fn);
+    uint8_t *planes = h->shuffle ? malloc(h->size + 1) : NULL;
+    CHECK(!h->shuffle || planes, "out of memory decoding an object");
+    size_t got = ZSTD_decompress(planes ? planes : out, h->size ? h->size : 1, frame, fn);
     if (ZSTD_isError(got) || got != h->size) {
         snprintf(why, len, "its zstd frame does not decode (%s)", ZSTD_isError(got) ? ZSTD_getErrorName(got) : "short");
+        free(planes);
         return false;
     }
+    if (planes) repo_unshuffle(out, planes, h->size, h->shuffle);
+    free(planes);
     if (h->delta) {
         uint8_t *o = out;
         const uint8_t *b = base;
@@ -201,30 +227,45 @@ status repo_object_get(const char *objdir, const repo_id *id, repo_kind want, vo
     return object_get_depth(objdir, id, want, data, n, why, len, 0);
 }
 
+bool repo_object_head_read(const char *objdir, const repo_id *id, repo_object_head *h)
+{
+    char path[REPO_PATH_MAX], why[256];
+    uint8_t head[REPO_OBJ_HEAD];
+    struct stat sb;
+    int fd;
+    repo_object_path(objdir, id, path, sizeof path);
+    if (path_open_own(path, &fd, &sb, REPO_OBJ_MAX + 4096, why, sizeof why) != 0) return false;
+    bool ok = path_read_all_at(fd, head, sizeof head, 0) == 0 && repo_object_head_parse(head, sizeof head, h);
+    close(fd);
+    return ok;
+}
+
 /* How many deltas lie under the object id (0: stored whole; REPO_DELTA_DEPTH when it
  * cannot be read, so nothing builds on it). */
 static int delta_depth(const char *objdir, const repo_id *id)
 {
     repo_id cur = *id;
     for (int d = 0; d < REPO_DELTA_DEPTH; d++) {
-        char path[REPO_PATH_MAX];
-        uint8_t head[REPO_OBJ_HEAD];
-        repo_object_path(objdir, &cur, path, sizeof path);
-        int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-        if (fd < 0) return REPO_DELTA_DEPTH;
-        int rc = path_read_all_at(fd, head, sizeof head, 0);
-        close(fd);
         repo_object_head h;
-        if (rc != 0 || !repo_object_head_parse(head, sizeof head, &h)) return REPO_DELTA_DEPTH;
+        if (!repo_object_head_read(objdir, &cur, &h)) return REPO_DELTA_DEPTH;
         if (!h.delta) return d;
         cur = h.base;
     }
     return REPO_DELTA_DEPTH;
 }
 
-/* zstd of p[0..n) into a new buffer after a header of kind/encoding; *out_n its bytes. */
-static uint8_t *encode(repo_kind kind, int delta, const repo_id *base, const void *p, size_t n, size_t *out_n)
+/* zstd of p[0..n) (byte planes of elem-byte elements when elem > 1) into a new buffer after
+ * a header of kind/encoding; *out_n its bytes. */
+static uint8_t *encode(repo_kind kind, int delta, int elem, const repo_id *base, const void *p, size_t n,
+                       size_t *out_n)
 {
+    uint8_t *planes = NULL;
+    if (elem > 1) {
+        planes = malloc(n + 1);
+        CHECK(planes, "out of memory encoding an object");
+        repo_shuffle(planes, p, n, elem);
+        p = planes;
+    }
     size_t cap = ZSTD_compressBound(n);
     uint8_t *o = malloc(REPO_OBJ_HEAD + cap);
     CHECK(o, "out of memory compressing an object");
@@ -232,16 +273,35 @@ static uint8_t *encode(repo_kind kind, int delta, const repo_id *base, const voi
     memcpy(o, REPO_OBJ_MAGIC, 8);
     o[8] = (uint8_t)kind;
     o[9] = (uint8_t)delta;
+    o[10] = (uint8_t)(elem > 1 ? elem : 0);
     put_u64(o + 16, n);
     if (delta) memcpy(o + 24, base->b, 16);
     size_t z = ZSTD_compress(o + REPO_OBJ_HEAD, cap, p, n, REPO_ZSTD_LEVEL);
     CHECK(!ZSTD_isError(z), "zstd cannot compress into its own bound");
+    free(planes);
     *out_n = REPO_OBJ_HEAD + z;
     return o;
 }
 
+static status object_put(repo *r, repo_kind kind, int elem, const void *data, size_t n, const repo_id *base_id,
+                         const void *base, repo_id *id, bool *added, uint64_t *stored);
+
 status repo_object_put(repo *r, repo_kind kind, const void *data, size_t n, const repo_id *base_id, const void *base,
                        repo_id *id, bool *added, uint64_t *stored)
+{
+    return object_put(r, kind, 0, data, n, base_id, base, id, added, stored);
+}
+
+status repo_object_put_chunk(repo *r, int elem, const void *data, size_t n, const repo_id *base_id, const void *base,
+                             repo_id *id, bool *added, uint64_t *stored)
+{
+    if (elem != 2 && elem != 4 && elem != 8) elem = 0;
+    if (elem && n % (size_t)elem) elem = 0;
+    return object_put(r, REPO_KIND_CHUNK, elem, data, n, base_id, base, id, added, stored);
+}
+
+static status object_put(repo *r, repo_kind kind, int elem, const void *data, size_t n, const repo_id *base_id,
+                         const void *base, repo_id *id, bool *added, uint64_t *stored)
 {
     char objdir[REPO_PATH_MAX], path[REPO_PATH_MAX];
     repo_objdir(r->dir, objdir, sizeof objdir);
@@ -250,21 +310,22 @@ status repo_object_put(repo *r, repo_kind kind, const void *data, size_t n, cons
     *stored = 0;
     if (repo_object_has(objdir, id)) return STATUS_OK;
     size_t on = 0;
-    uint8_t *o = encode(kind, 0, NULL, data, n, &on);
+    uint8_t *o = encode(kind, 0, elem, NULL, data, n, &on);
     if (base && base_id && kind == REPO_KIND_CHUNK && delta_depth(objdir, base_id) < REPO_DELTA_DEPTH - 1) {
         uint8_t *x = malloc(n + 1);
         CHECK(x, "out of memory for a delta");
         const uint8_t *a = data, *b = base;
         for (size_t i = 0; i < n; i++) x[i] = a[i] ^ b[i];
         size_t dn = 0;
-        uint8_t *d = encode(kind, 1, base_id, x, n, &dn);
+        uint8_t *d = encode(kind, 1, elem, base_id, x, n, &dn);
         free(x);
         if (dn < on) free(o), o = d, on = dn;
         else free(d);
     }
     repo_object_path(objdir, id, path, sizeof path);
     status st = repo_mkparent(path);
-    if (st == STATUS_OK) st = repo_write_file(path, o, on, &r->chaos, "model.object");
+    if (st == STATUS_OK)  /* chunk and skeleton names: repo_objects_sync before a manifest names them */
+        st = repo_write_file_sync(path, o, on, &r->chaos, "model.object", kind >= REPO_KIND_MANIFEST);
     free(o);
     if (st != STATUS_OK) return st;
     *added = true;
@@ -292,7 +353,7 @@ status repo_object_copy(const char *from, const char *to, const repo_id *id, fau
         free(content);
     }
     if (st == STATUS_OK) st = repo_mkparent(dst);
-    if (st == STATUS_OK) st = repo_write_file(dst, raw, rn, chaos, "model.object");
+    if (st == STATUS_OK) st = repo_write_file_sync(dst, raw, rn, chaos, "model.object", h.kind >= REPO_KIND_MANIFEST);
     if (st == STATUS_OK) {
         (*copied)++;
         *bytes += rn;

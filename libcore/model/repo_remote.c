@@ -34,6 +34,7 @@ static status copy_commit(const char *from, const char *to, const repo_id *id, f
             else st = repo_object_copy(from, to, &m.items[k].chunks[i], chaos, copied, bytes);
         }
     if (st == STATUS_OK) st = repo_object_copy(from, to, &m.skeleton, chaos, copied, bytes);
+    if (st == STATUS_OK) repo_objects_sync(to);  /* their names, before the manifest names them */
     if (st == STATUS_OK) st = repo_object_copy(from, to, &c.manifest, chaos, copied, bytes);
     if (st == STATUS_OK) st = repo_object_copy(from, to, id, chaos, copied, bytes);
     repo_manifest_free(&m);

@@ -63,6 +63,24 @@ static void fsync_parent(const char *path)
 
 status repo_write_file(const char *path, const void *p, size_t n, fault_plan *chaos, const char *point)
 {
+    return repo_write_file_sync(path, p, n, chaos, point, true);
+}
+
+void repo_objects_sync(const char *objdir)
+{
+    for (int i = 0; i < 256; i++) {
+        char d[REPO_PATH_MAX + 8];
+        snprintf(d, sizeof d, "%s/%02x", objdir, i);
+        int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0) continue;
+        fsync(fd);
+        close(fd);
+    }
+}
+
+status repo_write_file_sync(const char *path, const void *p, size_t n, fault_plan *chaos, const char *point,
+                            bool dirsync)
+{
     char tmp[REPO_PATH_MAX + 64], why[256], pt[48];
     static _Atomic unsigned seq;
     snprintf(tmp, sizeof tmp, "%s.tmp.%d.%u", path, (int)getpid(), seq++);
@@ -86,7 +104,7 @@ status repo_write_file(const char *path, const void *p, size_t n, fault_plan *ch
         unlink(tmp);
         return STATUS_IO;
     }
-    fsync_parent(path);
+    if (dirsync) fsync_parent(path);
     return STATUS_OK;
 }
 

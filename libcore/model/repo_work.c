@@ -209,7 +209,7 @@ status repo_work_checkout(repo *r, const repo_id *commit, bool force, char *path
     }
     if (st == STATUS_OK) st = index_write(r, j);
     json_decref(j);
-    if (st == STATUS_OK && !keep) st = repo_materialize(objdir, &m, ckdir, &r->chaos, path, len);
+    if (st == STATUS_OK && !keep) st = repo_materialize(objdir, &m, ckdir, r->threads, &r->chaos, path, len);
     if (st == STATUS_OK && keep) snprintf(path, len, "%s/%s", ckdir, target);
     if (st == STATUS_OK) st = repo_work_record(r, target, &m);
     repo_manifest_free(&m);

@@ -23,9 +23,11 @@ static status train_checkpoint(train_run *r)
     train_ckpt_content(r, &c);
     /* the grid recorded in the file (format version 2): dp x tp x pp, ZeRO stage */
     c.layout = (ckpt_layout){ r->grid.shape.dp, r->grid.shape.tp, r->grid.shape.pp, r->use_zero ? 1 : 0 };
+    train_commits_saving(r);  /* rank 0: what the step's commit says, once it is committed */
     double t0 = train_now_s();
     TRY(ckpt_save(r->ckpt, &c));
     double ms = (train_now_s() - t0) * 1e3;
+    train_commits_poll(r);  /* a checkpoint this save committed (sync: this one) goes to ckpt.commit_to */
     train_profile_ckpt(r, ms);
     train_trace_ckpt(r, t0, ms);
     train_alert_saved(r);  /* a newer state to roll back to */
@@ -126,6 +128,7 @@ status train_loop(train_run *r)
         train_trace_step(r, &ss);
         train_heartbeat(r);
         ckpt_poll(r->ckpt);  /* commits a finished background checkpoint without waiting */
+        train_commits_poll(r);  /* rank 0: and into ckpt.commit_to's repository, in the background */
         if (r->ticks >= 1) { sum_ms += ss.step_ms; sum_wait += ss.comm_wait_ms; timed++; }  /* skip warm-up */
         bool log_now = r->step % log_every == 0 || r->step == r->steps;
         if (log_now && r->dgc && dgc_active(r->dgc)) TRY(train_log_dgc_layers(r));
@@ -217,6 +220,9 @@ status train_loop(train_run *r)
     }
     double traffic[2] = { r->dgc_sent, r->dgc_dense };
     TRY(comm_ctl_allreduce(train_ctl(r), MPI_IN_PLACE, traffic, 2, MPI_DOUBLE, MPI_SUM));
+    /* rank 0, after the loop's last collective: the last commit into ckpt.commit_to (improved: on
+     * the final evaluation) is made and waited for */
+    train_commits_finish(r);
     if (rt->rank == 0 && traffic[0] > 0)
         printf("dgc: gradient traffic between nodes %.3f MB against %.3f MB for dense ring allreduces: %.1fx less\n",
                traffic[0] / 1e6, traffic[1] / 1e6, traffic[1] / traffic[0]);

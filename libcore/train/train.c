@@ -175,6 +175,9 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
         return STATUS_INPUT;
     }
 
+    /* ckpt.commit_to's repository exists (rank 0 opens it), before the run directory is made */
+    TRY(train_commits_setup(r));
+
     /* The run directory is this run's before anything reads or writes in it: a second
      * run on it is refused here, after the checks of the config alone (which leave no
      * run directory behind) and before data or a checkpoint is loaded (exit 2). */
@@ -202,6 +205,15 @@ status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, 
     param_table *pt = model_params(&r->m);
     param_buffers *pb = model_buffers(&r->m);
     TRY(comm_ctl_bcast(train_dp_ctl(r), pb->params, (int)pt->total, MPI_FLOAT, 0));  /* a replica's shards */
+    if (config_str(cfg, "optim.freeze")[0]) {  /* the same table on every rank (no pipeline stages): agreed */
+        char why[512];
+        int nf = param_freeze(pt, config_str(cfg, "optim.freeze"), why, sizeof why);
+        if (nf < 0) {
+            log_error0("optim.freeze (%s): %s", config_origin(cfg, "optim.freeze"), why);
+            return STATUS_INPUT;
+        }
+        if (r->rt->rank == 0) printf("optim.freeze: %d of %d tensors frozen\n", nf, pt->count);
+    }
     if (r->use_zero) {
         /* The moments live in zero's packed buffers, 1/N of them per rank. The models
          * allocate full ones when training (model_init has no flag to leave them out):
@@ -307,8 +319,12 @@ static void train_resume_compare(const train_run *r, const char *path)
 status train_resume(train_run *r)
 {
     const char *which = config_str(r->cfg, "ckpt.resume");
-    char dir[4200];
+    char dir[4200], checkout[4300];
     snprintf(dir, sizeof dir, "%s/ckpt", r->run_dir);
+    if (!strncmp(which, "model:", 6)) {  /* a commit of a model repository, checked out as a checkpoint */
+        TRY(train_commits_checkout(r, which + 6, checkout, sizeof checkout));
+        which = checkout;
+    }
     ckpt_content c;
     train_ckpt_content(r, &c);
     train_tp_content(r, &c, true);
@@ -476,6 +492,7 @@ void train_print(const train_run *r, FILE *f)
 
 void train_free(train_run *r)
 {
+    train_commits_free(r);  /* first: its report is a record */
     train_profile_free(r);
     train_samples_free(r);
     train_trace_free(r);

@@ -383,6 +383,7 @@ typedef struct train_run {
     long ticks;                /* steps run by this launch (a rollback does not rewind it; the alert
                                   rules count them, the CHAOS switches name them) */
     double last_eval;          /* the held-out loss of the last evaluation (eval.c) */
+    long last_eval_step;       /* the step of that evaluation (0: none in this launch) */
     bool eval_new;             /* an evaluation ran at this step (the stagnation rule reads and clears it) */
     /* planted effects of the tests (runtime.slowdown, runtime.zero_grad_layer; samples.c parses them) */
     int slow_rank;             /* this rank sleeps slow_us in its first micro-batch's forward */
@@ -398,6 +399,8 @@ typedef struct train_run {
     struct train_profile *prof; /* profiler mode (profile.h, profile.mode); NULL when off */
     struct train_trace *trace; /* the communication timeline (trace.c, trace.enable); NULL when off */
     struct train_tensorboard *tensorboard; /* rank 0: RUN_DIR/tb and the histograms (tensorboard.c); NULL elsewhere */
+    struct train_commits *commits; /* rank 0 with ckpt.commit_to: the model repository that checkpoints are
+                                      committed into and the commit thread (control/commit.c); NULL otherwise */
 } train_run;
 
 /* Builds the run: batch, data, model, optimizer, ZeRO, buckets, DGC-Pro, checkpoint
@@ -405,7 +408,8 @@ typedef struct train_run {
 status train_setup(train_run *r, const config *cfg, const runtime *rt, comm *c, train_signals *signals);
 /* Rank 0: the model, batch, data, memory and bucket tables. */
 void train_print(const train_run *r, FILE *f);
-/* Loads the checkpoint ckpt.resume names (auto|PATH|none); no-op without one. */
+/* Loads the checkpoint ckpt.resume names (auto|PATH|none|model:REPO@REF: a commit of a
+ * nebula-model repository, checked out first under RUN_DIR/model-checkout); no-op without one. */
 status train_resume(train_run *r);
 /* The step loop up to train.steps, with logging, evaluation, checkpoints and signals.
  * STATUS_STOPPED after a stop request, STATUS_RELAUNCH after a world-size change. */

@@ -68,6 +68,9 @@ W libcore/ckpt/tool/hf.c | rename(old, dir) | puts the earlier export back when 
 W libcore/ckpt/tool/hf.c | path_write_atomic(path, "config.json" | inside its own DIR.tmp.PID
 W libcore/ckpt/tool/safetensors.c | path_write_atomic(path, "safetensors file" | convert --to safetensors --out: path_output_check in convert_to
 W libcore/comm/comm_tune.c | path_write_atomic(path, "tuning table" | --save-tune: path_output_check at the start of bench_comm_run
+W libcore/model/repo_store.c | rename(tmp, path) | repo_write_file: its own temporary (path_create_regular, O_EXCL) renamed over a repository file; a rename replaces a link, never writes its target
+W libcore/model/repo_store.c | link(tmp, lock) | a ref's lock claimed by link(2) from its own temporary, never replacing an existing name
+W libcore/model/repo_manifest.c | rename(tmp, fin) | a checkout's own .step_N.tmp directory renamed to step_N, checked not to exist
 W libcore/nn/gemm_tune.c | path_write_atomic(path, "GEMM tuning table" | model --save-tune: path_output_check at the start of bench_model_run
 W libcore/data/data_prepare.c | rename(o->tmp, o->path) | prepare's token files: path_output_check in prepare_main; both renamed once complete
 W libcore/data/data_prepare_tok.c | open(tmp, O_WRONLY | O_NOFOLLOW) | prepare --tokenizer: each rank writes its tokens into the temporary rank 0 created (O_EXCL), after path_output_check in prepare_main

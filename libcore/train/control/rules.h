@@ -123,6 +123,32 @@ void train_rundir_unlock(train_run *r);
 /* Writes RUN_DIR/config.ini (the resolved config) atomically; a failure is a warning. */
 void train_rundir_write_config(train_run *r);
 
+/* ---- commit.c: a nebula-model repository (ckpt.commit_to, ckpt.resume = model:REPO@REF) ---- */
+/* At setup, before the run directory is locked (collective): the keys checked, and rank 0
+ * opens the repository ckpt.commit_to names (r->commits); STATUS_INPUT on every rank,
+ * logged naming the key with a HINT, when it is not one. A no-op when the key is empty. */
+status train_commits_setup(train_run *r);
+/* Rank 0, before a checkpoint's save: the step's training loss and latest held-out loss,
+ * which its commit uses once the checkpoint is committed. */
+void train_commits_saving(train_run *r);
+/* Rank 0, between steps (after each save, poll and wait of the checkpoint writer): a
+ * finished commit is reported (its line, its "commit" record); a checkpoint the writer
+ * committed since is counted (ckpt.commit_every), decided (ckpt.commit_when) and its commit
+ * started in the background, after the one still running. Not collective; a no-op without
+ * ckpt.commit_to and on the other ranks. */
+void train_commits_poll(train_run *r);
+/* Rank 0 at the end of the loop, after the final evaluation: the last checkpoint's commit
+ * (improved: decided on that evaluation), then the running commit waited for and reported. */
+void train_commits_finish(train_run *r);
+/* Waits for a running commit (reported) and frees the state (train_free). */
+void train_commits_free(train_run *r);
+/* Collective: ckpt.resume = model:SPEC, SPEC = REPO@REF (REF: HEAD without one). Rank 0
+ * resolves REF, and checks the commit out under RUN_DIR/model-checkout/<12-hex id>/ (or
+ * finds it there, committed); every rank gets the checkpoint's directory in path, or the
+ * same status: STATUS_INPUT (not a repository, an unknown ref), STATUS_CORRUPT, STATUS_IO,
+ * logged by rank 0. */
+status train_commits_checkout(train_run *r, const char *spec, char *path, size_t len);
+
 /* ---- sched.c ---- */
 /* sched.c: heterogeneous ranks' shares of the global batch (mode off: nothing). Setup
  * after the loaders (STATUS_INPUT naming the key for what it cannot do); the micro-batches

@@ -75,5 +75,6 @@ status train_evaluate(train_run *r)
     train_log_eval(r, loss, acc, n);
     r->eval_new = true;  /* the stagnation rule reads it at this step's end */
     r->last_eval = loss;
+    r->last_eval_step = r->step;
     return STATUS_OK;
 }

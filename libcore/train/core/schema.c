@@ -69,6 +69,10 @@ const config_key train_schema_keys[] = {
     { "optim", "eps", CONFIG_TYPE_FLOAT, "1e-8", .min = 1e-30, .max = 1, .help = "AdamW" },
     { "optim", "momentum", CONFIG_TYPE_FLOAT, "0.9", .min = 0, .max = 0.999999, .help = "SGD" },
     { "optim", "nesterov", CONFIG_TYPE_BOOL, "false", .help = "SGD: Nesterov momentum" },
+    { "optim", "freeze", CONFIG_TYPE_STRING, "",
+      .help = "comma-separated glob patterns of tensor names (as nebula-ckpt info lists them: 'wte.weight,h.0.*') "
+              "that do not train: the optimizer leaves them and their moments as they are and their gradients are "
+              "zeroed before clipping (PyTorch's requires_grad = False; a frozen backbone); empty: none" },
     { "optim", "schedule", CONFIG_TYPE_ENUM, "cosine", .choices = "constant|cosine|linear|step",
       .help = "learning-rate shape after warmup (cosine and linear reach min_lr at train.steps)" },
     { "optim", "warmup_steps", CONFIG_TYPE_INT, "0", .min = 0, .max = 1e12, .help = "linear warmup" },
@@ -100,7 +104,16 @@ const config_key train_schema_keys[] = {
     { "ckpt", "async", CONFIG_TYPE_BOOL, "false",
       .help = "copy the state to memory and write it in a background thread" },
     { "ckpt", "resume", CONFIG_TYPE_STRING, "auto",
-      .help = "auto (newest committed checkpoint of run_dir, if any), none, or a checkpoint directory" },
+      .help = "auto (newest committed checkpoint of run_dir, if any), none, a checkpoint directory, or "
+              "model:REPO@REF (a commit of a nebula-model repository, checked out under run_dir/model-checkout)" },
+    { "ckpt", "commit_to", CONFIG_TYPE_STRING, "",
+      .help = "REPO or REPO:BRANCH: rank 0 commits checkpoints into that nebula-model repository (made by "
+              "`nebula-model init REPO`), on BRANCH, else on its HEAD's branch, in a background thread (empty: off)" },
+    { "ckpt", "commit_every", CONFIG_TYPE_INT, "1", .min = 1, .max = 1e9,
+      .help = "commit_to: every Nth committed checkpoint of the launch is committed" },
+    { "ckpt", "commit_when", CONFIG_TYPE_ENUM, "always", .choices = "always|improved",
+      .help = "commit_to: always, or improved (only when the held-out loss at the checkpoint's step is below the "
+              "last commit's; needs data.val)" },
     { "elastic", "lr_rule", CONFIG_TYPE_ENUM, "linear", .choices = "linear|sqrt|none",
       .help = "how lr follows a global_batch change from run_dir/control (linear: Goyal et al. 2017; sqrt: "
               "Adam-family, Malladi et al. 2022), unless the file names lr_rule" },
@@ -440,6 +453,12 @@ status train_grid_allowed(const config *cfg, const grid_shape *g)
         log_error0("ckpt.async = true with parallel.tp = %d, parallel.pp = %d: a shard or stage writes its pieces "
                    "of the whole tensors collectively (parallel HDF5), which the background writer does not; set "
                    "ckpt.async = false", gs.tp, gs.pp);
+        return STATUS_INPUT;
+    }
+    if (gs.pp > 1 && config_str(cfg, "optim.freeze")[0]) {
+        log_error0("optim.freeze (%s) with parallel.pp = %d: a stage holds only its own tensors, so a pattern could "
+                   "match on one stage and not another; freeze with parallel.pp = 1", config_origin(cfg, "optim.freeze"),
+                   gs.pp);
         return STATUS_INPUT;
     }
     if (hybrid && strcmp(config_str(cfg, "sched.mode"), "off")) {

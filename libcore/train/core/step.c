@@ -237,6 +237,7 @@ status train_step(train_run *r, train_step_stats *ss)
     train_lap(r, TRAIN_PROFILE_COMM_WAIT);
     ss->comm_wait_ms = (t2 - t1) * 1e3;
     zero_planted_layer(r, pb->grads);
+    param_zero_frozen(pt, pb->grads);  /* optim.freeze: out of the norm, the observers and the update */
     if (!summed) TRY(comm_ctl_allreduce(train_ctl(r), part, sum, 4, MPI_DOUBLE, MPI_SUM));
     ss->loss = sum[0] / (r->rt->size / r->grid.shape.pp);  /* the last stages' losses; 0 from the others */
     ss->bubble = sum[3] / r->rt->size;
