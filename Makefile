@@ -214,8 +214,9 @@ bench: all
 
 # Fuzzing of the hostile-input readers (validation/fuzz): the safetensors and llm.c
 # model readers, the config parser, the elastic control-file parser, the image-set
-# reader (HDF5 and CIFAR-10 data files) and the tokenizer files (tokenizer.json,
-# vocab.json + merges.txt, vocab.txt). `make fuzz` builds each
+# reader (HDF5 and CIFAR-10 data files), the tokenizer files (tokenizer.json,
+# vocab.json + merges.txt, vocab.txt) and the model repository's manifests, commits and
+# object files (libcore/model). `make fuzz` builds each
 # libFuzzer harness with clang, ASan and UBSan and runs it FUZZ_SECONDS on its seed
 # corpus, one target after the other; new inputs go to build/fuzz/corpus_<target>,
 # crashing ones to build/fuzz/crashes/ (save them under validation/fuzz/regress/).
@@ -225,18 +226,31 @@ bench: all
 # without clang. Needs clang, its libFuzzer runtime and OpenMP (tools/deps.sh).
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 600
-FUZZ_TARGETS := safetensors llmc config control images tokenizer
+FUZZ_TARGETS := safetensors llmc config control images tokenizer model
+# The model repository's readers (repo_manifest.c, repo_commit.c, repo_object.c) come
+# with the files of their module they call and what those call in turn: the checkpoint
+# catalog behind repo_scan_open (HDF5), the checkpoint code under it, the control
+# collectives (MPI), the watchdog and the version string. Every harness links them (the
+# list is shared); only fuzz_model calls them.
+FUZZ_MODEL_SRC := libcore/model/repo_manifest.c libcore/model/repo_commit.c libcore/model/repo_object.c \
+                  libcore/model/repo_store.c libcore/model/repo_refs.c libcore/model/repo_work.c \
+                  libcore/ckpt/tool/ckpt_inspect.c libcore/ckpt/ckpt.c libcore/ckpt/ckpt_dir.c libcore/ckpt/ckpt_file.c \
+                  libcore/ckpt/ckpt_read.c libcore/ckpt/ckpt_dtype.c libcore/comm/ctl.c libcore/base/fault.c \
+                  libcore/base/watchdog.c libcore/base/cli.c
 FUZZ_LIBSRC  := libcore/ckpt/tool/safetensors.c libcore/ckpt/tool/llmc.c libcore/nn/param.c libcore/base/path.c \
                 libcore/base/log.c libcore/base/config.c libcore/train/control/control.c libcore/base/rng.c \
                 libcore/data/data.c libcore/data/data_image.c libcore/data/tokenizer.c libcore/data/tok_files.c \
-                libcore/data/tok_bpe.c libcore/data/tok_wordpiece.c
-# HDF5 for the image-set reader (the system library, not instrumented: see docs/testing.md#fuzzing)
-FUZZ_LIBS    := -linih -ljansson -lpcre2-8 -lutf8proc $(HDF5_LIBS) $(call rpaths,$(HDF5_LIBS)) -lm
+                libcore/data/tok_bpe.c libcore/data/tok_wordpiece.c $(FUZZ_MODEL_SRC)
+# HDF5 for the image-set reader and the checkpoint catalog (the system library, not
+# instrumented: see docs/testing.md#fuzzing); xxHash, zstd, ISA-L and zlib for the model repository
+FUZZ_LIBS    := -linih -ljansson -lpcre2-8 -lutf8proc -lxxhash -lzstd -lisal -lz $(HDF5_LIBS) \
+                $(call rpaths,$(HDF5_LIBS)) -lm
 FUZZ_OPTS_safetensors := -max_len=4096 -dict=validation/fuzz/safetensors.dict
 FUZZ_OPTS_llmc        := -max_len=8192
 FUZZ_OPTS_config      := -max_len=4096 -dict=validation/fuzz/config.dict
 FUZZ_OPTS_control     := -max_len=1024 -dict=validation/fuzz/control.dict
 FUZZ_OPTS_tokenizer   := -max_len=4096 -dict=validation/fuzz/tokenizer.dict
+FUZZ_OPTS_model       := -max_len=4096 -dict=validation/fuzz/model.dict
 # HDF5 (the system's, not instrumented) leaks in an H5Fopen that fails on a damaged file,
 # asks malloc for what a damaged size field says (NULL, as outside ASan) and crashes on
 # some damaged metadata itself: the images run goes on past crashes (-fork), which land in
@@ -258,6 +272,7 @@ FUZZ_BINS    := $(addprefix $(B)/fuzz/fuzz_,$(FUZZ_TARGETS))
 .PHONY: fuzz fuzz-merge
 all: $(REPLAY_BINS)
 
+$(B)/san/libcore/base/cli.o $(B)/fuzz/obj/libcore/base/cli.o: $(B)/version.h
 $(B)/san/%.o: %.c | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(filter 1,$(VERBOSE)),,echo "  CC SAN  $<")

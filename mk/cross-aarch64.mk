@@ -24,7 +24,7 @@ XA_CFLAGS := $(filter-out -I/% -I$(B) -DNEBULA_ISA_VARIANTS=% -DNEBULA_CUDA=% $(
 # Run paths are the node's paths (qemu-aarch64 -L maps them into the sysroot).
 XA_RPATH  := /usr/lib/aarch64-linux-gnu
 XA_LDLIBS := -linih -ljansson -lhwloc -ldnnl -L$(XA_ML)/hdf5/openmpi -Wl,-rpath,$(XA_RPATH)/hdf5/openmpi -lhdf5 \
-             -lisal -lz -lpcre2-8 -lutf8proc -lpng16 -ljpeg -lsodium -L$(XA_ML)/openblas-openmp -Wl,-rpath,$(XA_RPATH)/openblas-openmp -lopenblas -lpapi \
+             -lisal -lz -lpcre2-8 -lutf8proc -lpng16 -ljpeg -lsodium -lxxhash -lzstd -L$(XA_ML)/openblas-openmp -Wl,-rpath,$(XA_RPATH)/openblas-openmp -lopenblas -lpapi \
              -L$(XA_ML)/openmpi/lib -lmpi -lm
 XA_LDFLAGS := --sysroot=$(XA_SR) -fopenmp
 XA_UNIT   := $(patsubst validation/%.c,$(XA_B)/test/%,$(wildcard validation/unit/test_*.c))

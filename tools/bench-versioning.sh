@@ -10,6 +10,7 @@
 #      ranks; 2 x 2 tensor parallel) — stored against the checkpoint's size.
 # Whole-file storage (computed): DVC's cache and git-lfs keep each distinct file once,
 # whole and uncompressed, so their bytes are the sum of the distinct files' sizes; the
+# same checkpoints are committed again into a second repository with --delta; the
 # "whole files, zstd -3" column is what a store compressing whole files would keep. Times:
 # the median over the commits (and --reps checkouts) beside cp -r of the same checkpoint
 # directory, and cp -r followed by sync of the copy (nebula-model fsyncs every object).
@@ -60,8 +61,9 @@ build/bin/nebula-bench provenance --format $fmt --command "${cmdline% }" --param
 
 now() { date +%s.%N; }
 store_bytes() { find "$1/.nebula-model/objects" -type f -printf '%s\n' | awk '{s += $1} END {print s + 0}'; }
-R=$tmp/repo
+R=$tmp/repo RD=$tmp/repo-delta
 $M init $R >/dev/null
+$M init $RD >/dev/null
 train $tmp/run $((nck * every))
 ck=$(ls -d $tmp/run/ckpt/step_* | sort)
 : >"$tmp/times"
@@ -69,12 +71,17 @@ for d in $ck; do
     t0=$(now); $M --repo $R commit -m "$(basename $d)" $d >/dev/null; t1=$(now)
     rm -rf $tmp/cp; cp -r $d $tmp/cp; t2=$(now); sync $tmp/cp/state.h5; t3=$(now)
     echo "commit $t0 $t1 $t2 $t3" >>"$tmp/times"
+    t0=$(now); $M --repo $RD commit -m "$(basename $d)" --delta $d >/dev/null; t1=$(now)
+    echo "commit_delta $t0 $t1 $t1 $t1" >>"$tmp/times"
 done
+t0=$(now); $M --repo $R commit -m again "$(echo "$ck" | tail -1)" >/dev/null; t1=$(now)  # nothing new: deduplicated
+echo "recommit $t0 $t1 $t1 $t1" >>"$tmp/times"
 raw=$(for d in $ck; do stat -c %s $d/state.h5; done | awk '{s += $1} END {print s}')
 whole=$(for d in $ck; do echo "$(xxh128sum <$d/state.h5 | cut -c1-32) $(stat -c %s $d/state.h5)"; done | sort -u |
         awk '{s += $2} END {print s}')
 zwhole=$(for d in $ck; do zstd -3 -q -c $d/state.h5 | wc -c; done | awk '{s += $1} END {print s}')
 run_store=$(store_bytes $R)
+delta_store=$(store_bytes $RD)
 last=$(echo "$ck" | tail -1)
 size_last=$(stat -c %s $last/state.h5)
 for i in $(seq 1 "$reps"); do
@@ -119,12 +126,12 @@ for g in "2 1" "2 2"; do
 done
 
 $PY - "$csv" "$tmp/times" "$nck" "$raw" "$whole" "$zwhole" "$run_store" "$size_last" "$changed" "$ft_store" \
-    "$layers" "$width" $grid_rows <<'PY'
+    "$layers" "$width" "$delta_store" $grid_rows <<'PY'
 import statistics, sys
 csv = sys.argv[1] == "1"
 times = [l.split() for l in open(sys.argv[2])]
-nck, raw, whole, zwhole, store, size_last, changed, ft_store, layers, width = (int(x) for x in sys.argv[3:13])
-grid = [int(x) for x in sys.argv[13:]]
+nck, raw, whole, zwhole, store, size_last, changed, ft_store, layers, width, dstore = (int(x) for x in sys.argv[3:14])
+grid = [int(x) for x in sys.argv[14:]]
 mb = lambda b: f"{b / 1e6:.2f}"
 def row(cells):
     print(",".join(str(c).replace(",", ";") for c in cells) if csv else "| " + " | ".join(str(c) for c in cells) + " |")
@@ -135,6 +142,7 @@ if not csv:
 else:
     print("history,raw_mb,whole_file_mb,whole_zstd_mb,nebula_mb,ratio")
 row([f"{nck} checkpoints of one run, every 20 steps", mb(raw), mb(whole), mb(zwhole), mb(store), f"{store / whole:.3f}"])
+row([f"the same, commit --delta", mb(raw), mb(whole), mb(zwhole), mb(dstore), f"{dstore / whole:.3f}"])
 row([f"fine-tune, backbone frozen: changed datasets {mb(changed)} MB", mb(size_last), mb(size_last),
      "-", mb(ft_store), f"{ft_store / changed:.3f} of the changed bytes"])
 for i in range(0, len(grid), 4):
@@ -147,10 +155,15 @@ if not csv:
     print("|---|---:|---:|---:|---:|")
 else:
     print("operation,nebula_s,cp_s,cp_sync_s,ratio")
-for op in ("commit", "checkout"):
+names = {"commit": "commit", "commit_delta": "commit --delta", "checkout": "checkout",
+         "recommit": "commit of a checkpoint already stored"}
+cp = {}
+for op in ("commit", "commit_delta", "checkout", "recommit"):
     t = [[float(x) for x in r[1:]] for r in times if r[0] == op]
     n = statistics.median(r[1] - r[0] for r in t)
-    c = statistics.median(r[2] - r[1] for r in t)
-    cs = statistics.median(r[3] - r[1] for r in t)
-    row([f"{op} of one checkpoint ({mb(size_last)} MB; {len(t)} runs)", f"{n:.3f}", f"{c:.3f}", f"{cs:.3f}", f"{n / cs:.2f}x"])
+    if op in ("commit", "checkout"):  # cp -r (and sync) of the same directory, timed right after
+        cp[op] = (statistics.median(r[2] - r[1] for r in t), statistics.median(r[3] - r[1] for r in t))
+    c, cs = cp.get(op, cp["commit"])
+    row([f"{names[op]} ({mb(size_last)} MB; {len(t)} run{'s' if len(t) > 1 else ''})", f"{n:.3f}", f"{c:.3f}",
+         f"{cs:.3f}", f"{n / cs:.2f}x"])
 PY

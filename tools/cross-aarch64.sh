@@ -36,11 +36,11 @@ HOST_PKGS=(gcc-aarch64-linux-gnu qemu-user)
 # What the build links (headers and .so links only: their dependencies are not followed).
 DEV_PKGS=(libc6-dev linux-libc-dev libcrypt-dev libopenblas-openmp-dev libinih-dev libjansson-dev
           libhwloc-dev libisal-dev zlib1g-dev libpapi-dev libdnnl-dev libopenmpi-dev libhdf5-openmpi-dev
-          libpcre2-dev libutf8proc-dev libpng-dev libjpeg62-turbo-dev libsodium-dev)
+          libpcre2-dev libutf8proc-dev libpng-dev libjpeg62-turbo-dev libsodium-dev libxxhash-dev libzstd-dev)
 # What the tests load at run time: these and everything they depend on.
 RUN_PKGS=(libc6 libgomp1 libopenblas0-openmp libinih1 libjansson4 libhwloc15 libisal2 zlib1g
           libpapi7.0 libsde1 libdnnl2 libopenmpi3 libhdf5-openmpi-103-1
-          libpcre2-8-0 libutf8proc2 libpng16-16 libjpeg62-turbo libsodium23)
+          libpcre2-8-0 libutf8proc2 libpng16-16 libjpeg62-turbo libsodium23 libxxhash0 libzstd1)
 # Dependencies of the run-time closure that are programs or data, not libraries.
 NOT_LIBS='^(adduser|cdebconf|debconf|dpkg|install-info|passwd|tar|readline-common|libdebian-installer4|libnewt0\.52|libslang2|libtextwrap1|libpam.*|libsemanage.*|libaudit.*|libreadline8)$'
 

@@ -65,7 +65,8 @@ int model_commit(const model_args *a)
         log_error0("%s is a bare repository (no work tree): name the checkpoint to commit", r.root);
         return 2;
     }
-    repo_commit_opts o = { .message = msg, .author = author[0] ? author : NULL, .branch = branch[0] ? branch : NULL };
+    repo_commit_opts o = { .message = msg, .author = author[0] ? author : NULL, .branch = branch[0] ? branch : NULL,
+                           .delta = config_bool(a->cfg, "repo.delta") };
     repo_id id;
     repo_put_stats ps;
     status st = repo_commit_path(&r, a->nargs ? a->args[0] : r.root, &o, &id, &ps);

@@ -23,6 +23,9 @@ static const config_key model_schema[] = {
     { "repo", "branch", CONFIG_TYPE_STRING, "",
       .help = "init: the first branch (empty: main); checkout: create this branch at NAME and switch to it (-b); "
               "commit: commit on this branch instead of HEAD's" },
+    { "repo", "delta", CONFIG_TYPE_BOOL, "false",
+      .help = "commit: store each new chunk as the XOR with the parent commit's chunk when that compresses smaller "
+              "(checkpoints few steps apart or at a low learning rate; a decode and a second compression per chunk)" },
     { "repo", "author", CONFIG_TYPE_STRING, "", .help = "commit: the author (empty: $NEBULA_AUTHOR, else user@host)" },
     { "repo", "bare", CONFIG_TYPE_BOOL, "false", .help = "init, clone: a repository without a work tree (a remote)" },
     { "repo", "force", CONFIG_TYPE_BOOL, "false",
@@ -44,6 +47,7 @@ static const cli_option model_options[] = {
     { "message", "repo.message", NULL },
     { "branch", "repo.branch", NULL },
     { "author", "repo.author", NULL },
+    { "delta", "repo.delta", "true" },
     { "bare", "repo.bare", "true" },
     { "force", "repo.force", "true" },
     { "delete", "repo.delete", "true" },
@@ -56,7 +60,7 @@ static const cli_option model_options[] = {
 
 static const char usage[] =
     "usage: nebula-model init [DIR] [--bare] [--branch B]   a repository (DIR/.nebula-model) on branch B (main)\n"
-    "       nebula-model commit -m MSG [PATH] [--branch B] [--author A]\n"
+    "       nebula-model commit -m MSG [PATH] [--branch B] [--author A] [--delta]\n"
     "                                          the checkpoint PATH (a checkpoint directory, or a run directory: its\n"
     "                                          newest committed checkpoint; default: the work tree's newest) as a\n"
     "                                          commit on HEAD's branch, with its lineage (run, config, data, metrics)\n"
@@ -95,7 +99,7 @@ typedef struct model_cmd {
 
 static const model_cmd cmds[] = {
     { "init", 0, 1, "repo.bare repo.branch", model_init },
-    { "commit", 0, 1, "repo.message repo.branch repo.author", model_commit },
+    { "commit", 0, 1, "repo.message repo.branch repo.author repo.delta", model_commit },
     { "checkout", 1, 1, "repo.branch repo.force", model_checkout },
     { "branch", 0, 2, "repo.delete", model_branch },
     { "tag", 0, 2, "repo.delete", model_tag },

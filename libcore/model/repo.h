@@ -246,7 +246,10 @@ typedef struct repo_commit_opts {
     const char *message;
     const char *author;         /* NULL: $NEBULA_AUTHOR, else user@host */
     const char *branch;         /* NULL: HEAD's branch (or detached HEAD) */
-    bool quiet;
+    bool delta;                 /* try each new chunk as a delta against the parent commit's chunk of the
+                                   same tensor and index (kept when smaller): pays when checkpoints are
+                                   close (low learning rates, few steps apart), costs a decode and a
+                                   second compression per chunk */
 } repo_commit_opts;
 /* Commits the checkpoint at `path` (repo_scan_open) on top of the branch; a checkpoint
  * under ROOT/ckpt enters the work tree. *out: the new commit, or the tip itself when the
@@ -284,10 +287,11 @@ int repo_refs_list(const char *dir, const char *prefix, char (**names)[256], rep
 void repo_reflog_append(const char *dir, const char *ref, const repo_id *old, const repo_id *to, const char *why);
 
 /* ---- the work tree (repo_work.c) ---- */
+#define REPO_WORK_MAX 256   /* checkpoints of ROOT/ckpt listed by status (a run keeps ckpt.keep_last) */
 typedef struct repo_status {
-    char clean[16][REPO_PATH_MAX / 16];     /* checkpoint names (step_N) that match a commit */
+    char clean[REPO_WORK_MAX][32];  /* checkpoint names (step_N) that match a commit */
     int nclean;
-    char dirty[16][REPO_PATH_MAX / 16];     /* new or changed checkpoints under ROOT/ckpt */
+    char dirty[REPO_WORK_MAX][32];  /* new or changed checkpoints under ROOT/ckpt */
     int ndirty;
 } repo_status;
 status repo_work_status(repo *r, repo_status *st);

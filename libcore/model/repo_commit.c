@@ -256,7 +256,7 @@ status repo_commit_scan(repo *r, repo_scan *s, const repo_commit_opts *o, repo_i
         }
     }
     repo_commit c = { 0 };
-    status rc = repo_put(r, s, have_parent ? &parent : NULL, &c.manifest, st);
+    status rc = repo_put(r, s, have_parent && o->delta ? &parent : NULL, &c.manifest, st);
     if (have_parent) repo_manifest_free(&parent);
     TRY(rc);
     if (have_parent && repo_id_eq(&c.manifest, &parent_manifest)) {  /* the same checkpoint: nothing to commit */

@@ -18,8 +18,9 @@ status repo_write_file(const char *path, const void *p, size_t n, fault_plan *ch
  * file itself is always fsync'd before its rename: a name never stands for lost bytes). */
 status repo_write_file_sync(const char *path, const void *p, size_t n, fault_plan *chaos, const char *point,
                             bool dirsync);
-/* fsync of every objects/xx directory: the names of the objects written without it. */
-void repo_objects_sync(const char *objdir);
+/* fsync of the objects/xx directories touched[xx] marks (NULL: all): the names of the
+ * objects written without it. */
+void repo_objects_sync(const char *objdir, const uint8_t *touched);
 /* Reads a whole small file Nebula keeps (never through a link, at most max bytes),
  * NUL-terminated; STATUS_INPUT when missing, STATUS_CORRUPT when not a regular file. */
 status repo_read_file(const char *path, uint64_t max, char **out, size_t *n, char *why, size_t len);

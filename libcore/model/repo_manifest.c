@@ -95,7 +95,16 @@ status repo_scan_open(repo_scan *s, const char *path)
         it->has_crc = d->has_checksum;
         it->crc = d->checksum;
         uint64_t elems = 1;
-        for (int i = 0; i < d->ndim; i++) elems *= d->dims[i];
+        bool wraps = false;
+        for (int i = 0; i < d->ndim; i++) {
+            wraps |= d->dims[i] && elems > UINT64_MAX / d->dims[i];
+            elems *= d->dims[i];
+        }
+        if (wraps) {
+            log_error("%s: dataset %s has a shape whose product overflows", cat.dir, d->path);
+            st = STATUS_CORRUPT;
+            break;
+        }
         uint64_t esize = elems ? d->bytes / elems : 1;
         if (esize == 0) esize = 1;
         it->chunk_bytes = d->blob && d->ndim == 2 && d->dims[1] > 0 && d->dims[1] <= REPO_CHUNK_BYTES
@@ -157,7 +166,7 @@ static status read_at(int fd, void *p, uint64_t n, uint64_t off, const char *dir
 /* Chunk c of item it, stored from p (n bytes); a delta against the parent's chunk pi->chunks[c]
  * when that compresses smaller. Thread-safe: the chunks of a batch go in parallel. */
 static status put_chunk(repo *r, const char *objdir, repo_item *it, const repo_item *pi, int c, const uint8_t *p,
-                        uint64_t n, repo_put_stats *st)
+                        uint64_t n, repo_put_stats *st, uint8_t *touched)
 {
     char why[512];
     void *base = NULL;
@@ -180,6 +189,7 @@ static status put_chunk(repo *r, const char *objdir, repo_item *it, const repo_i
     {
         st->chunks++;
         if (added) {
+            touched[it->chunks[c].b[0]] = 1;
             st->chunks_new++, st->new_raw += n, st->stored += stored, st->deltas += delta;
             if (!it->blob) st->new_tensor += n;
         }
@@ -190,7 +200,7 @@ static status put_chunk(repo *r, const char *objdir, repo_item *it, const repo_i
 /* One item's chunks, in batches: read in file order (the CRC-32 and the file's hash are
  * sequential), then hashed, compressed and written in parallel. */
 static status put_item(repo *r, repo_scan *s, repo_item *it, const repo_manifest *parent, uint8_t *buf,
-                       XXH3_state_t *fh, repo_put_stats *st)
+                       XXH3_state_t *fh, repo_put_stats *st, uint8_t *touched)
 {
     const repo_item *pi = find_item(parent, it->path);
     char objdir[REPO_PATH_MAX];
@@ -213,7 +223,7 @@ static status put_item(repo *r, repo_scan *s, repo_item *it, const repo_manifest
     if (c1 - c0 > 1)
         for (int c = c0; c < c1; c++) {
             uint64_t o = (uint64_t)c * it->chunk_bytes, n = it->bytes - o < it->chunk_bytes ? it->bytes - o : it->chunk_bytes;
-            status one = put_chunk(r, objdir, it, pi, c, buf + (o - off), n, st);
+            status one = put_chunk(r, objdir, it, pi, c, buf + (o - off), n, st, touched);
             if (one != STATUS_OK) {
 #pragma omp critical(repo_put_status)
                 rc = rc == STATUS_OK ? one : rc;
@@ -237,7 +247,7 @@ status repo_put(repo *r, repo_scan *s, const repo_manifest *parent, repo_id *man
     st->raw_bytes = m->file_bytes;
     int n;
     repo_item **order = file_order(m, &n);
-    uint8_t *buf = malloc(REPO_PUT_BATCH);
+    uint8_t *buf = malloc(REPO_PUT_BATCH), touched[256] = { 0 };  /* objects/xx directories written into */
     uint64_t skel_n = m->file_bytes;
     for (int k = 0; k < n; k++) skel_n -= order[k]->bytes;
     uint8_t *skel = malloc(skel_n + 1);
@@ -257,7 +267,7 @@ status repo_put(repo *r, repo_scan *s, const repo_manifest *parent, repo_id *man
         if (rc != STATUS_OK) break;
         XXH3_128bits_update(fh, skel + sp, end - pos);
         sp += end - pos;
-        if (k < n) rc = put_item(r, s, order[k], parent, buf, fh, st);
+        if (k < n) rc = put_item(r, s, order[k], parent, buf, fh, st, touched);
         if (k < n) pos = order[k]->offset + order[k]->bytes;
     }
     XXH128_canonical_t c;
@@ -266,14 +276,14 @@ status repo_put(repo *r, repo_scan *s, const repo_manifest *parent, repo_id *man
     bool added;
     uint64_t stored;
     if (rc == STATUS_OK) rc = repo_object_put(r, REPO_KIND_SKELETON, skel, sp, NULL, NULL, &m->skeleton, &added, &stored);
-    if (rc == STATUS_OK && added) st->new_raw += sp, st->stored += stored;
+    if (rc == STATUS_OK && added) st->new_raw += sp, st->stored += stored, touched[m->skeleton.b[0]] = 1;
     /* a checkpoint that had no chunks to cut still needs its item arrays */
     for (int k = 0; k < m->n && rc == STATUS_OK; k++)
         if (!m->items[k].chunks) m->items[k].chunks = calloc(1, sizeof(repo_id));
     if (rc == STATUS_OK) {
         char objdir[REPO_PATH_MAX];
         repo_objdir(r->dir, objdir, sizeof objdir);
-        repo_objects_sync(objdir);  /* the chunks' and skeleton's names, before the manifest names them */
+        repo_objects_sync(objdir, touched);  /* the new chunks' and skeleton's names, before the manifest names them */
         char *text = repo_manifest_dump(m);
         rc = repo_object_put(r, REPO_KIND_MANIFEST, text, strlen(text), NULL, NULL, manifest, &added, &stored);
         if (rc == STATUS_OK && added) st->stored += stored;
@@ -395,8 +405,9 @@ static bool parse_item(json_t *o, repo_item *it, char *why, size_t len)
     for (int i = 0; i < it->ndim; i++) {
         if (!get_u64s(json_array_get(shape, (size_t)i), &it->dims[i]) || it->dims[i] > ((uint64_t)1 << 40))
             return snprintf(why, len, "%s: a bad shape", it->path), false;
+        if (it->dims[i] && elems > ((uint64_t)1 << 40) / it->dims[i])  /* before the product can wrap */
+            return snprintf(why, len, "%s: a shape too large", it->path), false;
         elems *= it->dims[i];
-        if (elems > ((uint64_t)1 << 40)) return snprintf(why, len, "%s: a shape too large", it->path), false;
     }
     if (elems * esize != it->bytes)
         return snprintf(why, len, "%s: %" PRIu64 " bytes, but its shape and %s make %" PRIu64, it->path, it->bytes,
@@ -467,7 +478,7 @@ status repo_manifest_parse(const char *text, size_t n, repo_manifest *m, char *w
         repo_item *it = &m->items[m->n++];
         if (!parse_item(json_array_get(items, k), it, why, len)) goto fail;
         if (k > 0 && strcmp(m->items[k - 1].path, it->path) >= 0) BAD("items are not in ascending path order at %s", it->path);
-        if (it->bytes && (it->offset > m->file_bytes || it->bytes > m->file_bytes - it->offset))
+        if (it->offset > m->file_bytes || it->bytes > m->file_bytes - it->offset)
             BAD("%s lies outside the file (offset %" PRIu64 ", %" PRIu64 " bytes, file %" PRIu64 ")", it->path,
                 it->offset, it->bytes, m->file_bytes);
         total += it->bytes;

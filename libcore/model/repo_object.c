@@ -135,7 +135,7 @@ bool repo_object_decode(const void *p, size_t n, const repo_object_head *h, cons
     }
     uint8_t *planes = h->shuffle ? malloc(h->size + 1) : NULL;
     CHECK(!h->shuffle || planes, "out of memory decoding an object");
-    size_t got = ZSTD_decompress(planes ? planes : out, h->size ? h->size : 1, frame, fn);
+    size_t got = ZSTD_decompress(planes ? planes : out, h->size, frame, fn);
     if (ZSTD_isError(got) || got != h->size) {
         snprintf(why, len, "its zstd frame does not decode (%s)", ZSTD_isError(got) ? ZSTD_getErrorName(got) : "short");
         free(planes);
@@ -173,6 +173,11 @@ static status object_get_depth(const char *objdir, const repo_id *id, repo_kind 
     }
     if (want && h.kind != want) {
         snprintf(why, len, "object %s is of kind %d, not %d", hex, (int)h.kind, (int)want);
+        st = STATUS_CORRUPT;
+        goto free_raw;
+    }
+    if (ZSTD_getFrameContentSize(raw + REPO_OBJ_HEAD, rn - REPO_OBJ_HEAD) != h.size) {  /* before any allocation */
+        snprintf(why, len, "object %s: its zstd frame holds another size than its header (%s)", hex, path);
         st = STATUS_CORRUPT;
         goto free_raw;
     }
@@ -333,8 +338,10 @@ static status object_put(repo *r, repo_kind kind, int elem, const void *data, si
     return STATUS_OK;
 }
 
-status repo_object_copy(const char *from, const char *to, const repo_id *id, fault_plan *chaos, uint64_t *copied,
-                        uint64_t *bytes)
+/* sync_name: fsync the directory after the rename (manifests, commits, and a delta's base,
+ * which lands in a directory the caller's repo_objects_sync does not know of). */
+static status object_copy(const char *from, const char *to, const repo_id *id, fault_plan *chaos, uint64_t *copied,
+                          uint64_t *bytes, bool sync_name)
 {
     if (repo_object_has(to, id)) return STATUS_OK;
     char src[REPO_PATH_MAX], dst[REPO_PATH_MAX], why[512];
@@ -345,7 +352,7 @@ status repo_object_copy(const char *from, const char *to, const repo_id *id, fau
     status st = repo_read_file(src, REPO_OBJ_MAX + 4096, &raw, &rn, why, sizeof why);
     repo_object_head h;
     if (st == STATUS_OK && !repo_object_head_parse(raw, rn, &h)) st = STATUS_CORRUPT;
-    if (st == STATUS_OK && h.delta) st = repo_object_copy(from, to, &h.base, chaos, copied, bytes);
+    if (st == STATUS_OK && h.delta) st = object_copy(from, to, &h.base, chaos, copied, bytes, true);
     if (st == STATUS_OK) {  /* checked before it enters the other store */
         void *content = NULL;
         size_t cn = 0;
@@ -353,7 +360,8 @@ status repo_object_copy(const char *from, const char *to, const repo_id *id, fau
         free(content);
     }
     if (st == STATUS_OK) st = repo_mkparent(dst);
-    if (st == STATUS_OK) st = repo_write_file_sync(dst, raw, rn, chaos, "model.object", h.kind >= REPO_KIND_MANIFEST);
+    if (st == STATUS_OK)
+        st = repo_write_file_sync(dst, raw, rn, chaos, "model.object", sync_name || h.kind >= REPO_KIND_MANIFEST);
     if (st == STATUS_OK) {
         (*copied)++;
         *bytes += rn;
@@ -365,4 +373,10 @@ status repo_object_copy(const char *from, const char *to, const repo_id *id, fau
     }
     free(raw);
     return st;
+}
+
+status repo_object_copy(const char *from, const char *to, const repo_id *id, fault_plan *chaos, uint64_t *copied,
+                        uint64_t *bytes)
+{
+    return object_copy(from, to, id, chaos, copied, bytes, false);
 }

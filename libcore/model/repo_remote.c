@@ -28,13 +28,16 @@ static status copy_commit(const char *from, const char *to, const repo_id *id, f
         return STATUS_CORRUPT;
     }
     status st = STATUS_OK;
+    uint8_t touched[256] = { 0 };  /* objects/xx directories copied into */
     for (int k = 0; k < m.n && st == STATUS_OK; k++)
         for (int i = 0; i < m.items[k].nchunks && st == STATUS_OK; i++) {
             if (repo_object_has(to, &m.items[k].chunks[i])) (*present)++;
             else st = repo_object_copy(from, to, &m.items[k].chunks[i], chaos, copied, bytes);
+            touched[m.items[k].chunks[i].b[0]] = 1;  /* a delta's base: its copy syncs its own name */
         }
+    touched[m.skeleton.b[0]] = 1;
     if (st == STATUS_OK) st = repo_object_copy(from, to, &m.skeleton, chaos, copied, bytes);
-    if (st == STATUS_OK) repo_objects_sync(to);  /* their names, before the manifest names them */
+    if (st == STATUS_OK) repo_objects_sync(to, touched);  /* their names, before the manifest names them */
     if (st == STATUS_OK) st = repo_object_copy(from, to, &c.manifest, chaos, copied, bytes);
     if (st == STATUS_OK) st = repo_object_copy(from, to, id, chaos, copied, bytes);
     repo_manifest_free(&m);

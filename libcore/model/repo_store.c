@@ -66,9 +66,10 @@ status repo_write_file(const char *path, const void *p, size_t n, fault_plan *ch
     return repo_write_file_sync(path, p, n, chaos, point, true);
 }
 
-void repo_objects_sync(const char *objdir)
+void repo_objects_sync(const char *objdir, const uint8_t *touched)
 {
     for (int i = 0; i < 256; i++) {
+        if (touched && !touched[i]) continue;
         char d[REPO_PATH_MAX + 8];
         snprintf(d, sizeof d, "%s/%02x", objdir, i);
         int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);

@@ -124,8 +124,9 @@ status repo_work_status(repo *r, repo_status *st)
     while ((e = readdir(d))) {
         if (e->d_name[0] == '.' || strncmp(e->d_name, "step_", 5) != 0) continue;
         bool clean = entry_clean(r, json_object_get(j, e->d_name), e->d_name);
-        if (clean && st->nclean < 16) snprintf(st->clean[st->nclean++], sizeof st->clean[0], "%s", e->d_name);
-        if (!clean && st->ndirty < 16) snprintf(st->dirty[st->ndirty++], sizeof st->dirty[0], "%s", e->d_name);
+        if (strlen(e->d_name) >= sizeof st->clean[0]) continue;  /* not a name a checkpoint has */
+        if (clean && st->nclean < REPO_WORK_MAX) snprintf(st->clean[st->nclean++], sizeof st->clean[0], "%s", e->d_name);
+        if (!clean && st->ndirty < REPO_WORK_MAX) snprintf(st->dirty[st->ndirty++], sizeof st->dirty[0], "%s", e->d_name);
     }
     closedir(d);
     json_decref(j);
@@ -136,16 +137,15 @@ status repo_work_status(repo *r, repo_status *st)
  * longer trusts it), then its files, then itself. */
 static status remove_ckpt(const char *dir)
 {
-    char p[REPO_PATH_MAX + 300];
-    snprintf(p, sizeof p, "%s/COMMITTED", dir);
+    char p[REPO_PATH_MAX + 600];
+    if (snprintf(p, sizeof p, "%s/COMMITTED", dir) >= (int)sizeof p) goto fail;
     if (unlink(p) != 0 && errno != ENOENT) goto fail;
     DIR *d = opendir(dir);
     if (!d) goto fail;
     struct dirent *e;
     while ((e = readdir(d))) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        unlink(p);
+        if (snprintf(p, sizeof p, "%s/%s", dir, e->d_name) < (int)sizeof p) unlink(p);
     }
     closedir(d);
     if (rmdir(dir) != 0) goto fail;
@@ -188,28 +188,29 @@ status repo_work_checkout(repo *r, const repo_id *commit, bool force, char *path
     snprintf(ckdir, sizeof ckdir, "%s/ckpt", r->root);
     snprintf(target, sizeof target, "step_%08" PRId64, m.h.step);
     json_t *j = index_read(r);
+    /* The commit's checkpoint first, so a refusal (damage found while materialising) leaves
+     * the work tree as it was; only a checkpoint under the target's own name goes before. */
     bool keep = false;  /* the target is there already and clean with the same file */
-    for (int i = 0; i < ws.nclean && st == STATUS_OK; i++) {
-        const char *h = json_string_value(json_object_get(json_object_get(j, ws.clean[i]), "file_hash"));
-        repo_id have;
-        if (!strcmp(ws.clean[i], target) && h && repo_id_parse(h, &have) && repo_id_eq(&have, &m.file_hash)) {
-            keep = true;
-            continue;
+    for (int pass = 0; pass < 2 && st == STATUS_OK; pass++) {
+        for (int i = 0; i < ws.nclean + ws.ndirty && st == STATUS_OK; i++) {
+            const char *name = i < ws.nclean ? ws.clean[i] : ws.dirty[i - ws.nclean];  /* dirty: --force */
+            bool is_target = !strcmp(name, target);
+            if (is_target != (pass == 0)) continue;
+            const char *h = json_string_value(json_object_get(json_object_get(j, name), "file_hash"));
+            repo_id have;
+            if (is_target && i < ws.nclean && h && repo_id_parse(h, &have) && repo_id_eq(&have, &m.file_hash)) {
+                keep = true;
+                continue;
+            }
+            char p[REPO_PATH_MAX + 300];
+            snprintf(p, sizeof p, "%s/%s", ckdir, name);
+            st = remove_ckpt(p);
+            json_object_del(j, name);
         }
-        char p[REPO_PATH_MAX + 300];
-        snprintf(p, sizeof p, "%s/%s", ckdir, ws.clean[i]);
-        st = remove_ckpt(p);
-        json_object_del(j, ws.clean[i]);
-    }
-    for (int i = 0; i < ws.ndirty && st == STATUS_OK; i++) {  /* --force */
-        char p[REPO_PATH_MAX + 300];
-        snprintf(p, sizeof p, "%s/%s", ckdir, ws.dirty[i]);
-        st = remove_ckpt(p);
-        json_object_del(j, ws.dirty[i]);
+        if (pass == 0 && st == STATUS_OK && !keep) st = repo_materialize(objdir, &m, ckdir, r->threads, &r->chaos, path, len);
     }
     if (st == STATUS_OK) st = index_write(r, j);
     json_decref(j);
-    if (st == STATUS_OK && !keep) st = repo_materialize(objdir, &m, ckdir, r->threads, &r->chaos, path, len);
     if (st == STATUS_OK && keep) snprintf(path, len, "%s/%s", ckdir, target);
     if (st == STATUS_OK) st = repo_work_record(r, target, &m);
     repo_manifest_free(&m);

@@ -4,6 +4,7 @@
 #     nebula-train resumes from the checkout bit-exactly (its step-6 parameters and
 #     moments are the straight run's, every dataset `same` in nebula-ckpt diff);
 #   - object ids are the standard XXH3-128 (xxh128sum of a chunk's content is its name);
+#   - commit --delta stores chunks as deltas against the parent's, checked out byte for byte;
 #   - diff of two commits agrees with nebula-ckpt diff of the two files (kinds, elements
 #     that differ, max|a-b|, relative L2, cosine);
 #   - branch, tag, checkout (-b, a branch, a detached commit), log with decorations and
@@ -58,6 +59,17 @@ for d, _, fs in os.walk(sys.argv[1] + "/.nebula-model/objects"):
 print(f"    {n} objects rehashed")
 sys.exit(0 if n > 40 else 1)
 PY
+
+# --- deltas (--delta): smaller where a chunk is close to its parent's, the same bytes back ---
+RD=$tmp/delta
+nm init $RD >/dev/null && nm --repo $RD commit -m three $tmp/r1/$S3 >/dev/null
+out=$(nm --repo $RD commit -m six --delta $tmp/r1/$S6)
+nd=$(sed -n 's/.*new (\([0-9]*\) as deltas).*/\1/p' <<<"$out")
+echo "    $nd chunks stored as deltas"
+check "commit --delta stores some chunks as deltas against the parent's" test "${nd:-0}" -gt 0
+expect "their checkout is state.h5 byte for byte" 0 "checksums verified" -- nm --repo $RD checkout main
+check "... cmp" cmp -s $RD/$S6/state.h5 $tmp/r1/$S6/state.h5
+expect "fsck follows the delta bases" 0 "fsck: ok" -- nm --repo $RD fsck
 
 # --- checkout: byte for byte, verified, resumable -------------------------------------------
 expect "checkout the first commit (detached)" 0 "HEAD is now at ${C3:0:12}" -- $M --repo $R checkout ${C3:0:8}

@@ -258,7 +258,7 @@ static void commit_start(train_run *r, long step)
     }
     if (isfinite(n->loss)) snprintf(j->message, sizeof j->message, "step %ld loss %.6f", step, n->loss);
     else snprintf(j->message, sizeof j->message, "step %ld", step);
-    j->opts = (repo_commit_opts){ .message = j->message, .branch = c->branch[0] ? c->branch : NULL, .quiet = true };
+    j->opts = (repo_commit_opts){ .message = j->message, .branch = c->branch[0] ? c->branch : NULL };
     j->step = step;
     j->best_before = c->best;
     if (c->improved) c->best = n->val;  /* the next checkpoint is compared with this one */
