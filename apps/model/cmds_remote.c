@@ -15,7 +15,7 @@ int model_remote(const model_args *a)
     if (a->nargs == 0) {
         json_t *rem = repo_remotes(&r), *v;
         const char *k;
-        json_object_foreach(rem, k, v) printf("%-16s %s\n", k, json_string_value(v));
+        json_object_foreach(rem, k, v) printf("%-16s %s\n", k, json_is_string(v) ? json_string_value(v) : "(not a path)");
         json_decref(rem);
         return 0;
     }

@@ -50,8 +50,7 @@ static void date_str(int64_t t, char out[32])
 {
     time_t tt = (time_t)t;
     struct tm tm;
-    gmtime_r(&tt, &tm);
-    strftime(out, 32, "%Y-%m-%d %H:%M", &tm);
+    if (!gmtime_r(&tt, &tm) || !strftime(out, 32, "%Y-%m-%d %H:%M", &tm)) snprintf(out, 32, "time %lld", (long long)t);
 }
 
 /* One log line: id, date, step, loss, message, decorations. */
@@ -128,7 +127,11 @@ static void print_graph(const char *objdir, const refs_view *v, long max)
         int col = -1;
         for (int l = 0; l < nl && col < 0; l++)
             if (repo_id_eq(&lanes[l], &ids[i])) col = l;
-        if (col < 0 && nl < 64) lanes[col = nl++] = ids[i];
+        if (col < 0 && nl < 60) lanes[col = nl++] = ids[i];
+        if (col < 0) {  /* more lines of history open than lanes drawn: listed without one */
+            log_line(v, &ids[i], &cs[i], "  ");
+            continue;
+        }
         char g[160] = "";
         for (int l = 0; l < nl && l < 60; l++) strcat(g, l == col ? "* " : "| ");
         log_line(v, &ids[i], &cs[i], g);
@@ -182,7 +185,7 @@ int model_log(const model_args *a)
         }
         repo_id_hex(&cur, hex);
         if (json)
-            json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:I, s:O}", "commit", hex, "message", c.message,
+            json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:I, s:O?}", "commit", hex, "message", c.message,
                                                  "author", c.author, "time", (json_int_t)c.time, "lineage", c.lineage));
         else log_line(&v, &cur, &c, "");
         bool root = c.nparents == 0;
@@ -246,7 +249,7 @@ int model_show(const model_args *a)
             repo_id_hex(&c.parents[i], p);
             json_array_append_new(parents, json_string(p));
         }
-        json_t *j = json_pack("{s:s, s:s, s:o, s:s, s:s, s:I, s:O, s:{s:s, s:I, s:i, s:i, s:I, s:I, s:I}}", "commit",
+        json_t *j = json_pack("{s:s, s:s, s:o, s:s, s:s, s:I, s:O?, s:{s:s, s:I, s:i, s:i, s:I, s:I, s:I}}", "commit",
                               hex, "manifest", mhex, "parents", parents, "message", c.message, "author", c.author,
                               "time", (json_int_t)c.time, "lineage", c.lineage, "checkpoint", "model", m.h.model,
                               "step", (json_int_t)m.h.step, "world_size", m.h.world_size, "datasets", m.n, "bytes",
@@ -329,6 +332,12 @@ int model_diff(const model_args *a)
         log_error0("%s", why);
         return 2;
     }
+    if (repo_manifest_check(objdir, &ma, why, sizeof why) != STATUS_OK ||
+        repo_manifest_check(objdir, &mb, why, sizeof why) != STATUS_OK) {  /* before reading a lying tensor whole */
+        log_error0("%s", why);
+        repo_commit_free(&ca), repo_commit_free(&cb), repo_manifest_free(&ma), repo_manifest_free(&mb);
+        return 2;
+    }
     ckpt_diff_row *rows = calloc((size_t)(ma.n + mb.n) + 1, sizeof *rows);
     uint64_t *changed = calloc((size_t)(ma.n + mb.n) + 1, sizeof *changed);
     CHECK(rows && changed, "out of memory");
@@ -346,7 +355,7 @@ int model_diff(const model_args *a)
                                                 "cosine", isnan(w->cosine) ? json_null() : json_real(w->cosine),
                                                 "differ", (json_int_t)w->differ, "chunks_changed", (json_int_t)changed[i]));
         }
-        json_t *j = json_pack("{s:b, s:b, s:O, s:O, s:o}", "identical", same == n, "config_differs",
+        json_t *j = json_pack("{s:b, s:b, s:O?, s:O?, s:o}", "identical", same == n, "config_differs",
                               strcmp(ma.config, mb.config) != 0, "metrics_a", json_object_get(ca.lineage, "metrics"),
                               "metrics_b", json_object_get(cb.lineage, "metrics"), "datasets", ds);
         json_dumpf(j, stdout, JSON_INDENT(1));

@@ -247,12 +247,18 @@ status repo_commit_scan(repo *r, repo_scan *s, const repo_commit_opts *o, repo_i
     repo_manifest parent = { 0 };
     repo_id parent_manifest = { { 0 } };
     bool have_parent = false;
-    if (born) {
+    if (born) {  /* a tip that cannot be read is damage: nothing is committed on top of it */
         repo_commit pc;
-        if (repo_commit_load(objdir, &tip, &pc, why, sizeof why) == STATUS_OK) {
+        status ps = repo_commit_load(objdir, &tip, &pc, why, sizeof why);
+        if (ps == STATUS_OK) {
             parent_manifest = pc.manifest;
-            have_parent = repo_manifest_load(objdir, &pc.manifest, &parent, why, sizeof why) == STATUS_OK;
+            ps = repo_manifest_load(objdir, &pc.manifest, &parent, why, sizeof why);
+            have_parent = ps == STATUS_OK;
             repo_commit_free(&pc);
+        }
+        if (ps != STATUS_OK) {
+            log_error("%s: the branch's tip is damaged (%s); HINT: nebula-model fsck", branch[0] ? branch : "HEAD", why);
+            return STATUS_CORRUPT;
         }
     }
     repo_commit c = { 0 };

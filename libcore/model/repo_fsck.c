@@ -191,6 +191,39 @@ static void walk(const char *objdir, census *c, const repo_id *tip, const char *
     free(stack);
 }
 
+/* Walks from every id a reflog file (or every one under a directory, recursively) names:
+ * the old and new value of every move. */
+static void walk_logs(const char *objdir, census *c, const char *dir, const char *sub)
+{
+    char p[REPO_PATH_MAX + 600];
+    struct stat sb;
+    if (snprintf(p, sizeof p, "%s/%s", dir, sub) >= (int)sizeof p || lstat(p, &sb) != 0) return;
+    if (S_ISDIR(sb.st_mode)) {
+        DIR *d = opendir(p);
+        struct dirent *e;
+        while (d && (e = readdir(d))) {
+            char child[600];
+            if (e->d_name[0] == '.' || snprintf(child, sizeof child, "%s/%s", sub, e->d_name) >= (int)sizeof child)
+                continue;
+            walk_logs(objdir, c, dir, child);
+        }
+        if (d) closedir(d);
+        return;
+    }
+    char *text = NULL, why[256], *save = NULL;
+    size_t tn;
+    if (!S_ISREG(sb.st_mode) || repo_read_file(p, (uint64_t)1 << 26, &text, &tn, why, sizeof why) != STATUS_OK) return;
+    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char a[33], b[33];
+        repo_id ia, ib;
+        uint64_t ignore = 0;
+        if (sscanf(line, "%32s %32s", a, b) != 2) continue;
+        if (repo_id_parse(a, &ia) && repo_object_has(objdir, &ia)) walk(objdir, c, &ia, "the reflog", &ignore, &ignore);
+        if (repo_id_parse(b, &ib) && repo_object_has(objdir, &ib)) walk(objdir, c, &ib, "the reflog", &ignore, &ignore);
+    }
+    free(text);
+}
+
 /* Walks from every ref and HEAD (and, reflog, every id the reflogs name); *bad_refs counts
  * a HEAD or ref that cannot be read, and commits and manifests that are damaged. */
 static status walk_all(const repo *r, census *c, bool reflog, uint64_t *missing, uint64_t *bad_refs)
@@ -208,42 +241,7 @@ static status walk_all(const repo *r, census *c, bool reflog, uint64_t *missing,
     if (repo_head(r, branch, sizeof branch, &head, &born) != STATUS_OK) (*bad_refs)++;
     else if (born) walk(objdir, c, &head, "HEAD", missing, bad_refs);
     if (!reflog) return STATUS_OK;
-    /* every id named in logs/ (old and new values of every ref move) */
-    const char *logs[] = { "logs/HEAD", "logs/refs/heads", "logs/refs/tags", "logs/refs/remotes" };
-    for (size_t l = 0; l < sizeof logs / sizeof logs[0]; l++) {
-        char p[REPO_PATH_MAX + 64];
-        snprintf(p, sizeof p, "%s/%s", r->dir, logs[l]);
-        char *list[64];
-        int nl = 0;
-        struct stat sb;
-        if (lstat(p, &sb) != 0) continue;
-        if (S_ISREG(sb.st_mode)) list[nl++] = strdup(p);
-        DIR *d = S_ISDIR(sb.st_mode) ? opendir(p) : NULL;
-        struct dirent *e;
-        while (d && (e = readdir(d)) && nl < 64) {
-            if (e->d_name[0] == '.') continue;
-            char q[REPO_PATH_MAX + 400];
-            snprintf(q, sizeof q, "%s/%s", p, e->d_name);
-            if (lstat(q, &sb) == 0 && S_ISREG(sb.st_mode)) list[nl++] = strdup(q);
-        }
-        if (d) closedir(d);
-        for (int i = 0; i < nl; i++) {
-            char *text = NULL, why[256];
-            size_t tn;
-            if (repo_read_file(list[i], (uint64_t)1 << 26, &text, &tn, why, sizeof why) == STATUS_OK) {
-                for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
-                    char a[33], b[33];
-                    repo_id ia, ib;
-                    uint64_t ignore = 0;
-                    if (sscanf(line, "%32s %32s", a, b) != 2) continue;
-                    if (repo_id_parse(a, &ia) && repo_object_has(objdir, &ia)) walk(objdir, c, &ia, "the reflog", &ignore, &ignore);
-                    if (repo_id_parse(b, &ib) && repo_object_has(objdir, &ib)) walk(objdir, c, &ib, "the reflog", &ignore, &ignore);
-                }
-            }
-            free(text);
-            free(list[i]);
-        }
-    }
+    walk_logs(objdir, c, r->dir, "logs");  /* every id the reflog names, at any depth (refs/heads/team/exp) */
     return STATUS_OK;
 }
 
@@ -290,7 +288,7 @@ status repo_fsck(repo *r, repo_fsck_report *rep)
         free(data);
     }
     uint64_t bad_refs = count_bad_refs(r->dir, "refs");
-    walk_all(r, &c, false, &rep->missing, &bad_refs);
+    walk_all(r, &c, true, &rep->missing, &bad_refs);  /* as a default gc walks: "unreachable" is what it removes */
     rep->bad += bad_refs;
     for (int i = 0; i < c.n; i++) rep->unreachable += !c.mark[i];
     rep->debris = (uint64_t)c.ndebris;
@@ -317,12 +315,22 @@ status repo_gc(repo *r, bool keep_reflog, double grace_s, uint64_t *removed, uin
                   (unsigned long long)missing);
         st = STATUS_CORRUPT;
     }
-    for (int i = 0; i < c.n && st == STATUS_OK; i++) {
-        if (c.mark[i] || c.mtime[i] > newest) continue;
-        char p[REPO_PATH_MAX];
-        struct stat sb;
-        repo_object_path(objdir, &c.ids[i], p, sizeof p);
-        if (lstat(p, &sb) == 0 && unlink(p) == 0) (*removed)++, *freed += (uint64_t)sb.st_size;
+    /* In the reverse of the write order — commits, then manifests, then chunks and skeletons,
+     * each pass made durable before the next — so a gc killed half-way never leaves a commit
+     * whose manifest or chunks are gone (a transfer trusts a commit that is there to be whole). */
+    for (int pass = 0; pass < 3 && st == STATUS_OK; pass++) {
+        for (int i = 0; i < c.n; i++) {
+            if (c.mark[i] || c.mtime[i] > newest) continue;
+            repo_object_head h;
+            int kind = repo_object_head_read(objdir, &c.ids[i], &h) ? (int)h.kind : 0;
+            if ((pass == 0) != (kind == REPO_KIND_COMMIT) || (pass == 1) != (kind == REPO_KIND_MANIFEST)) continue;
+            char p[REPO_PATH_MAX];
+            struct stat sb;
+            repo_object_path(objdir, &c.ids[i], p, sizeof p);
+            /* the mtime again: a commit that reuses the object refreshes it (object_put) */
+            if (lstat(p, &sb) == 0 && sb.st_mtime <= newest && unlink(p) == 0) (*removed)++, *freed += (uint64_t)sb.st_size;
+        }
+        repo_objects_sync(objdir, NULL);
     }
     for (int i = 0; i < c.ndebris && st == STATUS_OK; i++) {
         struct stat sb;

@@ -57,6 +57,25 @@ static status scan_dir(const char *path, char *dir, size_t len)
     return STATUS_INPUT;
 }
 
+static repo_item **file_order(const repo_manifest *m, int *n);
+
+/* Datasets that share bytes of the file (a crafted state.h5): the skeleton between them
+ * would be sized from a sum larger than the file. */
+static status scan_check_overlap(const repo_scan *s)
+{
+    int n;
+    repo_item **o = file_order(&s->m, &n);
+    status st = STATUS_OK;
+    for (int k = 1; k < n && st == STATUS_OK; k++)
+        if (o[k - 1]->offset + o[k - 1]->bytes > o[k]->offset) {
+            log_error("%s/state.h5: datasets %s and %s share bytes of the file: not a checkpoint nebula-train writes",
+                      s->dir, o[k - 1]->path, o[k]->path);
+            st = STATUS_CORRUPT;
+        }
+    free(o);
+    return st;
+}
+
 status repo_scan_open(repo_scan *s, const char *path)
 {
     memset(s, 0, sizeof *s);
@@ -110,7 +129,7 @@ status repo_scan_open(repo_scan *s, const char *path)
         it->chunk_bytes = d->blob && d->ndim == 2 && d->dims[1] > 0 && d->dims[1] <= REPO_CHUNK_BYTES
                               ? d->dims[1]
                               : REPO_CHUNK_BYTES / esize * esize;
-        if (d->bytes && (d->offset == UINT64_MAX || d->offset + d->bytes > m->file_bytes)) {
+        if (d->bytes && (d->offset == UINT64_MAX || d->offset > m->file_bytes || d->bytes > m->file_bytes - d->offset)) {
             log_error("%s: dataset %s is not stored as one contiguous range of the file (a checkpoint of another "
                       "writer); HINT: nebula-ckpt upgrade or convert --dtype fp32 rewrites it as nebula-train does",
                       cat.dir, d->path);
@@ -118,6 +137,7 @@ status repo_scan_open(repo_scan *s, const char *path)
         }
     }
     ckpt_catalog_free(&cat);
+    if (st == STATUS_OK) st = scan_check_overlap(s);
     if (st != STATUS_OK) repo_scan_close(s);
     return st;
 }
@@ -188,8 +208,8 @@ static status put_chunk(repo *r, const char *objdir, repo_item *it, const repo_i
 #pragma omp critical(repo_put_stats)
     {
         st->chunks++;
+        touched[it->chunks[c].b[0]] = 1;  /* present ones too: their names may be another writer's, not yet synced */
         if (added) {
-            touched[it->chunks[c].b[0]] = 1;
             st->chunks_new++, st->new_raw += n, st->stored += stored, st->deltas += delta;
             if (!it->blob) st->new_tensor += n;
         }
@@ -276,7 +296,8 @@ status repo_put(repo *r, repo_scan *s, const repo_manifest *parent, repo_id *man
     bool added;
     uint64_t stored;
     if (rc == STATUS_OK) rc = repo_object_put(r, REPO_KIND_SKELETON, skel, sp, NULL, NULL, &m->skeleton, &added, &stored);
-    if (rc == STATUS_OK && added) st->new_raw += sp, st->stored += stored, touched[m->skeleton.b[0]] = 1;
+    if (rc == STATUS_OK) touched[m->skeleton.b[0]] = 1;
+    if (rc == STATUS_OK && added) st->new_raw += sp, st->stored += stored;
     /* a checkpoint that had no chunks to cut still needs its item arrays */
     for (int k = 0; k < m->n && rc == STATUS_OK; k++)
         if (!m->items[k].chunks) m->items[k].chunks = calloc(1, sizeof(repo_id));

@@ -313,7 +313,10 @@ static status object_put(repo *r, repo_kind kind, int elem, const void *data, si
     *id = repo_hash(data, n);
     *added = false;
     *stored = 0;
-    if (repo_object_has(objdir, id)) return STATUS_OK;
+    repo_object_path(objdir, id, path, sizeof path);
+    /* present: its mtime refreshed, so a gc running meanwhile counts it as young (its grace)
+     * even when nothing reached it before this commit names it */
+    if (repo_object_has(objdir, id) && utimensat(AT_FDCWD, path, NULL, AT_SYMLINK_NOFOLLOW) == 0) return STATUS_OK;
     size_t on = 0;
     uint8_t *o = encode(kind, 0, elem, NULL, data, n, &on);
     if (base && base_id && kind == REPO_KIND_CHUNK && delta_depth(objdir, base_id) < REPO_DELTA_DEPTH - 1) {
@@ -327,7 +330,6 @@ static status object_put(repo *r, repo_kind kind, int elem, const void *data, si
         if (dn < on) free(o), o = d, on = dn;
         else free(d);
     }
-    repo_object_path(objdir, id, path, sizeof path);
     status st = repo_mkparent(path);
     if (st == STATUS_OK)  /* chunk and skeleton names: repo_objects_sync before a manifest names them */
         st = repo_write_file_sync(path, o, on, &r->chaos, "model.object", kind >= REPO_KIND_MANIFEST);
@@ -341,18 +343,26 @@ static status object_put(repo *r, repo_kind kind, int elem, const void *data, si
 /* sync_name: fsync the directory after the rename (manifests, commits, and a delta's base,
  * which lands in a directory the caller's repo_objects_sync does not know of). */
 static status object_copy(const char *from, const char *to, const repo_id *id, fault_plan *chaos, uint64_t *copied,
-                          uint64_t *bytes, bool sync_name)
+                          uint64_t *bytes, bool sync_name, int depth)
 {
     if (repo_object_has(to, id)) return STATUS_OK;
-    char src[REPO_PATH_MAX], dst[REPO_PATH_MAX], why[512];
+    char src[REPO_PATH_MAX], dst[REPO_PATH_MAX], why[512] = "";
     repo_object_path(from, id, src, sizeof src);
     repo_object_path(to, id, dst, sizeof dst);
     char *raw = NULL;
     size_t rn = 0;
     status st = repo_read_file(src, REPO_OBJ_MAX + 4096, &raw, &rn, why, sizeof why);
     repo_object_head h;
-    if (st == STATUS_OK && !repo_object_head_parse(raw, rn, &h)) st = STATUS_CORRUPT;
-    if (st == STATUS_OK && h.delta) st = object_copy(from, to, &h.base, chaos, copied, bytes, true);
+    if (st == STATUS_OK && !repo_object_head_parse(raw, rn, &h)) {
+        if (snprintf(why, sizeof why, "it has no valid header (%s)", src) >= (int)sizeof why) why[sizeof why - 1] = 0;
+        st = STATUS_CORRUPT;
+    }
+    if (st == STATUS_OK && h.delta && depth >= REPO_DELTA_DEPTH) {  /* a cycle of bases, or a chain too deep */
+        snprintf(why, sizeof why, "its delta chain is deeper than %d", REPO_DELTA_DEPTH);
+        st = STATUS_CORRUPT;
+    }
+    if (st == STATUS_OK && h.delta && (st = object_copy(from, to, &h.base, chaos, copied, bytes, true, depth + 1)))
+        snprintf(why, sizeof why, "its delta base could not be copied");
     if (st == STATUS_OK) {  /* checked before it enters the other store */
         void *content = NULL;
         size_t cn = 0;
@@ -378,5 +388,5 @@ static status object_copy(const char *from, const char *to, const repo_id *id, f
 status repo_object_copy(const char *from, const char *to, const repo_id *id, fault_plan *chaos, uint64_t *copied,
                         uint64_t *bytes)
 {
-    return object_copy(from, to, id, chaos, copied, bytes, false);
+    return object_copy(from, to, id, chaos, copied, bytes, false, 0);
 }

@@ -255,6 +255,9 @@ bool repo_is_ancestor(const char *objdir, const repo_id *a, const repo_id *b)
         char why[512];
         if (repo_commit_load(objdir, &cur, &c, why, sizeof why) != STATUS_OK) continue;
         for (int i = 0; i < c.nparents; i++) {
+            bool seen = false;  /* each commit once: parents [p, p] must not double the walk */
+            for (int k = 0; k < tail && !seen; k++) seen = repo_id_eq(&q[k], &c.parents[i]);
+            if (seen) continue;
             if (tail == cap) {
                 cap *= 2;
                 q = realloc(q, (size_t)cap * sizeof *q);

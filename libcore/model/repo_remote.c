@@ -102,7 +102,11 @@ static status open_remote(const char *path, repo *rr)
 status repo_push(repo *r, const char *remote, const char *branch, bool force, uint64_t *copied, uint64_t *bytes,
                  uint64_t *present)
 {
-    char path[REPO_PATH_MAX], ref[REPO_NAME_MAX + 16], from[REPO_PATH_MAX], to[REPO_PATH_MAX];
+    char path[REPO_PATH_MAX], ref[REPO_NAME_MAX * 2 + 32], from[REPO_PATH_MAX], to[REPO_PATH_MAX];
+    if (!repo_name_ok(branch)) {
+        log_error("'%s' is not a valid branch name", branch);
+        return STATUS_INPUT;
+    }
     TRY(repo_remote_path(r, remote, path, sizeof path));
     repo rr;
     TRY(open_remote(path, &rr));
@@ -150,6 +154,10 @@ status repo_pull(repo *r, const char *remote, const char *branch, uint64_t *copi
                  uint64_t *present)
 {
     char path[REPO_PATH_MAX], ref[REPO_NAME_MAX + 16], from[REPO_PATH_MAX], to[REPO_PATH_MAX];
+    if (!repo_name_ok(branch)) {
+        log_error("'%s' is not a valid branch name", branch);
+        return STATUS_INPUT;
+    }
     TRY(repo_remote_path(r, remote, path, sizeof path));
     repo rr;
     TRY(open_remote(path, &rr));

@@ -68,6 +68,11 @@ status repo_write_file(const char *path, const void *p, size_t n, fault_plan *ch
 
 void repo_objects_sync(const char *objdir, const uint8_t *touched)
 {
+    int top = open(objdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);  /* a new objects/xx directory's own name */
+    if (top >= 0) {
+        fsync(top);
+        close(top);
+    }
     for (int i = 0; i < 256; i++) {
         if (touched && !touched[i]) continue;
         char d[REPO_PATH_MAX + 8];
@@ -85,6 +90,7 @@ status repo_write_file_sync(const char *path, const void *p, size_t n, fault_pla
     char tmp[REPO_PATH_MAX + 64], why[256], pt[48];
     static _Atomic unsigned seq;
     snprintf(tmp, sizeof tmp, "%s.tmp.%d.%u", path, (int)getpid(), seq++);
+    unlink(tmp);  /* left by a crashed process of the same pid */
     int fd, rc = 0, e = 0;
     if (path_create_regular(tmp, O_EXCL | O_TRUNC, 0644, &fd, why, sizeof why) != 0) {
         log_error("cannot create %s: %s", tmp, why);
@@ -143,8 +149,10 @@ static bool lock_stale(const char *lock)
     size_t n;
     if (repo_read_file(lock, 4096, &text, &n, why, sizeof why) != STATUS_OK) return false;
     long pid = 0;
+    /* this host's, and its process gone — or this very process, which holds no lock when it
+     * asks for one: an earlier process of the same pid (containers reuse pids) */
     bool stale = sscanf(text, "%255s %ld", host, &pid) == 2 && pid > 0 && gethostname(me, sizeof me - 1) == 0 &&
-                 !strcmp(host, me) && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+                 !strcmp(host, me) && (pid == (long)getpid() || (kill((pid_t)pid, 0) != 0 && errno == ESRCH));
     free(text);
     return stale;
 }
@@ -161,6 +169,7 @@ status repo_lock(const char *lock, double wait_s, fault_plan *chaos)
      * link(2), which fails with EEXIST while another holds it (atomic on NFS too), so a
      * crash can never leave a lock without its holder */
     snprintf(tmp, sizeof tmp, "%s.tmp.%d.%u", lock, (int)getpid(), seq++);
+    unlink(tmp);  /* left by a crashed process of the same pid (containers reuse pids) */
     int fd, e = FAULT_ERRNO(chaos, "model.lock", -1);
     if (e || path_create_regular(tmp, O_EXCL | O_TRUNC, 0644, &fd, why, sizeof why) != 0) {
         log_error("cannot create the lock %s: %s", tmp, e ? strerror(e) : why);

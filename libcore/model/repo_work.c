@@ -123,7 +123,11 @@ status repo_work_status(repo *r, repo_status *st)
     struct dirent *e;
     while ((e = readdir(d))) {
         if (e->d_name[0] == '.' || strncmp(e->d_name, "step_", 5) != 0) continue;
-        bool clean = entry_clean(r, json_object_get(j, e->d_name), e->d_name);
+        char p[REPO_PATH_MAX + 300];
+        struct stat sb;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        /* only a real directory can be a committed checkpoint: a link is never vouched for */
+        bool clean = lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode) && entry_clean(r, json_object_get(j, e->d_name), e->d_name);
         if (strlen(e->d_name) >= sizeof st->clean[0]) continue;  /* not a name a checkpoint has */
         if (clean && st->nclean < REPO_WORK_MAX) snprintf(st->clean[st->nclean++], sizeof st->clean[0], "%s", e->d_name);
         if (!clean && st->ndirty < REPO_WORK_MAX) snprintf(st->dirty[st->ndirty++], sizeof st->dirty[0], "%s", e->d_name);
@@ -138,6 +142,20 @@ status repo_work_status(repo *r, repo_status *st)
 static status remove_ckpt(const char *dir)
 {
     char p[REPO_PATH_MAX + 600];
+    struct stat sb;
+    if (lstat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode)) {  /* a link (checkout --force): the link goes, not its target */
+        if (unlink(dir) == 0) return STATUS_OK;
+        goto fail;
+    }
+    DIR *probe = opendir(dir);  /* a subdirectory is not a checkpoint's: refused before the marker goes */
+    struct dirent *pe;
+    while (probe && (pe = readdir(probe)))
+        if (pe->d_type == DT_DIR && strcmp(pe->d_name, ".") && strcmp(pe->d_name, "..")) {
+            closedir(probe);
+            log_error("%s holds a directory (%s): not a checkpoint a checkout removes", dir, pe->d_name);
+            return STATUS_INPUT;
+        }
+    if (probe) closedir(probe);
     if (snprintf(p, sizeof p, "%s/COMMITTED", dir) >= (int)sizeof p) goto fail;
     if (unlink(p) != 0 && errno != ENOENT) goto fail;
     DIR *d = opendir(dir);

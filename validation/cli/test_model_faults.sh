@@ -103,6 +103,8 @@ cp -a $R $H
 h6=$(xxh128sum <$H/$S6/state.h5)
 printf '0123456789abcdef0123456789abcdef\n' >$H/.nebula-model/refs/heads/nowhere
 expect "a ref pointing at no object: checkout" 2 "is missing" -- $M --repo $H checkout nowhere
+expect "... and no commit goes on top of it" 2 "the branch's tip is damaged" -- \
+    $M --repo $H commit -m on-top --branch nowhere $tmp/r1/$S3
 expect "... fsck names it" 1 "reached from refs/heads/nowhere" -- $M --repo $H fsck
 rm $H/.nebula-model/refs/heads/nowhere
 printf 'not a ref\n' >$H/.nebula-model/refs/heads/garbage
@@ -150,6 +152,23 @@ expect "a manifest that lies about the file's size: checkout" 2 "lies about size
 expect "fsck names both lying manifests" 1 "make" -- $M --repo $H fsck
 check "the work tree's checkpoint is untouched by every refusal" test "$(xxh128sum <$H/$S6/state.h5)" = "$h6"
 rm $H/.nebula-model/refs/heads/shape $H/.nebula-model/refs/heads/filesize
+# a link planted in the work tree: never vouched for, and --force removes the link, not its target
+ln -s $tmp/r1/$S3 $H/ckpt/step_00000003
+h3=$(xxh128sum <$tmp/r1/$S3/state.h5)
+expect "a linked checkpoint in the work tree counts as uncommitted" 0 "uncommitted  ckpt/step_00000003" -- $M --repo $H status
+expect "checkout --force goes through" 0 "switched to branch 'main'" -- $M --repo $H checkout main --force
+check "... removing the link, not the checkpoint it points at" \
+    test ! -L $H/ckpt/step_00000003 -a -f $tmp/r1/$S3/COMMITTED -a "$(xxh128sum <$tmp/r1/$S3/state.h5)" = "$h3"
+
+# the reflog protects a rolled-back commit from gc, under a nested branch name too
+nm --repo $H checkout main -b team/exp >/dev/null
+nm --repo $H commit -m exp $tmp/r1/$S3 >/dev/null
+gone=$(rev $H team/exp)
+nm --repo $H rollback >/dev/null
+nm --repo $H gc --grace 0 >/dev/null
+expect "gc keeps a commit the reflog of team/exp still names" 0 "commit   $gone" -- $M --repo $H show $gone
+nm --repo $H gc --grace 0 --prune-reflog >/dev/null
+expect "gc --prune-reflog removes it" 2 "" -- $M --repo $H show $gone
 truncate -s 30 $f
 expect "a truncated manifest object: show" 2 "has no valid header" -- $M --repo $H show main
 finish

@@ -87,4 +87,6 @@ for bad in fifo loop1 plain; do
 done
 check "nothing was written through them" test -p $tmp/fifo -a "$(cat $tmp/plain)" = text
 expect "an unknown remote" 2 "no remote named 'nowhere'" -- $M --repo $A push nowhere main
+expect "a branch name that climbs out of refs/heads (../tags/v1) is refused" 2 "is not a valid branch name" -- \
+    $M --repo $A push origin ../tags/v1
 finish
