@@ -76,14 +76,19 @@ endif
 ISA_CFLAGS_avx2   := -mavx2 -mfma
 ISA_CFLAGS_avx512 := -mavx2 -mfma -mavx512f -mavx512bw -mavx512vl -mavx512dq -mprefer-vector-width=512
 # apps/nebula is the umbrella command `nebula` (mk/install.mk), not a nebula-<app>.
-APPS        := $(filter-out nebula,$(patsubst apps/%/,%,$(sort $(dir $(wildcard apps/*/*.c)))))
-BINS        := $(addprefix $(B)/bin/nebula-,$(APPS))
-TEST_SRC    := $(wildcard validation/unit/test_*.c validation/mpi/test_*.c validation/reference/test_*.c)
+# apps/infer is nebula-infer, linked with libnebula-nano alone (below), not with libcore.
+APPS        := $(filter-out nebula infer,$(patsubst apps/%/,%,$(sort $(dir $(wildcard apps/*/*.c)))))
+BINS        := $(addprefix $(B)/bin/nebula-,$(APPS)) $(B)/bin/nebula-infer
+TEST_SRC    := $(wildcard validation/unit/test_*.c validation/mpi/test_*.c validation/reference/test_*.c validation/deploy/test_*.c)
 TESTS       := $(patsubst validation/%.c,$(B)/test/%,$(TEST_SRC))
 # The GPU tests (validation/gpu): built with the CUDA kernels, run by `make check-gpu`.
 GPU_TEST_SRC := $(wildcard validation/gpu/test_*.c)
 
 LIBS := $(B)/lib/libcore.a $(B)/lib/libkernels.a
+# ONNX's messages as C: protoc-c writes $(B)/gen/deploy/onnx.pb-c.[ch] from the subset
+# of onnx.proto that libcore/deploy reads and writes; libprotobuf-c is their runtime.
+CFLAGS += -I$(B)/gen
+LDLIBS += -lprotobuf-c
 # CUDA: machine code for CUDA_ARCHS plus PTX of the newest (mk/detect.mk).
 # The toolkit keeps cuBLAS/cuDNN in lib64 and NCCL in lib on some installs: both go on
 # the search and run paths. NEBULA_CUDA_LIBS lists the libraries for tools/gpu-check.
@@ -165,7 +170,7 @@ $(B)/version.h: FORCE | $(DEPS_STAMP)
 $(B)/obj/libcore/base/cli.o: $(B)/version.h
 FORCE:
 
-$(B)/lib/libcore.a: $(patsubst %.c,$(B)/obj/%.o,$(LIBCORE_SRC))
+$(B)/lib/libcore.a: $(patsubst %.c,$(B)/obj/%.o,$(LIBCORE_SRC)) $(B)/obj/gen/deploy/onnx.pb-c.o
 $(B)/lib/libkernels.a: $(patsubst %.c,$(B)/obj/%.o,$(KCPU_SRC)) $(KCPU_VAR_OBJ)
 $(B)/lib/libkernels_cuda.a: $(patsubst %.cu,$(B)/obj/%.o,$(KCUDA_SRC))
 $(B)/lib/%.a:
@@ -346,6 +351,31 @@ $(foreach a,$(CHAOS_APPS),$(eval $(call CHAOS_APP_RULE,$(a))))
 
 clean:
 	rm -rf $(B)
+
+# ---- the edge engine (docs/edge.md) --------------------------------------------------
+# libnebula-nano: libcore/nano alone, which includes nothing but itself (libc, libm,
+# OpenMP), so nebula-infer and users' programs link it without MPI or HDF5, and it
+# cross-builds for arm64 (mk/cross-aarch64.mk). Its objects are libcore's too.
+NANO_SRC := $(sort $(wildcard libcore/nano/*.c))
+NANO_LIB := $(B)/lib/libnebula-nano.a
+$(NANO_LIB): $(patsubst %.c,$(B)/obj/%.o,$(NANO_SRC))
+$(B)/bin/nebula-infer: $(patsubst %.c,$(B)/obj/%.o,$(wildcard apps/infer/*.c)) $(NANO_LIB)
+	@mkdir -p $(dir $@)
+	@$(if $(filter 1,$(VERBOSE)),,echo "  LINK    $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(NANO_LIB) -lm
+all: $(NANO_LIB)
+
+$(B)/gen/deploy/onnx.pb-c.c $(B)/gen/deploy/onnx.pb-c.h &: libcore/deploy/onnx.proto | $(DEPS_STAMP)
+	@mkdir -p $(B)/gen/deploy
+	@$(if $(filter 1,$(VERBOSE)),,echo "  PROTOC  $<")
+	$(Q)protoc-c --proto_path=libcore/deploy --c_out=$(B)/gen/deploy onnx.proto
+# Generated code: the project's warnings are for the project's code.
+$(B)/obj/gen/deploy/onnx.pb-c.o: $(B)/gen/deploy/onnx.pb-c.c
+	@mkdir -p $(dir $@)
+	@$(if $(filter 1,$(VERBOSE)),,echo "  CC      $<")
+	$(Q)$(CC) $(filter-out -Werror -Wextra,$(CFLAGS)) -c $< -o $@
+DEPLOY_SRC := $(wildcard libcore/deploy/*.c)
+$(patsubst %.c,$(B)/obj/%.o,$(DEPLOY_SRC)) $(patsubst %.c,$(B)/chaos/obj/%.o,$(DEPLOY_SRC)): $(B)/gen/deploy/onnx.pb-c.h
 
 include mk/install.mk
 

@@ -47,7 +47,8 @@ $(XA_B)/version.h: FORCE
 	 text="$$(printf '#define NEBULA_VERSION "%s"\n#define NEBULA_GIT_REVISION "%s"' "$$v" "$${r:-unknown}")"; \
 	 if [ "$$(cat $@ 2>/dev/null)" != "$$text" ]; then printf '%s\n' "$$text" > $@; fi
 
-$(XA_B)/lib/libcore.a: $(patsubst %.c,$(XA_B)/obj/%.o,$(LIBCORE_SRC))
+# libcore/deploy (ONNX import, the optimiser) is a host tool: not built for aarch64.
+$(XA_B)/lib/libcore.a: $(patsubst %.c,$(XA_B)/obj/%.o,$(filter-out libcore/deploy/%,$(LIBCORE_SRC)))
 $(XA_B)/lib/libkernels.a: $(patsubst %.c,$(XA_B)/obj/%.o,$(KCPU_SRC))
 $(XA_LIBS):
 	@mkdir -p $(dir $@)
@@ -60,3 +61,18 @@ $(XA_B)/test/%: $(XA_B)/obj/validation/%.o $(XA_LIBS)
 	$(Q)$(XA_CC) $(XA_LDFLAGS) -o $@ $< $(XA_LIBS) $(XA_LDLIBS)
 
 -include $(shell find $(XA_B)/obj -name '*.d' 2>/dev/null)
+
+# libnebula-nano and nebula-infer for aarch64: static, so the one file runs on any arm64
+# Linux (a phone's or a Raspberry Pi's userland included) with nothing installed.
+XA_NANO_LIB := $(XA_B)/lib/libnebula-nano.a
+$(XA_NANO_LIB): $(patsubst %.c,$(XA_B)/obj/%.o,$(NANO_SRC))
+	@mkdir -p $(dir $@)
+	@$(if $(filter 1,$(VERBOSE)),,echo "  AR A64  $@")
+	$(Q)rm -f $@ && aarch64-linux-gnu-ar rcs $@ $^
+$(XA_B)/bin/nebula-infer: $(patsubst %.c,$(XA_B)/obj/%.o,$(wildcard apps/infer/*.c)) $(XA_NANO_LIB)
+	@mkdir -p $(dir $@)
+	@$(if $(filter 1,$(VERBOSE)),,echo "  LINK A64 $@")
+	$(Q)$(XA_CC) $(XA_LDFLAGS) -static -o $@ $(filter %.o,$^) $(XA_NANO_LIB) -lm
+.PHONY: aarch64-nano
+aarch64-nano: $(XA_B)/bin/nebula-infer
+aarch64: aarch64-nano

@@ -8,7 +8,7 @@
 # every offending include; exits 1 when there is one.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-order=(base comm nn data dgc ckpt ckpt/tool record model train/core train/control train/observe train fed)
+order=(base comm nn data dgc ckpt ckpt/tool record model train/core train/control train/observe train fed nano deploy)
 rank() { local i; for i in "${!order[@]}"; do [ "${order[$i]}" = "$1" ] && { echo "$i"; return; }; done; echo -1; }
 bad=0
 while IFS= read -r f; do
@@ -33,5 +33,10 @@ done < <(find libcore -name '*.[ch]' | sort)
 while IFS= read -r line; do
     echo "$line: kernels may include only libcore/base"; bad=1
 done < <(grep -n '#include "[a-z]*/' kernels/cpu/*.[ch] kernels/cuda/*.{cu,h} | grep -v '"base/\|"cpu/\|"cuda/' )
+# libnebula-nano (libcore/nano) stands alone: its own headers, libc, libm and OpenMP, so
+# it links without MPI or HDF5 and cross-builds for arm64 boards.
+while IFS= read -r line; do
+    echo "$line: libcore/nano may include only its own headers and the C library"; bad=1
+done < <(grep -n '#include' libcore/nano/*.[ch] | grep -v -E '#include "(nano/)?nano[a-z_]*\.h"' | grep -v -E '#include <(assert|errno|fcntl|float|limits|math|omp|stdatomic|stddef|stdint|stdio|stdlib|string|time|unistd|immintrin|arm_neon|cpuid|sys/[a-z]+|asm/hwcap)\.h>')
 [ $bad -eq 0 ] && echo "layers: every include goes downward"
 exit $bad

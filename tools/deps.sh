@@ -44,6 +44,7 @@ BUILD_PKGS=(
     libpng-dev libjpeg62-turbo-dev            # image folders (nebula-train prepare --images)
     libsodium-dev                             # libsodium: X25519, ChaCha20, BLAKE2b (secure aggregation)
     libxxhash-dev libzstd-dev                 # XXH3-128 and zstd: nebula-model's content-addressed chunks
+    libprotobuf-c-dev protobuf-c-compiler     # protobuf-c: nebula-deploy reads and writes ONNX files
     help2man                                  # make install: man pages from --help
 )
 # What make test / make check run beside the binaries.
@@ -67,7 +68,9 @@ VENV=$ROOT/build/venv
 VENV_PKGS=(safetensors==0.8.0 tensorboard==2.21.0 transformers==4.46.3 tokenizers==0.20.3)
 # Installed with pip --no-deps: Opacus 1.5.2 pins torch>=2.0, which would pull a new torch
 # over Debian's; the RDP analysis the tests use needs only numpy and scipy (Debian's).
-VENV_NODEPS=(opacus==1.5.2)
+# ONNX Runtime (the edge engine's reference) likewise: its wheel asks for numpy >= 2 only
+# through its dependencies; inference runs with Debian's numpy 1.24 and these three.
+VENV_NODEPS=(opacus==1.5.2 onnxruntime==1.32.0 flatbuffers==25.12.19 coloredlogs==15.0.1 humanfriendly==10.0)
 
 have() { command -v "$1" >/dev/null 2>&1; }
 is_debian_root() { [ "$(id -u)" -eq 0 ] && have apt-get && have dpkg-query; }

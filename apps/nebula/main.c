@@ -36,6 +36,8 @@ static const struct {
     { "train", "train a model (data, tensor, pipeline parallel); prepare data; control a run" },
     { "fed", "federated learning: rounds of clients with differential privacy and secure aggregation" },
     { "model", "version control of checkpoints: commit, branch, tag, checkout, diff, rollback, push, pull" },
+    { "deploy", "ONNX models and checkpoints to .neb files for the edge: pruned, int8/fp16, arm64" },
+    { "infer", "run a .neb model with libnebula-nano: latency, peak memory, top-k, accuracy" },
     { "bench", "model throughput, communication benchmarks, benchmark tables" },
     { "ckpt", "inspect, verify, diff, convert, reshard and upgrade checkpoints" },
     { "chaos", "fault-injection scenarios and soak runs" },

@@ -1,0 +1,203 @@
+/* nano_conv — fp32 convolution, NCHW: per image and group Y (M/g, OH·OW) = W (M/g, K) ·
+ * col (K, OH·OW) with K = C/g·kh·kw, on the packed-panel core of nano_gemm.c; depthwise
+ * convolution as a direct loop.
+ *
+ * The one design decision: W is the packed left operand (panels of mr output channels,
+ * packed at prepare) and the input is packed straight into the right operand's panels —
+ * a copy of rows for a 1×1 stride-1 convolution (no im2col), im2col written in panel order
+ * otherwise — so the scratch is one group's K·roundup(OH·OW, nr) floats and no separate
+ * column matrix is ever written. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "nano_kern.h"
+#include "nano_kern_impl.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+typedef enum { CONV_GEMM = 0, CONV_1X1 = 1, CONV_DW = 2 } conv_kind;
+
+struct nano_conv {
+    nano_conv_desc d;
+    nano_epilogue ep;
+    nano_isa_level level;
+    conv_kind kind;
+    int mr, nr, Mg, Cg, K; /* K = Cg·kh·kw */
+    float *bias;           /* (M) or NULL */
+    float *Wp;             /* per group ceil(Mg/mr) panels of mr·K; depthwise: (M, kh·kw) as given */
+    size_t wg;             /* floats per group in Wp */
+};
+
+nano_conv *nano_conv_prepare(const nano_conv_desc *d, const float *W, const float *bias, nano_epilogue ep)
+{
+    if (!d || !W || !nk_conv_desc_ok(d)) return NULL;
+    nano_conv *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->d = *d, p->ep = ep, p->level = nano_isa();
+    nk_f32_geom(p->level, &p->mr, &p->nr);
+    p->Mg = d->M / d->group, p->Cg = d->C / d->group, p->K = p->Cg * d->kh * d->kw;
+    if (d->group == d->C && d->group == d->M)
+        p->kind = CONV_DW;
+    else if (d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && !d->pad_t && !d->pad_l && !d->pad_b &&
+             !d->pad_r)
+        p->kind = CONV_1X1;
+    p->wg = p->kind == CONV_DW ? (size_t)p->K : nk_roundup((size_t)p->Mg, (size_t)p->mr) * (size_t)p->K;
+    p->Wp = aligned_alloc(64, nk_roundup(p->wg * d->group * sizeof(float), 64));
+    if (bias) p->bias = malloc((size_t)d->M * sizeof(float));
+    if (!p->Wp || (bias && !p->bias)) { nano_conv_free(p); return NULL; }
+    if (bias) memcpy(p->bias, bias, (size_t)d->M * sizeof(float));
+    if (p->kind == CONV_DW)
+        memcpy(p->Wp, W, (size_t)d->M * p->K * sizeof(float));
+    else
+        for (int g = 0; g < d->group; g++)
+            nk_pack_rk(W + (size_t)g * p->Mg * p->K, (size_t)p->K, p->Mg, p->K, p->mr, p->Wp + g * p->wg);
+    return p;
+}
+
+void nano_conv_free(nano_conv *p)
+{
+    if (!p) return;
+    free(p->Wp);
+    free(p->bias);
+    free(p);
+}
+
+size_t nano_conv_bytes(const nano_conv *p)
+{
+    if (!p) return 0;
+    return sizeof *p + p->wg * p->d.group * sizeof(float) + (p->bias ? (size_t)p->d.M * sizeof(float) : 0);
+}
+
+size_t nano_conv_scratch(const nano_conv *p)
+{
+    if (!p || p->kind == CONV_DW) return 0;
+    return nk_roundup((size_t)p->d.OH * p->d.OW, (size_t)p->nr) * (size_t)p->K * sizeof(float) + 64;
+}
+
+/* One B panel of im2col: columns p0 .. p0+n-1 (n <= nr), rows k = (c, i, j) over the
+ * group's Cg channels of xg (Cg, H, W); panel layout [k][nr], zero outside the input.
+ * Runs of columns on one output row are copied whole (memcpy when sw = 1). */
+static void im2col_panel(const nano_conv_desc *d, int Cg, const float *xg, int p0, int n, int nr, float *dst)
+{
+    nk_seg seg[64];
+    int ns = nk_conv_segs(d, p0, n, seg);
+    size_t hw = (size_t)d->H * d->W;
+    float *o = dst;
+    for (int c = 0; c < Cg; c++)
+        for (int i = 0; i < d->kh; i++)
+            for (int j = 0; j < d->kw; j++, o += nr) {
+                for (int q = 0; q < ns; q++) {
+                    const nk_seg *sg = &seg[q];
+                    int len = sg->t1 - sg->t0, ih = sg->ih0 + i * d->dh, iw = sg->iw0 + j * d->dw, lo, hi;
+                    float *ot = o + sg->t0;
+                    if ((unsigned)ih >= (unsigned)d->H) { memset(ot, 0, (size_t)len * sizeof *ot); continue; }
+                    nk_seg_range(iw, d->sw, d->W, len, &lo, &hi);
+                    const float *xr = xg + c * hw + (size_t)ih * d->W + iw;
+                    memset(ot, 0, (size_t)lo * sizeof *ot);
+                    if (d->sw == 1) memcpy(ot + lo, xr + lo, (size_t)(hi - lo) * sizeof *ot);
+                    else for (int u = lo; u < hi; u++) ot[u] = xr[u * d->sw];
+                    memset(ot + hi, 0, (size_t)(len - hi) * sizeof *ot);
+                }
+                if (n < nr) memset(o + n, 0, (size_t)(nr - n) * sizeof *o);
+            }
+}
+
+/* ---- depthwise: y[c] = Σ_taps w · shifted x[c] ---------------------------------------- */
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) static void axpy_avx2(int n, float w, const float *x, float *y)
+{
+    __m256 vw = _mm256_set1_ps(w);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(vw, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += w * x[i];
+}
+
+__attribute__((target("avx512f,fma"))) static void axpy_avx512(int n, float w, const float *x, float *y)
+{
+    __m512 vw = _mm512_set1_ps(w);
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(vw, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(vw, _mm512_maskz_loadu_ps(m, x + i),
+                                                        _mm512_maskz_loadu_ps(m, y + i)));
+    }
+}
+#endif
+
+static void axpy_c(int n, float w, const float *x, float *y)
+{
+#pragma omp simd
+    for (int i = 0; i < n; i++) y[i] += w * x[i];
+}
+
+static void conv_dw(const nano_conv *p, const float *x, float *y, int nthreads)
+{
+    const nano_conv_desc *d = &p->d;
+    void (*axpy)(int, float, const float *, float *) = axpy_c;
+#if defined(__x86_64__)
+    if (p->level >= NANO_ISA_AVX512) axpy = axpy_avx512;
+    else if (p->level == NANO_ISA_AVX2) axpy = axpy_avx2;
+#endif
+    int planes = d->N * d->M, taps = d->kh * d->kw;
+    size_t hw = (size_t)d->H * d->W, ohw = (size_t)d->OH * d->OW;
+#pragma omp parallel for num_threads(nthreads) if (nthreads > 1 && planes > 1) schedule(static)
+    for (int pl = 0; pl < planes; pl++) {
+        int c = pl % d->M;
+        const float *xc = x + (size_t)pl * hw, *wc = p->Wp + (size_t)c * taps;
+        float *yc = y + (size_t)pl * ohw;
+        float b = p->bias ? p->bias[c] : 0.0f;
+        for (int oh = 0; oh < d->OH; oh++) {
+            float *yr = yc + (size_t)oh * d->OW;
+            memset(yr, 0, (size_t)d->OW * sizeof *yr);
+            for (int i = 0; i < d->kh; i++) {
+                int ih = oh * d->sh - d->pad_t + i * d->dh;
+                if ((unsigned)ih >= (unsigned)d->H) continue;
+                const float *xr = xc + (size_t)ih * d->W;
+                for (int j = 0; j < d->kw; j++) {
+                    /* ow with 0 <= ow·sw - pad_l + j·dw < W */
+                    int off = j * d->dw - d->pad_l;
+                    int lo = off >= 0 ? 0 : (-off + d->sw - 1) / d->sw;
+                    int hi = d->W - 1 - off < 0 ? -1 : (d->W - 1 - off) / d->sw; /* last valid ow */
+                    if (hi > d->OW - 1) hi = d->OW - 1;
+                    if (hi < lo) continue;
+                    float w = wc[i * d->kw + j];
+                    if (d->sw == 1)
+                        axpy(hi - lo + 1, w, xr + lo + off, yr + lo);
+                    else
+                        for (int ow = lo; ow <= hi; ow++) yr[ow] += w * xr[ow * d->sw + off];
+                }
+            }
+            for (int ow = 0; ow < d->OW; ow++) yr[ow] = nk_act1(p->ep.act, p->ep.lo, p->ep.hi, yr[ow] + b);
+        }
+    }
+}
+
+void nano_conv_run(const nano_conv *p, const float *x, float *y, void *scratch, int nthreads)
+{
+    const nano_conv_desc *d = &p->d;
+    if (p->kind == CONV_DW) { conv_dw(p, x, y, nthreads); return; }
+    float *col = (float *)nk_roundup((size_t)(uintptr_t)scratch, 64);
+    int P = d->OH * d->OW, nr = p->nr, K = p->K, panels = (P + nr - 1) / nr;
+    size_t hw = (size_t)d->H * d->W;
+    for (int n = 0; n < d->N; n++)
+        for (int g = 0; g < d->group; g++) {
+            const float *xg = x + ((size_t)n * d->C + (size_t)g * p->Cg) * hw;
+            float *yg = y + ((size_t)n * d->M + (size_t)g * p->Mg) * P;
+#pragma omp parallel for num_threads(nthreads) if (nthreads > 1 && panels > 1) schedule(static)
+            for (int q = 0; q < panels; q++) {
+                int p0 = q * nr, cnt = P - p0 < nr ? P - p0 : nr;
+                float *dst = col + (size_t)q * nr * K;
+                if (p->kind == CONV_1X1)
+                    nk_pack_kr(xg + p0, hw, K, cnt, nr, dst);
+                else
+                    im2col_panel(d, p->Cg, xg, p0, cnt, nr, dst);
+            }
+            nk_epi e = {p->bias ? p->bias + (size_t)g * p->Mg : NULL, 1, p->ep.act, p->ep.lo, p->ep.hi};
+            nk_f32_packed(p->level, p->Mg, P, K, p->Wp + g * p->wg, col, yg, P, &e, nthreads);
+        }
+}
