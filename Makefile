@@ -220,8 +220,11 @@ bench: all
 # Fuzzing of the hostile-input readers (validation/fuzz): the safetensors and llm.c
 # model readers, the config parser, the elastic control-file parser, the image-set
 # reader (HDF5 and CIFAR-10 data files), the tokenizer files (tokenizer.json,
-# vocab.json + merges.txt, vocab.txt) and the model repository's manifests, commits and
-# object files (libcore/model). `make fuzz` builds each
+# vocab.json + merges.txt, vocab.txt), the model repository's manifests, commits and
+# object files (libcore/model), the edge engine's .neb loader (neb_format.c and the graph,
+# shape and plan checks behind it, then a run of what it accepts) and the ONNX importer
+# (libcore/deploy/deploy_onnx*.c over protobuf-c, then the fold/fuse passes, the plan and
+# a run). `make fuzz` builds each
 # libFuzzer harness with clang, ASan and UBSan and runs it FUZZ_SECONDS on its seed
 # corpus, one target after the other; new inputs go to build/fuzz/corpus_<target>,
 # crashing ones to build/fuzz/crashes/ (save them under validation/fuzz/regress/).
@@ -231,7 +234,7 @@ bench: all
 # without clang. Needs clang, its libFuzzer runtime and OpenMP (tools/deps.sh).
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 600
-FUZZ_TARGETS := safetensors llmc config control images tokenizer model
+FUZZ_TARGETS := safetensors llmc config control images tokenizer model neb onnx
 # The model repository's readers (repo_manifest.c, repo_commit.c, repo_object.c) come
 # with the files of their module they call and what those call in turn: the checkpoint
 # catalog behind repo_scan_open (HDF5), the checkpoint code under it, the control
@@ -242,20 +245,28 @@ FUZZ_MODEL_SRC := libcore/model/repo_manifest.c libcore/model/repo_commit.c libc
                   libcore/ckpt/tool/ckpt_inspect.c libcore/ckpt/ckpt.c libcore/ckpt/ckpt_dir.c libcore/ckpt/ckpt_file.c \
                   libcore/ckpt/ckpt_read.c libcore/ckpt/ckpt_dtype.c libcore/comm/ctl.c libcore/base/fault.c \
                   libcore/base/watchdog.c libcore/base/cli.c
+# The edge engine: libnebula-nano whole (loader, checks, runtime and kernels) and the ONNX
+# importer with the passes nebula-deploy runs after it (deploy_opt.c), over the protobuf-c
+# code protoc-c generates (in $(B)/gen, made before any object that includes it).
+FUZZ_EDGE_SRC := $(sort $(wildcard libcore/nano/*.c)) libcore/deploy/deploy_onnx.c libcore/deploy/deploy_onnx_ops.c \
+                 libcore/deploy/deploy_onnx_fold.c libcore/deploy/deploy_opt.c $(B)/gen/deploy/onnx.pb-c.c
 FUZZ_LIBSRC  := libcore/ckpt/tool/safetensors.c libcore/ckpt/tool/llmc.c libcore/nn/param.c libcore/base/path.c \
                 libcore/base/log.c libcore/base/config.c libcore/train/control/control.c libcore/base/rng.c \
                 libcore/data/data.c libcore/data/data_image.c libcore/data/tokenizer.c libcore/data/tok_files.c \
-                libcore/data/tok_bpe.c libcore/data/tok_wordpiece.c $(FUZZ_MODEL_SRC)
+                libcore/data/tok_bpe.c libcore/data/tok_wordpiece.c $(FUZZ_MODEL_SRC) $(FUZZ_EDGE_SRC)
 # HDF5 for the image-set reader and the checkpoint catalog (the system library, not
 # instrumented: see docs/testing.md#fuzzing); xxHash, zstd, ISA-L and zlib for the model repository
 FUZZ_LIBS    := -linih -ljansson -lpcre2-8 -lutf8proc -lxxhash -lzstd -lisal -lz $(HDF5_LIBS) \
-                $(call rpaths,$(HDF5_LIBS)) -lm
+                $(call rpaths,$(HDF5_LIBS)) -lprotobuf-c -lm
 FUZZ_OPTS_safetensors := -max_len=4096 -dict=validation/fuzz/safetensors.dict
 FUZZ_OPTS_llmc        := -max_len=8192
 FUZZ_OPTS_config      := -max_len=4096 -dict=validation/fuzz/config.dict
 FUZZ_OPTS_control     := -max_len=1024 -dict=validation/fuzz/control.dict
 FUZZ_OPTS_tokenizer   := -max_len=4096 -dict=validation/fuzz/tokenizer.dict
 FUZZ_OPTS_model       := -max_len=4096 -dict=validation/fuzz/model.dict
+# .neb sections are 64-byte aligned: the seed models are 1.5 to 8 KiB
+FUZZ_OPTS_neb         := -max_len=8192 -dict=validation/fuzz/neb.dict
+FUZZ_OPTS_onnx        := -max_len=4096 -dict=validation/fuzz/onnx.dict
 # HDF5 (the system's, not instrumented) leaks in an H5Fopen that fails on a damaged file,
 # asks malloc for what a damaged size field says (NULL, as outside ASan) and crashes on
 # some damaged metadata itself: the images run goes on past crashes (-fork), which land in
@@ -269,7 +280,9 @@ FUZZ_FORK_images      := -fork=1 -ignore_crashes=1 -ignore_ooms=1
 FUZZ_RUN_OPTS         := -use_value_profile=1
 SAN_FLAGS    := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 # Evaluated only when a fuzz rule runs (OpenMPI's wrapper flags, for log.c's mpi.h).
-FUZZ_CFLAGS   = -std=c11 -g -O1 -Wall -Wextra -Werror -D_GNU_SOURCE -fopenmp -MMD -MP -Ilibcore -Ikernels -I$(B) \
+# -Wno-pass-failed: at -O1 clang cannot vectorise every `omp simd` loop of libcore/nano
+# and says so, which is no fault of the code.
+FUZZ_CFLAGS   = -std=c11 -g -O1 -Wall -Wextra -Werror -Wno-pass-failed -D_GNU_SOURCE -fopenmp -MMD -MP -Ilibcore -Ikernels -I$(B) -I$(B)/gen \
                 $(shell $(CC) --showme:compile) $(patsubst -I%,-isystem %,$(HDF5_CFLAGS)) $(SAN_FLAGS)
 REPLAY_BINS  := $(addprefix $(B)/test/fuzz/replay_,$(FUZZ_TARGETS))
 FUZZ_BINS    := $(addprefix $(B)/fuzz/fuzz_,$(FUZZ_TARGETS))
@@ -282,6 +295,19 @@ $(B)/san/%.o: %.c | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(filter 1,$(VERBOSE)),,echo "  CC SAN  $<")
 	$(Q)$(CC) $(CFLAGS) $(SAN_FLAGS) -c $< -o $@
+
+# The generated protobuf code: the project's flags less -Werror -Wextra (as for
+# $(B)/obj/gen/deploy/onnx.pb-c.o); its header made before the objects that include it.
+$(B)/san/$(B)/gen/deploy/onnx.pb-c.o: $(B)/gen/deploy/onnx.pb-c.c
+	@mkdir -p $(dir $@)
+	@$(if $(filter 1,$(VERBOSE)),,echo "  CC SAN  $<")
+	$(Q)$(CC) $(filter-out -Werror -Wextra,$(CFLAGS)) $(SAN_FLAGS) -c $< -o $@
+$(B)/fuzz/obj/$(B)/gen/deploy/onnx.pb-c.o: $(B)/gen/deploy/onnx.pb-c.c
+	@mkdir -p $(dir $@)
+	@$(if $(filter 1,$(VERBOSE)),,echo "  FUZZCC  $<")
+	$(Q)$(FUZZ_CC) $(filter-out -Werror -Wextra,$(FUZZ_CFLAGS)) -fsanitize=fuzzer-no-link -c $< -o $@
+$(foreach d,san fuzz/obj,$(patsubst %.c,$(B)/$(d)/%.o,$(filter libcore/deploy/%,$(FUZZ_EDGE_SRC)) \
+    validation/fuzz/fuzz_onnx.c)): $(B)/gen/deploy/onnx.pb-c.h
 
 $(B)/test/fuzz/replay_%: $(B)/san/validation/fuzz/fuzz_%.o $(B)/san/validation/fuzz/replay.o \
                          $(patsubst %.c,$(B)/san/%.o,$(FUZZ_LIBSRC))

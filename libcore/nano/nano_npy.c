@@ -3,10 +3,11 @@
  *
  * Format 1.0/2.0/3.0: magic "\x93NUMPY", version, header length, a Python dict literal
  * with 'descr', 'fortran_order' and 'shape', padded to 64 bytes, then the data in C
- * order. Read: little-endian f4, f8 (narrowed to f32), i8, i4, u1/b1; anything else is
- * refused with its descr named. The one design decision: the header dict is parsed for
- * exactly the three keys numpy writes, in any order, and the data size is checked
- * against the file size before a byte is used. */
+ * order. Read: little-endian f4, f8 (narrowed to f32: numpy's default float), i8, i4,
+ * u1/b1; big-endian, Fortran-ordered, structured and object arrays are refused with the
+ * reason named. The one design decision: the file must be exactly the size its header
+ * declares — a truncated file or one with trailing bytes is refused before a byte of
+ * data is used. */
 #include "nano.h"
 
 #include <errno.h>
@@ -57,7 +58,9 @@ nano_status nano_npy_read(const char *path, nano_npy *out, char *err, size_t err
     hdr[hlen] = 0;
     const char *d = dict_value(hdr, "descr"), *fo = dict_value(hdr, "fortran_order"), *sh = dict_value(hdr, "shape");
     if (!d || !fo || !sh) BAD("%s: the header lacks descr, fortran_order or shape", path);
-    if (strncmp(fo, "False", 5)) BAD("%s: Fortran order; save it in C order (np.ascontiguousarray)", path);
+    if (!strncmp(fo, "True", 4)) BAD("%s: Fortran-ordered data is not supported; save np.ascontiguousarray(x)", path);
+    if (strncmp(fo, "False", 5)) BAD("%s: fortran_order is neither True nor False", path);
+    if (*d != '\'') BAD("%s: a structured dtype (descr %.20s...) is not supported", path, d);
     int src;
     size_t esz;
     if (!strncmp(d, "'<f4'", 5)) src = NANO_DT_F32, esz = 4;
@@ -67,8 +70,10 @@ nano_status nano_npy_read(const char *path, nano_npy *out, char *err, size_t err
     else if (!strncmp(d, "'|u1'", 5) || !strncmp(d, "'|b1'", 5)) src = NANO_DT_U8, esz = 1;
     else {
         const char *e = strchr(d + 1, '\'');
-        BAD("%s: dtype %.*s is not supported (float32, float64, int64, int32, uint8, bool are)", path,
-            e ? (int)(e - d + 1) : 8, d);
+        int n = e ? (int)(e - d + 1) : 8;
+        if (d[1] == '>') BAD("%s: big-endian data (%.*s) is not supported; save it little-endian", path, n, d);
+        if (strchr(d, 'O') && strchr(d, 'O') < d + n) BAD("%s: an object array (%.*s) is not supported", path, n, d);
+        BAD("%s: dtype %.*s is not supported (float32, float64, int64, int32, uint8, bool are)", path, n, d);
     }
     if (*sh != '(') BAD("%s: shape is not a tuple", path);
     const char *p = sh + 1;
@@ -86,6 +91,13 @@ nano_status nano_npy_read(const char *path, nano_npy *out, char *err, size_t err
     }
     if (*p != ')') BAD("%s: shape is not a closed tuple", path);
     size_t bytes = (size_t)n * esz;
+    long start = ftell(f);
+    if (start < 0 || fseek(f, 0, SEEK_END)) BAD("%s: cannot seek", path);
+    long size = ftell(f);
+    if (size < 0 || (size_t)(size - start) != bytes)
+        BAD("%s: %ld data bytes, but shape %.40s declares %zu: %s", path, size - start, sh, bytes,
+            size - start < (long)bytes ? "truncated" : "trailing bytes");
+    if (fseek(f, start, SEEK_SET)) BAD("%s: cannot seek", path);
     raw = malloc(bytes + 1);
     if (!raw) {
         snprintf(err, errlen, "%s: out of memory for %zu bytes", path, bytes);

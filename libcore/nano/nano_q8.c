@@ -140,6 +140,47 @@ static void qukr_neon(int kg, const void *a, const void *b, int32_t *t, int a_un
 }
 #endif
 
+/* ---- quantisation of activations: q = clamp(nearbyint(x / x_scale) + x_zero, 0, 255) ----
+ * The vector forms do the same IEEE operations (divide, round to nearest even, add, clamp
+ * with NaN going to 0), so they agree with nk_quant_u8 to the bit. */
+#if defined(__x86_64__)
+static TGTVNNI void quant512(const float *x, size_t n, float s, int z, uint8_t *q)
+{
+    __m512 vs = _mm512_set1_ps(s), vz = _mm512_set1_ps((float)z), lo = _mm512_setzero_ps(), hi = _mm512_set1_ps(255.0f);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 r = _mm512_roundscale_ps(_mm512_div_ps(_mm512_loadu_ps(x + i), vs), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        r = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(r, vz), lo), hi); /* max(NaN, 0) = 0 */
+        _mm_storeu_si128((__m128i *)(q + i), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(r)));
+    }
+    for (; i < n; i++) q[i] = (uint8_t)nk_quant_u8(x[i], s, z);
+}
+
+static TGT256 void quant256(const float *x, size_t n, float s, int z, uint8_t *q)
+{
+    __m256 vs = _mm256_set1_ps(s), vz = _mm256_set1_ps((float)z), lo = _mm256_setzero_ps(), hi = _mm256_set1_ps(255.0f);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 r = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(x + i), vs), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        r = _mm256_min_ps(_mm256_max_ps(_mm256_add_ps(r, vz), lo), hi);
+        __m256i v = _mm256_cvtps_epi32(r);
+        __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+        _mm_storel_epi64((__m128i *)(q + i), _mm_packus_epi16(w, w));
+    }
+    for (; i < n; i++) q[i] = (uint8_t)nk_quant_u8(x[i], s, z);
+}
+#endif
+
+static void quant_n(nano_isa_level l, const float *x, size_t n, float s, int z, uint8_t *q)
+{
+#if defined(__x86_64__)
+    if (l >= NANO_ISA_AVX512_VNNI) { quant512(x, n, s, z, q); return; }
+    if (l >= NANO_ISA_AVX2) { quant256(x, n, s, z, q); return; }
+#endif
+    (void)l;
+    for (size_t i = 0; i < n; i++) q[i] = (uint8_t)nk_quant_u8(x[i], s, z);
+}
+
 /* ---- packing --------------------------------------------------------------------------- */
 /* Element (r, k) of a panel of R rows over Kp = roundup(K, g). */
 static inline void qput(void *panel, const qgeo *q, int R, int r, int k, int v)
@@ -305,6 +346,7 @@ static void q_packed(const qgeo *q, int M, int N, int Kp, const uint8_t *A, cons
 /* ---- GEMM: Y = X·Wᵀ ------------------------------------------------------------------ */
 struct nano_qgemm {
     int N, K, Kp;
+    nano_isa_level level;
     qgeo q;
     float x_scale;
     int x_zero;
@@ -319,7 +361,7 @@ nano_qgemm *nano_qgemm_prepare(const int8_t *W, const float *w_scale, const floa
     if (!W || !w_scale || N < 1 || K < 1 || !(x_scale > 0.0f) || x_zero < 0 || x_zero > 255) return NULL;
     nano_qgemm *p = calloc(1, sizeof *p);
     if (!p) return NULL;
-    p->N = N, p->K = K, p->q = pick_geo(nano_isa());
+    p->N = N, p->K = K, p->level = nano_isa(), p->q = pick_geo(p->level);
     p->Kp = (int)nk_roundup((size_t)K, (size_t)p->q.g);
     p->x_scale = x_scale, p->x_zero = x_zero, p->ep = ep;
     size_t bytes = nk_roundup((size_t)N, (size_t)p->q.nr) * p->Kp * p->q.e;
@@ -364,7 +406,12 @@ void nano_qgemm_run(const nano_qgemm *p, int M, const float *X, int ldx, float *
         memset(dst, 0, aps);
         for (int r = 0; r < mr && pi * mr + r < M; r++) {
             const float *x = X + (size_t)(pi * mr + r) * ldx;
-            for (int k = 0; k < p->K; k++) qput(dst, q, mr, r, k, nk_quant_u8(x[k], p->x_scale, p->x_zero));
+            uint8_t qr[256];
+            for (int k0 = 0; k0 < p->K; k0 += 256) {
+                int kn = p->K - k0 < 256 ? p->K - k0 : 256;
+                quant_n(p->level, x + k0, (size_t)kn, p->x_scale, p->x_zero, qr);
+                for (int k = 0; k < kn; k++) qput(dst, q, mr, r, k0 + k, qr[k]);
+            }
         }
     }
     q_packed(q, M, p->N, p->Kp, Ap, p->Wp, Y, ldy, &p->ch, 0, &p->ep, 1, nthreads);
@@ -373,6 +420,7 @@ void nano_qgemm_run(const nano_qgemm *p, int M, const float *X, int ldx, float *
 /* ---- convolution: Y (Mg, P) = W (Mg, K) · col (K, P) per image and group ------------- */
 struct nano_qconv {
     nano_conv_desc d;
+    nano_isa_level level;
     int Mg, Cg, K, Kp;
     qgeo q;
     float x_scale;
@@ -390,7 +438,7 @@ nano_qconv *nano_qconv_prepare(const nano_conv_desc *d, const int8_t *W, const f
         return NULL;
     nano_qconv *p = calloc(1, sizeof *p);
     if (!p) return NULL;
-    p->d = *d, p->q = pick_geo(nano_isa());
+    p->d = *d, p->level = nano_isa(), p->q = pick_geo(p->level);
     p->Mg = d->M / d->group, p->Cg = d->C / d->group, p->K = p->Cg * d->kh * d->kw;
     p->Kp = (int)nk_roundup((size_t)p->K, (size_t)p->q.g);
     p->x_scale = x_scale, p->x_zero = x_zero, p->ep = ep;
@@ -495,7 +543,7 @@ void nano_qconv_run(const nano_qconv *p, const float *x, float *y, void *scratch
 #pragma omp parallel for num_threads(nthreads) if (nthreads > 1 && chunks > 1) schedule(static)
         for (int ck = 0; ck < chunks; ck++) {
             size_t e = (size_t)(ck + 1) * 4096 < chw ? (size_t)(ck + 1) * 4096 : chw;
-            for (size_t i = (size_t)ck * 4096; i < e; i++) qx[i] = (uint8_t)nk_quant_u8(xn[i], p->x_scale, p->x_zero);
+            quant_n(p->level, xn + (size_t)ck * 4096, e - (size_t)ck * 4096, p->x_scale, p->x_zero, qx + (size_t)ck * 4096);
         }
         for (int g = 0; g < d->group; g++) {
             const uint8_t *qg = qx + (size_t)g * p->Cg * hw;
