@@ -86,9 +86,9 @@ GPU_TEST_SRC := $(wildcard validation/gpu/test_*.c)
 
 LIBS := $(B)/lib/libcore.a $(B)/lib/libkernels.a
 # ONNX's messages as C: protoc-c writes $(B)/gen/deploy/onnx.pb-c.[ch] from the subset
-# of onnx.proto that libcore/deploy reads and writes; libprotobuf-c is their runtime.
+# of onnx.proto that libcore/deploy reads and writes; libprotobuf-c (mk/detect.mk) is
+# their runtime.
 CFLAGS += -I$(B)/gen
-LDLIBS += -lprotobuf-c
 # CUDA: machine code for CUDA_ARCHS plus PTX of the newest (mk/detect.mk).
 # The toolkit keeps cuBLAS/cuDNN in lib64 and NCCL in lib on some installs: both go on
 # the search and run paths. NEBULA_CUDA_LIBS lists the libraries for tools/gpu-check.

@@ -104,10 +104,11 @@ endif
 # inih, jansson, hwloc, ISA-L, zlib, PCRE2 (the tokenizers' pre-tokenisation), utf8proc
 # (WordPiece's normalisation), libpng and libjpeg (image folders), libsodium (federated
 # learning's key agreement and mask streams), libxxhash and libzstd (nebula-model's chunk
-# hashes and compression): pkg-config's flags, else the plain library.
+# hashes and compression), libprotobuf-c (nebula-deploy's ONNX files): pkg-config's
+# flags, else the plain library.
 SMALL_LIBS   := inih:-linih jansson:-ljansson hwloc:-lhwloc libisal:-lisal zlib:-lz libpcre2-8:-lpcre2-8 \
                 libutf8proc:-lutf8proc libpng:-lpng16 libjpeg:-ljpeg libsodium:-lsodium libxxhash:-lxxhash \
-                libzstd:-lzstd
+                libzstd:-lzstd libprotobuf-c:-lprotobuf-c
 SMALL_CFLAGS := $(foreach p,$(SMALL_LIBS),$(call pc_cflags,$(word 1,$(subst :, ,$(p)))))
 SMALL_LDLIBS := $(foreach p,$(SMALL_LIBS),$(or $(call pc_libs,$(word 1,$(subst :, ,$(p)))),$(word 2,$(subst :, ,$(p)))))
 

@@ -20,7 +20,7 @@ NEBULA_RELEASE := 0.1.0
 SOMAJOR := 0
 SONAME  := libnebula.so.$(SOMAJOR)
 
-SO_OBJ := $(patsubst %.c,$(B)/obj/%.o,$(LIBCORE_SRC) $(KCPU_SRC)) $(KCPU_VAR_OBJ) \
+SO_OBJ := $(patsubst %.c,$(B)/obj/%.o,$(LIBCORE_SRC) $(KCPU_SRC)) $(KCPU_VAR_OBJ) $(B)/obj/gen/deploy/onnx.pb-c.o \
           $(if $(CUDA_ON),$(patsubst %.cu,$(B)/obj/%.o,$(KCUDA_SRC)))
 $(B)/lib/$(SONAME): $(SO_OBJ)
 	@mkdir -p $(dir $@)
@@ -56,6 +56,16 @@ $(B)/nebula.pc: FORCE
 	    'Libs: -L$${libdir} -Wl,-rpath,$${libdir} -lnebula -fopenmp $(strip $(MPI_LINK))' \
 	    'Libs.private: $(strip $(LDLIBS))' > $@
 
+# libnebula-nano's own pkg-config file: the edge runtime alone (libc, libm, OpenMP),
+# for programs that link no MPI or HDF5 (docs/edge.md).
+$(B)/nebula-nano.pc: FORCE
+	@printf '%s\n' 'prefix=$(PREFIX)' 'exec_prefix=$${prefix}' 'libdir=$${prefix}/lib' \
+	    'includedir=$${prefix}/include' '' 'Name: nebula-nano' \
+	    'Description: Nebula edge runtime: loads and runs .neb models (no MPI, no HDF5, no BLAS)' \
+	    'Version: $(NEBULA_RELEASE)' \
+	    'Cflags: -I$${includedir}/nebula' \
+	    'Libs: -L$${libdir} -lnebula-nano -fopenmp -lm' > $@
+
 # nebula.pc and the modulefile name PREFIX: written again on every install.
 # The modulefile (Tcl: environment-modules and Lmod both read it).
 $(B)/modulefile: packaging/modulefile.in FORCE
@@ -70,13 +80,16 @@ $(B)/man/%.1: $(B)/bin/%
 
 .PHONY: install man
 man: $(if $(shell command -v help2man 2>/dev/null),$(MANS))
-install: $(INSTALL_BINS) $(B)/lib/libnebula.so man $(B)/nebula.pc $(B)/modulefile
+install: $(INSTALL_BINS) $(B)/lib/libnebula.so $(NANO_LIB) man $(B)/nebula.pc $(B)/nebula-nano.pc $(B)/modulefile
 	$(Q)d='$(DESTDIR)$(PREFIX)'; \
 	 install -d "$$d/bin" "$$d/lib/pkgconfig" "$$d/share/man/man1" "$$d/share/nebula" \
 	     "$$d/share/modulefiles/nebula" && \
 	 install -m 755 $(INSTALL_BINS) "$$d/bin/" && \
 	 install -m 755 $(B)/lib/$(SONAME) "$$d/lib/" && ln -sf $(SONAME) "$$d/lib/libnebula.so" && \
-	 install -m 644 $(B)/nebula.pc "$$d/lib/pkgconfig/" && \
+	 install -m 644 $(B)/nebula.pc $(B)/nebula-nano.pc "$$d/lib/pkgconfig/" && \
+	 install -m 644 $(NANO_LIB) "$$d/lib/" && \
+	 if [ -x $(B)/aarch64/bin/nebula-infer ]; then \
+	     install -D -m 755 $(B)/aarch64/bin/nebula-infer "$$d/share/nebula/aarch64/nebula-infer"; fi && \
 	 for h in $(PUBLIC_H); do t="$${h#libcore/}"; t="$${t#kernels/}"; \
 	     install -D -m 644 "$$h" "$$d/include/nebula/$$t" || exit 1; done && \
 	 cp -R configs jobscripts chaos "$$d/share/nebula/" && \

@@ -123,7 +123,7 @@ probe_version() {
         MPI)     mpirun --version 2>/dev/null | head -1 || true ;;
         HDF5)    pkg-config --modversion hdf5-openmpi hdf5 2>/dev/null | head -1 || true ;;
         BLAS)    echo "$NEBULA_PROBE_BLAS $(pkg-config --modversion "$NEBULA_PROBE_BLAS" 2>/dev/null || true)" ;;
-        *)       pkg-config --modversion "$(echo "$1" | tr 'A-Z' 'a-z' | sed 's/isa-l/libisal/; s/^pcre2$/libpcre2-8/; s/^utf8proc$/libutf8proc/; s/^xxhash$/libxxhash/; s/^zstd$/libzstd/')" 2>/dev/null || true ;;
+        *)       pkg-config --modversion "$(echo "$1" | tr 'A-Z' 'a-z' | sed 's/isa-l/libisal/; s/^pcre2$/libpcre2-8/; s/^utf8proc$/libutf8proc/; s/^xxhash$/libxxhash/; s/^zstd$/libzstd/; s/^protobuf-c$/libprotobuf-c/')" 2>/dev/null || true ;;
     esac
 }
 
@@ -186,6 +186,13 @@ int main(void) { return XXH3_128bits("", 0).low64 == 0; }'
     probe zstd "libzstd (PKG_CONFIG_PATH to its libzstd.pc)" \
         '#include <zstd.h>
 int main(void) { return ZSTD_versionNumber() == 0; }'
+    probe protobuf-c "libprotobuf-c (PKG_CONFIG_PATH to its libprotobuf-c.pc) and protoc-c on PATH" \
+        '#include <protobuf-c/protobuf-c.h>
+int main(void) { return protobuf_c_version_number() == 0; }'
+    if ! have protoc-c; then
+        printf '  ✗ %-10s protoc-c not found: the ONNX messages are compiled with it (protobuf-c-compiler)\n' protoc-c
+        PROBE_FAILED+=(protoc-c)
+    fi
     probe zlib "zlib" \
         '#include <zlib.h>
 int main(void) { return crc32(0, 0, 0) != 0; }'

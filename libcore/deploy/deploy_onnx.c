@@ -15,7 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "deploy/deploy_onnx_int.h"
+#include "deploy/deploy_onnx_impl.h"
 
 /* Larger protobuf messages do not exist (2 GiB is the format's limit); models beyond it
  * keep their weights in external data, which is refused. */
@@ -192,16 +192,22 @@ nano_status imp_tensor(onnx_imp *im, const Onnx__TensorProto *tp, const char *wh
         return imp_fail(im, NANO_E_UNSUPPORTED, "%s has ONNX data_type %d (supported: FLOAT, FLOAT16, DOUBLE, "
                         "INT64, INT32, INT8, UINT8, BOOL)", what, dt);
     }
-    size_t es = nano_dtype_size(s->dtype), n = (size_t)numel;
+    size_t es = nano_dtype_size(s->dtype), n = (size_t)numel, have;
+    /* the stored values are counted before anything is allocated: the dims alone may say 2^40 */
+    if (tp->has_raw_data && tp->raw_data.len != n * src_es)
+        return imp_fail(im, NANO_E_FORMAT, "%s: raw_data has %zu bytes, its dims and type need %zu", what,
+                        tp->raw_data.len, n * src_es);
+    switch (dt) {
+    case ONNX_FLOAT: have = tp->n_float_data; break;
+    case ONNX_INT64: have = tp->n_int64_data; break;
+    case ONNX_DOUBLE: have = tp->n_double_data; break;
+    default: have = tp->n_int32_data; break;
+    }
+    if (!tp->has_raw_data && have != n)
+        return imp_fail(im, NANO_E_FORMAT, "%s: %zu values stored, its dims need %zu", what, have, n);
     char *out = malloc(n * es);
     if (!out) return imp_fail(im, NANO_E_NOMEM, "%s: out of memory for %zu bytes", what, n * es);
-    size_t have;
     if (tp->has_raw_data) {
-        if (tp->raw_data.len != n * src_es) {
-            free(out);
-            return imp_fail(im, NANO_E_FORMAT, "%s: raw_data has %zu bytes, its dims and type need %zu", what,
-                            tp->raw_data.len, n * src_es);
-        }
         if (dt == ONNX_DOUBLE) {
             for (size_t i = 0; i < n; i++) {
                 double v;
@@ -213,16 +219,6 @@ nano_status imp_tensor(onnx_imp *im, const Onnx__TensorProto *tp, const char *wh
         }
         *data = out;
         return NANO_OK;
-    }
-    switch (dt) {
-    case ONNX_FLOAT: have = tp->n_float_data; break;
-    case ONNX_INT64: have = tp->n_int64_data; break;
-    case ONNX_DOUBLE: have = tp->n_double_data; break;
-    default: have = tp->n_int32_data; break;
-    }
-    if (have != n) {
-        free(out);
-        return imp_fail(im, NANO_E_FORMAT, "%s: %zu values stored, its dims need %zu", what, have, n);
     }
     for (size_t i = 0; i < n; i++) {
         switch (dt) {
@@ -442,6 +438,12 @@ static nano_status add_input(onnx_imp *im, const Onnx__ValueInfoProto *v, const 
                                 v->name);
             s.d[d] = dm->dim_value;
         }
+    }
+    int64_t numel = 1; /* the converters multiply the dimensions: they must not overflow */
+    for (int d = 0; d < s.ndim; d++) {
+        if (s.d[d] > ONNX_MAX_NUMEL / numel)
+            return imp_fail(im, NANO_E_UNSUPPORTED, "graph input %s has more than 2^40 elements", v->name);
+        numel *= s.d[d];
     }
     if (nano_graph_add_tensor(im->g, v->name, dtype, NANO_T_INPUT, s.ndim, s.d, NULL, 0) < 0)
         return imp_fail(im, NANO_E_NOMEM, "out of memory adding input %s", v->name);

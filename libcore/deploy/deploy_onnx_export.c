@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "deploy/deploy_onnx_int.h"
+#include "deploy/deploy_onnx_impl.h"
 
 #define EX_MAX_ATTRS 8
 

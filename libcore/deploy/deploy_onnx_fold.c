@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "deploy/deploy_onnx_int.h"
+#include "deploy/deploy_onnx_impl.h"
 
 double imp_val_d(const void *p, int dt, int64_t i) {
     switch (dt) {
@@ -30,9 +30,31 @@ double imp_val_d(const void *p, int dt, int64_t i) {
     }
 }
 
+/* Constants the importer evaluates have at most this many elements (a hostile shape
+ * must not become a huge allocation). */
+#define FOLD_MAX_NUMEL ((int64_t)1 << 24)
+
+/* v as an integer, NaN as 0 and out-of-range values saturated (the cast alone is undefined). */
+static int64_t to_i64(double v) {
+    if (!(v == v)) return 0;
+    if (v >= 9223372036854775807.0) return INT64_MAX;
+    if (v <= -9223372036854775808.0) return INT64_MIN;
+    return (int64_t)v;
+}
+
+/* 1 when every dimension is >= 1 and the product at most FOLD_MAX_NUMEL. */
+static int fold_size_ok(const imp_shape *s) {
+    int64_t n = 1;
+    for (int d = 0; d < s->ndim; d++) {
+        if (s->d[d] < 1 || s->d[d] > FOLD_MAX_NUMEL / n) return 0;
+        n *= s->d[d];
+    }
+    return 1;
+}
+
 int64_t imp_val_i(const void *p, int dt, int64_t i) {
     if (dt == NANO_DT_I64) return ((const int64_t *)p)[i];
-    return (int64_t)imp_val_d(p, dt, i);
+    return to_i64(imp_val_d(p, dt, i));
 }
 
 void imp_set_val(void *p, int dt, int64_t i, double d, int64_t iv) {
@@ -80,6 +102,7 @@ nano_status imp_op_binary(onnx_imp *im, const Onnx__NodeProto *n, int op) {
     o.dtype = equal ? NANO_DT_U8 : imp_fdt(x->dtype);
     int intg = imp_fdt(x->dtype) != NANO_DT_F32;
     if (allc && (intg || where || equal)) {
+        if (!fold_size_ok(&o)) return imp_bad(im, n, NANO_E_UNSUPPORTED, "a constant result of more than 2^24 elements");
         void *v[3] = {0};
         void *d = malloc(imp_bytes(&o));
         int ok = d != NULL;
@@ -89,11 +112,12 @@ nano_status imp_op_binary(onnx_imp *im, const Onnx__NodeProto *n, int op) {
             double a = imp_val_d(v[xi], xd, k), b = imp_val_d(v[yi], yd, k), r = 0;
             int64_t ia = imp_val_i(v[xi], xd, k), ib = imp_val_i(v[yi], yd, k), ir = 0;
             switch (op) {
-            case NANO_OP_ADD: r = a + b; ir = ia + ib; break;
-            case NANO_OP_SUB: r = a - b; ir = ia - ib; break;
-            case NANO_OP_MUL: r = a * b; ir = ia * ib; break;
-            case NANO_OP_DIV: r = a / b; ir = ib ? ia / ib : 0; break;
-            case NANO_OP_POW: r = pow(a, b); ir = (int64_t)r; break;
+            /* integers wrap as two's complement (signed overflow is undefined in C) */
+            case NANO_OP_ADD: r = a + b; ir = (int64_t)((uint64_t)ia + (uint64_t)ib); break;
+            case NANO_OP_SUB: r = a - b; ir = (int64_t)((uint64_t)ia - (uint64_t)ib); break;
+            case NANO_OP_MUL: r = a * b; ir = (int64_t)((uint64_t)ia * (uint64_t)ib); break;
+            case NANO_OP_DIV: r = a / b; ir = ib == -1 ? (int64_t)(0 - (uint64_t)ia) : ib ? ia / ib : 0; break;
+            case NANO_OP_POW: r = pow(a, b); ir = to_i64(r); break;
             case NANO_OP_WHERE: {
                 int c = imp_val_i(v[0], NANO_DT_U8, k) != 0;
                 r = c ? a : b;
@@ -198,7 +222,7 @@ nano_status imp_op_const(onnx_imp *im, const Onnx__NodeProto *n, int op) {
         s = (imp_shape){.dtype = imp_fdt(xs.dtype), .ndim = 1, .d = {(int64_t)cnt}};
         if (!(d = malloc(imp_bytes(&s)))) return imp_nomem(im);
         for (int64_t i = 0; i < s.d[0]; i++)
-            imp_set_val(d, s.dtype, i, a[0] + (double)i * a[2], (int64_t)a[0] + i * (int64_t)a[2]);
+            imp_set_val(d, s.dtype, i, a[0] + (double)i * a[2], to_i64(a[0] + (double)i * a[2]));
         return imp_emit_const(im, n, 0, &s, d);
     }
     NEED(sh, 1 - !strcmp(k, "ConstantOfShape"), "shape");
@@ -216,8 +240,7 @@ nano_status imp_op_const(onnx_imp *im, const Onnx__NodeProto *n, int op) {
         }
         want.dtype = vs.dtype;
         size_t es = nano_dtype_size(want.dtype);
-        for (int i = 0; i < cnt; i++)
-            if (want.d[i] < 1 || want.d[i] > (1 << 24)) { free(val); return imp_bad(im, n, NANO_E_UNSUPPORTED, "an empty or huge shape"); }
+        if (!fold_size_ok(&want)) { free(val); return imp_bad(im, n, NANO_E_UNSUPPORTED, "an empty or huge shape"); }
         if (imp_numel(&vs) != 1 || !(d = calloc((size_t)imp_numel(&want), es))) {
             free(val);
             return imp_numel(&vs) != 1 ? imp_bad(im, n, NANO_E_FORMAT, "value must have one element") : imp_nomem(im);
@@ -230,6 +253,8 @@ nano_status imp_op_const(onnx_imp *im, const Onnx__NodeProto *n, int op) {
     imp_shape o;
     if (imp_broadcast(&xs, &want, &o)) return imp_bad(im, n, NANO_E_FORMAT, "the shape does not broadcast with the input");
     const nano_tensor *c = imp_const_of(im, x);
+    if (!fold_size_ok(&want) || (c && !fold_size_ok(&o))) /* both are allocated here */
+        return imp_bad(im, n, NANO_E_UNSUPPORTED, "Expand to an empty shape or a constant of more than 2^24 elements");
     o.dtype = c ? c->dtype : xs.dtype;
     if (c) {
         if (!(d = imp_broadcast_to(c, &o))) return imp_nomem(im);
@@ -237,8 +262,6 @@ nano_status imp_op_const(onnx_imp *im, const Onnx__NodeProto *n, int op) {
     }
     if (xs.dtype != NANO_DT_F32) return imp_bad(im, n, NANO_E_UNSUPPORTED, "Expand of a non-float value computed at run time");
     /* x + zeros(shape) broadcasts exactly as Expand does */
-    for (int i = 0; i < cnt; i++)
-        if (want.d[i] < 1) return imp_bad(im, n, NANO_E_FORMAT, "the shape has a value below 1");
     want.dtype = NANO_DT_F32;
     char nm[200];
     snprintf(nm, sizeof nm, "%s::zeros", im->node_name);

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "deploy/deploy_onnx_int.h"
+#include "deploy/deploy_onnx_impl.h"
 
 
 
@@ -322,6 +322,8 @@ static nano_status op_reshape(onnx_imp *im, const Onnx__NodeProto *n, int op) {
             if (o.d[d] == -1 && infer < 0) infer = d;
             else if (o.d[d] < 1) return imp_bad(im, n, NANO_E_FORMAT, "the shape has an invalid value (two -1, a 0 past the "
                                             "input's rank, or a negative)");
+            else if (o.d[d] > numel / known) /* more elements than the input: no product to overflow */
+                return imp_bad(im, n, NANO_E_FORMAT, "the new shape has a different number of elements");
             else known *= o.d[d];
         }
         if (infer >= 0) o.d[infer] = numel % known ? 0 : numel / known;
@@ -394,6 +396,7 @@ static nano_status op_concat(onnx_imp *im, const Onnx__NodeProto *n, int op) {
         allc &= imp_const_of(im, t) != NULL;
         if (i == 0) {
             o = s;
+            if (s.ndim < 1) return imp_bad(im, n, NANO_E_FORMAT, "Concat of scalars");
             nano_status st = norm_axis(im, n, &axis, s.ndim);
             if (st) return st;
             continue;
@@ -446,6 +449,8 @@ static nano_status op_slice(onnx_imp *im, const Onnx__NodeProto *n, int op) {
         if (st) return st;
         if (seen[ax]++ || step == 0) return imp_bad(im, n, NANO_E_FORMAT, "axes repeat or a step is 0");
         int64_t dim = xs.d[ax], b = sv[0][i], e = sv[1][i], c;
+        if (step > dim) step = dim; /* one element either way; no overflow below */
+        if (step < -dim) step = -dim;
         if (b < 0) b += dim;
         if (e < 0) e += dim;
         if (step > 0) {

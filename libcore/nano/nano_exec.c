@@ -97,6 +97,11 @@ static nano_status prepare_node(nano_model *m, int n, char *err, size_t errlen) 
             return NANO_OK; /* two activations: nano_sgemm at run time */
         FAIL(NANO_E_UNSUPPORTED, "node %s (%s): the weight must be a constant", nm, nano_op_name(nd->op));
     }
+    /* the bias and int8 scales are read here, before the arena exists: constants only */
+    for (int i = 2; i < 4 && i < nd->nin; i++)
+        if (nd->in[i] >= 0 && g->tensors[nd->in[i]].kind != NANO_T_CONST)
+            FAIL(NANO_E_UNSUPPORTED, "node %s (%s): input %d (bias or scales) must be a constant", nm,
+                 nano_op_name(nd->op), i);
     const float *bias = nd->nin >= 3 && nd->in[2] >= 0 ? fptr(m, nd->in[2]) : NULL;
     nano_epilogue ep = epilogue(&nd->a);
     size_t scratch = 0, held = 0;

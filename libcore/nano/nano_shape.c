@@ -139,9 +139,10 @@ static nano_status infer_gemm(nano_graph *g, int n, const shp *in, const int *dt
         shp c;
         NEED(broadcast(&o, &in[2], &c) == 0 && c.ndim == o.ndim && !memcmp(c.d, o.d, sizeof(int64_t) * (size_t)o.ndim),
              "%s", "C does not broadcast to the output");
+        NEED(dt[2] == NANO_DT_F32 || dt[2] == NANO_DT_F16, "C must be float, is %s", nano_dtype_name(dt[2]));
     }
     if (dt[1] == NANO_DT_I8)
-        NEED(a->trans_b && nd->nin >= 4 && nd->in[3] >= 0 && numel(&in[3]) == N && a->q_scale > 0 &&
+        NEED(a->trans_b && nd->nin >= 4 && nd->in[3] >= 0 && numel(&in[3]) == N && dt[3] == NANO_DT_F32 && a->q_scale > 0 &&
              a->q_zero >= 0 && a->q_zero <= 255, "%s", "int8 weight without trans_b, per-row scales or input quantisation");
     odt = NANO_DT_F32;
     *po = o;
@@ -258,8 +259,10 @@ static nano_status infer_node(nano_graph *g, int n, char *err, size_t errlen) {
         shp ys = shape_of(&g->tensors[nd->out[0]]);
         NEED(ys.ndim == in[0].ndim, "%s", "the output's rank differs from the input's");
         for (int k = 0; k < ys.ndim; k++) {
-            int64_t b = a->begin[k], s = a->step[k], c = ys.d[k], last = b + (c - 1) * s;
-            NEED(s != 0 && b >= 0 && b < in[0].d[k] && last >= 0 && last < in[0].d[k],
+            int64_t b = a->begin[k], s = a->step[k], c = ys.d[k], dim = in[0].d[k];
+            /* the c - 1 steps of |s| fit between b and the end it walks to (divided: no overflow) */
+            uint64_t as = s > 0 ? (uint64_t)s : -(uint64_t)s, room = s > 0 ? (uint64_t)dim - 1 - (uint64_t)b : (uint64_t)b;
+            NEED(s != 0 && b >= 0 && b < dim && (uint64_t)(c - 1) <= room / as,
                  "dimension %d: %lld elements from %lld by %lld leave the input of %lld", k, (long long)c, (long long)b,
                  (long long)s, (long long)in[0].d[k]);
         }
@@ -296,8 +299,11 @@ static nano_status infer_node(nano_graph *g, int n, char *err, size_t errlen) {
         {
             int64_t inner = 1;
             for (int k = a->axis; k < in[0].ndim; k++) inner *= in[0].d[k];
-            NEED(nd->in[1] >= 0 && numel(&in[1]) == inner && (nd->nin < 3 || nd->in[2] < 0 || numel(&in[2]) == inner),
+            NEED(nd->nin >= 2 && nd->in[1] >= 0 && numel(&in[1]) == inner && (nd->nin < 3 || nd->in[2] < 0 || numel(&in[2]) == inner),
                  "%s", "scale and bias must have the normalised size");
+            NEED((dt[1] == NANO_DT_F32 || dt[1] == NANO_DT_F16) &&
+                     (nd->nin < 3 || nd->in[2] < 0 || dt[2] == NANO_DT_F32 || dt[2] == NANO_DT_F16),
+                 "%s", "scale and bias must be float");
         }
         break;
     case NANO_OP_REDUCEMEAN: {

@@ -371,7 +371,7 @@ nano_status neb_parse(nano_graph *g, const void *buf, size_t len, const char *pa
         }
     }
     uint64_t nio = is->count;
-    if (is->bytes != (nio + 2) * sizeof(int32_t)) BAD("IO section size", path);
+    if (nio > UINT32_MAX || is->bytes != (nio + 2) * sizeof(int32_t)) BAD("IO section size", path); /* no wrap */
     int32_t cnt[2];
     memcpy(cnt, base + is->off, sizeof cnt);
     if (cnt[0] < 1 || cnt[1] < 1 || (uint64_t)cnt[0] + (uint64_t)cnt[1] != nio)

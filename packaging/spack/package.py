@@ -46,6 +46,7 @@ class Nebula(MakefilePackage):
     depends_on("zlib-api")
     depends_on("xxhash")  # nebula-model: XXH3-128 object ids
     depends_on("zstd")    # nebula-model: chunk compression
+    depends_on("protobuf-c")  # nebula-deploy: ONNX files (protoc-c at build time, libprotobuf-c)
     depends_on("papi", when="+papi")
     depends_on("openblas threads=openmp", when="blas=openblas")
     depends_on("amdblis threads=openmp", when="blas=blis")

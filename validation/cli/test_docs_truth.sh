@@ -20,14 +20,14 @@
 #       subcommand does not read is refused, not ignored.
 . "$(dirname "$0")/lib.sh"
 licenses_data
-for exe in train ckpt bench chaos fed model; do build/bin/nebula-$exe --help >$tmp/help-$exe.txt 2>&1; done
+for exe in train ckpt bench chaos fed model deploy infer; do build/bin/nebula-$exe --help >$tmp/help-$exe.txt 2>&1; done
 
 # --- (a) flags ------------------------------------------------------------------------
 $PY - "$tmp" README.md docs/*.md <<'PY'
 import re, sys
 tmp, pages = sys.argv[1], sys.argv[2:]
 flag = re.compile(r'(?<![\w-])--[a-z][a-z0-9-]*')
-helps = {e: set(flag.findall(open(f"{tmp}/help-{e}.txt").read())) for e in ("train", "ckpt", "bench", "chaos", "fed", "model")}
+helps = {e: set(flag.findall(open(f"{tmp}/help-{e}.txt").read())) for e in ("train", "ckpt", "bench", "chaos", "fed", "model", "deploy", "infer")}
 anyhelp = set().union(*helps.values())
 # other programs' flags that the pages show in prose: mpirun's, Slurm's, the local cluster tool's,
 # jobscripts/submit's (an sbatch wrapper: validation/slurm/test_slurm.sh checks its options)
@@ -53,7 +53,7 @@ for page in pages:
             continue
         where = f"{page}:{no}"
         for seg in ([line] if code else re.findall(r"`([^`]*)`", line)):
-            parts = re.split(r"(?:build/bin/|\b)nebula-(train|ckpt|bench|chaos|fed|model)\b", seg)
+            parts = re.split(r"(?:build/bin/|\b)nebula-(train|ckpt|bench|chaos|fed|model|deploy|infer)\b", seg)
             if seg.lstrip().startswith("--"):
                 for f in flag.findall(parts[0]):
                     if f not in refused: alone.setdefault(f, where)
@@ -65,7 +65,7 @@ for (exe, f), where in sorted(shown.items()):
     if f not in helps[exe]: fail(f"{where} shows nebula-{exe} {f}, which nebula-{exe} --help does not list")
 for f, where in sorted(alone.items()):
     if f not in anyhelp and f not in foreign: fail(f"{where} shows {f}, which no nebula-* --help lists")
-for exe in ("train", "ckpt", "bench", "model"):
+for exe in ("train", "ckpt", "bench", "model", "deploy", "infer"):
     missing = sorted(helps[exe] - documented - {"--help", "--version"})
     if missing: fail(f"nebula-{exe} --help lists {', '.join(missing)}, documented on no page (README.md, docs/*.md)")
 # config keys: "[section]" then "  key = default" lines of every --help
@@ -79,7 +79,7 @@ for e in helps:
         if m and section: keys.add(f"{section}.{m.group(1)}")
 points = set(re.findall(r'\{ "(\w+\.\w+)", "', open("libcore/base/fault.c").read()))
 sections = {k.split(".")[0] for k in keys}
-files = re.compile(r"\.(bin|h5|jsonl|json|ini|md|sh|c|h|py|csv|txt|safetensors|sbatch|log|list|tmp|old|cu)$")
+files = re.compile(r"\.(bin|h5|jsonl|json|ini|md|sh|c|h|py|csv|txt|safetensors|sbatch|log|list|tmp|old|cu|onnx|neb|npy|proto)$")
 named = {}
 for page in pages:
     for no, line in enumerate(open(page), 1):

@@ -17,6 +17,7 @@ check "make install DESTDIR=stage PREFIX=/opt/nebula" make -s install DESTDIR="$
 root=$stage/opt/nebula
 for f in bin/nebula bin/nebula-train bin/nebula-ckpt bin/nebula-chaos lib/libnebula.so.0 lib/libnebula.so \
          lib/pkgconfig/nebula.pc include/nebula/comm/comm.h include/nebula/cpu/blas.h \
+         lib/libnebula-nano.a lib/pkgconfig/nebula-nano.pc include/nebula/nano/nano.h bin/nebula-deploy bin/nebula-infer \
          share/nebula/jobscripts/train.sbatch share/nebula/jobscripts/lib.sh share/nebula/configs \
          share/modulefiles/nebula/0.1.0; do
     check "installed: $f" test -e "$root/$f"
@@ -60,6 +61,26 @@ check "it links libnebula.so.0 from the stage" \
     bash -c "LD_LIBRARY_PATH='$root/lib' ldd '$tmp/allreduce' | grep -q '$root/lib/libnebula.so.0'"
 expect "2-rank allreduce through libnebula.so" 0 "allreduce over 2 ranks: 0 wrong" -- \
     env LD_LIBRARY_PATH="$root/lib" $MPIRUN -np 2 "$tmp/allreduce"
+
+# The edge runtime alone: a plain cc program against nebula-nano.pc, no MPI linked.
+cat > "$tmp/nano.c" <<'EOF'
+#include <stdio.h>
+#include <nano/nano.h>
+int main(int argc, char **argv) {
+    nano_model *m;
+    char err[256];
+    nano_status st = nano_model_load(&m, argc > 1 ? argv[1] : "missing.neb", err, sizeof err);
+    printf("isa %s; load: %s\n", nano_isa_name(), st == NANO_OK ? "ok" : err);
+    if (st == NANO_OK) nano_model_free(m);
+    return st == NANO_E_IO ? 0 : 1;
+}
+EOF
+ncp() { PKG_CONFIG_PATH=$root/lib/pkgconfig pkg-config --define-prefix "$@" nebula-nano; }
+# shellcheck disable=SC2046 # pkg-config's flags are word lists
+check "a program compiled with cc and pkg-config --cflags --libs nebula-nano" \
+    cc -std=c11 -o "$tmp/nano" "$tmp/nano.c" $(ncp --cflags) $(ncp --libs)
+check "it links no MPI, HDF5 or BLAS" bash -c "! ldd '$tmp/nano' | grep -E -q 'libmpi|libhdf5|blas'"
+expect "it runs and names a missing model" 0 "cannot open missing.neb" -- "$tmp/nano"
 
 # A real prefix: module load, the umbrella command, man, the job scripts' lib.sh.
 prefix=$tmp/prefix

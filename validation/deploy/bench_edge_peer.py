@@ -10,16 +10,18 @@ Runtime or PyTorch per process.
   bench_edge_peer.py torch MODEL.pt --input X.npy --threads N --runs R --warmup W
   bench_edge_peer.py torch MODEL.pt --eval X.npy --labels Y.npy
   bench_edge_peer.py rss                             bare interpreter's peak RSS
+  bench_edge_peer.py table markdown|csv              the tables from bench-edge.sh's EDGE_* and results
 
 `models` writes OUT/<name>/: model.onnx (fp32, opset 17, batch 1, eval mode), model.pt (for
 PyTorch), input.npy, calib.npy, info.json, and for resnet18 eval.npy and labels.npy:
   resnet18  torchvision resnet18(num_classes=10), 3x3 stem, no max-pool, 1x3x32x32, trained
             on sklearn's digits (8x8 upsampled to 32x32, the channel repeated 3 times; 1200
-            training images, 597 held out; 200 of the training images calibrate)
+            training images, 2 epochs of SGD + one-cycle, batch 64; 597 held out; 200 of the
+            training images calibrate)
   resnet50  torchvision resnet50(), random init, 1x3x224x224; 8 random calibration inputs
   gpt2      a GPT-2-style decoder, 4 layers x 128 (4 heads), vocab 512, T=64, random init;
             16 random token sequences calibrate
---quick: resnet18 trained for 1 epoch on 256 images, resnet50 at 64x64, gpt2 2 x 64, T=16.
+--quick: resnet18 untrained (random init), resnet50 at 64x64, gpt2 2 x 64, T=16.
 
 `ort` and `torch` print one JSON line: latency_ms_median over --runs timed runs,
 rss_baseline_mib (ru_maxrss after the imports, before the model is loaded) and
@@ -101,7 +103,7 @@ def digits32(quick):
     x = ((x - 0.3) / 0.35).repeat(1, 3, 1, 1)
     y = torch.tensor(d.target)
     perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(SEED))
-    return x, y, perm[:256 if quick else 1200], perm[1200:]
+    return x, y, perm[:1200], perm[1200:]
 
 
 def train_resnet18(quick):
@@ -113,16 +115,16 @@ def train_resnet18(quick):
     m.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)
     m.maxpool = nn.Identity()
     x, y, tr, te = digits32(quick)
-    epochs = 1 if quick else 3
+    epochs, bs = (0 if quick else 2), 64
     opt = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
-    steps = epochs * math.ceil(len(tr) / 32)
+    steps = max(1, epochs * math.ceil(len(tr) / bs))
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=steps)
     t0 = time.time()
     for _ in range(epochs):
         m.train()
         order = tr[torch.randperm(len(tr))]
-        for i in range(0, len(order), 32):
-            b = order[i:i + 32]
+        for i in range(0, len(order), bs):
+            b = order[i:i + bs]
             opt.zero_grad()
             F.cross_entropy(m(x[b]), y[b]).backward()
             opt.step()
@@ -273,6 +275,181 @@ def report(a, run, base, versions):
     print(json.dumps(dict(out, **versions)))
 
 
+# ---------------------------------------------------------------- the tables (bench-edge.sh's results)
+
+PREC = {"none": "fp32", "int8": "int8", "fp16": "fp16", "auto": "auto"}
+TITLE = {"resnet18": "ResNet-18 CIFAR (digits, 1x3x32x32)", "resnet50": "ResNet-50 (random, 1x3x224x224)",
+         "gpt2": "GPT-2 tiny (random)"}
+
+
+def cmd_table(a):
+    import statistics
+    env = os.environ
+    w, models = env["EDGE_W"], env["EDGE_MODELS"].split(",")
+    threads, reps, runs = env["EDGE_THREADS"].split(), env["EDGE_REPS"], env["EDGE_RUNS"]
+    meas, fails = {}, {}
+    for line in open(os.path.join(w, "results.jsonl")):
+        r = json.loads(line)
+        if "fail" in r:
+            fails[r["tag"]] = r["fail"].strip().splitlines()[-1] if r["fail"].strip() else "no output"
+        else:
+            meas.setdefault(r["tag"], []).append(r["m"])
+
+    def med(tag, key):
+        v = [r[key] for r in meas.get(tag, []) if key in r]
+        return statistics.median(v) if v else None
+
+    def size(path):
+        return os.path.getsize(path) / 2**20 if os.path.exists(path) else None
+
+    def fail_of(path):
+        return open(path).read().strip() if os.path.exists(path) else None
+
+    def f(v, nd=2, unit=""):
+        return "-" if v is None else f"{v:.{nd}f}{unit}"
+
+    def ratio(num, den):
+        return "-" if num is None or den is None else f"{num / den:.2f}x"
+
+    def cell_fail(tag, v, nd=2):
+        return f"FAIL: {fails[tag]}" if tag in fails else f(v, nd)
+
+    def info(m):
+        p = os.path.join(w, m, "info.json")
+        return json.load(open(p)) if os.path.exists(p) else {}
+
+    def title(m):
+        i = info(m)
+        if m == "gpt2" and "n_layer" in i:
+            return f"GPT-2 tiny ({i['n_layer']} x {i['n_embd']}, T={i['seq']}, vocab {i['vocab']}, random)"
+        if "input_shape" in i and m != "gpt2":
+            shape = "x".join(map(str, i["input_shape"]))
+            return f"{TITLE[m].split(' (')[0]} ({'digits, ' if m == 'resnet18' else 'random, '}{shape})"
+        return TITLE[m]
+
+    def how(m, q):
+        nc = len(np.load(os.path.join(w, m, "calib.npy"), mmap_mode="r"))
+        if q == "none":
+            return "x86-64: .neb fp32 vs ORT fp32 (same ONNX) vs PyTorch eager"
+        if q == "int8":
+            ort_q = "ORT quantize_dynamic per-channel" if m == "gpt2" else f"ORT quantize_static QDQ per-channel (same {nc})"
+            return f"x86-64: .neb int8, {nc} calib samples, vs {ort_q}"
+        if q == "fp16":
+            return "x86-64: .neb fp16 weights (Nebula only)"
+        return "x86-64: .neb auto: int8 per layer where faster" + (" and ≤ 1% top-1 drop" if m == "resnet18" else "") + \
+            " (Nebula only)"
+
+    import numpy as np
+    rows_a, rows_b, rows_c = [], [], []
+    for m in models:
+        onnx_mib = size(os.path.join(w, m, "model.onnx"))
+        for q in ("none", "int8", "fp16", "auto"):
+            neb = size(os.path.join(w, f"{m}-{q}.neb"))
+            dfail = fail_of(os.path.join(w, f"{m}-{q}.fail"))
+            ort_path = os.path.join(w, f"{m}-ort-int8.onnx") if q == "int8" else None
+            if q == "none":
+                ort_size = "(the fp32 ONNX)"
+            elif q == "int8":
+                ofail = fail_of(os.path.join(w, f"{m}-ort-int8.fail"))
+                ort_size = f"FAIL: {ofail}" if ofail else (f"{size(ort_path):.2f} ({size(ort_path) / onnx_mib:.2f}x)"
+                                                           if size(ort_path) else "-")
+            else:
+                ort_size = "-"
+            ev = os.path.exists(os.path.join(w, m, "eval.npy"))
+            t_neb = cell_fail(f"top1 nebula {m} {q}", med(f"top1 nebula {m} {q}", "top1"), 4) if ev else "n/a (random)"
+            t_ort = "-"
+            if ev and q in ("none", "int8"):
+                t_ort = cell_fail(f"top1 ort {m} {q}", med(f"top1 ort {m} {q}", "top1"), 4)
+            t_pt = f"{info(m)['pytorch_top1']:.4f}" if ev and q == "none" and "pytorch_top1" in info(m) else \
+                ("n/a (random)" if not ev and q == "none" else "-")
+            rows_a.append([title(m), PREC[q], f"FAIL: {dfail}" if dfail else f(neb), f(onnx_mib),
+                           "-" if dfail else ratio(neb, onnx_mib), ort_size, t_neb, t_ort, t_pt, how(m, q)])
+            for t in threads:
+                tn, to, tp = (f"nebula {m} {q} {t}", f"ort {m} {q} {t}", f"torch {m} {q} {t}")
+                ln, lo, lp = med(tn, "latency_ms_median"), med(to, "latency_ms_median"), med(tp, "latency_ms_median")
+                rn, ro, rp = med(tn, "peak_rss_mib"), med(to, "peak_rss_mib"), med(tp, "peak_rss_mib")
+                bo, bp = med(to, "rss_baseline_mib"), med(tp, "rss_baseline_mib")
+                if dfail:
+                    ln_c = rn_c = "FAIL: not deployed"
+                else:
+                    ln_c, rn_c = cell_fail(tn, ln, 3), cell_fail(tn, rn, 1)
+                lo_c = cell_fail(to, lo, 3) if q in ("none", "int8") else "-"
+                lp_c = cell_fail(tp, lp, 3) if q == "none" else "-"
+                ro_c = "-" if ro is None else f"{ro:.1f} ({bo:.1f})"
+                rp_c = "-" if rp is None else f"{rp:.1f} ({bp:.1f})"
+                if to in fails:
+                    ro_c = "FAIL"
+                if tp in fails:
+                    rp_c = "FAIL"
+                rows_b.append([title(m), PREC[q], t, ln_c, lo_c, lp_c, ratio(lo, ln), ratio(lp, ln), rn_c, ro_c, rp_c,
+                               f"{how(m, q)}; median of {reps} processes x {runs} runs"])
+            if env.get("EDGE_WHY_A64"):
+                rows_c.append([title(m), PREC[q], "-", "-", "-", f"not run: {env['EDGE_WHY_A64']}",
+                               "qemu: correctness only"])
+            elif dfail:
+                rows_c.append([title(m), PREC[q], "-", "-", "-", "FAIL: not deployed", "qemu: correctness only"])
+            else:
+                tag = f"a64 {m} {q}"
+                r = (meas.get(tag) or [None])[0]
+                if r is None:
+                    rows_c.append([title(m), PREC[q], "-", "-", "-", f"FAIL: {fails.get(tag, 'no result')}",
+                                   "qemu: correctness only"])
+                else:
+                    good = r["rel_diff"] <= 1e-4 and r["argmax_same"]
+                    rows_c.append([title(m), PREC[q], r["isa"], f"{r['rel_diff']:.2g}",
+                                   "yes" if r["argmax_same"] else "no", "ok" if good else "FAIL (> 1e-4 or argmax differs)",
+                                   "qemu: correctness only (same .neb, same input as x86-64)"])
+    head_a = ["model", "precision", ".neb MiB", "fp32 ONNX MiB", ".neb / ONNX", "ORT model MiB (/ ONNX)",
+              "top-1 nebula-infer", "top-1 ORT", "top-1 PyTorch", "how measured"]
+    head_b = ["model", "precision", "threads", "nebula-infer ms", "ORT ms", f"PyTorch {env['EDGE_TORCH']} ms",
+              "ORT / nebula", "PyTorch / nebula", "peak RSS nebula MiB", "peak RSS ORT MiB (after imports)",
+              "peak RSS PyTorch MiB (after imports)", "how measured"]
+    head_c = ["model", "precision", "isa", "max|arm64 - x86-64| / max|x86-64|", "same argmax", "result", "how measured"]
+    bare = json.loads(env["EDGE_BARE_RSS"])["peak_rss_mib"]
+    notes = [
+        f"CPU: {env['EDGE_CPU']} ({os.cpu_count()} CPUs); nebula-infer isa {env['EDGE_ISA']} (its own kernels, no BLAS); "
+        f"ONNX Runtime {env['EDGE_ORT']} (CPU provider, MLAS); PyTorch {env['EDGE_TORCH']} (Debian; oneDNN); "
+        f"threads {' '.join(threads)}; {env['EDGE_DATE']}",
+        f"Latency: the median over {reps} fresh processes of each one's median of {runs} timed runs (3 warm-up "
+        "runs first), batch 1; engines interleaved rep by rep. Ratios above 1x: Nebula faster.",
+        "Peak RSS: ru_maxrss of the measuring process after its runs; for ORT and PyTorch in brackets the same "
+        f"process's ru_maxrss after its imports, before the model loads (a bare python3 is {bare:.1f} MiB).",
+    ]
+    if env.get("EDGE_WHY_Q"):
+        notes.append(f"ort-int8: unavailable ({env['EDGE_WHY_Q']}); ORT fp32 from {env.get('EDGE_PYO') or 'nowhere'}")
+    else:
+        notes.append(f"ort-int8: onnxruntime {env['EDGE_ORT']} quantize_static (QDQ, per-channel, int8 weights and "
+                     "activations, MinMax calibration) or quantize_dynamic (GPT-2), from a venv with onnx")
+    if env.get("EDGE_QUICK") == "1":
+        notes.append("--quick: small untrained models; the figures check the plumbing and mean nothing")
+    if a.format == "csv":
+        import csv
+        out = csv.writer(sys.stdout)
+        for name, head, rows in (("size_accuracy", head_a, rows_a), ("latency_memory", head_b, rows_b),
+                                 ("arm64_qemu", head_c, rows_c)):
+            out.writerow(["table"] + head)
+            for r in rows:
+                out.writerow([name] + r)
+        for n in notes:
+            print("# " + n)
+        return
+
+    def md(head, rows):
+        print("| " + " | ".join(head) + " |")
+        print("|" + "|".join("---" if i < 2 or h.startswith("how") or h in ("result", "isa") else "---:"
+                             for i, h in enumerate(head)) + "|")
+        for r in rows:
+            print("| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |")
+        print()
+
+    for n in notes:
+        print(f"{n}  ")
+    print()
+    md(head_a, rows_a)
+    md(head_b, rows_b)
+    md(head_c, rows_c)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -295,6 +472,8 @@ def main():
         p.add_argument("--eval")
         p.add_argument("--labels")
     sub.add_parser("rss")
+    p = sub.add_parser("table")
+    p.add_argument("format", choices=("markdown", "csv"))
     a = ap.parse_args()
     if a.cmd == "rss":
         print(json.dumps({"peak_rss_mib": round(rss_mib(), 2)}))
@@ -303,7 +482,7 @@ def main():
     elif a.cmd in ("ort", "torch") and not (a.input or (a.eval and a.labels)):
         ap.error(f"{a.cmd} needs --input, or --eval and --labels")
     else:
-        {"models": cmd_models, "quantize": cmd_quantize, "ort": cmd_ort, "torch": cmd_torch}[a.cmd](a)
+        {"models": cmd_models, "quantize": cmd_quantize, "ort": cmd_ort, "torch": cmd_torch, "table": cmd_table}[a.cmd](a)
 
 
 if __name__ == "__main__":

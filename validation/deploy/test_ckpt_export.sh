@@ -93,6 +93,18 @@ export_check() {
         echo "FAIL - $name: test_ckpt_forward"; sed 's/^/    /' $tmp/$name.fwd; fails=$((fails + 1))
     fi
     check "$name: ONNX Runtime's logits are Nebula's within 1e-4 relative" compare $name
+    # the same checkpoint straight to a .neb (nebula-deploy edge), run by nebula-infer
+    expect "$name: nebula-deploy edge --model RUN_DIR" 0 "" -- \
+        $DEPLOY edge --model $tmp/$name --output $tmp/$name.neb --batch 2 "${seq[@]}"
+    check "$name: nebula-infer on the .neb gives Nebula's logits within 1e-4 relative" infer_check $name
+}
+infer_check() {
+    build/bin/nebula-infer $tmp/$1.neb --input $tmp/$1.out/input.npy --output $tmp/$1.out/infer.npy --repeat 1 --warmup 0 \
+        >/dev/null && $PY -c "
+import numpy as np, sys
+a, b = np.load(sys.argv[1] + '/infer.npy').astype(np.float64), np.load(sys.argv[1] + '/nebula.npy').astype(np.float64)
+r = np.abs(a - b).max() / max(np.abs(b).max(), 1e-30); print(f'    nebula-infer vs Nebula: max rel diff {r:.2e}')
+sys.exit(0 if a.shape == b.shape and r <= 1e-4 else 1)" $tmp/$1.out
 }
 export_check gpt2 12
 export_check bert 12

@@ -1,4 +1,4 @@
-/* deploy_onnx_int — what the ONNX importer's two files share (deploy_onnx.c reads the
+/* deploy_onnx_impl — what the ONNX importer's two files share (deploy_onnx.c reads the
  * file, the initializers and the graph's inputs and outputs; deploy_onnx_ops.c turns each
  * node into nano ops). Private to libcore/deploy.
  *
@@ -6,8 +6,8 @@
  * builds the graph (imp_emit takes the outputs' shapes), because normalising Flatten,
  * Reshape, Squeeze, Slice, auto_pad and Shape needs the input's shape at that point;
  * nano_graph_infer_shapes then checks the finished graph independently. */
-#ifndef NEBULA_DEPLOY_ONNX_INT_H
-#define NEBULA_DEPLOY_ONNX_INT_H
+#ifndef NEBULA_DEPLOY_ONNX_IMPL_H
+#define NEBULA_DEPLOY_ONNX_IMPL_H
 
 #include <stddef.h>
 #include <stdint.h>
