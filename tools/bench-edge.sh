@@ -23,7 +23,8 @@
 #
 # Usage: tools/bench-edge.sh [--reps N] [--runs N] [--threads "1 2"] [--models resnet18,resnet50,gpt2]
 #                            [--quick] [--work DIR] [--no-venv] [--csv]
-#   --quick   small models (ResNet-18 untrained, ResNet-50 at 64x64, GPT-2 2 x 64, T=16), 1 rep of 3 runs
+#   --quick   small models (ResNet-18 untrained at 16x16, ResNet-50 at 32x32, GPT-2 2 x 64, T=16), 1 rep
+#             of 3 runs, 1 thread: checks the plumbing in well under a minute
 #   --work    keep models, .neb files and raw measurements in DIR; models already there are reused
 #   --no-venv do not install the ORT quantisation venv (as if offline)
 set -euo pipefail
@@ -31,24 +32,25 @@ cd "$(dirname "$0")/.."
 die() { echo "nebula-bench table edge: $*" >&2; exit 2; }
 cmdline=$(printf '%q ' "$0" "$@")
 reps=5 runs=20 threads="1 2" models=resnet18,resnet50,gpt2 quick=0 work='' novenv=0 csv=0
-reps_set=0 runs_set=0
+reps_set=0 runs_set=0 threads_set=0
 while [ $# -gt 0 ]; do
     case $1 in
     --reps) [ $# -ge 2 ] || die "--reps needs a value"; reps=$2 reps_set=1; shift 2 ;;
     --runs) [ $# -ge 2 ] || die "--runs needs a value"; runs=$2 runs_set=1; shift 2 ;;
-    --threads) [ $# -ge 2 ] || die "--threads needs a value"; threads=$2; shift 2 ;;
+    --threads) [ $# -ge 2 ] || die "--threads needs a value"; threads=$2 threads_set=1; shift 2 ;;
     --models) [ $# -ge 2 ] || die "--models needs a value"; models=$2; shift 2 ;;
     --quick) quick=1; shift ;;
     --work) [ $# -ge 2 ] || die "--work needs a value"; work=$2; shift 2 ;;
     --no-venv) novenv=1; shift ;;
     --csv) csv=1; shift ;;
-    -h | --help) sed -n '2,29s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,30s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) die "unknown argument '$1'; expected --reps, --runs, --threads, --models, --quick, --work, --no-venv or --csv" ;;
     esac
 done
 if [ $quick = 1 ]; then
     [ $reps_set = 1 ] || reps=1
     [ $runs_set = 1 ] || runs=3
+    [ $threads_set = 1 ] || threads=1
 fi
 for v in reps runs; do [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "--$v must be a positive count, not '${!v}'"; done
 for t in $threads; do [[ $t =~ ^[1-9][0-9]*$ ]] || die "--threads must list positive counts, not '$threads'"; done
@@ -67,7 +69,7 @@ mkdir -p "$W" "$tmp/bin" build/bench
 # private copies: a rebuild by someone else mid-run must not swap the binaries under the table
 cp build/bin/nebula-deploy build/bin/nebula-infer "$tmp/bin/"
 DEPLOY=$tmp/bin/nebula-deploy INFER=$tmp/bin/nebula-infer
-log() { echo "nebula-bench table edge: $*" >&2; }
+log() { echo "nebula-bench table edge: [${SECONDS}s] $*" >&2; }
 
 edge_venv() {  # prints the quantisation venv's python, installing it on first use; fails with a reason
     local version=${ORT_EDGE_VERSION:-1.32.0} root=${NEBULA_PEERS_DIR:-${HOME:-/tmp}/.cache/nebula-peers}
@@ -102,14 +104,16 @@ v_torch=$($PYT -c 'import torch; print(torch.__version__)')
 # ---- models, .neb files, ORT int8 models
 quickflag=()
 [ $quick = 1 ] && quickflag=(--quick)
-for m in "${names[@]}"; do
-    if [ ! -f "$W/$m/info.json" ] || [ "$(cat "$W/$m/.quick" 2>/dev/null)" != "$quick" ]; then
-        log "making $m${quickflag[*]:+ (quick)}"
-        OMP_NUM_THREADS=2 $PYT $PEER models "$W" --names "$m" "${quickflag[@]}" >"$W/$m.models.log" 2>&1 ||
-            { tail -5 "$W/$m.models.log" >&2; die "bench_edge_peer.py models $m failed"; }
-        echo "$quick" >"$W/$m/.quick"
-    fi
+todo=()
+for m in "${names[@]}"; do  # reuse what --work DIR holds from a run of the same kind
+    [ -f "$W/$m/info.json" ] && [ "$(cat "$W/$m/.quick" 2>/dev/null)" = "$quick" ] || todo+=("$m")
 done
+if [ ${#todo[@]} -gt 0 ]; then
+    log "making ${todo[*]}${quickflag[*]:+ (quick)}"
+    OMP_NUM_THREADS=2 $PYT $PEER models "$W" --names "$(IFS=,; echo "${todo[*]}")" "${quickflag[@]}" >"$W/models.log" 2>&1 ||
+        { tail -5 "$W/models.log" >&2; die "bench_edge_peer.py models failed"; }
+    for m in "${todo[@]}"; do echo "$quick" >"$W/$m/.quick"; done
+fi
 has_eval() { [ -f "$W/$1/eval.npy" ]; }
 deploy() {  # deploy MODEL PRECISION -> $W/MODEL-PRECISION.neb, or $W/MODEL-PRECISION.fail with the reason
     local m=$1 q=$2 extra=()
@@ -132,10 +136,9 @@ for m in "${names[@]}"; do
     fi
 done
 
-# ---- timings: rep by rep, every engine in its own process
-R=$W/results.jsonl
+R=$W/results.jsonl  # one line per measurement: {"tag": "ENGINE MODEL PRECISION THREADS", "m": {...}} or "fail"
 : >"$R"
-record() {  # record KEY... -- JSON from the command on stdin's last line
+record() {  # record TAG: the last line of stdin, a JSON object, or else the failure it says
     local tag=$1 line
     line=$(tail -1)
     case $line in
@@ -143,6 +146,49 @@ record() {  # record KEY... -- JSON from the command on stdin's last line
     *) echo "{\"tag\": \"$tag\", \"fail\": $(printf '%s' "$line" | $PYT -c 'import json, sys; print(json.dumps(sys.stdin.read()))')}" >>"$R" ;;
     esac
 }
+
+# ---- arm64 under qemu: correctness only
+A64=build/aarch64/bin/nebula-infer why_a64=''
+if ! command -v qemu-aarch64 >/dev/null; then
+    why_a64="qemu-aarch64 is missing (apt-get install qemu-user)"
+elif command -v aarch64-linux-gnu-gcc >/dev/null && ! make -s aarch64-nano >"$tmp/a64.log" 2>&1 </dev/null; then
+    why_a64="make aarch64-nano failed: $(tail -1 "$tmp/a64.log")"
+elif [ ! -x $A64 ]; then
+    why_a64="$A64 is missing and gcc-aarch64-linux-gnu is not installed (make aarch64-nano)"
+fi
+arm64_rows() {  # the same .neb files and inputs through the arm64 build: outputs against x86-64's
+    cp $A64 "$tmp/bin/nebula-infer-a64"
+    for m in "${names[@]}"; do
+        for q in "${precs[@]}"; do
+            [ -f "$W/$m-$q.neb" ] || continue
+            log "qemu-aarch64: $m $q"
+            $INFER "$W/$m-$q.neb" --input "$W/$m/input.npy" --output "$W/$m-$q.x86.npy" --repeat 1 --warmup 0 \
+                --threads 1 >/dev/null 2>&1 </dev/null || true
+            a64_out=$(qemu-aarch64 "$tmp/bin/nebula-infer-a64" "$W/$m-$q.neb" --input "$W/$m/input.npy" \
+                --output "$W/$m-$q.a64.npy" --repeat 1 --warmup 0 --threads 1 2>&1 </dev/null) || true
+            $PYT - "$W/$m-$q.x86.npy" "$W/$m-$q.a64.npy" "$a64_out" <<'PY' | record "a64 $m $q"
+import json, os, re, sys
+import numpy as np
+x86, a64, text = sys.argv[1:4]
+if not (os.path.exists(x86) and os.path.exists(a64)):
+    print("no output: " + text.strip().splitlines()[-1] if text.strip() else "no output")
+    sys.exit()
+a, b = np.load(a64).astype(np.float64), np.load(x86).astype(np.float64)
+scale = float(np.max(np.abs(b))) or 1.0
+isa = re.search(r"isa (\S+?),", text)
+print(json.dumps({"rel_diff": float(np.max(np.abs(a - b))) / scale, "argmax_same": bool(a.argmax() == b.argmax()),
+                  "isa": isa.group(1) if isa else "?"}))
+PY
+        done
+    done
+}
+a64_pid=''
+if [ -z "$why_a64" ] && [ $quick = 1 ]; then  # --quick: beside the timings, which mean nothing there
+    arm64_rows &
+    a64_pid=$!
+fi
+
+# ---- timings: rep by rep, every engine in its own process
 for t in $threads; do
     for rep in $(seq 1 "$reps"); do
         for m in "${names[@]}"; do
@@ -185,41 +231,7 @@ for m in "${names[@]}"; do
     fi
 done
 
-# ---- arm64 under qemu: correctness only
-A64=build/aarch64/bin/nebula-infer why_a64=''
-if ! command -v qemu-aarch64 >/dev/null; then
-    why_a64="qemu-aarch64 is missing (apt-get install qemu-user)"
-elif command -v aarch64-linux-gnu-gcc >/dev/null && ! make -s aarch64-nano >"$tmp/a64.log" 2>&1 </dev/null; then
-    why_a64="make aarch64-nano failed: $(tail -1 "$tmp/a64.log")"
-elif [ ! -x $A64 ]; then
-    why_a64="$A64 is missing and gcc-aarch64-linux-gnu is not installed (make aarch64-nano)"
-fi
-if [ -z "$why_a64" ]; then
-    cp $A64 "$tmp/bin/nebula-infer-a64"
-    for m in "${names[@]}"; do
-        for q in "${precs[@]}"; do
-            [ -f "$W/$m-$q.neb" ] || continue
-            log "qemu-aarch64: $m $q"
-            $INFER "$W/$m-$q.neb" --input "$W/$m/input.npy" --output "$W/$m-$q.x86.npy" --repeat 1 --warmup 0 \
-                --threads 1 >/dev/null 2>&1 </dev/null || true
-            a64_out=$(qemu-aarch64 "$tmp/bin/nebula-infer-a64" "$W/$m-$q.neb" --input "$W/$m/input.npy" \
-                --output "$W/$m-$q.a64.npy" --repeat 1 --warmup 0 --threads 1 2>&1 </dev/null) || true
-            $PYT - "$W/$m-$q.x86.npy" "$W/$m-$q.a64.npy" "$a64_out" <<'PY' | record "a64 $m $q"
-import json, os, re, sys
-import numpy as np
-x86, a64, text = sys.argv[1:4]
-if not (os.path.exists(x86) and os.path.exists(a64)):
-    print("no output: " + text.strip().splitlines()[-1] if text.strip() else "no output")
-    sys.exit()
-a, b = np.load(a64).astype(np.float64), np.load(x86).astype(np.float64)
-scale = float(np.max(np.abs(b))) or 1.0
-isa = re.search(r"isa (\S+?),", text)
-print(json.dumps({"rel_diff": float(np.max(np.abs(a - b))) / scale, "argmax_same": bool(a.argmax() == b.argmax()),
-                  "isa": isa.group(1) if isa else "?"}))
-PY
-        done
-    done
-fi
+if [ -n "$a64_pid" ]; then wait "$a64_pid"; elif [ -z "$why_a64" ]; then arm64_rows; fi
 
 # ---- the tables
 fmt=markdown; [ $csv = 1 ] && fmt=csv

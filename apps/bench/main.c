@@ -127,6 +127,11 @@ static const char usage[] =
     "                                     fine-tune, copies written for other grids; bytes stored beside the raw\n"
     "                                     checkpoints and whole-file storage (DVC, git-lfs), commit and checkout time\n"
     "                                     beside cp (tools/bench-versioning.sh)\n"
+    "       nebula-bench table edge [--reps N] [--runs N] [--threads \"1 2\"] [--models resnet18,resnet50,gpt2] [--quick]\n"
+    "                               [--work DIR] [--no-venv] [--csv]\n"
+    "                                     nebula-deploy edge + nebula-infer beside ONNX Runtime (fp32, int8) and\n"
+    "                                     PyTorch 1.13: size, latency, peak RSS, held-out top-1, arm64 under qemu\n"
+    "                                     (tools/bench-edge.sh)\n"
     "       nebula-bench provenance [--command TEXT] [--param KEY=VALUE]... [--format json|csv|markdown]\n"
     "                                     the provenance object of a script's run on one line (under mpirun:\n"
     "                                     every rank's host); --command and --param stand for the script's own\n"
@@ -205,11 +210,11 @@ int main(int argc, char **argv)
     bool model = !strcmp(argv[1], "model"), dgc = !strcmp(argv[1], "dgc");
     if (!strcmp(argv[1], "provenance")) return bench_provenance_main(argc, argv);
     if (!strcmp(argv[1], "table")) {
-        static const char *const tables[] = { "dgc", "fed", "hetero", "hybrid", "models", "privacy", "versioning" };
+        static const char *const tables[] = { "dgc", "edge", "fed", "hetero", "hybrid", "models", "privacy", "versioning" };
         bool known = false;
         for (size_t i = 0; argc >= 3 && i < sizeof tables / sizeof tables[0]; i++) known |= !strcmp(argv[2], tables[i]);
         if (!known) {
-            log_error0("table: expected 'table dgc', 'table fed', 'table hetero', 'table hybrid', 'table models', "
+            log_error0("table: expected 'table dgc', 'table edge', 'table fed', 'table hetero', 'table hybrid', 'table models', "
                        "'table privacy' or 'table versioning', got '%s'", argc < 3 ? "" : argv[2]);
             return runtime_exit_early(2);
         }

@@ -31,6 +31,7 @@ static const char USAGE[] =
     "  --eval X.npy          top-1 accuracy over the samples along dim 0 of X (needs --labels;\n"
     "                        the model's batch of them at a time, a last partial batch left out)\n"
     "  --labels Y.npy        integer labels of --eval\n"
+    "  --profile             time per operator type over the timed runs (after the latency line)\n"
     "  --info                print the graph (inputs, outputs, ops, memory plan) and exit\n"
     "  --json                one JSON line of the figures instead of text\n"
     "  --help, --version\n"
@@ -43,7 +44,7 @@ typedef struct opts {
     const char *inputs[MAX_INPUTS];
     int ninputs;
     const char *output, *eval, *labels;
-    int threads, repeat, warmup, topk, info, json;
+    int threads, repeat, warmup, topk, info, json, profile;
 } opts;
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -71,6 +72,7 @@ static int parse(int argc, char **argv, opts *o) {
         if (!strcmp(a, "--version")) { printf("nebula-infer (libnebula-nano, .neb version %d)\n", NEB_VERSION); exit(0); }
         if (!strcmp(a, "--info")) { o->info = 1; continue; }
         if (!strcmp(a, "--json")) { o->json = 1; continue; }
+        if (!strcmp(a, "--profile")) { o->profile = 1; continue; }
         if (a[0] != '-' || !a[1]) {
             if (o->model) return usage_error("one model only (%s is a second)", a);
             o->model = a;
@@ -141,6 +143,33 @@ static double now_ms(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
+}
+
+/* --profile: the time from one node's end to the next is the next node's. */
+typedef struct prof {
+    double last;               /* when the previous node ended (ms) */
+    double ms[NANO_OP_COUNT];  /* summed per op */
+    int count[NANO_OP_COUNT];  /* nodes per op and run */
+} prof;
+
+static void prof_node(void *ctx, const nano_graph *g, int node, const float *const *outs) {
+    (void)outs;
+    prof *p = ctx;
+    double t = now_ms();
+    p->ms[g->nodes[node].op] += t - p->last;
+    p->last = t;
+}
+
+static void prof_print(const prof *p, const nano_graph *g, int runs) {
+    int count[NANO_OP_COUNT] = {0};
+    double total = 0;
+    for (int n = 0; n < g->nnodes; n++) count[g->nodes[n].op]++;
+    for (int op = 0; op < NANO_OP_COUNT; op++) total += p->ms[op];
+    printf("profile (ms per run, %d runs):\n", runs);
+    for (int op = 1; op < NANO_OP_COUNT; op++)
+        if (count[op])
+            printf("  %-20s %3d nodes %9.4f ms %5.1f%%\n", nano_op_name(op), count[op], p->ms[op] / runs,
+                   total > 0 ? 100 * p->ms[op] / total : 0);
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -244,8 +273,11 @@ int main(int argc, char **argv) {
         if ((rc = fill_input(m, i, &o))) goto done;
     double *ms = malloc((size_t)o.repeat * sizeof *ms);
     if (!ms) { rc = 1; goto done; }
+    prof pr = {0};
     for (int r = 0; r < o.warmup + o.repeat; r++) {
+        if (o.profile && r == o.warmup) nano_model_set_observer(m, prof_node, &pr);
         double t0 = now_ms();
+        pr.last = t0;
         if ((st = nano_model_run(m)) != NANO_OK) {
             fprintf(stderr, "nebula-infer: %s: %s\n", o.model, nano_model_error(m));
             free(ms);
@@ -284,6 +316,7 @@ int main(int argc, char **argv) {
             printf("\n");
         }
     }
+    if (o.profile) prof_print(&pr, nano_model_graph(m), o.repeat);
     free(ms);
     if (o.output && nano_npy_write(o.output, out.dtype, out.ndim, out.shape, out.data, err, sizeof err) != NANO_OK) {
         fprintf(stderr, "nebula-infer: %s\n", err);

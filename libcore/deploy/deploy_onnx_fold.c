@@ -30,8 +30,6 @@ double imp_val_d(const void *p, int dt, int64_t i) {
     }
 }
 
-/* Constants the importer evaluates have at most this many elements (a hostile shape
- * must not become a huge allocation). */
 #define FOLD_MAX_NUMEL ((int64_t)1 << 24)
 
 /* v as an integer, NaN as 0 and out-of-range values saturated (the cast alone is undefined). */
@@ -42,8 +40,7 @@ static int64_t to_i64(double v) {
     return (int64_t)v;
 }
 
-/* 1 when every dimension is >= 1 and the product at most FOLD_MAX_NUMEL. */
-static int fold_size_ok(const imp_shape *s) {
+int imp_fold_size_ok(const imp_shape *s) {
     int64_t n = 1;
     for (int d = 0; d < s->ndim; d++) {
         if (s->d[d] < 1 || s->d[d] > FOLD_MAX_NUMEL / n) return 0;
@@ -101,8 +98,10 @@ nano_status imp_op_binary(onnx_imp *im, const Onnx__NodeProto *n, int op) {
     if (where && s[0].dtype != NANO_DT_U8) return imp_bad(im, n, NANO_E_FORMAT, "the condition must be bool");
     o.dtype = equal ? NANO_DT_U8 : imp_fdt(x->dtype);
     int intg = imp_fdt(x->dtype) != NANO_DT_F32;
+    /* constant operands: the result is made here, or (float arithmetic) by deploy_fold */
+    if (allc && !imp_fold_size_ok(&o))
+        return imp_bad(im, n, NANO_E_UNSUPPORTED, "a constant result of more than 2^24 elements");
     if (allc && (intg || where || equal)) {
-        if (!fold_size_ok(&o)) return imp_bad(im, n, NANO_E_UNSUPPORTED, "a constant result of more than 2^24 elements");
         void *v[3] = {0};
         void *d = malloc(imp_bytes(&o));
         int ok = d != NULL;
@@ -240,7 +239,7 @@ nano_status imp_op_const(onnx_imp *im, const Onnx__NodeProto *n, int op) {
         }
         want.dtype = vs.dtype;
         size_t es = nano_dtype_size(want.dtype);
-        if (!fold_size_ok(&want)) { free(val); return imp_bad(im, n, NANO_E_UNSUPPORTED, "an empty or huge shape"); }
+        if (!imp_fold_size_ok(&want)) { free(val); return imp_bad(im, n, NANO_E_UNSUPPORTED, "an empty or huge shape"); }
         if (imp_numel(&vs) != 1 || !(d = calloc((size_t)imp_numel(&want), es))) {
             free(val);
             return imp_numel(&vs) != 1 ? imp_bad(im, n, NANO_E_FORMAT, "value must have one element") : imp_nomem(im);
@@ -253,7 +252,7 @@ nano_status imp_op_const(onnx_imp *im, const Onnx__NodeProto *n, int op) {
     imp_shape o;
     if (imp_broadcast(&xs, &want, &o)) return imp_bad(im, n, NANO_E_FORMAT, "the shape does not broadcast with the input");
     const nano_tensor *c = imp_const_of(im, x);
-    if (!fold_size_ok(&want) || (c && !fold_size_ok(&o))) /* both are allocated here */
+    if (!imp_fold_size_ok(&want) || (c && !imp_fold_size_ok(&o))) /* both are allocated here */
         return imp_bad(im, n, NANO_E_UNSUPPORTED, "Expand to an empty shape or a constant of more than 2^24 elements");
     o.dtype = c ? c->dtype : xs.dtype;
     if (c) {

@@ -109,6 +109,9 @@ double imp_val_d(const void *p, int dt, int64_t i);
 int64_t imp_val_i(const void *p, int dt, int64_t i);
 void imp_set_val(void *p, int dt, int64_t i, double d, int64_t iv);
 void *imp_broadcast_to(const nano_tensor *c, const imp_shape *out);
+/* 1 when a constant of shape s may be made at import or by deploy_fold: every dimension
+ * >= 1 and at most 2^24 elements (a hostile shape must not become a huge allocation). */
+int imp_fold_size_ok(const imp_shape *s);
 /* Converters in deploy_onnx_fold.c: Add..Pow, Equal (op NONE), Where; Identity, Dropout,
  * Cast; Constant, Shape, ConstantOfShape, Range, Expand. */
 nano_status imp_op_binary(onnx_imp *im, const Onnx__NodeProto *n, int op);

@@ -514,6 +514,10 @@ static nano_status op_gather(onnx_imp *im, const Onnx__NodeProto *n, int op) {
                 int64_t v = imp_val_i(ci->data, ci->dtype, k);
                 iv[k] = v < 0 ? v + dim : v;
             }
+            if (cx && !imp_fold_size_ok(&o)) {
+                free(iv);
+                return imp_bad(im, n, NANO_E_UNSUPPORTED, "a constant result of more than 2^24 elements");
+            }
             if (cx) {
                 size_t es = nano_dtype_size(cx->dtype), inner = es;
                 int64_t outer = 1;

@@ -11,12 +11,7 @@
 
 #include "nano/nano_ops.h"
 
-#define NANO_PRAGMA(x) _Pragma(#x)
-#ifdef _OPENMP
-#define NANO_PAR_FOR(nt, cond) NANO_PRAGMA(omp parallel for schedule(static) num_threads(nt) if (cond))
-#else
-#define NANO_PAR_FOR(nt, cond) if ((void)(nt), (void)(cond), 1) /* serial: uses its operands */
-#endif
+#include "nano/nano_ops_impl.h"
 
 enum { PAR_MIN_BYTES = 1 << 18, TILE = 32, ROWS_PER_TASK = 64 };
 

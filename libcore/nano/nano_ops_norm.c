@@ -12,14 +12,7 @@
 
 #include "nano/nano_ops.h"
 
-#define NANO_PRAGMA(x) _Pragma(#x)
-#ifdef _OPENMP
-#define NANO_SIMD NANO_PRAGMA(omp simd)
-#define NANO_PAR_FOR(nt, cond) NANO_PRAGMA(omp parallel for schedule(static) num_threads(nt) if (cond))
-#else
-#define NANO_SIMD
-#define NANO_PAR_FOR(nt, cond) if ((void)(nt), (void)(cond), 1) /* serial: uses its operands */
-#endif
+#include "nano/nano_ops_impl.h"
 
 enum { PAR_MIN = 32768, COLS = 256 };
 

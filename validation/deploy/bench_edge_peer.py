@@ -21,7 +21,8 @@ PyTorch), input.npy, calib.npy, info.json, and for resnet18 eval.npy and labels.
   resnet50  torchvision resnet50(), random init, 1x3x224x224; 8 random calibration inputs
   gpt2      a GPT-2-style decoder, 4 layers x 128 (4 heads), vocab 512, T=64, random init;
             16 random token sequences calibrate
---quick: resnet18 untrained (random init), resnet50 at 64x64, gpt2 2 x 64, T=16.
+--quick: resnet18 untrained at 16x16 (16 calibration, 64 held-out images), resnet50 at 32x32
+(4 calibration inputs), gpt2 2 x 64, T=16: the plumbing only, in seconds.
 
 `ort` and `torch` print one JSON line: latency_ms_median over --runs timed runs,
 rss_baseline_mib (ru_maxrss after the imports, before the model is loaded) and
@@ -99,7 +100,8 @@ def digits32(quick):
     from sklearn.datasets import load_digits
     d = load_digits()
     x = torch.tensor(d.images, dtype=torch.float32).unsqueeze(1) / 16.0
-    x = F.interpolate(x, size=(32, 32), mode="bilinear", align_corners=False)
+    hw = 16 if quick else 32
+    x = F.interpolate(x, size=(hw, hw), mode="bilinear", align_corners=False)
     x = ((x - 0.3) / 0.35).repeat(1, 3, 1, 1)
     y = torch.tensor(d.target)
     perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(SEED))
@@ -135,7 +137,8 @@ def train_resnet18(quick):
                    for i in range(0, len(te), 100)) / len(te)
     info = {"train_s": round(time.time() - t0, 1), "epochs": epochs, "train_images": len(tr),
             "pytorch_top1": top1}
-    return m, x[te[:1]], x[tr[:200]], x[te], y[te], info
+    ncal, nev = (16, 64) if quick else (200, len(te))
+    return m, x[te[:1]], x[tr[:ncal]], x[te[:nev]], y[te[:nev]], info
 
 
 def cmd_models(a):
@@ -152,10 +155,10 @@ def cmd_models(a):
         if name == "resnet18":
             m, x, calib, ev, lab, info = train_resnet18(a.quick)
         elif name == "resnet50":
-            hw = 64 if a.quick else 224
+            hw = 32 if a.quick else 224
             m = torchvision.models.resnet50()
             x = torch.randn(1, 3, hw, hw, generator=g)
-            calib = torch.randn(8, 3, hw, hw, generator=g)
+            calib = torch.randn(4 if a.quick else 8, 3, hw, hw, generator=g)
         elif name == "gpt2":
             V, C, NH, T, L = (512, 64, 2, 16, 2) if a.quick else (512, 128, 4, 64, 4)
             m = gpt2_class()(V, C, NH, T, L)
@@ -324,7 +327,9 @@ def cmd_table(a):
             return f"GPT-2 tiny ({i['n_layer']} x {i['n_embd']}, T={i['seq']}, vocab {i['vocab']}, random)"
         if "input_shape" in i and m != "gpt2":
             shape = "x".join(map(str, i["input_shape"]))
-            return f"{TITLE[m].split(' (')[0]} ({'digits, ' if m == 'resnet18' else 'random, '}{shape})"
+            kind = ("digits, " + ("untrained, " if not i.get("epochs") else f"{i['epochs']} epochs, ")) \
+                if m == "resnet18" else "random, "
+            return f"{TITLE[m].split(' (')[0]} ({kind}{shape})"
         return TITLE[m]
 
     def how(m, q):

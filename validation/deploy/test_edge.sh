@@ -61,6 +61,15 @@ for q in int8 fp16 auto; do
     acc=$(top1 "$W/d$q.neb")
     check "digits: $q top-1 $acc within 1 point of fp32 $fp32" /usr/bin/python3 -c "assert $fp32 - $acc <= 0.01 + 1e-9"
 done
+for prune in "0.5" "0.5 --prune-channels"; do
+    # shellcheck disable=SC2086 # two words on purpose
+    check "digits: deploy --prune $prune within the budget" $DEPLOY edge --model "$D/digits.onnx" --output "$W/dp.neb" \
+        --prune $prune --eval "$D/eval.npy" --labels "$D/labels.npy" --max-accuracy-drop 1%
+    sparsity=$(grep -o '"sparsity": [0-9.]*' <($INFER "$W/dp.neb" --info) | awk '{print $2}')
+    acc=$(top1 "$W/dp.neb")
+    check "digits: pruned ($prune) top-1 $acc within 1 point of fp32 $fp32, sparsity $sparsity > 0" \
+        /usr/bin/python3 -c "assert $fp32 - $acc <= 0.01 + 1e-9 and $sparsity > 0"
+done
 onnx_bytes=$(stat -c %s "$D/digits.onnx"); int8_bytes=$(stat -c %s "$W/dint8.neb")
 check "digits: int8 file $int8_bytes bytes <= 30% of the ONNX file's $onnx_bytes" test $((int8_bytes * 100)) -le $((onnx_bytes * 30))
 check "digits: int8 .neb has int8 layers" grep -q '"layers_int8": [1-9]' <($INFER "$W/dint8.neb" --info)
