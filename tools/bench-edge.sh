@@ -61,7 +61,8 @@ for m in "${names[@]}"; do
 done
 for b in build/bin/nebula-deploy build/bin/nebula-infer build/bin/nebula-bench; do [ -x $b ] || die "$b is missing (make)"; done
 PYT=/usr/bin/python3 PEER=validation/deploy/bench_edge_peer.py
-$PYT -c 'import torch, torchvision, sklearn' 2>/dev/null || die "PyTorch, torchvision and sklearn are needed in $PYT (make deps)"
+v_torch=$($PYT -c 'import torch, torchvision, sklearn; print(torch.__version__)' 2>/dev/null) ||
+    die "PyTorch, torchvision and sklearn are needed in $PYT (make deps)"
 tmp=$(mktemp -d -p "${TMPDIR:-/tmp}")
 trap 'rm -rf "$tmp"' EXIT
 W=${work:-$tmp/work}
@@ -99,7 +100,6 @@ if out=$(edge_venv); then PYQ=$out PYO=$out; else why_q=$out; fi
 if [ -z "$PYO" ] && build/venv/bin/python -c 'import onnxruntime' 2>/dev/null; then PYO=build/venv/bin/python; fi
 v_ort=-
 [ -n "$PYO" ] && v_ort=$("$PYO" -c 'import onnxruntime; print(onnxruntime.__version__)')
-v_torch=$($PYT -c 'import torch; print(torch.__version__)')
 
 # ---- models, .neb files, ORT int8 models
 quickflag=()
@@ -120,7 +120,7 @@ deploy() {  # deploy MODEL PRECISION -> $W/MODEL-PRECISION.neb, or $W/MODEL-PREC
     [ "$q" = none ] || extra=(--calib "$W/$m/calib.npy")
     if has_eval "$m" && [ "$q" != none ]; then extra+=(--eval "$W/$m/eval.npy" --labels "$W/$m/labels.npy"); fi
     rm -f "$W/$m-$q.fail"
-    $DEPLOY edge --model "$W/$m/model.onnx" --output "$W/$m-$q.neb" --quantize "$q" "${extra[@]}" \
+    $DEPLOY edge --model "$W/$m/model.onnx" --output "$W/$m-$q.neb" --quantize "$q" "${extra[@]}" --threads 1 \
         >"$W/$m-$q.deploy.log" 2>&1 </dev/null || { tail -1 "$W/$m-$q.deploy.log" >"$W/$m-$q.fail"; rm -f "$W/$m-$q.neb"; }
 }
 precs=(none int8 fp16 auto)
@@ -220,13 +220,13 @@ for m in "${names[@]}"; do
     ev=(--eval "$W/$m/eval.npy" --labels "$W/$m/labels.npy")
     for q in "${precs[@]}"; do
         [ -f "$W/$m-$q.neb" ] || continue
-        $INFER "$W/$m-$q.neb" "${ev[@]}" --threads 2 2>&1 </dev/null |
+        $INFER "$W/$m-$q.neb" "${ev[@]}" --threads 1 2>&1 </dev/null |
             awk '/^top1 /{printf "{\"top1\": %s, \"samples\": %s}\n", $2, $4; f=1} END{if(!f) print "no top1 line"}' |
             record "top1 nebula $m $q"
     done
     if [ -n "$PYO" ]; then
-        "$PYO" $PEER ort "$W/$m/model.onnx" "${ev[@]}" --threads 2 2>&1 </dev/null | record "top1 ort $m none"
-        [ -f "$W/$m-ort-int8.onnx" ] && "$PYO" $PEER ort "$W/$m-ort-int8.onnx" "${ev[@]}" --threads 2 2>&1 </dev/null |
+        "$PYO" $PEER ort "$W/$m/model.onnx" "${ev[@]}" --threads 1 2>&1 </dev/null | record "top1 ort $m none"
+        [ -f "$W/$m-ort-int8.onnx" ] && "$PYO" $PEER ort "$W/$m-ort-int8.onnx" "${ev[@]}" --threads 1 2>&1 </dev/null |
             record "top1 ort $m int8"
     fi
 done
@@ -234,8 +234,7 @@ done
 if [ -n "$a64_pid" ]; then wait "$a64_pid"; elif [ -z "$why_a64" ]; then arm64_rows; fi
 
 # ---- the tables
-fmt=markdown; [ $csv = 1 ] && fmt=csv
-prov=$(build/bin/nebula-bench provenance --format $fmt --command "${cmdline% }" --param reps="$reps" --param runs="$runs" \
+prov=$(build/bin/nebula-bench provenance --format markdown --command "${cmdline% }" --param reps="$reps" --param runs="$runs" \
     --param threads="$threads" --param models="$models" --param quick="$quick" --param onnxruntime="$v_ort" \
     --param torch="$v_torch" </dev/null 2>"$tmp/provenance.log" | grep -E '^(# |<!-- )provenance: ') ||
     { tail -5 "$tmp/provenance.log" >&2; die "nebula-bench provenance failed"; }
@@ -245,8 +244,8 @@ export EDGE_TORCH=$v_torch EDGE_ISA=$isa EDGE_CPU=$cpu EDGE_BARE_RSS=$bare_rss E
 EDGE_DATE=$(date -u +%Y-%m-%dT%H:%MZ)
 export EDGE_PYO=$PYO EDGE_QUICK=$quick EDGE_DATE
 base=build/bench/edge; [ $quick = 1 ] && base=build/bench/edge-quick
-{ echo "$prov"; $PYT $PEER table markdown; } >"$base.md"
-{ build/bin/nebula-bench provenance --format csv --command "${cmdline% }" </dev/null 2>/dev/null |
-    grep -E '^# provenance: ' || true; $PYT $PEER table csv; } >"$base.csv"
+prov_json=${prov#*provenance: } prov_json=${prov_json% -->} prov_json=${prov_json%-->}
+{ echo "<!-- provenance: $prov_json -->"; $PYT $PEER table markdown; } >"$base.md"
+{ echo "# provenance: $prov_json"; $PYT $PEER table csv; } >"$base.csv"
 if [ $csv = 1 ]; then cat "$base.csv"; else cat "$base.md"; fi
 log "written: $base.md, $base.csv${work:+; measurements in $W}"

@@ -127,6 +127,44 @@ __attribute__((target("avx512f,fma"))) static void axpy_avx512(int n, float w, c
                                                         _mm512_maskz_loadu_ps(m, y + i)));
     }
 }
+/* One plane with AVX-512, register-blocked over 16 output columns: per tap one masked
+ * load (stride 1; a gather when sw > 1) and one FMA into the accumulator, which starts at
+ * the bias and gets the act before its one store; lanes whose input column is outside
+ * the input (padding) are masked off, so they add nothing. xc (H, W) -> yc (OH, OW). */
+__attribute__((target("avx512f,fma"))) static void dw_plane_avx512(const nano_conv_desc *d, const float *xc,
+                                                                    const float *wc, float b,
+                                                                    const nano_epilogue *ep, float *yc)
+{
+    __m512i step = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                      _mm512_set1_epi32(d->sw));
+    __m512 lo = _mm512_set1_ps(ep->lo), hi = _mm512_set1_ps(ep->hi), zero = _mm512_setzero_ps();
+    for (int oh = 0; oh < d->OH; oh++) {
+        float *yr = yc + (size_t)oh * d->OW;
+        for (int o0 = 0; o0 < d->OW; o0 += 16) {
+            int n = d->OW - o0 < 16 ? d->OW - o0 : 16;
+            __m512 acc = _mm512_set1_ps(b);
+            for (int i = 0; i < d->kh; i++) {
+                int ih = oh * d->sh - d->pad_t + i * d->dh;
+                if ((unsigned)ih >= (unsigned)d->H) continue;
+                const float *xr = xc + (size_t)ih * d->W;
+                for (int j = 0; j < d->kw; j++) {
+                    int iw = o0 * d->sw - d->pad_l + j * d->dw, u0, u1; /* lanes u0 .. u1-1 read the input */
+                    nk_seg_range(iw, d->sw, d->W, n, &u0, &u1);
+                    if (u0 >= u1) continue;
+                    __mmask16 m = (__mmask16)(((1u << u1) - 1) & ~((1u << u0) - 1));
+                    __m512 v = d->sw == 1 ? _mm512_maskz_loadu_ps(m, xr + iw)
+                                          : _mm512_mask_i32gather_ps(zero, m, step, xr + iw, 4);
+                    acc = _mm512_fmadd_ps(_mm512_set1_ps(wc[i * d->kw + j]), v, acc);
+                }
+            }
+            if (ep->act == NANO_ACT_RELU) acc = _mm512_max_ps(acc, zero);
+            else if (ep->act == NANO_ACT_CLIP) acc = _mm512_min_ps(_mm512_max_ps(acc, lo), hi);
+            _mm512_mask_storeu_ps(yr + o0, (__mmask16)((1u << n) - 1), acc);
+            if (!nk_act_inline(ep->act))
+                for (int u = 0; u < n; u++) yr[o0 + u] = nk_act1(ep->act, ep->lo, ep->hi, yr[o0 + u]);
+        }
+    }
+}
 #endif
 
 static void axpy_c(int n, float w, const float *x, float *y)
@@ -145,12 +183,15 @@ static void conv_dw(const nano_conv *p, const float *x, float *y, int nthreads)
 #endif
     int planes = d->N * d->M, taps = d->kh * d->kw;
     size_t hw = (size_t)d->H * d->W, ohw = (size_t)d->OH * d->OW;
-#pragma omp parallel for num_threads(nthreads) if (nthreads > 1 && planes > 1) schedule(static)
+#pragma omp parallel for num_threads(nthreads) if (nthreads > 1 && planes > 1 && ohw * planes > 4096) schedule(dynamic, 1)
     for (int pl = 0; pl < planes; pl++) {
         int c = pl % d->M;
         const float *xc = x + (size_t)pl * hw, *wc = p->Wp + (size_t)c * taps;
         float *yc = y + (size_t)pl * ohw;
         float b = p->bias ? p->bias[c] : 0.0f;
+#if defined(__x86_64__)
+        if (p->level >= NANO_ISA_AVX512) { dw_plane_avx512(d, xc, wc, b, &p->ep, yc); continue; }
+#endif
         for (int oh = 0; oh < d->OH; oh++) {
             float *yr = yc + (size_t)oh * d->OW;
             memset(yr, 0, (size_t)d->OW * sizeof *yr);
@@ -188,7 +229,7 @@ void nano_conv_run(const nano_conv *p, const float *x, float *y, void *scratch, 
         for (int g = 0; g < d->group; g++) {
             const float *xg = x + ((size_t)n * d->C + (size_t)g * p->Cg) * hw;
             float *yg = y + ((size_t)n * d->M + (size_t)g * p->Mg) * P;
-#pragma omp parallel for num_threads(nthreads) if (nthreads > 1 && panels > 1) schedule(static)
+#pragma omp parallel for num_threads(nthreads) if (nthreads > 1 && panels > 1) schedule(dynamic, 1)
             for (int q = 0; q < panels; q++) {
                 int p0 = q * nr, cnt = P - p0 < nr ? P - p0 : nr;
                 float *dst = col + (size_t)q * nr * K;

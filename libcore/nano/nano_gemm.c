@@ -54,20 +54,22 @@ INLINE TGT512 __m512 epi512(__m512 x, int act, __m512 lo, __m512 hi)
 }
 
 /* R rows (compile-time after inlining) of the 12×32 tile; nr ≤ 32 columns stored with
- * masks, the other acts after the store by the caller. */
-INLINE TGT512 void ukr512_body(const int R, int kc, const float *a, const float *b, float *c, int ldc, int nr,
-                               int accum, const nk_epi *ep)
+ * masks, the other acts after the store by the caller. NV (compile-time) vectors of 16
+ * columns are computed: NV = 1 when nr ≤ 16 (a small OH·OW), which halves the FMAs of
+ * a half-empty tile (Zen 4 issues one zmm FMA per cycle, so 12 chains still fill it). */
+INLINE TGT512 void ukr512_body(const int R, const int NV, int kc, const float *a, const float *b, float *c,
+                               int ldc, int nr, int accum, const nk_epi *ep)
 {
     __m512 acc[12][2];
 #pragma GCC unroll 12
     for (int i = 0; i < R; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
     for (int k = 0; k < kc; k++, a += 12, b += 32) {
-        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+        __m512 b0 = _mm512_loadu_ps(b), b1 = NV == 2 ? _mm512_loadu_ps(b + 16) : b0;
 #pragma GCC unroll 12
         for (int i = 0; i < R; i++) {
             __m512 ai = _mm512_set1_ps(a[i]);
             acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
-            acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
+            if (NV == 2) acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
         }
     }
     __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
@@ -96,24 +98,22 @@ INLINE TGT512 void ukr512_body(const int R, int kc, const float *a, const float 
     }
 }
 
+#define UKR512_CASE(R)                                                                     \
+    case R:                                                                                \
+        if (nr <= 16) ukr512_body(R, 1, kc, a, b, c, ldc, nr, accum, ep);                  \
+        else ukr512_body(R, 2, kc, a, b, c, ldc, nr, accum, ep);                           \
+        break
+
 static TGT512 void ukr_avx512(int kc, const float *a, const float *b, float *c, int ldc, int mr, int nr,
                               int accum, const nk_epi *ep)
 {
     switch (mr) {
-    case 12: ukr512_body(12, kc, a, b, c, ldc, nr, accum, ep); break;
-    case 11: ukr512_body(11, kc, a, b, c, ldc, nr, accum, ep); break;
-    case 10: ukr512_body(10, kc, a, b, c, ldc, nr, accum, ep); break;
-    case 9: ukr512_body(9, kc, a, b, c, ldc, nr, accum, ep); break;
-    case 8: ukr512_body(8, kc, a, b, c, ldc, nr, accum, ep); break;
-    case 7: ukr512_body(7, kc, a, b, c, ldc, nr, accum, ep); break;
-    case 6: ukr512_body(6, kc, a, b, c, ldc, nr, accum, ep); break;
-    case 5: ukr512_body(5, kc, a, b, c, ldc, nr, accum, ep); break;
-    case 4: ukr512_body(4, kc, a, b, c, ldc, nr, accum, ep); break;
-    case 3: ukr512_body(3, kc, a, b, c, ldc, nr, accum, ep); break;
-    case 2: ukr512_body(2, kc, a, b, c, ldc, nr, accum, ep); break;
-    default: ukr512_body(1, kc, a, b, c, ldc, nr, accum, ep); break;
+    UKR512_CASE(12); UKR512_CASE(11); UKR512_CASE(10); UKR512_CASE(9); UKR512_CASE(8); UKR512_CASE(7);
+    UKR512_CASE(6); UKR512_CASE(5); UKR512_CASE(4); UKR512_CASE(3); UKR512_CASE(2);
+    default: ukr512_body(1, nr <= 16 ? 1 : 2, kc, a, b, c, ldc, nr, accum, ep); break;
     }
 }
+#undef UKR512_CASE
 
 /* ---- AVX2+FMA micro-kernel (6×16) ---------------------------------------------------- */
 INLINE TGT256 __m256 epi256(__m256 x, int act, __m256 lo, __m256 hi)
@@ -332,7 +332,7 @@ void nk_f32_packed(nano_isa_level l, int M, int N, int K, const float *A, const 
         if (c < ncp) ncp = c < 1 ? 1 : c;
     }
     int nc = ncp * nr, nb = (N + nc - 1) / nc, tasks = mb * nb;
-#pragma omp parallel for num_threads(nthreads) if (nthreads > 1 && tasks > 1) schedule(static)
+#pragma omp parallel for num_threads(nthreads) if (nthreads > 1 && tasks > 1) schedule(dynamic, 1)
     for (int t = 0; t < tasks; t++) {
         int i0 = (t / nb) * mc, j0 = (t % nb) * nc;
         int m = M - i0 < mc ? M - i0 : mc, n = N - j0 < nc ? N - j0 : nc;
@@ -403,7 +403,7 @@ void nano_gemm_run(const nano_gemm *p, int M, const float *X, int ldx, float *Y,
     if (M < 1) return;
     float *Xp = (float *)nk_roundup((size_t)(uintptr_t)scratch, 64);
     int mr = p->mr, K = p->K, panels = (M + mr - 1) / mr;
-#pragma omp parallel for num_threads(nthreads) if (nthreads > 1 && panels > 1) schedule(static)
+#pragma omp parallel for num_threads(nthreads) if (nthreads > 1 && panels > 1) schedule(dynamic, 1)
     for (int q = 0; q < panels; q++) {
         int r = M - q * mr < mr ? M - q * mr : mr;
         nk_pack_rk(X + (size_t)q * mr * ldx, (size_t)ldx, r, K, mr, Xp + (size_t)q * mr * K);
@@ -430,7 +430,7 @@ void nano_sgemm(int M, int N, int K, const float *A, int lda, const float *B, in
     nk_f32_geom(l, &mr, &nr);
     int mc = SG_MC / mr * mr, nc = SG_NC / nr * nr; /* whole panels */
     int mb = (M + mc - 1) / mc, nb = (N + nc - 1) / nc, tasks = mb * nb;
-#pragma omp parallel for num_threads(nthreads) if (nthreads > 1 && tasks > 1) schedule(static)
+#pragma omp parallel for num_threads(nthreads) if (nthreads > 1 && tasks > 1) schedule(dynamic, 1)
     for (int t = 0; t < tasks; t++) {
         _Alignas(64) float ab[SG_MC * SG_KC];
         _Alignas(64) float bb[SG_NC * SG_KC];

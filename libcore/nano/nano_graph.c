@@ -240,6 +240,8 @@ release:
 #define FAIL(...) do { snprintf(err, errlen, __VA_ARGS__); return NANO_E_FORMAT; } while (0)
 
 nano_status nano_graph_validate(const nano_graph *g, char *err, size_t errlen) {
+    if (g->ntensors > NANO_MAX_TENSORS || g->nnodes > NANO_MAX_TENSORS)
+        FAIL("the graph has %d tensors and %d nodes (at most %d each)", g->ntensors, g->nnodes, NANO_MAX_TENSORS);
     if (g->ntensors < 0 || g->nnodes < 0 || g->ninputs < 1 || g->noutputs < 1)
         FAIL("the graph has %d inputs and %d outputs (at least one each)", g->ninputs, g->noutputs);
     int *writer = malloc(((size_t)g->ntensors + 1) * sizeof *writer);
@@ -256,7 +258,7 @@ nano_status nano_graph_validate(const nano_graph *g, char *err, size_t errlen) {
         if (x->ndim < 0 || x->ndim > NANO_MAX_DIMS) VFAIL("tensor %s: %d dimensions", nano_tensor_name(g, t), x->ndim);
         int64_t n = 1;
         for (int d = 0; d < x->ndim; d++) {
-            if (x->shape[d] < 1 || x->shape[d] > ((int64_t)1 << 40) / n)
+            if (x->shape[d] < 1 || x->shape[d] > NANO_MAX_NUMEL / n)
                 VFAIL("tensor %s: dimension %d is %lld", nano_tensor_name(g, t), d, (long long)x->shape[d]);
             n *= x->shape[d];
         }

@@ -25,6 +25,8 @@
 #define NANO_MAX_DIMS 6 /* dimensions of a tensor */
 #define NANO_MAX_IN 8   /* inputs of a node (Concat of more is refused at import) */
 #define NANO_MAX_OUT 4  /* outputs of a node (Split into q, k, v is 3) */
+#define NANO_MAX_NUMEL ((int64_t)INT32_MAX) /* elements of one tensor: the kernels index with int */
+#define NANO_MAX_TENSORS 65536              /* tensors (and nodes) of a graph: the plan check is pairwise */
 
 /* Status of every nano and deploy call that can fail on its input. */
 typedef enum nano_status {

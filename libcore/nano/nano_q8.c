@@ -328,7 +328,7 @@ static void q_packed(const qgeo *q, int M, int N, int Kp, const uint8_t *A, cons
     }
     int tasks = mb * nb;
     size_t aps = panel_bytes(q, mr, Kp), bps = panel_bytes(q, nr, Kp);
-#pragma omp parallel for num_threads(nthreads) if (nthreads > 1 && tasks > 1) schedule(static)
+#pragma omp parallel for num_threads(nthreads) if (nthreads > 1 && tasks > 1) schedule(dynamic, 1)
     for (int tk = 0; tk < tasks; tk++) {
         _Alignas(64) int32_t t[12 * 32];
         int i0 = (tk / nb) * mc, j0 = (tk % nb) * nc;
@@ -400,7 +400,7 @@ void nano_qgemm_run(const nano_qgemm *p, int M, const float *X, int ldx, float *
     const qgeo *q = &p->q;
     int mr = q->mr, panels = (M + mr - 1) / mr;
     size_t aps = panel_bytes(q, mr, p->Kp);
-#pragma omp parallel for num_threads(nthreads) if (nthreads > 1 && panels > 1) schedule(static)
+#pragma omp parallel for num_threads(nthreads) if (nthreads > 1 && panels > 1) schedule(dynamic, 1)
     for (int pi = 0; pi < panels; pi++) {
         uint8_t *dst = Ap + (size_t)pi * aps;
         memset(dst, 0, aps);
@@ -427,6 +427,7 @@ struct nano_qconv {
     int x_zero;
     nano_epilogue ep;
     qchan ch;
+    int dw;      /* depthwise (group = C = M): Wp is W (M, kh·kw) as given, run directly */
     uint8_t *Wp; /* per group ceil(Mg/mr) A panels */
     size_t wg;   /* bytes per group */
 };
@@ -442,14 +443,18 @@ nano_qconv *nano_qconv_prepare(const nano_conv_desc *d, const int8_t *W, const f
     p->Mg = d->M / d->group, p->Cg = d->C / d->group, p->K = p->Cg * d->kh * d->kw;
     p->Kp = (int)nk_roundup((size_t)p->K, (size_t)p->q.g);
     p->x_scale = x_scale, p->x_zero = x_zero, p->ep = ep;
-    p->wg = nk_roundup((size_t)p->Mg, (size_t)p->q.mr) * p->Kp * p->q.e;
+    p->dw = d->group == d->C && d->group == d->M;
+    p->wg = p->dw ? (size_t)p->K : nk_roundup((size_t)p->Mg, (size_t)p->q.mr) * p->Kp * p->q.e;
     p->Wp = aligned_alloc(64, nk_roundup(p->wg * d->group, 64));
     if (!p->Wp || qchan_init(&p->ch, W, w_scale, bias, d->M, p->K, x_scale, x_zero)) {
         nano_qconv_free(p);
         return NULL;
     }
-    for (int g = 0; g < d->group; g++)
-        qpack_w(W + (size_t)g * p->Mg * p->K, p->Mg, p->K, p->Kp, &p->q, p->q.mr, p->Wp + g * p->wg);
+    if (p->dw)
+        memcpy(p->Wp, W, (size_t)d->M * p->K);
+    else
+        for (int g = 0; g < d->group; g++)
+            qpack_w(W + (size_t)g * p->Mg * p->K, p->Mg, p->K, p->Kp, &p->q, p->q.mr, p->Wp + g * p->wg);
     return p;
 }
 
@@ -474,6 +479,7 @@ size_t nano_qconv_scratch(const nano_qconv *p)
     if (!p) return 0;
     const nano_conv_desc *d = &p->d;
     size_t qx = nk_roundup((size_t)d->C * d->H * d->W, 64);
+    if (p->dw) return qx + 64;
     return qx + nk_roundup((size_t)d->OH * d->OW, (size_t)p->q.nr) * p->Kp * p->q.e + 64;
 }
 
@@ -528,6 +534,42 @@ static void qim2col_panel(const nano_qconv *p, const uint8_t *qg, int p0, int n,
     }
 }
 
+/* Depthwise, one image: per plane c of the quantised image qx (C, H, W) into y (M, OH, OW), output row oh, columns in
+ * chunks of 256: acc[ow] = Σ_taps w[c, i, j] · q (x_zero outside the input) — the int32
+ * sum the im2col product would give — then the ISA's store (bit-identical output). */
+static void qconv_dw(const nano_qconv *p, const uint8_t *qx, float *y, int nthreads)
+{
+    const nano_conv_desc *d = &p->d;
+    int planes = d->M, taps = d->kh * d->kw, z = p->x_zero;
+    size_t hw = (size_t)d->H * d->W, ohw = (size_t)d->OH * d->OW;
+#pragma omp parallel for num_threads(nthreads) if (nthreads > 1 && planes > 1 && ohw * planes > 4096) schedule(dynamic, 1)
+    for (int pl = 0; pl < planes; pl++) {
+        int c = pl;
+        const uint8_t *xc = qx + (size_t)pl * hw;
+        const int8_t *wc = (const int8_t *)p->Wp + (size_t)c * taps;
+        int32_t acc[256];
+        for (int oh = 0; oh < d->OH; oh++)
+            for (int o0 = 0; o0 < d->OW; o0 += 256) {
+                int n = d->OW - o0 < 256 ? d->OW - o0 : 256;
+                memset(acc, 0, (size_t)n * sizeof *acc);
+                for (int i = 0; i < d->kh; i++) {
+                    int ih = oh * d->sh - d->pad_t + i * d->dh;
+                    const uint8_t *xr = xc + (size_t)ih * d->W;
+                    for (int j = 0; j < d->kw; j++) {
+                        int w = wc[i * d->kw + j], iw0 = o0 * d->sw - d->pad_l + j * d->dw, lo, hi;
+                        if ((unsigned)ih >= (unsigned)d->H) lo = hi = n;
+                        else nk_seg_range(iw0, d->sw, d->W, n, &lo, &hi);
+                        for (int u = 0; u < lo; u++) acc[u] += w * z;
+                        for (int u = lo; u < hi; u++) acc[u] += w * xr[iw0 + u * d->sw];
+                        for (int u = hi; u < n; u++) acc[u] += w * z;
+                    }
+                }
+                p->q.store(acc, n, y + (size_t)pl * ohw + (size_t)oh * d->OW + o0, d->OW, 1, n, p->ch.zc + c,
+                           p->ch.sc + c, p->ch.bias ? p->ch.bias + c : NULL, 1, &p->ep);
+            }
+    }
+}
+
 void nano_qconv_run(const nano_qconv *p, const float *x, float *y, void *scratch, int nthreads)
 {
     const nano_conv_desc *d = &p->d;
@@ -540,14 +582,15 @@ void nano_qconv_run(const nano_qconv *p, const float *x, float *y, void *scratch
     for (int n = 0; n < d->N; n++) {
         const float *xn = x + (size_t)n * chw;
         int chunks = (int)((chw + 4095) / 4096);
-#pragma omp parallel for num_threads(nthreads) if (nthreads > 1 && chunks > 1) schedule(static)
+#pragma omp parallel for num_threads(nthreads) if (nthreads > 1 && chunks > 1) schedule(dynamic, 1)
         for (int ck = 0; ck < chunks; ck++) {
             size_t e = (size_t)(ck + 1) * 4096 < chw ? (size_t)(ck + 1) * 4096 : chw;
             quant_n(p->level, xn + (size_t)ck * 4096, e - (size_t)ck * 4096, p->x_scale, p->x_zero, qx + (size_t)ck * 4096);
         }
+        if (p->dw) { qconv_dw(p, qx, y + (size_t)n * d->M * P, nthreads); continue; }
         for (int g = 0; g < d->group; g++) {
             const uint8_t *qg = qx + (size_t)g * p->Cg * hw;
-#pragma omp parallel for num_threads(nthreads) if (nthreads > 1 && panels > 1) schedule(static)
+#pragma omp parallel for num_threads(nthreads) if (nthreads > 1 && panels > 1) schedule(dynamic, 1)
             for (int pi = 0; pi < panels; pi++) {
                 int p0 = pi * nr;
                 qim2col_panel(p, qg, p0, P - p0 < nr ? P - p0 : nr, col + (size_t)pi * bps);

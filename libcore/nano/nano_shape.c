@@ -339,7 +339,7 @@ nano_status nano_graph_infer_shapes(nano_graph *g, char *err, size_t errlen) {
             const nano_tensor *y = &g->tensors[g->nodes[n].out[o]];
             int64_t e = 1;
             for (int d = 0; d < y->ndim; d++) {
-                if (y->shape[d] < 1 || y->shape[d] > ((int64_t)1 << 40) / e)
+                if (y->shape[d] < 1 || y->shape[d] > NANO_MAX_NUMEL / e)
                     BAD("node %s: output %s has dimension %d of %lld", nano_node_name(g, n), nano_tensor_name(g, g->nodes[n].out[o]),
                         d, (long long)y->shape[d]);
                 e *= y->shape[d];

@@ -324,8 +324,8 @@ nano_status neb_parse(nano_graph *g, const void *buf, size_t len, const char *pa
                       *ws = &sec[SEC_WEIGHTS - 1];
     if (ss->bytes < 1 || ss->bytes > UINT32_MAX || base[ss->off] != 0 || base[ss->off + ss->bytes - 1] != 0)
         BAD("the string pool is not NUL-terminated", path);
-    if (ts->count > (1u << 24) || ts->bytes != ts->count * sizeof(neb_tensor)) BAD("tensor table size", path);
-    if (ns->count > (1u << 24) || ns->bytes != ns->count * sizeof(nano_node)) BAD("node table size", path);
+    if (ts->count > NANO_MAX_TENSORS || ts->bytes != ts->count * sizeof(neb_tensor)) BAD("tensor table size", path);
+    if (ns->count > NANO_MAX_TENSORS || ns->bytes != ns->count * sizeof(nano_node)) BAD("node table size", path);
     if (ps->bytes != sizeof(int64_t)) BAD("plan section size", path);
     if (ms->bytes < 1 || base[ms->off + ms->bytes - 1] != 0) BAD("meta is not NUL-terminated", path);
     g->strings_len = g->strings_cap = (size_t)ss->bytes;
@@ -358,7 +358,7 @@ nano_status neb_parse(nano_graph *g, const void *buf, size_t len, const char *pa
         for (int d = 0; d < NANO_MAX_DIMS; d++) x->shape[d] = d < r.ndim ? r.shape[d] : 0;
         int64_t n = 1;
         for (int d = 0; d < r.ndim; d++) {
-            if (r.shape[d] < 1 || r.shape[d] > ((int64_t)1 << 40) / n)
+            if (r.shape[d] < 1 || r.shape[d] > NANO_MAX_NUMEL / n)
                 BAD("tensor %s: dimension %d is %lld", path, nano_tensor_name(g, t), d, (long long)r.shape[d]);
             n *= r.shape[d];
         }

@@ -21,8 +21,8 @@ PyTorch), input.npy, calib.npy, info.json, and for resnet18 eval.npy and labels.
   resnet50  torchvision resnet50(), random init, 1x3x224x224; 8 random calibration inputs
   gpt2      a GPT-2-style decoder, 4 layers x 128 (4 heads), vocab 512, T=64, random init;
             16 random token sequences calibrate
---quick: resnet18 untrained at 16x16 (16 calibration, 64 held-out images), resnet50 at 32x32
-(4 calibration inputs), gpt2 2 x 64, T=16: the plumbing only, in seconds.
+--quick: resnet18 untrained at 16x16 (16 calibration, 64 held-out images), resnet50 with one
+block per stage at 32x32 (4 calibration inputs), gpt2 2 x 64, T=16: the plumbing only.
 
 `ort` and `torch` print one JSON line: latency_ms_median over --runs timed runs,
 rss_baseline_mib (ru_maxrss after the imports, before the model is loaded) and
@@ -157,6 +157,9 @@ def cmd_models(a):
         elif name == "resnet50":
             hw = 32 if a.quick else 224
             m = torchvision.models.resnet50()
+            if a.quick:  # one bottleneck per stage: a third of the weights
+                m = torchvision.models.resnet.ResNet(torchvision.models.resnet.Bottleneck, [1, 1, 1, 1])
+                info["blocks"] = "1,1,1,1"
             x = torch.randn(1, 3, hw, hw, generator=g)
             calib = torch.randn(4 if a.quick else 8, 3, hw, hw, generator=g)
         elif name == "gpt2":
@@ -328,7 +331,7 @@ def cmd_table(a):
         if "input_shape" in i and m != "gpt2":
             shape = "x".join(map(str, i["input_shape"]))
             kind = ("digits, " + ("untrained, " if not i.get("epochs") else f"{i['epochs']} epochs, ")) \
-                if m == "resnet18" else "random, "
+                if m == "resnet18" else "random, " + (f"blocks {i['blocks']}, " if "blocks" in i else "")
             return f"{TITLE[m].split(' (')[0]} ({kind}{shape})"
         return TITLE[m]
 
