@@ -26,7 +26,7 @@
 #   --quick   small models (ResNet-18 untrained at 16x16, ResNet-50 at 32x32, GPT-2 2 x 64, T=16), 1 rep
 #             of 3 runs, 1 thread: checks the plumbing in well under a minute
 #   --work    keep models, .neb files and raw measurements in DIR; models already there are reused
-#   --no-venv do not install the ORT quantisation venv (as if offline)
+#   --no-venv leave the ORT quantisation venv out (as if offline): no ORT int8 cells
 set -euo pipefail
 cd "$(dirname "$0")/.."
 die() { echo "nebula-bench table edge: $*" >&2; exit 2; }
@@ -75,8 +75,8 @@ log() { echo "nebula-bench table edge: [${SECONDS}s] $*" >&2; }
 edge_venv() {  # prints the quantisation venv's python, installing it on first use; fails with a reason
     local version=${ORT_EDGE_VERSION:-1.32.0} root=${NEBULA_PEERS_DIR:-${HOME:-/tmp}/.cache/nebula-peers}
     local venv=$root/edge-ort-$version
+    [ $novenv = 0 ] || { echo "--no-venv"; return 1; }
     if [ ! -f "$venv/complete" ]; then
-        [ $novenv = 0 ] || { echo "--no-venv"; return 1; }
         mkdir -p "$root" || { echo "cannot create $root"; return 1; }
         exec 9>"$root/.lock"
         flock 9  # two runs starting at once install once

@@ -227,7 +227,12 @@ int main(int argc, char **argv) {
     if ((st = deploy_fold(&g, err, sizeof err)) != NANO_OK) goto fail;
     if ((st = deploy_fuse(&g, err, sizeof err)) != NANO_OK) goto fail;
     if (o.prune > 0 && (st = deploy_prune(&g, &dopt, &rep, err, sizeof err)) != NANO_OK) goto fail;
-    if (o.quant != DEPLOY_QUANT_NONE && (st = deploy_quantize(&g, &dopt, &rep, err, sizeof err)) != NANO_OK) goto fail;
+    if (o.quant != DEPLOY_QUANT_NONE) {
+        deploy_report pruned = rep; /* quantisation reports afresh: keep pruning's sparsity and first accuracy */
+        if ((st = deploy_quantize(&g, &dopt, &rep, err, sizeof err)) != NANO_OK) goto fail;
+        rep.sparsity = pruned.sparsity;
+        if (pruned.acc_before >= 0) rep.acc_before = pruned.acc_before;
+    }
     if ((st = nano_graph_plan(&g, err, sizeof err)) != NANO_OK) goto fail;
     char meta[1024];
     snprintf(meta, sizeof meta,

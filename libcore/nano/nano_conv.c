@@ -127,10 +127,11 @@ __attribute__((target("avx512f,fma"))) static void axpy_avx512(int n, float w, c
                                                         _mm512_maskz_loadu_ps(m, y + i)));
     }
 }
-/* One plane with AVX-512, register-blocked over 16 output columns: per tap one masked
- * load (stride 1; a gather when sw > 1) and one FMA into the accumulator, which starts at
- * the bias and gets the act before its one store; lanes whose input column is outside
- * the input (padding) are masked off, so they add nothing. xc (H, W) -> yc (OH, OW). */
+/* One plane with AVX-512, register-blocked over 4 output rows × 16 output columns: per
+ * tap the lane mask (input column inside the input) is computed once for the 4 rows, then
+ * one masked load (stride 1; a gather when sw > 1) and one FMA per row into 4 independent
+ * accumulators, which start at the bias and get the act before their one store. Lanes
+ * outside the input (padding) are masked off, so they add nothing. xc (H, W) -> yc (OH, OW). */
 __attribute__((target("avx512f,fma"))) static void dw_plane_avx512(const nano_conv_desc *d, const float *xc,
                                                                     const float *wc, float b,
                                                                     const nano_epilogue *ep, float *yc)
@@ -138,30 +139,38 @@ __attribute__((target("avx512f,fma"))) static void dw_plane_avx512(const nano_co
     __m512i step = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                       _mm512_set1_epi32(d->sw));
     __m512 lo = _mm512_set1_ps(ep->lo), hi = _mm512_set1_ps(ep->hi), zero = _mm512_setzero_ps();
-    for (int oh = 0; oh < d->OH; oh++) {
-        float *yr = yc + (size_t)oh * d->OW;
+    for (int oh0 = 0; oh0 < d->OH; oh0 += 4) {
+        int rows = d->OH - oh0 < 4 ? d->OH - oh0 : 4;
         for (int o0 = 0; o0 < d->OW; o0 += 16) {
             int n = d->OW - o0 < 16 ? d->OW - o0 : 16;
-            __m512 acc = _mm512_set1_ps(b);
-            for (int i = 0; i < d->kh; i++) {
-                int ih = oh * d->sh - d->pad_t + i * d->dh;
-                if ((unsigned)ih >= (unsigned)d->H) continue;
-                const float *xr = xc + (size_t)ih * d->W;
-                for (int j = 0; j < d->kw; j++) {
-                    int iw = o0 * d->sw - d->pad_l + j * d->dw, u0, u1; /* lanes u0 .. u1-1 read the input */
-                    nk_seg_range(iw, d->sw, d->W, n, &u0, &u1);
-                    if (u0 >= u1) continue;
-                    __mmask16 m = (__mmask16)(((1u << u1) - 1) & ~((1u << u0) - 1));
-                    __m512 v = d->sw == 1 ? _mm512_maskz_loadu_ps(m, xr + iw)
-                                          : _mm512_mask_i32gather_ps(zero, m, step, xr + iw, 4);
-                    acc = _mm512_fmadd_ps(_mm512_set1_ps(wc[i * d->kw + j]), v, acc);
+            __m512 acc[4] = {_mm512_set1_ps(b), _mm512_set1_ps(b), _mm512_set1_ps(b), _mm512_set1_ps(b)};
+            for (int j = 0; j < d->kw; j++) {
+                int iw = o0 * d->sw - d->pad_l + j * d->dw, u0, u1; /* lanes u0 .. u1-1 read the input */
+                nk_seg_range(iw, d->sw, d->W, n, &u0, &u1);
+                if (u0 >= u1) continue;
+                __mmask16 m = (__mmask16)(((1u << u1) - 1) & ~((1u << u0) - 1));
+                for (int i = 0; i < d->kh; i++) {
+                    __m512 w = _mm512_set1_ps(wc[i * d->kw + j]);
+#pragma GCC unroll 4
+                    for (int r = 0; r < 4; r++) {
+                        int ih = (oh0 + r) * d->sh - d->pad_t + i * d->dh;
+                        if (r >= rows || (unsigned)ih >= (unsigned)d->H) continue;
+                        const float *xr = xc + (size_t)ih * d->W + iw;
+                        __m512 v = d->sw == 1 ? _mm512_maskz_loadu_ps(m, xr)
+                                              : _mm512_mask_i32gather_ps(zero, m, step, xr, 4);
+                        acc[r] = _mm512_fmadd_ps(w, v, acc[r]);
+                    }
                 }
             }
-            if (ep->act == NANO_ACT_RELU) acc = _mm512_max_ps(acc, zero);
-            else if (ep->act == NANO_ACT_CLIP) acc = _mm512_min_ps(_mm512_max_ps(acc, lo), hi);
-            _mm512_mask_storeu_ps(yr + o0, (__mmask16)((1u << n) - 1), acc);
-            if (!nk_act_inline(ep->act))
-                for (int u = 0; u < n; u++) yr[o0 + u] = nk_act1(ep->act, ep->lo, ep->hi, yr[o0 + u]);
+            for (int r = 0; r < rows; r++) {
+                float *yr = yc + (size_t)(oh0 + r) * d->OW + o0;
+                __m512 x = acc[r];
+                if (ep->act == NANO_ACT_RELU) x = _mm512_max_ps(x, zero);
+                else if (ep->act == NANO_ACT_CLIP) x = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
+                _mm512_mask_storeu_ps(yr, (__mmask16)((1u << n) - 1), x);
+                if (!nk_act_inline(ep->act))
+                    for (int u = 0; u < n; u++) yr[u] = nk_act1(ep->act, ep->lo, ep->hi, yr[u]);
+            }
         }
     }
 }

@@ -80,6 +80,8 @@ static void release_pages(const nano_model *m, int t) {
     if (!m->map || t < 0 || m->g->tensors[t].kind != NANO_T_CONST) return;
     long page = sysconf(_SC_PAGESIZE);
     uintptr_t lo = (uintptr_t)m->g->tensors[t].data, hi = lo + nano_tensor_bytes(&m->g->tensors[t]);
+    uintptr_t mlo = (uintptr_t)m->map, mhi = mlo + m->map_len;
+    if (lo < mlo || hi > mhi) return; /* decoded into the heap: the only copy */
     lo = (lo + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
     hi = hi / (uintptr_t)page * (uintptr_t)page;
     if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);

@@ -4,14 +4,16 @@
  *                   flags (bit 0: little-endian), table offset, CRC-32 of the header
  *   section table   per section: kind, CRC-32, offset, bytes, count (32 B each)
  *   STRINGS         the name pool (NUL-terminated, starts with "")
- *   TENSORS         one 88-byte record per tensor: name, dtype, kind, shape, arena
- *                   offset, data offset and size inside WEIGHTS
+ *   TENSORS         one 88-byte record per tensor: name, dtype, kind (its high 16 bits:
+ *                   the encoding), shape, arena offset, data offset and size in WEIGHTS
  *   NODES           the nano_node records as they are (fixed size, little-endian)
  *   IO              input and output tensor indices
  *   PLAN            the arena size (each tensor's offset is in its record)
  *   META            JSON text: source, passes, accuracy
  *   WEIGHTS         constant data, every tensor 64-byte aligned in the file, so the
- *                   loader maps the file and points the constants into it
+ *                   loader maps the file and points the constants into it; a constant
+ *                   that is mostly zeros (a pruned weight) is stored sparse: a bitmap of
+ *                   its non-zero elements, then those elements (decoded at load)
  *
  * The one design decision: nothing read is trusted. The loader checks the header and
  * every section's CRC-32 before parsing, every index and size while parsing, then the
@@ -34,6 +36,11 @@
 #define NEB_MAX_BYTES ((uint64_t)1 << 40)
 
 enum { SEC_STRINGS = 1, SEC_TENSORS, SEC_NODES, SEC_IO, SEC_PLAN, SEC_META, SEC_WEIGHTS, SEC_COUNT };
+
+/* How a constant's bytes are stored (the high 16 bits of its record's kind). */
+enum { ENC_RAW = 0, ENC_SPARSE = 1 };
+#define ENC_SHIFT 16
+#define SPARSE_MIN_NUMEL 1024 /* smaller constants are stored raw */
 
 typedef struct neb_header {
     char magic[8];
@@ -106,6 +113,50 @@ static int host_little_endian(void) {
     return *(const uint8_t *)&one == 1;
 }
 
+/* ---- sparse constants -------------------------------------------------------------- */
+
+/* The sparse form of x when it is at most 3/4 of the raw size: bitmap (bit i of byte
+ * i/8: element i is non-zero), then the non-zero elements in order. NULL otherwise. */
+static uint8_t *sparse_encode(const nano_tensor *x, uint64_t *bytes) {
+    size_t n = (size_t)nano_tensor_numel(x), es = nano_dtype_size(x->dtype), nnz = 0;
+    if (n < SPARSE_MIN_NUMEL) return NULL;
+    static const uint8_t zero[8];
+    const uint8_t *src = x->data;
+    for (size_t i = 0; i < n; i++) nnz += memcmp(src + i * es, zero, es) != 0;
+    size_t map = (n + 7) / 8, total = map + nnz * es;
+    if (total * 4 > n * es * 3) return NULL;
+    uint8_t *out = calloc(total + 1, 1);
+    if (!out) return NULL;
+    uint8_t *vals = out + map;
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(src + i * es, zero, es)) {
+            out[i / 8] |= (uint8_t)(1u << (i % 8));
+            memcpy(vals, src + i * es, es);
+            vals += es;
+        }
+    *bytes = total;
+    return out;
+}
+
+/* Decodes a sparse constant of n elements of es bytes from stored bytes; NULL when the
+ * bitmap and the size disagree (or bits past n are set). */
+static void *sparse_decode(const uint8_t *in, uint64_t stored, size_t n, size_t es) {
+    size_t map = (n + 7) / 8, nnz = 0;
+    if (stored < map) return NULL;
+    for (size_t b = 0; b < map; b++) nnz += (size_t)__builtin_popcount(in[b]);
+    if (n % 8 && in[map - 1] >> (n % 8)) return NULL;
+    if (stored != map + nnz * es) return NULL;
+    uint8_t *out = calloc(n * es + 1, 1);
+    if (!out) return NULL;
+    const uint8_t *vals = in + map;
+    for (size_t i = 0; i < n; i++)
+        if (in[i / 8] >> (i % 8) & 1) {
+            memcpy(out + i * es, vals, es);
+            vals += es;
+        }
+    return out;
+}
+
 /* ---- writing --------------------------------------------------------------------- */
 
 typedef struct wbuf {
@@ -140,11 +191,13 @@ nano_status neb_write(const nano_graph *g, const char *path, char *err, size_t e
     if (st != NANO_OK) return st;
     crc_table *ct = malloc(sizeof *ct);
     neb_tensor *tr = calloc((size_t)g->ntensors + 1, sizeof *tr);
+    uint8_t **enc = calloc((size_t)g->ntensors + 1, sizeof *enc); /* sparse forms, or NULL */
     int32_t *io = malloc(((size_t)g->ninputs + g->noutputs + 2) * sizeof *io);
-    if (!ct || !tr || !io) {
+    if (!ct || !tr || !io || !enc) {
         free(ct);
         free(tr);
         free(io);
+        free(enc);
         snprintf(err, errlen, "out of memory writing %s", path);
         return NANO_E_NOMEM;
     }
@@ -159,6 +212,7 @@ nano_status neb_write(const nano_graph *g, const char *path, char *err, size_t e
             woff = align_up(woff);
             tr[t].data_off = woff;
             tr[t].data_bytes = nano_tensor_bytes(x);
+            if ((enc[t] = sparse_encode(x, &tr[t].data_bytes))) tr[t].kind |= ENC_SPARSE << ENC_SHIFT;
             woff += tr[t].data_bytes;
         }
     }
@@ -195,7 +249,7 @@ nano_status neb_write(const nano_graph *g, const char *path, char *err, size_t e
             for (int t = 0; t < g->ntensors; t++) {
                 if (g->tensors[t].kind != NANO_T_CONST) continue;
                 c = crc_update(ct, c, zero, (size_t)(tr[t].data_off - at));
-                c = crc_update(ct, c, g->tensors[t].data, (size_t)tr[t].data_bytes);
+                c = crc_update(ct, c, enc[t] ? enc[t] : g->tensors[t].data, (size_t)tr[t].data_bytes);
                 at = tr[t].data_off + tr[t].data_bytes;
                 s->count++;
             }
@@ -243,7 +297,7 @@ nano_status neb_write(const nano_graph *g, const char *path, char *err, size_t e
         for (int t = 0; t < g->ntensors; t++) {
             if (g->tensors[t].kind != NANO_T_CONST) continue;
             wpad(&w, sec[k - 1].off + tr[t].data_off);
-            wput(&w, g->tensors[t].data, (size_t)tr[t].data_bytes);
+            wput(&w, enc[t] ? enc[t] : g->tensors[t].data, (size_t)tr[t].data_bytes);
         }
     }
     wpad(&w, h.file_bytes);
@@ -266,6 +320,8 @@ nano_status neb_write(const nano_graph *g, const char *path, char *err, size_t e
         close(dfd);
     }
 release:
+    for (int t = 0; t < g->ntensors; t++) free(enc[t]);
+    free(enc);
     free(ct);
     free(tr);
     free(io);
@@ -350,6 +406,10 @@ nano_status neb_parse(nano_graph *g, const void *buf, size_t len, const char *pa
         if (r.name >= g->strings_len) BAD("tensor %d's name is outside the string pool", path, t);
         if (r.ndim < 0 || r.ndim > NANO_MAX_DIMS || !nano_dtype_size(r.dtype))
             BAD("tensor %d: %d dimensions of dtype %d", path, t, r.ndim, r.dtype);
+        int encoding = (int)((uint32_t)r.kind >> ENC_SHIFT);
+        r.kind &= (1 << ENC_SHIFT) - 1;
+        if (encoding != ENC_RAW && (encoding != ENC_SPARSE || r.kind != NANO_T_CONST))
+            BAD("tensor %s: unknown encoding %d", path, nano_tensor_name(g, t), encoding);
         x->name = r.name;
         x->dtype = r.dtype;
         x->kind = r.kind;
@@ -363,11 +423,17 @@ nano_status neb_parse(nano_graph *g, const void *buf, size_t len, const char *pa
             n *= r.shape[d];
         }
         if (r.kind == NANO_T_CONST) {
-            if (r.data_bytes != (uint64_t)n * nano_dtype_size(r.dtype) || r.data_off % NEB_ALIGN ||
+            if ((encoding == ENC_RAW && r.data_bytes != (uint64_t)n * nano_dtype_size(r.dtype)) || r.data_off % NEB_ALIGN ||
                 r.data_off > ws->bytes || r.data_bytes > ws->bytes - r.data_off)
                 BAD("constant %s: %llu bytes at %llu do not match its shape or leave the weights", path,
                     nano_tensor_name(g, t), (unsigned long long)r.data_bytes, (unsigned long long)r.data_off);
             x->data = (void *)(base + ws->off + r.data_off);
+            if (encoding == ENC_SPARSE) {
+                x->data = sparse_decode(x->data, r.data_bytes, (size_t)n, nano_dtype_size(r.dtype));
+                if (!x->data) BAD("constant %s: its sparse bitmap and its %llu stored bytes disagree", path,
+                                  nano_tensor_name(g, t), (unsigned long long)r.data_bytes);
+                x->owned = 1;
+            }
         }
     }
     uint64_t nio = is->count;

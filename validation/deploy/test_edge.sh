@@ -69,6 +69,8 @@ for prune in "0.5" "0.5 --prune-channels"; do
     acc=$(top1 "$W/dp.neb")
     check "digits: pruned ($prune) top-1 $acc within 1 point of fp32 $fp32, sparsity $sparsity > 0" \
         /usr/bin/python3 -c "assert $fp32 - $acc <= 0.01 + 1e-9 and $sparsity > 0"
+    [ "$prune" = 0.5 ] && check "digits: the pruned weights stored sparse: $(stat -c %s "$W/dp.neb") < $(stat -c %s "$W/d32.neb") bytes" \
+        test "$(stat -c %s "$W/dp.neb")" -lt "$(stat -c %s "$W/d32.neb")"
 done
 onnx_bytes=$(stat -c %s "$D/digits.onnx"); int8_bytes=$(stat -c %s "$W/dint8.neb")
 check "digits: int8 file $int8_bytes bytes <= 30% of the ONNX file's $onnx_bytes" test $((int8_bytes * 100)) -le $((onnx_bytes * 30))
