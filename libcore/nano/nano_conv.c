@@ -127,49 +127,66 @@ __attribute__((target("avx512f,fma"))) static void axpy_avx512(int n, float w, c
                                                         _mm512_maskz_loadu_ps(m, y + i)));
     }
 }
+/* 16 lanes x[iw + u·sw] (u < 16) of one input row, zero where the lane's column is
+ * outside 0 .. W-1 or u >= n: a masked load for sw = 1, two masked loads and an even-lane
+ * permute for sw = 2 (no gather), a gather otherwise. */
+__attribute__((target("avx512f"), always_inline)) static inline __m512 dw_lanes(const float *xr, int iw, int sw,
+                                                                                 int W, int n, __m512i step)
+{
+    int e0 = iw >= 0 ? 0 : -iw, e1 = (n - 1) * sw + 1; /* elements e of xr + iw read: [e0, e1) */
+    if (e1 > W - iw) e1 = W - iw;
+    if (e0 >= e1) return _mm512_setzero_ps();
+    uint64_t em = ((e1 >= 64 ? ~0ull : (1ull << e1) - 1)) & ~((1ull << e0) - 1);
+    if (sw == 1) return _mm512_maskz_loadu_ps((__mmask16)em, xr + iw);
+    if (sw == 2) {
+        __m512 a = _mm512_maskz_loadu_ps((__mmask16)em, xr + iw);
+        __m512 b = _mm512_maskz_loadu_ps((__mmask16)(em >> 16), xr + iw + 16);
+        __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        return _mm512_permutex2var_ps(a, even, b);
+    }
+    int u0, u1;
+    nk_seg_range(iw, sw, W, n, &u0, &u1);
+    if (u0 >= u1) return _mm512_setzero_ps();
+    __mmask16 m = (__mmask16)(((1u << u1) - 1) & ~((1u << u0) - 1));
+    return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, step, xr + iw, 4);
+}
+
 /* One plane with AVX-512, register-blocked over 4 output rows × 16 output columns: per
- * tap the lane mask (input column inside the input) is computed once for the 4 rows, then
- * one masked load (stride 1; a gather when sw > 1) and one FMA per row into 4 independent
- * accumulators, which start at the bias and get the act before their one store. Lanes
- * outside the input (padding) are masked off, so they add nothing. xc (H, W) -> yc (OH, OW). */
+ * tap and row one dw_lanes and one FMA into 4 independent accumulators, which start at the
+ * bias and get the act before their one store. xc (H, W) -> yc (OH, OW). */
 __attribute__((target("avx512f,fma"))) static void dw_plane_avx512(const nano_conv_desc *d, const float *xc,
                                                                     const float *wc, float b,
                                                                     const nano_epilogue *ep, float *yc)
 {
+    const int H = d->H, W = d->W, OH = d->OH, OW = d->OW, kh = d->kh, kw = d->kw, sh = d->sh, sw = d->sw;
+    const int dh = d->dh, dw = d->dw, pt = d->pad_t, pl = d->pad_l, act = ep->act;
     __m512i step = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                      _mm512_set1_epi32(d->sw));
+                                      _mm512_set1_epi32(sw));
     __m512 lo = _mm512_set1_ps(ep->lo), hi = _mm512_set1_ps(ep->hi), zero = _mm512_setzero_ps();
-    for (int oh0 = 0; oh0 < d->OH; oh0 += 4) {
-        int rows = d->OH - oh0 < 4 ? d->OH - oh0 : 4;
-        for (int o0 = 0; o0 < d->OW; o0 += 16) {
-            int n = d->OW - o0 < 16 ? d->OW - o0 : 16;
-            __m512 acc[4] = {_mm512_set1_ps(b), _mm512_set1_ps(b), _mm512_set1_ps(b), _mm512_set1_ps(b)};
-            for (int j = 0; j < d->kw; j++) {
-                int iw = o0 * d->sw - d->pad_l + j * d->dw, u0, u1; /* lanes u0 .. u1-1 read the input */
-                nk_seg_range(iw, d->sw, d->W, n, &u0, &u1);
-                if (u0 >= u1) continue;
-                __mmask16 m = (__mmask16)(((1u << u1) - 1) & ~((1u << u0) - 1));
-                for (int i = 0; i < d->kh; i++) {
-                    __m512 w = _mm512_set1_ps(wc[i * d->kw + j]);
-#pragma GCC unroll 4
-                    for (int r = 0; r < 4; r++) {
-                        int ih = (oh0 + r) * d->sh - d->pad_t + i * d->dh;
-                        if (r >= rows || (unsigned)ih >= (unsigned)d->H) continue;
-                        const float *xr = xc + (size_t)ih * d->W + iw;
-                        __m512 v = d->sw == 1 ? _mm512_maskz_loadu_ps(m, xr)
-                                              : _mm512_mask_i32gather_ps(zero, m, step, xr, 4);
-                        acc[r] = _mm512_fmadd_ps(w, v, acc[r]);
-                    }
+    for (int oh0 = 0; oh0 < OH; oh0 += 4) {
+        int rows = OH - oh0 < 4 ? OH - oh0 : 4;
+        for (int o0 = 0; o0 < OW; o0 += 16) {
+            int n = OW - o0 < 16 ? OW - o0 : 16;
+            __m512 a0 = _mm512_set1_ps(b), a1 = a0, a2 = a0, a3 = a0; /* output rows oh0 .. oh0+3 */
+            for (int i = 0; i < kh; i++)
+                for (int j = 0; j < kw; j++) {
+                    __m512 w = _mm512_set1_ps(wc[i * kw + j]);
+                    int iw = o0 * sw - pl + j * dw, ih = oh0 * sh - pt + i * dh;
+#define DW_ROW(r, a)                                                                                     \
+    if (r < rows && (unsigned)(ih + r * sh) < (unsigned)H)                                               \
+        a = _mm512_fmadd_ps(w, dw_lanes(xc + (size_t)(ih + r * sh) * W, iw, sw, W, n, step), a);
+                    DW_ROW(0, a0) DW_ROW(1, a1) DW_ROW(2, a2) DW_ROW(3, a3)
+#undef DW_ROW
                 }
-            }
+            __m512 acc[4] = {a0, a1, a2, a3};
             for (int r = 0; r < rows; r++) {
-                float *yr = yc + (size_t)(oh0 + r) * d->OW + o0;
+                float *yr = yc + (size_t)(oh0 + r) * OW + o0;
                 __m512 x = acc[r];
-                if (ep->act == NANO_ACT_RELU) x = _mm512_max_ps(x, zero);
-                else if (ep->act == NANO_ACT_CLIP) x = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
+                if (act == NANO_ACT_RELU) x = _mm512_max_ps(x, zero);
+                else if (act == NANO_ACT_CLIP) x = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
                 _mm512_mask_storeu_ps(yr, (__mmask16)((1u << n) - 1), x);
-                if (!nk_act_inline(ep->act))
-                    for (int u = 0; u < n; u++) yr[u] = nk_act1(ep->act, ep->lo, ep->hi, yr[u]);
+                if (!nk_act_inline(act))
+                    for (int u = 0; u < n; u++) yr[u] = nk_act1(act, ep->lo, ep->hi, yr[u]);
             }
         }
     }
@@ -238,7 +255,7 @@ void nano_conv_run(const nano_conv *p, const float *x, float *y, void *scratch, 
         for (int g = 0; g < d->group; g++) {
             const float *xg = x + ((size_t)n * d->C + (size_t)g * p->Cg) * hw;
             float *yg = y + ((size_t)n * d->M + (size_t)g * p->Mg) * P;
-#pragma omp parallel for num_threads(nthreads) if (nthreads > 1 && panels > 1) schedule(dynamic, 1)
+#pragma omp parallel for num_threads(nthreads) if (nthreads > 1 && panels > 1 && (size_t)P * K >= 65536) schedule(dynamic, 1)
             for (int q = 0; q < panels; q++) {
                 int p0 = q * nr, cnt = P - p0 < nr ? P - p0 : nr;
                 float *dst = col + (size_t)q * nr * K;

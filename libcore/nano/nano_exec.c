@@ -87,6 +87,9 @@ static void release_pages(const nano_model *m, int t) {
     if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
+static nano_status prepare_packed(nano_model *m, int n, const float *Wf, const float *bias, nano_epilogue ep, char *err,
+                                  size_t errlen);
+
 static nano_status prepare_node(nano_model *m, int n, char *err, size_t errlen) {
     const nano_graph *g = m->g;
     const nano_node *nd = &g->nodes[n];
@@ -106,6 +109,26 @@ static nano_status prepare_node(nano_model *m, int n, char *err, size_t errlen) 
                  nano_op_name(nd->op), i);
     const float *bias = nd->nin >= 3 && nd->in[2] >= 0 ? fptr(m, nd->in[2]) : NULL;
     nano_epilogue ep = epilogue(&nd->a);
+    float *wide = NULL; /* a half-precision weight, widened for its packing only */
+    if (w->dtype == NANO_DT_F16 && !m->ptr[nd->in[1]]) {
+        size_t count = (size_t)nano_tensor_numel(w);
+        if (!(wide = malloc(count * sizeof *wide + 1)))
+            FAIL(NANO_E_NOMEM, "out of memory widening %s", nano_tensor_name(g, nd->in[1]));
+        nano_f16_to_f32_n(w->data, wide, count);
+    }
+    nano_status st = prepare_packed(m, n, wide ? wide : fptr(m, nd->in[1]), bias, ep, err, errlen);
+    free(wide);
+    release_pages(m, nd->in[1]);
+    return st;
+}
+
+/* Packs node n's weight W (f32, or int8 with its scales) for its kernel. */
+static nano_status prepare_packed(nano_model *m, int n, const float *Wf, const float *bias, nano_epilogue ep, char *err,
+                                  size_t errlen) {
+    const nano_graph *g = m->g;
+    const nano_node *nd = &g->nodes[n];
+    const char *nm = nano_node_name(g, n);
+    const nano_tensor *w = &g->tensors[nd->in[1]];
     size_t scratch = 0, held = 0;
     if (nd->op == NANO_OP_CONV) {
         nano_conv_desc d = conv_desc(g, nd);
@@ -117,7 +140,7 @@ static nano_status prepare_node(nano_model *m, int n, char *err, size_t errlen) 
             scratch = nano_qconv_scratch(p);
             held = nano_qconv_bytes(p);
         } else {
-            nano_conv *p = nano_conv_prepare(&d, fptr(m, nd->in[1]), bias, ep);
+            nano_conv *p = nano_conv_prepare(&d, Wf, bias, ep);
             if (!p) FAIL(NANO_E_NOMEM, "node %s: cannot prepare the convolution", nm);
             m->prep[n] = p;
             scratch = nano_conv_scratch(p);
@@ -148,7 +171,7 @@ static nano_status prepare_node(nano_model *m, int n, char *err, size_t errlen) 
             scratch = nano_qgemm_scratch(p, M);
             held = nano_qgemm_bytes(p);
         } else {
-            const float *W = fptr(m, nd->in[1]);
+            const float *W = Wf;
             float *tw = NULL;
             if (!a->trans_b || a->alpha != 1.0f) { /* to (N, K), alpha folded in */
                 tw = malloc((size_t)N * (size_t)K * sizeof *tw);
@@ -169,7 +192,6 @@ static nano_status prepare_node(nano_model *m, int n, char *err, size_t errlen) 
     }
     if (scratch > m->scratch_bytes) m->scratch_bytes = scratch;
     m->held_bytes += held;
-    release_pages(m, nd->in[1]);
     return NANO_OK;
 }
 
@@ -196,9 +218,21 @@ static nano_status setup(nano_model *m, char *err, size_t errlen) {
 #else
     m->threads = 1;
 #endif
+    /* A half-precision weight that only convolutions and GEMMs read is widened one at a
+     * time while they pack it (prepare_node); any other f16 constant (an embedding
+     * table a Gather reads) is widened once here and read as f32 by every op. */
+    char *packed_only = calloc((size_t)g->ntensors + 1, 1);
+    if (!packed_only) FAIL(NANO_E_NOMEM, "out of memory");
+    for (int t = 0; t < g->ntensors; t++) packed_only[t] = g->tensors[t].dtype == NANO_DT_F16;
+    for (int n = 0; n < g->nnodes; n++) {
+        const nano_node *nd = &g->nodes[n];
+        int packs = nd->op == NANO_OP_CONV || nd->op == NANO_OP_GEMM;
+        for (int i = 0; i < nd->nin; i++)
+            if (nd->in[i] >= 0 && !(packs && i == 1)) packed_only[nd->in[i]] = 0;
+    }
     for (int t = 0; t < g->ntensors; t++) {
         const nano_tensor *x = &g->tensors[t];
-        if (x->kind != NANO_T_CONST) continue;
+        if (x->kind != NANO_T_CONST || packed_only[t]) continue;
         if (x->dtype == NANO_DT_F16) {
             size_t n = (size_t)nano_tensor_numel(x);
             m->wide[t] = malloc(n * sizeof(float) + 1);
@@ -211,7 +245,7 @@ static nano_status setup(nano_model *m, char *err, size_t errlen) {
             m->ptr[t] = x->data;
         }
     }
-    /* f16 constants read by an op as f32 must look like f32 to it */
+    free(packed_only);
     for (int n = 0; n < g->nnodes; n++) {
         nano_status st = prepare_node(m, n, err, errlen);
         if (st != NANO_OK) return st;
@@ -355,6 +389,11 @@ static void run_matmul(const nano_model *m, const nano_node *nd) {
     if (nd->a.act) nano_act_apply(nd->a.act, nd->a.act_min, nd->a.act_max, y, y, (size_t)(batches * M * N), m->threads);
 }
 
+/* The bytes of one element of tensor t as the ops see it (widened halves are f32). */
+static size_t esize(const nano_model *m, int t) {
+    return m->wide[t] ? sizeof(float) : nano_dtype_size(m->g->tensors[t].dtype);
+}
+
 static nano_status run_node(nano_model *m, int n) {
     const nano_graph *g = m->g;
     const nano_node *nd = &g->nodes[n];
@@ -411,7 +450,7 @@ static nano_status run_node(nano_model *m, int n) {
     case NANO_OP_RESHAPE: case NANO_OP_IDENTITY:
         if (m->ptr[nd->in[0]] != m->ptr[nd->out[0]]) memcpy(m->ptr[nd->out[0]], m->ptr[nd->in[0]], nano_tensor_bytes(Y));
         break;
-    case NANO_OP_TRANSPOSE: nano_transpose(m->ptr[nd->in[0]], &xs, a->perm, m->ptr[nd->out[0]], nano_dtype_size(X->dtype), T); break;
+    case NANO_OP_TRANSPOSE: nano_transpose(m->ptr[nd->in[0]], &xs, a->perm, m->ptr[nd->out[0]], esize(m, nd->in[0]), T); break;
     case NANO_OP_CONCAT: {
         const void *srcs[NANO_MAX_IN];
         nano_shape shapes[NANO_MAX_IN];
@@ -419,10 +458,10 @@ static nano_status run_node(nano_model *m, int n) {
             srcs[i] = m->ptr[nd->in[i]];
             shapes[i] = shape_of(&g->tensors[nd->in[i]]);
         }
-        nano_concat(srcs, shapes, nd->nin, a->axis, m->ptr[nd->out[0]], nano_dtype_size(X->dtype));
+        nano_concat(srcs, shapes, nd->nin, a->axis, m->ptr[nd->out[0]], esize(m, nd->in[0]));
         break;
     }
-    case NANO_OP_SLICE: nano_slice(m->ptr[nd->in[0]], &xs, a->begin, a->step, m->ptr[nd->out[0]], &ys, nano_dtype_size(X->dtype)); break;
+    case NANO_OP_SLICE: nano_slice(m->ptr[nd->in[0]], &xs, a->begin, a->step, m->ptr[nd->out[0]], &ys, esize(m, nd->in[0])); break;
     case NANO_OP_SPLIT: {
         void *dst[NANO_MAX_OUT];
         nano_shape shapes[NANO_MAX_OUT];
@@ -430,14 +469,14 @@ static nano_status run_node(nano_model *m, int n) {
             dst[o] = m->ptr[nd->out[o]];
             shapes[o] = shape_of(&g->tensors[nd->out[o]]);
         }
-        nano_split(m->ptr[nd->in[0]], &xs, a->axis, dst, shapes, nd->nout, nano_dtype_size(X->dtype));
+        nano_split(m->ptr[nd->in[0]], &xs, a->axis, dst, shapes, nd->nout, esize(m, nd->in[0]));
         break;
     }
     case NANO_OP_GATHER: {
         const nano_tensor *I = &g->tensors[nd->in[1]];
         nano_shape is = shape_of(I);
         if (nano_gather(m->ptr[nd->in[0]], &xs, a->axis, m->ptr[nd->in[1]], I->dtype == NANO_DT_I64, &is,
-                        m->ptr[nd->out[0]], nano_dtype_size(X->dtype))) {
+                        m->ptr[nd->out[0]], esize(m, nd->in[0]))) {
             snprintf(m->error, sizeof m->error, "node %s (Gather): an index of %s is outside 0..%lld",
                      nano_node_name(g, n), nano_tensor_name(g, nd->in[1]), (long long)X->shape[a->axis] - 1);
             return NANO_E_ARG;
@@ -449,7 +488,9 @@ static nano_status run_node(nano_model *m, int n) {
         nano_layernorm(x, &xs, a->axis, fptr(m, nd->in[1]), nd->nin >= 3 && nd->in[2] >= 0 ? fptr(m, nd->in[2]) : NULL, a->eps, y, T);
         break;
     case NANO_OP_REDUCEMEAN: nano_reducemean(x, &xs, a->axes_mask, y, T); break;
-    case NANO_OP_CAST: nano_cast(m->ptr[nd->in[0]], X->dtype, m->ptr[nd->out[0]], a->to, ny); break;
+    case NANO_OP_CAST:
+        nano_cast(m->ptr[nd->in[0]], m->wide[nd->in[0]] ? NANO_DT_F32 : X->dtype, m->ptr[nd->out[0]], a->to, ny);
+        break;
     default:
         snprintf(m->error, sizeof m->error, "node %s: op %s cannot run", nano_node_name(g, n), nano_op_name(nd->op));
         return NANO_E_UNSUPPORTED;

@@ -332,7 +332,8 @@ void nk_f32_packed(nano_isa_level l, int M, int N, int K, const float *A, const 
         if (c < ncp) ncp = c < 1 ? 1 : c;
     }
     int nc = ncp * nr, nb = (N + nc - 1) / nc, tasks = mb * nb;
-#pragma omp parallel for num_threads(nthreads) if (nthreads > 1 && tasks > 1) schedule(dynamic, 1)
+    int par = nthreads > 1 && tasks > 1 && (double)M * N * K >= NK_PAR_MACS; /* else no parallel region */
+#pragma omp parallel for num_threads(nthreads) if (par) schedule(dynamic, 1)
     for (int t = 0; t < tasks; t++) {
         int i0 = (t / nb) * mc, j0 = (t % nb) * nc;
         int m = M - i0 < mc ? M - i0 : mc, n = N - j0 < nc ? N - j0 : nc;

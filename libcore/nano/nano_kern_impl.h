@@ -87,6 +87,10 @@ static inline void nk_store_tile(const float *t, int tld, float *c, int ldc, int
     }
 }
 
+/* Multiply-adds below which a product runs on the calling thread alone: a parallel
+ * region costs microseconds, more than such a product takes (results do not depend on it). */
+#define NK_PAR_MACS 262144.0
+
 static inline size_t nk_roundup(size_t x, size_t r)
 {
     return (x + r - 1) / r * r;

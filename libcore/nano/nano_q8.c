@@ -24,7 +24,8 @@
 
 #define QTILE 8 /* a task's tile: QTILE A panels × QTILE B panels */
 
-typedef void (*qukr_fn)(int kg, const void *a, const void *b, int32_t *t, int a_unsigned);
+/* n: the tile's valid columns; a kernel may skip the vectors past them (storing zeros). */
+typedef void (*qukr_fn)(int kg, const void *a, const void *b, int32_t *t, int a_unsigned, int n);
 /* y (m×n) from the int32 tile t (row stride tn); the channel is the row (conv) or the
  * column (gemm), zc/sc/bias offset to the tile's first. */
 typedef void (*qstore_fn)(const int32_t *t, int tn, float *y, int ldy, int m, int n, const int32_t *zc,
@@ -37,9 +38,9 @@ typedef struct qgeo {
 } qgeo;
 
 /* ---- micro-kernels: t (mr×nr, row stride nr) = A panel · B panel over kg k-groups ---- */
-static void qukr_portable(int kg, const void *a, const void *b, int32_t *t, int a_unsigned)
+static void qukr_portable(int kg, const void *a, const void *b, int32_t *t, int a_unsigned, int n)
 {
-    (void)a_unsigned;
+    (void)a_unsigned, (void)n;
     const int16_t *pa = a, *pb = b;
     int32_t acc[4][8] = {{0}};
     for (int k = 0; k < kg; k++, pa += 4, pb += 8)
@@ -54,14 +55,16 @@ static void qukr_portable(int kg, const void *a, const void *b, int32_t *t, int 
 #define TGT256 __attribute__((target("avx2,fma")))
 
 /* 12×32, g = 4: a row's 4 bytes broadcast, 16 columns × 4 bytes per vector. The unsigned
- * operand (u8 activations) goes first to vpdpbusd, whichever side it is on. */
-INLINE TGTVNNI void qukr_vnni_body(const int AU, int kg, const uint8_t *a, const uint8_t *b, int32_t *t)
+ * operand (u8 activations) goes first to vpdpbusd, whichever side it is on. NV
+ * (compile-time) vectors computed: 1 when the tile has ≤ 16 valid columns (small OH·OW). */
+INLINE TGTVNNI void qukr_vnni_body(const int AU, const int NV, int kg, const uint8_t *a, const uint8_t *b,
+                                   int32_t *t)
 {
     __m512i acc[12][2];
 #pragma GCC unroll 12
     for (int i = 0; i < 12; i++) acc[i][0] = acc[i][1] = _mm512_setzero_si512();
     for (int q = 0; q < kg; q++, a += 48, b += 128) {
-        __m512i b0 = _mm512_loadu_si512(b), b1 = _mm512_loadu_si512(b + 64);
+        __m512i b0 = _mm512_loadu_si512(b), b1 = NV == 2 ? _mm512_loadu_si512(b + 64) : b0;
 #pragma GCC unroll 12
         for (int i = 0; i < 12; i++) {
             int32_t v;
@@ -69,10 +72,10 @@ INLINE TGTVNNI void qukr_vnni_body(const int AU, int kg, const uint8_t *a, const
             __m512i ai = _mm512_set1_epi32(v);
             if (AU) {
                 acc[i][0] = _mm512_dpbusd_epi32(acc[i][0], ai, b0);
-                acc[i][1] = _mm512_dpbusd_epi32(acc[i][1], ai, b1);
+                if (NV == 2) acc[i][1] = _mm512_dpbusd_epi32(acc[i][1], ai, b1);
             } else {
                 acc[i][0] = _mm512_dpbusd_epi32(acc[i][0], b0, ai);
-                acc[i][1] = _mm512_dpbusd_epi32(acc[i][1], b1, ai);
+                if (NV == 2) acc[i][1] = _mm512_dpbusd_epi32(acc[i][1], b1, ai);
             }
         }
     }
@@ -83,16 +86,19 @@ INLINE TGTVNNI void qukr_vnni_body(const int AU, int kg, const uint8_t *a, const
     }
 }
 
-static TGTVNNI void qukr_vnni(int kg, const void *a, const void *b, int32_t *t, int a_unsigned)
+static TGTVNNI void qukr_vnni(int kg, const void *a, const void *b, int32_t *t, int a_unsigned, int n)
 {
-    if (a_unsigned) qukr_vnni_body(1, kg, a, b, t);
-    else qukr_vnni_body(0, kg, a, b, t);
+    if (n <= 16) {
+        if (a_unsigned) qukr_vnni_body(1, 1, kg, a, b, t);
+        else qukr_vnni_body(0, 1, kg, a, b, t);
+    } else if (a_unsigned) qukr_vnni_body(1, 2, kg, a, b, t);
+    else qukr_vnni_body(0, 2, kg, a, b, t);
 }
 
 /* 6×16, g = 2, int16: vpmaddwd sums a k pair into an int32 lane exactly. */
-static TGT256 void qukr_avx2(int kg, const void *a, const void *b, int32_t *t, int a_unsigned)
+static TGT256 void qukr_avx2(int kg, const void *a, const void *b, int32_t *t, int a_unsigned, int n)
 {
-    (void)a_unsigned;
+    (void)a_unsigned, (void)n;
     const int16_t *pa = a, *pb = b;
     __m256i acc[6][2];
 #pragma GCC unroll 6
@@ -118,9 +124,9 @@ static TGT256 void qukr_avx2(int kg, const void *a, const void *b, int32_t *t, i
 
 #if defined(__aarch64__)
 /* 8×8, g = 1, int16: acc (int32×4) += b (4 columns) · a[lane i]. */
-static void qukr_neon(int kg, const void *a, const void *b, int32_t *t, int a_unsigned)
+static void qukr_neon(int kg, const void *a, const void *b, int32_t *t, int a_unsigned, int n)
 {
-    (void)a_unsigned;
+    (void)a_unsigned, (void)n;
     const int16_t *pa = a, *pb = b;
     int32x4_t acc[8][2];
     for (int i = 0; i < 8; i++) acc[i][0] = acc[i][1] = vdupq_n_s32(0);
@@ -326,16 +332,16 @@ static void q_packed(const qgeo *q, int M, int N, int Kp, const uint8_t *A, cons
         nc = (c < 1 ? 1 : c > QTILE ? QTILE : c) * nr;
         nb = (N + nc - 1) / nc;
     }
-    int tasks = mb * nb;
+    int tasks = mb * nb, par = nthreads > 1 && tasks > 1 && (double)M * N * Kp >= NK_PAR_MACS;
     size_t aps = panel_bytes(q, mr, Kp), bps = panel_bytes(q, nr, Kp);
-#pragma omp parallel for num_threads(nthreads) if (nthreads > 1 && tasks > 1) schedule(dynamic, 1)
+#pragma omp parallel for num_threads(nthreads) if (par) schedule(dynamic, 1)
     for (int tk = 0; tk < tasks; tk++) {
         _Alignas(64) int32_t t[12 * 32];
         int i0 = (tk / nb) * mc, j0 = (tk % nb) * nc;
         int i1 = M < i0 + mc ? M : i0 + mc, j1 = N < j0 + nc ? N : j0 + nc;
         for (int j = j0; j < j1; j += nr)
             for (int i = i0; i < i1; i += mr) {
-                q->ukr(kg, A + (size_t)(i / mr) * aps, B + (size_t)(j / nr) * bps, t, a_unsigned);
+                q->ukr(kg, A + (size_t)(i / mr) * aps, B + (size_t)(j / nr) * bps, t, a_unsigned, j1 - j < nr ? j1 - j : nr);
                 int c = rows ? i : j;
                 q->store(t, nr, Y + (size_t)i * ldy + j, ldy, i1 - i < mr ? i1 - i : mr, j1 - j < nr ? j1 - j : nr,
                        ch->zc + c, ch->sc + c, ch->bias ? ch->bias + c : NULL, rows, ep);
@@ -582,7 +588,7 @@ void nano_qconv_run(const nano_qconv *p, const float *x, float *y, void *scratch
     for (int n = 0; n < d->N; n++) {
         const float *xn = x + (size_t)n * chw;
         int chunks = (int)((chw + 4095) / 4096);
-#pragma omp parallel for num_threads(nthreads) if (nthreads > 1 && chunks > 1) schedule(dynamic, 1)
+#pragma omp parallel for num_threads(nthreads) if (nthreads > 1 && chunks > 4) schedule(dynamic, 1)
         for (int ck = 0; ck < chunks; ck++) {
             size_t e = (size_t)(ck + 1) * 4096 < chw ? (size_t)(ck + 1) * 4096 : chw;
             quant_n(p->level, xn + (size_t)ck * 4096, e - (size_t)ck * 4096, p->x_scale, p->x_zero, qx + (size_t)ck * 4096);
@@ -590,7 +596,7 @@ void nano_qconv_run(const nano_qconv *p, const float *x, float *y, void *scratch
         if (p->dw) { qconv_dw(p, qx, y + (size_t)n * d->M * P, nthreads); continue; }
         for (int g = 0; g < d->group; g++) {
             const uint8_t *qg = qx + (size_t)g * p->Cg * hw;
-#pragma omp parallel for num_threads(nthreads) if (nthreads > 1 && panels > 1) schedule(dynamic, 1)
+#pragma omp parallel for num_threads(nthreads) if (nthreads > 1 && panels > 1 && (size_t)P * p->Kp >= 65536) schedule(dynamic, 1)
             for (int pi = 0; pi < panels; pi++) {
                 int p0 = pi * nr;
                 qim2col_panel(p, qg, p0, P - p0 < nr ? P - p0 : nr, col + (size_t)pi * bps);

@@ -160,6 +160,8 @@ static nano_status infer_node(nano_graph *g, int n, char *err, size_t errlen) {
         if (nd->in[i] >= 0) {
             in[i] = shape_of(&g->tensors[nd->in[i]]);
             dt[i] = g->tensors[nd->in[i]].dtype;
+            /* half-precision constants are widened at load: every op reads them as f32 */
+            if (dt[i] == NANO_DT_F16 && g->tensors[nd->in[i]].kind == NANO_T_CONST) dt[i] = NANO_DT_F32;
         }
     NEED(nd->nin >= 1 && nd->in[0] >= 0, "%s", "its first input is missing");
     shp o = in[0];

@@ -48,6 +48,12 @@ for dir in "$W"/m/*/; do
         --input "$input=$dir/input.npy" --ref "$dir/ref.npy"
 done
 
+# fp16 weights where a Gather reads them too (GPT-2's tied embedding): within 1e-2
+check "gpt2: deploy fp16" $DEPLOY edge --model "$W/m/gpt2/model.onnx" --quantize fp16 --output "$W/g16.neb"
+check "gpt2: fp16 infer" $INFER "$W/g16.neb" --input "$W/m/gpt2/input.npy" --output "$W/g16.npy" --repeat 1 --warmup 0
+check "gpt2: fp16 vs onnxruntime within 1e-2" "$PY" validation/deploy/ort_compare.py "$W/m/gpt2/model.onnx" "$W/g16.npy" \
+    --input "input=$W/m/gpt2/input.npy" --rtol 1e-2
+
 # the trained digits net: fp32 reproduces PyTorch's top-1; int8 and fp16 within the budget
 D=$W/d
 torch_top1=$(awk '/pytorch_top1/{print $2}' "$W/digits.txt")
