@@ -11,7 +11,7 @@
 expect "table dgc: a bad rate is named" 2 "bad rate '5gbps'" -- $BENCH table dgc --rates 5gbps
 expect "table dgc: an unknown model is named" 2 "unknown model 'gpt3'" -- $BENCH table dgc --models gpt3
 expect "table dgc: too few steps" 2 "--steps must be an integer >= 3" -- $BENCH table dgc --steps 2
-expect "table: only dgc, fed, hetero, hybrid, models, privacy and versioning" 2 "expected 'table dgc', 'table fed', 'table hetero', 'table hybrid', 'table models', 'table privacy' or 'table versioning'" -- $BENCH table comm
+expect "table: only dgc, edge, fed, hetero, hybrid, models, privacy and versioning" 2 "expected 'table dgc', 'table edge', 'table fed', 'table hetero', 'table hybrid', 'table models', 'table privacy' or 'table versioning'" -- $BENCH table comm
 if [ "$(id -u)" -ne 0 ]; then
     expect "table dgc without root says it skipped" 0 "skipped" -- $BENCH table dgc --models gpt2-tiny
     finish; exit
