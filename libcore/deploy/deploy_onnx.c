@@ -13,7 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "deploy/deploy_onnx_impl.h"
 
@@ -474,8 +476,14 @@ static nano_status check_override_names(onnx_imp *im, const char *spec) {
 }
 
 static nano_status read_file(const char *path, uint8_t **buf, size_t *len, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno)); return NANO_E_IO; }
+    /* O_NONBLOCK: a FIFO named as the model is refused below instead of blocking the open */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+    if (!f) {
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return NANO_E_IO;
+    }
     struct stat sb;
     if (fstat(fileno(f), &sb) || !S_ISREG(sb.st_mode)) {
         fclose(f);

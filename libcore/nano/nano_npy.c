@@ -11,9 +11,12 @@
 #include "nano.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define BAD(...) do { snprintf(err, errlen, __VA_ARGS__); st = NANO_E_FORMAT; goto fail; } while (0)
 
@@ -36,9 +39,18 @@ nano_status nano_npy_read(const char *path, nano_npy *out, char *err, size_t err
     nano_status st = NANO_OK;
     char *hdr = NULL;
     void *raw = NULL;
-    FILE *f = fopen(path, "rb");
+    /* O_NONBLOCK: a FIFO is refused below (not a regular file) instead of blocking the open */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
     if (!f) {
         snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return NANO_E_IO;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
+        fclose(f);
+        snprintf(err, errlen, "%s is not a regular file", path);
         return NANO_E_IO;
     }
     unsigned char pre[12];
@@ -161,15 +173,26 @@ nano_status nano_npy_write(const char *path, int dtype, int ndim, const int64_t 
     memcpy(hdr + 10, dict, (size_t)k);
     memset(hdr + 10 + k, ' ', (size_t)pad);
     hdr[10 + k + pad] = '\n';
-    FILE *f = fopen(path, "wb");
+    /* a fresh temporary beside path (O_EXCL, never through a link), renamed once whole */
+    char tmp[4096];
+    int len = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    if (len < 0 || (size_t)len >= sizeof tmp) {
+        snprintf(err, errlen, "path too long: %s", path);
+        return NANO_E_ARG;
+    }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
     if (!f) {
-        snprintf(err, errlen, "cannot create %s: %s", path, strerror(errno));
+        snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+        if (fd >= 0) close(fd);
         return NANO_E_IO;
     }
     size_t bytes = (size_t)n * nano_dtype_size(dtype);
     int ok = fwrite(hdr, 1, (size_t)(10 + hl), f) == (size_t)(10 + hl) && fwrite(data, 1, bytes, f) == bytes;
-    if (fclose(f) || !ok) {
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path)) {
         snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        unlink(tmp);
         return NANO_E_IO;
     }
     return NANO_OK;

@@ -280,8 +280,11 @@ nano_status neb_write(const nano_graph *g, const char *path, char *err, size_t e
         st = NANO_E_ARG;
         goto release;
     }
-    wbuf w = {fopen(tmp, "wb"), 0, 0};
+    /* a fresh name (O_EXCL, never through a link) beside the target, renamed once whole */
+    int tfd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    wbuf w = {tfd >= 0 ? fdopen(tfd, "wb") : NULL, 0, 0};
     if (!w.f) {
+        if (tfd >= 0) close(tfd);
         snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
         st = NANO_E_IO;
         goto release;
@@ -489,7 +492,7 @@ nano_status neb_read(nano_graph *g, const char *path, void **map, size_t *map_le
     nano_graph_init(g);
     *map = NULL;
     *map_len = 0;
-    int fd = open(path, O_RDONLY);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* a FIFO is refused below, not waited on */
     if (fd < 0) {
         snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
         return NANO_E_IO;

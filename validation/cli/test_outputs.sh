@@ -97,6 +97,20 @@ W libcore/train/observe/metrics.c | open(path, O_RDWR | O_NOFOLLOW | RUN_DIR/met
 W libcore/train/observe/profile.c | path_write_atomic(path, "profile" | RUN_DIR/profile.json, the run's own file
 W libcore/train/observe/profile.c | path_write_atomic(p->shapes_path | profile.shapes: shapes_check (path_output_check) at setup
 R apps/chaos/check.c | open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC) | O_NONBLOCK, then refused unless regular (fstat)
+R libcore/deploy/deploy_onnx.c | open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC) | nebula-deploy --model: O_NONBLOCK, then refused unless regular (fstat), size-checked before it is read
+R libcore/nano/nano_npy.c | open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC) | .npy inputs and data sets: O_NONBLOCK, then refused unless regular (fstat)
+R libcore/nano/neb_format.c | open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC) | .neb models: O_NONBLOCK, refused unless regular (fstat), mapped read-only and checked whole
+W libcore/nano/neb_format.c | open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644) | nebula-deploy --output: a fresh temporary beside it (O_EXCL, O_NOFOLLOW)
+W libcore/nano/neb_format.c | rename(tmp, path) | that temporary, fsync'd, renamed over --output (a rename replaces a link, never writes its target)
+W libcore/nano/nano_npy.c | open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644) | nebula-infer --output: a fresh temporary beside it (O_EXCL, O_NOFOLLOW)
+W libcore/nano/nano_npy.c | rename(tmp, path) | that temporary renamed over --output once whole
+W libcore/deploy/deploy_onnx.c | fdopen(fd, "rb") | a stream over the read-only descriptor opened just above (read site listed)
+W libcore/nano/nano_npy.c | fdopen(fd, "rb") | a stream over the read-only descriptor opened just above (read site listed)
+W libcore/nano/nano_npy.c | fdopen(fd, "wb") | a stream over the fresh temporary opened just above
+W libcore/nano/neb_format.c | fdopen(tfd, "wb") | a stream over the fresh temporary opened just above
+W libcore/deploy/deploy_onnx_export.c | mkstemp(tmp) | nebula-deploy export --output: a fresh temporary beside it (mkstemp: O_EXCL)
+W libcore/deploy/deploy_onnx_export.c | fdopen(fd, "wb") | that temporary
+W libcore/deploy/deploy_onnx_export.c | rename(tmp, path) | that temporary, fsync'd, renamed over --output (a rename replaces a link, never writes its target)
 R apps/chaos/launch.c | open(path, O_RDONLY | O_CLOEXEC) | nebula-chaos's own files (rank registry, its run's heartbeat)
 R apps/chaos/launch.c | fopen(log, "r") | its own launch logs
 R apps/chaos/ranks.c | open(path, O_RDONLY | O_CLOEXEC) | the rank registry it wrote
