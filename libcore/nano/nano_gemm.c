@@ -278,6 +278,13 @@ void nk_pack_rk(const float *src, size_t ld, int rows, int kc, int R, float *dst
         int r = rows - p < R ? rows - p : R;
         const float *s = src + (size_t)p * ld;
         if (r < R) memset(dst, 0, (size_t)R * kc * sizeof *dst);
+        const float *row[16];
+        if (R <= 16) { /* k outer: the writes run in order and each row is read in order */
+            for (int i = 0; i < r; i++) row[i] = s + (size_t)i * ld;
+            for (int k = 0; k < kc; k++)
+                for (int i = 0; i < r; i++) dst[(size_t)k * R + i] = row[i][k];
+            continue;
+        }
         for (int i = 0; i < r; i++)
             for (int k = 0; k < kc; k++) dst[(size_t)k * R + i] = s[(size_t)i * ld + k];
     }

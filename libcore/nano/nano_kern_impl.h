@@ -17,6 +17,7 @@
 
 #include "nano_graph.h"
 #include "nano_kern.h"
+#include "nano_ops.h"
 
 /* ---- test hooks (nano_isa.c) ------------------------------------------------------ */
 /* The best level this CPU has (ignores NEBULA_NANO_ISA). */
@@ -59,12 +60,12 @@ static inline int nk_act_inline(int act)
     return act == NANO_ACT_NONE || act == NANO_ACT_RELU || act == NANO_ACT_CLIP;
 }
 
-/* The transcendental acts over an m×n tile (row stride ld) just stored. */
+/* The transcendental acts over an m×n tile (row stride ld) just stored: the light ops'
+ * vectorised functions (nano_ops.c), within a few ulp of nk_act1. */
 static inline void nk_act_tile(float *c, int ld, int m, int n, int act, float lo, float hi)
 {
     if (nk_act_inline(act)) return;
-    for (int i = 0; i < m; i++)
-        for (int j = 0; j < n; j++) c[(size_t)i * ld + j] = nk_act1(act, lo, hi, c[(size_t)i * ld + j]);
+    nano_act_rows(act, lo, hi, c, (size_t)ld, m, n);
 }
 
 /* Scalar store of a computed tile t (m×n valid of a tile with row stride tld) into c:

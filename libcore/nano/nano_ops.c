@@ -26,23 +26,23 @@ enum { PAR_MIN = 32768, /* elements below which one thread does the work */
 
 /* ---- scalar building blocks (inlined into the vector loops) -------------------------- */
 
-static inline uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-static inline float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+NANO_INLINE uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+NANO_INLINE float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 /* c ? a : b without control flow (c is 0 or 1) */
-static inline float fsel(int c, float a, float b)
+NANO_INLINE float fsel(int c, float a, float b)
 {
     uint32_t m = 0u - (uint32_t)c;
     return u2f((f2u(a) & m) | (f2u(b) & ~m));
 }
-static inline float fabs_bits(float x) { return u2f(f2u(x) & 0x7fffffffu); }
+NANO_INLINE float fabs_bits(float x) { return u2f(f2u(x) & 0x7fffffffu); }
 /* |a| with the sign of s */
-static inline float with_sign(float a, float s) { return u2f(f2u(a) | (f2u(s) & 0x80000000u)); }
+NANO_INLINE float with_sign(float a, float s) { return u2f(f2u(a) | (f2u(s) & 0x80000000u)); }
 
 /* exp(x + lo) = p·s1·s2 (|lo| tiny next to |x|): x = k·ln2 + r, |r| <= ln2/2, p = e^r by a degree-6 polynomial (2.5e-9),
  * and 2^k as two normal factors s1, s2, so that a product f·exp(x) taken as ((f·p)·s1)·s2
  * rounds once even where it is subnormal. Overflows to inf above 88.72, is exactly 0 below
  * -120; NaN stays NaN. */
-static inline float nexp_parts(float x, float lo, float *s1, float *s2)
+NANO_INLINE float nexp_parts(float x, float lo, float *s1, float *s2)
 {
     int under = x < -120.0f; /* e^x < 2^-173: 0, even times a factor below 2^22 */
     x = fsel(under, -120.0f, x);
@@ -65,7 +65,7 @@ static inline float nexp_parts(float x, float lo, float *s1, float *s2)
     return p;
 }
 
-static inline float nexp(float x)
+NANO_INLINE float nexp(float x)
 {
     float s1, s2, p = nexp_parts(x, 0.0f, &s1, &s2);
     return p * s1 * s2;
@@ -73,7 +73,7 @@ static inline float nexp(float x)
 
 /* erfc(z) = t·exp(P(t) - z²) for z >= 0, t = 1/(1 + z/2): sets *t and returns P(t).
  * P is log(erfc(z)·e^{z²}/t) on z in [0, 10.1] (erfc underflows beyond) to 1e-8. */
-static inline float erfc_logpart(float z, float *t)
+NANO_INLINE float erfc_logpart(float z, float *t)
 {
     float tt = 1.0f / (1.0f + 0.5f * z);
     float u = tt * 2.3960396039603959f - 1.3960396039603959f; /* t's range onto [-1, 1] */
@@ -93,7 +93,7 @@ static inline float erfc_logpart(float z, float *t)
 }
 
 /* erf: z·E(z²) for |z| < 1 (E fitted on [0, 1], 1.3e-9), else ±(1 - erfc(|z|)). */
-static inline float nerf(float x)
+NANO_INLINE float nerf(float x)
 {
     float a = fabs_bits(x), s = x * x;
     float e = 7.875875047e-05f;
@@ -112,7 +112,7 @@ static inline float nerf(float x)
  * ah² + al·(2ah + al), ah = a to 12 bits, so that -ah²/2 is exact and the rest is carried
  * into exp as a low-order part: the tail keeps its relative accuracy (1 + erf would cancel,
  * and a rounded a²/2 would cost U·a²/2). Φ(x) = 1 - Φ(-x) for x >= 0. */
-static inline float ngelu(float x)
+NANO_INLINE float ngelu(float x)
 {
     float a = fabs_bits(x);
     a = fsel(a < 20.0f, a, 20.0f); /* Φ(-20) is 0 in float; keeps inf out of a² */
@@ -128,7 +128,7 @@ static inline float ngelu(float x)
 
 /* tanh-approximated GELU 0.5x(1 + tanh(v/2)) = x·σ(v), v = 2√(2/π)(x + 0.044715x³): no
  * cancellation for negative x, and e^{-|v|} never overflows. */
-static inline float ngelu_tanh(float x)
+NANO_INLINE float ngelu_tanh(float x)
 {
     float v = x * (1.5957691216057308f + 0.0713548162726f * (x * x));
     float s1, s2, p = nexp_parts(-fabs_bits(v), 0.0f, &s1, &s2);
@@ -136,14 +136,14 @@ static inline float ngelu_tanh(float x)
     return fsel(v >= 0.0f, x * r, x * r * p * s1 * s2);
 }
 
-static inline float nsigmoid(float x)
+NANO_INLINE float nsigmoid(float x)
 {
     float e = nexp(-fabs_bits(x)), r = 1.0f / (1.0f + e);
     return fsel(x >= 0.0f, r, e * r);
 }
 
 /* tanh: x·T(x²) for |x| < 0.625 (T fitted, 4e-9), else ±(1 - e)/(1 + e), e = exp(-2|x|). */
-static inline float ntanh(float x)
+NANO_INLINE float ntanh(float x)
 {
     float a = fabs_bits(x), s = x * x;
     float p = -5.657135206e-03f;
@@ -159,7 +159,7 @@ static inline float ntanh(float x)
 /* ---- element-wise ---------------------------------------------------------------------- */
 
 /* y[0..n) = f(x[0..n)), one thread (x == y allowed). */
-static void act_run(int act, float lo, float hi, const float *x, float *y, size_t n)
+NANO_CLONES static void act_run(int act, float lo, float hi, const float *x, float *y, size_t n)
 {
     switch (act) {
     case NANO_ACT_RELU:
@@ -204,6 +204,11 @@ static void flat_run(int act, float lo, float hi, const float *x, float *y, size
         size_t i0 = (size_t)b * BLK, len = n - i0 < BLK ? n - i0 : BLK;
         act_run(act, lo, hi, x + i0, y + i0, len);
     }
+}
+
+void nano_act_rows(int act, float lo, float hi, float *c, size_t ld, int m, int n)
+{
+    for (int i = 0; i < m; i++) act_run(act, lo, hi, c + (size_t)i * ld, c + (size_t)i * ld, (size_t)n);
 }
 
 void nano_act_apply(int act, float lo, float hi, const float *x, float *y, size_t n, int nthreads)
@@ -418,7 +423,7 @@ void nano_where(const uint8_t *c, const nano_shape *cs, const float *x, const na
 /* ---- softmax ----------------------------------------------------------------------------- */
 
 /* One row of k contiguous values. The sum is in double (16 lanes). */
-static void softmax_row(const float *x, float *y, int64_t k)
+NANO_CLONES static void softmax_row(const float *x, float *y, int64_t k)
 {
     float mv[16];
     for (int j = 0; j < 16; j++) mv[j] = x[0];
@@ -441,7 +446,7 @@ static void softmax_row(const float *x, float *y, int64_t k)
 /* Columns [j0, j0 + n) of one (k, inner) slab: each column is a softmax over k values
  * inner apart, vectorised across the columns. */
 enum { SCOLS = 256 };
-static void softmax_cols(const float *x, float *y, int64_t k, int64_t inner, int64_t n)
+NANO_CLONES static void softmax_cols(const float *x, float *y, int64_t k, int64_t inner, int64_t n)
 {
     float mx[SCOLS];
     double sm[SCOLS];

@@ -22,6 +22,9 @@ typedef struct nano_shape {
 /* y = f(x) element-wise, n elements; f is a nano_act (RELU, CLIP with lo/hi, GELU,
  * GELU_TANH, SIGMOID, TANH) — also the epilogue of ops that fuse one. */
 void nano_act_apply(int act, float lo, float hi, const float *x, float *y, size_t n, int nthreads);
+/* The same f in place over an m×n block of rows ld apart, on the calling thread: the
+ * epilogue of the GEMM and convolution tiles (whose scalar reference is nk_act1). */
+void nano_act_rows(int act, float lo, float hi, float *c, size_t ld, int m, int n);
 /* y = erf(x), y = sqrt(x) */
 void nano_erf(const float *x, float *y, size_t n, int nthreads);
 void nano_sqrt(const float *x, float *y, size_t n, int nthreads);
