@@ -17,7 +17,7 @@
 #include <immintrin.h>
 #endif
 
-typedef enum { CONV_GEMM = 0, CONV_1X1 = 1, CONV_DW = 2 } conv_kind;
+typedef enum { CONV_GEMM = 0, CONV_1X1 = 1, CONV_DW = 2, CONV_WINO = 3 } conv_kind;
 
 struct nano_conv {
     nano_conv_desc d;
@@ -43,14 +43,20 @@ nano_conv *nano_conv_prepare(const nano_conv_desc *d, const float *W, const floa
     else if (d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && !d->pad_t && !d->pad_l && !d->pad_b &&
              !d->pad_r)
         p->kind = CONV_1X1;
-    p->wg = p->kind == CONV_DW ? (size_t)p->K : nk_roundup((size_t)p->Mg, (size_t)p->mr) * (size_t)p->K;
+    else if (nk_wino_ok(d, p->nr))
+        p->kind = CONV_WINO;
+    p->wg = p->kind == CONV_DW     ? (size_t)p->K
+            : p->kind == CONV_WINO ? nk_wino_wfloats(d, p->mr)
+                                   : nk_roundup((size_t)p->Mg, (size_t)p->mr) * (size_t)p->K;
     p->Wp = aligned_alloc(64, nk_roundup(p->wg * d->group * sizeof(float), 64));
     if (bias) p->bias = malloc((size_t)d->M * sizeof(float));
     if (!p->Wp || (bias && !p->bias)) { nano_conv_free(p); return NULL; }
     if (bias) memcpy(p->bias, bias, (size_t)d->M * sizeof(float));
     if (p->kind == CONV_DW)
         memcpy(p->Wp, W, (size_t)d->M * p->K * sizeof(float));
-    else
+    else if (p->kind == CONV_WINO) {
+        if (nk_wino_pack(d, W, p->mr, p->Wp)) { nano_conv_free(p); return NULL; }
+    } else
         for (int g = 0; g < d->group; g++)
             nk_pack_rk(W + (size_t)g * p->Mg * p->K, (size_t)p->K, p->Mg, p->K, p->mr, p->Wp + g * p->wg);
     return p;
@@ -73,6 +79,7 @@ size_t nano_conv_bytes(const nano_conv *p)
 size_t nano_conv_scratch(const nano_conv *p)
 {
     if (!p || p->kind == CONV_DW) return 0;
+    if (p->kind == CONV_WINO) return nk_wino_scratch(&p->d, p->nr);
     return nk_roundup((size_t)p->d.OH * p->d.OW, (size_t)p->nr) * (size_t)p->K * sizeof(float) + 64;
 }
 
@@ -248,6 +255,7 @@ void nano_conv_run(const nano_conv *p, const float *x, float *y, void *scratch, 
 {
     const nano_conv_desc *d = &p->d;
     if (p->kind == CONV_DW) { conv_dw(p, x, y, nthreads); return; }
+    if (p->kind == CONV_WINO) { nk_wino_run(p->level, d, p->Wp, p->bias, &p->ep, x, y, scratch, nthreads); return; }
     float *col = (float *)nk_roundup((size_t)(uintptr_t)scratch, 64);
     int P = d->OH * d->OW, nr = p->nr, K = p->K, panels = (P + nr - 1) / nr;
     size_t hw = (size_t)d->H * d->W;

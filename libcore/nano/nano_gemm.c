@@ -272,19 +272,32 @@ void nk_f32_geom(nano_isa_level l, int *mr, int *nr)
     pick_ukr(l, mr, nr);
 }
 
+#if defined(__x86_64__)
+/* One panel of r <= R <= 16 rows with AVX-512: per k a gather down the rows (lanes past r
+ * zero) and a masked store of R floats. */
+static TGT512 void pack_rk_512(const float *s, size_t ld, int r, int kc, int R, float *dst)
+{
+    __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                     _mm512_set1_epi32((int)ld));
+    __mmask16 mr = (__mmask16)((1u << r) - 1), mR = (__mmask16)((1u << R) - 1);
+    for (int k = 0; k < kc; k++)
+        _mm512_mask_storeu_ps(dst + (size_t)k * R, mR, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mr, idx, s + k, 4));
+}
+#endif
+
 void nk_pack_rk(const float *src, size_t ld, int rows, int kc, int R, float *dst)
 {
+#if defined(__x86_64__)
+    if (R <= 16 && (size_t)(R - 1) * ld < 0x7fffffff / 4 && nano_isa() >= NANO_ISA_AVX512) {
+        for (int p = 0; p < rows; p += R, dst += (size_t)R * kc)
+            pack_rk_512(src + (size_t)p * ld, ld, rows - p < R ? rows - p : R, kc, R, dst);
+        return;
+    }
+#endif
     for (int p = 0; p < rows; p += R, dst += (size_t)R * kc) {
         int r = rows - p < R ? rows - p : R;
         const float *s = src + (size_t)p * ld;
         if (r < R) memset(dst, 0, (size_t)R * kc * sizeof *dst);
-        const float *row[16];
-        if (R <= 16) { /* k outer: the writes run in order and each row is read in order */
-            for (int i = 0; i < r; i++) row[i] = s + (size_t)i * ld;
-            for (int k = 0; k < kc; k++)
-                for (int i = 0; i < r; i++) dst[(size_t)k * R + i] = row[i][k];
-            continue;
-        }
         for (int i = 0; i < r; i++)
             for (int k = 0; k < kc; k++) dst[(size_t)k * R + i] = s[(size_t)i * ld + k];
     }
@@ -320,9 +333,11 @@ void nk_f32_block(nano_isa_level l, int m, int n, int kc, const float *A, size_t
                 pe = &e;
             }
             ukr(kc, a, B, c, ldc, mm, nn, accum, pe);
-            if (ep) nk_act_tile(c, ldc, mm, nn, ep->act, ep->lo, ep->hi);
         }
     }
+    /* the transcendental acts over the whole block: rows of n give their vector loop the
+     * independent iterations a micro-tile's 32 columns do not */
+    if (ep) nk_act_tile(C, ldc, m, n, ep->act, ep->lo, ep->hi);
 }
 
 void nk_f32_packed(nano_isa_level l, int M, int N, int K, const float *A, const float *B, float *C, int ldc,

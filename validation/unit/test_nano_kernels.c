@@ -478,6 +478,11 @@ static void suite(void)
         mkdesc(1, 64, 6, 5, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1),   /* K = 576: K blocks */
         mkdesc(1, 2, 5, 5, 3, 5, 5, 1, 1, 1, 1, 0, 0, 0, 0, 1),     /* 1×1 output */
         mkdesc(1, 3, 20, 21, 5, 1, 1, 2, 3, 1, 1, 0, 0, 1, 0, 1),   /* 1×1 strided, padded */
+        mkdesc(1, 32, 7, 9, 20, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1),   /* Winograd: odd output, edge tiles */
+        mkdesc(2, 17, 12, 5, 33, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0, 1),  /* Winograd: no pads, N = 2 */
+        mkdesc(1, 24, 10, 11, 16, 3, 3, 1, 1, 1, 1, 2, 1, 0, 3, 1), /* Winograd: asymmetric pads */
+        mkdesc(1, 16, 70, 66, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1), /* Winograd: several tile blocks */
+        mkdesc(1, 300, 5, 6, 70, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1),  /* Winograd: C > the K block */
     };
     int nc = (int)(sizeof cs / sizeof cs[0]);
     for (int i = 0; i < nc; i++)
