@@ -25,6 +25,7 @@ struct nano_conv {
     nano_isa_level level;
     conv_kind kind;
     int mr, nr, Mg, Cg, K; /* K = Cg·kh·kw */
+    int wm;                /* CONV_WINO: the output tile m of F(m×m, 3×3) */
     float *bias;           /* (M) or NULL */
     float *Wp;             /* per group ceil(Mg/mr) panels of mr·K; depthwise: (M, kh·kw) as given */
     size_t wg;             /* floats per group in Wp */
@@ -43,10 +44,10 @@ nano_conv *nano_conv_prepare(const nano_conv_desc *d, const float *W, const floa
     else if (d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && !d->pad_t && !d->pad_l && !d->pad_b &&
              !d->pad_r)
         p->kind = CONV_1X1;
-    else if (nk_wino_ok(d, p->nr))
+    else if ((p->wm = nk_wino_tile(d, p->nr)))
         p->kind = CONV_WINO;
     p->wg = p->kind == CONV_DW     ? (size_t)p->K
-            : p->kind == CONV_WINO ? nk_wino_wfloats(d, p->mr)
+            : p->kind == CONV_WINO ? nk_wino_wfloats(d, p->mr, p->wm)
                                    : nk_roundup((size_t)p->Mg, (size_t)p->mr) * (size_t)p->K;
     p->Wp = aligned_alloc(64, nk_roundup(p->wg * d->group * sizeof(float), 64));
     if (bias) p->bias = malloc((size_t)d->M * sizeof(float));
@@ -55,7 +56,7 @@ nano_conv *nano_conv_prepare(const nano_conv_desc *d, const float *W, const floa
     if (p->kind == CONV_DW)
         memcpy(p->Wp, W, (size_t)d->M * p->K * sizeof(float));
     else if (p->kind == CONV_WINO) {
-        if (nk_wino_pack(d, W, p->mr, p->Wp)) { nano_conv_free(p); return NULL; }
+        if (nk_wino_pack(d, W, p->mr, p->wm, p->Wp)) { nano_conv_free(p); return NULL; }
     } else
         for (int g = 0; g < d->group; g++)
             nk_pack_rk(W + (size_t)g * p->Mg * p->K, (size_t)p->K, p->Mg, p->K, p->mr, p->Wp + g * p->wg);
@@ -79,7 +80,7 @@ size_t nano_conv_bytes(const nano_conv *p)
 size_t nano_conv_scratch(const nano_conv *p)
 {
     if (!p || p->kind == CONV_DW) return 0;
-    if (p->kind == CONV_WINO) return nk_wino_scratch(&p->d, p->nr);
+    if (p->kind == CONV_WINO) return nk_wino_scratch(&p->d, p->nr, p->wm);
     return nk_roundup((size_t)p->d.OH * p->d.OW, (size_t)p->nr) * (size_t)p->K * sizeof(float) + 64;
 }
 
@@ -255,7 +256,7 @@ void nano_conv_run(const nano_conv *p, const float *x, float *y, void *scratch, 
 {
     const nano_conv_desc *d = &p->d;
     if (p->kind == CONV_DW) { conv_dw(p, x, y, nthreads); return; }
-    if (p->kind == CONV_WINO) { nk_wino_run(p->level, d, p->Wp, p->bias, &p->ep, x, y, scratch, nthreads); return; }
+    if (p->kind == CONV_WINO) { nk_wino_run(p->level, d, p->wm, p->Wp, p->bias, &p->ep, x, y, scratch, nthreads); return; }
     float *col = (float *)nk_roundup((size_t)(uintptr_t)scratch, 64);
     int P = d->OH * d->OW, nr = p->nr, K = p->K, panels = (P + nr - 1) / nr;
     size_t hw = (size_t)d->H * d->W;

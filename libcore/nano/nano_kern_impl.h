@@ -115,17 +115,18 @@ void nk_f32_block(nano_isa_level l, int m, int n, int kc, const float *A, size_t
 void nk_f32_packed(nano_isa_level l, int M, int N, int K, const float *A, const float *B, float *C, int ldc,
                    const nk_epi *ep, int nthreads);
 
-/* ---- Winograd F(2×2, 3×3) convolution (nano_wino.c) ------------------------------------
+/* ---- Winograd F(m×m, 3×3) convolution (nano_wino.c) -------------------------------------
  * For the 3×3, stride-1, undilated, ungrouped convolutions of ≥ 16 input and output
- * channels where it does fewer multiply-adds than im2col, padding included (nk_wino_ok,
- * for a micro-kernel of nr columns): the weights transformed and packed at prepare (nk_wino_wfloats
- * floats, panels of mr rows), then per run the input transform, 16 GEMMs and the output
- * transform with bias and act; scratch of nk_wino_scratch bytes. */
-int nk_wino_ok(const nano_conv_desc *d, int nr);
-size_t nk_wino_wfloats(const nano_conv_desc *d, int mr);
-int nk_wino_pack(const nano_conv_desc *d, const float *W, int mr, float *Up);
-size_t nk_wino_scratch(const nano_conv_desc *d, int nr);
-void nk_wino_run(nano_isa_level l, const nano_conv_desc *d, const float *Up, const float *bias,
+ * channels: nk_wino_tile picks m = 2 or 4 where that does fewer multiply-adds than im2col,
+ * padding included, for a micro-kernel of nr columns (0: im2col). The weights are
+ * transformed and packed at prepare (nk_wino_wfloats floats, panels of mr rows), then per
+ * run the input transform, (m+2)² GEMMs and the output transform with bias and act, in a
+ * scratch of nk_wino_scratch bytes. */
+int nk_wino_tile(const nano_conv_desc *d, int nr);
+size_t nk_wino_wfloats(const nano_conv_desc *d, int mr, int m);
+int nk_wino_pack(const nano_conv_desc *d, const float *W, int mr, int m, float *Up);
+size_t nk_wino_scratch(const nano_conv_desc *d, int nr, int m);
+void nk_wino_run(nano_isa_level l, const nano_conv_desc *d, int m, const float *Up, const float *bias,
                  const nano_epilogue *ep, const float *x, float *y, void *scratch, int nthreads);
 
 /* ---- int8 (nano_q8.c) ---------------------------------------------------------------
