@@ -273,24 +273,29 @@ void nk_f32_geom(nano_isa_level l, int *mr, int *nr)
 }
 
 #if defined(__x86_64__)
-/* One panel of r <= R <= 16 rows with AVX-512: per k a gather down the rows (lanes past r
- * zero) and a masked store of R floats. */
-static TGT512 void pack_rk_512(const float *s, size_t ld, int r, int kc, int R, float *dst)
+/* One panel of r <= R rows, R a multiple of 4, by 4×4 transposes in SSE registers (rows
+ * past r read as zero); the last kc mod 4 steps one float at a time. */
+static void pack_rk_sse(const float *s, size_t ld, int r, int kc, int R, float *dst)
 {
-    __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                     _mm512_set1_epi32((int)ld));
-    __mmask16 mr = (__mmask16)((1u << r) - 1), mR = (__mmask16)((1u << R) - 1);
-    for (int k = 0; k < kc; k++)
-        _mm512_mask_storeu_ps(dst + (size_t)k * R, mR, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mr, idx, s + k, 4));
+    int k = 0;
+    for (; k + 4 <= kc; k += 4)
+        for (int i = 0; i < R; i += 4) {
+            __m128 x[4];
+            for (int q = 0; q < 4; q++) x[q] = i + q < r ? _mm_loadu_ps(s + (size_t)(i + q) * ld + k) : _mm_setzero_ps();
+            _MM_TRANSPOSE4_PS(x[0], x[1], x[2], x[3]);
+            for (int q = 0; q < 4; q++) _mm_storeu_ps(dst + (size_t)(k + q) * R + i, x[q]);
+        }
+    for (; k < kc; k++)
+        for (int i = 0; i < R; i++) dst[(size_t)k * R + i] = i < r ? s[(size_t)i * ld + k] : 0.0f;
 }
 #endif
 
 void nk_pack_rk(const float *src, size_t ld, int rows, int kc, int R, float *dst)
 {
 #if defined(__x86_64__)
-    if (R <= 16 && (size_t)(R - 1) * ld < 0x7fffffff / 4 && nano_isa() >= NANO_ISA_AVX512) {
+    if (R % 4 == 0) {
         for (int p = 0; p < rows; p += R, dst += (size_t)R * kc)
-            pack_rk_512(src + (size_t)p * ld, ld, rows - p < R ? rows - p : R, kc, R, dst);
+            pack_rk_sse(src + (size_t)p * ld, ld, rows - p < R ? rows - p : R, kc, R, dst);
         return;
     }
 #endif
