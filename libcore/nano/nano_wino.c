@@ -357,6 +357,7 @@ static void block_in(nano_isa_level l, const nano_conv_desc *d, const wgeom *g, 
                      int cnt, float *vp, int nthreads)
 {
     size_t plane = (size_t)g->hp * g->wp, vs = (size_t)d->C * g->tb;
+    (void)l;
 #pragma omp parallel for num_threads(nthreads) if (nthreads > 1 && d->C > 1) schedule(static)
     for (int c = 0; c < d->C; c++) {
         float v[36][WL];
@@ -379,6 +380,7 @@ static void block_out(nano_isa_level l, const nano_conv_desc *d, const wgeom *g,
                       const float *bias, const nano_epilogue *ep, float *y, int nthreads)
 {
     size_t ms = (size_t)d->M * g->tb, ohw = (size_t)d->OH * d->OW;
+    (void)l;
 #pragma omp parallel for num_threads(nthreads) if (nthreads > 1 && d->M > 1) schedule(static)
     for (int mo = 0; mo < d->M; mo++) {
         float b = bias ? bias[mo] : 0.0f;
