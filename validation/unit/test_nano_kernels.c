@@ -483,6 +483,8 @@ static void suite(void)
         mkdesc(1, 24, 10, 11, 16, 3, 3, 1, 1, 1, 1, 2, 1, 0, 3, 1), /* Winograd: asymmetric pads */
         mkdesc(1, 16, 70, 66, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1), /* Winograd: several tile blocks */
         mkdesc(1, 300, 5, 6, 70, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1),  /* Winograd: C > the K block */
+        mkdesc(2, 300, 7, 7, 64, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1),  /* 1×1, pixels as rows, N = 2 */
+        mkdesc(1, 40, 14, 14, 64, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1), /* im2col, pixels as rows */
     };
     int nc = (int)(sizeof cs / sizeof cs[0]);
     for (int i = 0; i < nc; i++)
