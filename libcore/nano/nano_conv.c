@@ -65,7 +65,7 @@ nano_conv *nano_conv_prepare(const nano_conv_desc *d, const float *W, const floa
     else if (d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && !d->pad_t && !d->pad_l && !d->pad_b &&
              !d->pad_r)
         p->kind = CONV_1X1;
-    else if ((p->wm = nk_wino_tile(d, p->nr)))
+    else if ((p->wm = nk_wino_tile(d)))
         p->kind = CONV_WINO;
     p->prow = (p->kind == CONV_GEMM || p->kind == CONV_1X1) && d->group == 1 && pixel_rows(p);
     p->wg = p->kind == CONV_DW     ? (size_t)p->K

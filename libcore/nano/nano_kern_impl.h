@@ -118,11 +118,12 @@ void nk_f32_packed(nano_isa_level l, int M, int N, int K, const float *A, const 
 /* ---- Winograd F(m×m, 3×3) convolution (nano_wino.c) -------------------------------------
  * For the 3×3, stride-1, undilated, ungrouped convolutions of ≥ 16 input and output
  * channels: nk_wino_tile picks m = 2 or 4 where that does fewer multiply-adds than im2col,
- * padding included, for a micro-kernel of nr columns (0: im2col). The weights are
+ * padding included, and reads of the larger weights (0: im2col) — the same choice on every
+ * ISA, so that outputs are the same bits on each. The weights are
  * transformed and packed at prepare (nk_wino_wfloats floats, panels of mr rows), then per
  * run the input transform, (m+2)² GEMMs and the output transform with bias and act, in a
  * scratch of nk_wino_scratch bytes. */
-int nk_wino_tile(const nano_conv_desc *d, int nr);
+int nk_wino_tile(const nano_conv_desc *d);
 size_t nk_wino_wfloats(const nano_conv_desc *d, int mr, int m);
 int nk_wino_pack(const nano_conv_desc *d, const float *W, int mr, int m, float *Up);
 size_t nk_wino_scratch(const nano_conv_desc *d, int nr, int m);

@@ -30,13 +30,9 @@ enum { WINO_L2 = 192 * 1024 }; /* floats of V and GEMM output per tile block (76
  * ~8 GB/s against ~50 G multiply-adds/s on one core (Zen 4 and Sapphire Rapids alike). */
 #define WINO_WREAD 24.0
 
-/* Bᵀ, G and Aᵀ of F(2×2, 3×3) (points 0, ±1) and F(4×4, 3×3) (points 0, ±1, ±2). */
-static const float BT2[4][4] = {{1, 0, -1, 0}, {0, 1, 1, 0}, {0, -1, 1, 0}, {0, 1, 0, -1}};
-static const float AT2[2][4] = {{1, 1, 1, 0}, {0, 1, -1, -1}};
+/* G of F(2×2, 3×3) (points 0, ±1) and F(4×4, 3×3) (points 0, ±1, ±2); their Bᵀ and Aᵀ
+ * are written out in BT2_ROWS .. AT4_ROWS below. */
 static const double G2[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
-static const float BT4[6][6] = {{4, 0, -5, 0, 1, 0},  {0, -4, -4, 1, 1, 0}, {0, 4, -4, -1, 1, 0},
-                                {0, -2, -1, 2, 1, 0}, {0, 2, -1, -2, 1, 0}, {0, 4, 0, -5, 0, 1}};
-static const float AT4[4][6] = {{1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 0}, {0, 1, 1, 4, 4, 0}, {0, 1, -1, 8, -8, 1}};
 static const double G4[6][3] = {{1.0 / 4, 0, 0},           {-1.0 / 6, -1.0 / 6, -1.0 / 6}, {-1.0 / 6, 1.0 / 6, -1.0 / 6},
                                 {1.0 / 24, 1.0 / 12, 1.0 / 6}, {1.0 / 24, -1.0 / 12, 1.0 / 6}, {0, 0, 1}};
 
@@ -65,8 +61,9 @@ static double lanes(int n, int nr)
     return n <= 16 && nr > 16 ? 16.0 : (double)nk_roundup((size_t)n, (size_t)nr);
 }
 
-int nk_wino_tile(const nano_conv_desc *d, int nr)
+int nk_wino_tile(const nano_conv_desc *d)
 {
+    const int nr = 32; /* the AVX-512 kernel's columns, for every ISA: the same choice everywhere */
     if (!(d->kh == 3 && d->kw == 3 && d->sh == 1 && d->sw == 1 && d->dh == 1 && d->dw == 1 && d->group == 1 &&
           d->C >= 16 && d->M >= 16))
         return 0;
@@ -123,223 +120,168 @@ size_t nk_wino_scratch(const nano_conv_desc *d, int nr, int m)
     return (plane + v + mb) * sizeof(float) + 3 * 64;
 }
 
-/* ---- portable transforms (any ISA), by the coefficient tables ---------------------------- */
+/* ---- the transforms -----------------------------------------------------------------------
+ * Written once, on 16-lane GCC vectors, and inlined into both the AVX-512 path (masked
+ * stores) and the generic one (built per x86-64 width, and for NEON and portable C): the
+ * same IEEE operations in the same order on every ISA. With the tile chosen alike on every
+ * ISA (nk_wino_tile) and GEMMs that sum in the same order everywhere, a model gives the
+ * same bits on x86-64 and arm64. */
+typedef float v16 __attribute__((vector_size(64)));
 
-/* V[ξ][u] = (Bᵀ d B)[ξ] of the tiles tx0 + u (u < 16) of tile row ty; xp is the padded
- * plane, each row stored as its m column phases hq apart: padded column m·tx + j of tile
- * tx is phase j mod m, index tx + j div m. */
-NANO_CLONES static void wino_in(const wgeom *g, const float *xp, int ty, int tx0, float v[36][WL])
-{
-    const int m = g->m, a = g->a;
-    const float *BT = m == 2 ? &BT2[0][0] : &BT4[0][0];
-    float t[6][6][WL];
-    for (int j = 0; j < a; j++) { /* t = Bᵀ d, column j */
-        const float *c = xp + (size_t)(m * ty) * g->wp + (size_t)(j % m) * g->hq + tx0 + j / m;
-        for (int i = 0; i < a; i++) {
-            float s[WL] = {0};
-            for (int k = 0; k < a; k++) {
-                float b = BT[i * a + k];
-                if (b != 0.0f)
-                    for (int u = 0; u < WL; u++) s[u] += b * c[(size_t)k * g->wp + u];
-            }
-            memcpy(t[i][j], s, sizeof s);
-        }
-    }
-    for (int i = 0; i < a; i++) /* V = t B, row i */
-        for (int j = 0; j < a; j++) {
-            float s[WL] = {0};
-            for (int k = 0; k < a; k++) {
-                float b = BT[j * a + k];
-                if (b != 0.0f)
-                    for (int u = 0; u < WL; u++) s[u] += b * t[i][k][u];
-            }
-            memcpy(v[i * a + j], s, sizeof s);
-        }
-}
+#define INLINE static inline __attribute__((always_inline))
+#define LD16(v, p) memcpy(&(v), (p), sizeof(v16)) /* (a macro: a v16 return value is ABI-dependent) */
 
-/* Lanes 0 .. n-1 of each v[ξ] to tiles L .. L+n-1 of the packed B panels (panel q of ξ at
- * vp + ξ·vs + q·nr·C, channel c's nr columns at c·nr). */
-static void wino_in_store(int na, float v[36][WL], float *vp, size_t vs, int L, int n, int nr, int C, int c)
-{
-    for (int u = 0; u < n; u++) {
-        int l = L + u;
-        float *dst = vp + (size_t)(l / nr) * nr * C + (size_t)c * nr + l % nr;
-        for (int x = 0; x < na; x++) dst[(size_t)x * vs] = v[x][u];
-    }
-}
-
-/* Y = Aᵀ M A + bias of 16 tiles from their a² GEMM results (lanes u, ms apart per ξ);
- * output row r of the segment (w values, o[m·u + s] = Y[r][s] of tile u) to y[r] where
- * y[r] is not NULL. */
-NANO_CLONES static void wino_out(const wgeom *g, const float *mv, size_t ms, float bias, int w, float *const *y)
-{
-    const int m = g->m, a = g->a;
-    const float *AT = m == 2 ? &AT2[0][0] : &AT4[0][0];
-    float s[4][6][WL];
-    for (int r = 0; r < m; r++)
-        for (int j = 0; j < a; j++) {
-            float acc[WL] = {0};
-            for (int k = 0; k < a; k++) {
-                float c = AT[r * a + k];
-                if (c != 0.0f)
-                    for (int u = 0; u < WL; u++) acc[u] += c * mv[(size_t)(k * a + j) * ms + u];
-            }
-            memcpy(s[r][j], acc, sizeof acc);
-        }
-    for (int r = 0; r < m; r++) {
-        if (!y[r]) continue;
-        float o[4 * WL];
-        for (int c = 0; c < m; c++)
-            for (int u = 0; u < WL; u++) {
-                float acc = bias;
-                for (int k = 0; k < a; k++) acc += AT[c * a + k] * s[r][k][u];
-                o[m * u + c] = acc;
-            }
-        memcpy(y[r], o, (size_t)w * sizeof *o);
-    }
-}
-
-/* ---- AVX-512 transforms: the same sums written out, lanes stored with masks ------------ */
-#if defined(__x86_64__)
-#define TGT512 __attribute__((target("avx512f")))
-#define ADD _mm512_add_ps
-#define SUB _mm512_sub_ps
-#define MUL(c, x) _mm512_mul_ps(_mm512_set1_ps(c), x)
-
-/* The 16 lanes of v to tiles L .. L+n-1 (a run that crosses a panel's end: the rest
- * compressed to lane 0 of the next panel). */
-typedef struct lane_dst {
-    float *p0, *p1;
-    __mmask16 m0, m1, mr;
-} lane_dst;
-
-TGT512 static inline lane_dst lanes_to(float *vp, int L, int n, int nr, int C, int c)
-{
-    int q = L % nr, run = nr - q < n ? nr - q : n;
-    lane_dst t = {vp + (size_t)(L / nr) * nr * C + (size_t)c * nr + q, vp + (size_t)(L / nr + 1) * nr * C + (size_t)c * nr,
-                  (__mmask16)((1u << run) - 1), (__mmask16)(((1u << n) - 1) & ~((1u << run) - 1)),
-                  (__mmask16)((1u << (n - run)) - 1)};
-    return t;
-}
-
-TGT512 static inline void lane_store(const lane_dst *t, size_t off, __m512 v)
-{
-    _mm512_mask_storeu_ps(t->p0 + off, t->m0, v);
-    if (t->mr) _mm512_mask_storeu_ps(t->p1 + off, t->mr, _mm512_maskz_compress_ps(t->m1, v));
-}
-
-/* F(2×2, 3×3): one Bᵀ·x of 4 vectors. */
-#define BT2_ROWS(x, o)                                                                                       \
-    o[0] = SUB(x[0], x[2]), o[1] = ADD(x[1], x[2]), o[2] = SUB(x[2], x[1]), o[3] = SUB(x[1], x[3])
-/* F(4×4, 3×3): one Bᵀ·x of 6 vectors. */
+/* Bᵀ·x over a column or row of the patch: F(2×2) of 4 vectors, F(4×4) of 6. */
+#define BT2_ROWS(x, o) (o[0] = x[0] - x[2], o[1] = x[1] + x[2], o[2] = x[2] - x[1], o[3] = x[1] - x[3])
 #define BT4_ROWS(x, o)                                                                                       \
     do {                                                                                                     \
-        __m512 p = SUB(x[4], x[2]), q = SUB(x[3], x[1]);                                                     \
-        o[0] = ADD(SUB(MUL(4.0f, x[0]), MUL(5.0f, x[2])), x[4]);                                             \
-        o[1] = SUB(ADD(x[3], x[4]), MUL(4.0f, ADD(x[1], x[2])));                                             \
-        o[2] = ADD(SUB(x[4], x[3]), MUL(4.0f, SUB(x[1], x[2])));                                             \
-        o[3] = ADD(p, MUL(2.0f, q));                                                                         \
-        o[4] = SUB(p, MUL(2.0f, q));                                                                         \
-        o[5] = ADD(SUB(MUL(4.0f, x[1]), MUL(5.0f, x[3])), x[5]);                                             \
+        v16 p_ = x[4] - x[2], q_ = x[3] - x[1];                                                              \
+        o[0] = (4.0f * x[0] - 5.0f * x[2]) + x[4];                                                           \
+        o[1] = (x[3] + x[4]) - 4.0f * (x[1] + x[2]);                                                         \
+        o[2] = (x[4] - x[3]) + 4.0f * (x[1] - x[2]);                                                         \
+        o[3] = p_ + 2.0f * q_;                                                                               \
+        o[4] = p_ - 2.0f * q_;                                                                               \
+        o[5] = (4.0f * x[1] - 5.0f * x[3]) + x[5];                                                           \
+    } while (0)
+/* Aᵀ·x: F(2×2) of 4 vectors, F(4×4) of 6. */
+#define AT2_ROWS(x, o) (o[0] = (x[0] + x[1]) + x[2], o[1] = (x[1] - x[2]) - x[3])
+#define AT4_ROWS(x, o)                                                                                       \
+    do {                                                                                                     \
+        v16 p_ = x[1] + x[2], q_ = x[1] - x[2], u_ = x[3] + x[4], w_ = x[3] - x[4];                          \
+        o[0] = (x[0] + p_) + u_;                                                                             \
+        o[1] = q_ + 2.0f * w_;                                                                               \
+        o[2] = p_ + 4.0f * u_;                                                                               \
+        o[3] = (q_ + 8.0f * w_) + x[5];                                                                      \
     } while (0)
 
-/* (m is a compile-time constant in each of the two instances below, so t stays in
- * registers and the loops unroll.) */
-TGT512 static inline __attribute__((always_inline)) void wino_in_512_m(const int m, const wgeom *g, const float *xp,
-                                                                      int ty, int tx0, float *vp, size_t vs, int L,
-                                                                      int n, int nr, int C, int c)
+/* V[ξ] = (Bᵀ d B)[ξ] of the 16 tiles tx0 .. tx0+15 of tile row ty; xp is the padded
+ * plane, each row stored as its m column phases hq apart: padded column m·tx + j of tile
+ * tx is phase j mod m, index tx + j div m, so 16 tiles are 16 consecutive floats. */
+INLINE void in_tile(const int m, const wgeom *g, const float *xp, int ty, int tx0, v16 *V)
 {
     const int a = m + 2;
     const float *r = xp + (size_t)(m * ty) * g->wp + tx0;
-    __m512 t[6][6];
+    v16 t[6][6];
     for (int j = 0; j < a; j++) { /* t = Bᵀ d, column j */
         const float *cp = r + (size_t)(j % m) * g->hq + j / m;
-        __m512 x[6], o[6];
-        for (int i = 0; i < a; i++) x[i] = _mm512_loadu_ps(cp + (size_t)i * g->wp);
+        v16 x[6], o[6];
+        for (int i = 0; i < a; i++) LD16(x[i], cp + (size_t)i * g->wp);
         if (m == 2) BT2_ROWS(x, o);
         else BT4_ROWS(x, o);
         for (int i = 0; i < a; i++) t[i][j] = o[i];
     }
-    lane_dst dst = lanes_to(vp, L, n, nr, C, c);
     for (int i = 0; i < a; i++) { /* V = t B, row i */
-        __m512 o[6];
+        v16 o[6];
         if (m == 2) BT2_ROWS(t[i], o);
         else BT4_ROWS(t[i], o);
-        for (int j = 0; j < a; j++) lane_store(&dst, (size_t)(i * a + j) * vs, o[j]);
+        for (int j = 0; j < a; j++) V[i * a + j] = o[j];
     }
 }
 
-TGT512 static void wino_in_512(const wgeom *g, const float *xp, int ty, int tx0, float *vp, size_t vs, int L, int n,
-                               int nr, int C, int c)
-{
-    if (g->m == 2) wino_in_512_m(2, g, xp, ty, tx0, vp, vs, L, n, nr, C, c);
-    else wino_in_512_m(4, g, xp, ty, tx0, vp, vs, L, n, nr, C, c);
-}
-
-/* Aᵀ·x: F(2×2) of 4 vectors, F(4×4) of 6. */
-#define AT2_ROWS(x, o) o[0] = ADD(ADD(x[0], x[1]), x[2]), o[1] = SUB(SUB(x[1], x[2]), x[3])
-#define AT4_ROWS(x, o)                                                                                       \
-    do {                                                                                                     \
-        __m512 p = ADD(x[1], x[2]), q = SUB(x[1], x[2]), u = ADD(x[3], x[4]), v = SUB(x[3], x[4]);           \
-        o[0] = ADD(ADD(x[0], p), u);                                                                         \
-        o[1] = ADD(q, MUL(2.0f, v));                                                                         \
-        o[2] = ADD(p, MUL(4.0f, u));                                                                         \
-        o[3] = ADD(ADD(q, MUL(8.0f, v)), x[5]);                                                              \
-    } while (0)
-
-/* The output rows of 16 tiles: Y = Aᵀ M A + bias, the inline acts, columns interleaved by
- * permutes (m = 4: twice) and stored with masks, w values per row. */
-TGT512 static inline __attribute__((always_inline)) void wino_out_512_m(const int m, const float *mv, size_t ms,
-                                                                       float bias, const nano_epilogue *ep, int w,
-                                                                       float *const *y)
+/* Y[r][c] = (Aᵀ M A)[r][c] + bias of 16 tiles from their a² GEMM results (lanes u, ms
+ * apart per ξ). */
+INLINE void out_tile(const int m, const float *mv, size_t ms, float bias, v16 Y[4][4])
 {
     const int a = m + 2;
-    __m512 s[4][6], b = _mm512_set1_ps(bias);
+    v16 s[4][6];
     for (int j = 0; j < a; j++) { /* s = Aᵀ M, column j */
-        __m512 x[6], o[4];
-        for (int k = 0; k < a; k++) x[k] = _mm512_loadu_ps(mv + (size_t)(k * a + j) * ms);
+        v16 x[6], o[4];
+        for (int k = 0; k < a; k++) LD16(x[k], mv + (size_t)(k * a + j) * ms);
         if (m == 2) AT2_ROWS(x, o);
         else AT4_ROWS(x, o);
         for (int r = 0; r < m; r++) s[r][j] = o[r];
     }
+    for (int r = 0; r < m; r++) {
+        v16 o[4];
+        if (m == 2) AT2_ROWS(s[r], o);
+        else AT4_ROWS(s[r], o);
+        for (int c = 0; c < m; c++) Y[r][c] = o[c] + bias;
+    }
+}
+
+/* The generic path: lanes 0 .. n-1 of each V[ξ] to tiles L .. L+n-1 of the packed B
+ * panels (panel q of ξ at vp + ξ·vs + q·nr·C, channel c's nr columns at c·nr). */
+NANO_CLONES static void wino_in(const wgeom *g, const float *xp, int ty, int tx0, float *vp, size_t vs, int L, int n,
+                                int nr, int C, int c)
+{
+    v16 V[36];
+    if (g->m == 2) in_tile(2, g, xp, ty, tx0, V);
+    else in_tile(4, g, xp, ty, tx0, V);
+    for (int u = 0; u < n; u++) {
+        int l = L + u;
+        float *dst = vp + (size_t)(l / nr) * nr * C + (size_t)c * nr + l % nr;
+        for (int x = 0; x < g->na; x++) dst[(size_t)x * vs] = V[x][u];
+    }
+}
+
+/* The generic path: output row r of the segment, w values, y[r][m·u + c] = Y[r][c] of
+ * tile u, where y[r] is not NULL. */
+NANO_CLONES static void wino_out(const wgeom *g, const float *mv, size_t ms, float bias, int w, float *const *y)
+{
+    v16 Y[4][4];
+    if (g->m == 2) out_tile(2, mv, ms, bias, Y);
+    else out_tile(4, mv, ms, bias, Y);
+    for (int r = 0; r < g->m; r++)
+        if (y[r])
+            for (int k = 0; k < w; k++) y[r][k] = Y[r][k % g->m][k / g->m];
+}
+
+#if defined(__x86_64__)
+#define TGT512 __attribute__((target("avx512f")))
+
+/* The AVX-512 path: the 16 lanes of each V[ξ] stored with masks (a run that crosses a
+ * panel's end: the rest compressed to lane 0 of the next panel). */
+TGT512 static void wino_in_512(const wgeom *g, const float *xp, int ty, int tx0, float *vp, size_t vs, int L, int n,
+                               int nr, int C, int c)
+{
+    v16 V[36];
+    if (g->m == 2) in_tile(2, g, xp, ty, tx0, V);
+    else in_tile(4, g, xp, ty, tx0, V);
+    int q = L % nr, run = nr - q < n ? nr - q : n;
+    float *p0 = vp + (size_t)(L / nr) * nr * C + (size_t)c * nr + q;
+    float *p1 = vp + (size_t)(L / nr + 1) * nr * C + (size_t)c * nr;
+    __mmask16 m0 = (__mmask16)((1u << run) - 1), m1 = (__mmask16)(((1u << n) - 1) & ~((1u << run) - 1));
+    __mmask16 mr = (__mmask16)((1u << (n - run)) - 1);
+    for (int x = 0; x < g->na; x++) {
+        __m512 v = (__m512)V[x];
+        _mm512_mask_storeu_ps(p0 + (size_t)x * vs, m0, v);
+        if (mr) _mm512_mask_storeu_ps(p1 + (size_t)x * vs, mr, _mm512_maskz_compress_ps(m1, v));
+    }
+}
+
+/* The AVX-512 path: the output rows interleaved by permutes (m = 4: twice), the inline
+ * acts applied, stored with masks. */
+TGT512 static void wino_out_512(const wgeom *g, const float *mv, size_t ms, float bias, const nano_epilogue *ep,
+                                int w, float *const *y)
+{
+    const int m = g->m;
+    v16 Y[4][4];
+    if (m == 2) out_tile(2, mv, ms, bias, Y);
+    else out_tile(4, mv, ms, bias, Y);
     const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
     const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
     __m512 zero = _mm512_setzero_ps(), clo = _mm512_set1_ps(ep->lo), chi = _mm512_set1_ps(ep->hi);
     for (int r = 0; r < m; r++) {
         if (!y[r]) continue;
-        __m512 o[4], out[4];
-        if (m == 2) AT2_ROWS(s[r], o);
-        else AT4_ROWS(s[r], o);
-        for (int c = 0; c < m; c++) o[c] = ADD(o[c], b);
+        __m512 out[4], o0 = (__m512)Y[r][0], o1 = (__m512)Y[r][1];
         if (m == 2) {
-            out[0] = _mm512_permutex2var_ps(o[0], lo, o[1]), out[1] = _mm512_permutex2var_ps(o[0], hi, o[1]);
-        } else { /* (0,2) and (1,3) interleaved, then those: o0 o1 o2 o3 of tile 0, tile 1, ... */
-            __m512 e0 = _mm512_permutex2var_ps(o[0], lo, o[2]), e1 = _mm512_permutex2var_ps(o[0], hi, o[2]);
-            __m512 f0 = _mm512_permutex2var_ps(o[1], lo, o[3]), f1 = _mm512_permutex2var_ps(o[1], hi, o[3]);
+            out[0] = _mm512_permutex2var_ps(o0, lo, o1), out[1] = _mm512_permutex2var_ps(o0, hi, o1);
+        } else { /* (0,2) and (1,3) interleaved, then those: Y0 Y1 Y2 Y3 of tile 0, of tile 1, ... */
+            __m512 o2 = (__m512)Y[r][2], o3 = (__m512)Y[r][3];
+            __m512 e0 = _mm512_permutex2var_ps(o0, lo, o2), e1 = _mm512_permutex2var_ps(o0, hi, o2);
+            __m512 f0 = _mm512_permutex2var_ps(o1, lo, o3), f1 = _mm512_permutex2var_ps(o1, hi, o3);
             out[0] = _mm512_permutex2var_ps(e0, lo, f0), out[1] = _mm512_permutex2var_ps(e0, hi, f0);
             out[2] = _mm512_permutex2var_ps(e1, lo, f1), out[3] = _mm512_permutex2var_ps(e1, hi, f1);
         }
-        for (int k = 0; k < m; k++) {
+        for (int k = 0; k < m && w - 16 * k > 0; k++) {
             int left = w - 16 * k;
-            if (left <= 0) break;
-            __mmask16 mk = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
             __m512 x = out[k];
             if (ep->act == NANO_ACT_RELU) x = _mm512_max_ps(x, zero);
             else if (ep->act == NANO_ACT_CLIP) x = _mm512_min_ps(_mm512_max_ps(x, clo), chi);
-            _mm512_mask_storeu_ps(y[r] + 16 * k, mk, x);
+            _mm512_mask_storeu_ps(y[r] + 16 * k, left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1), x);
         }
     }
 }
-
-TGT512 static void wino_out_512(const wgeom *g, const float *mv, size_t ms, float bias, const nano_epilogue *ep,
-                                int w, float *const *y)
-{
-    if (g->m == 2) wino_out_512_m(2, mv, ms, bias, ep, w, y);
-    else wino_out_512_m(4, mv, ms, bias, ep, w, y);
-}
-#undef ADD
-#undef SUB
-#undef MUL
 #endif
 
 /* ---- blocks of tiles --------------------------------------------------------------------- */
@@ -360,7 +302,6 @@ static void block_in(nano_isa_level l, const nano_conv_desc *d, const wgeom *g, 
     (void)l;
 #pragma omp parallel for num_threads(nthreads) if (nthreads > 1 && d->C > 1) schedule(static)
     for (int c = 0; c < d->C; c++) {
-        float v[36][WL];
         FOR_SEGMENTS(g, t0, cnt, ty, tx0, n, L) {
 #if defined(__x86_64__)
             if (l >= NANO_ISA_AVX512) {
@@ -368,8 +309,7 @@ static void block_in(nano_isa_level l, const nano_conv_desc *d, const wgeom *g, 
                 continue;
             }
 #endif
-            wino_in(g, xp + (size_t)c * plane, ty, tx0, v);
-            wino_in_store(g->na, v, vp, vs, L, n, nr, d->C, c);
+            wino_in(g, xp + (size_t)c * plane, ty, tx0, vp, vs, L, n, nr, d->C, c);
         }
     }
 }
