@@ -291,26 +291,35 @@ static void transpose_out(const float *yt, int P, int M, float *y, int nthreads)
         }
 }
 
+/* The convolution's columns (pixels) of one image and group xg packed in panels of R
+ * pixels over its K rows: a copy of rows for 1×1, im2col otherwise. */
+static void pack_pixels(const nano_conv *p, const float *xg, int R, float *col, int nthreads)
+{
+    const nano_conv_desc *d = &p->d;
+    int P = d->OH * d->OW, K = p->K, panels = (P + R - 1) / R;
+    size_t hw = (size_t)d->H * d->W;
+#pragma omp parallel for num_threads(nthreads) if (nthreads > 1 && panels > 1 && (size_t)P * K >= 65536) schedule(dynamic, 1)
+    for (int q = 0; q < panels; q++) {
+        int p0 = q * R, cnt = P - p0 < R ? P - p0 : R;
+        float *dst = col + (size_t)q * R * K;
+        if (p->kind == CONV_1X1)
+            nk_pack_kr(xg + p0, hw, K, cnt, R, dst);
+        else
+            im2col_panel(d, p->Cg, xg, p0, cnt, R, dst);
+    }
+}
+
 /* The pixel-rows form (group 1): colᵀ packed in row panels of mr pixels, Yᵀ (P, M) =
  * colᵀ · Wᵀ with the bias per column, then transposed into y. */
 static void conv_prow(const nano_conv *p, const float *x, float *y, void *scratch, int nthreads)
 {
     const nano_conv_desc *d = &p->d;
-    int P = d->OH * d->OW, mr = p->mr, K = p->K, panels = (P + mr - 1) / mr;
+    int P = d->OH * d->OW, K = p->K;
     size_t hw = (size_t)d->H * d->W;
     float *col = (float *)nk_roundup((size_t)(uintptr_t)scratch, 64);
-    float *yt = col + nk_roundup((size_t)P, (size_t)mr) * K;
+    float *yt = col + nk_roundup((size_t)P, (size_t)p->mr) * K;
     for (int n = 0; n < d->N; n++) {
-        const float *xn = x + (size_t)n * d->C * hw;
-#pragma omp parallel for num_threads(nthreads) if (nthreads > 1 && panels > 1 && (size_t)P * K >= 65536) schedule(dynamic, 1)
-        for (int q = 0; q < panels; q++) {
-            int p0 = q * mr, cnt = P - p0 < mr ? P - p0 : mr;
-            float *dst = col + (size_t)q * mr * K;
-            if (p->kind == CONV_1X1)
-                nk_pack_kr(xn + p0, hw, K, cnt, mr, dst);
-            else
-                im2col_panel(d, p->Cg, xn, p0, cnt, mr, dst);
-        }
+        pack_pixels(p, x + (size_t)n * d->C * hw, p->mr, col, nthreads);
         nk_epi e = {p->bias, 0, p->ep.act, p->ep.lo, p->ep.hi};
         nk_f32_packed(p->level, P, d->M, K, col, p->Wp, yt, d->M, &e, nthreads);
         transpose_out(yt, P, d->M, y + (size_t)n * d->M * P, nthreads);
@@ -324,21 +333,12 @@ void nano_conv_run(const nano_conv *p, const float *x, float *y, void *scratch, 
     if (p->prow) { conv_prow(p, x, y, scratch, nthreads); return; }
     if (p->kind == CONV_WINO) { nk_wino_run(p->level, d, p->wm, p->Wp, p->bias, &p->ep, x, y, scratch, nthreads); return; }
     float *col = (float *)nk_roundup((size_t)(uintptr_t)scratch, 64);
-    int P = d->OH * d->OW, nr = p->nr, K = p->K, panels = (P + nr - 1) / nr;
+    int P = d->OH * d->OW, K = p->K;
     size_t hw = (size_t)d->H * d->W;
     for (int n = 0; n < d->N; n++)
         for (int g = 0; g < d->group; g++) {
-            const float *xg = x + ((size_t)n * d->C + (size_t)g * p->Cg) * hw;
             float *yg = y + ((size_t)n * d->M + (size_t)g * p->Mg) * P;
-#pragma omp parallel for num_threads(nthreads) if (nthreads > 1 && panels > 1 && (size_t)P * K >= 65536) schedule(dynamic, 1)
-            for (int q = 0; q < panels; q++) {
-                int p0 = q * nr, cnt = P - p0 < nr ? P - p0 : nr;
-                float *dst = col + (size_t)q * nr * K;
-                if (p->kind == CONV_1X1)
-                    nk_pack_kr(xg + p0, hw, K, cnt, nr, dst);
-                else
-                    im2col_panel(d, p->Cg, xg, p0, cnt, nr, dst);
-            }
+            pack_pixels(p, x + ((size_t)n * d->C + (size_t)g * p->Cg) * hw, p->nr, col, nthreads);
             nk_epi e = {p->bias ? p->bias + (size_t)g * p->Mg : NULL, 1, p->ep.act, p->ep.lo, p->ep.hi};
             nk_f32_packed(p->level, p->Mg, P, K, p->Wp + g * p->wg, col, yg, P, &e, nthreads);
         }
