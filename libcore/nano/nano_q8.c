@@ -196,6 +196,21 @@ static inline void qput(void *panel, const qgeo *q, int R, int r, int k, int v)
     else ((int16_t *)panel)[i] = (int16_t)v;
 }
 
+/* qput of row r's values v[0 .. n) at k0, k0+1, ... (k0 a multiple of the group): the
+ * index stepped a group at a time, VNNI's groups of 4 bytes copied whole. */
+static void qput_row(void *panel, const qgeo *q, int R, int r, int k0, const uint8_t *v, int n)
+{
+    size_t i = ((size_t)(k0 / q->g) * R + r) * q->g, step = (size_t)R * q->g;
+    int k = 0;
+    if (q->e == 1 && q->g == 4)
+        for (; k + 4 <= n; k += 4, i += step) memcpy((uint8_t *)panel + i, v + k, 4);
+    for (; k < n; k += q->g, i += step)
+        for (int j = 0; j < q->g && k + j < n; j++) {
+            if (q->e == 1) ((uint8_t *)panel)[i + j] = v[k + j];
+            else ((int16_t *)panel)[i + j] = (int16_t)v[k + j];
+        }
+}
+
 static inline size_t panel_bytes(const qgeo *q, int R, int Kp)
 {
     return (size_t)R * Kp * q->e;
@@ -413,10 +428,10 @@ void nano_qgemm_run(const nano_qgemm *p, int M, const float *X, int ldx, float *
         for (int r = 0; r < mr && pi * mr + r < M; r++) {
             const float *x = X + (size_t)(pi * mr + r) * ldx;
             uint8_t qr[256];
-            for (int k0 = 0; k0 < p->K; k0 += 256) {
+            for (int k0 = 0; k0 < p->K; k0 += 256) { /* (256 is a multiple of every group size) */
                 int kn = p->K - k0 < 256 ? p->K - k0 : 256;
                 quant_n(p->level, x + k0, (size_t)kn, p->x_scale, p->x_zero, qr);
-                for (int k = 0; k < kn; k++) qput(dst, q, mr, r, k0 + k, qr[k]);
+                qput_row(dst, q, mr, r, k0, qr, kn);
             }
         }
     }
